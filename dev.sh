@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# servebench developer entry point.
+#   ./dev.sh app    set up (once) and open the dashboard on the sample data
+#   ./dev.sh test   set up (once) and run the whole test suite (extra args go to pytest)
+# Setup is idempotent: the virtual environment is rebuilt only when requirements.txt or pyproject.toml change.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+VENV=.venv
+PY="$VENV/bin/python"
+
+setup() {
+  local stamp="$VENV/.servebench-stamp"
+  local want
+  want=$(cat requirements.txt pyproject.toml | sha256sum | cut -d' ' -f1)
+  if [ ! -x "$PY" ]; then
+    python3 -m venv "$VENV"
+  fi
+  if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    "$PY" -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
+    "$PY" -m pip install --quiet -r requirements.txt
+    "$PY" -m pip install --quiet --no-deps -e .
+    echo "$want" > "$stamp"
+  fi
+}
+
+browser() {
+  # The browser tests drive Debian's Chromium; install it when we can (root with apt), else they skip.
+  if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver) \
+      >/dev/null 2>&1 || echo "warning: could not install chromium; browser tests will be skipped" >&2
+  fi
+}
+
+cmd="${1:-}"
+shift || true
+case "$cmd" in
+  app)
+    setup
+    exec "$VENV/bin/streamlit" run app.py "$@"
+    ;;
+  test)
+    setup
+    browser
+    exec "$PY" -m pytest "$@"
+    ;;
+  *)
+    echo "usage: ./dev.sh app | test [pytest args]" >&2
+    exit 2
+    ;;
+esac

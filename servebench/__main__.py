@@ -1,0 +1,5 @@
+"""Run the servebench CLI: ``python -m servebench ...``."""
+
+from .cli import main
+
+main()

@@ -1,0 +1,101 @@
+"""The ``servebench`` command line: each command parses, calls one package function, formats.
+
+Errors that servebench raises on purpose become a one-line message and exit code 2.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+
+from .errors import ServebenchError
+
+app = typer.Typer(help="Honest LLM-serving benchmarks: summaries, KV memory, diagnosis, simulation, timing runs.",
+                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+console = Console()
+
+
+def emit_json(obj: Any) -> None:
+    """Print one JSON object to stdout (Infinity as the string "Infinity")."""
+    typer.echo(json.dumps(obj, indent=2, default=_json_default, allow_nan=False))
+
+
+def _json_default(obj: Any) -> Any:
+    if hasattr(obj, "model_dump"):
+        return obj.model_dump(mode="json")
+    raise TypeError(f"cannot serialise {type(obj).__name__}")
+
+
+@app.command()
+def schema() -> None:
+    """Print the JSON Schema of the canonical timing record."""
+    from .records import TimingRecord
+    emit_json(TimingRecord.model_json_schema(by_alias=False))
+
+
+@app.command()
+def summarize(
+    file: Path = typer.Argument(..., help="Records: CSV, JSON, JSONL or Parquet (or another tool's export)."),
+    window_start: Optional[float] = typer.Option(None, help="Observation window start, s (default: min start)."),
+    window_end: Optional[float] = typer.Option(None, help="Observation window end, s (default: max end)."),
+    slo_ttft: Optional[float] = typer.Option(None, help="SLO on TTFT, s."),
+    slo_tpot: Optional[float] = typer.Option(None, help="SLO on request TPOT, s."),
+    slo_latency: Optional[float] = typer.Option(None, help="SLO on latency, s."),
+    format: str = typer.Option("auto", "--format", help="Input format (auto-detected by default)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+) -> None:
+    """Summarize a record file: the spec's eight fields, then the full failure-aware report."""
+    from .loaders import read_path, to_table
+    from .summary import SLO, build_report
+
+    loaded = read_path(file, format)
+    table, ws, we = to_table(loaded, window_start, window_end)
+    report = build_report(table, ws, we, SLO(ttft_s=slo_ttft, tpot_s=slo_tpot, latency_s=slo_latency))
+    if as_json:
+        out = report.model_dump(mode="json")
+        out = {"summary": out.pop("summary"), **out, "warnings": loaded.warnings}
+        emit_json(out)
+        return
+    from .render import print_report
+    for w in loaded.warnings:
+        console.print(f"[yellow]warning:[/] {w}")
+    print_report(console, report)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the CLI, turning servebench errors into one line on stderr and exit code 2."""
+    try:
+        app(args=argv, standalone_mode=False)
+    except ServebenchError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except (typer.Exit, SystemExit) as exc:
+        code = getattr(exc, "exit_code", getattr(exc, "code", 0))
+        sys.exit(code or 0)
+    except Exception as exc:  # click usage errors arrive here when standalone_mode is off
+        import click
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        if isinstance(exc, click.exceptions.Abort):
+            typer.echo("aborted", err=True)
+            sys.exit(1)
+        raise
+
+
+def _register_commands() -> None:
+    """Import every module of ``servebench.commands``; each adds its domain's commands to ``app``."""
+    import importlib
+    import pkgutil
+
+    from . import commands
+    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        importlib.import_module(f"{commands.__name__}.{info.name}")
+
+
+_register_commands()

@@ -1,0 +1,205 @@
+"""Read canonical record files (CSV, JSON, JSONL, Parquet) into parsed rows; files stay at this edge."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from .errors import InputFormatError, RecordValidationError
+from .records import FIELDS, ParsedRows, RecordTable, canonical_name, default_window, parse_arrow, \
+    parse_objects, validate
+
+CANONICAL_FORMATS = ("csv", "json", "jsonl", "parquet")
+REQUIRED_COLUMNS = ("start", "end", "status")
+
+
+@dataclass
+class LoadedRecords:
+    """Parsed rows from one file, with what the reader could not carry over."""
+
+    rows: ParsedRows
+    format: str
+    warnings: list[str] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def detect_format(name: str, head: bytes) -> str:
+    """Return the canonical format from the file name's extension, else from its first bytes."""
+    lower = name.lower()
+    for ext, fmt in ((".parquet", "parquet"), (".pq", "parquet"), (".jsonl", "jsonl"), (".ndjson", "jsonl"),
+                     (".json", "json"), (".csv", "csv")):
+        if lower.endswith(ext):
+            return fmt
+    if head.startswith(b"PAR1"):
+        return "parquet"
+    text = head.lstrip()
+    if text.startswith(b"["):
+        return "json"
+    if text.startswith(b"{"):
+        first_line = text.split(b"\n", 1)[0].strip()
+        try:
+            json.loads(first_line)
+            return "jsonl" if b"\n" in text.strip() else "json"
+        except ValueError:
+            return "json"
+    return "csv"
+
+
+def _decode(data: bytes, source: str) -> str:
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputFormatError(
+            f"{source}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
+            "save the file as UTF-8") from None
+
+
+def _check_columns(names: list[str], source: str) -> None:
+    canon = {canonical_name(n) for n in names}
+    missing = [c for c in REQUIRED_COLUMNS if c not in canon]
+    if missing:
+        raise InputFormatError(f"{source}: missing column{'s' if len(missing) > 1 else ''} "
+                               f"{', '.join(repr(m) for m in missing)} (required: {', '.join(REQUIRED_COLUMNS)})")
+
+
+def parse_csv(data: bytes, source: str) -> ParsedRows:
+    """Parse CSV with every column read as text, so nothing is coerced before validation."""
+    text = _decode(data, source)
+    header_line = text.split("\n", 1)[0].strip("\r")
+    if not header_line.strip():
+        raise InputFormatError(f"{source}: no header row")
+    names = next(csv.reader([header_line]))
+    _check_columns(names, source)
+    try:
+        table = pacsv.read_csv(
+            io.BytesIO(text.encode()),
+            convert_options=pacsv.ConvertOptions(column_types={n: pa.string() for n in names},
+                                                 strings_can_be_null=False, quoted_strings_can_be_null=False),
+        )
+    except pa.ArrowInvalid as exc:
+        raise InputFormatError(f"{source}: malformed CSV: {exc}") from None
+    if table.num_rows == 0:
+        raise InputFormatError(f"{source}: no records after the header")
+    return parse_arrow(table, source)
+
+
+def parse_json(data: bytes, source: str) -> ParsedRows:
+    """Parse a JSON array of records, or an object whose ``records`` key holds one."""
+    text = _decode(data, source)
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputFormatError(f"{source}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    if isinstance(doc, dict) and "records" in doc:
+        doc = doc["records"]
+    if not isinstance(doc, list):
+        raise InputFormatError(f"{source}: expected a JSON array of records or an object with 'records'")
+    if not doc:
+        raise InputFormatError(f"{source}: no records")
+    return _objects(doc, source)
+
+
+def parse_jsonl(data: bytes, source: str) -> ParsedRows:
+    """Parse one JSON record per line; a blank line inside the file is an error, not a skipped row."""
+    text = _decode(data, source)
+    lines = text.split("\n")
+    while lines and not lines[-1].strip():
+        lines.pop()
+    if not lines:
+        raise InputFormatError(f"{source}: no records")
+    docs = []
+    for i, line in enumerate(lines, start=1):
+        try:
+            docs.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise InputFormatError(f"{source}: row {i}: invalid JSON at column {exc.colno}: {exc.msg}") from None
+    return _objects(docs, source)
+
+
+def _objects(docs: list[Any], source: str) -> ParsedRows:
+    first = next((d for d in docs if isinstance(d, dict)), None)
+    if first is not None:
+        _check_columns(list(first), source)
+    return parse_objects(docs, source, strict_keys=True)
+
+
+def parse_parquet(data: bytes | BinaryIO, source: str) -> ParsedRows:
+    """Parse Parquet, reading only the canonical columns it has."""
+    try:
+        pf = pq.ParquetFile(io.BytesIO(data) if isinstance(data, bytes) else data)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise InputFormatError(f"{source}: not a readable Parquet file: {exc}") from None
+    names = pf.schema_arrow.names
+    _check_columns(names, source)
+    unknown = [n for n in names if canonical_name(n) is None]
+    if unknown:
+        raise InputFormatError(f"{source}: unknown column '{unknown[0]}'; expected some of {', '.join(FIELDS)}")
+    table = pf.read()
+    if table.num_rows == 0:
+        raise InputFormatError(f"{source}: no records")
+    return parse_arrow(table, source)
+
+
+def read_bytes(data: bytes, name: str, fmt: str = "auto") -> LoadedRecords:
+    """Parse a file's bytes as canonical records, or through an importer for other tools' exports."""
+    if not data.strip():
+        raise InputFormatError(f"{name}: the file is empty")
+    if fmt == "auto":
+        fmt = detect_format(name, data[:4096])
+    readers = {"csv": parse_csv, "json": parse_json, "jsonl": parse_jsonl, "parquet": parse_parquet}
+    if fmt not in readers:
+        raise InputFormatError(f"{name}: unknown format '{fmt}'; expected one of {', '.join(readers)}")
+    return LoadedRecords(readers[fmt](data, name), fmt)
+
+
+def read_path(path: str | Path, fmt: str = "auto") -> LoadedRecords:
+    """Read a record file from disk."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputFormatError(f"{p}: no such file")
+    if fmt == "parquet" or (fmt == "auto" and p.suffix.lower() in (".parquet", ".pq")):
+        with p.open("rb") as fh:
+            return LoadedRecords(parse_parquet(fh, p.name), "parquet")
+    return read_bytes(p.read_bytes(), p.name, fmt)
+
+
+def to_table(loaded: LoadedRecords, window_start: float | None = None,
+             window_end: float | None = None) -> tuple[RecordTable, float, float]:
+    """Validate loaded rows over a window, defaulting to [min start, max end]; return table and window."""
+    ws, we = window_start, window_end
+    if ws is None or we is None:
+        dws, dwe = default_window(loaded.rows)
+        ws = dws if ws is None else ws
+        we = dwe if we is None else we
+    if not (we > ws):
+        raise RecordValidationError(f"Invalid observation window: end {we} must be after start {ws}",
+                                    source=loaded.rows.source, rule="Invalid observation window")
+    return validate(loaded.rows, ws, we), float(ws), float(we)
+
+
+def load_table(path: str | Path, window_start: float | None = None, window_end: float | None = None,
+               fmt: str = "auto") -> tuple[RecordTable, float, float]:
+    """Read and validate a record file; return the table and the window used."""
+    return to_table(read_path(path, fmt), window_start, window_end)
+
+
+def write_records(table: RecordTable, path: str | Path) -> None:
+    """Write records as JSONL, CSV or Parquet, chosen by extension."""
+    p = Path(path)
+    suffix = p.suffix.lower()
+    if suffix in (".parquet", ".pq"):
+        pq.write_table(table.to_arrow(), p)
+    elif suffix == ".csv":
+        pacsv.write_csv(table.to_arrow(), p)
+    elif suffix == ".json":
+        p.write_text(json.dumps(table.to_dicts(), indent=1))
+    else:
+        p.write_text("".join(json.dumps(d) + "\n" for d in table.to_dicts()))

@@ -1,0 +1,141 @@
+"""Nearest-rank percentiles with exact rank arithmetic, and distribution-free confidence intervals."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Iterable, Sequence
+
+import numpy as np
+from scipy.stats import binom
+
+from .errors import ConfigError
+
+
+def _exact(q: float | int | Fraction) -> Fraction:
+    if isinstance(q, bool):
+        raise ConfigError(f"percentile must be a number, got {q!r}")
+    if isinstance(q, Fraction):
+        return q
+    if isinstance(q, int):
+        return Fraction(q)
+    # repr gives the shortest decimal that round-trips, so 99.9 means 999/10, not the binary neighbour.
+    return Fraction(repr(float(q)))
+
+
+def nearest_rank(q: float | int | Fraction, n: int) -> int:
+    """Return the 1-based nearest rank ceil(q * n / 100) for percentile q in (0, 100].
+
+    >>> nearest_rank(95, 20), nearest_rank(7, 100), nearest_rank(99.9, 1000), nearest_rank(90, 10)
+    (19, 7, 999, 9)
+    """
+    exact_q = _exact(q)
+    if not (0 < exact_q <= 100):
+        raise ConfigError(f"percentile must be in (0, 100], got {q}")
+    if n < 1:
+        raise ConfigError("nearest rank needs at least one value")
+    return max(1, math.ceil(exact_q * n / 100))
+
+
+def percentile(values: Sequence[float] | np.ndarray, q: float | int = 95) -> float | None:
+    """Return the nearest-rank q-th percentile of ``values``, or None when there are none.
+
+    Uses O(n) selection (``numpy.partition``) and never reorders the caller's data.
+
+    >>> percentile(list(range(1, 21)), 95)
+    19.0
+    >>> percentile([], 95) is None
+    True
+    """
+    arr = np.asarray(values, dtype=np.float64)
+    n = arr.size
+    if n == 0:
+        return None
+    k = nearest_rank(q, n) - 1
+    return float(np.partition(arr, k)[k])
+
+
+def percentiles(values: np.ndarray, qs: Iterable[float | int]) -> dict[float | int, float | None]:
+    """Return several nearest-rank percentiles with one partition pass."""
+    arr = np.asarray(values, dtype=np.float64)
+    qs = list(qs)
+    if arr.size == 0:
+        return {q: None for q in qs}
+    ks = [nearest_rank(q, arr.size) - 1 for q in qs]
+    part = np.partition(arr, sorted(set(ks)))
+    return {q: float(part[k]) for q, k in zip(qs, ks)}
+
+
+@dataclass(frozen=True)
+class RankInterval:
+    """1-based order-statistic ranks bounding a quantile; None where the sample cannot bound it."""
+
+    lower_rank: int | None
+    upper_rank: int | None
+    confidence: float
+
+
+def rank_interval(q: float | int, n: int, confidence: float = 0.95) -> RankInterval:
+    """Return order-statistic ranks (l, u) with P(X_(l) <= xi_q <= X_(u)) >= confidence.
+
+    Distribution-free: the number of samples below the true quantile is Binomial(n, q/100).
+    A bound is None when even the extreme order statistic is not confident enough, which is
+    how a user sees that p99 of 50 requests has no upper bound.
+    """
+    if not (0 < confidence < 1):
+        raise ConfigError(f"confidence must be in (0, 1), got {confidence}")
+    if n < 1:
+        return RankInterval(None, None, confidence)
+    p = float(_exact(q) / 100)
+    tail = (1 - confidence) / 2
+    # P(X_(l) <= xi) = P(B >= l): choose the largest l with P(B <= l - 1) <= tail.
+    lower = int(binom.ppf(tail, n, p))
+    if binom.cdf(lower, n, p) > tail:
+        lower -= 1
+    lower_rank = lower + 1 if lower >= 0 else None
+    # P(X_(u) >= xi) = P(B <= u - 1): the smallest u with P(B <= u - 1) >= 1 - tail.
+    upper_rank = int(binom.ppf(1 - tail, n, p)) + 1
+    if upper_rank > n:
+        upper_rank = None
+    if lower_rank is not None and lower_rank > n:
+        lower_rank = None
+    return RankInterval(lower_rank, upper_rank, confidence)
+
+
+@dataclass(frozen=True)
+class PercentileEstimate:
+    """A nearest-rank percentile with its distribution-free confidence interval."""
+
+    q: float
+    value: float | None
+    ci_low: float | None
+    ci_high: float | None
+    n: int
+
+
+def estimate(values: np.ndarray, qs: Sequence[float | int], confidence: float = 0.95) -> list[PercentileEstimate]:
+    """Return each percentile in ``qs`` with its confidence interval, partitioning once."""
+    arr = np.asarray(values, dtype=np.float64)
+    n = arr.size
+    if n == 0:
+        return [PercentileEstimate(float(q), None, None, None, 0) for q in qs]
+    plan = []
+    for q in qs:
+        k = nearest_rank(q, n)
+        ri = rank_interval(q, n, confidence)
+        plan.append((q, k, ri))
+    ranks = {k for _, k, _ in plan}
+    ranks |= {r.lower_rank for _, _, r in plan if r.lower_rank is not None}
+    ranks |= {r.upper_rank for _, _, r in plan if r.upper_rank is not None}
+    part = np.partition(arr, sorted(r - 1 for r in ranks))
+    out = []
+    for q, k, ri in plan:
+        out.append(PercentileEstimate(
+            q=float(q),
+            value=float(part[k - 1]),
+            ci_low=float(part[ri.lower_rank - 1]) if ri.lower_rank is not None else None,
+            ci_high=float(part[ri.upper_rank - 1]) if ri.upper_rank is not None else None,
+            n=n,
+        ))
+    return out

@@ -1,0 +1,528 @@
+"""The canonical timing record: its schema, parsing from Python objects or Arrow tables, and validation.
+
+Validation follows the spec's record-by-record order (object, times, status, successful output),
+then servebench's own rules for optional fields. It is vectorised: every rule is a boolean mask,
+the first failing row is found with one ``argmax``, and only that row is explained in words.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, model_validator
+
+from .errors import InputFormatError, RecordValidationError
+
+STATUSES: tuple[str, ...] = ("success", "failed", "timeout", "cancelled", "rejected")
+SUCCESS = 0  # index of "success" in STATUSES
+Status = Literal["success", "failed", "timeout", "cancelled", "rejected"]
+
+MSG_WINDOW = "Invalid observation window"
+MSG_EMPTY = "Expected nonempty records"
+MSG_OBJECT = "Record must be an object"
+MSG_TIMES = "Invalid request times"
+MSG_STATUS = "Invalid status"
+MSG_SUCCESS = "Invalid successful output"
+MSG_ADMITTED = "Invalid admission time"
+MSG_OUTPUT = "Invalid output tokens"
+MSG_PROMPT = "Invalid prompt tokens"
+MSG_TEXT = "Invalid text field"
+
+FIELDS: tuple[str, ...] = (
+    "request_id", "start", "admitted", "first_token", "end", "status",
+    "prompt_tokens", "output_tokens", "slice", "error",
+)
+ALIASES: dict[str, str] = {
+    "firstToken": "first_token", "outputTokens": "output_tokens", "requestId": "request_id",
+    "promptTokens": "prompt_tokens", "id": "request_id",
+}
+FLOAT_FIELDS = ("start", "end", "first_token", "admitted")
+INT_FIELDS = ("output_tokens", "prompt_tokens")
+TEXT_FIELDS = ("request_id", "slice", "error")
+
+
+class TimingRecord(BaseModel):
+    """One request, timed in seconds on one monotonic clock (the spec's contract, plus optional stages)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+    request_id: StrictStr | None = Field(None, alias="requestId", description="Unique request ID.")
+    start: StrictFloat | StrictInt = Field(description="Arrival time, seconds.")
+    admitted: StrictFloat | StrictInt | None = Field(
+        None, description="Server admission time, seconds: queue wait = admitted - start.")
+    first_token: StrictFloat | StrictInt | None = Field(
+        None, alias="firstToken", description="Time of the first output token, seconds (required on success).")
+    end: StrictFloat | StrictInt = Field(description="Terminal time, seconds.")
+    status: Status = Field(description="Terminal outcome.")
+    prompt_tokens: StrictInt | None = Field(None, alias="promptTokens", ge=0, description="Input tokens.")
+    output_tokens: StrictInt | None = Field(
+        None, alias="outputTokens", ge=0,
+        description="Output tokens: at least 1 on success; on a non-success, tokens generated before it ended (wasted work).")
+    slice: StrictStr | None = Field(None, description="Workload class or tenant.")
+    error: StrictStr | None = Field(None, description="Cause of a non-success.")
+
+    @model_validator(mode="after")
+    def _check_order(self) -> "TimingRecord":
+        """Apply the spec's per-record rules that need no window, in the spec's order."""
+        if not (math.isfinite(self.start) and math.isfinite(self.end) and self.start <= self.end):
+            raise ValueError(MSG_TIMES)
+        if self.status == "success":
+            ft, out = self.first_token, self.output_tokens
+            if ft is None or not math.isfinite(ft) or not (self.start <= ft <= self.end) or out is None or out < 1:
+                raise ValueError(MSG_SUCCESS)
+        if self.admitted is not None:
+            upper = self.first_token if self.status == "success" else self.end
+            if not (math.isfinite(self.admitted) and self.start <= self.admitted <= upper):
+                raise ValueError(MSG_ADMITTED)
+        return self
+
+
+# --------------------------------------------------------------------------- parsed columns
+
+
+@dataclass(frozen=True)
+class Column:
+    """One parsed field: values (NaN or -1 where absent), which rows have it, which are malformed."""
+
+    values: np.ndarray
+    present: np.ndarray
+    bad: np.ndarray
+    raw: Callable[[int], Any]
+
+
+@dataclass(frozen=True)
+class ParsedRows:
+    """Fields parsed from any source, not yet validated."""
+
+    n: int
+    columns: dict[str, Column]
+    not_object: np.ndarray
+    source: str | None
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) and abs(int(v)) < 2**62
+
+
+def canonical_name(key: str) -> str | None:
+    """Return the canonical field name for ``key`` (accepting camelCase aliases), or None if unknown."""
+    if key in FIELDS:
+        return key
+    return ALIASES.get(key)
+
+
+def parse_objects(records: Sequence[Any], source: str | None = None, *, strict_keys: bool = False) -> ParsedRows:
+    """Parse a list of mappings (or TimingRecord models) without changing them.
+
+    ``strict_keys`` rejects unknown keys (files); the spec's ``summarize`` ignores them.
+    """
+    n = len(records)
+    not_object = np.zeros(n, dtype=bool)
+    rows: list[Mapping[str, Any]] = []
+    for i, rec in enumerate(records):
+        if isinstance(rec, BaseModel):
+            rec = rec.model_dump()
+        if not isinstance(rec, Mapping):
+            not_object[i] = True
+            rows.append({})
+            continue
+        if strict_keys:
+            for key in rec:
+                if canonical_name(key) is None:
+                    raise RecordValidationError(
+                        f"unknown field; expected some of {', '.join(FIELDS)}",
+                        source=source, row=i + 1, field=str(key), rule="unknown field")
+        rows.append(rec)
+
+    def get(row: Mapping[str, Any], name: str) -> Any:
+        if name in row:
+            return row[name]
+        for alias, canon in ALIASES.items():
+            if canon == name and alias in row:
+                return row[alias]
+        return None
+
+    columns: dict[str, Column] = {}
+    for name in FIELDS:
+        raw_vals = [get(r, name) for r in rows]
+        present = np.array([v is not None for v in raw_vals], dtype=bool)
+        bad = np.zeros(n, dtype=bool)
+        if name in FLOAT_FIELDS:
+            vals = np.full(n, np.nan)
+            for i, v in enumerate(raw_vals):
+                if v is None:
+                    continue
+                if _is_number(v):
+                    vals[i] = float(v)
+                else:
+                    bad[i] = True
+        elif name in INT_FIELDS:
+            vals = np.full(n, -1, dtype=np.int64)
+            for i, v in enumerate(raw_vals):
+                if v is None:
+                    continue
+                if _is_int(v):
+                    vals[i] = int(v)
+                else:
+                    bad[i] = True
+        elif name == "status":
+            vals = np.array([v if isinstance(v, str) else None for v in raw_vals], dtype=object)
+            bad = present & np.array([not isinstance(v, str) for v in raw_vals], dtype=bool)
+        else:
+            vals = np.empty(n, dtype=object)
+            for i, v in enumerate(raw_vals):
+                if v is None:
+                    continue
+                if isinstance(v, str):
+                    vals[i] = v
+                elif name == "request_id" and _is_int(v):
+                    vals[i] = str(v)
+                else:
+                    bad[i] = True
+        columns[name] = Column(vals, present, bad, raw=lambda i, rv=raw_vals: rv[i])
+    return ParsedRows(n, columns, not_object, source)
+
+
+_FLOAT_RE = r"^\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*$"
+_INT_RE = r"^\s*[+-]?\d+\s*$"
+
+
+def _arrow_column(arr: pa.ChunkedArray, name: str, optional_nan_is_missing: bool) -> Column:
+    typ = arr.type
+    n = len(arr)
+    raw = (lambda i, a=arr: a[i].as_py())
+    if pa.types.is_dictionary(typ):
+        arr = arr.cast(typ.value_type)
+        typ = arr.type
+    is_text = pa.types.is_string(typ) or pa.types.is_large_string(typ)
+    null = pc.is_null(arr).to_numpy(zero_copy_only=False)
+    if is_text:
+        stripped = pc.utf8_trim_whitespace(arr)
+        empty = pc.equal(pc.utf8_length(stripped), 0).fill_null(True).to_numpy(zero_copy_only=False)
+        present = ~(null | empty)
+    else:
+        present = ~null
+    if name in FLOAT_FIELDS or name in INT_FIELDS:
+        is_int_field = name in INT_FIELDS
+        if is_text:
+            ok = pc.match_substring_regex(arr, _INT_RE if is_int_field else _FLOAT_RE).fill_null(False)
+            ok_np = ok.to_numpy(zero_copy_only=False)
+            bad = present & ~ok_np
+            cleaned = pc.if_else(ok, pc.utf8_trim_whitespace(arr), pa.scalar(None, arr.type))
+            target = pa.int64() if is_int_field else pa.float64()
+            nums = pc.cast(cleaned, target)
+        elif pa.types.is_boolean(typ) or not (pa.types.is_integer(typ) or pa.types.is_floating(typ)
+                                              or pa.types.is_decimal(typ)):
+            bad = present.copy()
+            nums = pa.nulls(n, pa.int64() if is_int_field else pa.float64())
+        elif is_int_field and not pa.types.is_integer(typ):
+            floats = pc.cast(arr, pa.float64()).to_numpy(zero_copy_only=False)
+            nan = np.isnan(np.where(present, floats, 0.0))
+            if optional_nan_is_missing:
+                present = present & ~nan
+            bad = present.copy()
+            nums = pa.nulls(n, pa.int64())
+        else:
+            nums = pc.cast(arr, pa.int64() if is_int_field else pa.float64())
+            bad = np.zeros(n, dtype=bool)
+        if is_int_field:
+            vals = nums.to_numpy(zero_copy_only=False) if nums.null_count == 0 else \
+                pc.fill_null(nums, -1).to_numpy(zero_copy_only=False)
+            vals = np.where(present & ~bad, vals, -1).astype(np.int64)
+        else:
+            vals = pc.fill_null(nums, np.nan).to_numpy(zero_copy_only=False) if nums.null_count else \
+                nums.to_numpy(zero_copy_only=False)
+            vals = np.asarray(vals, dtype=np.float64)
+            if optional_nan_is_missing and not is_text:
+                present = present & ~np.isnan(vals)
+            if not present.all() or bad.any():
+                vals = np.where(present & ~bad, vals, np.nan)
+        return Column(vals, present, bad, raw)
+    # text fields and status
+    if is_text:
+        vals = arr.to_numpy(zero_copy_only=False)
+        bad = np.zeros(n, dtype=bool)
+    elif name == "request_id" and pa.types.is_integer(typ):
+        vals = pc.cast(arr, pa.string()).to_numpy(zero_copy_only=False)
+        bad = np.zeros(n, dtype=bool)
+    else:
+        vals = np.empty(n, dtype=object)
+        bad = present.copy()
+    if name != "status":
+        vals = np.where(present, vals, None)
+    return Column(vals, present, bad, raw)
+
+
+def parse_arrow(table: pa.Table, source: str | None = None) -> ParsedRows:
+    """Parse an Arrow table whose columns are canonical names or aliases (typed, or text from CSV)."""
+    names: dict[str, str] = {}
+    for col in table.column_names:
+        canon = canonical_name(col)
+        if canon is None:
+            raise InputFormatError(
+                f"{source or 'input'}: unknown column '{col}'; expected some of {', '.join(FIELDS)}")
+        if canon in names:
+            raise InputFormatError(f"{source or 'input'}: columns '{names[canon]}' and '{col}' both mean '{canon}'")
+        names[canon] = col
+    n = table.num_rows
+    columns: dict[str, Column] = {}
+    for name in FIELDS:
+        if name in names:
+            columns[name] = _arrow_column(table.column(names[name]), name,
+                                          optional_nan_is_missing=name not in ("start", "end"))
+        else:
+            empty_vals = (np.full(n, np.nan) if name in FLOAT_FIELDS else
+                          np.full(n, -1, dtype=np.int64) if name in INT_FIELDS else np.full(n, None, dtype=object))
+            columns[name] = Column(empty_vals, np.zeros(n, dtype=bool), np.zeros(n, dtype=bool), raw=lambda i: None)
+    return ParsedRows(n, columns, np.zeros(n, dtype=bool), source)
+
+
+# --------------------------------------------------------------------------- validation
+
+
+@dataclass(frozen=True)
+class RecordTable:
+    """Validated records as columns: NaN marks an absent time, -1 an absent token count."""
+
+    start: np.ndarray
+    end: np.ndarray
+    status: np.ndarray  # int8 index into STATUSES
+    first_token: np.ndarray
+    output_tokens: np.ndarray
+    admitted: np.ndarray
+    prompt_tokens: np.ndarray
+    request_id: np.ndarray  # object, None where absent
+    slice: np.ndarray  # object, None where absent
+    error: np.ndarray  # object, None where absent
+    source: str | None = None
+
+    def __len__(self) -> int:
+        return int(self.start.size)
+
+    @property
+    def is_success(self) -> np.ndarray:
+        return self.status == SUCCESS
+
+    @property
+    def has_admitted(self) -> bool:
+        return bool(np.isfinite(self.admitted).any())
+
+    @property
+    def has_slices(self) -> bool:
+        return any(s is not None for s in self.slice[: min(len(self), 1)]) or \
+            bool(np.any(self.slice != None))  # noqa: E711 (element-wise comparison)
+
+    def take(self, index: np.ndarray) -> "RecordTable":
+        """Return the rows selected by a boolean mask or an index array."""
+        return RecordTable(**{f: getattr(self, f)[index] for f in _ARRAY_FIELDS}, source=self.source)
+
+    def to_dicts(self) -> list[dict[str, Any]]:
+        """Return the records as canonical dicts, leaving out absent optional fields."""
+        out = []
+        status_names = np.array(STATUSES, dtype=object)[self.status]
+        for i in range(len(self)):
+            rec: dict[str, Any] = {}
+            if self.request_id[i] is not None:
+                rec["request_id"] = self.request_id[i]
+            rec["start"] = float(self.start[i])
+            if not math.isnan(self.admitted[i]):
+                rec["admitted"] = float(self.admitted[i])
+            if not math.isnan(self.first_token[i]):
+                rec["first_token"] = float(self.first_token[i])
+            rec["end"] = float(self.end[i])
+            rec["status"] = status_names[i]
+            if self.prompt_tokens[i] >= 0:
+                rec["prompt_tokens"] = int(self.prompt_tokens[i])
+            if self.output_tokens[i] >= 0:
+                rec["output_tokens"] = int(self.output_tokens[i])
+            if self.slice[i] is not None:
+                rec["slice"] = self.slice[i]
+            if self.error[i] is not None:
+                rec["error"] = self.error[i]
+            out.append(rec)
+        return out
+
+    def to_arrow(self) -> pa.Table:
+        """Return the records as an Arrow table with nulls for absent values."""
+        cols = {
+            "request_id": pa.array(self.request_id, pa.string()),
+            "start": pa.array(self.start),
+            "admitted": pa.array(self.admitted, mask=np.isnan(self.admitted)),
+            "first_token": pa.array(self.first_token, mask=np.isnan(self.first_token)),
+            "end": pa.array(self.end),
+            "status": pa.array(np.array(STATUSES, dtype=object)[self.status], pa.string()),
+            "prompt_tokens": pa.array(self.prompt_tokens, mask=self.prompt_tokens < 0),
+            "output_tokens": pa.array(self.output_tokens, mask=self.output_tokens < 0),
+            "slice": pa.array(self.slice, pa.string()),
+            "error": pa.array(self.error, pa.string()),
+        }
+        return pa.table(cols)
+
+
+_ARRAY_FIELDS = ("start", "end", "status", "first_token", "output_tokens", "admitted", "prompt_tokens",
+                 "request_id", "slice", "error")
+
+
+@dataclass(frozen=True)
+class Violation:
+    """The first broken rule: 0-based row, field, the spec's message and a human detail."""
+
+    row: int
+    field: str | None
+    message: str
+    detail: str
+
+
+def check_window(window_start: Any, window_end: Any) -> None:
+    """Raise ValueError("Invalid observation window") unless both bounds are finite and end > start."""
+    if not (_is_number(window_start) and _is_number(window_end)
+            and math.isfinite(window_start) and math.isfinite(window_end) and window_end > window_start):
+        raise ValueError(MSG_WINDOW)
+
+
+def _status_codes(col: Column) -> np.ndarray:
+    vals = col.values
+    codes = np.full(vals.size, -1, dtype=np.int8)
+    if vals.dtype == object and vals.size:
+        arr = pa.array(vals, pa.string(), from_pandas=True)
+        idx = pc.index_in(arr, value_set=pa.array(STATUSES)).fill_null(-1).to_numpy(zero_copy_only=False)
+        codes = idx.astype(np.int8)
+    return codes
+
+
+def first_violation(rows: ParsedRows, window_start: float, window_end: float) -> tuple[Violation | None, np.ndarray]:
+    """Return the first rule violation in the spec's record-by-record order (or None) and status codes."""
+    c = rows.columns
+    start, end = c["start"], c["end"]
+    s, e = start.values, end.values
+    with np.errstate(invalid="ignore"):
+        start_bad = ~start.present | start.bad | ~np.isfinite(s) | (s < window_start)
+        end_bad = ~end.present | end.bad | ~np.isfinite(e) | (e > window_end)
+        order_bad = ~start_bad & ~end_bad & (s > e)
+        times_bad = start_bad | end_bad | order_bad
+        codes = _status_codes(c["status"])
+        status_bad = codes < 0
+        success = codes == SUCCESS
+        ft, out = c["first_token"], c["output_tokens"]
+        f = ft.values
+        ft_bad = success & (~ft.present | ft.bad | ~np.isfinite(f) | (f < s) | (f > e))
+        out_bad = success & (~out.present | out.bad | (out.values < 1))
+        # servebench's rules for optional fields, checked after the spec's
+        nonsuccess_out_bad = ~success & out.present & (out.bad | (out.values < 0))
+        adm = c["admitted"]
+        a = adm.values
+        upper = np.where(success, f, e)
+        adm_bad = adm.present & (adm.bad | ~np.isfinite(a) | (a < s) | (a > upper))
+        prompt = c["prompt_tokens"]
+        prompt_bad = prompt.present & (prompt.bad | (prompt.values < 0))
+        text_bad = c["request_id"].bad | c["slice"].bad | c["error"].bad
+    any_bad = (rows.not_object | times_bad | status_bad | ft_bad | out_bad | nonsuccess_out_bad
+               | adm_bad | prompt_bad | text_bad)
+    if not any_bad.any():
+        return None, codes
+    i = int(np.argmax(any_bad))
+
+    def show(col: Column) -> str:
+        return repr(col.raw(i)) if col.present[i] else "missing"
+
+    if rows.not_object[i]:
+        return Violation(i, None, MSG_OBJECT, "the record is not an object"), codes
+    if start_bad[i]:
+        return Violation(i, "start", MSG_TIMES, _number_detail(start, i, f">= window start {window_start}")), codes
+    if end_bad[i]:
+        return Violation(i, "end", MSG_TIMES, _number_detail(end, i, f"<= window end {window_end}")), codes
+    if order_bad[i]:
+        return Violation(i, "end", MSG_TIMES, f"end {e[i]!r} is before start {s[i]!r}"), codes
+    if status_bad[i]:
+        return Violation(i, "status", MSG_STATUS,
+                         f"{show(c['status'])} is not one of {', '.join(STATUSES)}"), codes
+    if ft_bad[i]:
+        return Violation(i, "first_token", MSG_SUCCESS,
+                         _number_detail(ft, i, f"between start {s[i]!r} and end {e[i]!r}")), codes
+    if out_bad[i]:
+        return Violation(i, "output_tokens", MSG_SUCCESS, _int_detail(out, i, "at least 1 on success")), codes
+    if nonsuccess_out_bad[i]:
+        return Violation(i, "output_tokens", MSG_OUTPUT, _int_detail(out, i, "at least 0")), codes
+    if adm_bad[i]:
+        bound = "first_token" if success[i] else "end"
+        return Violation(i, "admitted", MSG_ADMITTED,
+                         _number_detail(adm, i, f"between start and {bound}")), codes
+    if prompt_bad[i]:
+        return Violation(i, "prompt_tokens", MSG_PROMPT, _int_detail(prompt, i, "at least 0")), codes
+    for name in TEXT_FIELDS:
+        if c[name].bad[i]:
+            return Violation(i, name, MSG_TEXT, f"{show(c[name])} is not text"), codes
+    raise AssertionError("unreachable: a row failed but no rule explains it")
+
+
+def _number_detail(col: Column, i: int, bound: str) -> str:
+    if not col.present[i]:
+        return "missing"
+    v = col.raw(i)
+    if col.bad[i]:
+        return f"{v!r} is not a number"
+    if not math.isfinite(col.values[i]):
+        return f"{v!r} is not a finite number"
+    return f"{v!r} must be {bound}"
+
+
+def _int_detail(col: Column, i: int, bound: str) -> str:
+    if not col.present[i]:
+        return "missing"
+    v = col.raw(i)
+    if col.bad[i]:
+        return f"{v!r} is not an integer"
+    return f"{v!r} must be {bound}"
+
+
+def validate(rows: ParsedRows, window_start: float, window_end: float) -> RecordTable:
+    """Return the validated table, or raise RecordValidationError naming file, row and field."""
+    violation, codes = first_violation(rows, window_start, window_end)
+    if violation is not None:
+        raise RecordValidationError(
+            f"{violation.message}: {violation.detail}", source=rows.source, row=violation.row + 1,
+            field=violation.field, rule=violation.message)
+    return build_table(rows, codes)
+
+
+def build_table(rows: ParsedRows, codes: np.ndarray) -> RecordTable:
+    """Assemble a RecordTable from parsed rows that passed validation."""
+    c = rows.columns
+    return RecordTable(
+        start=c["start"].values.astype(np.float64, copy=False),
+        end=c["end"].values.astype(np.float64, copy=False),
+        status=codes,
+        first_token=c["first_token"].values,
+        output_tokens=c["output_tokens"].values,
+        admitted=c["admitted"].values,
+        prompt_tokens=c["prompt_tokens"].values,
+        request_id=c["request_id"].values,
+        slice=c["slice"].values,
+        error=c["error"].values,
+        source=rows.source,
+    )
+
+
+def default_window(rows: ParsedRows) -> tuple[float, float]:
+    """Return [min start, max end] over the rows whose times parse, the default observation window."""
+    s, e = rows.columns["start"].values, rows.columns["end"].values
+    fs, fe = s[np.isfinite(s)], e[np.isfinite(e)]
+    if fs.size == 0 or fe.size == 0:
+        raise RecordValidationError(f"{MSG_WINDOW}: no record has a finite start and end",
+                                    source=rows.source, rule=MSG_WINDOW)
+    return float(fs.min()), float(fe.max())
+
+
+def records_from_table(table: RecordTable) -> list[TimingRecord]:
+    """Return the rows as TimingRecord models (for export and schema checks)."""
+    return [TimingRecord.model_validate(d) for d in table.to_dicts()]

@@ -1,0 +1,102 @@
+"""Rich tables for people reading reports in a terminal (formatting only, no metric maths)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from .summary import Distribution, Report
+
+
+def fmt(value: Any, digits: int = 4) -> str:
+    """Format a metric for a table: None as '-', infinity as 'inf', floats to a few significant digits."""
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        if value == float("inf"):
+            return "inf"
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def summary_table(summary: dict[str, Any], title: str = "Summary (spec contract)") -> Table:
+    """Return the eight contract fields as a two-column table."""
+    t = Table(title=title)
+    t.add_column("field")
+    t.add_column("value", justify="right")
+    for key, value in summary.items():
+        t.add_row(key, fmt(value))
+    return t
+
+
+def distribution_table(rows: dict[str, Distribution | None], title: str) -> Table:
+    """Return percentiles with their 95% confidence intervals, one metric per row."""
+    t = Table(title=title)
+    t.add_column("metric")
+    t.add_column("n", justify="right")
+    qs: list[float] = []
+    for d in rows.values():
+        if d is not None:
+            qs = [p.q for p in d.percentiles]
+            break
+    for q in qs:
+        t.add_column(f"p{q:g} [95% CI]", justify="right")
+    t.add_column("max", justify="right")
+    for name, d in rows.items():
+        if d is None:
+            continue
+        cells = [f"{fmt(p.value)} [{fmt(p.ci_low)}, {fmt(p.ci_high)}]" for p in d.percentiles]
+        t.add_row(name, str(d.n), *cells, fmt(d.max))
+    return t
+
+
+def print_report(console: Console, report: Report) -> None:
+    """Print a report as a few tables."""
+    console.print(f"[bold]{report.source or 'records'}[/]  window {fmt(report.window_start)}"
+                  f" to {fmt(report.window_end)} s ({fmt(report.window_s)} s)")
+    console.print(summary_table(report.summary))
+    counts = Table(title="Outcomes")
+    counts.add_column("offered")
+    counts.add_column("accepted")
+    counts.add_column("completed")
+    counts.add_column("rejected")
+    counts.add_column("timed out")
+    counts.add_column("by status")
+    counts.add_row(str(report.offered), str(report.accepted), str(report.completed), str(report.rejected),
+                   str(report.timed_out), ", ".join(f"{k} {v}" for k, v in report.by_status.items() if v))
+    console.print(counts)
+    if report.by_cause:
+        causes = Table(title="Non-success causes")
+        causes.add_column("cause")
+        causes.add_column("count", justify="right")
+        for k, v in report.by_cause.items():
+            causes.add_row(k, str(v))
+        console.print(causes)
+    console.print(distribution_table({
+        "latency_s": report.latency_s, "ttft_s": report.ttft_s, "request_tpot_s": report.request_tpot_s,
+        "queue_wait_s": report.queue_wait_s, "prefill_s": report.prefill_s,
+    }, "Successful requests"))
+    console.print(distribution_table({
+        "latency_s": report.failure_aware_latency_s, "ttft_s": report.failure_aware_ttft_s,
+    }, "Failure-aware (every non-success counts as +inf)"))
+    work = Table(title="Work and concurrency")
+    for col in ("output tokens", "successful", "wasted", "peak active", "share at peak", "peak in service",
+                "share at peak"):
+        work.add_column(col, justify="right")
+    ins = report.in_service
+    work.add_row(str(report.total_output_tokens), str(report.successful_output_tokens),
+                 str(report.wasted_output_tokens), str(report.active_requests.peak),
+                 f"{report.active_requests.share_of_window_at_peak:.1%}",
+                 str(ins.peak) if ins else "-", f"{ins.share_of_window_at_peak:.1%}" if ins else "-")
+    console.print(work)
+    if report.slo is not None:
+        s = report.slo
+        console.print(f"SLO {s.slo.model_dump(exclude_none=True)}: {s.good_requests} good requests, "
+                      f"attainment {s.attainment:.1%}, goodput {fmt(s.goodput_requests_per_second)} req/s")
+    if report.duplicate_request_ids:
+        console.print(f"[red]data quality:[/] {report.duplicate_request_ids} duplicate request IDs, "
+                      f"e.g. {', '.join(report.duplicate_request_id_examples)}")
+    for name, sub in report.slices.items():
+        console.print(summary_table(sub.summary, title=f"Slice {name!r}"))

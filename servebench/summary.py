@@ -1,0 +1,296 @@
+"""The spec's eight-field summary contract, and the full failure-aware report built on it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from .errors import ConfigError
+from .percentiles import PercentileEstimate, estimate, percentile
+from .records import (MSG_EMPTY, STATUSES, SUCCESS, RecordTable, check_window, first_violation,
+                      build_table, parse_objects)
+from .timeline import Timeline, active_timeline
+
+CONTRACT_FIELDS: tuple[str, ...] = (
+    "requests", "successes", "non_success_fraction", "successful_requests_per_second",
+    "successful_output_tokens_per_second", "success_latency_p95_s", "success_ttft_p95_s",
+    "success_request_tpot_p95_s",
+)
+REPORT_QUANTILES: tuple[float, ...] = (50, 90, 95, 99)
+
+
+class ContractError(ValueError):
+    """A rule of the summary contract failed; ``str()`` is exactly the spec's message."""
+
+    def __init__(self, message: str, row: int | None = None, field: str | None = None, detail: str = "") -> None:
+        super().__init__(message)
+        self.row = row
+        self.field = field
+        self.detail = detail
+
+
+def summarize(records: Sequence[Any], window_start: float, window_end: float) -> dict[str, Any]:
+    """Summarize per-request timing records by the spec's contract.
+
+    Checks the window, then that records is a non-empty list, then each record in order, and
+    raises ValueError with the first failing rule's exact message. The input is never changed.
+
+    >>> summarize([{"start": 0, "first_token": 0.5, "end": 2.5, "status": "success", "output_tokens": 9}], 0, 10)
+    ... # doctest: +NORMALIZE_WHITESPACE
+    {'requests': 1, 'successes': 1, 'non_success_fraction': 0.0, 'successful_requests_per_second': 0.1,
+     'successful_output_tokens_per_second': 0.9, 'success_latency_p95_s': 2.5, 'success_ttft_p95_s': 0.5,
+     'success_request_tpot_p95_s': 0.25}
+    """
+    try:
+        check_window(window_start, window_end)
+    except ValueError as exc:
+        raise ContractError(str(exc)) from None
+    if not isinstance(records, (list, tuple)) or len(records) == 0:
+        raise ContractError(MSG_EMPTY)
+    rows = parse_objects(records)
+    violation, codes = first_violation(rows, float(window_start), float(window_end))
+    if violation is not None:
+        raise ContractError(violation.message, violation.row, violation.field, violation.detail)
+    return contract_summary(build_table(rows, codes), float(window_start), float(window_end))
+
+
+def success_metrics(table: RecordTable) -> dict[str, np.ndarray]:
+    """Return per-success latency, TTFT and request TPOT (TPOT only where output_tokens > 1)."""
+    ok = table.is_success
+    start, end, ft, out = table.start[ok], table.end[ok], table.first_token[ok], table.output_tokens[ok]
+    multi = out > 1
+    return {
+        "latency": end - start,
+        "ttft": ft - start,
+        "tpot": (end[multi] - ft[multi]) / (out[multi] - 1),
+    }
+
+
+def contract_summary(table: RecordTable, window_start: float, window_end: float) -> dict[str, Any]:
+    """Compute the eight contract fields from a validated table."""
+    requests = len(table)
+    ok = table.is_success
+    successes = int(np.count_nonzero(ok))
+    window_s = window_end - window_start
+    m = success_metrics(table)
+    return {
+        "requests": requests,
+        "successes": successes,
+        "non_success_fraction": 1 - successes / requests,
+        "successful_requests_per_second": successes / window_s,
+        "successful_output_tokens_per_second": int(table.output_tokens[ok].sum()) / window_s,
+        "success_latency_p95_s": percentile(m["latency"], 95),
+        "success_ttft_p95_s": percentile(m["ttft"], 95),
+        "success_request_tpot_p95_s": percentile(m["tpot"], 95),
+    }
+
+
+# --------------------------------------------------------------------------- the full report
+
+
+class Percentile(BaseModel):
+    """A nearest-rank percentile and its distribution-free 95% confidence interval."""
+
+    model_config = ConfigDict(ser_json_inf_nan="strings")
+    q: float
+    value: float | None
+    ci_low: float | None = Field(description="None: the sample is too small to bound it from below.")
+    ci_high: float | None = Field(description="None: the sample is too small to bound it from above.")
+
+
+class Distribution(BaseModel):
+    """Percentiles of one metric over the values it counts."""
+
+    model_config = ConfigDict(ser_json_inf_nan="strings")
+    n: int
+    percentiles: list[Percentile]
+    max: float | None
+    mean: float | None
+
+    def at(self, q: float) -> float | None:
+        """Return the value of percentile q, if reported."""
+        for p in self.percentiles:
+            if p.q == q:
+                return p.value
+        raise KeyError(q)
+
+
+class SLO(BaseModel):
+    """Limits a successful request must meet to count as good; None means no limit."""
+
+    model_config = ConfigDict(extra="forbid")
+    ttft_s: float | None = Field(None, gt=0)
+    tpot_s: float | None = Field(None, gt=0)
+    latency_s: float | None = Field(None, gt=0)
+
+    @property
+    def any(self) -> bool:
+        return any(v is not None for v in (self.ttft_s, self.tpot_s, self.latency_s))
+
+
+class SLOResult(BaseModel):
+    """Successes meeting every limit, as a share of all requests and per second of window."""
+
+    slo: SLO
+    good_requests: int
+    attainment: float = Field(description="Good requests / all requests: failures count as misses.")
+    goodput_requests_per_second: float
+    goodput_output_tokens_per_second: float
+
+
+class Concurrency(BaseModel):
+    """Peak simultaneous requests and the share of the window spent at that peak."""
+
+    peak: int
+    share_of_window_at_peak: float
+    time_at_peak_s: float
+
+
+class Report(BaseModel):
+    """Everything servebench says about one set of records over one window."""
+
+    model_config = ConfigDict(ser_json_inf_nan="strings")
+    source: str | None
+    window_start: float
+    window_end: float
+    window_s: float
+    summary: dict[str, Any] = Field(description="The spec's eight contract fields, in order.")
+    offered: int
+    accepted: int = Field(description="Offered minus rejected.")
+    completed: int = Field(description="Successful requests.")
+    rejected: int
+    timed_out: int
+    by_status: dict[str, int]
+    by_cause: dict[str, int] = Field(description="Non-success records by error text ('unspecified' if none).")
+    latency_s: Distribution
+    ttft_s: Distribution
+    request_tpot_s: Distribution
+    queue_wait_s: Distribution | None = Field(None, description="admitted - start, successes with admitted.")
+    prefill_s: Distribution | None = Field(None, description="first_token - admitted, successes with admitted.")
+    failure_aware_latency_s: Distribution = Field(
+        description="Latency over all requests with every non-success counted as +infinity.")
+    failure_aware_ttft_s: Distribution
+    slo: SLOResult | None
+    total_output_tokens: int = Field(description="Tokens generated by all requests, success or not.")
+    successful_output_tokens: int
+    wasted_output_tokens: int = Field(description="Tokens generated by requests that did not succeed.")
+    total_prompt_tokens: int | None
+    active_requests: Concurrency = Field(description="Requests between start and end (queued or running).")
+    in_service: Concurrency | None = Field(None, description="Requests between admitted and end.")
+    duplicate_request_ids: int
+    duplicate_request_id_examples: list[str]
+    records_without_request_id: int
+    slices: dict[str, "Report"] = Field(default_factory=dict)
+
+
+def _distribution(values: np.ndarray, quantiles: Sequence[float] = REPORT_QUANTILES) -> Distribution:
+    ests: list[PercentileEstimate] = estimate(values, quantiles)
+    finite = values[np.isfinite(values)] if values.size else values
+    return Distribution(
+        n=int(values.size),
+        percentiles=[Percentile(q=e.q, value=e.value, ci_low=e.ci_low, ci_high=e.ci_high) for e in ests],
+        max=float(values.max()) if values.size else None,
+        mean=float(finite.mean()) if finite.size == values.size and values.size else None,
+    )
+
+
+def _concurrency(tl: Timeline) -> Concurrency:
+    return Concurrency(peak=tl.peak, share_of_window_at_peak=tl.share_at_peak, time_at_peak_s=tl.time_at_peak_s)
+
+
+def _slo_result(table: RecordTable, slo: SLO, window_s: float) -> SLOResult:
+    ok = table.is_success
+    good = ok.copy()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        if slo.ttft_s is not None:
+            good &= (table.first_token - table.start) <= slo.ttft_s
+        if slo.latency_s is not None:
+            good &= (table.end - table.start) <= slo.latency_s
+        if slo.tpot_s is not None:
+            out = table.output_tokens
+            tpot = np.where(out > 1, (table.end - table.first_token) / np.maximum(out - 1, 1), 0.0)
+            good &= tpot <= slo.tpot_s
+    n_good = int(np.count_nonzero(good))
+    return SLOResult(
+        slo=slo, good_requests=n_good, attainment=n_good / len(table),
+        goodput_requests_per_second=n_good / window_s,
+        goodput_output_tokens_per_second=int(table.output_tokens[good].sum()) / window_s,
+    )
+
+
+def _counts(values: np.ndarray) -> dict[str, int]:
+    if values.size == 0:
+        return {}
+    uniq, cnt = np.unique(values.astype(str), return_counts=True)
+    order = np.argsort(-cnt, kind="stable")
+    return {str(uniq[i]): int(cnt[i]) for i in order}
+
+
+def build_report(table: RecordTable, window_start: float, window_end: float, slo: SLO | None = None,
+                 *, by_slice: bool = True) -> Report:
+    """Return the full report for validated records over [window_start, window_end]."""
+    if len(table) == 0:
+        raise ConfigError(MSG_EMPTY)
+    window_s = window_end - window_start
+    ok = table.is_success
+    codes = table.status
+    status_counts = np.bincount(codes.astype(np.int64), minlength=len(STATUSES))
+    by_status = {name: int(status_counts[i]) for i, name in enumerate(STATUSES)}
+    non_success = ~ok
+    errors = table.error[non_success]
+    causes = np.where(errors == None, "unspecified", errors)  # noqa: E711
+    m = success_metrics(table)
+    all_latency = np.where(ok, table.end - table.start, np.inf)
+    all_ttft = np.where(ok, table.first_token - table.start, np.inf)
+    has_adm = ok & np.isfinite(table.admitted)
+    out = table.output_tokens
+    produced = np.where(out > 0, out, 0)
+    total_tokens = int(produced.sum())
+    success_tokens = int(produced[ok].sum())
+    prompt = table.prompt_tokens
+    ids = table.request_id
+    with_id = ids[ids != None]  # noqa: E711
+    dup_examples: list[str] = []
+    dup_count = 0
+    if with_id.size:
+        uniq, cnt = np.unique(with_id.astype(str), return_counts=True)
+        dups = cnt > 1
+        dup_count = int((cnt[dups] - 1).sum())
+        dup_examples = [str(u) for u in uniq[dups][:5]]
+    adm_all = np.isfinite(table.admitted)
+    in_service = None
+    if adm_all.any():
+        in_service = _concurrency(active_timeline(table.admitted[adm_all], table.end[adm_all], window_start, window_end))
+    slices: dict[str, Report] = {}
+    if by_slice:
+        labels = table.slice
+        named = labels != None  # noqa: E711
+        if named.any():
+            for name in sorted(set(labels[named].tolist())):
+                slices[name] = build_report(table.take(labels == name), window_start, window_end, slo, by_slice=False)
+    return Report(
+        source=table.source,
+        window_start=window_start, window_end=window_end, window_s=window_s,
+        summary=contract_summary(table, window_start, window_end),
+        offered=len(table), accepted=len(table) - by_status["rejected"], completed=by_status["success"],
+        rejected=by_status["rejected"], timed_out=by_status["timeout"],
+        by_status=by_status, by_cause=_counts(causes),
+        latency_s=_distribution(m["latency"]), ttft_s=_distribution(m["ttft"]),
+        request_tpot_s=_distribution(m["tpot"]),
+        queue_wait_s=_distribution(table.admitted[has_adm] - table.start[has_adm]) if has_adm.any() else None,
+        prefill_s=_distribution(table.first_token[has_adm] - table.admitted[has_adm]) if has_adm.any() else None,
+        failure_aware_latency_s=_distribution(all_latency), failure_aware_ttft_s=_distribution(all_ttft),
+        slo=_slo_result(table, slo, window_s) if slo is not None and slo.any else None,
+        total_output_tokens=total_tokens, successful_output_tokens=success_tokens,
+        wasted_output_tokens=total_tokens - success_tokens,
+        total_prompt_tokens=int(prompt[prompt >= 0].sum()) if (prompt >= 0).any() else None,
+        active_requests=_concurrency(active_timeline(table.start, table.end, window_start, window_end)),
+        in_service=in_service,
+        duplicate_request_ids=dup_count, duplicate_request_id_examples=dup_examples,
+        records_without_request_id=int(len(table) - with_id.size),
+        slices=slices,
+    )
+
