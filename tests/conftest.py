@@ -1,0 +1,24 @@
+"""Shared fixtures: the spec's R1 to R4 records and small named record sets."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # so tests can `import browser`
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLE_DATA = REPO / "sample_data"
+
+
+@pytest.fixture
+def r1_r4() -> list[dict]:
+    """The spec's fixture, summarized over the window 0 to 10 s."""
+    return [
+        {"start": 0, "first_token": 0.5, "end": 2.5, "status": "success", "output_tokens": 9},
+        {"start": 1, "first_token": 1.25, "end": 1.25, "status": "success", "output_tokens": 1},
+        {"start": 2, "end": 7, "status": "timeout"},
+        {"start": 3, "end": 3, "status": "rejected"},
+    ]
