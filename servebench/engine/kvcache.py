@@ -1,0 +1,111 @@
+"""A paged KV cache: fixed-size blocks of token slots, a block table per sequence.
+
+Keys and values of every layer live in two tensors of shape (layers, blocks x block_size,
+KV heads, head dim). A sequence holds a list of blocks; its token at position p lives in slot
+``table[p // block_size] * block_size + p % block_size``. Blocks are taken as tokens are
+written and all returned when the sequence is freed (finished, timed out, cancelled or
+preempted), so sequences of any lengths share one pool.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ..errors import ServebenchError
+from .model import ModelConfig
+
+
+class KVCacheFullError(ServebenchError):
+    """No free block is left for a token the scheduler asked to compute."""
+
+
+class PagedKVCache:
+    """Block pool and per-sequence block tables for one model."""
+
+    def __init__(self, config: ModelConfig, capacity_tokens: int, *, block_size: int = 16,
+                 device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> None:
+        if capacity_tokens < 1 or block_size < 1:
+            raise ServebenchError(f"KV cache needs capacity_tokens >= 1 and block_size >= 1, "
+                                  f"got {capacity_tokens} and {block_size}")
+        self.block_size = block_size
+        self.num_blocks = -(-capacity_tokens // block_size)
+        slots = self.num_blocks * block_size
+        shape = (config.layers, slots, config.kv_heads, config.head_dim)
+        self.k = torch.zeros(shape, device=device, dtype=dtype)
+        self.v = torch.zeros(shape, device=device, dtype=dtype)
+        self.bytes_per_token = config.kv_bytes_per_token(self.k.element_size())
+        self._free: list[int] = list(range(self.num_blocks - 1, -1, -1))
+        self._tables: dict[str, list[int]] = {}
+        self._lengths: dict[str, int] = {}
+
+    # ------------------------------------------------------------------ accounting
+
+    @property
+    def capacity_tokens(self) -> int:
+        return self.num_blocks * self.block_size
+
+    @property
+    def used_tokens(self) -> int:
+        """Return tokens stored across all sequences."""
+        return sum(self._lengths.values())
+
+    @property
+    def used_blocks(self) -> int:
+        return self.num_blocks - len(self._free)
+
+    @property
+    def free_blocks(self) -> int:
+        return len(self._free)
+
+    def length(self, seq_id: str) -> int:
+        """Return how many tokens of ``seq_id`` are stored (0 when it holds nothing)."""
+        return self._lengths.get(seq_id, 0)
+
+    def __contains__(self, seq_id: str) -> bool:
+        return seq_id in self._tables
+
+    def sequences(self) -> list[str]:
+        return list(self._tables)
+
+    # ------------------------------------------------------------------ allocation
+
+    def blocks_needed(self, seq_id: str, new_length: int) -> int:
+        """Return how many more blocks ``seq_id`` needs to hold ``new_length`` tokens."""
+        have = len(self._tables.get(seq_id, ()))
+        return max(0, -(-new_length // self.block_size) - have)
+
+    def extend(self, seq_id: str, new_length: int) -> Tensor:
+        """Grow ``seq_id`` to ``new_length`` tokens; return the slots of the new positions.
+
+        Raises KVCacheFullError (changing nothing) if the pool has too few free blocks.
+        """
+        old = self._lengths.get(seq_id, 0)
+        if new_length < old:
+            raise ServebenchError(f"sequence '{seq_id}': cannot shrink from {old} to {new_length} tokens")
+        need = self.blocks_needed(seq_id, new_length)
+        if need > len(self._free):
+            raise KVCacheFullError(f"sequence '{seq_id}' needs {need} more KV blocks of {self.block_size} "
+                                   f"tokens but only {len(self._free)} are free")
+        table = self._tables.setdefault(seq_id, [])
+        for _ in range(need):
+            table.append(self._free.pop())
+        self._lengths[seq_id] = new_length
+        return self.slots(seq_id, old, new_length)
+
+    def slots(self, seq_id: str, start: int, stop: int) -> Tensor:
+        """Return the cache slots of positions ``start`` to ``stop - 1`` of ``seq_id``."""
+        table = torch.tensor(self._tables.get(seq_id, []), dtype=torch.long)
+        pos = torch.arange(start, stop, dtype=torch.long)
+        if stop > self._lengths.get(seq_id, 0) or start < 0:
+            raise ServebenchError(f"sequence '{seq_id}': positions {start}..{stop - 1} are not all stored "
+                                  f"(it holds {self._lengths.get(seq_id, 0)})")
+        return table[pos // self.block_size] * self.block_size + pos % self.block_size
+
+    def free(self, seq_id: str) -> int:
+        """Return every block of ``seq_id`` to the pool; return the tokens it held (0 if none)."""
+        table = self._tables.pop(seq_id, None)
+        held = self._lengths.pop(seq_id, 0)
+        if table:
+            self._free.extend(reversed(table))
+        return held

@@ -1,0 +1,302 @@
+"""A decoder-only transformer built in code with seeded random weights (no downloads).
+
+Llama-style blocks: RMSNorm, grouped-query attention with rotary position embeddings, and a
+SwiGLU MLP. Presets range from ``tiny`` (CPU tests) to shapes of real models for GPUs; the
+weights are random, so the outputs are meaningless but the compute and memory traffic per token
+are those of the real shape.
+
+The forward pass takes a flat batch of new tokens from many sequences (prefill chunks and
+single decode tokens mixed), each at its own positions, and reads and writes keys and values
+through a :class:`~servebench.engine.kvcache.PagedKVCache`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import Tensor, nn
+
+from ..errors import ConfigError
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The shape of a decoder-only transformer."""
+
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    ffn: int
+    vocab: int
+    max_positions: int
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-5
+    tie_embeddings: bool = False
+
+    def __post_init__(self) -> None:
+        for field in ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab", "max_positions"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or value < 1:
+                raise ConfigError(f"model '{self.name}': {field} must be a positive integer, got {value!r}")
+        if self.heads % self.kv_heads:
+            raise ConfigError(f"model '{self.name}': heads ({self.heads}) must be a multiple of "
+                              f"kv_heads ({self.kv_heads})")
+        if self.head_dim % 2:
+            raise ConfigError(f"model '{self.name}': head_dim must be even for rotary embeddings, "
+                              f"got {self.head_dim}")
+
+    @property
+    def param_count(self) -> int:
+        """Return the number of parameters (embeddings and LM head counted once each unless tied)."""
+        qkv = self.hidden * (self.heads + 2 * self.kv_heads) * self.head_dim
+        out = self.heads * self.head_dim * self.hidden
+        mlp = 3 * self.hidden * self.ffn
+        per_layer = qkv + out + mlp + 2 * self.hidden
+        embed = self.vocab * self.hidden
+        head = 0 if self.tie_embeddings else self.vocab * self.hidden
+        return self.layers * per_layer + embed + head + self.hidden
+
+    def kv_bytes_per_token(self, bytes_per_element: int) -> int:
+        """Return KV bytes per cached token: 2 x layers x KV heads x head dim x bytes per element."""
+        return 2 * self.layers * self.kv_heads * self.head_dim * bytes_per_element
+
+    def as_dict(self) -> dict[str, object]:
+        """Return the shape as plain values, with the parameter count."""
+        return {**asdict(self), "param_count": self.param_count}
+
+
+PRESETS: dict[str, ModelConfig] = {
+    # CPU tests: a few hundred thousand parameters, steps of about a millisecond.
+    "tiny": ModelConfig("tiny", layers=2, hidden=64, heads=4, kv_heads=2, head_dim=16, ffn=176,
+                        vocab=512, max_positions=2048),
+    # CPU benchmarks: big enough that a step is real matrix work, small enough for 2 cores.
+    "small": ModelConfig("small", layers=4, hidden=256, heads=8, kv_heads=2, head_dim=32, ffn=688,
+                         vocab=4096, max_positions=4096),
+    # Shapes of real models (Hugging Face config.json of each), for GPUs.
+    "llama-3.2-1b": ModelConfig("llama-3.2-1b", layers=16, hidden=2048, heads=32, kv_heads=8, head_dim=64,
+                                ffn=8192, vocab=128256, max_positions=131072, rope_theta=500000.0,
+                                tie_embeddings=True),
+    "qwen2.5-1.5b": ModelConfig("qwen2.5-1.5b", layers=28, hidden=1536, heads=12, kv_heads=2, head_dim=128,
+                                ffn=8960, vocab=151936, max_positions=32768, rope_theta=1000000.0,
+                                norm_eps=1e-6, tie_embeddings=True),
+    "llama-3.1-8b": ModelConfig("llama-3.1-8b", layers=32, hidden=4096, heads=32, kv_heads=8, head_dim=128,
+                                ffn=14336, vocab=128256, max_positions=131072, rope_theta=500000.0),
+    "mistral-7b": ModelConfig("mistral-7b", layers=32, hidden=4096, heads=32, kv_heads=8, head_dim=128,
+                              ffn=14336, vocab=32000, max_positions=32768, rope_theta=1000000.0),
+}
+
+
+def preset(name: str) -> ModelConfig:
+    """Return the preset shape called ``name``."""
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ConfigError(f"unknown model preset '{name}'; choose one of {', '.join(PRESETS)}") from None
+
+
+def pick_device(requested: str = "auto") -> tuple[torch.device, torch.dtype]:
+    """Return CUDA with bf16 when available (or requested), else the CPU with fp32."""
+    if requested not in ("auto", "cpu", "cuda"):
+        raise ConfigError(f"device must be auto, cpu or cuda, got '{requested}'")
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device 'cuda' requested but torch sees no CUDA device")
+    if requested == "cuda" or (requested == "auto" and torch.cuda.is_available()):
+        return torch.device("cuda"), torch.bfloat16
+    return torch.device("cpu"), torch.float32
+
+
+def device_name(device: torch.device) -> str:
+    """Return a human name for the device (the GPU's name, or the CPU's model when known)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return "cpu: " + line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+    return "cpu: " + (platform.processor() or platform.machine())
+
+
+# --------------------------------------------------------------------------- building blocks
+
+
+def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    """Normalise the last dimension by its root mean square (computed in fp32), then scale."""
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return xf.to(x.dtype) * weight
+
+
+def rope_tables(head_dim: int, positions: int, theta: float, device: torch.device) -> tuple[Tensor, Tensor]:
+    """Return cos and sin tables of shape (positions, head_dim / 2), in fp32."""
+    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float64) / head_dim))
+    angles = torch.outer(torch.arange(positions, device=device, dtype=torch.float64), inv)
+    return angles.cos().float(), angles.sin().float()
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate pairs (first half, second half) of the last dim; cos/sin broadcast over heads."""
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half].float(), x[..., half:].float()
+    out = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+    return out.to(x.dtype)
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+    """Grouped-query attention without copying KV heads.
+
+    q: (B, Q, H, D); k, v: (B, L, KVH, D); mask: (B, Q, L) true where a query may see a key.
+    Returns (B, Q, H, D). Scores and softmax are computed in fp32.
+    """
+    b, nq, h, d = q.shape
+    kvh = k.shape[2]
+    g = h // kvh
+    qg = q.reshape(b, nq, kvh, g, d).permute(0, 2, 3, 1, 4).float()  # B, KVH, G, Q, D
+    kt = k.permute(0, 2, 3, 1).unsqueeze(2).float()  # B, KVH, 1, D, L
+    scores = torch.matmul(qg, kt) * (1.0 / math.sqrt(d))  # B, KVH, G, Q, L
+    scores = scores.masked_fill(~mask[:, None, None, :, :], float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    out = torch.matmul(probs, v.permute(0, 2, 1, 3).unsqueeze(2).float())  # B, KVH, G, Q, D
+    return out.permute(0, 3, 1, 2, 4).reshape(b, nq, h, d).to(q.dtype)
+
+
+@dataclass
+class AttentionGroup:
+    """Sequences whose attention runs as one padded batch.
+
+    ``rows`` index the flat token batch: (B, Q) with -1 padding; ``keys`` are cache slots (B, L)
+    (padding points at slot 0 and is masked); ``mask`` is (B, Q, L).
+    """
+
+    rows: Tensor
+    keys: Tensor
+    mask: Tensor
+
+
+@dataclass
+class ForwardBatch:
+    """A flat batch of new tokens from several sequences, with where their keys live."""
+
+    token_ids: Tensor  # (T,)
+    positions: Tensor  # (T,)
+    write_slots: Tensor  # (T,) cache slot of each new token's key and value
+    groups: list[AttentionGroup]
+    logit_rows: Tensor  # rows of the flat batch whose next-token logits are wanted
+
+
+class Decoder(nn.Module):
+    """A Llama-shaped decoder with seeded random weights."""
+
+    def __init__(self, config: ModelConfig, *, seed: int = 0, device: torch.device | str = "cpu",
+                 dtype: torch.dtype = torch.float32) -> None:
+        super().__init__()
+        self.config = config
+        device = torch.device(device)
+        gen = torch.Generator(device=device)
+        gen.manual_seed(seed)
+        c = config
+
+        def weight(*shape: int, std: float) -> nn.Parameter:
+            w = torch.empty(*shape, device=device, dtype=torch.float32)
+            w.normal_(0.0, std, generator=gen)
+            return nn.Parameter(w.to(dtype), requires_grad=False)
+
+        def ones(n: int) -> nn.Parameter:
+            return nn.Parameter(torch.ones(n, device=device, dtype=dtype), requires_grad=False)
+
+        qkv_out = (c.heads + 2 * c.kv_heads) * c.head_dim
+        resid_std = 1.0 / math.sqrt(2 * c.layers)
+        self.embed = weight(c.vocab, c.hidden, std=1.0)
+        self.attn_norm = nn.ParameterList([ones(c.hidden) for _ in range(c.layers)])
+        self.wqkv = nn.ParameterList([weight(c.hidden, qkv_out, std=c.hidden ** -0.5) for _ in range(c.layers)])
+        self.wo = nn.ParameterList([weight(c.heads * c.head_dim, c.hidden,
+                                           std=resid_std * (c.heads * c.head_dim) ** -0.5) for _ in range(c.layers)])
+        self.mlp_norm = nn.ParameterList([ones(c.hidden) for _ in range(c.layers)])
+        self.w_gate_up = nn.ParameterList([weight(c.hidden, 2 * c.ffn, std=c.hidden ** -0.5)
+                                           for _ in range(c.layers)])
+        self.w_down = nn.ParameterList([weight(c.ffn, c.hidden, std=resid_std * c.ffn ** -0.5)
+                                        for _ in range(c.layers)])
+        self.final_norm = ones(c.hidden)
+        self.lm_head = self.embed if c.tie_embeddings else weight(c.vocab, c.hidden, std=c.hidden ** -0.5)
+        cos, sin = rope_tables(c.head_dim, c.max_positions, c.rope_theta, device)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+
+    @property
+    def device(self) -> torch.device:
+        return self.embed.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.embed.dtype
+
+    def _qkv(self, layer: int, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        c = self.config
+        h = rms_norm(x, self.attn_norm[layer], c.norm_eps)
+        qkv = h @ self.wqkv[layer]
+        q, k, v = qkv.split([c.heads * c.head_dim, c.kv_heads * c.head_dim, c.kv_heads * c.head_dim], dim=-1)
+        cos = self.rope_cos[positions].unsqueeze(-2)
+        sin = self.rope_sin[positions].unsqueeze(-2)
+        q = apply_rope(q.unflatten(-1, (c.heads, c.head_dim)), cos, sin)
+        k = apply_rope(k.unflatten(-1, (c.kv_heads, c.head_dim)), cos, sin)
+        return q, k, v.unflatten(-1, (c.kv_heads, c.head_dim))
+
+    def _mlp(self, layer: int, x: Tensor) -> Tensor:
+        h = rms_norm(x, self.mlp_norm[layer], self.config.norm_eps)
+        gate, up = (h @ self.w_gate_up[layer]).chunk(2, dim=-1)
+        return (nn.functional.silu(gate) * up) @ self.w_down[layer]
+
+    def _logits(self, x: Tensor) -> Tensor:
+        return (rms_norm(x, self.final_norm, self.config.norm_eps) @ self.lm_head.T).float()
+
+    @torch.inference_mode()
+    def forward_batch(self, batch: ForwardBatch, k_cache: Tensor, v_cache: Tensor) -> Tensor:
+        """Run new tokens through every layer, writing their KV to the cache; return fp32 logits.
+
+        ``k_cache``/``v_cache`` are (layers, slots, KV heads, head dim). Returns logits for
+        ``batch.logit_rows`` only, shape (len(logit_rows), vocab).
+        """
+        c = self.config
+        if int(batch.positions.max()) >= c.max_positions:
+            raise ConfigError(f"model '{c.name}': position {int(batch.positions.max())} is beyond "
+                              f"max_positions {c.max_positions}")
+        x = self.embed[batch.token_ids]
+        for layer in range(c.layers):
+            q, k, v = self._qkv(layer, x, batch.positions)
+            k_cache[layer].index_copy_(0, batch.write_slots, k)
+            v_cache[layer].index_copy_(0, batch.write_slots, v)
+            attn = torch.empty_like(q)
+            for group in batch.groups:
+                rows = group.rows.clamp(min=0)
+                out = attention(q[rows], k_cache[layer][group.keys], v_cache[layer][group.keys], group.mask)
+                valid = group.rows >= 0
+                attn[group.rows[valid]] = out[valid]
+            x = x + attn.flatten(-2) @ self.wo[layer]
+            x = x + self._mlp(layer, x)
+        return self._logits(x[batch.logit_rows])
+
+    @torch.inference_mode()
+    def forward_full(self, token_ids: Tensor) -> Tensor:
+        """Recompute a whole sequence with causal attention and no cache; return (T, vocab) fp32 logits.
+
+        The reference that cached decoding is tested against.
+        """
+        c = self.config
+        n = token_ids.shape[0]
+        positions = torch.arange(n, device=self.device)
+        mask = torch.ones(n, n, dtype=torch.bool, device=self.device).tril().unsqueeze(0)
+        x = self.embed[token_ids]
+        for layer in range(c.layers):
+            q, k, v = self._qkv(layer, x, positions)
+            attn = attention(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), mask)[0]
+            x = x + attn.flatten(-2) @ self.wo[layer]
+            x = x + self._mlp(layer, x)
+        return self._logits(x)
