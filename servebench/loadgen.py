@@ -1,0 +1,610 @@
+"""An asynchronous load generator for OpenAI-compatible completion endpoints (httpx, server-sent events).
+
+Open loop: each planned request has an intended send time on the run's clock; a dispatcher starts it
+then, whatever the responses do, so queueing in the server is real. Closed loop: ``users`` coroutines
+each send, wait for the end, think, and send again. Every request ends in exactly one outcome:
+success, failed (HTTP status or exception in ``error``), timeout (its deadline passed), cancelled
+(the run's duration limit passed first) or rejected (HTTP 429 or 503).
+
+One clock: ``loop.time()`` (``time.monotonic``), in seconds since the run's origin ``t0``. A record's
+``start`` is the *intended* send time (the arrival, as in the simulator, so the generator's own
+delays are never dropped from what a user would have waited); the *actual* send time and the lag
+between the two are kept beside it (:class:`Outcome`, ``sends.jsonl``) and summarized in
+:class:`GeneratorStats`, so a late generator is visible rather than blamed on the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import httpx
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from .errors import ConfigError, ServebenchError
+from .percentiles import percentile
+
+REJECT_CODES = (429, 503)
+API_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+# Common English words that most tokenizers keep as one token each (with a leading space).
+PROMPT_WORDS = (
+    "time", "year", "people", "way", "day", "man", "thing", "woman", "life", "child", "world", "school",
+    "state", "family", "student", "group", "country", "problem", "hand", "part", "place", "case", "week",
+    "company", "system", "program", "question", "work", "number", "night", "point", "home", "water",
+    "room", "mother", "area", "money", "story", "fact", "month", "lot", "right", "study", "book", "eye",
+    "job", "word", "business", "issue", "side", "kind", "head", "house", "service", "friend", "father",
+    "power", "hour", "game", "line", "end", "member", "law", "car",
+)
+ERROR_TEXT_CHARS = 200
+
+
+class LoadError(ServebenchError):
+    """The load generator cannot start: the endpoint is unreachable or reports no model."""
+
+
+class LoadConfig(BaseModel):
+    """How to talk to the endpoint and the bounds every request loop obeys."""
+
+    model_config = ConfigDict(extra="forbid")
+    url: str = Field(description="Base URL of the server, e.g. http://127.0.0.1:8000 (no /v1 suffix needed).")
+    api: Literal["completions", "chat"] = "completions"
+    model: str | None = Field(None, description="Model name to send; None asks /v1/models for the first one.")
+    stream: bool = True
+    include_usage: bool = Field(True, description="Ask for usage in the last chunk (stream_options).")
+    ignore_eos: bool = Field(True, description="Send ignore_eos so outputs run to max_tokens (vLLM, SGLang).")
+    deadline_s: float = Field(30.0, gt=0, description="Per-request deadline, from the intended send time.")
+    duration_s: float | None = Field(
+        None, gt=0, description="Hard end of the run from t0: later arrivals are not sent, in-flight are cancelled.")
+    max_in_flight: int = Field(256, ge=1, description="Generator capacity: open connections at once.")
+    users: int | None = Field(None, ge=1, description="Closed loop with this many users; None: open loop.")
+    think_s: float = Field(0.0, ge=0, description="Closed loop: pause between a user's requests.")
+    api_key: str | None = None
+
+
+@dataclass(frozen=True)
+class PlannedRequest:
+    """One request to send: its id, intended send time (open loop) and requested lengths."""
+
+    request_id: str
+    intended_s: float
+    prompt: str | list[int]
+    prompt_words: int
+    max_tokens: int
+    slice: str | None = None
+
+
+@dataclass
+class Outcome:
+    """One request as the generator saw it, on the run's clock (seconds since t0)."""
+
+    request_id: str
+    intended_s: float
+    status: str = "failed"
+    sent_s: float | None = None
+    first_token_s: float | None = None
+    end_s: float = math.nan
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+    output_tokens_source: Literal["usage", "chunks"] | None = None
+    http_status: int | None = None
+    error: str | None = None
+    slice: str | None = None
+    requested_prompt_words: int = 0
+    requested_output_tokens: int = 0
+    chunk_times_s: list[float] = field(default_factory=list)
+    done_marker: bool = False
+
+    @property
+    def lag_s(self) -> float | None:
+        """Actual minus intended send time (None if it was never sent)."""
+        return None if self.sent_s is None else self.sent_s - self.intended_s
+
+    @property
+    def token_level_chunks(self) -> bool | None:
+        """True when the server's count of output tokens equals the content chunks received."""
+        if self.output_tokens_source != "usage":
+            return None
+        return self.output_tokens == len(self.chunk_times_s)
+
+
+class LagStats(BaseModel):
+    """Schedule lag (actual minus intended send time) over the requests that were sent."""
+
+    n: int
+    p50_s: float | None
+    p99_s: float | None
+    max_s: float | None
+    mean_s: float | None
+
+
+class GeneratorStats(BaseModel):
+    """Offered, accepted, completed and rejected work, and the generator's own limits."""
+
+    mode: Literal["open", "closed"]
+    planned: int = Field(description="Requests in the plan.")
+    offered: int = Field(description="Requests whose intended send time came before the run ended.")
+    not_sent_duration_limit: int = Field(description="Planned requests left out by the duration limit.")
+    sent: int = Field(description="Requests that reached the wire (the rest waited for a slot past their limit).")
+    accepted: int = Field(description="Offered minus rejected.")
+    completed: int = Field(description="Successful requests.")
+    rejected: int
+    failed: int
+    timed_out: int
+    cancelled: int
+    max_in_flight: int = Field(description="The generator's connection limit.")
+    peak_in_flight: int = Field(description="Most requests on the wire at once.")
+    waited_for_slot: int = Field(description="Requests that found every connection busy and waited.")
+    schedule_lag_s: LagStats
+    lag_warning: str | None = Field(None, description="Set when the generator was late enough to matter.")
+    run_s: float = Field(description="From t0 to the last outcome.")
+
+
+@dataclass
+class LoadResult:
+    """Everything one load run produced."""
+
+    outcomes: list[Outcome]
+    stats: GeneratorStats
+    model: str
+    config: LoadConfig
+
+
+# --------------------------------------------------------------------------- pure helpers
+
+
+def make_prompt(n_words: int, rng: np.random.Generator) -> str:
+    """Return a prompt of ``n_words`` common words drawn with ``rng`` (distinct prompts, little prefix sharing)."""
+    if n_words < 1:
+        raise ConfigError(f"prompt length must be at least 1 word, got {n_words}")
+    idx = rng.integers(0, len(PROMPT_WORDS), size=n_words)
+    return " ".join(PROMPT_WORDS[i] for i in idx)
+
+
+def plan_requests(intended_s: Sequence[float] | np.ndarray, prompt_words: Sequence[int] | np.ndarray,
+                  output_tokens: Sequence[int] | np.ndarray, rng: np.random.Generator,
+                  slices: Sequence[str | None] | None = None, id_prefix: str = "req") -> list[PlannedRequest]:
+    """Pair arrival times with prompt and output lengths; prompts are drawn with ``rng``."""
+    n = len(intended_s)
+    if len(prompt_words) != n or len(output_tokens) != n or (slices is not None and len(slices) != n):
+        raise ConfigError(f"plan: {n} arrival times but {len(prompt_words)} prompt lengths and "
+                          f"{len(output_tokens)} output lengths")
+    times = np.asarray(intended_s, dtype=np.float64)
+    if n and (not np.all(np.isfinite(times)) or np.any(np.diff(times) < 0) or times[0] < 0):
+        raise ConfigError("plan: arrival times must be finite, non-negative and sorted")
+    plan = []
+    for i in range(n):
+        out = int(output_tokens[i])
+        if out < 1:
+            raise ConfigError(f"plan: request {i}: output length {out} must be at least 1")
+        words = int(prompt_words[i])
+        plan.append(PlannedRequest(
+            request_id=f"{id_prefix}-{i:06d}", intended_s=float(times[i]), prompt=make_prompt(words, rng),
+            prompt_words=words, max_tokens=out, slice=None if slices is None else slices[i]))
+    return plan
+
+
+def request_body(config: LoadConfig, model: str, req: PlannedRequest) -> dict[str, Any]:
+    """Return the JSON body of one request."""
+    body: dict[str, Any] = {"model": model, "max_tokens": req.max_tokens, "stream": config.stream,
+                            "temperature": 0.0}
+    if config.api == "chat":
+        text = req.prompt if isinstance(req.prompt, str) else " ".join(str(t) for t in req.prompt)
+        body["messages"] = [{"role": "user", "content": text}]
+    else:
+        body["prompt"] = req.prompt
+    if config.stream and config.include_usage:
+        body["stream_options"] = {"include_usage": True}
+    if config.ignore_eos:
+        body["ignore_eos"] = True
+    return body
+
+
+def parse_sse_line(line: str) -> dict[str, Any] | Literal["done"] | None:
+    """Parse one server-sent-event line: a JSON payload, "done" for ``[DONE]``, None for anything else.
+
+    >>> parse_sse_line('data: {"a": 1}'), parse_sse_line("data: [DONE]"), parse_sse_line(": ping")
+    ({'a': 1}, 'done', None)
+    """
+    if not line.startswith("data:"):
+        return None
+    payload = line[5:].strip()
+    if payload == "[DONE]":
+        return "done"
+    if not payload:
+        return None
+    try:
+        doc = json.loads(payload)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"malformed SSE data {payload[:80]!r}: {exc.msg}") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"SSE data is not a JSON object: {payload[:80]!r}")
+    return doc
+
+
+def chunk_text(doc: dict[str, Any]) -> str:
+    """Return the generated text carried by one completion or chat chunk ('' if none)."""
+    parts = []
+    for choice in doc.get("choices") or ():
+        if not isinstance(choice, dict):
+            continue
+        text = choice.get("text")
+        if text is None:
+            delta = choice.get("delta") or choice.get("message") or {}
+            text = delta.get("content") if isinstance(delta, dict) else None
+        if isinstance(text, str):
+            parts.append(text)
+    return "".join(parts)
+
+
+def apply_usage(out: Outcome, usage: Any) -> None:
+    """Copy prompt and completion token counts from an OpenAI ``usage`` object, if well formed."""
+    if not isinstance(usage, dict):
+        return
+    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    if isinstance(prompt, int) and not isinstance(prompt, bool) and prompt >= 0:
+        out.prompt_tokens = prompt
+    if isinstance(completion, int) and not isinstance(completion, bool) and completion >= 0:
+        out.output_tokens = completion
+        out.output_tokens_source = "usage"
+
+
+def to_record(o: Outcome) -> dict[str, Any]:
+    """Return the canonical timing record of an outcome (``start`` is the intended send time)."""
+    rec: dict[str, Any] = {"request_id": o.request_id, "start": o.intended_s}
+    if o.first_token_s is not None:
+        rec["first_token"] = o.first_token_s
+    rec["end"] = o.end_s
+    rec["status"] = o.status
+    if o.prompt_tokens is not None:
+        rec["prompt_tokens"] = o.prompt_tokens
+    if o.output_tokens is not None:
+        rec["output_tokens"] = o.output_tokens
+    if o.slice is not None:
+        rec["slice"] = o.slice
+    if o.error is not None:
+        rec["error"] = o.error
+    return rec
+
+
+def to_send_row(o: Outcome) -> dict[str, Any]:
+    """Return the sidecar row (sends.jsonl): what the canonical record has no field for."""
+    return {
+        "request_id": o.request_id, "intended_s": o.intended_s, "sent_s": o.sent_s, "lag_s": o.lag_s,
+        "http_status": o.http_status, "requested_prompt_words": o.requested_prompt_words,
+        "requested_output_tokens": o.requested_output_tokens, "output_tokens_source": o.output_tokens_source,
+        "token_level_chunks": o.token_level_chunks, "chunk_times_s": o.chunk_times_s,
+    }
+
+
+def lag_stats(outcomes: Sequence[Outcome]) -> LagStats:
+    """Summarize schedule lag over the sent requests (nearest-rank percentiles)."""
+    lags = np.array([o.lag_s for o in outcomes if o.lag_s is not None], dtype=np.float64)
+    if lags.size == 0:
+        return LagStats(n=0, p50_s=None, p99_s=None, max_s=None, mean_s=None)
+    return LagStats(n=int(lags.size), p50_s=percentile(lags, 50), p99_s=percentile(lags, 99),
+                    max_s=float(lags.max()), mean_s=float(lags.mean()))
+
+
+def lag_warning(lag: LagStats, outcomes: Sequence[Outcome], mode: str) -> str | None:
+    """Return a warning when p99 schedule lag exceeds 10 ms and 5% of the median request latency."""
+    if mode != "open" or lag.p99_s is None:
+        return None
+    lat = [o.end_s - o.intended_s for o in outcomes if o.status == "success"]
+    p50_latency = percentile(lat, 50) if lat else None
+    threshold = max(0.010, 0.05 * p50_latency) if p50_latency is not None else 0.010
+    if lag.p99_s <= threshold:
+        return None
+    return (f"the generator was late: p99 schedule lag {lag.p99_s:.3g} s (max {lag.max_s:.3g} s) is above "
+            f"{threshold:.3g} s; latencies include it (see sends.jsonl); lower the rate or raise --max-in-flight")
+
+
+def generator_stats(outcomes: Sequence[Outcome], mode: Literal["open", "closed"], planned: int,
+                    max_in_flight: int, peak_in_flight: int, waited_for_slot: int) -> GeneratorStats:
+    """Count outcomes into offered, accepted, completed, rejected work and the generator's limits."""
+    counts = {s: 0 for s in ("success", "failed", "timeout", "cancelled", "rejected")}
+    for o in outcomes:
+        counts[o.status] += 1
+    lag = lag_stats(outcomes)
+    ends = [o.end_s for o in outcomes if math.isfinite(o.end_s)]
+    return GeneratorStats(
+        mode=mode, planned=planned, offered=len(outcomes), not_sent_duration_limit=planned - len(outcomes),
+        sent=sum(o.sent_s is not None for o in outcomes), accepted=len(outcomes) - counts["rejected"],
+        completed=counts["success"], rejected=counts["rejected"], failed=counts["failed"],
+        timed_out=counts["timeout"], cancelled=counts["cancelled"], max_in_flight=max_in_flight,
+        peak_in_flight=peak_in_flight, waited_for_slot=waited_for_slot, schedule_lag_s=lag,
+        lag_warning=lag_warning(lag, outcomes, mode), run_s=max(ends) if ends else 0.0)
+
+
+def normalize_url(url: str) -> str:
+    """Return the server's base URL without a trailing slash or ``/v1``."""
+    base = url.rstrip("/")
+    if base.endswith("/v1"):
+        base = base[:-3]
+    if not base.startswith(("http://", "https://")):
+        raise ConfigError(f"endpoint URL {url!r} must start with http:// or https://")
+    return base
+
+
+# --------------------------------------------------------------------------- the run
+
+
+class _Runner:
+    """State shared by the dispatcher and the request coroutines of one run."""
+
+    def __init__(self, config: LoadConfig, model: str, client: httpx.AsyncClient, t0: float,
+                 on_outcome: Callable[[Outcome], None] | None) -> None:
+        self.config = config
+        self.model = model
+        self.client = client
+        self.t0 = t0
+        self.loop = asyncio.get_running_loop()
+        self.slots = asyncio.Semaphore(config.max_in_flight)
+        self.stop_at = math.inf if config.duration_s is None else t0 + config.duration_s
+        self.url = normalize_url(config.url) + API_PATHS[config.api]
+        self.headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
+        self.outcomes: list[Outcome] = []
+        self.on_outcome = on_outcome
+        self.in_flight = 0
+        self.peak_in_flight = 0
+        self.waited_for_slot = 0
+
+    def now(self) -> float:
+        return self.loop.time() - self.t0
+
+    async def one(self, req: PlannedRequest, intended_s: float) -> Outcome:
+        """Send one request and record its outcome; never raises except on cancellation from outside."""
+        cfg = self.config
+        out = Outcome(request_id=req.request_id, intended_s=intended_s, slice=req.slice,
+                      requested_prompt_words=req.prompt_words, requested_output_tokens=req.max_tokens)
+        deadline_at = self.t0 + intended_s + cfg.deadline_s
+        limit_at = min(deadline_at, self.stop_at)
+        on_wire = False
+        try:
+            async with asyncio.timeout_at(limit_at):
+                if self.slots.locked():
+                    self.waited_for_slot += 1
+                async with self.slots:
+                    out.sent_s = self.now()
+                    on_wire = True
+                    self.in_flight += 1
+                    self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+                    await self._exchange(req, out)
+        except TimeoutError:
+            out.end_s = self.now()
+            if limit_at < deadline_at:
+                out.status, out.error = "cancelled", f"run stopped at its duration limit ({cfg.duration_s:g} s)"
+            else:
+                where = "while waiting for a generator connection slot" if out.sent_s is None else \
+                    ("before the first token" if out.first_token_s is None else "while streaming")
+                out.status, out.error = "timeout", f"deadline {cfg.deadline_s:g} s passed {where}"
+            self._count_partial_tokens(out)
+        except asyncio.CancelledError:
+            out.end_s = self.now()
+            out.status, out.error = "cancelled", "the generator was stopped"
+            self._count_partial_tokens(out)
+            self._finish(out)
+            raise
+        except httpx.HTTPError as exc:
+            out.end_s = self.now()
+            out.status, out.error = "failed", _exc_text(exc)
+        finally:
+            if on_wire:
+                self.in_flight -= 1
+        self._finish(out)
+        return out
+
+    def _finish(self, out: Outcome) -> None:
+        if out.status != "success" and out.first_token_s is not None and out.first_token_s > out.end_s:
+            out.first_token_s = None  # cannot happen on one clock; kept safe for the record's ordering rule
+        self.outcomes.append(out)
+        if self.on_outcome is not None:
+            self.on_outcome(out)
+
+    @staticmethod
+    def _count_partial_tokens(out: Outcome) -> None:
+        """On a non-success, keep the content chunks received as the (wasted) output token count."""
+        if out.output_tokens is None and out.chunk_times_s:
+            out.output_tokens = len(out.chunk_times_s)
+            out.output_tokens_source = "chunks"
+
+    async def _exchange(self, req: PlannedRequest, out: Outcome) -> None:
+        """POST the request and read its answer into ``out``."""
+        body = request_body(self.config, self.model, req)
+        async with self.client.stream("POST", self.url, json=body, headers=self.headers) as resp:
+            out.http_status = resp.status_code
+            if resp.status_code != 200:
+                text = (await resp.aread()).decode("utf-8", "replace")
+                out.end_s = self.now()
+                out.status = "rejected" if resp.status_code in REJECT_CODES else "failed"
+                out.error = f"HTTP {resp.status_code}: {_error_message(text)}"
+                return
+            if self.config.stream:
+                await self._read_stream(resp, out)
+            else:
+                await self._read_whole(resp, out)
+
+    async def _read_stream(self, resp: httpx.Response, out: Outcome) -> None:
+        finish_reason = None
+        async for line in resp.aiter_lines():
+            try:
+                event = parse_sse_line(line)
+            except ValueError as exc:
+                out.end_s, out.status, out.error = self.now(), "failed", str(exc)
+                return
+            if event is None:
+                continue
+            if event == "done":
+                out.done_marker = True
+                break
+            if "error" in event:
+                out.end_s, out.status = self.now(), "failed"
+                out.error = f"error event: {_error_message(json.dumps(event['error']))}"
+                return
+            if chunk_text(event):
+                t = self.now()
+                out.chunk_times_s.append(t)
+                if out.first_token_s is None:
+                    out.first_token_s = t
+            for choice in event.get("choices") or ():
+                if isinstance(choice, dict) and choice.get("finish_reason"):
+                    finish_reason = choice["finish_reason"]
+            if event.get("usage"):
+                apply_usage(out, event["usage"])
+        out.end_s = self.now()
+        self._settle(out, finish_reason, streamed=True)
+
+    async def _read_whole(self, resp: httpx.Response, out: Outcome) -> None:
+        raw = await resp.aread()
+        out.end_s = self.now()
+        try:
+            doc = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            out.status, out.error = "failed", f"response is not JSON: {exc.msg}"
+            return
+        apply_usage(out, doc.get("usage") if isinstance(doc, dict) else None)
+        finish = None
+        if isinstance(doc, dict) and chunk_text(doc):
+            out.first_token_s = out.end_s  # the whole answer arrives at once: TTFT equals latency
+            finish = next((c.get("finish_reason") for c in doc.get("choices") or () if isinstance(c, dict)), None)
+        out.done_marker = True
+        self._settle(out, finish or "stop", streamed=False)
+
+    def _settle(self, out: Outcome, finish_reason: str | None, streamed: bool) -> None:
+        """Decide success or failure of an answer that arrived with HTTP 200."""
+        if out.output_tokens is None and out.chunk_times_s:
+            out.output_tokens, out.output_tokens_source = len(out.chunk_times_s), "chunks"
+        if streamed and not out.done_marker:
+            out.status, out.error = "failed", "stream ended without [DONE]"
+        elif out.first_token_s is None or not out.output_tokens:
+            out.status, out.error = "failed", "the answer carried no output tokens"
+            out.first_token_s = None
+        else:
+            out.status = "success"
+            if finish_reason not in (None, "stop", "length"):
+                out.status, out.error = "failed", f"finish_reason {finish_reason!r}"
+
+
+def _error_message(text: str) -> str:
+    """Return the error message of an OpenAI-style error body, else the body, cut short."""
+    msg = text
+    try:
+        doc = json.loads(text)
+        if isinstance(doc, dict):
+            inner = doc.get("error", doc.get("detail", doc))
+            if isinstance(inner, dict):
+                inner = inner.get("message", inner)
+            msg = inner if isinstance(inner, str) else json.dumps(inner)
+    except (json.JSONDecodeError, TypeError):
+        pass
+    msg = " ".join(msg.split())
+    return msg[:ERROR_TEXT_CHARS] if msg else "(empty body)"
+
+
+def _exc_text(exc: BaseException) -> str:
+    detail = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {detail}"[:ERROR_TEXT_CHARS] if detail else type(exc).__name__
+
+
+async def discover_model(client: httpx.AsyncClient, base_url: str, headers: dict[str, str] | None = None) -> str:
+    """Return the first model id that ``GET /v1/models`` reports."""
+    url = normalize_url(base_url) + "/v1/models"
+    try:
+        resp = await client.get(url, headers=headers or {})
+    except httpx.HTTPError as exc:
+        raise LoadError(f"{url}: cannot reach the server ({_exc_text(exc)})") from None
+    if resp.status_code != 200:
+        raise LoadError(f"{url}: HTTP {resp.status_code}: {_error_message(resp.text)}")
+    try:
+        data = resp.json().get("data") or []
+        return str(data[0]["id"])
+    except (ValueError, AttributeError, LookupError, TypeError):
+        raise LoadError(f"{url}: the answer lists no model ({resp.text[:120]!r}); pass --model") from None
+
+
+def _client(config: LoadConfig) -> httpx.AsyncClient:
+    """Return an HTTP client sized to the generator's in-flight limit (environment proxies ignored)."""
+    limits = httpx.Limits(max_connections=config.max_in_flight, max_keepalive_connections=config.max_in_flight)
+    timeout = httpx.Timeout(config.deadline_s + 5.0)
+    return httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False)
+
+
+async def run_load(config: LoadConfig, plan: Sequence[PlannedRequest],
+                   on_outcome: Callable[[Outcome], None] | None = None,
+                   sink: list[Outcome] | None = None) -> LoadResult:
+    """Send ``plan`` to the endpoint, open loop (by intended times) or closed loop (``config.users``).
+
+    The run ends by itself: at most ``len(plan)`` requests, each bounded by its deadline, and
+    nothing after ``duration_s``. ``sink``, if given, receives outcomes as they finish (so a caller
+    interrupted midway still has them).
+    """
+    if not plan:
+        raise ConfigError("the load plan has no requests")
+    async with _client(config) as client:
+        headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
+        model = config.model or await discover_model(client, config.url, headers)
+        loop = asyncio.get_running_loop()
+        runner = _Runner(config, model, client, loop.time(), on_outcome)
+        if sink is not None:
+            runner.outcomes = sink
+        if config.users is None:
+            await _open_loop(runner, plan)
+        else:
+            await _closed_loop(runner, plan, config.users)
+    mode: Literal["open", "closed"] = "open" if config.users is None else "closed"
+    outcomes = sorted(runner.outcomes, key=lambda o: (o.intended_s, o.request_id))
+    stats = generator_stats(outcomes, mode, len(plan), config.max_in_flight, runner.peak_in_flight,
+                            runner.waited_for_slot)
+    return LoadResult(outcomes=outcomes, stats=stats, model=model, config=config)
+
+
+async def _open_loop(runner: _Runner, plan: Sequence[PlannedRequest]) -> None:
+    """Start each request at its intended time, whatever earlier requests are doing."""
+    tasks: list[asyncio.Task[Outcome]] = []
+    try:
+        for req in plan:
+            due = runner.t0 + req.intended_s
+            if due >= runner.stop_at:
+                break
+            delay = due - runner.loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(runner.one(req, req.intended_s)))
+        await asyncio.gather(*tasks)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _closed_loop(runner: _Runner, plan: Sequence[PlannedRequest], users: int) -> None:
+    """Run ``users`` users, each sending its next request when the previous one ended (plus think time)."""
+    queue: Iterator[PlannedRequest] = iter(plan)
+
+    async def user() -> None:
+        for req in queue:  # a shared iterator: each request goes to exactly one user
+            intended = runner.now()
+            if runner.t0 + intended >= runner.stop_at:
+                return
+            await runner.one(req, intended)
+            if runner.config.think_s > 0:
+                await asyncio.sleep(runner.config.think_s)
+
+    tasks = [asyncio.create_task(user()) for _ in range(users)]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def run_load_sync(config: LoadConfig, plan: Sequence[PlannedRequest],
+                  on_outcome: Callable[[Outcome], None] | None = None,
+                  sink: list[Outcome] | None = None) -> LoadResult:
+    """Run :func:`run_load` in a fresh event loop."""
+    return asyncio.run(run_load(config, plan, on_outcome, sink))

@@ -1,0 +1,318 @@
+"""The load generator against small FastAPI servers on free loopback ports."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from servebench.errors import ConfigError
+from servebench.loadgen import (LoadConfig, LoadError, Outcome, chunk_text, generator_stats, normalize_url,
+                                parse_sse_line, plan_requests, request_body, run_load_sync, to_record,
+                                to_send_row)
+from servebench.records import STATUSES, TimingRecord, parse_objects, validate
+from servebench.server import serve_in_background
+from servebench.summary import build_report
+
+
+class FakeState:
+    """What a fake server saw: request count, and streams the client walked away from."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.requests = 0
+        self.disconnects = 0
+        self.bodies: list[dict] = []
+
+    def next(self, body: dict) -> int:
+        with self.lock:
+            self.requests += 1
+            self.bodies.append(body)
+            return self.requests
+
+
+def fake_app(state: FakeState, token_delay_s: float = 0.0, reply: Callable[[int], int] = lambda n: 200,
+             chunks_per_token: int = 1) -> FastAPI:
+    """Return an OpenAI-like server: ``reply(n)`` picks the HTTP status of the n-th request."""
+    app = FastAPI()
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        return {"object": "list", "data": [{"id": "fake-model", "object": "model"}]}
+
+    async def handle(request: Request, chat: bool) -> object:
+        body = await request.json()
+        n = state.next(body)
+        code = reply(n)
+        if code != 200:
+            return JSONResponse({"error": {"message": f"busy {n}", "code": code}}, status_code=code)
+        out = int(body["max_tokens"])
+        prompt = len(body["messages"][0]["content"].split()) if chat else len(body["prompt"].split())
+        if not body.get("stream"):
+            msg = {"message": {"role": "assistant", "content": " x" * out}} if chat else {"text": " x" * out}
+            return {"choices": [{"index": 0, "finish_reason": "length", **msg}],
+                    "usage": {"prompt_tokens": prompt, "completion_tokens": out, "total_tokens": prompt + out}}
+
+        async def events():
+            try:
+                for i in range(out):
+                    if token_delay_s:
+                        await asyncio.sleep(token_delay_s)
+                    if (i + 1) % chunks_per_token and i != out - 1:
+                        continue  # this token goes out with the next chunk
+                    piece = " x" * (i % chunks_per_token + 1)
+                    choice = {"index": 0, "delta": {"content": piece}} if chat else {"index": 0, "text": piece}
+                    if i == out - 1:
+                        choice["finish_reason"] = "length"
+                    yield f"data: {json.dumps({'choices': [choice]})}\n\n"
+                if (body.get("stream_options") or {}).get("include_usage"):
+                    usage = {"prompt_tokens": prompt, "completion_tokens": out, "total_tokens": prompt + out}
+                    yield f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n"
+                yield "data: [DONE]\n\n"
+            except (asyncio.CancelledError, GeneratorExit):
+                with state.lock:
+                    state.disconnects += 1
+                raise
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> object:
+        return await handle(request, chat=False)
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> object:
+        return await handle(request, chat=True)
+
+    return app
+
+
+def make_plan(n: int, rate: float = 200.0, prompt_words: int = 5, out: int = 4, seed: int = 1):
+    rng = np.random.default_rng(seed)
+    times = np.arange(n) / rate
+    return plan_requests(times, [prompt_words] * n, [out] * n, rng)
+
+
+def table_of(outcomes: list[Outcome]):
+    rows = parse_objects([to_record(o) for o in outcomes], "load", strict_keys=True)
+    starts = [o.intended_s for o in outcomes]
+    ends = [o.end_s for o in outcomes]
+    ws, we = min(starts), max(ends)
+    return validate(rows, ws, we), ws, we
+
+
+# --------------------------------------------------------------------------- pure parts
+
+
+def test_parse_sse_line_kinds():
+    assert parse_sse_line('data: {"choices": []}') == {"choices": []}
+    assert parse_sse_line("data:[DONE]") == "done"
+    assert parse_sse_line("") is None and parse_sse_line("event: x") is None and parse_sse_line(": ping") is None
+    with pytest.raises(ValueError, match="malformed SSE data"):
+        parse_sse_line("data: {nope")
+    with pytest.raises(ValueError, match="not a JSON object"):
+        parse_sse_line("data: [1, 2]")
+
+
+def test_chunk_text_reads_completion_and_chat_chunks():
+    assert chunk_text({"choices": [{"text": " a"}]}) == " a"
+    assert chunk_text({"choices": [{"delta": {"content": "b"}}]}) == "b"
+    assert chunk_text({"choices": [{"delta": {"role": "assistant"}}]}) == ""
+    assert chunk_text({"choices": [], "usage": {"completion_tokens": 3}}) == ""
+
+
+def test_request_body_asks_for_usage_and_names_the_model():
+    plan = make_plan(1, out=7)
+    body = request_body(LoadConfig(url="http://127.0.0.1:1", api="chat"), "m", plan[0])
+    assert body["model"] == "m" and body["max_tokens"] == 7 and body["stream"] is True
+    assert body["stream_options"] == {"include_usage": True} and body["ignore_eos"] is True
+    assert body["messages"][0]["content"] == plan[0].prompt
+    plain = request_body(LoadConfig(url="http://127.0.0.1:1", stream=False, ignore_eos=False), "m", plan[0])
+    assert "stream_options" not in plain and "ignore_eos" not in plain and plain["prompt"] == plan[0].prompt
+
+
+def test_plan_requests_checks_lengths_and_order():
+    rng = np.random.default_rng(0)
+    plan = plan_requests([0.0, 0.5], [3, 4], [2, 2], rng, slices=["a", "b"])
+    assert [p.request_id for p in plan] == ["req-000000", "req-000001"]
+    assert len(plan[1].prompt.split()) == 4 and plan[1].slice == "b"
+    with pytest.raises(ConfigError, match="sorted"):
+        plan_requests([1.0, 0.5], [3, 3], [2, 2], rng)
+    with pytest.raises(ConfigError, match="output length 0"):
+        plan_requests([0.0], [3], [0], rng)
+    with pytest.raises(ConfigError, match="2 arrival times but 1 prompt"):
+        plan_requests([0.0, 1.0], [3], [2, 2], rng)
+
+
+def test_plan_prompts_are_seeded():
+    a = make_plan(3, seed=7)
+    b = make_plan(3, seed=7)
+    c = make_plan(3, seed=8)
+    assert [p.prompt for p in a] == [p.prompt for p in b] != [p.prompt for p in c]
+
+
+def test_normalize_url():
+    assert normalize_url("http://127.0.0.1:8000/v1/") == "http://127.0.0.1:8000"
+    with pytest.raises(ConfigError, match="must start with http"):
+        normalize_url("127.0.0.1:8000")
+
+
+@pytest.mark.parametrize("status", STATUSES)
+def test_every_outcome_is_a_valid_canonical_record(status):
+    o = Outcome(request_id="r", intended_s=1.0, status=status, sent_s=1.01, end_s=2.0)
+    if status == "success":
+        o.first_token_s, o.output_tokens = 1.5, 3
+    else:
+        o.error = "why"
+    rec = to_record(o)
+    TimingRecord.model_validate(rec)
+    assert rec["start"] == 1.0 and "sent_s" not in rec
+    assert to_send_row(o)["lag_s"] == pytest.approx(0.01)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(st.lists(st.sampled_from(STATUSES), min_size=1, max_size=40), st.integers(0, 5))
+def test_generator_stats_conserve_counts(statuses, unsent):
+    outs = [Outcome(request_id=str(i), intended_s=float(i), status=s, sent_s=float(i) + 0.001 * (i % 3),
+                    end_s=float(i) + 1) for i, s in enumerate(statuses)]
+    stats = generator_stats(outs, "open", len(outs) + unsent, 8, 3, 0)
+    assert stats.offered == len(outs) and stats.not_sent_duration_limit == unsent
+    assert stats.completed + stats.failed + stats.timed_out + stats.cancelled + stats.rejected == stats.offered
+    assert stats.accepted == stats.offered - stats.rejected
+    assert stats.schedule_lag_s.n == len(outs) and stats.schedule_lag_s.max_s == pytest.approx(
+        0.002 if len(outs) > 2 else 0.001 * (len(outs) - 1))
+
+
+# --------------------------------------------------------------------------- against servers
+
+
+def test_open_loop_against_a_streaming_server():
+    state = FakeState()
+    with serve_in_background(fake_app(state)) as url:
+        result = run_load_sync(LoadConfig(url=url, deadline_s=10), make_plan(12, out=5))
+    assert result.model == "fake-model"
+    assert [o.status for o in result.outcomes] == ["success"] * 12
+    for o in result.outcomes:
+        assert o.output_tokens == 5 and o.output_tokens_source == "usage" and o.prompt_tokens == 5
+        assert len(o.chunk_times_s) == 5 and o.token_level_chunks is True
+        assert o.intended_s <= o.sent_s <= o.first_token_s == o.chunk_times_s[0] <= o.chunk_times_s[-1] <= o.end_s
+    s = result.stats
+    assert (s.offered, s.accepted, s.completed, s.rejected, s.sent) == (12, 12, 12, 0, 12)
+    assert s.schedule_lag_s.n == 12 and s.schedule_lag_s.p50_s >= 0
+    assert all(b["stream_options"] == {"include_usage": True} for b in state.bodies)
+    table, ws, we = table_of(result.outcomes)
+    report = build_report(table, ws, we)
+    assert report.completed == 12 and report.summary["successes"] == 12
+
+
+def test_chat_and_non_streaming_modes():
+    state = FakeState()
+    with serve_in_background(fake_app(state)) as url:
+        chat = run_load_sync(LoadConfig(url=url + "/v1", api="chat"), make_plan(3, out=3))
+        whole = run_load_sync(LoadConfig(url=url, stream=False, model="given"), make_plan(3, out=3))
+    assert [o.status for o in chat.outcomes] == ["success"] * 3
+    assert all(o.output_tokens == 3 and len(o.chunk_times_s) == 3 for o in chat.outcomes)
+    assert [o.status for o in whole.outcomes] == ["success"] * 3 and whole.model == "given"
+    assert all(o.first_token_s == o.end_s and o.chunk_times_s == [] for o in whole.outcomes)
+    assert state.bodies[-1]["model"] == "given"
+
+
+def test_chunks_that_carry_several_tokens_are_not_token_level():
+    state = FakeState()
+    with serve_in_background(fake_app(state, chunks_per_token=2)) as url:
+        result = run_load_sync(LoadConfig(url=url), make_plan(2, out=4))
+    assert all(o.status == "success" and o.output_tokens == 4 and len(o.chunk_times_s) == 2
+               and o.token_level_chunks is False for o in result.outcomes)
+
+
+def test_503_and_429_become_rejected_records_that_the_summary_counts():
+    state = FakeState()
+    reply = lambda n: 503 if n % 3 == 0 else (429 if n % 5 == 0 else 200)  # noqa: E731
+    with serve_in_background(fake_app(state, reply=reply)) as url:
+        result = run_load_sync(LoadConfig(url=url), make_plan(15))
+    rejected = [o for o in result.outcomes if o.status == "rejected"]
+    assert len(rejected) == 7  # n = 3, 6, 9, 12, 15 (503) and 5, 10 (429)
+    assert {o.http_status for o in rejected} == {503, 429}
+    assert all(o.error.startswith(("HTTP 503: busy", "HTTP 429: busy")) for o in rejected)
+    assert result.stats.rejected == 7 and result.stats.accepted == 8 and result.stats.completed == 8
+    table, ws, we = table_of(result.outcomes)
+    report = build_report(table, ws, we)
+    assert report.rejected == 7 and report.by_status["rejected"] == 7
+    assert report.summary["non_success_fraction"] == pytest.approx(7 / 15)
+
+
+def test_other_http_errors_are_failures_with_the_status():
+    state = FakeState()
+    with serve_in_background(fake_app(state, reply=lambda n: 500 if n == 2 else 200)) as url:
+        result = run_load_sync(LoadConfig(url=url), make_plan(3))
+    failed = [o for o in result.outcomes if o.status == "failed"]
+    assert len(failed) == 1 and failed[0].error == "HTTP 500: busy 2" and failed[0].http_status == 500
+
+
+def test_client_deadline_times_out_and_the_server_sees_the_disconnect():
+    state = FakeState()
+    with serve_in_background(fake_app(state, token_delay_s=0.1)) as url:
+        result = run_load_sync(LoadConfig(url=url, deadline_s=0.35), make_plan(4, out=50))
+        for _ in range(300):  # bounded wait for the server to notice the closed connections
+            if state.disconnects >= 4:
+                break
+            time.sleep(0.01)
+    assert [o.status for o in result.outcomes] == ["timeout"] * 4
+    for o in result.outcomes:
+        assert o.end_s - o.intended_s >= 0.35
+        assert 1 <= o.output_tokens < 50 and o.output_tokens_source == "chunks"  # wasted work is kept
+        assert o.error == "deadline 0.35 s passed while streaming"
+    assert state.disconnects == 4
+    assert result.stats.timed_out == 4
+
+
+def test_duration_limit_cancels_in_flight_and_sends_no_later_arrival():
+    state = FakeState()
+    rng = np.random.default_rng(3)
+    plan = plan_requests([0.0, 0.01, 5.0], [3] * 3, [40] * 3, rng)
+    with serve_in_background(fake_app(state, token_delay_s=0.05)) as url:
+        result = run_load_sync(LoadConfig(url=url, deadline_s=30, duration_s=0.3), plan)
+    assert [o.status for o in result.outcomes] == ["cancelled"] * 2
+    assert result.stats.offered == 2 and result.stats.not_sent_duration_limit == 1 and result.stats.planned == 3
+    assert all("duration limit" in o.error for o in result.outcomes)
+
+
+def test_schedule_lag_is_measured_when_generator_slots_run_out():
+    state = FakeState()
+    plan = plan_requests([0.0, 0.0, 0.0], [3] * 3, [4] * 3, np.random.default_rng(0))
+    with serve_in_background(fake_app(state, token_delay_s=0.05)) as url:
+        result = run_load_sync(LoadConfig(url=url, max_in_flight=1), plan)
+    lags = sorted(o.lag_s for o in result.outcomes)
+    assert all(o.status == "success" for o in result.outcomes)
+    assert lags[1] >= 0.2 and lags[2] >= 0.4  # each waited for 4 tokens x 0.05 s per earlier request
+    s = result.stats
+    assert s.peak_in_flight == 1 and s.waited_for_slot == 2 and s.max_in_flight == 1
+    assert s.schedule_lag_s.max_s == pytest.approx(lags[2]) and s.lag_warning is not None
+
+
+def test_closed_loop_users_never_exceed_their_number():
+    state = FakeState()
+    with serve_in_background(fake_app(state, token_delay_s=0.01)) as url:
+        result = run_load_sync(LoadConfig(url=url, users=2), make_plan(6, out=3))
+    assert result.stats.mode == "closed" and result.stats.offered == 6 and result.stats.completed == 6
+    assert result.stats.peak_in_flight <= 2
+    assert len({o.request_id for o in result.outcomes}) == 6
+
+
+def test_unreachable_server():
+    with serve_in_background(FastAPI()) as url:
+        pass  # the port is free again once the server stopped
+    with pytest.raises(LoadError, match="cannot reach the server"):
+        run_load_sync(LoadConfig(url=url), make_plan(1))
+    result = run_load_sync(LoadConfig(url=url, model="m"), make_plan(2))
+    assert [o.status for o in result.outcomes] == ["failed"] * 2
+    assert all(o.error.startswith("ConnectError") and o.sent_s is not None for o in result.outcomes)
