@@ -57,7 +57,7 @@ def summarize(
     table, ws, we = to_table(loaded, window_start, window_end)
     report = build_report(table, ws, we, SLO(ttft_s=slo_ttft, tpot_s=slo_tpot, latency_s=slo_latency))
     if as_json:
-        out = report.model_dump(mode="json")
+        out = json.loads(report.model_dump_json())
         out = {"summary": out.pop("summary"), **out, "warnings": loaded.warnings}
         emit_json(out)
         return

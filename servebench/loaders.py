@@ -5,10 +5,12 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
@@ -176,6 +178,8 @@ def to_table(loaded: LoadedRecords, window_start: float | None = None,
     """Validate loaded rows over a window, defaulting to [min start, max end]; return table and window."""
     ws, we = window_start, window_end
     if ws is None or we is None:
+        if _no_finite_times(loaded.rows):
+            validate(loaded.rows, -math.inf, math.inf)  # raises the first row's own error
         dws, dwe = default_window(loaded.rows)
         ws = dws if ws is None else ws
         we = dwe if we is None else we
@@ -183,6 +187,11 @@ def to_table(loaded: LoadedRecords, window_start: float | None = None,
         raise RecordValidationError(f"Invalid observation window: end {we} must be after start {ws}",
                                     source=loaded.rows.source, rule="Invalid observation window")
     return validate(loaded.rows, ws, we), float(ws), float(we)
+
+
+def _no_finite_times(rows: ParsedRows) -> bool:
+    c = rows.columns
+    return not (np.isfinite(c["start"].values).any() and np.isfinite(c["end"].values).any())
 
 
 def load_table(path: str | Path, window_start: float | None = None, window_end: float | None = None,

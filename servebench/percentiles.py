@@ -20,6 +20,8 @@ def _exact(q: float | int | Fraction) -> Fraction:
         return q
     if isinstance(q, int):
         return Fraction(q)
+    if not math.isfinite(q):
+        raise ConfigError(f"percentile must be a finite number, got {q!r}")
     # repr gives the shortest decimal that round-trips, so 99.9 means 999/10, not the binary neighbour.
     return Fraction(repr(float(q)))
 

@@ -400,8 +400,13 @@ def _status_codes(col: Column) -> np.ndarray:
     return codes
 
 
-def first_violation(rows: ParsedRows, window_start: float, window_end: float) -> tuple[Violation | None, np.ndarray]:
-    """Return the first rule violation in the spec's record-by-record order (or None) and status codes."""
+def first_violation(rows: ParsedRows, window_start: float, window_end: float,
+                    *, optional_rules: bool = True) -> tuple[Violation | None, np.ndarray]:
+    """Return the first rule violation in the spec's record-by-record order (or None) and status codes.
+
+    ``optional_rules`` adds servebench's checks of optional fields after the spec's rules in each
+    row; the spec's ``summarize`` turns them off, since its non-success records need only times.
+    """
     c = rows.columns
     start, end = c["start"], c["end"]
     s, e = start.values, end.values
@@ -426,6 +431,8 @@ def first_violation(rows: ParsedRows, window_start: float, window_end: float) ->
         prompt = c["prompt_tokens"]
         prompt_bad = prompt.present & (prompt.bad | (prompt.values < 0))
         text_bad = c["request_id"].bad | c["slice"].bad | c["error"].bad
+    if not optional_rules:
+        nonsuccess_out_bad = adm_bad = prompt_bad = text_bad = np.zeros(rows.n, dtype=bool)
     any_bad = (rows.not_object | times_bad | status_bad | ft_bad | out_bad | nonsuccess_out_bad
                | adm_bad | prompt_bad | text_bad)
     if not any_bad.any():

@@ -51,7 +51,7 @@ def summarize(records: Sequence[Any], window_start: float, window_end: float) ->
     if not isinstance(records, (list, tuple)) or len(records) == 0:
         raise ContractError(MSG_EMPTY)
     rows = parse_objects(records)
-    violation, codes = first_violation(rows, float(window_start), float(window_end))
+    violation, codes = first_violation(rows, float(window_start), float(window_end), optional_rules=False)
     if violation is not None:
         raise ContractError(violation.message, violation.row, violation.field, violation.detail)
     return contract_summary(build_table(rows, codes), float(window_start), float(window_end))
@@ -67,6 +67,40 @@ def success_metrics(table: RecordTable) -> dict[str, np.ndarray]:
         "ttft": ft - start,
         "tpot": (end[multi] - ft[multi]) / (out[multi] - 1),
     }
+
+
+RECORD_METRICS: tuple[str, ...] = ("latency", "ttft", "tpot", "queue_wait", "prefill")
+
+
+def metric_values(table: RecordTable, metric: str, *, failure_aware: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Return one metric's values in seconds and the indices of the records counted.
+
+    Success-only counts successes (tpot: with more than one output token; queue_wait and prefill:
+    with ``admitted``). Failure-aware also counts every non-success as +infinity, as the report's
+    failure-aware view does; a metric that needs ``admitted`` counts nothing when no record has it.
+    """
+    if metric not in RECORD_METRICS:
+        raise ConfigError(f"unknown metric '{metric}'; expected one of {', '.join(RECORD_METRICS)}")
+    ok = table.is_success
+    with np.errstate(invalid="ignore", divide="ignore"):
+        if metric == "latency":
+            counted, vals = ok, table.end - table.start
+        elif metric == "ttft":
+            counted, vals = ok, table.first_token - table.start
+        elif metric == "tpot":
+            out = table.output_tokens
+            counted, vals = ok & (out > 1), (table.end - table.first_token) / np.maximum(out - 1, 1)
+        else:
+            if not np.isfinite(table.admitted).any():
+                return np.empty(0), np.empty(0, dtype=np.int64)
+            counted = ok & np.isfinite(table.admitted)
+            vals = (table.admitted - table.start if metric == "queue_wait"
+                    else table.first_token - table.admitted)
+    if failure_aware:
+        vals = np.where(ok, vals, np.inf)
+        counted = counted | ~ok
+    index = np.flatnonzero(counted)
+    return vals[index].astype(np.float64), index
 
 
 def contract_summary(table: RecordTable, window_start: float, window_end: float) -> dict[str, Any]:

@@ -1,0 +1,63 @@
+"""The command line through its real entry point: exit codes, JSON shape, one-line errors, help texts."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import typer.main
+
+from servebench.cli import app
+from servebench.summary import CONTRACT_FIELDS
+
+from conftest import SAMPLE_DATA
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "servebench", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_summarize_json_holds_the_contract_under_summary():
+    res = run("summarize", str(SAMPLE_DATA / "r1_r4.json"), "--window-start", "0", "--window-end", "10", "--json")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert tuple(doc["summary"]) == CONTRACT_FIELDS
+    assert doc["summary"]["successful_requests_per_second"] == 0.2
+    assert doc["by_status"]["timeout"] == 1 and doc["rejected"] == 1
+    assert doc["failure_aware_latency_s"]["percentiles"][-1]["value"] == "Infinity"
+
+
+def test_summarize_table_for_people_with_slo():
+    res = run("summarize", str(SAMPLE_DATA / "requests_sample.csv"), "--slo-ttft", "1", "--slo-tpot", "0.05")
+    assert res.returncode == 0, res.stderr
+    assert "successful_requests_per_second" in res.stdout and "attainment" in res.stdout
+
+
+def test_bad_input_is_one_line_and_exit_code_2(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("start,first_token,end,status,output_tokens\n0,0.5,2.5,success,9.0\n")
+    res = run("summarize", str(bad))
+    assert res.returncode == 2
+    assert res.stderr.strip().count("\n") == 0
+    assert "bad.csv, row 1, field 'output_tokens'" in res.stderr and "Traceback" not in res.stderr
+    missing = run("summarize", str(tmp_path / "nope.csv"))
+    assert missing.returncode == 2 and "no such file" in missing.stderr
+
+
+def test_schema_is_the_record_json_schema():
+    res = run("schema")
+    doc = json.loads(res.stdout)
+    assert set(doc["required"]) == {"start", "end", "status"}
+    assert doc["additionalProperties"] is False
+
+
+def test_every_command_has_help_text():
+    group = typer.main.get_command(app)
+    assert group.commands, "no commands registered"
+    for name, command in group.commands.items():
+        assert (command.help or "").strip(), f"command {name!r} has no help text"
+        params = {p.name for p in command.params}
+        if name not in ("schema",):
+            assert "as_json" in params or "json" in params, f"command {name!r} has no --json"

@@ -1,0 +1,216 @@
+"""Record files in every format: they load the same, and bad input names the file, row and field."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from servebench.errors import InputFormatError, RecordValidationError
+from servebench.loaders import load_table, read_bytes, read_path, to_table, write_records
+from servebench.records import TimingRecord
+from servebench.summary import summarize
+
+CSV_R1_R4 = (
+    "request_id,start,first_token,end,status,output_tokens\n"
+    "R1,0,0.5,2.5,success,9\n"
+    "R2,1,1.25,1.25,success,1\n"
+    "R3,2,,7,timeout,\n"
+    "R4,3,,3,rejected,\n"
+)
+
+
+def load(text: str | bytes, name: str = "runs.csv", ws=0.0, we=10.0):
+    data = text.encode() if isinstance(text, str) else text
+    return to_table(read_bytes(data, name), ws, we)
+
+
+def test_every_format_gives_the_same_table(tmp_path, r1_r4):
+    expected = summarize(r1_r4, 0, 10)
+    table, _, _ = load(CSV_R1_R4)
+    paths = []
+    for ext in ("csv", "json", "jsonl", "parquet"):
+        p = tmp_path / f"r.{ext}"
+        write_records(table, p)
+        paths.append(p)
+    (tmp_path / "wrapped.json").write_text(json.dumps({"records": r1_r4}))
+    paths.append(tmp_path / "wrapped.json")
+    for p in paths:
+        t, ws, we = load_table(p, 0, 10)
+        from servebench.summary import contract_summary
+        assert contract_summary(t, ws, we) == expected, p.name
+        assert t.to_dicts() == table.to_dicts() or p.name == "wrapped.json"
+
+
+def test_format_detected_from_content_without_extension(tmp_path):
+    for name, body in (("a", CSV_R1_R4), ("b", json.dumps([{"start": 0, "end": 1, "status": "failed"}])),
+                       ("c", '{"start": 0, "end": 1, "status": "failed"}\n{"start": 1, "end": 2, "status": "failed"}\n')):
+        (tmp_path / name).write_text(body)
+        assert read_path(tmp_path / name).format == {"a": "csv", "b": "json", "c": "jsonl"}[name]
+
+
+def test_default_window_is_min_start_to_max_end():
+    _, ws, we = to_table(read_bytes(CSV_R1_R4.encode(), "runs.csv"))
+    assert (ws, we) == (0.0, 7.0)
+
+
+def test_empty_optional_cell_means_missing_not_zero():
+    table, _, _ = load("start,end,status,output_tokens,prompt_tokens\n0,1,failed,,\n0,2,timeout,5,\n")
+    assert table.output_tokens.tolist() == [-1, 5]
+    assert table.prompt_tokens.tolist() == [-1, -1]
+    assert "output_tokens" not in table.to_dicts()[0]
+
+
+@pytest.mark.parametrize("body, row, field, fragment", [
+    ("start,first_token,end,status,output_tokens\n0,0.5,2.5,success,9.0\n", 1, "output_tokens", "'9.0' is not an integer"),
+    ("start,end,status\n0,1,failed\n0,nan,failed\n", 2, "end", "'nan' is not a number"),
+    ("start,end,status\n0,1,failed\ninf,2,failed\n", 2, "start", "'inf' is not a number"),
+    ("start,end,status\ntrue,1,failed\n", 1, "start", "'true' is not a number"),
+    ("start,end,status\n0,1,failed\n0,1,FAILED\n", 2, "status", "Invalid status"),
+    ("start,end,status\n0,1,failed\n2,1,failed\n", 2, "end", "Invalid request times"),
+    ("start,end,status\n0,1,failed\n0,11,failed\n", 2, "end", "<= window end 10"),
+    ("start,end,status,first_token,output_tokens\n0,1,success,,3\n", 1, "first_token", "Invalid successful output"),
+    ("start,end,status,admitted\n0,1,failed,2\n", 1, "admitted", "Invalid admission time"),
+    ("start,end,status,prompt_tokens\n0,1,failed,-3\n", 1, "prompt_tokens", "Invalid prompt tokens"),
+    ("start,end,status,output_tokens\n0,1,failed,-1\n", 1, "output_tokens", "Invalid output tokens"),
+])
+def test_bad_csv_names_file_row_and_field(body, row, field, fragment):
+    with pytest.raises(RecordValidationError) as info:
+        load(body)
+    err = info.value
+    assert (err.source, err.row, err.field) == ("runs.csv", row, field)
+    assert str(err).startswith(f"runs.csv, row {row}, field '{field}': ")
+    assert fragment in str(err)
+
+
+@pytest.mark.parametrize("doc, row, field, fragment", [
+    ([{"start": 0, "end": 1, "status": "failed"}, {"start": True, "end": 1, "status": "failed"}], 2, "start",
+     "True is not a number"),
+    ([{"start": 0, "first_token": 0.5, "end": 1, "status": "success", "output_tokens": 2.0}], 1, "output_tokens",
+     "2.0 is not an integer"),
+    ([{"start": 0, "end": 1, "status": "failed", "slice": 3}], 1, "slice", "3 is not text"),
+    ([{"start": 0, "end": 1, "status": "failed", "sattus": "x"}], 1, "sattus", "unknown field"),
+    ([{"start": 0, "end": 1, "status": "failed"}, "oops"], 2, None, "Record must be an object"),
+])
+def test_bad_json_names_row_and_field(doc, row, field, fragment):
+    with pytest.raises(RecordValidationError) as info:
+        load(json.dumps(doc), "runs.json")
+    assert (info.value.row, info.value.field) == (row, field)
+    assert fragment in str(info.value)
+
+
+def test_json_nan_and_infinity_literals_are_rejected():
+    with pytest.raises(RecordValidationError, match="row 1, field 'end'.*nan is not a finite number"):
+        load('[{"start": 0, "end": NaN, "status": "failed"}]', "runs.json")
+
+
+@pytest.mark.parametrize("data, name, fragment", [
+    (b"", "empty.csv", "the file is empty"),
+    (b"start,end\n0,1\n", "nostatus.csv", "missing column 'status'"),
+    (b"start,end,status\n", "header.csv", "no records after the header"),
+    (b"start,end,status\n0,1,failed\n".replace(b"failed", b"f\xe9iled"), "latin1.csv", "not UTF-8"),
+    (b"[{\"start\": 0,", "broken.json", "invalid JSON at line 1"),
+    (b"{\"start\": 0, \"end\": 1, \"status\": \"failed\"}\n\n{\"start\": 0}\n", "gap.jsonl", "row 2: invalid JSON"),
+    (b"{\"runs\": []}", "obj.json", "expected a JSON array"),
+    (b"start,end,status,colour\n0,1,failed,red\n", "extra.csv", "unknown column 'colour'"),
+])
+def test_malformed_files_get_one_clear_error(data, name, fragment):
+    with pytest.raises(InputFormatError) as info:
+        load(data, name)
+    assert name in str(info.value) and fragment in str(info.value)
+
+
+def test_parquet_types_are_checked(tmp_path):
+    p = tmp_path / "typed.parquet"
+    pq.write_table(pa.table({"start": [0.0, 1.0], "end": [1.0, 2.0], "status": ["success", "failed"],
+                             "first_token": [0.5, float("nan")], "output_tokens": [3.0, float("nan")]}), p)
+    with pytest.raises(RecordValidationError, match=r"typed.parquet, row 1, field 'output_tokens'.*3.0 is not an integer"):
+        load_table(p)
+    q = tmp_path / "bools.parquet"
+    pq.write_table(pa.table({"start": [0.0], "end": [True], "status": ["failed"]}), q)
+    with pytest.raises(RecordValidationError, match="row 1, field 'end'.*True is not a number"):
+        load_table(q)
+    ok = tmp_path / "ok.parquet"
+    pq.write_table(pa.table({"start": [0.0, 1.0], "end": [1.0, 2.0], "status": ["success", "failed"],
+                             "first_token": [0.5, float("nan")],
+                             "output_tokens": pa.array([3, None], pa.int64())}), ok)
+    table, _, _ = load_table(ok)
+    assert table.output_tokens.tolist() == [3, -1] and math.isnan(table.first_token[1])
+
+
+# The vectorised file validation must find the same first error as the spec's record-by-record loop.
+cell = st.sampled_from(["0", "1", "2.5", "9", "9.0", "", "nan", "true", "-1", "x", "11", "3"])
+status_cell = st.sampled_from(["success", "failed", "timeout", "rejected", "bogus", ""])
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(cell, cell, cell, status_cell, cell), min_size=1, max_size=6))
+def test_vectorised_validation_reports_the_spec_order_first_error(rows):
+    body = "start,first_token,end,status,output_tokens\n" + "".join(",".join(r) + "\n" for r in rows)
+
+    def value(text, integer=False):
+        if text == "":
+            return None
+        try:
+            return int(text) if integer else float(text)
+        except ValueError:
+            return text
+
+    records = []
+    for s, f, e, stat, out in rows:
+        rec = {"start": value(s), "end": value(e), "status": stat or None, "first_token": value(f)}
+        out_v = value(out, integer=True)
+        rec["output_tokens"] = out_v if isinstance(out_v, int) else (out if out else None)
+        for key in ("start", "end", "first_token"):
+            if isinstance(rec[key], float) and not math.isfinite(rec[key]):
+                rec[key] = "non-finite"
+        records.append({k: v for k, v in rec.items() if v is not None})
+    expected = None
+    for i, rec in enumerate(records):
+        try:
+            summarize([rec], 0, 10)  # the spec's rules for this record alone
+        except ValueError as exc:
+            expected = (i, str(exc))
+            break
+        out = rec.get("output_tokens")
+        if rec["status"] != "success" and out is not None and not (isinstance(out, int) and out >= 0):
+            expected = (i, "Invalid output tokens")  # servebench's rule, checked after the spec's
+            break
+    try:
+        load(body, ws=0, we=10)
+        got = None
+    except RecordValidationError as exc:
+        got = (exc.row - 1, exc.rule)
+    assert got == expected
+
+
+def test_timing_record_model_mirrors_the_rules():
+    TimingRecord.model_validate({"start": 0, "firstToken": 0.5, "end": 1, "status": "success", "outputTokens": 2})
+    for bad in ({"start": 0, "end": 1, "status": "success", "first_token": 0.5, "output_tokens": 9.0},
+                {"start": 2, "end": 1, "status": "failed"},
+                {"start": 0, "end": 1, "status": "failed", "extra": 1},
+                {"start": True, "end": 1, "status": "failed"}):
+        with pytest.raises(ValueError):
+            TimingRecord.model_validate(bad)
+
+
+def test_large_parquet_round_trip_keeps_every_row(tmp_path):
+    rng = np.random.default_rng(1)
+    n = 20_000
+    start = np.sort(rng.uniform(0, 100, n))
+    ft = start + rng.uniform(0.01, 1, n)
+    end = ft + rng.uniform(0, 2, n)
+    status = np.where(rng.random(n) < 0.9, "success", "timeout")
+    out = rng.integers(1, 100, n)
+    p = tmp_path / "big.parquet"
+    pq.write_table(pa.table({"start": start, "first_token": ft, "end": end, "status": status,
+                             "output_tokens": out}), p)
+    table, ws, we = load_table(p)
+    assert len(table) == n and ws == start.min() and we == end.max()
+    assert int((table.status == 0).sum()) == int((status == "success").sum())

@@ -1,0 +1,306 @@
+"""The spec's summary contract, checked against its fixture and a literal record-by-record oracle."""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from servebench import CONTRACT_FIELDS, SLO, summarize
+from servebench.records import parse_objects, validate
+from servebench.summary import build_report
+
+
+def oracle(records, ws, we):
+    """The spec's text, written as plainly as possible: an independent reference for summarize."""
+    def num(v):
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+    if not (num(ws) and num(we) and we > ws):
+        raise ValueError("Invalid observation window")
+    if not isinstance(records, list) or not records:
+        raise ValueError("Expected nonempty records")
+    for r in records:
+        if not isinstance(r, dict):
+            raise ValueError("Record must be an object")
+        s, e = r.get("start"), r.get("end")
+        if not (num(s) and num(e) and ws <= s <= e <= we):
+            raise ValueError("Invalid request times")
+        if r.get("status") not in ("success", "failed", "timeout", "cancelled", "rejected"):
+            raise ValueError("Invalid status")
+        if r["status"] == "success":
+            f, o = r.get("first_token"), r.get("output_tokens")
+            if not (num(f) and s <= f <= e and isinstance(o, int) and not isinstance(o, bool) and o >= 1):
+                raise ValueError("Invalid successful output")
+
+    def p95(vals):
+        if not vals:
+            return None
+        return sorted(vals)[max(0, math.ceil(0.95 * len(vals)) - 1)]
+
+    ok = [r for r in records if r["status"] == "success"]
+    w = we - ws
+    return {
+        "requests": len(records),
+        "successes": len(ok),
+        "non_success_fraction": 1 - len(ok) / len(records),
+        "successful_requests_per_second": len(ok) / w,
+        "successful_output_tokens_per_second": sum(r["output_tokens"] for r in ok) / w,
+        "success_latency_p95_s": p95([r["end"] - r["start"] for r in ok]),
+        "success_ttft_p95_s": p95([r["first_token"] - r["start"] for r in ok]),
+        "success_request_tpot_p95_s": p95([(r["end"] - r["first_token"]) / (r["output_tokens"] - 1)
+                                           for r in ok if r["output_tokens"] > 1]),
+    }
+
+
+def rounded(d):
+    return {k: round(v, 4) if isinstance(v, float) else v for k, v in d.items()}
+
+
+def test_r1_r4_fixture_matches_the_spec(r1_r4):
+    result = summarize(r1_r4, 0, 10)
+    assert tuple(result) == CONTRACT_FIELDS
+    assert rounded(result) == {
+        "requests": 4,                                   # R1-R4
+        "successes": 2,                                  # R1, R2
+        "non_success_fraction": 0.5,                     # R3 timeout, R4 rejected
+        "successful_requests_per_second": 0.2,           # 2 successes / 10 s
+        "successful_output_tokens_per_second": 1.0,      # (9 + 1) tokens / 10 s
+        "success_latency_p95_s": 2.5,                    # R1: 2.5 - 0
+        "success_ttft_p95_s": 0.5,                       # R1: 0.5 - 0
+        "success_request_tpot_p95_s": 0.25,              # R1 only: (2.5 - 0.5) / 8; R2 has one token
+    }
+
+
+def test_metrics_with_no_values_are_none():
+    result = summarize([{"start": 0, "end": 1, "status": "failed"},
+                        {"start": 0, "first_token": 0.5, "end": 0.5, "status": "success", "output_tokens": 1}], 0, 1)
+    assert result["success_request_tpot_p95_s"] is None
+    all_failed = summarize([{"start": 0, "end": 1, "status": "timeout"}], 0, 1)
+    assert all_failed["successes"] == 0 and all_failed["non_success_fraction"] == 1
+    assert all_failed["success_latency_p95_s"] is None and all_failed["success_ttft_p95_s"] is None
+    assert all_failed["successful_output_tokens_per_second"] == 0
+
+
+OK = {"start": 1, "first_token": 2, "end": 3, "status": "success", "output_tokens": 3}
+
+
+@pytest.mark.parametrize("records, ws, we, message", [
+    ([OK], 0, 0, "Invalid observation window"),
+    ([OK], 5, 1, "Invalid observation window"),
+    ([OK], 0, math.inf, "Invalid observation window"),
+    ([OK], math.nan, 10, "Invalid observation window"),
+    ([OK], False, 10, "Invalid observation window"),
+    ([OK], "0", 10, "Invalid observation window"),
+    ([], 0, 10, "Expected nonempty records"),
+    (None, 0, 10, "Expected nonempty records"),
+    ({"start": 1}, 0, 10, "Expected nonempty records"),
+    ([OK, 7], 0, 10, "Record must be an object"),
+    ([["start", 1]], 0, 10, "Record must be an object"),
+    ([{**OK, "start": True}], 0, 10, "Invalid request times"),
+    ([{**OK, "start": "1"}], 0, 10, "Invalid request times"),
+    ([{**OK, "end": math.nan}], 0, 10, "Invalid request times"),
+    ([{**OK, "end": math.inf}], 0, 10, "Invalid request times"),
+    ([{"end": 3, "status": "failed"}], 0, 10, "Invalid request times"),
+    ([{**OK, "start": -1}], 0, 10, "Invalid request times"),
+    ([{**OK, "end": 11}], 0, 10, "Invalid request times"),
+    ([{**OK, "start": 4}], 0, 10, "Invalid request times"),
+    # times are checked before status, status before the successful output
+    ([{"start": 4, "end": 3, "status": "bogus"}], 0, 10, "Invalid request times"),
+    ([{"start": 1, "end": 3, "status": "bogus", "first_token": 99}], 0, 10, "Invalid status"),
+    ([{"start": 1, "end": 3, "status": "Success"}], 0, 10, "Invalid status"),
+    ([{"start": 1, "end": 3}], 0, 10, "Invalid status"),
+    ([{**OK, "first_token": None}], 0, 10, "Invalid successful output"),
+    ([{**OK, "first_token": 0.5}], 0, 10, "Invalid successful output"),
+    ([{**OK, "first_token": 3.5}], 0, 10, "Invalid successful output"),
+    ([{**OK, "first_token": True}], 0, 10, "Invalid successful output"),
+    ([{**OK, "output_tokens": 9.0}], 0, 10, "Invalid successful output"),
+    ([{**OK, "output_tokens": True}], 0, 10, "Invalid successful output"),
+    ([{**OK, "output_tokens": 0}], 0, 10, "Invalid successful output"),
+    ([{k: v for k, v in OK.items() if k != "output_tokens"}], 0, 10, "Invalid successful output"),
+    # record by record: the first record's error wins over a later record's earlier rule
+    ([{**OK, "output_tokens": 0}, {"start": 5, "end": 1, "status": "failed"}], 0, 10,
+     "Invalid successful output"),
+])
+def test_validation_order_and_messages(records, ws, we, message):
+    with pytest.raises(ValueError) as info:
+        summarize(records, ws, we)
+    assert str(info.value) == message
+    with pytest.raises(ValueError) as ref:
+        oracle(records, ws, we)
+    assert str(ref.value) == message
+
+
+def test_non_success_needs_only_start_and_end():
+    result = summarize([{"start": 0, "end": 1, "status": "cancelled", "first_token": "junk"}], 0, 1)
+    assert result["requests"] == 1
+
+
+def test_camel_case_keys_and_unknown_keys_are_accepted():
+    rec = {"id": "R1", "start": 0, "firstToken": 0.5, "end": 2.5, "status": "success", "outputTokens": 9,
+           "note": "ignored by the contract"}
+    assert summarize([rec], 0, 10)["success_ttft_p95_s"] == 0.5
+
+
+# --------------------------------------------------------------------------- properties
+
+finite = st.floats(min_value=0, max_value=10, allow_nan=False)
+field_value = st.one_of(finite, st.integers(-2, 12), st.booleans(), st.none(), st.just(math.nan),
+                        st.just(math.inf), st.text(max_size=2), st.just(9.0))
+status = st.sampled_from(["success", "failed", "timeout", "cancelled", "rejected", "bogus", None])
+
+
+@st.composite
+def valid_record(draw):
+    s = draw(finite)
+    e = draw(st.floats(min_value=s, max_value=10))
+    stat = draw(st.sampled_from(["success", "failed", "timeout", "cancelled", "rejected"]))
+    rec = {"start": s, "end": e, "status": stat}
+    if stat == "success":
+        rec["first_token"] = draw(st.floats(min_value=s, max_value=e))
+        rec["output_tokens"] = draw(st.integers(1, 50))
+    return rec
+
+
+@st.composite
+def messy_record(draw):
+    rec = draw(valid_record())
+    for key in ("start", "end", "first_token", "output_tokens"):
+        if draw(st.integers(0, 9)) == 0:
+            rec[key] = draw(field_value)
+    if draw(st.integers(0, 9)) == 0:
+        rec["status"] = draw(status)
+    if draw(st.integers(0, 29)) == 0:
+        return draw(st.sampled_from([None, 3, "record", ["start"]]))
+    return rec
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.lists(messy_record(), min_size=1, max_size=8))
+def test_summarize_agrees_with_the_literal_oracle(records):
+    try:
+        expected = oracle(records, 0, 10)
+    except ValueError as exc:
+        with pytest.raises(ValueError) as info:
+            summarize(records, 0, 10)
+        assert str(info.value) == str(exc)
+    else:
+        assert summarize(records, 0, 10) == pytest.approx(expected)
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(st.lists(valid_record(), min_size=1, max_size=30), st.randoms(use_true_random=False))
+def test_permutation_invariant_and_input_unchanged(records, rnd):
+    before = copy.deepcopy(records)
+    ids = [id(r) for r in records]
+    first = summarize(records, 0, 10)
+    assert records == before and [id(r) for r in records] == ids
+    shuffled = list(records)
+    rnd.shuffle(shuffled)
+    assert summarize(shuffled, 0, 10) == first
+
+
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(st.lists(valid_record(), min_size=1, max_size=40))
+def test_report_conserves_counts(records):
+    table = validate(parse_objects(records), 0, 10)
+    report = build_report(table, 0, 10, SLO(ttft_s=1.0))
+    assert sum(report.by_status.values()) == report.offered == len(records)
+    assert report.accepted == report.offered - report.rejected
+    assert sum(report.by_cause.values()) == report.offered - report.completed
+    assert report.total_output_tokens == report.successful_output_tokens + report.wasted_output_tokens
+    assert report.slo.good_requests <= report.completed
+    assert report.summary == summarize(records, 0, 10)
+
+
+# --------------------------------------------------------------------------- the full report
+
+def table_of(records, ws=0.0, we=10.0):
+    return validate(parse_objects(records), ws, we)
+
+
+def test_failure_aware_view_never_looks_faster_than_success_only():
+    fast_but_rejecting = [{"start": i, "first_token": i + 0.1, "end": i + 0.2, "status": "success",
+                           "output_tokens": 2} for i in range(5)]
+    fast_but_rejecting += [{"start": 5 + i * 0.1, "end": 5 + i * 0.1, "status": "rejected"} for i in range(5)]
+    report = build_report(table_of(fast_but_rejecting), 0, 10)
+    assert report.latency_s.at(95) == pytest.approx(0.2)
+    assert report.failure_aware_latency_s.at(95) == math.inf
+    assert report.failure_aware_latency_s.at(50) == pytest.approx(0.2)
+    assert report.failure_aware_latency_s.mean is None  # an infinite mean is not reported as a number
+
+
+def test_slo_attainment_counts_failures_as_misses():
+    recs = [
+        {"start": 0, "first_token": 0.2, "end": 1.2, "status": "success", "output_tokens": 11},  # tpot 0.1
+        {"start": 1, "first_token": 2.5, "end": 3.0, "status": "success", "output_tokens": 6},   # ttft 1.5
+        {"start": 2, "first_token": 2.1, "end": 2.1, "status": "success", "output_tokens": 1},   # tpot n/a
+        {"start": 3, "end": 4, "status": "failed", "output_tokens": 7, "error": "500"},
+    ]
+    report = build_report(table_of(recs), 0, 10, SLO(ttft_s=1.0, tpot_s=0.2))
+    assert report.slo.good_requests == 2
+    assert report.slo.attainment == 0.5
+    assert report.slo.goodput_requests_per_second == pytest.approx(0.2)
+    assert report.slo.goodput_output_tokens_per_second == pytest.approx(1.2)
+    assert report.wasted_output_tokens == 7
+    assert report.by_cause == {"500": 1}
+
+
+def test_stage_breakdown_and_in_service_from_admission_times():
+    recs = [
+        {"start": 0, "admitted": 1, "first_token": 1.5, "end": 3, "status": "success", "output_tokens": 4},
+        {"start": 0.5, "admitted": 3, "first_token": 4, "end": 5, "status": "success", "output_tokens": 2},
+    ]
+    report = build_report(table_of(recs, 0, 5), 0, 5)
+    assert report.queue_wait_s.at(95) == pytest.approx(2.5)
+    assert report.prefill_s.at(50) == pytest.approx(0.5)
+    assert report.active_requests.peak == 2
+    assert report.in_service.peak == 1
+    assert report.in_service.time_at_peak_s == pytest.approx(4.0)
+
+
+def test_duplicates_slices_and_confidence_intervals():
+    rng = np.random.default_rng(7)
+    recs = []
+    for i in range(300):
+        s = float(rng.uniform(0, 50))
+        recs.append({"request_id": f"r{i % 299}", "start": s, "first_token": s + 0.1, "end": s + 1,
+                     "status": "success", "output_tokens": 10, "slice": "a" if i % 3 else "b"})
+    report = build_report(table_of(recs, 0, 60), 0, 60)
+    assert report.duplicate_request_ids == 1 and report.duplicate_request_id_examples == ["r0"]
+    assert set(report.slices) == {"a", "b"}
+    assert report.slices["a"].offered + report.slices["b"].offered == 300
+    p95, p99 = report.latency_s.percentiles[2], report.latency_s.percentiles[3]
+    assert p95.q == 95 and p95.ci_low is not None and p95.ci_high is not None
+    assert p99.q == 99 and p99.ci_low is not None
+    assert p99.ci_high is None  # 300 requests cannot bound p99 from above at 95% confidence
+
+
+def test_report_json_is_strict_json():
+    import json
+    report = build_report(table_of([{"start": 0, "end": 1, "status": "timeout"}]), 0, 10)
+    doc = json.loads(report.model_dump_json())
+    assert doc["failure_aware_latency_s"]["percentiles"][0]["value"] == "Infinity"
+    assert doc["latency_s"]["percentiles"][0]["value"] is None
+
+
+def test_random_order_gives_the_same_report():
+    rng = random.Random(3)
+    recs = [{"start": i * 0.1, "first_token": i * 0.1 + 0.05, "end": i * 0.1 + 0.3 + (i % 7) * 0.01,
+             "status": "success", "output_tokens": 5 + i % 4} for i in range(60)]
+    def without_means(report):
+        # means are sums of floats, exact only up to summation order; everything else must match exactly
+        doc = report.model_dump()
+        means = {k: v.pop("mean") for k, v in doc.items() if isinstance(v, dict) and "mean" in v}
+        return doc, means
+
+    a, a_means = without_means(build_report(table_of(recs), 0, 10))
+    rng.shuffle(recs)
+    b, b_means = without_means(build_report(table_of(recs), 0, 10))
+    assert a == b
+    assert a_means == pytest.approx(b_means)

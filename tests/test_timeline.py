@@ -1,0 +1,54 @@
+"""The sweep line: peak concurrency and time at the peak, against a brute-force event walk."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from servebench.timeline import active_counts, active_timeline
+
+
+def brute_force(intervals, ws, we):
+    events = sorted([(e, 0) for _, e in intervals] + [(s, 1) for s, _ in intervals])  # departures first
+    active = peak = 0
+    level_at = []
+    for t, kind in events:
+        active += 1 if kind else -1
+        level_at.append((t, active))
+        peak = max(peak, active)
+    time_at_peak = 0.0
+    for (t, level), (t_next, _) in zip(level_at, level_at[1:]):
+        if level == peak and peak > 0:
+            time_at_peak += min(max(t_next, ws), we) - min(max(t, ws), we)
+    return peak, time_at_peak
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.integers(0, 20), st.integers(0, 6)), min_size=1, max_size=40))
+def test_matches_brute_force_with_ties(pairs):
+    intervals = [(float(s), float(s + d)) for s, d in pairs]
+    start = np.array([s for s, _ in intervals])
+    end = np.array([e for _, e in intervals])
+    tl = active_timeline(start, end, 0.0, 26.0)
+    peak, time_at_peak = brute_force(intervals, 0.0, 26.0)
+    assert tl.peak == peak
+    if peak:
+        assert tl.time_at_peak_s == pytest.approx(time_at_peak)
+        assert tl.share_at_peak == pytest.approx(time_at_peak / 26.0)
+
+
+def test_a_departure_comes_before_an_arrival_at_equal_times():
+    tl = active_timeline(np.array([0.0, 1.0]), np.array([1.0, 2.0]), 0, 2)
+    assert tl.peak == 1 and tl.time_at_peak_s == 2.0
+
+
+def test_zero_length_requests_never_count_as_active():
+    tl = active_timeline(np.array([3.0, 3.0]), np.array([3.0, 3.0]), 0, 10)
+    assert tl.peak == 0
+
+
+def test_active_counts_at_times():
+    counts = active_counts(np.array([0.0, 1.0, 1.0]), np.array([2.0, 3.0, 1.5]), np.array([0.5, 1.0, 1.7, 2.0]))
+    assert counts.tolist() == [1, 3, 2, 1]
