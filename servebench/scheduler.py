@@ -1,0 +1,531 @@
+"""Admission, batching and preemption for a continuous-batching server, as a pure component.
+
+The scheduler holds no clock and does no I/O: every call takes the caller's time ``now`` in
+seconds. The simulator drives it with a modelled step time; the torch engine drives it with real
+compute. Both follow the same loop::
+
+    sched = Scheduler(SchedulerConfig(kv_budget_tokens=65_536, policy="reserve"))
+    outcome = sched.add_request(Request("r1", arrival_s=0.0, prompt_tokens=1000, max_output_tokens=200), now)
+    # outcome is None when queued, or a terminal "rejected" Outcome (queue full, or it can never fit)
+    plan = sched.step(now)                  # whom to admit, prefill chunks, who decodes, who was preempted
+    ...run plan.prefill chunks and one decode token for each id in plan.decode...
+    done = sched.on_step_done(plan, now, finished={"r7"})   # -> terminal Outcomes (successes)
+    done += sched.expire(now)               # deadlines passed: "timeout" Outcomes, KV freed
+    sched.cancel("r3", now)                 # -> "cancelled" Outcome (or None if unknown), KV freed
+
+Semantics:
+
+* ``step(now)`` schedules running sequences first (oldest admission first), then admits waiting
+  requests in FIFO order (head-of-line: admission stops at the first request that does not fit).
+  ``max_num_seqs`` bounds running sequences; ``max_num_batched_tokens`` bounds the tokens of one
+  step (one per decoding sequence plus prefill chunk tokens). With ``chunked_prefill`` a prompt is
+  split to fill the budget; without it a prompt is prefilled whole or not at all in that step.
+* The prefill chunk that completes a sequence's context samples its first token at the end of
+  the step (``first_token`` = that step's end time); each decode step adds one token.
+* A sequence in a plan that has not been committed is *in flight*: later ``step`` calls skip it.
+  So a caller may run prefill on its own lane and commit parts of a plan at different times with
+  ``plan.only(ids)`` (the simulator's ``separate`` prefill lane does that).
+* KV is accounted in tokens. ``reserve``: admission reserves prompt + full output cap, freed at the
+  end; no preemption. ``paged``: ``block_size_tokens`` blocks are allocated as tokens are held;
+  when a running sequence needs a block and none is free, the newest running sequence (last
+  admitted) is preempted: its blocks are freed, it goes to the front of the waiting queue, and when
+  readmitted it recomputes prompt + generated tokens as a prefill (vLLM's recompute).
+* A request whose deadline passes (``expire``) or that is cancelled frees its KV at once; a plan
+  still in flight that names it is ignored for it on commit.
+* ``output_tokens`` on a Request (known in simulation) ends it with success after that many tokens;
+  otherwise it ends at ``max_output_tokens`` or when the caller names it in ``finished`` (EOS).
+* Every request ends in exactly one terminal :class:`Outcome`; ``Outcome.to_record()`` gives the
+  canonical record (``start`` = arrival, ``admitted``, ``first_token``, ``end``, ``status``,
+  ``prompt_tokens``, ``output_tokens`` = tokens generated so far, ``slice``, ``error``).
+* Pure decode runs: ``max_decode_steps(plan)`` is how many identical decode steps the plan's
+  sequences can take before one completes or (paged) runs out of blocks; ``on_step_done(plan, now,
+  steps=k)`` commits k of them at once (the simulator's fast path).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .errors import ConfigError
+
+Policy = Literal["reserve", "paged"]
+POLICIES: tuple[str, ...] = ("reserve", "paged")
+
+ERR_QUEUE_FULL = "queue_full"
+ERR_TOO_LARGE = "kv_exceeds_budget"
+ERR_PROMPT_TOO_LONG = "prompt_exceeds_batch_budget"
+ERR_DEADLINE = "deadline_exceeded"
+ERR_CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Limits and policy of one server replica."""
+
+    kv_budget_tokens: int
+    policy: Policy = "reserve"
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int | None = None  # None: no per-step token limit
+    chunked_prefill: bool = True
+    max_waiting: int | None = None  # bounded waiting queue; None: unbounded
+    block_size_tokens: int = 16
+    timeout_s: float | None = None  # default deadline after arrival; None: none
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ConfigError(f"scheduler policy {self.policy!r} is not one of {', '.join(POLICIES)}")
+        if self.kv_budget_tokens < 1:
+            raise ConfigError(f"kv_budget_tokens {self.kv_budget_tokens!r} must be at least 1")
+        if self.max_num_seqs < 1:
+            raise ConfigError(f"max_num_seqs {self.max_num_seqs!r} must be at least 1")
+        if self.max_num_batched_tokens is not None and self.max_num_batched_tokens < 1:
+            raise ConfigError(f"max_num_batched_tokens {self.max_num_batched_tokens!r} must be at least 1")
+        if self.max_waiting is not None and self.max_waiting < 0:
+            raise ConfigError(f"max_waiting {self.max_waiting!r} must be at least 0")
+        if self.block_size_tokens < 1:
+            raise ConfigError(f"block_size_tokens {self.block_size_tokens!r} must be at least 1")
+        if self.policy == "paged" and self.kv_budget_tokens < self.block_size_tokens:
+            raise ConfigError(f"kv_budget_tokens {self.kv_budget_tokens} holds no {self.block_size_tokens}-token block")
+        if self.timeout_s is not None and not self.timeout_s > 0:
+            raise ConfigError(f"timeout_s {self.timeout_s!r} must be positive")
+
+    @property
+    def num_blocks(self) -> int:
+        """Return the number of KV blocks under the paged policy."""
+        return self.kv_budget_tokens // self.block_size_tokens
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request as the scheduler sees it; times are on the caller's clock, in seconds."""
+
+    request_id: str
+    arrival_s: float
+    prompt_tokens: int
+    max_output_tokens: int
+    output_tokens: int | None = None  # tokens it will generate (simulation); None: until the cap or EOS
+    timeout_s: float | None = None  # deadline after arrival; None: the config's
+    slice: str | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A request's terminal outcome, field for field the canonical timing record."""
+
+    request_id: str
+    start: float
+    admitted: float | None
+    first_token: float | None
+    end: float
+    status: str
+    prompt_tokens: int
+    output_tokens: int
+    slice: str | None
+    error: str | None
+    preemptions: int = 0
+
+    def to_record(self) -> dict[str, Any]:
+        """Return the canonical record dict, leaving out absent optional fields."""
+        rec: dict[str, Any] = {"request_id": self.request_id, "start": self.start}
+        if self.admitted is not None:
+            rec["admitted"] = self.admitted
+        if self.first_token is not None:
+            rec["first_token"] = self.first_token
+        rec["end"] = self.end
+        rec["status"] = self.status
+        rec["prompt_tokens"] = self.prompt_tokens
+        rec["output_tokens"] = self.output_tokens
+        if self.slice is not None:
+            rec["slice"] = self.slice
+        if self.error is not None:
+            rec["error"] = self.error
+        return rec
+
+
+@dataclass
+class StepPlan:
+    """What one step does. Ids in ``prefill`` and ``decode`` are in flight until committed."""
+
+    now_s: float
+    admitted: list[str] = field(default_factory=list)
+    prefill: list[tuple[str, int]] = field(default_factory=list)  # (request_id, prompt tokens this step)
+    decode: list[str] = field(default_factory=list)  # one token each
+    preempted: list[str] = field(default_factory=list)
+    kv_tokens_used: int = 0  # after this step's allocations
+    kv_tokens_read: int = 0  # context tokens attended over by the decoding sequences
+    waiting: int = 0  # waiting requests left after this step's admissions
+    running: int = 0  # running sequences (in flight or not) after this step's admissions
+
+    @property
+    def prefill_tokens(self) -> int:
+        """Return the prompt tokens this step computes."""
+        return sum(n for _, n in self.prefill)
+
+    @property
+    def batched_tokens(self) -> int:
+        """Return the tokens this step computes: prefill chunks plus one per decoding sequence."""
+        return self.prefill_tokens + len(self.decode)
+
+    @property
+    def is_empty(self) -> bool:
+        """Return True when the step computes nothing."""
+        return not self.prefill and not self.decode
+
+    def only(self, request_ids: Collection[str]) -> "StepPlan":
+        """Return the part of this plan for ``request_ids`` (to commit parts at different times)."""
+        return StepPlan(self.now_s, [r for r in self.admitted if r in request_ids],
+                        [(r, n) for r, n in self.prefill if r in request_ids],
+                        [r for r in self.decode if r in request_ids], [], self.kv_tokens_used,
+                        self.kv_tokens_read, self.waiting, self.running)
+
+
+class _Seq:
+    """A request's mutable state inside the scheduler."""
+
+    __slots__ = ("req", "target", "deadline", "computed", "generated", "decoding", "admitted_s",
+                 "first_token_s", "blocks", "reserved", "preemptions", "in_flight", "running", "alive", "key")
+
+    def __init__(self, req: Request, target: int, deadline: float, key: int) -> None:
+        self.req = req
+        self.key = key  # unique per add_request, so a reused request_id never matches a stale deadline
+        self.target = target
+        self.deadline = deadline
+        self.computed = 0  # tokens whose KV is computed
+        self.generated = 0  # output tokens sampled so far
+        self.decoding = False
+        self.admitted_s: float | None = None
+        self.first_token_s: float | None = None
+        self.blocks = 0
+        self.reserved = 0
+        self.preemptions = 0
+        self.in_flight = False
+        self.running = False
+        self.alive = True
+
+
+class Scheduler:
+    """Continuous-batching scheduler: see the module docstring for the protocol."""
+
+    def __init__(self, config: SchedulerConfig) -> None:
+        self.config = config
+        self._seqs: dict[str, _Seq] = {}
+        self._waiting: deque[_Seq] = deque()
+        self._running: list[_Seq] = []  # admission order
+        self._deadlines: list[tuple[float, int, str]] = []
+        self._counter = 0
+        self._free_blocks = config.num_blocks
+        self._reserved_tokens = 0
+
+    # ------------------------------------------------------------------ state
+    @property
+    def num_waiting(self) -> int:
+        """Return how many requests wait for admission."""
+        return len(self._waiting)
+
+    @property
+    def num_running(self) -> int:
+        """Return how many sequences hold a seat (admitted, not finished)."""
+        return len(self._running)
+
+    @property
+    def kv_tokens_used(self) -> int:
+        """Return KV tokens taken: reserved (reserve) or held in whole blocks (paged)."""
+        if self.config.policy == "reserve":
+            return self._reserved_tokens
+        return (self.config.num_blocks - self._free_blocks) * self.config.block_size_tokens
+
+    @property
+    def has_work(self) -> bool:
+        """Return True while any request waits or runs."""
+        return bool(self._waiting or self._running)
+
+    def next_deadline(self) -> float | None:
+        """Return the earliest deadline of a live request, or None."""
+        heap = self._deadlines
+        while heap and not self._is_live(heap[0][2], heap[0][1]):
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
+
+    def _is_live(self, rid: str, counter: int) -> bool:
+        seq = self._seqs.get(rid)
+        return seq is not None and seq.alive and seq.key == counter
+
+    # ------------------------------------------------------------------ arrivals and exits
+    def add_request(self, req: Request, now: float) -> Outcome | None:
+        """Queue ``req``; return a "rejected" Outcome if the queue is full or it can never fit."""
+        cfg = self.config
+        if req.request_id in self._seqs:
+            raise ConfigError(f"request_id {req.request_id!r} is already in the scheduler")
+        if req.prompt_tokens < 0 or req.max_output_tokens < 1:
+            raise ConfigError(f"request {req.request_id!r}: prompt_tokens {req.prompt_tokens} must be >= 0 "
+                              f"and max_output_tokens {req.max_output_tokens} >= 1")
+        target = req.max_output_tokens if req.output_tokens is None else min(req.output_tokens, req.max_output_tokens)
+        error = None
+        if cfg.max_waiting is not None and len(self._waiting) >= cfg.max_waiting:
+            error = ERR_QUEUE_FULL
+        elif self._max_tokens(req) > cfg.kv_budget_tokens:
+            error = ERR_TOO_LARGE
+        elif (not cfg.chunked_prefill and cfg.max_num_batched_tokens is not None
+              and req.prompt_tokens > cfg.max_num_batched_tokens):
+            error = ERR_PROMPT_TOO_LONG
+        if error is not None:
+            return Outcome(req.request_id, req.arrival_s, None, None, now, "rejected", req.prompt_tokens, 0,
+                           req.slice, error)
+        timeout = req.timeout_s if req.timeout_s is not None else cfg.timeout_s
+        deadline = math.inf if timeout is None else req.arrival_s + timeout
+        self._counter += 1
+        seq = _Seq(req, max(target, 1), deadline, self._counter)
+        self._seqs[req.request_id] = seq
+        self._waiting.append(seq)
+        if deadline != math.inf:
+            heapq.heappush(self._deadlines, (deadline, seq.key, req.request_id))
+        return None
+
+    def _max_tokens(self, req: Request) -> int:
+        """Return the KV tokens a request can need at most (its reservation under ``reserve``)."""
+        if self.config.policy == "reserve":
+            return req.prompt_tokens + req.max_output_tokens
+        bs = self.config.block_size_tokens
+        return -(-(req.prompt_tokens + req.max_output_tokens) // bs) * bs
+
+    def expire(self, now: float) -> list[Outcome]:
+        """End every live request whose deadline is at or before ``now`` with "timeout"."""
+        out: list[Outcome] = []
+        heap = self._deadlines
+        while heap and heap[0][0] <= now:
+            _, counter, rid = heapq.heappop(heap)
+            if self._is_live(rid, counter):
+                out.append(self._finish(self._seqs[rid], now, "timeout", ERR_DEADLINE))
+        return out
+
+    def cancel(self, request_id: str, now: float) -> Outcome | None:
+        """End a live request with "cancelled" and free its KV; None if it is not in the scheduler."""
+        seq = self._seqs.get(request_id)
+        if seq is None or not seq.alive:
+            return None
+        return self._finish(seq, now, "cancelled", ERR_CANCELLED)
+
+    def _finish(self, seq: _Seq, now: float, status: str, error: str | None) -> Outcome:
+        seq.alive = False
+        self._release(seq)
+        if seq.running:
+            self._running.remove(seq)
+            seq.running = False
+        else:
+            self._waiting.remove(seq)
+        del self._seqs[seq.req.request_id]
+        req = seq.req
+        return Outcome(req.request_id, req.arrival_s, seq.admitted_s, seq.first_token_s, now, status,
+                       req.prompt_tokens, seq.generated, req.slice, error, seq.preemptions)
+
+    def _release(self, seq: _Seq) -> None:
+        self._free_blocks += seq.blocks
+        seq.blocks = 0
+        self._reserved_tokens -= seq.reserved
+        seq.reserved = 0
+
+    # ------------------------------------------------------------------ scheduling
+    def step(self, now: float, *, prefill: bool = True, decode: bool = True) -> StepPlan:
+        """Plan one step at ``now``: running sequences first, then FIFO admissions.
+
+        ``prefill=False`` or ``decode=False`` leaves that kind of work out (and, without prefill,
+        admits nobody), for callers that run prefill and decode on separate lanes.
+        """
+        cfg = self.config
+        paged = cfg.policy == "paged"
+        bs = cfg.block_size_tokens
+        budget = math.inf if cfg.max_num_batched_tokens is None else cfg.max_num_batched_tokens
+        plan = StepPlan(now)
+        kv_read = 0
+        starved = False  # a running sequence could not get KV: admit nobody this step
+        for seq in list(self._running):
+            if seq.in_flight or not seq.running:  # in flight, or preempted earlier in this step
+                continue
+            if seq.decoding:
+                if not decode or budget < 1:
+                    continue
+                chunk = 1
+            else:
+                if not prefill:
+                    continue
+                chunk = self._chunk(seq, budget)
+                if chunk == 0:
+                    continue
+            if paged:
+                need = -(-(seq.computed + chunk) // bs) - seq.blocks
+                if need > 0:
+                    if not self._make_room(need, seq, plan):
+                        starved = True
+                        continue
+                    self._alloc(seq, need)
+            seq.in_flight = True
+            if seq.decoding:
+                plan.decode.append(seq.req.request_id)
+                kv_read += seq.computed + 1
+            else:
+                plan.prefill.append((seq.req.request_id, chunk))
+            budget -= chunk
+        if prefill and not starved:
+            budget = self._admit(now, plan, budget)
+        plan.kv_tokens_used = self.kv_tokens_used
+        plan.kv_tokens_read = kv_read
+        plan.waiting = len(self._waiting)
+        plan.running = len(self._running)
+        return plan
+
+    def _chunk(self, seq: _Seq, budget: float) -> int:
+        """Return the prefill tokens ``seq`` can compute in a step with ``budget`` tokens left."""
+        left = seq.req.prompt_tokens + seq.generated - seq.computed
+        if left <= budget:
+            return left
+        if self.config.chunked_prefill and budget >= 1:
+            return int(budget)
+        return 0
+
+    def _admit(self, now: float, plan: StepPlan, budget: float) -> float:
+        cfg = self.config
+        paged = cfg.policy == "paged"
+        bs = cfg.block_size_tokens
+        waiting = self._waiting
+        while waiting and len(self._running) < cfg.max_num_seqs:
+            seq = waiting[0]
+            chunk = self._chunk(seq, budget)
+            total = seq.req.prompt_tokens + seq.generated
+            if chunk == 0 and total > 0:
+                break
+            if paged:
+                need = -(-chunk // bs)
+                if need > self._free_blocks:
+                    break
+            else:
+                need = seq.req.prompt_tokens + seq.req.max_output_tokens
+                if need > cfg.kv_budget_tokens - self._reserved_tokens:
+                    break
+            waiting.popleft()
+            if paged:
+                self._alloc(seq, need)
+            else:
+                seq.reserved = need
+                self._reserved_tokens += need
+            seq.running = True
+            self._running.append(seq)
+            if seq.admitted_s is None:
+                seq.admitted_s = now
+            plan.admitted.append(seq.req.request_id)
+            seq.in_flight = True
+            plan.prefill.append((seq.req.request_id, chunk))
+            budget -= chunk
+        return budget
+
+    def _alloc(self, seq: _Seq, blocks: int) -> None:
+        if blocks > 0:
+            seq.blocks += blocks
+            self._free_blocks -= blocks
+
+    def _make_room(self, need: int, seq: _Seq, plan: StepPlan) -> bool:
+        """Preempt the newest running sequences not in flight until ``need`` blocks are free."""
+        while self._free_blocks < need:
+            victim = None
+            for cand in reversed(self._running):
+                if not cand.in_flight:
+                    victim = cand
+                    break
+            if victim is None:
+                return False
+            self._preempt(victim, plan)
+            if victim is seq:
+                return False
+        return True
+
+    def _preempt(self, seq: _Seq, plan: StepPlan) -> None:
+        self._release(seq)
+        self._running.remove(seq)
+        seq.running = False
+        seq.decoding = False
+        seq.computed = 0
+        seq.preemptions += 1
+        self._waiting.appendleft(seq)
+        plan.preempted.append(seq.req.request_id)
+
+    # ------------------------------------------------------------------ commits
+    def on_step_done(self, plan: StepPlan, now: float, finished: Iterable[str] = (), steps: int = 1) -> list[Outcome]:
+        """Commit ``plan`` as finished at ``now``; return successes ended by it.
+
+        ``finished`` names sequences that produced EOS this step. ``steps`` > 1 commits that many
+        identical decode steps (plan without prefill; at most ``max_decode_steps(plan)``).
+        """
+        if steps != 1 and (plan.prefill or steps < 1):
+            raise ConfigError(f"steps={steps}: only a pure decode plan can be committed several steps at once")
+        done: list[Outcome] = []
+        seqs = self._seqs
+        for rid, chunk in plan.prefill:
+            seq = seqs.get(rid)
+            if seq is None or not seq.in_flight:
+                continue
+            seq.in_flight = False
+            seq.computed += chunk
+            if seq.computed >= seq.req.prompt_tokens + seq.generated:
+                seq.decoding = True
+                seq.generated += 1
+                if seq.first_token_s is None:
+                    seq.first_token_s = now
+                if seq.generated >= seq.target:
+                    done.append(self._finish(seq, now, "success", None))
+        paged = self.config.policy == "paged"
+        bs = self.config.block_size_tokens
+        for rid in plan.decode:
+            seq = seqs.get(rid)
+            if seq is None or not seq.in_flight:
+                continue
+            seq.in_flight = False
+            if steps > 1 and paged:
+                self._alloc(seq, -(-(seq.computed + steps) // bs) - seq.blocks)
+            seq.computed += steps
+            seq.generated += steps
+            if seq.generated >= seq.target:
+                done.append(self._finish(seq, now, "success", None))
+        for rid in finished:
+            seq = seqs.get(rid)
+            if seq is not None and seq.running and seq.generated >= 1:
+                done.append(self._finish(seq, now, "success", None))
+        return done
+
+    def max_decode_steps(self, plan: StepPlan) -> int:
+        """Return how many decode steps the plan's sequences can take with nothing else changing.
+
+        The limit is the first completion (the last step of the run completes someone) and, under
+        ``paged``, the free blocks the run would need. 0 for a plan with prefill.
+        """
+        if plan.prefill or not plan.decode:
+            return 0 if plan.prefill else 1
+        seqs = [self._seqs[r] for r in plan.decode if r in self._seqs]
+        if not seqs:
+            return 1
+        k = min(s.target - s.generated for s in seqs)
+        if self.config.policy != "paged":
+            return max(k, 1)
+        bs = self.config.block_size_tokens
+        free = self._free_blocks
+
+        def extra(steps: int) -> int:
+            return sum(-(-(s.computed + steps) // bs) - s.blocks for s in seqs)
+
+        if extra(k) <= free:
+            return max(k, 1)
+        lo, hi = 1, k  # extra(1) <= free: step() allocated it already
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if extra(mid) <= free:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def snapshot(self) -> dict[str, int]:
+        """Return counts for a trace row: running, waiting, kv_tokens_used."""
+        return {"running": len(self._running), "waiting": len(self._waiting), "kv_tokens_used": self.kv_tokens_used}

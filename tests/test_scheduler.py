@@ -1,0 +1,179 @@
+"""Tests for the pure scheduler: admission, chunked prefill, KV policies, preemption, exits."""
+
+from __future__ import annotations
+
+import pytest
+
+from servebench.errors import ConfigError
+from servebench.records import parse_objects, validate
+from servebench.scheduler import (ERR_CANCELLED, ERR_DEADLINE, ERR_QUEUE_FULL, ERR_TOO_LARGE, Outcome, Request,
+                                  Scheduler, SchedulerConfig)
+
+
+def run(sched: Scheduler, dt: float = 0.1, t: float = 0.0, max_steps: int = 10_000) -> tuple[list[Outcome], float]:
+    """Step the scheduler with a fixed step time until it is idle."""
+    out: list[Outcome] = []
+    for _ in range(max_steps):
+        if not sched.has_work:
+            break
+        plan = sched.step(t)
+        t += dt
+        out += sched.on_step_done(plan, t)
+        out += sched.expire(t)
+    return out, t
+
+
+def req(rid: str, prompt: int = 10, out: int = 5, arrival: float = 0.0, **kw: object) -> Request:
+    return Request(rid, arrival, prompt, kw.pop("cap", out), output_tokens=out, **kw)  # type: ignore[arg-type]
+
+
+def test_single_request_timing() -> None:
+    s = Scheduler(SchedulerConfig(kv_budget_tokens=100))
+    assert s.add_request(req("a", prompt=10, out=3), 0.0) is None
+    (o,), t = run(s, dt=1.0)
+    assert (o.status, o.admitted, o.first_token, o.end, o.output_tokens) == ("success", 0.0, 1.0, 3.0, 3)
+    assert s.kv_tokens_used == 0
+
+
+def test_reserve_admits_only_what_fits() -> None:
+    # each needs 10 + 5 = 15 tokens; 40 tokens hold two
+    s = Scheduler(SchedulerConfig(kv_budget_tokens=40, policy="reserve"))
+    for i in range(3):
+        s.add_request(req(f"r{i}"), 0.0)
+    plan = s.step(0.0)
+    assert plan.admitted == ["r0", "r1"]
+    assert plan.kv_tokens_used == 30 and plan.waiting == 1
+
+
+def test_max_num_seqs_limits_running() -> None:
+    s = Scheduler(SchedulerConfig(kv_budget_tokens=10_000, max_num_seqs=2))
+    for i in range(3):
+        s.add_request(req(f"r{i}"), 0.0)
+    assert s.step(0.0).admitted == ["r0", "r1"]
+
+
+def test_chunked_prefill_respects_token_budget() -> None:
+    s = Scheduler(SchedulerConfig(kv_budget_tokens=10_000, max_num_batched_tokens=8))
+    s.add_request(req("a", prompt=20, out=2), 0.0)
+    chunks = []
+    t = 0.0
+    while s.has_work:
+        plan = s.step(t)
+        assert plan.batched_tokens <= 8
+        chunks.append(plan.prefill_tokens)
+        t += 1
+        s.on_step_done(plan, t)
+    assert chunks == [8, 8, 4, 0]
+
+
+def test_whole_prompt_too_long_is_rejected() -> None:
+    s = Scheduler(SchedulerConfig(kv_budget_tokens=10_000, max_num_batched_tokens=8, chunked_prefill=False))
+    o = s.add_request(req("a", prompt=20), 0.0)
+    assert o is not None and o.status == "rejected"
+
+
+def test_full_queue_rejects() -> None:
+    s = Scheduler(SchedulerConfig(kv_budget_tokens=10_000, max_waiting=2))
+    outs = [s.add_request(req(f"r{i}"), 0.0) for i in range(3)]
+    assert outs[:2] == [None, None]
+    assert outs[2] is not None and (outs[2].status, outs[2].error) == ("rejected", ERR_QUEUE_FULL)
+    assert outs[2].admitted is None and outs[2].output_tokens == 0
+
+
+def test_request_larger_than_budget_is_rejected() -> None:
+    s = Scheduler(SchedulerConfig(kv_budget_tokens=100))
+    o = s.add_request(req("big", prompt=99, out=5), 0.0)
+    assert o is not None and o.error == ERR_TOO_LARGE
+
+
+def test_deadline_times_out_and_frees_kv() -> None:
+    s = Scheduler(SchedulerConfig(kv_budget_tokens=100, timeout_s=2.5))
+    s.add_request(req("a", out=50), 0.0)
+    assert s.next_deadline() == 2.5
+    outs, _ = run(s, dt=1.0)
+    (o,) = outs
+    assert (o.status, o.error, o.end, o.output_tokens) == ("timeout", ERR_DEADLINE, 3.0, 3)
+    assert s.kv_tokens_used == 0 and not s.has_work
+
+
+def test_cancel_frees_kv_and_admits_next() -> None:
+    s = Scheduler(SchedulerConfig(kv_budget_tokens=20, policy="reserve"))
+    s.add_request(req("a"), 0.0)
+    s.add_request(req("b"), 0.0)
+    plan = s.step(0.0)
+    assert plan.admitted == ["a"] and s.kv_tokens_used == 15
+    s.on_step_done(plan, 1.0)
+    o = s.cancel("a", 1.0)
+    assert o is not None and (o.status, o.error, o.output_tokens) == ("cancelled", ERR_CANCELLED, 1)
+    assert s.kv_tokens_used == 0
+    assert s.step(1.0).admitted == ["b"]
+    assert s.cancel("nope", 1.0) is None
+
+
+def test_cancel_in_flight_is_ignored_on_commit() -> None:
+    s = Scheduler(SchedulerConfig(kv_budget_tokens=100))
+    s.add_request(req("a"), 0.0)
+    plan = s.step(0.0)
+    s.cancel("a", 0.5)
+    assert s.on_step_done(plan, 1.0) == []
+
+
+def test_paged_preempts_newest_and_recomputes() -> None:
+    # 4 blocks of 16; two requests of prompt 20 grow past what fits together
+    s = Scheduler(SchedulerConfig(kv_budget_tokens=64, policy="paged", max_num_batched_tokens=64))
+    s.add_request(req("old", prompt=20, out=30), 0.0)
+    s.add_request(req("new", prompt=20, out=30), 0.0)
+    t, preempted, used = 0.0, [], []
+    outs: list[Outcome] = []
+    while s.has_work:
+        plan = s.step(t)
+        preempted += plan.preempted
+        used.append(plan.kv_tokens_used)
+        t += 1
+        outs += s.on_step_done(plan, t)
+    assert preempted and set(preempted) == {"new"}
+    assert max(used) <= 64
+    by_id = {o.request_id: o for o in outs}
+    assert by_id["new"].preemptions >= 1 and by_id["old"].preemptions == 0
+    assert all(o.status == "success" and o.output_tokens == 30 for o in outs)
+    # the recomputed request kept its first admission and first token
+    assert by_id["new"].admitted == 0.0 and by_id["new"].first_token == 1.0
+
+
+def test_eos_from_caller_finishes() -> None:
+    s = Scheduler(SchedulerConfig(kv_budget_tokens=100))
+    s.add_request(Request("a", 0.0, 5, 50), 0.0)
+    p1 = s.step(0.0)
+    s.on_step_done(p1, 1.0)
+    p2 = s.step(1.0)
+    (o,) = s.on_step_done(p2, 2.0, finished={"a"})
+    assert o.status == "success" and o.output_tokens == 2
+
+
+def test_decode_run_commits_many_steps() -> None:
+    s = Scheduler(SchedulerConfig(kv_budget_tokens=1000, policy="paged"))
+    s.add_request(req("a", prompt=10, out=40), 0.0)
+    s.add_request(req("b", prompt=10, out=20), 0.0)
+    s.on_step_done(s.step(0.0), 1.0)
+    plan = s.step(1.0)
+    k = s.max_decode_steps(plan)
+    assert k == 19
+    (o,) = s.on_step_done(plan, 20.0, steps=k)
+    assert o.request_id == "b" and o.output_tokens == 20
+    assert s.kv_tokens_used == 32  # a holds 10 + 20 - 1 computed tokens: two blocks
+
+
+def test_outcomes_are_valid_records() -> None:
+    s = Scheduler(SchedulerConfig(kv_budget_tokens=40, max_waiting=1, timeout_s=3.0))
+    outs = [s.add_request(req(f"r{i}", out=50), 0.0) for i in range(3)]
+    done = [o for o in outs if o is not None]
+    more, t = run(s)
+    table = validate(parse_objects([o.to_record() for o in done + more]), 0.0, t)
+    assert len(table) == 3
+
+
+def test_bad_config_raises() -> None:
+    with pytest.raises(ConfigError, match="policy"):
+        SchedulerConfig(kv_budget_tokens=10, policy="lru")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="block"):
+        SchedulerConfig(kv_budget_tokens=10, policy="paged")
