@@ -324,3 +324,82 @@ def saturation_rate_per_s(max_concurrent: int, time_in_service_s: float) -> floa
     if time_in_service_s <= 0:
         return None
     return max_concurrent / time_in_service_s
+
+
+# --------------------------------------------------------------------------- one call for the CLI and app
+
+
+class KVReport(BaseModel):
+    """Everything the inputs allow about one model's KV cache; None where an input is missing."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    shape: ModelShape
+    tensor_parallel: int
+    policy: Policy
+    block_size: int | None = Field(description="Paged block size; None under the reserve policy.")
+    bytes_per_token: int = Field(description="KV bytes per cached token, per GPU, below any window.")
+    tokens: int | None = None
+    bytes_for_tokens: int | None = Field(None, description="KV bytes for one sequence of `tokens`, per GPU.")
+    budget_bytes: int | None = None
+    budget_tokens: int | None = None
+    prompt_tokens: int | None = None
+    output_cap: int | None = None
+    tokens_per_request: int | None = None
+    bytes_per_request: int | None = Field(None, description="KV bytes of one request's tokens, window-aware, per GPU.")
+    max_concurrent_sequences: int | None = None
+    rate_per_s: float | None = None
+    time_in_service_s: float | None = None
+    in_service: float | None = Field(None, description="Little's law: rate x time in service.")
+    utilization: float | None = Field(None, description="In service / max concurrent sequences.")
+    saturation_rate_per_s: float | None = Field(None, description="Arrival rate at which in service reaches the limit.")
+
+
+def analyze(shape: ModelShape, *, tensor_parallel: int = 1, tokens: int | None = None,
+            budget_bytes: int | None = None, prompt_tokens: int | None = None, output_cap: int | None = None,
+            policy: Policy = "reserve", expected_output_tokens: int | None = None,
+            block_size: int = DEFAULT_BLOCK_SIZE, rate_per_s: float | None = None,
+            time_in_service_s: float | None = None) -> KVReport:
+    """Compute every KV quantity the given inputs allow (blocks apply under the paged policy)."""
+    if policy not in ("reserve", "paged"):
+        raise ConfigError(f"unknown admission policy {policy!r}; expected 'reserve' or 'paged'")
+    blocks = block_size if policy == "paged" else None
+    out = KVReport(shape=shape, tensor_parallel=tensor_parallel, policy=policy, block_size=blocks,
+                   bytes_per_token=bytes_per_token(shape, tensor_parallel=tensor_parallel),
+                   tokens=tokens, budget_bytes=budget_bytes, prompt_tokens=prompt_tokens, output_cap=output_cap,
+                   rate_per_s=rate_per_s, time_in_service_s=time_in_service_s)
+    if tokens is not None:
+        out.bytes_for_tokens = kv_bytes(shape, tokens, tensor_parallel=tensor_parallel, block_size=blocks)
+    if budget_bytes is not None:
+        out.budget_tokens = budget_tokens(budget_bytes, shape, tensor_parallel=tensor_parallel, block_size=blocks)
+    if (prompt_tokens is None) != (output_cap is None):
+        raise ConfigError("give both prompt_tokens and output_cap to size a request")
+    if prompt_tokens is not None and output_cap is not None:
+        out.tokens_per_request = tokens_per_request(prompt_tokens, output_cap, policy, expected_output_tokens,
+                                                    block_size)
+        out.bytes_per_request = kv_bytes(shape, out.tokens_per_request, tensor_parallel=tensor_parallel,
+                                         block_size=blocks)
+        if budget_bytes is not None and out.budget_tokens is not None:
+            if shape.local_layers:
+                out.max_concurrent_sequences = max_sequences_in_budget(
+                    budget_bytes, shape, out.tokens_per_request, tensor_parallel=tensor_parallel, block_size=blocks)
+            else:
+                out.max_concurrent_sequences = max_concurrent_sequences(out.budget_tokens, out.tokens_per_request)
+    if rate_per_s is not None and time_in_service_s is not None:
+        out.in_service = in_service(rate_per_s, time_in_service_s)
+    if out.max_concurrent_sequences is not None:
+        if out.in_service is not None:
+            out.utilization = utilization(out.in_service, out.max_concurrent_sequences)
+        if time_in_service_s is not None:
+            out.saturation_rate_per_s = saturation_rate_per_s(out.max_concurrent_sequences, time_in_service_s)
+    return out
+
+
+def concurrency_curve(shape: ModelShape, budget_bytes: int, prompt_tokens: list[int], output_cap: int, *,
+                      policy: Policy = "reserve", expected_output_tokens: int | None = None,
+                      block_size: int = DEFAULT_BLOCK_SIZE, tensor_parallel: int = 1) -> list[int]:
+    """Return max concurrent sequences for each prompt length (for plotting the limit)."""
+    blocks = block_size if policy == "paged" else None
+    return [max_sequences_in_budget(budget_bytes, shape,
+                                    tokens_per_request(p, output_cap, policy, expected_output_tokens, block_size),
+                                    tensor_parallel=tensor_parallel, block_size=blocks) for p in prompt_tokens]
