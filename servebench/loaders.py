@@ -200,6 +200,23 @@ def load_table(path: str | Path, window_start: float | None = None, window_end: 
     return to_table(read_path(path, fmt), window_start, window_end)
 
 
+def encode_records(table: RecordTable, fmt: str) -> bytes:
+    """Return records as the bytes of a canonical file: ``csv``, ``parquet``, ``json`` or ``jsonl``."""
+    if fmt == "parquet":
+        buf = pa.BufferOutputStream()
+        pq.write_table(table.to_arrow(), buf)
+        return buf.getvalue().to_pybytes()
+    if fmt == "csv":
+        buf = pa.BufferOutputStream()
+        pacsv.write_csv(table.to_arrow(), buf)
+        return buf.getvalue().to_pybytes()
+    if fmt == "json":
+        return json.dumps(table.to_dicts(), indent=1).encode()
+    if fmt == "jsonl":
+        return "".join(json.dumps(d) + "\n" for d in table.to_dicts()).encode()
+    raise InputFormatError(f"unknown output format '{fmt}'; expected one of {', '.join(CANONICAL_FORMATS)}")
+
+
 def write_records(table: RecordTable, path: str | Path) -> None:
     """Write records as JSONL, CSV or Parquet, chosen by extension."""
     p = Path(path)

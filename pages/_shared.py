@@ -1,0 +1,164 @@
+"""What the dashboard's pages share: the current record set, its window, cached loading, error display.
+
+The record set lives in ``st.session_state`` as a :class:`RecordSource` (bytes plus a name), so every
+page (and a timing run that hands over its records) loads it through the same ``read_bytes`` path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, NoReturn, TypeVar
+
+import streamlit as st
+
+from servebench.errors import ServebenchError
+from servebench.loaders import LoadedRecords, read_bytes, to_table
+from servebench.records import RecordTable, default_window
+from servebench.summary import SLO, Report, build_report
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLE_DIR = REPO / "sample_data"
+DEFAULT_SAMPLE = "requests_sample.csv"
+RECORD_SUFFIXES = (".csv", ".json", ".jsonl", ".ndjson", ".parquet", ".pq")
+SOURCE_KEY = "records_source"
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RecordSource:
+    """A record file's bytes and where they came from ("sample", "upload" or "timing run")."""
+
+    name: str
+    data: bytes
+    origin: str
+    digest: str
+
+    @classmethod
+    def of(cls, name: str, data: bytes, origin: str) -> "RecordSource":
+        return cls(name, data, origin, hashlib.sha256(data).hexdigest()[:16])
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """The validated records on screen, the window they were validated over, and what the reader said."""
+
+    source: RecordSource
+    loaded: LoadedRecords
+    table: RecordTable
+    window_start: float
+    window_end: float
+
+
+def fail(exc: ServebenchError) -> NoReturn:
+    """Show a servebench error as one message (it names file, row and field) and stop the page."""
+    st.error(str(exc), icon="🚫")
+    st.stop()
+    raise AssertionError("unreachable")  # st.stop raises; this keeps type checkers honest
+
+
+def guarded(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Call fn, turning a ServebenchError into an on-page message instead of a traceback."""
+    try:
+        return fn(*args, **kwargs)
+    except ServebenchError as exc:
+        fail(exc)
+
+
+def sample_files() -> list[str]:
+    """Return the record files shipped in sample_data/, by name."""
+    return sorted(p.name for p in SAMPLE_DIR.iterdir() if p.is_file() and p.suffix.lower() in RECORD_SUFFIXES
+                  and not p.name.startswith("profiles"))
+
+
+def sample_source(name: str) -> RecordSource:
+    """Return a sample file as a record source."""
+    return RecordSource.of(name, (SAMPLE_DIR / name).read_bytes(), "sample")
+
+
+def current_source() -> RecordSource:
+    """Return the record set in use, starting with the default sample."""
+    if SOURCE_KEY not in st.session_state:
+        st.session_state[SOURCE_KEY] = sample_source(DEFAULT_SAMPLE)
+    return st.session_state[SOURCE_KEY]
+
+
+def set_source(source: RecordSource) -> None:
+    """Make ``source`` the record set every page shows."""
+    st.session_state[SOURCE_KEY] = source
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def _load(digest: str, name: str, _data: bytes) -> LoadedRecords:
+    return read_bytes(_data, name)
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def _validate(digest: str, window_start: float, window_end: float, _loaded: LoadedRecords) -> RecordTable:
+    return to_table(_loaded, window_start, window_end)[0]
+
+
+@st.cache_resource(max_entries=16, show_spinner="Building the report…")
+def cached_report(digest: str, window_start: float, window_end: float, slo: tuple[float | None, ...],
+                  _table: RecordTable) -> Report:
+    """Return the full report for the current records, window and SLO (cached per combination)."""
+    ttft_s, tpot_s, latency_s = slo
+    return build_report(_table, window_start, window_end, SLO(ttft_s=ttft_s, tpot_s=tpot_s, latency_s=latency_s))
+
+
+def _on_upload() -> None:
+    up = st.session_state.get("records_upload")
+    if up is not None:
+        set_source(RecordSource.of(up.name, up.getvalue(), "upload"))
+
+
+def _on_sample() -> None:
+    name = st.session_state.get("records_sample")
+    if name:
+        set_source(sample_source(name))
+
+
+def _window_key(source: RecordSource) -> str:
+    return f"window:{source.digest}"
+
+
+def _on_window(source: RecordSource) -> None:
+    st.session_state[_window_key(source)] = (st.session_state[f"ws:{source.digest}"],
+                                             st.session_state[f"we:{source.digest}"])
+
+
+def records_sidebar() -> Dataset:
+    """Render the record picker (upload, sample, window) in the sidebar and return the validated records.
+
+    A file that cannot be read or validated shows one error naming file, row and field, then stops the page.
+    """
+    with st.sidebar:
+        st.subheader("Records")
+        st.file_uploader("Upload records", key="records_upload", on_change=_on_upload,
+                         help="CSV, JSON, JSONL or Parquet with canonical fields, or another tool's export.")
+        samples = sample_files()
+        src = current_source()
+        index = samples.index(src.name) if src.origin == "sample" and src.name in samples else None
+        st.selectbox("…or a sample", samples, index=index, key="records_sample", on_change=_on_sample,
+                     placeholder="choose a sample file")
+        st.caption(f"Showing **{src.name}** ({src.origin}, {len(src.data):,} bytes)")
+    loaded = guarded(_load, src.digest, src.name, src.data)
+    default_ws, default_we = guarded(default_window, loaded.rows)
+    ws, we = st.session_state.get(_window_key(src), (default_ws, default_we))
+    with st.sidebar:
+        c1, c2 = st.columns(2)
+        c1.number_input("Window start (s)", value=float(ws), key=f"ws:{src.digest}", format="%.3f",
+                        on_change=_on_window, args=(src,))
+        c2.number_input("Window end (s)", value=float(we), key=f"we:{src.digest}", format="%.3f",
+                        on_change=_on_window, args=(src,))
+        st.caption(f"The data spans {default_ws:g} to {default_we:g} s; every record must lie in the window.")
+    ws, we = st.session_state.get(_window_key(src), (default_ws, default_we))
+    table = guarded(_validate, src.digest, float(ws), float(we), loaded)
+    return Dataset(src, loaded, table, float(ws), float(we))
+
+
+def show_reader_warnings(ds: Dataset) -> None:
+    """Show what an importer could not carry over from another tool's file."""
+    for w in ds.loaded.warnings:
+        st.warning(w, icon="⚠️")

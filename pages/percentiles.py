@@ -1,0 +1,68 @@
+"""Percentile explorer: any nearest-rank percentile of any per-request metric, with its CI and the records behind it."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from pages._shared import guarded, records_sidebar, show_reader_warnings
+from servebench.figures.summary import METRIC_LABELS, fmt, percentile_cdf, percentile_histogram
+from servebench.percentiles import estimate
+from servebench.summary import RECORD_METRICS, metric_values
+
+st.title("Percentile explorer")
+ds = records_sidebar()
+show_reader_warnings(ds)
+
+if "q_input" not in st.session_state:
+    st.session_state.q_input = 95.0
+    st.session_state.q_slider = 95.0
+
+
+def _from_slider() -> None:
+    st.session_state.q_input = float(st.session_state.q_slider)
+
+
+def _from_input() -> None:
+    st.session_state.q_slider = min(100.0, max(0.1, round(float(st.session_state.q_input), 1)))
+
+
+slices = sorted({s for s in ds.table.slice.tolist() if s is not None})
+c1, c2, c3 = st.columns([2, 2, 3])
+metric = c1.selectbox("Metric", RECORD_METRICS, format_func=METRIC_LABELS.get, key="metric")
+chosen_slice = c2.selectbox("Slice", ["all records", *slices], key="slice")
+view = c3.radio("Count", ["success-only", "failure-aware"], horizontal=True, key="view",
+                help="Failure-aware counts every non-success as ∞, so the percentile is ∞ when failures reach it.")
+c1, c2 = st.columns([3, 1])
+c1.slider("Percentile", 0.1, 100.0, step=0.1, key="q_slider", on_change=_from_slider)
+c2.number_input("Exact percentile", min_value=0.001, max_value=100.0, step=0.1, format="%.3f", key="q_input",
+                on_change=_from_input, help="Any value in (0, 100], e.g. 99.9.")
+q = float(st.session_state.q_input)
+
+table = ds.table if chosen_slice == "all records" else ds.table.take(ds.table.slice == chosen_slice)
+ok_values, ok_index = guarded(metric_values, table, metric)
+fa_values, fa_index = guarded(metric_values, table, metric, failure_aware=True)
+(ok_est,) = guarded(estimate, ok_values, [q])
+(fa_est,) = guarded(estimate, fa_values, [q])
+est, counted = (ok_est, ok_index) if view == "success-only" else (fa_est, fa_index)
+label = METRIC_LABELS[metric]
+
+st.subheader(f"p{q:g} of {label.lower()}")
+c = st.columns(4)
+c[0].metric(f"p{q:g} ({view})", fmt(est.value), help="Nearest rank: sorted[ceil(q n / 100) - 1].")
+c[1].metric("95% CI low", fmt(est.ci_low), help="— : too few values to bound it from below.")
+c[2].metric("95% CI high", fmt(est.ci_high), help="— : too few values to bound it from above.")
+c[3].metric("Records counted", f"{est.n:,} of {len(table):,}")
+other = fa_est if view == "success-only" else ok_est
+st.caption(f"The other view: p{q:g} {'failure-aware' if view == 'success-only' else 'success-only'} = "
+           f"{fmt(other.value)} over {other.n:,} records.")
+if est.n == 0:
+    st.info("No record counts toward this metric here (for queue wait and prefill the records need `admitted`).")
+else:
+    left, right = st.columns(2)
+    left.plotly_chart(percentile_cdf(ok_values, fa_values, q, ok_est.value, fa_est.value, label), key="pct_cdf")
+    shown = ok_values if view == "success-only" else fa_values
+    right.plotly_chart(percentile_histogram(shown, q, est.value, label), key="pct_hist")
+    with st.expander(f"The {len(counted):,} records counted"):
+        frame = table.take(counted).to_arrow().to_pandas()
+        frame.insert(0, label, shown)
+        st.dataframe(frame, hide_index=True)

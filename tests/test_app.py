@@ -1,0 +1,129 @@
+"""The dashboard through Streamlit's AppTest: every page runs without an exception and shows its key numbers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+APP = str(Path(__file__).resolve().parent.parent / "app.py")
+
+
+def _app() -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=90)
+    at.run()
+    assert not at.exception
+    return at
+
+
+def _metrics(at: AppTest) -> dict[str, str]:
+    return {m.label: m.value for m in at.metric}
+
+
+def _number(at: AppTest, label: str):
+    return next(n for n in at.number_input if n.label == label)
+
+
+def test_opens_on_summary_with_sample_loaded() -> None:
+    at = _app()
+    assert at.title[0].value == "Summary"
+    m = _metrics(at)
+    assert m["Requests"] == "3,000"
+    assert m["Successes"] == "2,735"
+    # the eight contract keys are shown under their spec names
+    keys = {c.value.strip("`") for c in at.caption}
+    assert {"requests", "successes", "non_success_fraction", "successful_requests_per_second",
+            "successful_output_tokens_per_second", "success_latency_p95_s", "success_ttft_p95_s",
+            "success_request_tpot_p95_s"} <= keys
+    assert not at.error
+
+
+def test_r1_r4_over_window_0_10_gives_0_2_successful_requests_per_second() -> None:
+    at = _app()
+    at.selectbox(key="records_sample").select("r1_r4.json").run()
+    assert _number(at, "Window end (s)").value == 7.0  # default: max end
+    _number(at, "Window start (s)").set_value(0.0)
+    _number(at, "Window end (s)").set_value(10.0)
+    at.run()
+    assert not at.exception
+    m = _metrics(at)
+    assert m["Successful requests/s"] == "0.2"
+    assert m["Successful output tokens/s"] == "1"
+    assert m["Non-success fraction"] == "0.5"
+    assert m["Latency p95 (s)"] == "2.5"
+    assert m["TTFT p95 (s)"] == "0.5"
+    assert m["Request TPOT p95 (s)"] == "0.25"
+    assert m["Rejected"] == "1" and m["Timed out"] == "1"
+
+
+def test_slo_inputs_give_attainment_and_goodput() -> None:
+    at = _app()
+    at.selectbox(key="records_sample").select("r1_r4.json").run()
+    _number(at, "Window end (s)").set_value(10.0)
+    _number(at, "TTFT limit (s)").set_value(0.4)
+    at.run()
+    m = _metrics(at)
+    assert m["SLO attainment"] == "25%"  # only R2 (TTFT 0.25 s) of 4 requests
+    assert m["Goodput (requests/s)"] == "0.1"
+
+
+def test_bad_upload_shows_file_row_and_field_not_a_traceback() -> None:
+    at = _app()
+    bad = b"start,end,status,first_token,output_tokens\n0,1,success,0.5,3\n0,1,success,0.5,9.0\n"
+    at.file_uploader(key="records_upload").set_value(("bad.csv", bad, "text/csv")).run()
+    assert not at.exception
+    (err,) = at.error
+    assert "bad.csv" in err.value and "row 2" in err.value and "output_tokens" in err.value
+
+
+def test_window_that_cuts_records_is_an_error_naming_the_row() -> None:
+    at = _app()
+    at.selectbox(key="records_sample").select("r1_r4.json").run()
+    _number(at, "Window end (s)").set_value(5.0)
+    at.run()
+    assert not at.exception
+    assert "row 3" in at.error[0].value and "Invalid request times" in at.error[0].value
+
+
+def test_upload_replaces_the_records_on_every_page() -> None:
+    at = _app()
+    data = b'{"start": 0, "end": 2, "status": "timeout"}\n{"start": 1, "first_token": 1.5, "end": 3, ' \
+           b'"status": "success", "output_tokens": 5}\n'
+    at.file_uploader(key="records_upload").set_value(("mine.jsonl", data, "application/jsonl")).run()
+    assert _metrics(at)["Requests"] == "2"
+    at.switch_page("pages/percentiles.py").run()
+    assert not at.exception
+    assert _metrics(at)["Records counted"] == "1 of 2"
+
+
+def test_percentile_explorer_any_percentile_and_failure_aware() -> None:
+    at = _app()
+    at.selectbox(key="records_sample").select("r1_r4.json").run()
+    at.switch_page("pages/percentiles.py").run()
+    assert not at.exception
+    m = _metrics(at)
+    assert m["p95 (success-only)"] == "2.5"
+    assert m["Records counted"] == "2 of 4"
+    at.number_input(key="q_input").set_value(99.9).run()
+    assert at.slider(key="q_slider").value == pytest.approx(99.9)
+    assert "p99.9 (success-only)" in _metrics(at)
+    at.number_input(key="q_input").set_value(40.0)
+    at.radio(key="view").set_value("failure-aware").run()
+    m = _metrics(at)
+    assert m["p40 (failure-aware)"] == "2.5"  # rank 2 of latencies [0.25, 2.5, inf, inf]
+    assert m["Records counted"] == "4 of 4"
+    at.radio(key="view").set_value("failure-aware")
+    at.number_input(key="q_input").set_value(75.0).run()
+    assert _metrics(at)["p75 (failure-aware)"] == "∞"
+    at.selectbox(key="metric").select("queue_wait").run()
+    assert not at.exception
+    assert at.info  # R1-R4 has no admitted times
+
+
+def test_percentile_explorer_slices() -> None:
+    at = _app()
+    at.switch_page("pages/percentiles.py").run()
+    at.selectbox(key="slice").select("review").run()
+    assert not at.exception
+    assert _metrics(at)["Records counted"] == "694 of 862"  # successes of the review slice

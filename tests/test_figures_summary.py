@@ -1,0 +1,113 @@
+"""The dashboard's pure helpers: formatting, contract cells, frames, the explorer's metric values and figures."""
+
+from __future__ import annotations
+
+import io
+import math
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from servebench.errors import ConfigError, InputFormatError
+from servebench.figures.summary import (contract_cells, distribution_frame, fmt, fmt_share, percentile_cdf,
+                                        percentile_histogram, slice_frame, status_frame)
+from servebench.loaders import encode_records, read_bytes, to_table
+from servebench.records import parse_objects, validate
+from servebench.summary import SLO, build_report, metric_values
+
+
+@pytest.fixture
+def table(r1_r4):
+    return validate(parse_objects(r1_r4), 0, 10)
+
+
+def test_fmt_keeps_no_data_and_infinity_visible() -> None:
+    assert fmt(None) == "—"
+    assert fmt(float("nan")) == "—"
+    assert fmt(float("inf")) == "∞"
+    assert fmt(0.2) == "0.2"
+    assert fmt(0.0) == "0"
+    assert fmt(3000) == "3,000"
+    assert fmt(1_700_000_000.25) == "1,700,000,000"
+    assert fmt_share(1 / 3) == "33.3%"
+
+
+def test_contract_cells_keep_spec_order_and_keys(table) -> None:
+    report = build_report(table, 0, 10)
+    cells = contract_cells(report.summary)
+    assert [c.key for c in cells] == list(report.summary)
+    by_key = {c.key: c for c in cells}
+    assert by_key["successful_requests_per_second"].text == "0.2"
+    assert by_key["successful_requests_per_second"].label == "Successful requests/s"
+
+
+def test_contract_cell_for_none_says_why() -> None:
+    (cell,) = contract_cells({"success_request_tpot_p95_s": None})
+    assert cell.text == "—" and "no value counts" in cell.help
+
+
+def test_frames(table) -> None:
+    report = build_report(table, 0, 10, SLO(ttft_s=1))
+    st = status_frame(report)
+    assert dict(zip(st.status, st.requests)) == {"success": 2, "failed": 0, "timeout": 1, "cancelled": 0,
+                                                 "rejected": 1}
+    df = distribution_frame({"latency_s": report.latency_s, "queue_wait_s": None})
+    assert list(df.metric) == ["latency_s"]
+    # p95 of two values is the larger; two values cannot bound p95 from above
+    assert df.loc[0, "p95 [95% CI]"].startswith("2.5 [") and df.loc[0, "p95 [95% CI]"].endswith(", —]")
+    assert slice_frame(report).empty
+
+
+def test_metric_values_success_only_and_failure_aware(table) -> None:
+    vals, idx = metric_values(table, "latency")
+    assert list(idx) == [0, 1] and list(vals) == [2.5, 0.25]
+    vals, idx = metric_values(table, "tpot")
+    assert list(idx) == [0] and list(vals) == [0.25]  # R2 has one output token
+    vals, idx = metric_values(table, "ttft", failure_aware=True)
+    assert list(idx) == [0, 1, 2, 3]
+    assert vals[:2].tolist() == [0.5, 0.25] and np.isinf(vals[2:]).all()
+    vals, idx = metric_values(table, "queue_wait", failure_aware=True)
+    assert vals.size == 0 and idx.size == 0  # no admitted times anywhere: unknown, not infinite
+
+
+def test_metric_values_queue_wait_and_prefill() -> None:
+    rows = [{"start": 0, "admitted": 1, "first_token": 1.5, "end": 3, "status": "success", "output_tokens": 4},
+            {"start": 1, "first_token": 2, "end": 3, "status": "success", "output_tokens": 4},
+            {"start": 2, "end": 4, "status": "rejected"}]
+    t = validate(parse_objects(rows), 0, 4)
+    assert metric_values(t, "queue_wait")[0].tolist() == [1.0]
+    assert metric_values(t, "prefill")[0].tolist() == [0.5]
+    vals, idx = metric_values(t, "prefill", failure_aware=True)
+    assert idx.tolist() == [0, 2] and vals[0] == 0.5 and math.isinf(vals[1])
+
+
+def test_metric_values_rejects_unknown_metric(table) -> None:
+    with pytest.raises(ConfigError, match="unknown metric 'itl'"):
+        metric_values(table, "itl")
+
+
+@pytest.mark.parametrize("fmt_name", ["csv", "parquet", "json", "jsonl"])
+def test_encode_records_round_trips(table, fmt_name) -> None:
+    data = encode_records(table, fmt_name)
+    if fmt_name == "parquet":
+        assert pq.read_table(io.BytesIO(data)).num_rows == 4
+    again, _, _ = to_table(read_bytes(data, f"x.{fmt_name}"), 0, 10)
+    assert again.to_dicts() == table.to_dicts()
+
+
+def test_encode_records_unknown_format(table) -> None:
+    with pytest.raises(InputFormatError, match="'xml'"):
+        encode_records(table, "xml")
+
+
+def test_percentile_figures_mark_the_value() -> None:
+    ok = np.array([1.0, 2.0, 3.0])
+    fa = np.array([1.0, 2.0, 3.0, np.inf])
+    fig = percentile_cdf(ok, fa, 95, 3.0, math.inf, "Latency (s)")
+    assert [t.name for t in fig.data] == ["success-only", "failure-aware"]
+    assert max(fig.data[1].y) == pytest.approx(0.75)  # the failure-aware CDF stops at the success share
+    assert any("p95 success-only: 3" in (a.text or "") for a in fig.layout.annotations)
+    hist = percentile_histogram(fa, 50, 2.0, "Latency (s)")
+    assert "1 non-successes at ∞" in hist.layout.title.text
+    assert list(hist.data[0].x) == [1.0, 2.0, 3.0]
