@@ -21,6 +21,7 @@ from .errors import InputFormatError, RecordValidationError
 
 STATUSES: tuple[str, ...] = ("success", "failed", "timeout", "cancelled", "rejected")
 SUCCESS = 0  # index of "success" in STATUSES
+_STATUS_CODE = {name: i for i, name in enumerate(STATUSES)}
 Status = Literal["success", "failed", "timeout", "cancelled", "rejected"]
 
 MSG_WINDOW = "Invalid observation window"
@@ -176,8 +177,7 @@ def parse_objects(records: Sequence[Any], source: str | None = None, *, strict_k
                 else:
                     bad[i] = True
         elif name == "status":
-            vals = np.array([v if isinstance(v, str) else None for v in raw_vals], dtype=object)
-            bad = present & np.array([not isinstance(v, str) for v in raw_vals], dtype=bool)
+            vals = np.array([_STATUS_CODE.get(v, -1) if isinstance(v, str) else -1 for v in raw_vals], dtype=np.int8)
         else:
             vals = np.empty(n, dtype=object)
             for i, v in enumerate(raw_vals):
@@ -201,6 +201,8 @@ def _arrow_column(arr: pa.ChunkedArray, name: str, optional_nan_is_missing: bool
     typ = arr.type
     n = len(arr)
     raw = (lambda i, a=arr: a[i].as_py())
+    if name == "status" or (pa.types.is_dictionary(typ) and name in TEXT_FIELDS):
+        return _arrow_category(arr, name, raw)
     if pa.types.is_dictionary(typ):
         arr = arr.cast(typ.value_type)
         typ = arr.type
@@ -263,6 +265,30 @@ def _arrow_column(arr: pa.ChunkedArray, name: str, optional_nan_is_missing: bool
     return Column(vals, present, bad, raw)
 
 
+def _arrow_category(arr: pa.ChunkedArray, name: str, raw: Callable[[int], Any]) -> Column:
+    """Parse status (to int8 codes) or a dictionary-encoded text column through its dictionary."""
+    n = len(arr)
+    combined = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+    if not pa.types.is_dictionary(combined.type):
+        combined = combined.dictionary_encode()
+    dictionary, indices = combined.dictionary, combined.indices
+    is_text = pa.types.is_string(dictionary.type) or pa.types.is_large_string(dictionary.type)
+    null = indices.is_null().to_numpy(zero_copy_only=False)
+    idx = indices.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64) if len(dictionary) else \
+        np.zeros(n, dtype=np.int64)
+    if name == "status":
+        lookup = np.array([_STATUS_CODE.get(v, -1) if isinstance(v, str) else -1 for v in dictionary.to_pylist()]
+                          + [-1], dtype=np.int8)
+        codes = lookup[np.where(null, len(dictionary), idx)]
+        return Column(codes, ~null, np.zeros(n, dtype=bool), raw)
+    if not is_text:
+        return Column(np.full(n, None, dtype=object), ~null, ~null, raw)
+    words = np.array(dictionary.to_pylist() + [None], dtype=object)
+    vals = words[np.where(null, len(dictionary), idx)]
+    present = ~null
+    return Column(vals, present, np.zeros(n, dtype=bool), raw)
+
+
 def parse_arrow(table: pa.Table, source: str | None = None) -> ParsedRows:
     """Parse an Arrow table whose columns are canonical names or aliases (typed, or text from CSV)."""
     names: dict[str, str] = {}
@@ -282,7 +308,8 @@ def parse_arrow(table: pa.Table, source: str | None = None) -> ParsedRows:
                                           optional_nan_is_missing=name not in ("start", "end"))
         else:
             empty_vals = (np.full(n, np.nan) if name in FLOAT_FIELDS else
-                          np.full(n, -1, dtype=np.int64) if name in INT_FIELDS else np.full(n, None, dtype=object))
+                          np.full(n, -1, dtype=np.int64) if name in INT_FIELDS else
+                          np.full(n, -1, dtype=np.int8) if name == "status" else np.full(n, None, dtype=object))
             columns[name] = Column(empty_vals, np.zeros(n, dtype=bool), np.zeros(n, dtype=bool), raw=lambda i: None)
     return ParsedRows(n, columns, np.zeros(n, dtype=bool), source)
 
@@ -319,8 +346,7 @@ class RecordTable:
 
     @property
     def has_slices(self) -> bool:
-        return any(s is not None for s in self.slice[: min(len(self), 1)]) or \
-            bool(np.any(self.slice != None))  # noqa: E711 (element-wise comparison)
+        return bool(np.any(self.slice != None))  # noqa: E711 (element-wise comparison)
 
     def take(self, index: np.ndarray) -> "RecordTable":
         """Return the rows selected by a boolean mask or an index array."""
@@ -390,16 +416,6 @@ def check_window(window_start: Any, window_end: Any) -> None:
         raise ValueError(MSG_WINDOW)
 
 
-def _status_codes(col: Column) -> np.ndarray:
-    vals = col.values
-    codes = np.full(vals.size, -1, dtype=np.int8)
-    if vals.dtype == object and vals.size:
-        arr = pa.array(vals, pa.string(), from_pandas=True)
-        idx = pc.index_in(arr, value_set=pa.array(STATUSES)).fill_null(-1).to_numpy(zero_copy_only=False)
-        codes = idx.astype(np.int8)
-    return codes
-
-
 def first_violation(rows: ParsedRows, window_start: float, window_end: float,
                     *, optional_rules: bool = True) -> tuple[Violation | None, np.ndarray]:
     """Return the first rule violation in the spec's record-by-record order (or None) and status codes.
@@ -415,7 +431,7 @@ def first_violation(rows: ParsedRows, window_start: float, window_end: float,
         end_bad = ~end.present | end.bad | ~np.isfinite(e) | (e > window_end)
         order_bad = ~start_bad & ~end_bad & (s > e)
         times_bad = start_bad | end_bad | order_bad
-        codes = _status_codes(c["status"])
+        codes = c["status"].values
         status_bad = codes < 0
         success = codes == SUCCESS
         ft, out = c["first_token"], c["output_tokens"]

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import ConfigError
@@ -103,13 +105,14 @@ def metric_values(table: RecordTable, metric: str, *, failure_aware: bool = Fals
     return vals[index].astype(np.float64), index
 
 
-def contract_summary(table: RecordTable, window_start: float, window_end: float) -> dict[str, Any]:
-    """Compute the eight contract fields from a validated table."""
+def contract_summary(table: RecordTable, window_start: float, window_end: float,
+                     metrics: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
+    """Compute the eight contract fields from a validated table (``metrics``: success_metrics, if known)."""
     requests = len(table)
     ok = table.is_success
     successes = int(np.count_nonzero(ok))
     window_s = window_end - window_start
-    m = success_metrics(table)
+    m = success_metrics(table) if metrics is None else metrics
     return {
         "requests": requests,
         "successes": successes,
@@ -255,12 +258,15 @@ def _slo_result(table: RecordTable, slo: SLO, window_s: float) -> SLOResult:
     )
 
 
-def _counts(values: np.ndarray) -> dict[str, int]:
+def _value_counts(values: np.ndarray, min_count: int = 1) -> list[tuple[str, int]]:
+    """Return (text, count) pairs seen at least ``min_count`` times, most common first, by hashing."""
     if values.size == 0:
-        return {}
-    uniq, cnt = np.unique(values.astype(str), return_counts=True)
-    order = np.argsort(-cnt, kind="stable")
-    return {str(uniq[i]): int(cnt[i]) for i in order}
+        return []
+    counts = pc.value_counts(pa.array(values, pa.string()))
+    if min_count > 1:
+        counts = counts.filter(pc.greater_equal(counts.field("counts"), min_count))
+    pairs = zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist())
+    return sorted(pairs, key=lambda p: (-p[1], p[0]))
 
 
 def build_report(table: RecordTable, window_start: float, window_end: float, slo: SLO | None = None,
@@ -287,13 +293,10 @@ def build_report(table: RecordTable, window_start: float, window_end: float, slo
     prompt = table.prompt_tokens
     ids = table.request_id
     with_id = ids[ids != None]  # noqa: E711
-    dup_examples: list[str] = []
-    dup_count = 0
-    if with_id.size:
-        uniq, cnt = np.unique(with_id.astype(str), return_counts=True)
-        dups = cnt > 1
-        dup_count = int((cnt[dups] - 1).sum())
-        dup_examples = [str(u) for u in uniq[dups][:5]]
+    # duplicates are a property of the whole file: slices (by_slice=False) skip the hashing
+    repeated = _value_counts(with_id, min_count=2) if by_slice else []
+    dup_count = sum(c - 1 for _, c in repeated)
+    dup_examples = sorted(rid for rid, _ in repeated)[:5]
     adm_all = np.isfinite(table.admitted)
     in_service = None
     if adm_all.any():
@@ -303,15 +306,15 @@ def build_report(table: RecordTable, window_start: float, window_end: float, slo
         labels = table.slice
         named = labels != None  # noqa: E711
         if named.any():
-            for name in sorted(set(labels[named].tolist())):
+            for name in sorted(text for text, _ in _value_counts(labels[named])):
                 slices[name] = build_report(table.take(labels == name), window_start, window_end, slo, by_slice=False)
     return Report(
         source=table.source,
         window_start=window_start, window_end=window_end, window_s=window_s,
-        summary=contract_summary(table, window_start, window_end),
+        summary=contract_summary(table, window_start, window_end, m),
         offered=len(table), accepted=len(table) - by_status["rejected"], completed=by_status["success"],
         rejected=by_status["rejected"], timed_out=by_status["timeout"],
-        by_status=by_status, by_cause=_counts(causes),
+        by_status=by_status, by_cause=dict(_value_counts(causes)),
         latency_s=_distribution(m["latency"]), ttft_s=_distribution(m["ttft"]),
         request_tpot_s=_distribution(m["tpot"]),
         queue_wait_s=_distribution(table.admitted[has_adm] - table.start[has_adm]) if has_adm.any() else None,

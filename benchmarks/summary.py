@@ -1,0 +1,175 @@
+"""Measure the full report on 1M and 10M synthetic records read from Parquet.
+
+Ratios, all measured in the same run on the same file:
+  floor  = time of pyarrow reading the columns the report needs, and nothing else
+  loop   = a straightforward per-record Python loop computing the same metrics (1M only: at 10M it
+           needs more memory than the machine has for its per-record objects)
+Each case runs in its own subprocess so that peak memory (ru_maxrss) is that case's alone.
+Results: benchmarks/results/summary.json and summary.md.
+
+    python benchmarks/summary.py [--sizes 1000000,10000000] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE / "data"
+RESULTS = HERE / "results"
+COLUMNS = ["request_id", "start", "admitted", "first_token", "end", "status", "prompt_tokens", "output_tokens",
+           "slice", "error"]
+
+
+def make_file(n: int, seed: int = 1) -> Path:
+    """Write n seeded records (every status, two slices, admission times) to Parquet once."""
+    path = DATA / f"records_{n}.parquet"
+    if path.exists():
+        return path
+    DATA.mkdir(exist_ok=True)
+    rng = np.random.default_rng(seed)
+    start = np.cumsum(rng.exponential(0.001, n))
+    admitted = start + rng.exponential(0.05, n)
+    first = admitted + rng.lognormal(-2, 0.5, n)
+    out = rng.integers(1, 400, n)
+    end = first + (out - 1) * rng.lognormal(np.log(0.03), 0.1, n)
+    u = rng.random(n)
+    status = np.select([u < 0.9, u < 0.95, u < 0.97, u < 0.99], ["success", "timeout", "failed", "cancelled"],
+                       "rejected")
+    ok = status == "success"
+    rejected = status == "rejected"
+    end = np.where(rejected, start, end)
+    admitted_col = pa.array(admitted, mask=rejected)
+    first_col = pa.array(first, mask=~ok)
+    out_col = pa.array(np.where(ok, out, out // 3), mask=rejected)
+    error = pa.array(np.where(ok, "", np.where(rejected, "queue full", "deadline")), pa.string())
+    error = pa.compute.if_else(pa.array(ok), pa.scalar(None, pa.string()), error)
+    table = pa.table({
+        "request_id": pa.array(np.char.add("r", np.arange(n).astype(str))),
+        "start": start, "admitted": admitted_col, "first_token": first_col, "end": end,
+        "status": pa.array(status).dictionary_encode(),
+        "prompt_tokens": rng.integers(10, 8000, n),
+        "output_tokens": out_col,
+        "slice": pa.array(np.where(rng.random(n) < 0.7, "hint", "review")).dictionary_encode(),
+        "error": error.dictionary_encode(),
+    })
+    pq.write_table(table, path, row_group_size=1 << 20)
+    return path
+
+
+def case_floor(path: Path) -> None:
+    pq.read_table(path, columns=COLUMNS)
+
+
+def case_report(path: Path) -> None:
+    from servebench.loaders import load_table
+    from servebench.summary import SLO, build_report
+    table, ws, we = load_table(path)
+    build_report(table, ws, we, SLO(ttft_s=1.0, tpot_s=0.05))
+
+
+def case_loop(path: Path) -> None:
+    """The same metrics, one record at a time, as one would write them without thinking of speed."""
+    rows = pq.read_table(path, columns=COLUMNS).to_pylist()
+    ws = min(r["start"] for r in rows)
+    we = max(r["end"] for r in rows)
+
+    def p(vals, q):
+        if not vals:
+            return None
+        vals = sorted(vals)
+        return vals[max(0, math.ceil(q * len(vals) / 100) - 1)]
+
+    by_status, by_cause, seen, dups = {}, {}, set(), 0
+    lat, ttft, tpot, wait, prefill, fa_lat = [], [], [], [], [], []
+    total = ok_tokens = good = 0
+    events = []
+    for r in rows:
+        by_status[r["status"]] = by_status.get(r["status"], 0) + 1
+        if r["request_id"] in seen:
+            dups += 1
+        seen.add(r["request_id"])
+        events.append((r["start"], 1))
+        events.append((r["end"], -1))
+        total += r["output_tokens"] or 0
+        if r["status"] == "success":
+            lat.append(r["end"] - r["start"])
+            ttft.append(r["first_token"] - r["start"])
+            fa_lat.append(r["end"] - r["start"])
+            ok_tokens += r["output_tokens"]
+            t = None
+            if r["output_tokens"] > 1:
+                t = (r["end"] - r["first_token"]) / (r["output_tokens"] - 1)
+                tpot.append(t)
+            if r["admitted"] is not None:
+                wait.append(r["admitted"] - r["start"])
+                prefill.append(r["first_token"] - r["admitted"])
+            if ttft[-1] <= 1.0 and (t is None or t <= 0.05):
+                good += 1
+        else:
+            by_cause[r["error"]] = by_cause.get(r["error"], 0) + 1
+            fa_lat.append(math.inf)
+    events.sort(key=lambda e: (e[0], e[1]))
+    active = peak = 0
+    for _, d in events:
+        active += d
+        peak = max(peak, active)
+    for vals in (lat, ttft, tpot, wait, prefill, fa_lat):
+        for q in (50, 90, 95, 99):
+            p(vals, q)
+
+
+CASES = {"floor": case_floor, "report": case_report, "loop": case_loop}
+
+
+def run_case(name: str, path: Path, repeat: int) -> dict:
+    """Run one case in a fresh interpreter; return its best wall time and peak RSS."""
+    code = (f"import sys; sys.path.insert(0, {str(HERE)!r}); import summary as b, time, resource, json;"
+            f"from pathlib import Path; best = min((lambda t0: (b.CASES[{name!r}](Path({str(path)!r})),"
+            f" time.perf_counter() - t0)[1])(time.perf_counter()) for _ in range({repeat}));"
+            "print(json.dumps({'seconds': best, 'peak_rss_bytes': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="1000000,10000000")
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    results = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}, "runs": []}
+    for n in (int(s) for s in args.sizes.split(",")):
+        path = make_file(n)
+        row = {"records": n, "parquet_bytes": path.stat().st_size}
+        for name in ("floor", "report") + (("loop",) if n <= 1_000_000 else ()):
+            row[name] = run_case(name, path, 1 if name == "loop" else args.repeat)
+            print(n, name, row[name], flush=True)
+        row["report_vs_floor"] = row["report"]["seconds"] / row["floor"]["seconds"]
+        if "loop" in row:
+            row["loop_vs_report"] = row["loop"]["seconds"] / row["report"]["seconds"]
+        results["runs"].append(row)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "summary.json").write_text(json.dumps(results, indent=2))
+    lines = ["| records | report / floor | loop / report | report peak RSS |", "|---|---|---|---|"]
+    for r in results["runs"]:
+        loop = f"{r['loop_vs_report']:.1f}x faster" if "loop_vs_report" in r else "not run"
+        lines.append(f"| {r['records']:,} | {r['report_vs_floor']:.2f}x | {loop} | "
+                     f"{r['report']['peak_rss_bytes'] / 2**30:.2f} GiB |")
+    (RESULTS / "summary.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
