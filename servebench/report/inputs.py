@@ -1,0 +1,184 @@
+"""Read the runs a report shows: record files, timing-run and simulation folders, sweep outputs.
+
+This is the report's only file-reading edge. A folder is recognised by the files in it:
+
+=====================  ===============================================================
+``records.*``          a record set (JSONL, JSON, CSV or Parquet); with ``metadata.json``
+                       it is a timing run (the frozen benchmark contract), with a step
+                       trace and no metadata a simulation
+``steps.*``            the step trace of a timing run or simulation (optional)
+``sweep.json|csv``     a sweep: one row per offered-load point (any folder without records
+                       whose JSON or CSV holds a list of points with a rate or concurrency)
+=====================  ===============================================================
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputFormatError
+from ..loaders import read_path, to_table
+from ..records import RecordTable
+
+RECORD_FILES = ("records.jsonl", "records.json", "records.csv", "records.parquet")
+STEP_FILES = ("steps.jsonl", "steps.json", "steps.csv", "step_trace.jsonl", "trace.jsonl", "step_trace.csv")
+METADATA_FILES = ("metadata.json",)
+SCENARIO_FILES = ("scenario.yaml", "scenario.yml", "scenario.json")
+SWEEP_FILES = ("sweep.json", "sweep.csv", "sweep_points.json", "sweep_points.csv", "points.json", "points.csv")
+SWEEP_KEYS = ("rate", "rate_per_s", "offered_rate", "offered_rate_per_s", "arrival_rate", "concurrency",
+              "users", "offered_load")
+KINDS = ("records", "timing run", "simulation", "sweep")
+
+
+@dataclass
+class RunInput:
+    """One run as read from disk, before any report is computed."""
+
+    name: str
+    path: str
+    kind: str
+    table: RecordTable | None = None
+    window_start: float | None = None
+    window_end: float | None = None
+    format: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    metadata: dict[str, Any] | None = None
+    steps: list[dict[str, Any]] | None = None
+    sweep_points: list[dict[str, Any]] | None = None
+    sweep_document: Any = None
+    files: list[str] = field(default_factory=list)
+
+
+def _number(text: str) -> Any:
+    """Turn a CSV cell into an int, float or None where it is one, else keep the text."""
+    if text == "":
+        return None
+    for conv in (int, float):
+        try:
+            return conv(text)
+        except ValueError:
+            continue
+    return text
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """Read a list of objects from JSONL, JSON (an array, or the first list of objects in an object) or CSV."""
+    text = path.read_text(encoding="utf-8-sig")
+    suffix = path.suffix.lower()
+    if suffix == ".csv":
+        return [{k: _number(v) for k, v in row.items()} for row in csv.DictReader(io.StringIO(text))]
+    try:
+        if suffix in (".jsonl", ".ndjson"):
+            return [json.loads(line) for line in text.splitlines() if line.strip()]
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputFormatError(f"{path}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    rows = _first_row_list(doc)
+    if rows is None:
+        raise InputFormatError(f"{path}: expected a list of objects")
+    return rows
+
+
+def _first_row_list(doc: Any) -> list[dict[str, Any]] | None:
+    if isinstance(doc, list) and all(isinstance(r, dict) for r in doc):
+        return doc
+    if isinstance(doc, dict):
+        for key in ("points", "results", "rows", "steps"):
+            if isinstance(doc.get(key), list):
+                return _first_row_list(doc[key])
+        for value in doc.values():
+            if isinstance(value, list) and value and all(isinstance(r, dict) for r in value):
+                return value
+    return None
+
+
+def _find(folder: Path, names: tuple[str, ...]) -> Path | None:
+    return next((folder / n for n in names if (folder / n).is_file()), None)
+
+
+def _looks_like_sweep(rows: list[dict[str, Any]]) -> bool:
+    return bool(rows) and any(k in rows[0] for k in SWEEP_KEYS)
+
+
+def _sweep_file(folder: Path) -> Path | None:
+    found = _find(folder, SWEEP_FILES)
+    if found is not None:
+        return found
+    for p in sorted(folder.iterdir()):
+        if p.suffix.lower() in (".json", ".csv") and p.is_file() and p.name not in METADATA_FILES:
+            try:
+                if _looks_like_sweep(read_rows(p)):
+                    return p
+            except (InputFormatError, UnicodeDecodeError):
+                continue
+    return None
+
+
+def load_records(path: Path, name: str, kind: str = "records", fmt: str = "auto",
+                 window_start: float | None = None, window_end: float | None = None) -> RunInput:
+    """Read and validate one record file (canonical or another tool's export)."""
+    loaded = read_path(path, fmt)
+    table, ws, we = to_table(loaded, window_start, window_end)
+    return RunInput(name=name, path=str(path), kind=kind, table=table, window_start=ws, window_end=we,
+                    format=loaded.format, warnings=list(loaded.warnings),
+                    metadata=dict(loaded.metadata) or None, files=[path.name])
+
+
+def load_run(path: str | Path, fmt: str = "auto", window_start: float | None = None,
+             window_end: float | None = None) -> RunInput:
+    """Read one RUN argument: a record file or a folder written by run, simulate or sweep."""
+    p = Path(path)
+    if p.is_file():
+        return load_records(p, p.name, "records", fmt, window_start, window_end)
+    if not p.is_dir():
+        raise InputFormatError(f"{p}: no such file or folder")
+    name = p.resolve().name or str(p)
+    records = _find(p, RECORD_FILES)
+    if records is not None:
+        meta_path = _find(p, METADATA_FILES)
+        steps_path = _find(p, STEP_FILES)
+        kind = "timing run" if meta_path is not None else "simulation" if steps_path is not None else "records"
+        run = load_records(records, name, kind, fmt, window_start, window_end)
+        run.path = str(p)
+        if meta_path is not None:
+            try:
+                meta = json.loads(meta_path.read_text(encoding="utf-8"))
+            except json.JSONDecodeError as exc:
+                raise InputFormatError(f"{meta_path}: invalid JSON at line {exc.lineno}: {exc.msg}") from None
+            if not isinstance(meta, dict):
+                raise InputFormatError(f"{meta_path}: expected a JSON object (the benchmark contract)")
+            run.metadata = {**(run.metadata or {}), **meta}
+            if str(meta.get("kind", "")).lower() in ("simulation", "simulate"):
+                run.kind = "simulation"
+            run.files.append(meta_path.name)
+        if steps_path is not None:
+            run.steps = read_rows(steps_path)
+            run.files.append(steps_path.name)
+        return run
+    sweep = _sweep_file(p)
+    if sweep is not None:
+        rows = read_rows(sweep)
+        doc = json.loads(sweep.read_text(encoding="utf-8-sig")) if sweep.suffix.lower() == ".json" else None
+        meta_path = _find(p, METADATA_FILES)
+        meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path is not None else None
+        files = [sweep.name] + ([meta_path.name] if meta_path is not None else [])
+        return RunInput(name=name, path=str(p), kind="sweep", sweep_points=rows, sweep_document=doc,
+                        metadata=meta if isinstance(meta, dict) else None, files=files)
+    raise InputFormatError(
+        f"{p}: found no records ({', '.join(RECORD_FILES)}) and no sweep output ({', '.join(SWEEP_FILES)}); "
+        "give a record file, or a folder written by servebench run, simulate or sweep")
+
+
+def unique_names(runs: list[RunInput]) -> None:
+    """Give runs that share a display name a suffix (' (2)', ' (3)', ...), in place."""
+    seen: dict[str, int] = {}
+    for run in runs:
+        count = seen.get(run.name, 0) + 1
+        seen[run.name] = count
+        if count > 1:
+            run.name = f"{run.name} ({count})"

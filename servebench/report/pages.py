@@ -1,0 +1,332 @@
+"""Build the site's pages as HTML text from runs already read: the index, one page per run, sweeps.
+
+Pure: runs and options in, ``{relative path: HTML}`` out. Metrics come from ``summary.build_report``;
+figures from ``servebench.figures``; the KV and diagnosis section from :mod:`.kvview`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
+from pydantic import BaseModel, ConfigDict, Field
+
+from .. import __version__
+from ..figures import records as rfig
+from ..records import STATUSES
+from ..render import fmt
+from ..summary import CONTRACT_FIELDS, SLO, Distribution, Report, build_report, success_metrics
+from .html import Markup, esc, figure, join, key_values, nested, note, page, section, table, tag
+from .inputs import RunInput
+from .kvview import KvOptions, KvView, kv_section, kv_view
+
+CONTRACT_LABELS: dict[str, str] = {
+    "requests": "requests", "successes": "successes", "non_success_fraction": "non-success fraction",
+    "successful_requests_per_second": "successful requests/s",
+    "successful_output_tokens_per_second": "successful output tokens/s",
+    "success_latency_p95_s": "success latency p95, s", "success_ttft_p95_s": "success TTFT p95, s",
+    "success_request_tpot_p95_s": "success request TPOT p95, s",
+}
+
+
+class SiteOptions(BaseModel):
+    """What the site shows besides the records: title, SLO limits, a model shape for KV."""
+
+    model_config = ConfigDict(extra="forbid")
+    title: str = Field("servebench report", description="Shown on every page (escaped).")
+    slo: SLO | None = None
+    kv: KvOptions | None = None
+    generated_at: str | None = Field(None, description="Timestamp text for the index; None leaves it out.")
+
+
+@dataclass
+class RunView:
+    """One run with its computed report, KV view and page file name."""
+
+    run: RunInput
+    page: str
+    report: Report | None = None
+    kv: KvView | None = None
+    figures: list[tuple[str, go.Figure]] = field(default_factory=list)
+
+
+def slug(text: str, max_len: int = 40) -> str:
+    """Return a file-name-safe slug (lowercase ASCII letters, digits, dashes).
+
+    >>> slug("My run: <b>A</b>.jsonl")
+    'my-run-b-a-b-jsonl'
+    """
+    s = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    return s[:max_len].strip("-") or "run"
+
+
+def compute_views(runs: Sequence[RunInput], options: SiteOptions) -> list[RunView]:
+    """Compute the report and KV view of every record run; sweeps are kept as read."""
+    views = []
+    for i, run in enumerate(runs, start=1):
+        prefix = "sweep" if run.kind == "sweep" else "run"
+        view = RunView(run=run, page=f"{prefix}-{i:02d}-{slug(run.name)}.html")
+        if run.table is not None:
+            assert run.window_start is not None and run.window_end is not None
+            view.report = build_report(run.table, run.window_start, run.window_end, options.slo)
+            view.kv = kv_view(run, view.report, options.kv)
+        views.append(view)
+    return views
+
+
+# --------------------------------------------------------------------------- pieces
+
+
+class _Figures:
+    """Number figures on one page and turn them into embeds."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.count = 0
+
+    def __call__(self, fig: go.Figure | None, caption: object | None = None) -> Markup:
+        if fig is None:
+            return Markup("")
+        self.count += 1
+        return figure(f"{self.prefix}-{self.count}", fig.to_json(), caption=caption)
+
+
+def _contract_rows(reports: Sequence[Report]) -> list[list[object]]:
+    return [[CONTRACT_LABELS[k], *[r.summary[k] for r in reports]] for k in CONTRACT_FIELDS]
+
+
+def _ci(p: Any) -> str:
+    if p.value is None:
+        return "-"
+    return f"{fmt(p.value)} [{fmt(p.ci_low)}, {fmt(p.ci_high)}]"
+
+
+def _distribution_table(rows: dict[str, Distribution | None], caption: str) -> Markup:
+    present = {k: d for k, d in rows.items() if d is not None}
+    if not present:
+        return Markup("")
+    qs = [p.q for p in next(iter(present.values())).percentiles]
+    headers = ["metric", "n", *[f"p{q:g} [95% CI]" for q in qs], "max", "mean"]
+    body = [[name, d.n, *[_ci(p) for p in d.percentiles], d.max, d.mean] for name, d in present.items()]
+    return table(headers, body, caption=caption)
+
+
+def _slo_rows(report: Report) -> list[tuple[object, object]]:
+    s = report.slo
+    if s is None:
+        return []
+    limits = ", ".join(f"{k} <= {fmt(v)} s" for k, v in s.slo.model_dump(exclude_none=True).items())
+    return [("SLO", limits), ("good requests", s.good_requests), ("attainment (of all requests)", s.attainment),
+            ("goodput, requests/s", s.goodput_requests_per_second),
+            ("goodput, output tokens/s", s.goodput_output_tokens_per_second)]
+
+
+def _example_records(run: RunInput, limit: int = 10) -> Markup:
+    """Return the slowest successes and the first non-successes, with their IDs and causes."""
+    t = run.table
+    assert t is not None
+    ok = np.flatnonzero(t.is_success)
+    bad = np.flatnonzero(~t.is_success)
+    latency = t.end - t.start
+    slow = ok[np.argsort(-latency[ok], kind="stable")[:limit]]
+    first_bad = bad[np.argsort(t.start[bad], kind="stable")[:limit]]
+    headers = ["request_id", "slice", "status", "start, s", "latency, s", "TTFT, s", "output tokens", "error"]
+
+    def rows(idx: np.ndarray) -> list[list[object]]:
+        out = []
+        for i in idx:
+            ttft = t.first_token[i] - t.start[i]
+            out.append([t.request_id[i] if t.request_id[i] is not None else "-",
+                        t.slice[i] if t.slice[i] is not None else "-", STATUSES[int(t.status[i])],
+                        float(t.start[i]), float(latency[i]), float(ttft) if np.isfinite(ttft) else None,
+                        int(t.output_tokens[i]) if t.output_tokens[i] >= 0 else None,
+                        t.error[i] if t.error[i] is not None else "-"])
+        return out
+    parts = []
+    if slow.size:
+        parts.append(table(headers, rows(slow), caption=f"Slowest {slow.size} successful requests"))
+    if first_bad.size:
+        parts.append(table(headers, rows(first_bad), caption=f"First {first_bad.size} non-success requests"))
+    return join(parts)
+
+
+def _warnings(run: RunInput) -> Markup:
+    if not run.warnings:
+        return Markup("")
+    items = join(tag("li", w) for w in run.warnings)
+    return section("Importer warnings", note("The import could not carry everything over:", "warn"),
+                   tag("ul", items, class_="warnings"), id_="warnings")
+
+
+# --------------------------------------------------------------------------- pages
+
+
+def run_page(view: RunView, options: SiteOptions) -> str:
+    """Return the HTML page of one record run."""
+    run, report = view.run, view.report
+    assert report is not None and run.table is not None
+    figs = _Figures("fig")
+    t = run.table
+    head = key_values([
+        ("kind", run.kind), ("source", run.path), ("files", ", ".join(run.files)),
+        ("format", run.format or "-"),
+        ("window", f"{fmt(report.window_start)} to {fmt(report.window_end)} s ({fmt(report.window_s)} s)"),
+    ])
+    parts: list[object] = [head, _warnings(run)]
+    summary_rows = [[CONTRACT_LABELS[k], report.summary[k]] for k in CONTRACT_FIELDS]
+    parts.append(section(
+        "Summary", table(["field (spec contract)", "value"], summary_rows),
+        key_values(_slo_rows(report), caption="Goodput under the SLO") if report.slo else
+        tag("p", "No SLO given (report --slo-ttft/--slo-tpot/--slo-latency to see goodput).", class_="muted"),
+        id_="summary"))
+    outcome = key_values([("offered", report.offered), ("accepted (offered - rejected)", report.accepted),
+                          ("completed (success)", report.completed), ("rejected", report.rejected),
+                          ("timed out", report.timed_out)])
+    causes = table(["cause", "requests"], list(report.by_cause.items())) if report.by_cause else \
+        tag("p", "Every request succeeded.", class_="muted")
+    parts.append(section(
+        "Outcomes", tag("div", join([tag("div", join([outcome, figs(rfig.status_figure(report.by_status))])),
+                                     tag("div", join([causes, figs(rfig.cause_figure(report.by_cause))]))]),
+                        class_="grid2"), id_="outcomes"))
+    parts.append(section("Work", key_values([
+        ("output tokens generated (all requests)", report.total_output_tokens),
+        ("by successful requests", report.successful_output_tokens),
+        ("wasted (by non-success requests)", report.wasted_output_tokens),
+        ("prompt tokens", report.total_prompt_tokens)]), id_="work"))
+    parts.append(section(
+        "Percentiles",
+        _distribution_table({"latency, s": report.latency_s, "TTFT, s": report.ttft_s,
+                             "request TPOT, s": report.request_tpot_s, "queue wait, s": report.queue_wait_s,
+                             "prefill, s": report.prefill_s}, "Successful requests (nearest rank)"),
+        _distribution_table({"latency, s": report.failure_aware_latency_s, "TTFT, s": report.failure_aware_ttft_s},
+                            "Failure-aware: every non-success counts as +infinity"),
+        id_="percentiles"))
+    cdfs = rfig.record_cdfs(t)
+    parts.append(section("Distributions", tag("div", join(figs(f) for f in cdfs.values()), class_="grid2"),
+                         id_="cdfs"))
+    ins = report.in_service
+    conc = [("peak active (start to end)", report.active_requests.peak),
+            ("share of the window at that peak", f"{report.active_requests.share_of_window_at_peak:.1%}")]
+    if ins is not None:
+        conc += [("peak in service (admitted to end)", ins.peak),
+                 ("share of the window at that peak ", f"{ins.share_of_window_at_peak:.1%}")]
+    assert run.window_start is not None and run.window_end is not None
+    parts.append(section("Concurrency", key_values(conc),
+                         figs(rfig.timeline_figure(t, run.window_start, run.window_end)), id_="timeline"))
+    stage = rfig.stage_figure(t)
+    parts.append(section("Stages", figs(stage) if stage is not None else
+                         tag("p", "No admission times: queue wait and prefill cannot be separated.", class_="muted"),
+                         id_="stages"))
+    if run.steps:
+        parts.append(section("Step trace", figs(rfig.step_trace_figure(run.steps)), id_="steps"))
+    if report.slices:
+        names = list(report.slices)
+        parts.append(section("Slices", table(["field", *names], _contract_rows(list(report.slices.values()))),
+                             id_="slices"))
+    parts.append(kv_section(view.kv))
+    if run.metadata:
+        parts.append(section("Benchmark contract", tag("p", "As frozen beside the records.", class_="muted"),
+                             nested(run.metadata), id_="contract"))
+    quality = [("duplicate request IDs", report.duplicate_request_ids),
+               ("records without a request ID", report.records_without_request_id)]
+    if report.duplicate_request_id_examples:
+        quality.append(("duplicated, e.g.", ", ".join(report.duplicate_request_id_examples)))
+    parts.append(section("Data quality", key_values(quality), _example_records(run), id_="quality"))
+    return page(run.name, join(parts), site_title=options.title)
+
+
+def sweep_page(view: RunView, options: SiteOptions) -> str:
+    """Return the HTML page of a sweep: its charts (from ``figures.sweep`` when present) and its points."""
+    run = view.run
+    figs = _Figures("fig")
+    points = run.sweep_points or []
+    parts: list[object] = [key_values([("kind", run.kind), ("source", run.path), ("files", ", ".join(run.files)),
+                                       ("points", len(points))])]
+    charts = sweep_figures(run)
+    if charts:
+        parts.append(section("Charts", join(figs(f) for f in charts), id_="charts"))
+    else:
+        parts.append(note("No sweep chart could be drawn from these points.", "warn"))
+    if points:
+        cols = list(dict.fromkeys(k for p in points for k in p if not isinstance(p[k], (dict, list))))
+        parts.append(section("Points", table(cols, [[p.get(c) for c in cols] for p in points]), id_="points"))
+    if run.metadata:
+        parts.append(section("Benchmark contract", nested(run.metadata), id_="contract"))
+    return page(run.name, join(parts), site_title=options.title)
+
+
+def sweep_figures(run: RunInput) -> list[go.Figure]:
+    """Return the sweep's charts: the sweep module's own builders when present, else a generic one."""
+    try:
+        from ..figures import sweep as sweep_fig  # written alongside the simulator; may not exist yet
+    except ImportError:
+        sweep_fig = None
+    builder = getattr(sweep_fig, "sweep_figures", None) if sweep_fig is not None else None
+    if builder is not None:
+        return list(builder(run.sweep_document if run.sweep_document is not None else run.sweep_points))
+    fig = rfig.points_figure(run.sweep_points or [])
+    return [fig] if fig is not None else []
+
+
+def index_page(views: Sequence[RunView], options: SiteOptions) -> str:
+    """Return the index: every record run side by side, then the sweeps."""
+    figs = _Figures("fig")
+    record_views = [v for v in views if v.report is not None]
+    sweeps = [v for v in views if v.run.kind == "sweep"]
+    intro = f"{len(record_views)} record run{'s' if len(record_views) != 1 else ''}"
+    if sweeps:
+        intro += f", {len(sweeps)} sweep{'s' if len(sweeps) != 1 else ''}"
+    intro += f". servebench {__version__}"
+    if options.generated_at:
+        intro += f", {options.generated_at}"
+    intro += ". This folder works offline: open index.html from disk, or zip it and send it."
+    parts: list[object] = [tag("p", intro, class_="muted")]
+    if record_views:
+        reports = [v.report for v in record_views if v.report is not None]
+        header = ["", *[tag("a", v.run.name, href=v.page) for v in record_views]]
+        rows: list[list[object]] = [["kind", *[v.run.kind for v in record_views]],
+                                    ["window, s", *[fmt(r.window_s) for r in reports]]]
+        rows += _contract_rows(reports)
+        rows += [["rejected", *[r.rejected for r in reports]], ["timed out", *[r.timed_out for r in reports]],
+                 ["wasted output tokens", *[r.wasted_output_tokens for r in reports]],
+                 ["peak active (share of window)", *[f"{r.active_requests.peak} "
+                                                     f"({r.active_requests.share_of_window_at_peak:.1%})"
+                                                     for r in reports]]]
+        if options.slo is not None and options.slo.any:
+            rows += [["SLO attainment", *[r.slo.attainment if r.slo else None for r in reports]],
+                     ["goodput, requests/s", *[r.slo.goodput_requests_per_second if r.slo else None
+                                               for r in reports]],
+                     ["goodput, output tokens/s", *[r.slo.goodput_output_tokens_per_second if r.slo else None
+                                                    for r in reports]]]
+        rows.append(["diagnosis", *[tag("span", v.kv.verdict, class_="verdict") if v.kv and v.kv.verdict else "-"
+                                    for v in record_views]])
+        rows.append(["importer warnings", *[len(v.run.warnings) for v in record_views]])
+        parts.append(section("Runs side by side", table(header, rows), id_="runs"))
+        comp = rfig.comparison_figure({v.run.name: success_metrics(v.run.table) for v in record_views
+                                       if v.run.table is not None})
+        parts.append(figs(comp, caption="Successful requests only; see each run's page for the failure-aware view."))
+        if not (options.slo is not None and options.slo.any):
+            parts.append(tag("p", "No SLO given: goodput is not shown (--slo-ttft, --slo-tpot, --slo-latency).",
+                             class_="muted"))
+    if sweeps:
+        items = join(tag("li", join([tag("a", v.run.name, href=v.page), f" ({len(v.run.sweep_points or [])} points)"]))
+                     for v in sweeps)
+        parts.append(section("Sweeps", tag("ul", items), id_="sweeps"))
+        for v in sweeps:
+            for fig in sweep_figures(v.run)[:1]:
+                parts.append(tag("h3", v.run.name))
+                parts.append(figs(fig))
+    return page(options.title, join(parts), site_title=options.title)
+
+
+def build_pages(runs: Sequence[RunInput], options: SiteOptions) -> dict[str, str]:
+    """Return every page of the site, keyed by its path relative to the site folder."""
+    views = compute_views(runs, options)
+    pages = {"index.html": index_page(views, options)}
+    for v in views:
+        pages[v.page] = sweep_page(v, options) if v.run.kind == "sweep" else run_page(v, options)
+    return pages
