@@ -20,6 +20,8 @@ import json
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, Literal
 
 import httpx
@@ -28,6 +30,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import ConfigError, ServebenchError
 from .percentiles import percentile
+from .records import RecordTable, default_window, parse_objects, validate
+from .workload import WorkloadSpec, closed_loop_plan, generate_workload
 
 REJECT_CODES = (429, 503)
 API_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
@@ -62,13 +66,12 @@ class LoadConfig(BaseModel):
         None, gt=0, description="Hard end of the run from t0: later arrivals are not sent, in-flight are cancelled.")
     max_in_flight: int = Field(256, ge=1, description="Generator capacity: open connections at once.")
     users: int | None = Field(None, ge=1, description="Closed loop with this many users; None: open loop.")
-    think_s: float = Field(0.0, ge=0, description="Closed loop: pause between a user's requests.")
     api_key: str | None = None
 
 
 @dataclass(frozen=True)
 class PlannedRequest:
-    """One request to send: its id, intended send time (open loop) and requested lengths."""
+    """One request to send: its id, intended send time (open loop) or think time (closed), lengths."""
 
     request_id: str
     intended_s: float
@@ -76,6 +79,8 @@ class PlannedRequest:
     prompt_words: int
     max_tokens: int
     slice: str | None = None
+    think_s: float = 0.0
+    deadline_s: float | None = None
 
 
 @dataclass
@@ -152,6 +157,7 @@ class LoadResult:
     stats: GeneratorStats
     model: str
     config: LoadConfig
+    started_utc: str
 
 
 # --------------------------------------------------------------------------- pure helpers
@@ -167,14 +173,20 @@ def make_prompt(n_words: int, rng: np.random.Generator) -> str:
 
 def plan_requests(intended_s: Sequence[float] | np.ndarray, prompt_words: Sequence[int] | np.ndarray,
                   output_tokens: Sequence[int] | np.ndarray, rng: np.random.Generator,
-                  slices: Sequence[str | None] | None = None, id_prefix: str = "req") -> list[PlannedRequest]:
-    """Pair arrival times with prompt and output lengths; prompts are drawn with ``rng``."""
+                  slices: Sequence[str | None] | None = None, id_prefix: str = "req",
+                  think_s: Sequence[float] | np.ndarray | None = None,
+                  deadline_s: Sequence[float | None] | None = None) -> list[PlannedRequest]:
+    """Pair arrival times with prompt and output lengths; prompts are drawn with ``rng``.
+
+    A closed-loop plan passes NaN arrival times (users decide when to send) and ``think_s``.
+    """
     n = len(intended_s)
     if len(prompt_words) != n or len(output_tokens) != n or (slices is not None and len(slices) != n):
         raise ConfigError(f"plan: {n} arrival times but {len(prompt_words)} prompt lengths and "
                           f"{len(output_tokens)} output lengths")
     times = np.asarray(intended_s, dtype=np.float64)
-    if n and (not np.all(np.isfinite(times)) or np.any(np.diff(times) < 0) or times[0] < 0):
+    closed = bool(n) and bool(np.all(np.isnan(times)))
+    if n and not closed and (not np.all(np.isfinite(times)) or np.any(np.diff(times) < 0) or times[0] < 0):
         raise ConfigError("plan: arrival times must be finite, non-negative and sorted")
     plan = []
     for i in range(n):
@@ -184,8 +196,30 @@ def plan_requests(intended_s: Sequence[float] | np.ndarray, prompt_words: Sequen
         words = int(prompt_words[i])
         plan.append(PlannedRequest(
             request_id=f"{id_prefix}-{i:06d}", intended_s=float(times[i]), prompt=make_prompt(words, rng),
-            prompt_words=words, max_tokens=out, slice=None if slices is None else slices[i]))
+            prompt_words=words, max_tokens=out, slice=None if slices is None else slices[i],
+            think_s=0.0 if think_s is None else float(think_s[i]),
+            deadline_s=None if deadline_s is None else deadline_s[i]))
     return plan
+
+
+def workload_plan(spec: WorkloadSpec, rng: np.random.Generator) -> list[PlannedRequest]:
+    """Draw a workload (open-loop arrivals, or closed-loop lengths and think times) into a plan.
+
+    Prompt lengths are sent as that many words: exact for ``serve-engine``, approximate for a real
+    tokenizer (the records take ``prompt_tokens`` from the server's ``usage``).
+    """
+    if spec.closed_loop is not None:
+        cl = closed_loop_plan(spec, rng)
+        wl, think = cl.requests, cl.think_s
+    else:
+        wl, think = generate_workload(spec, rng), None
+    if len(wl) == 0:
+        raise ConfigError("the workload produced no requests (raise --requests or --duration)")
+    names = [wl.class_names[c] for c in wl.class_index.tolist()]
+    slices = names if len(wl.class_names) > 1 else None
+    deadlines = [wl.class_timeout_s[c] for c in wl.class_index.tolist()]
+    return plan_requests(wl.arrival_s, np.maximum(wl.prompt_tokens, 1), wl.output_tokens, rng,
+                         slices=slices, think_s=think, deadline_s=deadlines)
 
 
 def request_body(config: LoadConfig, model: str, req: PlannedRequest) -> dict[str, Any]:
@@ -361,7 +395,8 @@ class _Runner:
         cfg = self.config
         out = Outcome(request_id=req.request_id, intended_s=intended_s, slice=req.slice,
                       requested_prompt_words=req.prompt_words, requested_output_tokens=req.max_tokens)
-        deadline_at = self.t0 + intended_s + cfg.deadline_s
+        deadline_s = cfg.deadline_s if req.deadline_s is None else req.deadline_s
+        deadline_at = self.t0 + intended_s + deadline_s
         limit_at = min(deadline_at, self.stop_at)
         on_wire = False
         try:
@@ -381,7 +416,7 @@ class _Runner:
             else:
                 where = "while waiting for a generator connection slot" if out.sent_s is None else \
                     ("before the first token" if out.first_token_s is None else "while streaming")
-                out.status, out.error = "timeout", f"deadline {cfg.deadline_s:g} s passed {where}"
+                out.status, out.error = "timeout", f"deadline {deadline_s:g} s passed {where}"
             self._count_partial_tokens(out)
         except asyncio.CancelledError:
             out.end_s = self.now()
@@ -548,6 +583,7 @@ async def run_load(config: LoadConfig, plan: Sequence[PlannedRequest],
         headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
         model = config.model or await discover_model(client, config.url, headers)
         loop = asyncio.get_running_loop()
+        started_utc = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
         runner = _Runner(config, model, client, loop.time(), on_outcome)
         if sink is not None:
             runner.outcomes = sink
@@ -559,7 +595,7 @@ async def run_load(config: LoadConfig, plan: Sequence[PlannedRequest],
     outcomes = sorted(runner.outcomes, key=lambda o: (o.intended_s, o.request_id))
     stats = generator_stats(outcomes, mode, len(plan), config.max_in_flight, runner.peak_in_flight,
                             runner.waited_for_slot)
-    return LoadResult(outcomes=outcomes, stats=stats, model=model, config=config)
+    return LoadResult(outcomes=outcomes, stats=stats, model=model, config=config, started_utc=started_utc)
 
 
 async def _open_loop(runner: _Runner, plan: Sequence[PlannedRequest]) -> None:
@@ -587,12 +623,12 @@ async def _closed_loop(runner: _Runner, plan: Sequence[PlannedRequest], users: i
 
     async def user() -> None:
         for req in queue:  # a shared iterator: each request goes to exactly one user
+            if req.think_s > 0:
+                await asyncio.sleep(min(req.think_s, max(0.0, runner.stop_at - runner.loop.time())))
             intended = runner.now()
             if runner.t0 + intended >= runner.stop_at:
                 return
             await runner.one(req, intended)
-            if runner.config.think_s > 0:
-                await asyncio.sleep(runner.config.think_s)
 
     tasks = [asyncio.create_task(user()) for _ in range(users)]
     try:
@@ -608,3 +644,59 @@ def run_load_sync(config: LoadConfig, plan: Sequence[PlannedRequest],
                   sink: list[Outcome] | None = None) -> LoadResult:
     """Run :func:`run_load` in a fresh event loop."""
     return asyncio.run(run_load(config, plan, on_outcome, sink))
+
+
+# --------------------------------------------------------------------------- results on disk
+
+
+def records_table(outcomes: Sequence[Outcome], source: str = "load") -> tuple[RecordTable, float, float]:
+    """Validate the outcomes as canonical records over [first start, last end]."""
+    if not outcomes:
+        raise ConfigError("the run produced no records (every planned arrival came after the duration limit)")
+    rows = parse_objects([to_record(o) for o in outcomes], source, strict_keys=True)
+    ws, we = default_window(rows)
+    if not we > ws:
+        we = ws + 1e-9  # one instant request: a window of zero length has no rate
+    return validate(rows, ws, we), ws, we
+
+
+def run_metadata(result: LoadResult, workload: WorkloadSpec, seed: int, model_source: str) -> dict[str, Any]:
+    """Return the frozen benchmark contract of a load run (metadata.json)."""
+    from . import __version__
+
+    cfg = result.config
+    mode = "closed" if cfg.users is not None else "open"
+    return {
+        "kind": "servebench load",
+        "servebench_version": __version__,
+        "endpoint": {"url": normalize_url(cfg.url), "path": API_PATHS[cfg.api], "api": cfg.api,
+                     "stream": cfg.stream, "include_usage": cfg.include_usage, "ignore_eos": cfg.ignore_eos},
+        "model": {"name": result.model, "source": model_source},
+        "workload": workload.model_dump(mode="json", exclude_none=True),
+        "arrival_pattern": (workload.arrival.model_dump(mode="json", exclude_none=True) if mode == "open"
+                            else {"kind": "closed_loop", **workload.closed_loop.model_dump(mode="json")}),
+        "prompt_unit": "words (one token each on serve-engine; prompt_tokens in records come from usage)",
+        "seed": seed,
+        "deadline_s": cfg.deadline_s,
+        "duration_s": cfg.duration_s,
+        "max_in_flight": cfg.max_in_flight,
+        "clock": "time.monotonic in seconds since the run's origin t0 (one clock, one process)",
+        "record_start": "intended send time; actual send time and lag per request are in sends.jsonl",
+        "end": "arrival of [DONE] (or the whole body when not streaming); timeouts end at the deadline",
+        "started_utc": result.started_utc,
+        "generator": result.stats.model_dump(mode="json"),
+        "files": {"records": "records.jsonl", "sends": "sends.jsonl"},
+    }
+
+
+def write_run(out_dir: str | Path, result: LoadResult, metadata: dict[str, Any]) -> Path:
+    """Write records.jsonl, sends.jsonl and metadata.json into ``out_dir``; return the directory."""
+    d = Path(out_dir)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create output directory {d}: {exc.strerror}") from None
+    (d / "records.jsonl").write_text("".join(json.dumps(to_record(o)) + "\n" for o in result.outcomes))
+    (d / "sends.jsonl").write_text("".join(json.dumps(to_send_row(o)) + "\n" for o in result.outcomes))
+    (d / "metadata.json").write_text(json.dumps(metadata, indent=2) + "\n")
+    return d

@@ -316,3 +316,51 @@ def test_unreachable_server():
     result = run_load_sync(LoadConfig(url=url, model="m"), make_plan(2))
     assert [o.status for o in result.outcomes] == ["failed"] * 2
     assert all(o.error.startswith("ConnectError") and o.sent_s is not None for o in result.outcomes)
+
+
+# --------------------------------------------------------------------------- the CLI
+
+
+def test_load_command_writes_the_run_and_prints_the_summary(tmp_path):
+    from typer.testing import CliRunner
+
+    from servebench.cli import app
+
+    state = FakeState()
+    out = tmp_path / "run"
+    with serve_in_background(fake_app(state, reply=lambda n: 503 if n == 2 else 200)) as url:
+        r = CliRunner().invoke(app, ["load", url, "--rate", "100", "--requests", "6", "-o", str(out),
+                                     "--output-tokens", "3", "--prompt-tokens", "4", "--seed", "5", "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert doc["summary"]["requests"] == 6 and doc["rejected"] == 1 and doc["completed"] == 5
+    assert doc["generator"]["offered"] == 6 and doc["generator"]["rejected"] == 1 and doc["model"] == "fake-model"
+    meta = json.loads((out / "metadata.json").read_text())
+    assert meta["model"] == {"name": "fake-model", "source": "/v1/models"}
+    assert meta["endpoint"]["url"] == url and meta["endpoint"]["path"] == "/v1/completions"
+    assert meta["arrival_pattern"]["kind"] == "poisson" and meta["arrival_pattern"]["rate_rps"] == 100
+    assert meta["seed"] == 5 and meta["deadline_s"] == 30 and meta["servebench_version"]
+    assert meta["workload"]["classes"][0]["output"]["value"] == 3
+    sends = [json.loads(line) for line in (out / "sends.jsonl").read_text().splitlines()]
+    assert len(sends) == 6 and all(s["lag_s"] >= 0 for s in sends)
+    from servebench.loaders import load_table
+    table, _, _ = load_table(out / "records.jsonl")
+    assert len(table) == 6 and sorted(table.prompt_tokens.tolist()) == [-1] + [4] * 5  # no usage on a 503
+
+
+def test_load_command_closed_loop_and_errors(tmp_path):
+    from typer.testing import CliRunner
+
+    from servebench.cli import app, main
+
+    state = FakeState()
+    with serve_in_background(fake_app(state)) as url:
+        r = CliRunner().invoke(app, ["load", url, "--users", "2", "--requests", "4", "-o", str(tmp_path / "c"),
+                                     "--output-tokens", "2"])
+    assert r.exit_code == 0, r.output
+    assert "Load generator (closed loop)" in r.output and "completed" in r.output
+    meta = json.loads((tmp_path / "c" / "metadata.json").read_text())
+    assert meta["arrival_pattern"]["kind"] == "closed_loop" and meta["arrival_pattern"]["users"] == 2
+    with pytest.raises(SystemExit) as exc:
+        main(["load", url, "-o", str(tmp_path / "x")])  # neither --rate nor --users
+    assert exc.value.code == 2

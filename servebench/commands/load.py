@@ -1,0 +1,195 @@
+"""``servebench load``: drive an OpenAI-compatible endpoint with open- or closed-loop load and summarize it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ..cli import app, console, emit_json
+from ..errors import ConfigError
+
+
+def _workload(rate: Optional[float], requests: int, users: Optional[int], arrival: str, cv: float,
+              replay: Optional[Path], duration: Optional[float], prompt_tokens: int, output_tokens: int,
+              think: float, workload_file: Optional[Path]) -> Any:
+    """Build the WorkloadSpec from the options (a workload file gives the classes and defaults)."""
+    import yaml
+    from pydantic import ValidationError
+
+    from ..workload import ArrivalSpec, ClassSpec, ClosedLoopSpec, LengthSpec, WorkloadSpec
+
+    base: dict[str, Any] = {}
+    if workload_file is not None:
+        try:
+            doc = yaml.safe_load(workload_file.read_text())
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(f"{workload_file}: cannot read the workload: {exc}") from None
+        if isinstance(doc, dict) and isinstance(doc.get("workload"), dict):
+            doc = doc["workload"]  # a simulator scenario: take its workload
+        if not isinstance(doc, dict):
+            raise ConfigError(f"{workload_file}: expected a mapping with 'classes'")
+        base = dict(doc)
+    if "classes" not in base:
+        base["classes"] = [ClassSpec(prompt=LengthSpec(kind="fixed", value=prompt_tokens),
+                                     output=LengthSpec(kind="fixed", value=output_tokens)).model_dump()]
+    base["num_requests"] = requests
+    if duration is not None:
+        base["duration_s"] = duration
+    if users is not None:
+        base["arrival"] = None
+        base["closed_loop"] = ClosedLoopSpec(users=users, think_s=think).model_dump()
+    else:
+        base["closed_loop"] = None
+        if replay is not None:
+            from ..loaders import load_table
+            table, _, _ = load_table(replay)
+            base["arrival"] = ArrivalSpec(kind="replay", start_s=sorted(table.start.tolist())).model_dump()
+        elif rate is not None:
+            base["arrival"] = ArrivalSpec(kind=arrival, rate_rps=rate, cv=cv).model_dump()
+        elif base.get("arrival") is None:
+            raise ConfigError("give --rate R (open loop), --users U (closed loop), --replay FILE or --sweep RATES")
+    try:
+        return WorkloadSpec.model_validate(base)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "workload"
+        raise ConfigError(f"workload {where}: {first['msg']}") from None
+
+
+def _generator_table(stats: Any) -> Table:
+    """Return the generator's work counts and own limits as a two-column table."""
+    t = Table(title=f"Load generator ({stats.mode} loop)")
+    t.add_column("measure")
+    t.add_column("value", justify="right")
+    lag = stats.schedule_lag_s
+
+    def f(v: float | None) -> str:
+        return "-" if v is None else f"{v:.3g}"
+    rows = [("planned", stats.planned), ("offered", stats.offered), ("sent", stats.sent),
+            ("accepted", stats.accepted), ("completed", stats.completed), ("rejected", stats.rejected),
+            ("failed", stats.failed), ("timed out", stats.timed_out), ("cancelled", stats.cancelled),
+            ("not sent (duration limit)", stats.not_sent_duration_limit),
+            ("in flight: peak / limit", f"{stats.peak_in_flight} / {stats.max_in_flight}"),
+            ("waited for a connection slot", stats.waited_for_slot),
+            ("schedule lag p50 / p99 / max, s", f"{f(lag.p50_s)} / {f(lag.p99_s)} / {f(lag.max_s)}"),
+            ("run, s", f(stats.run_s))]
+    for name, value in rows:
+        t.add_row(name, str(value))
+    return t
+
+
+def _run_one(url: str, spec: Any, seed: int, out_dir: Path, cfg_kwargs: dict[str, Any], show_progress: bool,
+             label: str = "requests") -> tuple[Any, Any, float, float]:
+    """Plan, send, write the run directory; return (result, table, window start, window end)."""
+    from ..loadgen import LoadConfig, records_table, run_load_sync, run_metadata, workload_plan, write_run
+
+    plan = workload_plan(spec, np.random.default_rng(seed))
+    users = spec.closed_loop.users if spec.closed_loop is not None else None
+    config = LoadConfig(url=url, users=users, duration_s=spec.duration_s, **cfg_kwargs)
+    if show_progress:
+        progress = Progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("{task.fields[bad]} not ok"), TimeElapsedColumn(),
+                            console=Console(stderr=True), transient=True)
+        with progress:
+            task = progress.add_task(label, total=len(plan), bad=0)
+            bad = [0]
+
+            def tick(o: Any) -> None:
+                bad[0] += o.status != "success"
+                progress.update(task, advance=1, bad=bad[0])
+            result = run_load_sync(config, plan, on_outcome=tick)
+    else:
+        result = run_load_sync(config, plan)
+    source = "--model" if cfg_kwargs.get("model") else "/v1/models"
+    write_run(out_dir, result, run_metadata(result, spec, seed, source))
+    table, ws, we = records_table(result.outcomes, str(out_dir / "records.jsonl"))
+    return result, table, ws, we
+
+
+@app.command()
+def load(
+    url: str = typer.Argument(..., help="Base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000."),
+    out: Path = typer.Option(..., "-o", "--out", help="Output directory: records.jsonl, sends.jsonl, metadata.json."),
+    rate: Optional[float] = typer.Option(None, help="Open loop: mean arrival rate, requests/s."),
+    requests: int = typer.Option(100, min=1, max=1_000_000, help="Requests to send (per sweep point)."),
+    users: Optional[int] = typer.Option(None, min=1, help="Closed loop: this many users instead of --rate."),
+    sweep: Optional[str] = typer.Option(None, help="Comma-separated rates (req/s): one open-loop run per rate."),
+    arrival: str = typer.Option("poisson", help="Arrival process: poisson, gamma or constant."),
+    cv: float = typer.Option(1.0, min=0.01, help="Gamma arrivals: coefficient of variation (burstiness)."),
+    replay: Optional[Path] = typer.Option(None, help="Replay the start times of a record file (open loop)."),
+    workload: Optional[Path] = typer.Option(None, help="Workload YAML/JSON (classes, lengths); a scenario works."),
+    prompt_tokens: int = typer.Option(32, min=1, help="Prompt length in words (tokens on serve-engine)."),
+    output_tokens: int = typer.Option(16, min=1, help="Output tokens per request (max_tokens, ignore_eos)."),
+    think: float = typer.Option(0.0, min=0, help="Closed loop: think time between a user's requests, s."),
+    duration: Optional[float] = typer.Option(None, min=0.001, help="Hard end of each run, s: later arrivals "
+                                             "are not sent, in-flight requests are cancelled."),
+    deadline: float = typer.Option(30.0, min=0.001, help="Per-request deadline from its intended send time, s."),
+    seed: int = typer.Option(0, help="Seed of arrivals, lengths and prompts."),
+    api: str = typer.Option("completions", help="completions or chat."),
+    model: Optional[str] = typer.Option(None, help="Model name (default: the first one /v1/models lists)."),
+    stream: bool = typer.Option(True, "--stream/--no-stream", help="Stream tokens (SSE) or wait for the body."),
+    ignore_eos: bool = typer.Option(True, "--ignore-eos/--no-ignore-eos", help="Ask for exactly max_tokens."),
+    max_in_flight: int = typer.Option(256, min=1, help="Generator capacity: connections open at once."),
+    api_key: Optional[str] = typer.Option(None, envvar="OPENAI_API_KEY", help="Bearer token, if the server wants one."),
+    slo_ttft: Optional[float] = typer.Option(None, help="SLO on TTFT, s."),
+    slo_tpot: Optional[float] = typer.Option(None, help="SLO on request TPOT, s."),
+    slo_latency: Optional[float] = typer.Option(None, help="SLO on latency, s."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+) -> None:
+    """Send open-loop (--rate) or closed-loop (--users) load to an endpoint; write records; summarize."""
+    from ..summary import SLO, build_report
+
+    if api not in ("completions", "chat"):
+        raise ConfigError(f"--api {api!r}: expected completions or chat")
+    if arrival not in ("poisson", "gamma", "constant"):
+        raise ConfigError(f"--arrival {arrival!r}: expected poisson, gamma or constant")
+    cfg_kwargs = dict(api=api, model=model, stream=stream, ignore_eos=ignore_eos, deadline_s=deadline,
+                      max_in_flight=max_in_flight, api_key=api_key)
+    slo = SLO(ttft_s=slo_ttft, tpot_s=slo_tpot, latency_s=slo_latency)
+    if sweep is not None:
+        _sweep(url, sweep, out, requests, arrival, cv, workload, prompt_tokens, output_tokens, duration, seed,
+               cfg_kwargs, slo, as_json)
+        return
+    spec = _workload(rate, requests, users, arrival, cv, replay, duration, prompt_tokens, output_tokens, think,
+                     workload)
+    result, table, ws, we = _run_one(url, spec, seed, out, cfg_kwargs, show_progress=not as_json)
+    report = build_report(table, ws, we, slo)
+    if as_json:
+        doc = json.loads(report.model_dump_json())  # infinities become "Infinity", as in summarize
+        emit_json({"summary": doc.pop("summary"), **doc, "generator": result.stats.model_dump(mode="json"),
+                   "model": result.model, "out": str(out)})
+        return
+    from ..render import print_report
+    print_report(console, report)
+    console.print(_generator_table(result.stats))
+    if result.stats.lag_warning:
+        console.print(f"[yellow]warning:[/] {result.stats.lag_warning}")
+    console.print(f"model {result.model!r}; wrote {out}/records.jsonl, sends.jsonl, metadata.json")
+
+
+def _parse_rates(text: str) -> list[float]:
+    try:
+        rates = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"--sweep {text!r}: expected comma-separated rates such as 1,2,4") from None
+    if not rates or any(not (r > 0) or r == float("inf") for r in rates):
+        raise ConfigError(f"--sweep {text!r}: every rate must be a positive number")
+    return sorted(set(rates))
+
+
+def _sweep(url: str, rates_text: str, out: Path, requests: int, arrival: str, cv: float, workload: Optional[Path],
+           prompt_tokens: int, output_tokens: int, duration: Optional[float], seed: int, cfg_kwargs: dict[str, Any],
+           slo: Any, as_json: bool) -> None:
+    """Run one open-loop load per rate into OUT/rate_<r>/, then write the simulator's sweep output."""
+    raise ConfigError("--sweep is not available yet")  # replaced once servebench.sweep lands
+
+
+def _dump(obj: Any) -> str:
+    return json.dumps(obj, indent=2)
