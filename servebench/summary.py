@@ -50,7 +50,7 @@ def summarize(records: Sequence[Any], window_start: float, window_end: float) ->
         check_window(window_start, window_end)
     except ValueError as exc:
         raise ContractError(str(exc)) from None
-    if not isinstance(records, (list, tuple)) or len(records) == 0:
+    if not isinstance(records, list) or len(records) == 0:
         raise ContractError(MSG_EMPTY)
     rows = parse_objects(records)
     violation, codes = first_violation(rows, float(window_start), float(window_end), optional_rules=False)

@@ -100,6 +100,7 @@ OK = {"start": 1, "first_token": 2, "end": 3, "status": "success", "output_token
     ([], 0, 10, "Expected nonempty records"),
     (None, 0, 10, "Expected nonempty records"),
     ({"start": 1}, 0, 10, "Expected nonempty records"),
+    ((OK,), 0, 10, "Expected nonempty records"),
     ([OK, 7], 0, 10, "Record must be an object"),
     ([["start", 1]], 0, 10, "Record must be an object"),
     ([{**OK, "start": True}], 0, 10, "Invalid request times"),
