@@ -1,0 +1,424 @@
+"""Tell queueing, prefill, decode and KV-memory limits apart from stage timings and concurrency.
+
+Input is either timing records with ``admitted`` (and ``prompt_tokens`` for the KV limit), from
+which ``measure`` builds a profile's measurements, or a measurement table like the spec's
+(``ProfileTable``). For each profile ``diagnose`` computes the KV limit on concurrent sequences,
+Little's law in service = rate x (prefill p50 + (N - 1) x TPOT p50), the utilization of the
+limit, the shares of TTFT p95 that are queue wait and prefill, and a verdict.
+
+Rules (default thresholds in ``Thresholds``; the first row whose every condition holds wins)::
+
+    limit       pattern (all must hold)                                       why
+    ----------  ------------------------------------------------------------  ------------------------------------
+    none        no symptom: TTFT p95 <= objective (2 s), no timeouts,        the server keeps up at this load
+                TPOT growth < 1.25
+    kv_memory   peak active >= KV limit; share of run at peak >= 25%;         admission waits for KV memory while
+                queue wait p95 >= 50% of TTFT p95; TPOT growth < 1.25         running sequences decode at full speed
+    decode      TPOT growth >= 1.25 (TPOT with many sequences active /        each decode step slows as the batch
+                TPOT with few, or / a baseline)                               grows: compute or bandwidth bound
+    queueing    queue wait p95 >= 50% of TTFT p95; peak active below the     a cap other than memory (max
+                KV limit (or no limit known)                                  sequences, scheduler, client) holds
+    prefill     prefill p95 >= 50% of TTFT p95; queue wait p95 < 50%          first tokens wait for prompt compute
+    none        a symptom, but no pattern above (evidence says which)         look at failures by cause
+
+``TPOT growth`` is TPOT p50 over a baseline: from records, TPOT p50 of requests decoding while
+in-service was in its top quarter over the bottom quarter; in a table, ``tpot_baseline_s`` (default:
+the lowest TPOT p50 among the table's profiles). The same rules are in ``docs/diagnosis.md``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from . import kv
+from .errors import ConfigError
+from .percentiles import percentile
+from .records import RecordTable
+from .summary import build_report
+from .timeline import active_counts
+
+Limit = Literal["kv_memory", "queueing", "prefill", "decode", "none"]
+LIMITS: tuple[str, ...] = ("kv_memory", "queueing", "prefill", "decode", "none")
+
+
+class Thresholds(BaseModel):
+    """The thresholds the rules compare measurements against."""
+
+    model_config = ConfigDict(extra="forbid")
+    ttft_objective_s: float = Field(2.0, gt=0, description="TTFT p95 above this is a symptom.")
+    queue_share: float = Field(0.5, gt=0, le=1, description="Queue wait p95 / TTFT p95 at or above: queueing dominates.")
+    prefill_share: float = Field(0.5, gt=0, le=1, description="Prefill p95 / TTFT p95 at or above: prefill dominates.")
+    share_at_peak: float = Field(0.25, gt=0, le=1, description="Share of the run at peak active: 'much of the run'.")
+    tpot_growth: float = Field(1.25, gt=1, description="TPOT over its baseline at or above: TPOT grows with load.")
+
+
+class ProfileMeasurements(BaseModel):
+    """One load profile's measurements (the spec's table columns); None where not measured."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    prompt_tokens: int | None = Field(None, ge=0, description="Prompt tokens per request (mean if they vary).")
+    requests: int = Field(ge=1)
+    timeouts: int = Field(0, ge=0)
+    failures: int = Field(0, ge=0, description="Non-success outcomes other than timeouts.")
+    queue_wait_p50_s: float | None = Field(None, ge=0, description="Arrival to admission.")
+    queue_wait_p95_s: float | None = Field(None, ge=0)
+    prefill_p50_s: float | None = Field(None, ge=0, description="Admission to first token.")
+    prefill_p95_s: float | None = Field(None, ge=0)
+    ttft_p95_s: float | None = Field(None, ge=0, description="Arrival to first token, successes.")
+    tpot_p50_s: float | None = Field(None, ge=0, description="Request TPOT p50.")
+    tpot_baseline_s: float | None = Field(None, gt=0, description="TPOT p50 with few sequences active.")
+    tpot_high_load_s: float | None = Field(None, ge=0, description="TPOT p50 with many sequences active.")
+    peak_active: int | None = Field(None, ge=0, description="Peak sequences in service (admitted to end).")
+    share_at_peak: float | None = Field(None, ge=0, le=1, description="Share of the run at that peak.")
+    share_at_peak_is_upper_bound: bool = Field(False, description="True when the table says 'under x%'.")
+    mean_in_service: float | None = Field(None, ge=0, description="Measured time-average in service.")
+    arrival_rate_per_s: float = Field(gt=0)
+    output_tokens: int = Field(ge=1, description="Output tokens per success (N in prefill + (N-1) x TPOT).")
+    output_cap: int | None = Field(None, ge=1)
+    deadline_s: float | None = Field(None, gt=0)
+    duration_s: float | None = Field(None, gt=0)
+
+
+class ProfileTable(BaseModel):
+    """Profiles measured on one deployment: the shared model shape, KV budget and admission policy."""
+
+    model_config = ConfigDict(extra="forbid")
+    description: str | None = None
+    model: kv.ModelShape | None = None
+    kv_budget_gib: float | None = Field(None, gt=0, description="Memory left for the KV cache, GiB per GPU.")
+    policy: kv.Policy = "reserve"
+    expected_output_tokens: int | None = Field(None, ge=0, description="Paged policy: expected output length.")
+    thresholds: Thresholds = Field(default_factory=Thresholds)
+    profiles: list[ProfileMeasurements] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> "ProfileTable":
+        names = [p.name for p in self.profiles]
+        dups = sorted({n for n in names if names.count(n) > 1})
+        if dups:
+            raise ValueError(f"profile names must be unique; repeated: {', '.join(dups)}")
+        return self
+
+
+class Evidence(BaseModel):
+    """One measurement checked against one threshold."""
+
+    measurement: str
+    value: float | None
+    threshold: float | None
+    rule: str = Field(description="The comparison, e.g. '>=' or '<'.")
+    crossed: bool | None = Field(description="Whether value meets the rule; None when not measured.")
+    note: str
+
+
+class Experiment(BaseModel):
+    """One experiment that would confirm the verdict, and the result that would refute it."""
+
+    action: str
+    confirm: str
+    refute: str
+
+
+class Verdict(BaseModel):
+    """What limits one profile, the numbers behind it, and how to check."""
+
+    model_config = ConfigDict(ser_json_inf_nan="strings")
+    profile: str
+    limit: Limit
+    summary: str
+    evidence: list[Evidence]
+    bytes_per_token: int | None = None
+    budget_tokens: int | None = None
+    tokens_per_request: int | None = None
+    max_concurrent_sequences: int | None = None
+    time_in_service_s: float | None = None
+    in_service: float | None = Field(None, description="Little's law: rate x time in service.")
+    utilization: float | None = Field(None, description="In service / max concurrent sequences.")
+    saturation_rate_per_s: float | None = None
+    queue_share_of_ttft: float | None = Field(None, description="Queue wait p95 / TTFT p95.")
+    prefill_share_of_ttft: float | None = Field(None, description="Prefill p95 / TTFT p95.")
+    prefill_share_of_service: float | None = Field(None, description="Prefill p50 / time in service.")
+    tpot_growth: float | None = None
+    prefill: str = Field(description="What prefill contributes.")
+    experiment: Experiment
+    measurements: ProfileMeasurements
+
+
+# --------------------------------------------------------------------------- measuring records
+
+
+def tpot_by_load(table: RecordTable) -> tuple[float | None, float | None]:
+    """Return TPOT p50 of requests decoding at low and at high in-service counts (bottom, top quarter).
+
+    Each multi-token success is placed by the number in service at the middle of its decode.
+    Returns (None, None) when load did not vary (no way to see TPOT grow).
+    """
+    ok = table.is_success & np.isfinite(table.admitted) & (table.output_tokens > 1)
+    adm = np.isfinite(table.admitted)
+    if np.count_nonzero(ok) < 4:
+        return None, None
+    ft, end, out = table.first_token[ok], table.end[ok], table.output_tokens[ok]
+    tpot = (end - ft) / (out - 1)
+    load = active_counts(table.admitted[adm], table.end[adm], (ft + end) / 2)
+    lo_cut, hi_cut = percentile(load, 25), percentile(load, 75)
+    assert lo_cut is not None and hi_cut is not None
+    if lo_cut >= hi_cut:
+        return None, None
+    return percentile(tpot[load <= lo_cut], 50), percentile(tpot[load >= hi_cut], 50)
+
+
+def measure(table: RecordTable, window_start: float, window_end: float, *, name: str | None = None,
+            output_cap: int | None = None, deadline_s: float | None = None) -> ProfileMeasurements:
+    """Build a profile's measurements from records with ``admitted`` times (reusing the report)."""
+    if not table.has_admitted:
+        raise ConfigError(f"{table.source or 'records'}: no 'admitted' times, so queue wait cannot be told "
+                          "from prefill; add the server's admission time to each record")
+    report = build_report(table, window_start, window_end, by_slice=False)
+    qw, pf = report.queue_wait_s, report.prefill_s
+    starts = np.sort(table.start)
+    span = float(starts[-1] - starts[0])
+    rate = (len(table) - 1) / span if len(table) > 1 and span > 0 else len(table) / report.window_s
+    prompt = table.prompt_tokens[table.prompt_tokens >= 0]
+    ok_out = table.output_tokens[table.is_success & (table.output_tokens >= 1)]
+    produced = table.output_tokens[table.output_tokens >= 0]
+    n_out = percentile(ok_out, 50)
+    if n_out is None:
+        raise ConfigError(f"{table.source or 'records'}: no successful request, so there is no time in service "
+                          "to measure; see the failure report (servebench summarize)")
+    adm = np.isfinite(table.admitted)
+    busy = np.clip(table.end[adm], window_start, window_end) - np.clip(table.admitted[adm], window_start, window_end)
+    low, high = tpot_by_load(table)
+    ins = report.in_service
+    assert ins is not None
+    return ProfileMeasurements(
+        name=name or table.source or "records",
+        prompt_tokens=math.ceil(float(prompt.mean())) if prompt.size else None,
+        requests=report.offered, timeouts=report.timed_out,
+        failures=report.offered - report.completed - report.timed_out,
+        queue_wait_p50_s=qw.at(50) if qw else None, queue_wait_p95_s=qw.at(95) if qw else None,
+        prefill_p50_s=pf.at(50) if pf else None, prefill_p95_s=pf.at(95) if pf else None,
+        ttft_p95_s=report.ttft_s.at(95), tpot_p50_s=report.request_tpot_s.at(50),
+        tpot_baseline_s=low if low else None, tpot_high_load_s=high,
+        peak_active=ins.peak, share_at_peak=min(1.0, ins.share_of_window_at_peak),
+        mean_in_service=float(busy.sum()) / report.window_s,
+        arrival_rate_per_s=rate, output_tokens=int(n_out),
+        output_cap=output_cap if output_cap is not None else (int(produced.max()) if produced.size else None),
+        deadline_s=deadline_s, duration_s=report.window_s,
+    )
+
+
+# --------------------------------------------------------------------------- the rules
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def _ev(measurement: str, value: float | None, rule: str, threshold: float | None, note: str) -> Evidence:
+    crossed = None
+    if value is not None and threshold is not None:
+        crossed = {">=": value >= threshold, "<": value < threshold, "<=": value <= threshold,
+                   ">": value > threshold}[rule]
+    return Evidence(measurement=measurement, value=value, threshold=threshold, rule=rule, crossed=crossed, note=note)
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0%}"
+
+
+def _s(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3g} s"
+
+
+def diagnose(m: ProfileMeasurements, *, shape: kv.ModelShape | None = None, budget_bytes: int | None = None,
+             policy: kv.Policy = "reserve", expected_output_tokens: int | None = None,
+             thresholds: Thresholds | None = None, tpot_baseline_s: float | None = None) -> Verdict:
+    """Return the verdict for one profile (KV numbers need a shape, a budget and prompt tokens)."""
+    th = thresholds or Thresholds()
+    out: dict = {}
+    limit_n: int | None = None
+    if shape is not None:
+        out["bytes_per_token"] = kv.bytes_per_token(shape)
+        if budget_bytes is not None:
+            out["budget_tokens"] = kv.budget_tokens(budget_bytes, shape)
+        cap = m.output_cap if m.output_cap is not None else m.output_tokens
+        if m.prompt_tokens is not None:
+            tpr = kv.tokens_per_request(m.prompt_tokens, cap, policy, expected_output_tokens)
+            out["tokens_per_request"] = tpr
+            if budget_bytes is not None:
+                limit_n = kv.max_sequences_in_budget(budget_bytes, shape, tpr)
+                out["max_concurrent_sequences"] = limit_n
+    w = kv.time_in_service_s(m.prefill_p50_s, m.tpot_p50_s, m.output_tokens) \
+        if m.prefill_p50_s is not None and m.tpot_p50_s is not None else None
+    l_srv = kv.in_service(m.arrival_rate_per_s, w) if w is not None else None
+    util = kv.utilization(l_srv, limit_n) if l_srv is not None and limit_n is not None else None
+    sat = kv.saturation_rate_per_s(limit_n, w) if limit_n is not None and w is not None else None
+    q_share = _ratio(m.queue_wait_p95_s, m.ttft_p95_s)
+    p_share = _ratio(m.prefill_p95_s, m.ttft_p95_s)
+    base = m.tpot_baseline_s or tpot_baseline_s
+    growth = _ratio(m.tpot_high_load_s if m.tpot_high_load_s is not None else m.tpot_p50_s, base)
+    at_limit = m.peak_active / limit_n if m.peak_active is not None and limit_n else None
+
+    e_ttft = _ev("ttft_p95_s", m.ttft_p95_s, ">", th.ttft_objective_s, "TTFT p95 above the objective")
+    e_timeouts = _ev("timeouts", m.timeouts, ">", 0, "requests that hit the deadline")
+    e_growth = _ev("tpot_growth", growth, ">=", th.tpot_growth,
+                   f"TPOT {_s(m.tpot_high_load_s or m.tpot_p50_s)} over baseline {_s(base)}")
+    e_peak = _ev("peak_active / max_concurrent_sequences", at_limit, ">=", 1.0,
+                 f"peak {m.peak_active} against the KV limit {limit_n}")
+    e_share = _ev("share_at_peak", m.share_at_peak, ">=", th.share_at_peak,
+                  ("under " if m.share_at_peak_is_upper_bound else "") + f"{_pct(m.share_at_peak)} of the run at the peak")
+    e_queue = _ev("queue_share_of_ttft", q_share, ">=", th.queue_share,
+                  f"queue wait p95 {_s(m.queue_wait_p95_s)} of TTFT p95 {_s(m.ttft_p95_s)}")
+    e_flat = _ev("tpot_growth", growth, "<", th.tpot_growth, f"TPOT {_s(m.tpot_p50_s)} against baseline {_s(base)}")
+    e_prefill = _ev("prefill_share_of_ttft", p_share, ">=", th.prefill_share,
+                    f"prefill p95 {_s(m.prefill_p95_s)} of TTFT p95 {_s(m.ttft_p95_s)}")
+    e_below = _ev("peak_active / max_concurrent_sequences", at_limit, "<", 1.0,
+                  f"peak {m.peak_active} below the KV limit {limit_n}" if limit_n else "no KV limit known")
+    e_util = _ev("utilization", util, "<", 1.0, f"in service {l_srv and round(l_srv, 3)} against limit {limit_n}")
+
+    symptoms = [e for e in (e_ttft, e_timeouts, e_growth) if e.crossed]
+    kv_rule = [e_peak, e_share, e_queue, e_flat]
+    queue_rule = [e_queue, e_below]
+    prefill_rule = [e_prefill, _ev("queue_share_of_ttft", q_share, "<", th.queue_share, "little queueing")]
+
+    def holds(rule: list[Evidence], allow_unknown: Sequence[Evidence] = ()) -> bool:
+        return all(e.crossed or (e.crossed is None and e in allow_unknown) for e in rule)
+
+    if not symptoms:
+        limit: Limit = "none"
+        evidence = [e_ttft, e_timeouts, e_growth, e_util, e_below, e_share, e_queue]
+    elif holds(kv_rule, allow_unknown=[e_flat]):
+        limit, evidence = "kv_memory", kv_rule + [e_util] + symptoms
+    elif e_growth.crossed:
+        limit, evidence = "decode", [e_growth, e_queue, e_prefill]
+    elif holds([e_queue]) and (limit_n is None or e_below.crossed):
+        limit, evidence = "queueing", queue_rule + [e_share] + symptoms
+    elif holds(prefill_rule):
+        limit, evidence = "prefill", prefill_rule + symptoms
+    else:
+        limit, evidence = "none", symptoms + [e_queue, e_prefill, e_peak]
+
+    share_srv = _ratio(m.prefill_p50_s, w)
+    verdict = Verdict(
+        profile=m.name, limit=limit, summary="", evidence=evidence, time_in_service_s=w, in_service=l_srv,
+        utilization=util, saturation_rate_per_s=sat, queue_share_of_ttft=q_share, prefill_share_of_ttft=p_share,
+        prefill_share_of_service=share_srv, tpot_growth=growth, prefill="",
+        experiment=Experiment(action="", confirm="", refute=""), measurements=m, **out)
+    verdict.summary = _summary(verdict, bool(symptoms))
+    verdict.prefill = _prefill_text(verdict)
+    verdict.experiment = _experiment(verdict, shape, budget_bytes, policy, expected_output_tokens)
+    return verdict
+
+
+def _summary(v: Verdict, stressed: bool) -> str:
+    m = v.measurements
+    if v.limit == "kv_memory":
+        return (f"KV memory: at most {v.max_concurrent_sequences} sequences fit; {m.peak_active} were active for "
+                f"{_pct(m.share_at_peak)} of the run, and queue wait is {_pct(v.queue_share_of_ttft)} of TTFT p95 "
+                f"while TPOT stays flat." + (f" Little's law puts {v.in_service:.2f} in service on average against "
+                f"the limit of {v.max_concurrent_sequences} ({_pct(v.utilization)}), where waits rise sharply."
+                if v.in_service is not None and v.utilization is not None else ""))
+    if v.limit == "decode":
+        return f"Decode: TPOT grows {v.tpot_growth:.2f}x with active sequences; each step slows as the batch grows."
+    if v.limit == "queueing":
+        where = f"below the KV limit of {v.max_concurrent_sequences}" if v.max_concurrent_sequences else \
+            "(no KV limit known to compare)"
+        return (f"Queueing: queue wait is {_pct(v.queue_share_of_ttft)} of TTFT p95 while active sequences stop at "
+                f"{m.peak_active}, {where}: a cap other than memory.")
+    if v.limit == "prefill":
+        return (f"Prefill: prefill is {_pct(v.prefill_share_of_ttft)} of TTFT p95 ({_s(m.ttft_p95_s)}) with "
+                f"little queueing.")
+    if stressed:
+        return "No single limit matches; the symptoms are listed in the evidence (check failures by cause)."
+    util = f" and {v.in_service:.2f} in service against a limit of {v.max_concurrent_sequences}" \
+        if v.in_service is not None and v.max_concurrent_sequences else ""
+    return f"Nothing limits this profile at this load: TTFT p95 {_s(m.ttft_p95_s)}, {m.timeouts} timeouts{util}."
+
+
+def _prefill_text(v: Verdict) -> str:
+    m = v.measurements
+    if m.prefill_p50_s is None:
+        return "Prefill was not measured (records need admitted times)."
+    text = (f"Prefill takes {_s(m.prefill_p50_s)} p50 ({_s(m.prefill_p95_s)} p95): {_pct(v.prefill_share_of_ttft)} "
+            f"of TTFT p95 and {_pct(v.prefill_share_of_service)} of each request's time in service.")
+    if v.limit == "prefill":
+        return text + " It is the limit: shorter prompts, prefix caching or more prefill compute would cut TTFT."
+    if v.limit == "kv_memory":
+        without = ""
+        if v.in_service is not None and v.time_in_service_s and v.max_concurrent_sequences:
+            rest = v.in_service * (1 - (v.prefill_share_of_service or 0))
+            without = (f" Even with no prefill at all, {rest:.2f} would be in service against "
+                       f"{v.max_concurrent_sequences} ({rest / v.max_concurrent_sequences:.0%}).")
+        return (text + " It is not the limit, but it lengthens how long each KV reservation is held." + without)
+    return text + " It is not what limits this profile."
+
+
+def _experiment(v: Verdict, shape: kv.ModelShape | None, budget_bytes: int | None, policy: kv.Policy,
+                expected_output_tokens: int | None) -> Experiment:
+    m = v.measurements
+    if v.limit == "kv_memory" and shape is not None and budget_bytes and v.tokens_per_request:
+        doubled = kv.max_sequences_in_budget(2 * budget_bytes, shape, v.tokens_per_request)
+        util = f" (utilization {v.in_service / doubled:.2f})" if v.in_service is not None and doubled else ""
+        return Experiment(
+            action=(f"Rerun {m.name} at the same arrival rate with twice the KV budget (or an fp8 KV cache, which "
+                    f"halves bytes per token): the limit becomes {doubled} sequences{util}."),
+            confirm=(f"Peak active rises above {m.peak_active} and no longer sits at a ceiling, queue wait p95 falls "
+                     f"far below {_s(m.queue_wait_p95_s)}, TPOT stays near {_s(m.tpot_p50_s)}."),
+            refute=(f"Peak active stays at {m.peak_active} with the same queue wait: a cap other than KV memory "
+                    "(max sequences, scheduler) binds, so the verdict is queueing."))
+    if v.limit == "kv_memory":
+        return Experiment(action=f"Rerun {m.name} with a larger KV budget or shorter output cap.",
+                          confirm="Peak active rises and queue wait falls.",
+                          refute=f"Peak active stays at {m.peak_active}: another cap binds.")
+    if v.limit == "queueing":
+        return Experiment(
+            action=(f"Raise the cap on concurrent sequences (server max sequences, scheduler or client concurrency) "
+                    f"above {m.peak_active}, keeping the KV budget and arrival rate."),
+            confirm=f"Peak active rises above {m.peak_active} and queue wait p95 falls well below {_s(m.queue_wait_p95_s)}.",
+            refute=f"Peak active stays at {m.peak_active}: the cap is elsewhere (or it is memory after all).")
+    if v.limit == "decode":
+        return Experiment(
+            action=f"Cap active sequences at half of {m.peak_active} (or halve the arrival rate).",
+            confirm=f"TPOT p50 falls back toward {_s(m.tpot_baseline_s)}.",
+            refute=f"TPOT stays near {_s(m.tpot_high_load_s or m.tpot_p50_s)}: decode speed is not load-bound.")
+    if v.limit == "prefill":
+        return Experiment(
+            action="Halve the prompt length (or enable prefix caching or chunked prefill) at the same arrival rate.",
+            confirm=f"TTFT p95 falls roughly with prefill, from {_s(m.ttft_p95_s)} toward {_s((m.ttft_p95_s or 0) / 2)}.",
+            refute="TTFT p95 barely moves: the time is spent elsewhere (queueing or emit).")
+    rate = f" toward the saturation rate of {v.saturation_rate_per_s:.2f}/s (limit / time in service)" \
+        if v.saturation_rate_per_s else ""
+    return Experiment(
+        action=f"Raise the arrival rate of {m.name} stepwise from {m.arrival_rate_per_s:.3g}/s{rate}.",
+        confirm="Queue wait and TTFT stay flat until in service nears the limit, then rise sharply.",
+        refute="Queue wait or TTFT rise well below that rate: a limit is already close at the current load.")
+
+
+# --------------------------------------------------------------------------- whole inputs
+
+
+def diagnose_table(table: ProfileTable) -> list[Verdict]:
+    """Return a verdict per profile; the TPOT baseline defaults to the lowest TPOT p50 in the table."""
+    budget = int(table.kv_budget_gib * kv.GIB) if table.kv_budget_gib is not None else None
+    tpots = [p.tpot_p50_s for p in table.profiles if p.tpot_p50_s is not None]
+    base = min(tpots) if len(tpots) > 1 else None
+    return [diagnose(p, shape=table.model, budget_bytes=budget, policy=table.policy,
+                     expected_output_tokens=table.expected_output_tokens, thresholds=table.thresholds,
+                     tpot_baseline_s=base) for p in table.profiles]
+
+
+def diagnose_records(table: RecordTable, window_start: float, window_end: float, *,
+                     shape: kv.ModelShape | None = None, budget_bytes: int | None = None,
+                     policy: kv.Policy = "reserve", output_cap: int | None = None,
+                     expected_output_tokens: int | None = None, deadline_s: float | None = None,
+                     thresholds: Thresholds | None = None, name: str | None = None) -> Verdict:
+    """Measure records, then diagnose them as one profile."""
+    m = measure(table, window_start, window_end, name=name, output_cap=output_cap, deadline_s=deadline_s)
+    return diagnose(m, shape=shape, budget_bytes=budget_bytes, policy=policy,
+                    expected_output_tokens=expected_output_tokens, thresholds=thresholds)
