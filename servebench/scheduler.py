@@ -38,8 +38,9 @@ Semantics:
   canonical record (``start`` = arrival, ``admitted``, ``first_token``, ``end``, ``status``,
   ``prompt_tokens``, ``output_tokens`` = tokens generated so far, ``slice``, ``error``).
 * Pure decode runs: ``max_decode_steps(plan)`` is how many identical decode steps the plan's
-  sequences can take before one completes or (paged) runs out of blocks; ``on_step_done(plan, now,
-  steps=k)`` commits k of them at once (the simulator's fast path).
+  sequences can take before one completes or (paged) runs out of blocks; ``extend(plan, k)``
+  allocates KV for k steps now and ``on_step_done(plan, now)`` then commits all k at once (the
+  simulator's fast path).
 """
 
 from __future__ import annotations
@@ -160,6 +161,7 @@ class StepPlan:
     kv_tokens_read: int = 0  # context tokens attended over by the decoding sequences
     waiting: int = 0  # waiting requests left after this step's admissions
     running: int = 0  # running sequences (in flight or not) after this step's admissions
+    steps: int = 1  # identical decode steps this plan stands for (see Scheduler.extend)
 
     @property
     def prefill_tokens(self) -> int:
@@ -181,7 +183,7 @@ class StepPlan:
         return StepPlan(self.now_s, [r for r in self.admitted if r in request_ids],
                         [(r, n) for r, n in self.prefill if r in request_ids],
                         [r for r in self.decode if r in request_ids], [], self.kv_tokens_used,
-                        self.kv_tokens_read, self.waiting, self.running)
+                        self.kv_tokens_read, self.waiting, self.running, self.steps)
 
 
 class _Seq:
@@ -453,14 +455,12 @@ class Scheduler:
         plan.preempted.append(seq.req.request_id)
 
     # ------------------------------------------------------------------ commits
-    def on_step_done(self, plan: StepPlan, now: float, finished: Iterable[str] = (), steps: int = 1) -> list[Outcome]:
-        """Commit ``plan`` as finished at ``now``; return successes ended by it.
+    def on_step_done(self, plan: StepPlan, now: float, finished: Iterable[str] = ()) -> list[Outcome]:
+        """Commit ``plan`` (all of its ``steps``) as finished at ``now``; return successes ended by it.
 
-        ``finished`` names sequences that produced EOS this step. ``steps`` > 1 commits that many
-        identical decode steps (plan without prefill; at most ``max_decode_steps(plan)``).
+        ``finished`` names sequences that produced EOS in this step.
         """
-        if steps != 1 and (plan.prefill or steps < 1):
-            raise ConfigError(f"steps={steps}: only a pure decode plan can be committed several steps at once")
+        steps = plan.steps
         done: list[Outcome] = []
         seqs = self._seqs
         for rid, chunk in plan.prefill:
@@ -476,15 +476,11 @@ class Scheduler:
                     seq.first_token_s = now
                 if seq.generated >= seq.target:
                     done.append(self._finish(seq, now, "success", None))
-        paged = self.config.policy == "paged"
-        bs = self.config.block_size_tokens
         for rid in plan.decode:
             seq = seqs.get(rid)
             if seq is None or not seq.in_flight:
                 continue
             seq.in_flight = False
-            if steps > 1 and paged:
-                self._alloc(seq, -(-(seq.computed + steps) // bs) - seq.blocks)
             seq.computed += steps
             seq.generated += steps
             if seq.generated >= seq.target:
@@ -525,6 +521,23 @@ class Scheduler:
             else:
                 hi = mid - 1
         return lo
+
+    def extend(self, plan: StepPlan, steps: int) -> None:
+        """Make a pure decode ``plan`` stand for ``steps`` identical steps, allocating their KV now.
+
+        ``steps`` must be between 1 and ``max_decode_steps(plan)``.
+        """
+        limit = self.max_decode_steps(plan)
+        if plan.prefill or not 1 <= steps <= limit:
+            raise ConfigError(f"extend: {steps} steps is not between 1 and {limit} for a pure decode plan")
+        if self.config.policy == "paged":
+            bs = self.config.block_size_tokens
+            for rid in plan.decode:
+                seq = self._seqs.get(rid)
+                if seq is not None and seq.in_flight:
+                    self._alloc(seq, -(-(seq.computed + steps) // bs) - seq.blocks)
+        plan.steps = steps
+        plan.kv_tokens_used = self.kv_tokens_used
 
     def snapshot(self) -> dict[str, int]:
         """Return counts for a trace row: running, waiting, kv_tokens_used."""

@@ -112,12 +112,13 @@ class ArrivalSpec(BaseModel):
     cv: float = Field(1.0, gt=0, description="Gamma: coefficient of variation of gaps (burstiness; 1 = Poisson).")
     start_s: list[float] | None = Field(None, description="Replay: arrival times (e.g. records' start).")
     speed: float = Field(1.0, gt=0, description="Replay: time compression (2 = twice as fast).")
+    path: str | None = Field(None, description="Replay: records file whose start times to replay (read by the scenario loader).")
 
     @model_validator(mode="after")
     def _check(self) -> "ArrivalSpec":
         if self.kind == "replay":
-            if not self.start_s:
-                raise ValueError("a replay needs 'start_s' (arrival times)")
+            if not self.start_s and self.path is None:
+                raise ValueError("a replay needs 'start_s' (arrival times) or 'path' (a records file)")
         elif self.rate_rps is None:
             raise ValueError(f"a {self.kind} arrival process needs 'rate_rps'")
         return self
@@ -224,6 +225,8 @@ def arrival_times(arrival: ArrivalSpec, num_requests: int | None, duration_s: fl
                   rng: np.random.Generator) -> np.ndarray:
     """Return sorted arrival times from 0, stopping at ``num_requests`` or before ``duration_s``."""
     if arrival.kind == "replay":
+        if not arrival.start_s:
+            raise ConfigError(f"replay of {arrival.path!r} has no start times loaded")
         t = np.sort(np.asarray(arrival.start_s, dtype=np.float64))
         t = (t - t[0]) / arrival.speed
         if duration_s is not None:

@@ -158,7 +158,9 @@ def test_decode_run_commits_many_steps() -> None:
     plan = s.step(1.0)
     k = s.max_decode_steps(plan)
     assert k == 19
-    (o,) = s.on_step_done(plan, 20.0, steps=k)
+    s.extend(plan, k)
+    assert plan.kv_tokens_used == 64  # b's 29 computed tokens and a's 29: two blocks each
+    (o,) = s.on_step_done(plan, 20.0)
     assert o.request_id == "b" and o.output_tokens == 20
     assert s.kv_tokens_used == 32  # a holds 10 + 20 - 1 computed tokens: two blocks
 
