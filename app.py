@@ -7,9 +7,12 @@ import streamlit as st
 st.set_page_config(page_title="servebench", page_icon="⏱️", layout="wide")
 
 PAGES = {
-    "Records": [
-        st.Page("pages/summary.py", title="Summary", icon="📋", default=True),
-        st.Page("pages/percentiles.py", title="Percentile explorer", icon="📈"),
+    "Measure": [
+        st.Page("pages/summary.py", title="Summary", icon=":material/summarize:", default=True),
+        st.Page("pages/percentiles.py", title="Percentile explorer", icon=":material/percent:"),
+    ],
+    "Capacity": [
+        st.Page("pages/kv.py", title="KV calculator", icon=":material/memory:"),
     ],
 }
 

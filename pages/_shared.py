@@ -134,7 +134,7 @@ def records_sidebar() -> Dataset:
     A file that cannot be read or validated shows one error naming file, row and field, then stops the page.
     """
     with st.sidebar:
-        st.subheader("Records")
+        st.subheader("Record set")
         st.file_uploader("Upload records", key="records_upload", on_change=_on_upload,
                          help="CSV, JSON, JSONL or Parquet with canonical fields, or another tool's export.")
         samples = sample_files()

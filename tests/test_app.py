@@ -127,3 +127,31 @@ def test_percentile_explorer_slices() -> None:
     at.selectbox(key="slice").select("review").run()
     assert not at.exception
     assert _metrics(at)["Records counted"] == "694 of 862"  # successes of the review slice
+
+
+def test_kv_calculator_profile_b_allows_8_sequences() -> None:
+    at = _app()
+    at.switch_page("pages/kv.py").run()
+    assert not at.exception
+    m = _metrics(at)
+    assert m["KV bytes per token"] == "131,072"
+    assert m["KV for 8,192 tokens"] == "1 GiB"
+    assert m["Tokens in the budget"] == "65,536"
+    assert m["Tokens per request"] == "8,000"
+    assert m["Max concurrent sequences"] == "8"
+    assert m["Average in service"] == "7.369"  # 1/s x (1.2 + 199 x 0.031)
+    _number(at, "Prompt tokens").set_value(1000)
+    at.run()
+    assert _metrics(at)["Max concurrent sequences"] == "54"  # profile A
+    assert len(at.get("plotly_chart")) == 1
+
+
+def test_kv_calculator_budget_from_gpu_memory_and_config() -> None:
+    at = _app()
+    at.switch_page("pages/kv.py").run()
+    at.radio(key="budget_how").set_value("From GPU memory").run()
+    assert not at.exception and not at.error
+    at.radio(key="shape_from").set_value("config.json").run()
+    at.file_uploader(key="config_upload").set_value(("config.json", b"{not json", "application/json")).run()
+    assert not at.exception
+    assert "config.json: not a JSON config" in at.error[0].value

@@ -1,4 +1,4 @@
-"""Tables and figures for the dashboard's summary and percentile pages: data in, pandas or plotly out."""
+"""Tables and figures for the dashboard that no other figure module draws: data in, pandas or plotly out."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from .. import kv
 from ..summary import Distribution, Report
 
 CONTRACT_LABELS: dict[str, tuple[str, str]] = {
@@ -150,7 +151,7 @@ def slice_frame(report: Report) -> pd.DataFrame:
 
 
 def _cdf_points(values: np.ndarray, n_total: int, max_points: int = 4000) -> tuple[np.ndarray, np.ndarray]:
-    """Return (x, y) of the empirical CDF of the finite values, with y as a share of n_total."""
+    """Return (x, y) of the empirical CDF of the finite values from y = 0, with y as a share of n_total."""
     finite = np.sort(values[np.isfinite(values)])
     if finite.size == 0:
         return finite, finite
@@ -158,7 +159,8 @@ def _cdf_points(values: np.ndarray, n_total: int, max_points: int = 4000) -> tup
     if finite.size > max_points:
         idx = np.unique(np.linspace(0, finite.size - 1, max_points).round().astype(np.int64))
         finite, y = finite[idx], y[idx]
-    return finite, y
+    # start the staircase at 0 so the first step is drawn
+    return np.concatenate([finite[:1], finite]), np.concatenate([[0.0], y])
 
 
 def percentile_cdf(success_values: np.ndarray, failure_aware_values: np.ndarray, q: float,
@@ -201,4 +203,28 @@ def percentile_histogram(values: np.ndarray, q: float, value: float | None, labe
         title += f" ({fmt(n_inf)} non-successes at ∞ not drawn)"
     fig.update_layout(title=title, xaxis_title=label, yaxis_title="records", height=380, bargap=0.02,
                       margin={"l": 10, "r": 10, "t": 40, "b": 10})
+    return fig
+
+
+def concurrency_figure(shape: kv.ModelShape, budget_bytes: int, prompt_tokens: int, output_cap: int, *,
+                       policy: kv.Policy = "reserve", expected_output_tokens: int | None = None,
+                       block_size: int = kv.DEFAULT_BLOCK_SIZE, tensor_parallel: int = 1,
+                       points: int = 160) -> go.Figure:
+    """Return max concurrent sequences against prompt length (0 to 4x the given prompt), the prompt marked."""
+    upper = max(4 * prompt_tokens, 4096)
+    prompts = sorted({int(p) for p in np.linspace(0, upper, points).round()} | {prompt_tokens})
+    counts = kv.concurrency_curve(shape, budget_bytes, prompts, output_cap, policy=policy,
+                                  expected_output_tokens=expected_output_tokens, block_size=block_size,
+                                  tensor_parallel=tensor_parallel)
+    here = counts[prompts.index(prompt_tokens)]
+    fig = go.Figure(go.Scatter(x=prompts, y=counts, mode="lines", line={"shape": "hv", "color": "#1565c0"},
+                               name="max concurrent sequences",
+                               hovertemplate="prompt %{x:,} tokens: %{y:,} sequences<extra></extra>"))
+    fig.add_trace(go.Scatter(x=[prompt_tokens], y=[here], mode="markers+text", marker={"size": 11, "color": "#c62828"},
+                             text=[f"{here:,} at {prompt_tokens:,} tokens"], textposition="top right",
+                             name="this request", hoverinfo="skip"))
+    fig.update_layout(title=f"Max concurrent sequences against prompt length (output cap {output_cap:,}, {policy})",
+                      xaxis_title="prompt tokens", yaxis_title="max concurrent sequences (log)", yaxis_type="log",
+                      height=380, margin={"l": 10, "r": 10, "t": 40, "b": 10}, showlegend=False,
+                      template="plotly_white")
     return fig

@@ -1,0 +1,60 @@
+"""The dashboard in a real browser: `streamlit run` on loopback, headless Chromium, a real file upload.
+
+Skipped, with the reason, where Chromium or Playwright is missing. Screenshots go to test-artifacts/.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from browser import REPO, browser_page, require_chromium, screenshot, streamlit_server
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+TIMEOUT_MS = 60_000
+
+
+def _wait_idle(page) -> None:
+    """Wait until Streamlit has finished the current run (no 'running' status widget)."""
+    page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=TIMEOUT_MS)
+
+
+def _metric(page, label: str) -> str:
+    box = page.locator('[data-testid="stMetric"]').filter(
+        has=page.locator('[data-testid="stMetricLabel"]', has_text=label)).first
+    return box.locator('[data-testid="stMetricValue"]').inner_text(timeout=TIMEOUT_MS).strip()
+
+
+def test_summary_upload_renders_contract_and_charts() -> None:
+    require_chromium()
+    with streamlit_server() as url, browser_page() as page:
+        page.set_default_timeout(TIMEOUT_MS)
+        page.goto(url, wait_until="domcontentloaded")
+        page.get_by_role("heading", name="Summary").first.wait_for()
+        page.locator('[data-testid="stPlotlyChart"]').first.wait_for()
+        _wait_idle(page)
+        assert _metric(page, "Requests") == "3,000"  # opens on the sample with nothing to do
+        screenshot(page, "summary_sample")
+
+        upload = page.locator('[data-testid="stFileUploader"] input[type="file"]').first
+        upload.set_input_files(str(REPO / "sample_data" / "r1_r4.json"))
+        page.get_by_text("r1_r4.json (upload").first.wait_for()
+        page.wait_for_function(
+            """() => [...document.querySelectorAll('[data-testid="stMetricValue"]')]
+                     .some(e => e.innerText.trim() === '0.2857')""", timeout=TIMEOUT_MS)
+        _wait_idle(page)
+        assert _metric(page, "Requests") == "4"
+        assert _metric(page, "Successes") == "2"
+        assert _metric(page, "Successful requests/s") == "0.2857"  # 2 successes over the default window 0-7 s
+        chart = page.locator('[data-testid="stPlotlyChart"] .main-svg').first
+        chart.wait_for()
+        assert chart.bounding_box()["height"] > 100
+        assert page.locator('[data-testid="stException"]').count() == 0
+        screenshot(page, "summary_upload_r1_r4")
+
+        page.get_by_role("link", name="Percentile explorer").click()
+        page.get_by_role("heading", name="Percentile explorer").first.wait_for()
+        page.locator('[data-testid="stPlotlyChart"] .main-svg').first.wait_for()
+        _wait_idle(page)
+        assert _metric(page, "Records counted") == "2 of 4"  # the upload carries across pages
+        screenshot(page, "percentiles_r1_r4")
