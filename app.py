@@ -10,6 +10,7 @@ PAGES = {
     "Measure": [
         st.Page("pages/summary.py", title="Summary", icon=":material/summarize:", default=True),
         st.Page("pages/percentiles.py", title="Percentile explorer", icon=":material/percent:"),
+        st.Page("pages/diagnosis.py", title="Diagnosis", icon=":material/troubleshoot:"),
     ],
     "Capacity": [
         st.Page("pages/kv.py", title="KV calculator", icon=":material/memory:"),

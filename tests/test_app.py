@@ -155,3 +155,25 @@ def test_kv_calculator_budget_from_gpu_memory_and_config() -> None:
     at.file_uploader(key="config_upload").set_value(("config.json", b"{not json", "application/json")).run()
     assert not at.exception
     assert "config.json: not a JSON config" in at.error[0].value
+
+
+def test_diagnosis_profile_table_names_kv_memory_for_b() -> None:
+    at = _app()
+    at.switch_page("pages/diagnosis.py").run()
+    at.radio(key="diag_mode").set_value("Diagnose a profile table").run()
+    assert not at.exception and not at.error
+    assert any("Profile B" in w.value and "kv_memory" in w.value for w in at.warning)
+    assert any("Profile A" in s.value and "`none`" in s.value for s in at.success)
+    values = [m.value for m in at.metric if m.label == "Max concurrent sequences"]
+    assert values == ["54", "8"]
+
+
+def test_diagnosis_of_records_needs_admitted_times() -> None:
+    at = _app()
+    at.switch_page("pages/diagnosis.py").run()
+    at.radio(key="diag_mode").set_value("Diagnose the records in use").run()
+    assert not at.exception and not at.error
+    assert at.warning or at.success  # a verdict for the sample
+    at.selectbox(key="records_sample").select("r1_r4.json").run()
+    assert not at.exception
+    assert "no 'admitted' times" in at.error[0].value
