@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import pandas as pd
 import streamlit as st
 
@@ -52,6 +50,23 @@ def _shape_inputs() -> tuple[kv.ModelShape | None, int | None, str, int | None]:
     return shape, int(budget_gib * kv.GIB) if shape else None, policy, int(cap) if cap else None
 
 
+def _profile_table(upload) -> tuple[str, diagnosis.ProfileTable]:
+    """Return the uploaded profile table, or the spec's two profiles (sample_data/profiles_ab.json)."""
+    name, data = ((upload.name, upload.getvalue()) if upload is not None
+                  else ("profiles_ab.json", (SAMPLE_DIR / "profiles_ab.json").read_bytes()))
+    try:
+        return name, diagnosis.ProfileTable.model_validate_json(data)
+    except ValueError as exc:  # pydantic's ValidationError, which also covers malformed JSON
+        fail(InputFormatError(f"{name}: not a profile table: {exc}"))
+
+
+def _profiles_frame(table: diagnosis.ProfileTable) -> pd.DataFrame:
+    """Return the measurements one profile per column, as the spec prints them."""
+    rows = [p.model_dump(exclude_none=True) for p in table.profiles]
+    frame = pd.DataFrame(rows).set_index("name").T
+    return frame.map(fmt).rename_axis("measurement").reset_index()
+
+
 st.title("Diagnosis")
 mode = st.radio("Mode", ["Guided A/B walk-through", "Diagnose the records in use", "Diagnose a profile table"],
                 horizontal=True, key="diag_mode")
@@ -70,15 +85,58 @@ elif mode == "Diagnose a profile table":
     st.caption("A measurement table like the spec's: per profile prompt tokens, queue wait and prefill p50/p95, "
                "TTFT p95, TPOT p50, peak active and its share of the run, arrival rate, output tokens.")
     up = st.file_uploader("Upload a profile table (JSON)", type=["json"], key="profile_upload")
-    name, data = (up.name, up.getvalue()) if up else ("profiles_ab.json", (SAMPLE_DIR / "profiles_ab.json").read_bytes())
-    try:
-        table = diagnosis.ProfileTable.model_validate_json(data)
-    except ValueError as exc:  # pydantic's ValidationError and JSON errors
-        fail(InputFormatError(f"{name}: not a profile table: {exc}"))
+    name, table = _profile_table(up)
     st.caption(f"Showing **{name}**" + (f": {table.description}" if table.description else ""))
     for v in guarded(diagnosis.diagnose_table, table):
         render_verdict(v)
         st.divider()
 
 else:
-    st.info("The guided walk-through needs `servebench.diagnosis.walkthrough`, which has not landed yet.")
+    name, table = _profile_table(None)
+    steps = guarded(diagnosis.walkthrough, table)
+    answers: dict[int, dict] = st.session_state.setdefault("wt_answers", {})
+    st.caption("The spec's exercise, *Diagnose two load profiles*, in five steps. For each step write down your "
+               "prediction first, then reveal the computed answer and see how close you were.")
+    done = sum(1 for s in steps if s.number in answers)
+    st.progress(done / len(steps), text=f"{done} of {len(steps)} steps revealed")
+    if st.button("Start over", key="wt_reset", disabled=not answers):
+        answers.clear()
+        st.rerun()
+    for step in steps:
+        st.subheader(f"Step {step.number}: {step.title}")
+        if step.number == 2:
+            st.markdown(f"**The measurements** ({name})")
+            st.dataframe(_profiles_frame(table), hide_index=True)
+        st.markdown(step.question)
+        revealed = answers.get(step.number)
+        with st.form(f"wt_form_{step.number}"):
+            given: dict[str, float | str | None] = {}
+            cols = st.columns(2)
+            for i, a in enumerate(step.numbers):
+                given[a.name] = cols[i % 2].number_input(
+                    a.label + (f" ({a.unit})" if a.unit else ""), value=None, format="%.4g",
+                    key=f"wt_{a.name}", disabled=revealed is not None, placeholder="your prediction")
+            for i, c in enumerate(step.choices):
+                given[c.name] = cols[i % 2].selectbox(c.label, c.options, index=None, key=f"wt_{c.name}",
+                                                      disabled=revealed is not None, placeholder="pick one")
+            st.text_area("Your reasoning (not scored)", key=f"wt_notes_{step.number}", height=80,
+                         disabled=revealed is not None)
+            if st.form_submit_button("Reveal the answer", disabled=revealed is not None, key=f"wt_reveal_{step.number}"):
+                answers[step.number] = dict(given)
+                st.rerun()
+        if revealed is None:
+            st.caption("Reveal this step to go on.")
+            break
+        score = diagnosis.score_prediction(step, revealed)
+        if score.total:
+            st.markdown(f"**{score.correct} of {score.total} right**")
+            st.dataframe(pd.DataFrame([{"answer": s.label, "your prediction": fmt(s.predicted),
+                                        "computed": fmt(s.expected), "off by": fmt(s.error),
+                                        "relative": fmt_share(s.relative_error),
+                                        "within tolerance": "yes" if s.within else "no"} for s in score.scores]),
+                         hide_index=True)
+        st.info(step.explanation)
+    else:
+        st.success("All five steps revealed. The same diagnosis, with its evidence:")
+        for v in guarded(diagnosis.diagnose_table, table):
+            render_verdict(v)

@@ -177,3 +177,25 @@ def test_diagnosis_of_records_needs_admitted_times() -> None:
     at.selectbox(key="records_sample").select("r1_r4.json").run()
     assert not at.exception
     assert "no 'admitted' times" in at.error[0].value
+
+
+def test_diagnosis_walkthrough_asks_then_reveals_and_scores() -> None:
+    at = _app()
+    at.switch_page("pages/diagnosis.py").run()
+    assert not at.exception
+    assert [s.value for s in at.subheader] == ["Step 1: What to measure"]  # one step at a time
+    at.button(key="wt_reveal_1").click().run()
+    at.number_input(key="wt_max_concurrent_sequences[B]").set_value(8)
+    at.number_input(key="wt_tokens_per_request[B]").set_value(7800)  # forgot the output cap
+    at.button(key="wt_reveal_2").click().run()
+    assert not at.exception
+    scores = at.dataframe[-1].value.set_index("answer")
+    assert scores.loc["B: maximum concurrent sequences", "within tolerance"] == "yes"
+    assert scores.loc["B: tokens reserved per request", "computed"] == "8,000"
+    assert scores.loc["B: tokens reserved per request", "off by"] == "-200"
+    assert scores.loc["A: maximum concurrent sequences", "your prediction"] == "—"
+    for n in (3, 4, 5):
+        at.button(key=f"wt_reveal_{n}").click().run()
+    assert not at.exception
+    assert any("All five steps revealed" in s.value for s in at.success)
+    assert any("kv_memory" in w.value for w in at.warning)
