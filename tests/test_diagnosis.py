@@ -1,0 +1,266 @@
+"""Load-limit diagnosis: the spec's A/B profiles, one hand-made record set per other limit, the walkthrough."""
+
+from __future__ import annotations
+
+import heapq
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from servebench.cli import app
+from servebench.diagnosis import (LIMITS, ProfileMeasurements, ProfileTable, Thresholds, diagnose,
+                                  diagnose_records, diagnose_table, measure, score_prediction, tpot_by_load,
+                                  walkthrough)
+from servebench.errors import ConfigError
+from servebench.kv import GIB, ModelShape
+from servebench.loaders import read_bytes, to_table
+from servebench.percentiles import percentile
+from servebench.records import RecordTable
+
+AB = Path(__file__).resolve().parent.parent / "sample_data" / "profiles_ab.json"
+SPEC = ModelShape(layers=32, kv_heads=8, head_dim=128)
+runner = CliRunner()
+
+
+def ab() -> ProfileTable:
+    return ProfileTable.model_validate_json(AB.read_text())
+
+
+# --------------------------------------------------------------------------- the spec's A and B
+
+
+def test_ab_table_holds_the_spec_numbers() -> None:
+    t = ab()
+    a, b = t.profiles
+    assert (t.model.layers, t.model.kv_heads, t.model.head_dim, t.model.bytes_per_element) == (32, 8, 128, 2)
+    assert (t.kv_budget_gib, t.policy) == (8, "reserve")
+    assert (a.prompt_tokens, a.requests, a.timeouts, a.queue_wait_p50_s, a.queue_wait_p95_s) == (1000, 300, 0, 0.0, 0.02)
+    assert (a.prefill_p50_s, a.prefill_p95_s, a.ttft_p95_s, a.tpot_p50_s, a.peak_active) == (0.15, 0.25, 0.26, 0.030, 13)
+    assert a.share_at_peak_is_upper_bound and a.share_at_peak == 0.01
+    assert (b.prompt_tokens, b.requests, b.timeouts, b.queue_wait_p50_s, b.queue_wait_p95_s) == (7800, 300, 3, 2.4, 8.7)
+    assert (b.prefill_p50_s, b.prefill_p95_s, b.ttft_p95_s, b.tpot_p50_s, b.peak_active) == (1.2, 1.9, 10.3, 0.031, 8)
+    assert b.share_at_peak == 0.72
+    for p in (a, b):
+        assert (p.arrival_rate_per_s, p.output_tokens, p.output_cap, p.deadline_s, p.duration_s) == (1, 200, 200, 20, 300)
+
+
+def test_ab_verdicts_with_every_number() -> None:
+    a, b = diagnose_table(ab())
+    for v in (a, b):
+        assert v.bytes_per_token == 131_072 and v.budget_tokens == 65_536
+    assert (a.tokens_per_request, a.max_concurrent_sequences) == (1200, 54)
+    assert (b.tokens_per_request, b.max_concurrent_sequences) == (8000, 8)
+    assert a.time_in_service_s == pytest.approx(0.15 + 199 * 0.030) and a.in_service == pytest.approx(6.12)
+    assert b.time_in_service_s == pytest.approx(1.2 + 199 * 0.031) and b.in_service == pytest.approx(7.369)
+    assert round(b.in_service, 2) == 7.37
+    assert a.utilization == pytest.approx(6.12 / 54) and b.utilization == pytest.approx(7.369 / 8)
+    assert a.limit == "none" and b.limit == "kv_memory"
+    assert b.queue_share_of_ttft == pytest.approx(8.7 / 10.3)
+    assert b.prefill_share_of_ttft == pytest.approx(1.9 / 10.3)
+    assert b.prefill_share_of_service == pytest.approx(1.2 / 7.369)
+    assert b.tpot_growth == pytest.approx(0.031 / 0.030)
+    ev = {e.measurement: e for e in b.evidence}
+    assert ev["peak_active / max_concurrent_sequences"].value == 1.0 and ev["peak_active / max_concurrent_sequences"].crossed
+    assert ev["share_at_peak"].value == 0.72 and ev["share_at_peak"].threshold == 0.25 and ev["share_at_peak"].crossed
+    assert ev["queue_share_of_ttft"].crossed and "8.7 s of TTFT p95 10.3 s" in ev["queue_share_of_ttft"].note
+    assert ev["tpot_growth"].rule == "<" and ev["tpot_growth"].crossed  # TPOT unchanged
+    assert all(e.crossed for e in b.evidence)
+    assert "1.2 s p50" in b.prefill and "not the limit" in b.prefill and "6.17" in b.prefill
+    assert "16 sequences" in b.experiment.action and "stays at 8" in b.experiment.refute
+    assert "8.82/s" in a.experiment.action  # 54 / 6.12
+    assert "Nothing limits" in a.summary and "under 1%" in {e.measurement: e for e in a.evidence}["share_at_peak"].note
+
+
+def test_cli_diagnose_profile_table_json() -> None:
+    res = runner.invoke(app, ["diagnose", str(AB), "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert out["input"] == "profile table"
+    a, b = out["profiles"]["A"], out["profiles"]["B"]
+    for v in (a, b):
+        assert {"limit", "evidence", "in_service", "max_concurrent_sequences", "experiment"} <= set(v)
+    assert (a["limit"], a["max_concurrent_sequences"]) == ("none", 54)
+    assert (b["limit"], b["max_concurrent_sequences"]) == ("kv_memory", 8)
+    assert b["in_service"] == pytest.approx(7.369) and a["in_service"] == pytest.approx(6.12)
+    assert set(b["experiment"]) == {"action", "confirm", "refute"}
+    human = runner.invoke(app, ["diagnose", str(AB)])
+    assert human.exit_code == 0 and "limit = kv_memory" in human.output
+
+
+def test_cli_overrides_change_the_limit() -> None:
+    res = runner.invoke(app, ["diagnose", str(AB), "--budget-gib", "16", "--json"])
+    b = json.loads(res.output)["profiles"]["B"]
+    assert b["max_concurrent_sequences"] == 16
+    assert b["limit"] == "queueing"  # peak 8 is now below the limit: something else caps it
+
+
+# --------------------------------------------------------------------------- hand-made records
+
+
+def fifo(arrivals: list[float], *, cap: int, prefill_s: float, tpot_s: float | list[float], n_out: int,
+         prompt: int) -> list[dict]:
+    """Return records of a first-come server holding at most ``cap`` requests in service."""
+    free = [0.0] * cap
+    recs = []
+    for i, a in enumerate(arrivals):
+        adm = max(a, heapq.heappop(free))
+        tp = tpot_s[i] if isinstance(tpot_s, list) else tpot_s
+        ft = adm + prefill_s
+        end = ft + (n_out - 1) * tp
+        heapq.heappush(free, end)
+        recs.append({"request_id": f"r{i}", "start": a, "admitted": adm, "first_token": ft, "end": end,
+                     "status": "success", "prompt_tokens": prompt, "output_tokens": n_out})
+    return recs
+
+
+def as_table(recs: list[dict]) -> tuple[RecordTable, float, float]:
+    return to_table(read_bytes(json.dumps(recs).encode(), "hand.json"))
+
+
+def run(recs: list[dict], budget_gib: float = 8, **kw) -> object:
+    t, ws, we = as_table(recs)
+    return diagnose_records(t, ws, we, shape=SPEC, budget_bytes=int(budget_gib * GIB), **kw)
+
+
+def test_records_kv_memory() -> None:
+    # 7,800 + 200 tokens per request in 8 GiB: 8 sequences; the server admits up to that limit.
+    recs = fifo([i * 0.8 for i in range(150)], cap=8, prefill_s=1.0, tpot_s=0.031, n_out=200, prompt=7800)
+    v = run(recs)
+    assert v.max_concurrent_sequences == 8 and v.measurements.peak_active == 8
+    assert v.measurements.share_at_peak > 0.5
+    assert v.limit == "kv_memory", v.summary
+
+
+def test_records_queueing_below_the_kv_limit() -> None:
+    recs = fifo([i / 0.6 for i in range(100)], cap=4, prefill_s=1.0, tpot_s=0.031, n_out=200, prompt=7800)
+    v = run(recs)
+    assert v.max_concurrent_sequences == 8 and v.measurements.peak_active == 4
+    assert v.limit == "queueing", v.summary
+    assert "above 4" in v.experiment.action
+
+
+def test_records_queueing_without_a_kv_shape() -> None:
+    recs = fifo([i / 0.6 for i in range(100)], cap=4, prefill_s=1.0, tpot_s=0.031, n_out=200, prompt=7800)
+    t, ws, we = as_table(recs)
+    v = diagnose_records(t, ws, we)
+    assert v.max_concurrent_sequences is None and v.bytes_per_token is None
+    assert v.limit == "queueing"
+
+
+def test_records_prefill() -> None:
+    recs = fifo([i * 2.0 for i in range(60)], cap=1000, prefill_s=3.0, tpot_s=0.02, n_out=20, prompt=1000)
+    v = run(recs)
+    assert v.measurements.queue_wait_p95_s == 0.0
+    assert v.limit == "prefill", v.summary
+    assert v.prefill_share_of_ttft == pytest.approx(1.0)
+
+
+def test_records_decode() -> None:
+    # 60 lone requests decode at 20 ms per token; then 120 arrive twice a second and decode at 80 ms.
+    arrivals = [i * 2.0 for i in range(60)] + [120 + i * 0.5 for i in range(120)]
+    tpots = [0.02] * 60 + [0.08] * 120
+    recs = fifo(arrivals, cap=1000, prefill_s=0.1, tpot_s=tpots, n_out=50, prompt=1000)
+    t, ws, we = as_table(recs)
+    low, high = tpot_by_load(t)
+    assert (low, high) == (pytest.approx(0.02), pytest.approx(0.08))
+    v = run(recs)
+    assert v.tpot_growth == pytest.approx(4.0)
+    assert v.limit == "decode", v.summary
+
+
+def test_records_none() -> None:
+    recs = fifo([float(i) for i in range(100)], cap=1000, prefill_s=0.1, tpot_s=0.02, n_out=20, prompt=1000)
+    v = run(recs)
+    assert v.limit == "none"
+    assert v.max_concurrent_sequences == 64  # 65,536 // (1,000 + 20)
+    assert v.in_service == pytest.approx(1.0 * (0.1 + 19 * 0.02))
+    assert v.measurements.mean_in_service == pytest.approx(0.48, rel=0.02)  # Little's law holds
+
+
+def test_measure_reuses_the_report_percentiles() -> None:
+    recs = fifo([i * 0.8 for i in range(150)], cap=8, prefill_s=1.0, tpot_s=0.031, n_out=200, prompt=7800)
+    t, ws, we = as_table(recs)
+    m = measure(t, ws, we, name="kv")
+    qw = t.admitted - t.start
+    assert m.queue_wait_p95_s == percentile(qw, 95) and m.queue_wait_p50_s == percentile(qw, 50)
+    assert m.ttft_p95_s == percentile(t.first_token - t.start, 95)
+    assert m.arrival_rate_per_s == pytest.approx(1 / 0.8)
+    assert (m.requests, m.output_tokens, m.output_cap, m.prompt_tokens) == (150, 200, 200, 7800)
+
+
+def test_measure_needs_admitted_times() -> None:
+    recs = [{k: v for k, v in r.items() if k != "admitted"}
+            for r in fifo([0.0, 1.0], cap=1, prefill_s=0.1, tpot_s=0.01, n_out=5, prompt=10)]
+    t, ws, we = as_table(recs)
+    with pytest.raises(ConfigError, match="no 'admitted' times"):
+        measure(t, ws, we)
+
+
+def test_timeouts_count_and_stay_in_the_verdict() -> None:
+    recs = fifo([i * 0.8 for i in range(150)], cap=8, prefill_s=1.0, tpot_s=0.031, n_out=200, prompt=7800)
+    recs += [{"start": 100.0 + i, "end": 120.0 + i, "status": "timeout"} for i in range(3)]
+    v = run(recs)
+    assert v.measurements.timeouts == 3 and v.measurements.requests == 153
+    assert v.limit == "kv_memory"
+    assert any(e.measurement == "timeouts" and e.crossed for e in v.evidence)
+
+
+def test_cli_diagnose_records(tmp_path: Path) -> None:
+    path = tmp_path / "b.jsonl"
+    recs = fifo([i * 0.8 for i in range(150)], cap=8, prefill_s=1.0, tpot_s=0.031, n_out=200, prompt=7800)
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    res = runner.invoke(app, ["diagnose", str(path), "--layers", "32", "--kv-heads", "8", "--head-dim", "128",
+                              "--budget-gib", "8", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert out["input"] == "records"
+    v = out["profiles"]["b.jsonl"]
+    assert (v["limit"], v["max_concurrent_sequences"]) == ("kv_memory", 8)
+
+
+def test_thresholds_and_unknowns() -> None:
+    m = ProfileMeasurements(name="x", requests=10, arrival_rate_per_s=1, output_tokens=10, ttft_p95_s=3.0,
+                            queue_wait_p95_s=0.1, prefill_p95_s=2.9)
+    assert diagnose(m).limit == "prefill"
+    assert diagnose(m, thresholds=Thresholds(ttft_objective_s=5)).limit == "none"
+    v = diagnose(m)
+    assert v.in_service is None and v.max_concurrent_sequences is None and v.utilization is None
+    with pytest.raises(ValueError, match="unique"):
+        ProfileTable(profiles=[m, m])
+
+
+# --------------------------------------------------------------------------- walkthrough
+
+
+def test_walkthrough_has_the_spec_steps_and_answers() -> None:
+    steps = walkthrough(ab())
+    assert [s.number for s in steps] == [1, 2, 3, 4, 5]
+    answers = {a.name: a.value for s in steps for a in s.numbers}
+    assert answers["bytes_per_token"] == 131_072 and answers["budget_tokens"] == 65_536
+    assert answers["tokens_per_request[A]"] == 1200 and answers["tokens_per_request[B]"] == 8000
+    assert answers["max_concurrent_sequences[A]"] == 54 and answers["max_concurrent_sequences[B]"] == 8
+    assert answers["in_service[A]"] == pytest.approx(6.12) and answers["in_service[B]"] == pytest.approx(7.369)
+    assert answers["doubled_budget_max_sequences[B]"] == 16
+    choices = {c.name: c.correct for s in steps for c in s.choices}
+    assert choices["limit[A]"] == "none" and choices["limit[B]"] == "kv_memory"
+    assert set(choices[f"pattern[{i}]"] for i in range(1, 5)) == set(LIMITS) - {"none"}
+    assert "131,072" in steps[1].explanation and "7.37" in steps[2].explanation
+
+
+def test_score_prediction() -> None:
+    steps = walkthrough(ab())
+    s = score_prediction(steps[2], {"in_service[A]": 6.1, "in_service[B]": "7.4", "utilization[A]": 0.5})
+    by = {x.name: x for x in s.scores}
+    assert by["in_service[A]"].within and by["in_service[A]"].error == pytest.approx(6.1 - 6.12)
+    assert by["in_service[B]"].within  # 7.4 is within 0.05 of 7.369
+    assert not by["utilization[A]"].within
+    assert by["utilization[B]"].predicted is None and not by["utilization[B]"].within
+    assert (s.correct, s.total) == (2, 4)
+    v = score_prediction(steps[3], {"limit[A]": "none", "limit[B]": "queueing"})
+    assert {x.name: x.within for x in v.scores if x.name.startswith("limit")} == {"limit[A]": True, "limit[B]": False}
+    exact = score_prediction(steps[1], {"bytes_per_token": 131_072, "budget_tokens": 65_535})
+    assert [x.within for x in exact.scores[:2]] == [True, False]
+    assert np.isclose(exact.scores[1].relative_error, 1 / 65_536)
