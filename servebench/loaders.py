@@ -154,11 +154,20 @@ def read_bytes(data: bytes, name: str, fmt: str = "auto") -> LoadedRecords:
     """Parse a file's bytes as canonical records, or through an importer for other tools' exports."""
     if not data.strip():
         raise InputFormatError(f"{name}: the file is empty")
+    readers = {"csv": parse_csv, "json": parse_json, "jsonl": parse_jsonl, "parquet": parse_parquet}
     if fmt == "auto":
         fmt = detect_format(name, data[:4096])
-    readers = {"csv": parse_csv, "json": parse_json, "jsonl": parse_jsonl, "parquet": parse_parquet}
+        try:
+            return LoadedRecords(readers[fmt](data, name), fmt)
+        except (InputFormatError, RecordValidationError):
+            from .importers import detect, import_bytes  # not canonical: maybe another tool's export
+            foreign = None if fmt == "parquet" else detect(data, name)
+            if foreign is None:
+                raise
+            return import_bytes(data, name, foreign)
     if fmt not in readers:
-        raise InputFormatError(f"{name}: unknown format '{fmt}'; expected one of {', '.join(readers)}")
+        from .importers import import_bytes  # e.g. "vllm", "guidellm:run=1,outside_window=drop"
+        return import_bytes(data, name, fmt)
     return LoadedRecords(readers[fmt](data, name), fmt)
 
 

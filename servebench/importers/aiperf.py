@@ -1,0 +1,169 @@
+"""Import AIPerf ``profile_export.jsonl``: one line per request, errors included.
+
+Each line has ``metadata`` (``request_start_ns`` / ``request_end_ns`` in Unix epoch nanoseconds,
+``x_request_id``, ``benchmark_phase``, ``was_cancelled``), ``metrics`` (``{name: {value, unit}}``) and,
+on failures, ``error`` (``code``, ``type``, ``message``). The aggregate ``profile_export_aiperf.json``
+holds no per-request data; importing it explains which file to use instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..errors import InputFormatError
+from .common import Document, ImportOptions, classify_error, count, finish, number, require_mapping
+
+FORMAT = "aiperf"
+TOOL = "AIPerf"
+TIME_UNITS_S = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 1.0}
+PROFILING = "profiling"
+
+
+def _is_line(v: Any) -> bool:
+    return isinstance(v, Mapping) and isinstance(v.get("metadata"), Mapping) and "metrics" in v \
+        and "request_start_ns" in v["metadata"]
+
+
+def _is_aggregate(v: Any) -> bool:
+    return isinstance(v, Mapping) and "aiperf_version" in v and "schema_version" in v
+
+
+def sniff(doc: Document) -> bool:
+    """Return True for AIPerf per-request JSON Lines (or its aggregate JSON, to explain what to import)."""
+    if doc.lines:
+        return bool(doc.value) and _is_line(doc.value[0])
+    return _is_line(doc.value) or _is_aggregate(doc.value)
+
+
+def import_runs(doc: Document, source: str, options: ImportOptions = ImportOptions()) -> list[Any]:
+    """Return the single run in the file, as a list of one."""
+    return [import_document(doc, source, options)]
+
+
+def import_document(doc: Document, source: str, options: ImportOptions = ImportOptions()) -> Any:
+    """Import every line; non-profiling (warm-up) requests are marked or dropped as the options say."""
+    if _is_aggregate(doc.value):
+        raise InputFormatError(
+            f"{source}: this is AIPerf's aggregate profile_export_aiperf.json (statistics only); import the "
+            "per-request profile_export.jsonl from the same artifacts folder (written with --export-level records)")
+    lines = doc.value if doc.lines else [doc.value]
+    records, phases = [], []
+    notes = {"cancelled": 0, "failed": 0, "osl_server_diff": 0, "osl_client": 0, "osl_pairs": 0,
+             "credit_gap_s": 0.0, "credit_n": 0, "end_gap_s": 0.0}
+    for i, line in enumerate(lines, start=1):
+        where = f"line {i}"
+        rec, phase = _record(require_mapping(line, source, where), source, where, notes)
+        records.append(rec)
+        phases.append(phase)
+    outside = sum(p != PROFILING for p in phases)
+    if outside and options.outside_window == "drop":
+        records = [r for r, p in zip(records, phases) if p == PROFILING]
+    elif outside:
+        records = [{**r, "slice": "measured" if p == PROFILING else p} for r, p in zip(records, phases)]
+    return finish(records, source, FORMAT, _warnings(notes, outside, options), {
+        "tool": FORMAT, "runs": 1, "run_index": 0, "clock": "unix epoch nanoseconds (client wall clock)",
+        "phases": {p: phases.count(p) for p in sorted(set(phases))},
+        "outside_window": options.outside_window, "unavailable_metrics": [],
+    })
+
+
+def _metric_s(metrics: Mapping[str, Any], name: str, source: str, where: str) -> float | None:
+    m = metrics.get(name)
+    if not isinstance(m, Mapping):
+        return None
+    unit = str(m.get("unit", "ms"))
+    if unit not in TIME_UNITS_S:
+        raise InputFormatError(f"{source}: {where}: metrics.{name}.unit {unit!r} is not a time unit "
+                               f"({', '.join(TIME_UNITS_S)})")
+    v = number(m.get("value"), source, f"{where}: metrics.{name}.value", required=False)
+    return None if v is None else v * TIME_UNITS_S[unit]
+
+
+def _metric_count(metrics: Mapping[str, Any], names: tuple[str, ...], source: str, where: str) -> int | None:
+    for name in names:
+        m = metrics.get(name)
+        if isinstance(m, Mapping) and m.get("value") is not None:
+            return count(m.get("value"), source, f"{where}: metrics.{name}.value")
+    return None
+
+
+def _record(line: Mapping[str, Any], source: str, where: str, notes: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    md = require_mapping(line.get("metadata"), source, f"{where}: metadata")
+    metrics = line.get("metrics") or {}
+    metrics = require_mapping(metrics, source, f"{where}: metrics")
+    start_ns = number(md.get("request_start_ns"), source, f"{where}: metadata.request_start_ns")
+    end_ns = number(md.get("request_end_ns") if md.get("request_end_ns") is not None
+                    else md.get("cancellation_time_ns"), source, f"{where}: metadata.request_end_ns")
+    assert start_ns is not None and end_ns is not None
+    start, end = start_ns / 1e9, end_ns / 1e9
+    credit = number(md.get("credit_issued_ns"), source, f"{where}: metadata.credit_issued_ns", required=False)
+    if credit is not None and credit <= start_ns:
+        notes["credit_gap_s"] += (start_ns - credit) / 1e9
+        notes["credit_n"] += 1
+    phase = str(md.get("benchmark_phase") or PROFILING)
+    prompt = _metric_count(metrics, ("input_sequence_length", "error_isl", "usage_prompt_tokens"), source, where)
+    rec: dict[str, Any] = {"request_id": _text(md.get("x_request_id")), "start": start, "end": max(end, start),
+                           "prompt_tokens": prompt}
+    error = line.get("error")
+    if error is None and not md.get("was_cancelled"):
+        ttft = _metric_s(metrics, "time_to_first_token", source, where)
+        out = _metric_count(metrics, ("output_sequence_length", "output_token_count"), source, where)
+        server = _metric_count(metrics, ("usage_completion_tokens",), source, where)
+        if out is not None and server is not None:
+            notes["osl_pairs"] += 1
+            notes["osl_server_diff"] += server - out
+            notes["osl_client"] += out
+        latency = _metric_s(metrics, "request_latency", source, where)
+        if latency is not None:  # AIPerf's latency ends at the last response; request_end_ns can be later
+            notes["end_gap_s"] = max(notes["end_gap_s"], rec["end"] - (start + latency))
+            rec["end"] = start + max(latency, 0.0)
+        rec.update(status="success", output_tokens=out,
+                   first_token=None if ttft is None else min(start + ttft, rec["end"]))
+        return rec, phase
+    err = require_mapping(error or {}, source, f"{where}: error")
+    code = err.get("code")
+    code = code if isinstance(code, int) and not isinstance(code, bool) else None
+    etype, msg = str(err.get("type") or ""), str(err.get("message") or "")
+    text = " ".join(p for p in (f"HTTP {code}" if code else "", f"{etype}:" if etype else "", msg) if p)
+    if code == 499 or md.get("was_cancelled") or etype == "RequestCancellationError":
+        notes["cancelled"] += 1
+        status = "cancelled"
+    else:
+        status = classify_error(f"{etype} {msg}", code)
+    notes["failed"] += 1
+    rec.update(status=status, error=text or "unspecified (AIPerf gave no error details)")
+    return rec, phase
+
+
+def _text(v: Any) -> str | None:
+    return None if v is None else str(v)
+
+
+def _warnings(notes: dict[str, Any], outside: int, options: ImportOptions) -> list[str]:
+    w = [f"{TOOL}: times are Unix epoch nanoseconds from the client (wall clock); start is request_start_ns "
+         "(when the request was sent), first token is start + time_to_first_token, and a success ends at "
+         "start + request_latency (its last response; request_end_ns, when the connection finished, was up to "
+         f"{1000 * notes['end_gap_s']:.3f} ms later); failures end at request_end_ns",
+         f"{TOOL}'s inter_token_latency is (request_latency - TTFT) / (output tokens - 1), the same definition "
+         "as servebench's request TPOT; its inter_chunk_latency lists are not carried over"]
+    if notes["failed"]:
+        w.append(f"{TOOL}: its {notes['failed']} non-successful request(s) keep only their input length "
+                 "(error_isl); their TTFT and any streamed tokens are not in the export")
+    if notes["credit_n"]:
+        mean_ms = 1000 * notes["credit_gap_s"] / notes["credit_n"]
+        w.append(f"{TOOL}: requests were scheduled (credit_issued_ns) on average {mean_ms:.2f} ms before they "
+                 "were sent; that client-side delay is not part of latency or TTFT here")
+    if notes["cancelled"]:
+        w.append(f"{TOOL} discards the partial stream of cancelled requests: the TTFT and tokens of "
+                 f"{notes['cancelled']} cancelled request(s) are unknown, so wasted tokens are undercounted")
+    if notes["osl_pairs"] and notes["osl_server_diff"]:
+        pct = 100 * notes["osl_server_diff"] / max(1, notes["osl_client"])
+        w.append(f"{TOOL}: output tokens are AIPerf's client-tokenizer counts (output_sequence_length); the "
+                 f"server's usage report (usage_completion_tokens) differs by {notes['osl_server_diff']:+d} "
+                 f"tokens in total ({pct:+.1f}%)")
+    if outside:
+        what = "dropped" if options.outside_window == "drop" else \
+            "kept and marked with their phase as slice (profiling ones: slice 'measured')"
+        w.append(f"{TOOL}: {outside} request(s) belong to a non-profiling phase (warm-up); {what}")
+    return w
