@@ -190,7 +190,7 @@ def test_cdf_thins_large_inputs_but_keeps_the_marked_points() -> None:
     values = rng.exponential(1.0, 100_001)
     fig = rfig.cdf_figure(values, "ttft", max_points=500)
     curve = fig.data[0]
-    assert len(curve.x) <= 503
+    assert len(curve.x) <= 504  # 500 spread + 3 marks + the curve's foot at 0
     xs = set(np.asarray(curve.x).tolist())
     for q in (50, 95, 99):
         assert percentile(values, q) in xs
@@ -253,14 +253,33 @@ def test_all_failed_run_renders_without_percentiles() -> None:
     assert "no values" in text and "boom" in text
 
 
-def test_kv_section_from_shape_options(tmp_path: Path) -> None:
+def test_kv_section_with_a_diagnosis_when_records_have_admission_times() -> None:
     run = run_from(evil_records())
     kv = KvOptions(layers=32, kv_heads=8, head_dim=128, budget_gib=8, output_cap=200)
-    text = build_site([run], SiteOptions(kv=kv))["run-01-run-json.html"].decode()
-    assert 'id="kv"' in text
+    files = build_site([run], SiteOptions(kv=kv))
+    text = files["run-01-run-json.html"].decode()
+    assert 'id="kv"' in text and "Evidence" in text and "experiment" in text
     assert ">131072<" in text and ">65536<" in text  # the spec: bytes per token, tokens in 8 GiB
-    # median prompt 50 (nearest rank of 100, 50) + 200 reserved = 250 tokens, 262 sequences
+    limit = re.search(r'Limit: <span class="verdict">(\w+)</span>', text)
+    assert limit is not None and limit.group(1) in ("kv_memory", "queueing", "prefill", "decode", "none")
+    assert f'<span class="verdict">{limit.group(1)}</span>' in files["index.html"].decode()
+
+
+def test_kv_section_without_admission_times_still_gives_the_limit() -> None:
+    rows = [{k: v for k, v in r.items() if k != "admitted"} for r in evil_records()]
+    kv = KvOptions(layers=32, kv_heads=8, head_dim=128, budget_gib=8, output_cap=200)
+    text = build_site([run_from(rows)], SiteOptions(kv=kv))["run-01-run-json.html"].decode()
+    assert "No diagnosis" in text and "admitted" in text
+    assert ">131072<" in text and ">65536<" in text
+    # median prompt 50 (nearest rank of 100, 50) + 200 reserved = 250 tokens: 262 sequences in 65536
     assert ">250<" in text and ">262<" in text
+    # largest prompt 100 + 200 = 300 tokens: 218 sequences
+    assert ">300<" in text and ">218<" in text
+
+
+def test_no_kv_section_without_a_shape(r1_r4: list[dict]) -> None:
+    text = build_site([run_from(r1_r4)])["run-01-run-json.html"].decode()
+    assert 'id="kv"' not in text
 
 
 def test_kv_options_must_name_a_whole_shape() -> None:

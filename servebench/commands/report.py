@@ -24,6 +24,7 @@ def report(
     slo_latency: Optional[float] = typer.Option(None, help="SLO on latency, s."),
     model: Optional[str] = typer.Option(None, "--model", help="Model preset for the KV section (servebench kv "
                                                              "--list-models)."),
+    config: Optional[Path] = typer.Option(None, "--config", help="Model shape from a Hugging Face config.json."),
     layers: Optional[int] = typer.Option(None, help="Model shape: decoder layers."),
     kv_heads: Optional[int] = typer.Option(None, help="Model shape: KV heads (not query heads)."),
     head_dim: Optional[int] = typer.Option(None, help="Model shape: head dimension."),
@@ -44,7 +45,7 @@ def report(
 
     try:
         slo = SLO(ttft_s=slo_ttft, tpot_s=slo_tpot, latency_s=slo_latency)
-        kv = KvOptions(model=model, layers=layers, kv_heads=kv_heads, head_dim=head_dim,
+        kv = KvOptions(model=model, config=str(config) if config else None, layers=layers, kv_heads=kv_heads, head_dim=head_dim,
                        bytes_per_element=bytes_per_element, budget_gib=budget_gib, policy=policy,
                        output_cap=output_cap)
     except ValidationError as exc:

@@ -76,7 +76,9 @@ def cdf_figure(values_s: np.ndarray, metric: str, *, left_out: int = 0, left_out
         return _layout(fig, f"{title}<br><sup>{plot_label(subtitle)}</sup>")
     ranks = [nearest_rank(q, n) for q in marks]
     idx = _thin(n, [r - 1 for r in ranks], max_points)
-    fig.add_trace(go.Scatter(x=values[idx], y=(idx + 1) / n, mode="lines", line_shape="hv", name="CDF",
+    xs = np.concatenate([[values[0]], values[idx]])
+    ys = np.concatenate([[0.0], (idx + 1) / n])
+    fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line_shape="hv", name="CDF",
                              hovertemplate="%{x:.4g} s<br>share <= x: %{y:.3f}<extra></extra>"))
     marked = []
     for q, rank in zip(marks, ranks):

@@ -4,8 +4,9 @@ This is the report's only file-reading edge. A folder is recognised by the files
 
 =====================  ===============================================================
 ``records.*``          a record set (JSONL, JSON, CSV or Parquet); with ``metadata.json``
-                       it is a timing run (the frozen benchmark contract), with a step
-                       trace and no metadata a simulation
+                       it is a timing run (the frozen benchmark contract; a load run or a
+                       simulation when its ``kind`` says so), with a step trace and no
+                       metadata a simulation
 ``steps.*``            the step trace of a timing run or simulation (optional)
 ``sweep.json|csv``     a sweep: one row per offered-load point (any folder without records
                        whose JSON or CSV holds a list of points with a rate or concurrency)
@@ -32,7 +33,7 @@ SCENARIO_FILES = ("scenario.yaml", "scenario.yml", "scenario.json")
 SWEEP_FILES = ("sweep.json", "sweep.csv", "sweep_points.json", "sweep_points.csv", "points.json", "points.csv")
 SWEEP_KEYS = ("rate", "rate_per_s", "offered_rate", "offered_rate_per_s", "arrival_rate", "concurrency",
               "users", "offered_load")
-KINDS = ("records", "timing run", "simulation", "sweep")
+KINDS = ("records", "timing run", "load run", "simulation", "sweep")
 
 
 @dataclass
@@ -119,6 +120,22 @@ def _sweep_file(folder: Path) -> Path | None:
     return None
 
 
+def kind_from_metadata(meta: dict[str, Any], default: str) -> str:
+    """Return the run's kind as its metadata names it ('servebench load' is a load run), else ``default``.
+
+    >>> kind_from_metadata({"kind": "servebench load"}, "timing run"), kind_from_metadata({}, "timing run")
+    ('load run', 'timing run')
+    """
+    kind = str(meta.get("kind", "")).lower()
+    if "simulat" in kind:
+        return "simulation"
+    if "load" in kind:
+        return "load run"
+    if "sweep" in kind:
+        return "sweep"
+    return default
+
+
 def load_records(path: Path, name: str, kind: str = "records", fmt: str = "auto",
                  window_start: float | None = None, window_end: float | None = None) -> RunInput:
     """Read and validate one record file (canonical or another tool's export)."""
@@ -153,8 +170,7 @@ def load_run(path: str | Path, fmt: str = "auto", window_start: float | None = N
             if not isinstance(meta, dict):
                 raise InputFormatError(f"{meta_path}: expected a JSON object (the benchmark contract)")
             run.metadata = {**(run.metadata or {}), **meta}
-            if str(meta.get("kind", "")).lower() in ("simulation", "simulate"):
-                run.kind = "simulation"
+            run.kind = kind_from_metadata(meta, run.kind)
             run.files.append(meta_path.name)
         if steps_path is not None:
             run.steps = read_rows(steps_path)

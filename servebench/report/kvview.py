@@ -24,10 +24,11 @@ GIB = 2**30
 
 
 class KvOptions(BaseModel):
-    """A model shape (a preset name or explicit numbers) and the memory left for the KV cache."""
+    """A model shape (a preset, a config.json or explicit numbers) and the memory left for the KV cache."""
 
     model_config = ConfigDict(extra="forbid")
     model: str | None = Field(None, description="Preset name, e.g. llama-3.1-8b.")
+    config: str | None = Field(None, description="Path of a Hugging Face config.json.")
     layers: int | None = Field(None, ge=1)
     kv_heads: int | None = Field(None, ge=1)
     head_dim: int | None = Field(None, ge=1)
@@ -41,24 +42,24 @@ class KvOptions(BaseModel):
         explicit = [self.layers, self.kv_heads, self.head_dim]
         if any(v is not None for v in explicit) and not all(v is not None for v in explicit):
             raise ValueError("give all of --layers, --kv-heads and --head-dim, or --model")
-        if self.model is not None and any(v is not None for v in explicit):
-            raise ValueError("give either --model or --layers/--kv-heads/--head-dim, not both")
+        if sum([self.model is not None, self.config is not None, self.layers is not None]) > 1:
+            raise ValueError("give the model shape one way: --model, --config, or --layers/--kv-heads/--head-dim")
         return self
 
     @property
     def has_shape(self) -> bool:
-        return self.model is not None or self.layers is not None
+        return self.model is not None or self.config is not None or self.layers is not None
 
 
 @dataclass
 class KvView:
-    """What the page shows about KV memory for one run; ``problem`` says why a number is missing."""
+    """What the page shows about KV memory for one run; ``problem`` says why something is missing."""
 
     shape_name: str
     shape_source: str
     rows: list[tuple[str, object]] = field(default_factory=list)
     verdict: str | None = None
-    diagnosis: dict[str, Any] | None = None
+    diagnosis: Any = None  # servebench.diagnosis.Verdict
     problem: str | None = None
 
 
@@ -94,12 +95,10 @@ def resolve(options: KvOptions | None, metadata: Mapping[str, Any] | None) -> tu
     policy = options.policy if options else "reserve"
     budget = options.budget_gib * GIB if options and options.budget_gib else None
     if options is not None and options.has_shape:
-        if options.model is not None:
-            from ..model_presets import get_preset
-            shape = get_preset(options.model, bytes_per_element=options.bytes_per_element)
-        else:
-            shape = ModelShape(layers=options.layers, kv_heads=options.kv_heads, head_dim=options.head_dim,
-                               bytes_per_element=options.bytes_per_element or 2)
+        from ..model_presets import resolve_shape
+        shape = resolve_shape(model=options.model, config=options.config, layers=options.layers,
+                              kv_heads=options.kv_heads, head_dim=options.head_dim,
+                              bytes_per_element=options.bytes_per_element)
         return shape, budget, policy, "report options"
     if not metadata:
         return None
@@ -122,7 +121,11 @@ def resolve(options: KvOptions | None, metadata: Mapping[str, Any] | None) -> tu
 
 
 def kv_view(run: RunInput, report: Report, options: KvOptions | None) -> KvView | None:
-    """Return the KV numbers and verdict for one run, or None when no model shape is known."""
+    """Return the KV numbers and verdict for one run, or None when no model shape is known.
+
+    The verdict comes from ``diagnosis.diagnose_records`` (it needs ``admitted`` times); without it
+    the view still gives the KV arithmetic at the median and the largest prompt.
+    """
     try:
         resolved = resolve(options, run.metadata)
     except ServebenchError as exc:
@@ -133,43 +136,69 @@ def kv_view(run: RunInput, report: Report, options: KvOptions | None) -> KvView 
 
     shape, budget_bytes, policy, origin = resolved
     name = shape.name or f"{shape.layers} layers x {shape.kv_heads} KV heads x {shape.head_dim} dims"
-    view = KvView(shape_name=name, shape_source=f"{origin}" + (f"; numbers from {shape.source}" if shape.source else ""))
-    per_token = kv.bytes_per_token(shape)
-    rows: list[tuple[str, object]] = [("KV bytes per cached token", per_token), ("admission policy", policy)]
+    view = KvView(shape_name=name, shape_source=origin + (f"; numbers from {shape.source}" if shape.source else ""))
     t = run.table
-    assert t is not None
-    prompt = t.prompt_tokens[t.prompt_tokens >= 0]
+    assert t is not None and run.window_start is not None and run.window_end is not None
     out = t.output_tokens[t.output_tokens >= 0]
     cap = (options.output_cap if options and options.output_cap else None) or (int(out.max()) if out.size else None)
-    if budget_bytes is None:
-        view.problem = "No KV budget given (--budget-gib), so no concurrency limit."
-    elif not prompt.size or cap is None:
-        view.problem = "The records have no prompt_tokens (or no output_tokens): tokens per request unknown."
+    try:
+        from ..diagnosis import diagnose_records
+        verdict = diagnose_records(t, run.window_start, run.window_end, shape=shape,
+                                   budget_bytes=int(budget_bytes) if budget_bytes is not None else None,
+                                   policy=policy, output_cap=cap, name=run.name)
+    except ServebenchError as exc:
+        view.problem = f"No diagnosis: {exc}"
     else:
-        tokens = kv.budget_tokens(budget_bytes, shape)
-        rows += [("KV budget", f"{fmt(budget_bytes / GIB)} GiB ({int(budget_bytes)} bytes)"),
-                 ("tokens the budget holds", tokens), ("output tokens reserved per request", cap)]
-        p50 = int(np.sort(prompt)[max(0, -(-len(prompt) // 2) - 1)])
-        for label, p in (("median", p50), ("largest", int(prompt.max()))):
-            need = kv.tokens_per_request(p, cap, policy)
-            rows += [(f"tokens per request, {label} prompt ({p})", need),
-                     (f"max concurrent sequences, {label} prompt", kv.max_concurrent_sequences(tokens, need))]
-    ins = report.in_service
-    if ins is not None:
-        rows += [("peak in service (measured)", ins.peak),
-                 ("share of the window at that peak", f"{ins.share_of_window_at_peak:.1%}")]
-    view.rows = rows
-    _add_diagnosis(view, run, shape, budget_bytes, policy, cap)
+        view.verdict = verdict.limit
+        view.diagnosis = verdict
+        view.rows = _verdict_rows(verdict, policy, budget_bytes)
+        if budget_bytes is None:
+            view.problem = "No KV budget given (--budget-gib), so no concurrency limit to compare against."
+        return view
+    view.rows = _kv_rows(t, shape, budget_bytes, policy, cap)
+    if budget_bytes is None:
+        view.problem = (view.problem + " " if view.problem else "") + "No KV budget given (--budget-gib)."
     return view
 
 
-def _add_diagnosis(view: KvView, run: RunInput, shape: Any, budget_bytes: float | None, policy: str,
-                   cap: int | None) -> None:
-    """Fill the verdict from ``servebench.diagnosis`` when it is installed."""
-    try:
-        from .. import diagnosis  # noqa: F401  (written by another engineer; may not exist yet)
-    except ImportError:
-        return
+def _verdict_rows(v: Any, policy: str, budget_bytes: float | None) -> list[tuple[str, object]]:
+    rows: list[tuple[str, object]] = [
+        ("KV bytes per cached token", v.bytes_per_token), ("admission policy", policy),
+        ("KV budget", f"{fmt(budget_bytes / GIB)} GiB" if budget_bytes is not None else None),
+        ("tokens the budget holds", v.budget_tokens), ("tokens per request", v.tokens_per_request),
+        ("max concurrent sequences", v.max_concurrent_sequences),
+        ("peak in service (measured)", v.measurements.peak_active),
+        ("share of the run at that peak", _share(v.measurements.share_at_peak)),
+        ("time in service, s (prefill p50 + (N - 1) x TPOT p50)", v.time_in_service_s),
+        ("in service, Little's law (rate x time in service)", v.in_service),
+        ("utilization of the limit", _share(v.utilization)), ("saturation rate, requests/s", v.saturation_rate_per_s),
+        ("queue wait p95 / TTFT p95", v.queue_share_of_ttft), ("prefill p95 / TTFT p95", v.prefill_share_of_ttft),
+        ("TPOT growth with load", v.tpot_growth),
+    ]
+    return rows
+
+
+def _share(x: float | None) -> str | None:
+    return None if x is None else f"{x:.1%}"
+
+
+def _kv_rows(t: Any, shape: Any, budget_bytes: float | None, policy: str, cap: int | None) -> list[tuple[str, object]]:
+    from .. import kv
+
+    rows: list[tuple[str, object]] = [("KV bytes per cached token", kv.bytes_per_token(shape)),
+                                      ("admission policy", policy)]
+    prompt = t.prompt_tokens[t.prompt_tokens >= 0]
+    if budget_bytes is None or not prompt.size or cap is None:
+        return rows
+    tokens = kv.budget_tokens(budget_bytes, shape)
+    rows += [("KV budget", f"{fmt(budget_bytes / GIB)} GiB ({int(budget_bytes)} bytes)"),
+             ("tokens the budget holds", tokens), ("output tokens reserved per request", cap)]
+    p50 = int(np.sort(prompt)[max(0, -(-len(prompt) // 2) - 1)])
+    for label, p in (("median", p50), ("largest", int(prompt.max()))):
+        need = kv.tokens_per_request(p, cap, policy)  # type: ignore[arg-type]
+        rows += [(f"tokens per request, {label} prompt ({p})", need),
+                 (f"max concurrent sequences, {label} prompt", kv.max_concurrent_sequences(tokens, need))]
+    return rows
 
 
 def kv_section(view: KvView | None) -> Markup:
@@ -177,17 +206,20 @@ def kv_section(view: KvView | None) -> Markup:
     if view is None:
         return Markup("")
     parts: list[object] = [tag("p", f"Model shape: {view.shape_name} (from {view.shape_source}).", class_="muted")]
-    if view.rows:
-        parts.append(key_values(view.rows))
+    v = view.diagnosis
+    if v is not None:
+        parts.append(tag("p", join(["Limit: ", tag("span", v.limit, class_="verdict"), ". ", v.summary])))
     if view.problem:
         parts.append(note(view.problem, "warn"))
-    if view.verdict:
-        parts.append(tag("p", join(["Verdict: ", tag("span", view.verdict, class_="verdict")])))
-    if view.diagnosis:
-        evidence = view.diagnosis.get("evidence") or []
-        if evidence:
-            parts.append(table(["evidence"], [[e] for e in evidence]))
-        for key in ("prefill", "experiment", "refuted_by"):
-            if view.diagnosis.get(key):
-                parts.append(tag("p", f"{key.replace('_', ' ')}: {view.diagnosis[key]}"))
+    if view.rows:
+        parts.append(key_values([(k, val) for k, val in view.rows if val is not None]))
+    if v is not None:
+        ev_rows = [[e.measurement, e.value, e.rule, e.threshold,
+                    "-" if e.crossed is None else ("yes" if e.crossed else "no"), e.note] for e in v.evidence]
+        parts.append(table(["measurement", "value", "rule", "threshold", "met", "note"], ev_rows,
+                           caption="Evidence"))
+        parts.append(key_values([("what prefill contributes", v.prefill),
+                                 ("experiment", v.experiment.action),
+                                 ("confirms the verdict if", v.experiment.confirm),
+                                 ("refutes it if", v.experiment.refute)]))
     return section("KV memory and diagnosis", *parts, id_="kv")

@@ -172,7 +172,7 @@ def run_page(view: RunView, options: SiteOptions) -> str:
     figs = _Figures("fig")
     t = run.table
     head = key_values([
-        ("kind", run.kind), ("source", run.path), ("files", ", ".join(run.files)),
+        ("kind", run.kind), ("source", run.path), ("files", ", ".join(run.files) or "-"),
         ("format", run.format or "-"),
         ("window", f"{fmt(report.window_start)} to {fmt(report.window_end)} s ({fmt(report.window_s)} s)"),
     ])
