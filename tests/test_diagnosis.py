@@ -264,3 +264,28 @@ def test_score_prediction() -> None:
     exact = score_prediction(steps[1], {"bytes_per_token": 131_072, "budget_tokens": 65_535})
     assert [x.within for x in exact.scores[:2]] == [True, False]
     assert np.isclose(exact.scores[1].relative_error, 1 / 65_536)
+
+
+# --------------------------------------------------------------------------- simulator records
+
+
+def test_simulated_profiles_a_and_b() -> None:
+    """The simulator's spec scenarios, diagnosed from their records, give the spec's verdicts."""
+    from servebench.scenario import load_scenario
+    from servebench.simulate import simulate
+
+    scenarios = Path(__file__).resolve().parent.parent / "sample_data" / "scenarios"
+    verdicts = {}
+    for name in ("profile_a", "profile_b"):
+        r = simulate(load_scenario(scenarios / f"{name}.yaml"))
+        verdicts[name] = diagnose_records(r.records, r.window_start_s, r.window_end_s, shape=SPEC,
+                                          budget_bytes=8 * GIB, output_cap=200, name=name)
+    a, b = verdicts["profile_a"], verdicts["profile_b"]
+    assert (a.limit, a.max_concurrent_sequences) == ("none", 54)
+    assert (b.limit, b.max_concurrent_sequences) == ("kv_memory", 8)
+    assert b.measurements.peak_active == 8 and b.measurements.share_at_peak > 0.5
+    assert b.measurements.tpot_p50_s == pytest.approx(0.031, abs=1e-3)
+    assert a.time_in_service_s == pytest.approx(6.12, abs=0.05) and b.time_in_service_s == pytest.approx(7.37, abs=0.05)
+    for v in (a, b):  # the Poisson draw's own rate, so in service is near, not at, the spec's 6.12 and 7.37
+        assert v.in_service == pytest.approx(v.measurements.arrival_rate_per_s * v.time_in_service_s)
+        assert 0.85 < v.measurements.arrival_rate_per_s < 1.15
