@@ -11,7 +11,7 @@ from servebench.engine.kvcache import KVCacheFullError, PagedKVCache  # noqa: E4
 from servebench.engine.model import PRESETS, Decoder, ModelConfig, preset  # noqa: E402
 from servebench.errors import ConfigError, ServebenchError  # noqa: E402
 
-torch.set_num_threads(min(2, torch.get_num_threads()))
+torch.set_num_threads(1)  # the machine is shared; two threads thrash under load
 TINY = preset("tiny")
 
 
@@ -176,3 +176,133 @@ def test_executor_rejects_bad_plans(model: Decoder) -> None:
         ex.execute(StepPlan(decode=("zz",)))
     with pytest.raises(ServebenchError, match="already in the engine"):
         ex.add("a", [1], 1)
+
+
+# --------------------------------------------------------------------------- real-time loop
+
+import threading  # noqa: E402
+from collections import Counter  # noqa: E402
+
+from servebench.engine.loop import EngineLoop, cache_capacity_tokens  # noqa: E402
+from servebench.engine.runner import run_workload  # noqa: E402
+from servebench.engine.service import EngineService, RequestRejected  # noqa: E402
+from servebench.records import parse_objects, validate  # noqa: E402
+from servebench.scheduler import Request, SchedulerConfig  # noqa: E402
+from servebench.workload import ArrivalSpec, ClassSpec, ClosedLoopSpec, LengthSpec, WorkloadSpec  # noqa: E402
+
+
+def _workload(n: int, rate_rps: float, prompt: tuple[int, int] = (8, 64), output: tuple[int, int] = (4, 24),
+              kind: str = "poisson") -> WorkloadSpec:
+    return WorkloadSpec(arrival=ArrivalSpec(kind=kind, rate_rps=rate_rps), num_requests=n, classes=[
+        ClassSpec(name="short", prompt=LengthSpec(kind="uniform", low=prompt[0], high=prompt[1]),
+                  output=LengthSpec(kind="uniform", low=output[0], high=output[1]))])
+
+
+def _check_run_records(records: list[dict], n: int) -> Counter:
+    assert len(records) == n
+    assert len({r["request_id"] for r in records}) == n  # exactly one terminal record per request
+    validate(parse_objects(records, "run"), 0.0, max(r["end"] for r in records) + 1)
+    return Counter(r["status"] for r in records)
+
+
+def test_every_request_ends_in_one_record_and_kv_returns_to_zero(model: Decoder) -> None:
+    seen_kv: list[int] = []
+    cfg = SchedulerConfig(kv_budget_tokens=512, policy="paged", max_num_seqs=8, max_num_batched_tokens=64)
+    run = run_workload(model, cfg, _workload(30, 200.0), seed=3, warmup_steps=1,
+                       on_step=lambda row: seen_kv.append(row.kv_tokens_held))
+    counts = _check_run_records(run.records, 30)
+    assert counts["success"] == 30
+    assert run.steps and max(s.decode_seqs for s in run.steps) > 1  # sequences were batched
+    assert max(seen_kv) <= cache_capacity_tokens(cfg)
+    assert run.steps[-1].kv_tokens_held == 0 and run.steps[-1].kv_tokens_used == 0
+    assert run.end_state["kv_tokens_held"] == 0 and run.end_state["kv_tokens_used"] == 0
+    for r in run.records:
+        assert r["start"] <= r["admitted"] <= r["first_token"] <= r["end"]
+
+
+def test_reserve_policy_and_closed_loop_users(model: Decoder) -> None:
+    cfg = SchedulerConfig(kv_budget_tokens=400, policy="reserve", max_num_seqs=4)
+    wl = WorkloadSpec(closed_loop=ClosedLoopSpec(users=3, think_s=0.0), num_requests=12, classes=[
+        ClassSpec(prompt=LengthSpec(kind="fixed", value=20), output=LengthSpec(kind="fixed", value=6))])
+    run = run_workload(model, cfg, wl, seed=1, warmup_steps=0)
+    assert _check_run_records(run.records, 12)["success"] == 12
+    assert all(r["output_tokens"] == 6 for r in run.records)
+    assert run.end_state["kv_tokens_held"] == 0 and run.end_state["kv_tokens_used"] == 0
+
+
+def test_short_deadline_produces_timeouts_with_wasted_tokens_kept(model: Decoder) -> None:
+    cfg = SchedulerConfig(kv_budget_tokens=4096, policy="paged", max_num_seqs=4, timeout_s=0.001)
+    run = run_workload(model, cfg, _workload(6, 1000.0, output=(300, 300)), seed=2, warmup_steps=0)
+    counts = _check_run_records(run.records, 6)
+    assert counts["timeout"] == 6  # 300 decode steps cannot fit in a millisecond
+    assert all(r["error"] == "deadline_exceeded" for r in run.records)
+    assert run.end_state["kv_tokens_held"] == 0 and run.end_state["kv_tokens_used"] == 0
+
+
+def test_full_queue_produces_rejections(model: Decoder) -> None:
+    cfg = SchedulerConfig(kv_budget_tokens=4096, policy="reserve", max_num_seqs=1, max_waiting=1)
+    run = run_workload(model, cfg, _workload(12, 1e6, output=(60, 60), kind="constant"), seed=4, warmup_steps=0)
+    counts = _check_run_records(run.records, 12)
+    assert counts["rejected"] >= 5 and counts["success"] >= 1
+    assert counts["rejected"] + counts["success"] == 12
+    rejected = [r for r in run.records if r["status"] == "rejected"]
+    assert all(r["error"] == "queue_full" and "admitted" not in r for r in rejected)
+
+
+def test_loop_cancel_frees_kv_and_ends_once(model: Decoder) -> None:
+    loop = EngineLoop(model, SchedulerConfig(kv_budget_tokens=1024, policy="paged"))
+    outcomes = []
+
+    class Keep:
+        def on_token(self, token_id: int, time_s: float) -> None:
+            pass
+
+        def on_outcome(self, outcome) -> None:
+            outcomes.append(outcome)
+
+    assert loop.submit(Request("a", loop.clock(), 40, 50), listener=Keep()) is None
+    assert loop.submit(Request("b", loop.clock(), 30, 50), listener=Keep()) is None
+    for _ in range(3):
+        loop.run_once()
+    assert loop.snapshot()["kv_tokens_held"] > 0
+    assert loop.cancel("a").status == "cancelled"
+    assert loop.cancel("a") is None
+    while loop.live_requests:
+        loop.run_once()
+    snap = loop.snapshot()
+    assert snap["kv_tokens_held"] == 0 and snap["kv_tokens_used"] == 0
+    assert sorted((o.request_id, o.status) for o in outcomes) == [("a", "cancelled"), ("b", "success")]
+
+
+def test_loop_rejects_requests_that_cannot_run(model: Decoder) -> None:
+    loop = EngineLoop(model, SchedulerConfig(kv_budget_tokens=64, policy="reserve"))
+    assert loop.submit(Request("big", 0.0, 60, 10)).error == "kv_exceeds_budget"
+    with pytest.raises(ConfigError, match="max_positions|positions"):
+        loop.submit(Request("long", 0.0, 2000, 100))
+    with pytest.raises(ConfigError, match="prompt ids"):
+        loop.submit(Request("x", 0.0, 2, 1), prompt_ids=[1])
+
+
+def test_service_streams_the_same_tokens_as_the_executor_and_cancels() -> None:
+    with EngineService("tiny", seed=7, device="cpu", scheduler=SchedulerConfig(
+            kv_budget_tokens=1600, policy="paged", max_num_seqs=4, max_waiting=2), warmup_steps=0) as svc:
+        prompt = _prompt(20, 12)
+        handle = svc.submit(prompt, max_tokens=6)
+        events = list(handle)
+        outcome = handle.result(timeout=30)
+        assert outcome.status == "success" and outcome.output_tokens == 6
+        assert [e.token_id for e in events] == _run_alone(svc.model, prompt, 6)[0]
+        assert all(outcome.first_token <= e.time_s <= outcome.end for e in events)
+        long = svc.submit(30, max_tokens=1500)
+        first = long.next_event(timeout=30)
+        assert first.token_id >= 0
+        assert long.cancel().status == "cancelled"
+        assert long.result(timeout=5).status == "cancelled"
+        for _ in range(500):  # the engine thread frees it before its next step
+            if svc.stats()["kv_tokens_held"] == 0:
+                break
+            threading.Event().wait(0.01)
+        assert svc.stats()["kv_tokens_held"] == 0 and svc.stats()["kv_tokens_used"] == 0
+        with pytest.raises(RequestRejected, match="kv_exceeds_budget"):
+            svc.submit(600, max_tokens=1440)
+    assert svc.stats()["running"] == 0

@@ -38,6 +38,8 @@ class PagedKVCache:
         self._free: list[int] = list(range(self.num_blocks - 1, -1, -1))
         self._tables: dict[str, list[int]] = {}
         self._lengths: dict[str, int] = {}
+        self._slot_maps: dict[str, Tensor] = {}  # position -> slot, grown by doubling
+        self._used = 0
 
     # ------------------------------------------------------------------ accounting
 
@@ -48,7 +50,7 @@ class PagedKVCache:
     @property
     def used_tokens(self) -> int:
         """Return tokens stored across all sequences."""
-        return sum(self._lengths.values())
+        return self._used
 
     @property
     def used_blocks(self) -> int:
@@ -91,21 +93,35 @@ class PagedKVCache:
         for _ in range(need):
             table.append(self._free.pop())
         self._lengths[seq_id] = new_length
-        return self.slots(seq_id, old, new_length)
+        self._used += new_length - old
+        slot_map = self._slot_maps.get(seq_id)
+        if slot_map is None or slot_map.numel() < new_length:
+            grown = torch.empty(max(new_length, 2 * (0 if slot_map is None else slot_map.numel()), 64),
+                                dtype=torch.long)
+            if slot_map is not None:
+                grown[:old] = slot_map[:old]
+            slot_map = self._slot_maps[seq_id] = grown
+        bs = self.block_size
+        if new_length - old == 1:
+            slot_map[old] = table[old // bs] * bs + old % bs
+        else:
+            slot_map[old:new_length] = torch.tensor([table[p // bs] * bs + p % bs for p in range(old, new_length)],
+                                                    dtype=torch.long)
+        return slot_map[old:new_length]
 
     def slots(self, seq_id: str, start: int, stop: int) -> Tensor:
-        """Return the cache slots of positions ``start`` to ``stop - 1`` of ``seq_id``."""
-        table = torch.tensor(self._tables.get(seq_id, []), dtype=torch.long)
-        pos = torch.arange(start, stop, dtype=torch.long)
+        """Return the cache slots of positions ``start`` to ``stop - 1`` of ``seq_id`` (a view)."""
         if stop > self._lengths.get(seq_id, 0) or start < 0:
             raise ServebenchError(f"sequence '{seq_id}': positions {start}..{stop - 1} are not all stored "
                                   f"(it holds {self._lengths.get(seq_id, 0)})")
-        return table[pos // self.block_size] * self.block_size + pos % self.block_size
+        return self._slot_maps[seq_id][start:stop]
 
     def free(self, seq_id: str) -> int:
         """Return every block of ``seq_id`` to the pool; return the tokens it held (0 if none)."""
         table = self._tables.pop(seq_id, None)
         held = self._lengths.pop(seq_id, 0)
+        self._slot_maps.pop(seq_id, None)
+        self._used -= held
         if table:
             self._free.extend(reversed(table))
         return held

@@ -1,0 +1,222 @@
+"""A real-time timing run: arrivals on the wall clock, the engine loop serving them, records out.
+
+A producer thread sends each request when the monotonic clock reaches its arrival time
+(open loop), or a think time after an earlier request ended (closed loop), independently of how
+busy the engine is, so queueing is real. The calling thread runs the engine loop until every
+request sent has its one terminal record. Every time is seconds on ``time.monotonic()``
+relative to the run's start (the moment the first arrival is due).
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..scheduler import Outcome, Request, SchedulerConfig
+from ..workload import RequestSpec, WorkloadSpec, closed_loop_plan, generate_arrivals
+from .loop import EngineLoop, StepRow, warm_up
+from .model import Decoder
+
+ERR_RUN_LIMIT = "run_time_limit"
+Progress = Callable[[int, int, int], None]  # (ended, sent, total)
+
+
+@dataclass
+class TimingRun:
+    """What a timing run produced."""
+
+    records: list[dict[str, Any]]  # canonical timing records, by arrival
+    steps: list[StepRow]
+    offered: int  # requests sent
+    planned: int  # requests the workload had (more than offered if the run hit its time limit)
+    wall_s: float
+    arrival_lag_p99_s: float | None  # how late the producer sent requests (its own queueing)
+    arrival_lag_max_s: float | None
+    end_state: dict[str, int] = field(default_factory=dict)  # loop snapshot once every request ended
+    notes: list[str] = field(default_factory=list)
+
+    def step_dicts(self) -> list[dict[str, Any]]:
+        return [asdict(s) for s in self.steps]
+
+
+class _Collector:
+    """Listener for every request of a run: stores outcomes, wakes the closed-loop producer."""
+
+    def __init__(self, on_end: Callable[[Outcome], None] | None = None) -> None:
+        self.lock = threading.Lock()
+        self.outcomes: list[Outcome] = []
+        self._on_end = on_end
+
+    def on_token(self, token_id: int, time_s: float) -> None:
+        pass
+
+    def on_outcome(self, outcome: Outcome) -> None:
+        with self.lock:
+            self.outcomes.append(outcome)
+        if self._on_end is not None:
+            self._on_end(outcome)
+
+    @property
+    def ended(self) -> int:
+        with self.lock:
+            return len(self.outcomes)
+
+
+def _request(i: int, spec: RequestSpec, arrival_s: float) -> Request:
+    return Request(f"r{i:06d}", arrival_s, max(1, spec.prompt_tokens), spec.max_output_tokens,
+                   output_tokens=spec.output_tokens, timeout_s=spec.timeout_s, slice=spec.slice)
+
+
+class _Producer(threading.Thread):
+    """Send requests at their arrival times; arrivals may be added while it runs (closed loop)."""
+
+    def __init__(self, loop: EngineLoop, collector: _Collector, specs: list[RequestSpec]) -> None:
+        super().__init__(name="servebench-arrivals", daemon=True)
+        self.loop = loop
+        self.collector = collector
+        self.specs = specs
+        self.cv = threading.Condition()
+        self.heap: list[tuple[float, int]] = []
+        self.stopping = False
+        self.sent = 0
+        self.lags: list[float] = []
+        self.error: BaseException | None = None
+
+    def schedule(self, due_s: float, index: int) -> None:
+        with self.cv:
+            heapq.heappush(self.heap, (due_s, index))
+            self.cv.notify()
+
+    def stop(self) -> None:
+        with self.cv:
+            self.stopping = True
+            self.cv.notify()
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except BaseException as exc:  # reported to the engine thread, which re-raises it
+            self.error = exc
+
+    def _run(self) -> None:
+        while True:
+            with self.cv:
+                while not self.stopping:
+                    if self.heap:
+                        delay = self.heap[0][0] - self.loop.clock()
+                        if delay <= 0:
+                            break
+                        self.cv.wait(min(delay, 0.25))
+                    else:
+                        self.cv.wait(0.25)
+                if self.stopping:
+                    return
+                due, index = heapq.heappop(self.heap)
+            now = self.loop.clock()
+            self.lags.append(now - due)
+            self.sent += 1
+            self.loop.submit(_request(index, self.specs[index], now), listener=self.collector)
+
+
+def run_workload(model: Decoder, scheduler: SchedulerConfig, workload: WorkloadSpec, *, seed: int = 0,
+                 max_wall_s: float | None = None, warmup_steps: int = 3, progress: Progress | None = None,
+                 on_step: Callable[[StepRow], None] | None = None) -> TimingRun:
+    """Serve ``workload`` in real time on ``model`` under ``scheduler``; return records and step trace.
+
+    The workload is drawn from ``numpy.random.default_rng(seed)`` exactly as the simulator draws
+    it. ``max_wall_s`` bounds the run: requests still live then are cancelled with error
+    ``run_time_limit`` (kept as records) and requests not yet sent are not offered.
+    """
+    rng = np.random.default_rng(seed)
+    if workload.arrival is not None:
+        specs = generate_arrivals(workload, rng)
+        think = None
+        users = 0
+    else:
+        plan = closed_loop_plan(workload, rng)
+        specs = plan.requests.to_specs()
+        think = plan.think_s
+        users = plan.users
+    if not specs:
+        raise ConfigError("the workload has no requests")
+    limit = model.config.max_positions
+    worst = max(max(1, s.prompt_tokens) + s.max_output_tokens for s in specs)
+    if worst > limit:
+        raise ConfigError(f"a request of {worst} tokens (prompt + output cap) exceeds model "
+                          f"'{model.config.name}' max_positions {limit}; shorten the workload or pick another preset")
+    warm_up(model, scheduler, warmup_steps)
+
+    steps: list[StepRow] = []
+
+    def record_step(row: StepRow) -> None:
+        steps.append(row)
+        if on_step is not None:
+            on_step(row)
+
+    t0 = time.monotonic()
+    loop = EngineLoop(model, scheduler, seed=seed + 1, clock=lambda: time.monotonic() - t0, on_step=record_step)
+    next_index = [users]
+    next_lock = threading.Lock()
+    producer_ref: list[_Producer] = []
+
+    def on_end(outcome: Outcome) -> None:
+        # closed loop: the next request goes to the user that just became free
+        with next_lock:
+            if think is None or next_index[0] >= len(specs):
+                return
+            i = next_index[0]
+            next_index[0] += 1
+        producer_ref[0].schedule(outcome.end + float(think[i]), i)
+
+    collector = _Collector(on_end if think is not None else None)
+    producer = _Producer(loop, collector, specs)
+    producer_ref.append(producer)
+    if think is None:
+        for i, s in enumerate(specs):
+            producer.heap.append((s.arrival_s, i))
+        heapq.heapify(producer.heap)
+    else:
+        for i in range(min(users, len(specs))):
+            producer.heap.append((float(think[i]), i))
+    notes: list[str] = []
+    if any(s.prompt_tokens < 1 for s in specs):
+        notes.append("prompts of 0 tokens were sent as 1 token (the engine needs one token to start from)")
+    producer.start()
+    total = len(specs)
+    try:
+        while True:
+            if producer.error is not None:
+                raise producer.error
+            ended = collector.ended
+            if progress is not None:
+                progress(ended, producer.sent, total)
+            if ended >= total:
+                break
+            if max_wall_s is not None and loop.clock() > max_wall_s:
+                producer.stop()
+                producer.join()
+                loop.cancel_all(ERR_RUN_LIMIT)
+                notes.append(f"stopped at the {max_wall_s:g} s limit: {total - producer.sent} requests never sent")
+                break
+            loop.run_once(idle_wait_s=0.02)
+    finally:
+        producer.stop()
+        producer.join(timeout=5)
+        loop.stop()
+    wall_s = loop.clock()
+    end_state = loop.snapshot()
+    if progress is not None:
+        progress(collector.ended, producer.sent, total)
+    records = sorted((o.to_record() for o in collector.outcomes), key=lambda r: (r["start"], r["request_id"]))
+    lags = np.asarray(producer.lags)
+    return TimingRun(records=records, steps=steps, offered=producer.sent, planned=total, wall_s=wall_s,
+                     arrival_lag_p99_s=float(np.quantile(lags, 0.99)) if lags.size else None,
+                     arrival_lag_max_s=float(lags.max()) if lags.size else None, end_state=end_state,
+                     notes=notes)
