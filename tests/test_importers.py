@@ -401,3 +401,12 @@ def test_cli_summarize_imports_with_format_and_shows_warnings():
     out = json.loads(result.output)
     assert out["summary"]["requests"] == 40 and out["summary"]["successes"] == 30
     assert any("request counts disagree" in w for w in out["warnings"])
+
+
+def test_vllm_non_streaming_success_gets_first_token_at_end_not_at_start():
+    res = doc("vllm-serve-detailed.json")
+    res["ttfts"][0] = 0.0  # a non-streaming endpoint never sets ttft
+    loaded = import_bytes(json.dumps(res).encode(), "n.json")
+    t, _, _ = to_table(loaded)
+    assert t.status[0] == STATUSES.index("success") and t.first_token[0] == t.end[0]
+    assert any("no TTFT (a non-streaming endpoint)" in w for w in loaded.warnings)

@@ -50,7 +50,7 @@ def import_document(doc: Document, source: str, options: ImportOptions = ImportO
     lines = doc.value if doc.lines else [doc.value]
     records, phases = [], []
     notes = {"cancelled": 0, "failed": 0, "osl_server_diff": 0, "osl_client": 0, "osl_pairs": 0,
-             "credit_gap_s": 0.0, "credit_n": 0, "end_gap_s": 0.0}
+             "credit_gap_s": 0.0, "credit_n": 0, "end_gap_s": 0.0, "no_ttft": 0}
     for i, line in enumerate(lines, start=1):
         where = f"line {i}"
         rec, phase = _record(require_mapping(line, source, where), source, where, notes)
@@ -118,8 +118,10 @@ def _record(line: Mapping[str, Any], source: str, where: str, notes: dict[str, A
         if latency is not None:  # AIPerf's latency ends at the last response; request_end_ns can be later
             notes["end_gap_s"] = max(notes["end_gap_s"], rec["end"] - (start + latency))
             rec["end"] = start + max(latency, 0.0)
+        if ttft is None:  # non-streaming: the client saw every token at the end
+            notes["no_ttft"] += 1
         rec.update(status="success", output_tokens=out,
-                   first_token=None if ttft is None else min(start + ttft, rec["end"]))
+                   first_token=rec["end"] if ttft is None else min(start + ttft, rec["end"]))
         return rec, phase
     err = require_mapping(error or {}, source, f"{where}: error")
     code = err.get("code")
@@ -154,6 +156,9 @@ def _warnings(notes: dict[str, Any], outside: int, options: ImportOptions) -> li
         mean_ms = 1000 * notes["credit_gap_s"] / notes["credit_n"]
         w.append(f"{TOOL}: requests were scheduled (credit_issued_ns) on average {mean_ms:.2f} ms before they "
                  "were sent; that client-side delay is not part of latency or TTFT here")
+    if notes["no_ttft"]:
+        w.append(f"{TOOL}: {notes['no_ttft']} successful request(s) have no time_to_first_token (non-streaming): "
+                 "their first token is set to their end, when the client received the whole response")
     if notes["cancelled"]:
         w.append(f"{TOOL} discards the partial stream of cancelled requests: the TTFT and tokens of "
                  f"{notes['cancelled']} cancelled request(s) are unknown, so wasted tokens are undercounted")

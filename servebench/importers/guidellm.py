@@ -74,6 +74,7 @@ def _import_benchmark(top: Mapping[str, Any], bench: Any, idx: int, n_runs: int,
     records: list[dict[str, Any]] = []
     notes: dict[str, int] = {"end_fallback": 0, "partial": 0, "server_tokens": 0, "client_tokens": 0}
     listed: dict[str, int] = {}
+    groups: list[str] = []
     for group, status in GROUPS:
         items = requests.get(group)
         if items is None:
@@ -84,13 +85,17 @@ def _import_benchmark(top: Mapping[str, Any], bench: Any, idx: int, n_runs: int,
         for j, item in enumerate(items):
             records.append(_record(require_mapping(item, source, f"{where}.requests.{group}[{j}]"), status,
                                    source, f"{where}.requests.{group}[{j}]", notes))
+            groups.append(group)
     sched = bench.get("scheduler_metrics") if isinstance(bench.get("scheduler_metrics"), Mapping) else {}
     m_start = number(sched.get("measure_start_time"), source, f"{where}.scheduler_metrics.measure_start_time",
                      required=False)
     m_end = number(sched.get("measure_end_time"), source, f"{where}.scheduler_metrics.measure_end_time",
                    required=False)
+    inside = mark_window([{"start": r["start"], "group": g} for r, g in zip(records, groups)], m_start, m_end,
+                         "drop")[0]
+    measured = {g: sum(1 for r in inside if r["group"] == g) for g, _ in GROUPS}
     records, outside = mark_window(records, m_start, m_end, options.outside_window)
-    warnings = _warnings(top, bench, listed, outside, notes, options)
+    warnings = _warnings(top, bench, listed, measured, outside, notes, options)
     return finish(records, source, FORMAT, warnings, _metadata(top, bench, idx, n_runs, listed, outside,
                                                                  m_start, m_end, options))
 
@@ -166,15 +171,15 @@ def _totals(bench: Mapping[str, Any]) -> dict[str, Any]:
             "cancelled_requests": state.get("cancelled_requests")}
 
 
-def _warnings(top: Mapping[str, Any], bench: Mapping[str, Any], listed: dict[str, int], outside: dict[str, int],
-              notes: dict[str, int], options: ImportOptions) -> list[str]:
+def _warnings(top: Mapping[str, Any], bench: Mapping[str, Any], listed: dict[str, int], measured: dict[str, int],
+              outside: dict[str, int], notes: dict[str, int], options: ImportOptions) -> list[str]:
     w = [f"{TOOL}: times are Unix epoch seconds from the client's time.time() (wall clock, not monotonic); "
          "TTFT is measured from request_start, not from when the request was queued"]
     w.append(f"{TOOL}: its time_per_output_token_ms is latency / output tokens (TTFT included) and its "
              "inter_token_latency_ms ends at the last token; servebench's request TPOT is "
              "(end - first_token) / (output_tokens - 1) with end = request_end, so values differ slightly")
     totals = _totals(bench)
-    shown = {k: v for k, v in listed.items()}
+    shown = dict(listed)
     rt, made = totals["request_totals"], totals["requests_made"]
     disagreements = []
     for label, src in (("metrics.request_totals", rt), ("scheduler_metrics.requests_made", made)):
@@ -183,12 +188,16 @@ def _warnings(top: Mapping[str, Any], bench: Mapping[str, Any], listed: dict[str
             if vals != shown:
                 disagreements.append(f"{label} {vals['successful']}/{vals['errored']}/{vals['incomplete']}")
     if disagreements:
-        n_meas = listed["successful"] + listed["errored"] + listed["incomplete"] - sum(outside.values())
+        n_meas = sum(measured.values())
+        rt_vals = {g: rt.get(g) for g in shown} if isinstance(rt, Mapping) else None
+        verdict = ("match metrics.request_totals, which leaves out requests started at or after measure_end_time"
+                   if rt_vals == measured else
+                   f"count {measured['successful']}/{measured['errored']}/{measured['incomplete']}, which does not "
+                   "match metrics.request_totals either")
         w.append(f"{TOOL}'s request counts disagree: listed records {shown['successful']}/{shown['errored']}/"
                  f"{shown['incomplete']} (successful/errored/incomplete), {', '.join(disagreements)}. "
                  f"servebench imports every listed record; the {n_meas} that started inside the measured window "
-                 "match metrics.request_totals, which leaves out requests started at or after measure_end_time; "
-                 "requests_made also counts requests that were never listed and cannot be recovered")
+                 f"{verdict}; requests_made also counts requests that were never listed and cannot be recovered")
     cancelled = totals["cancelled_requests"]
     if isinstance(cancelled, int) and cancelled > listed["incomplete"]:
         w.append(f"{TOOL}: scheduler_state.cancelled_requests = {cancelled}, but only {listed['incomplete']} "

@@ -102,7 +102,7 @@ def _import_result(res: Any, idx: int, n_runs: int, source: str) -> Any:
         warnings.append(f"{TOOL}: the file has no 'errors': a request counts as failed when it has no output "
                         "tokens and no TTFT")
     records = []
-    notes = {"fail_no_end": 0, "fail_partial": 0, "empty_error": 0, "traceback": 0}
+    notes = {"fail_no_end": 0, "fail_partial": 0, "empty_error": 0, "traceback": 0, "no_ttft": 0}
     for i in range(n):
         records.append(_record(arr, i, source, where, notes))
     _summary_checks(res, records, warnings)
@@ -119,6 +119,9 @@ def _import_result(res: Any, idx: int, n_runs: int, source: str) -> Any:
     if notes["empty_error"]:
         warnings.append(f"{TOOL}: {notes['empty_error']} request(s) have an empty error but no output: imported "
                         "as failed")
+    if notes["no_ttft"]:
+        warnings.append(f"{TOOL}: {notes['no_ttft']} successful request(s) have no TTFT (a non-streaming endpoint): "
+                        "their first token is set to their end, when the client received the whole response")
     if notes["traceback"]:
         warnings.append(f"{TOOL}: {notes['traceback']} error(s) are Python tracebacks; the error text kept is "
                         "their last line (the exception)")
@@ -158,9 +161,10 @@ def _record(arr: dict[str, list[Any] | None], i: int, source: str, where: str,
     rec: dict[str, Any] = {"start": start, "prompt_tokens": count(at("input_lens"), source,
                                                                    f"{where}'input_lens'[{i}]")}
     if not failed:
-        end_offset = latency if latency is not None else streamed_end
-        rec.update(first_token=start + ttft, end=start + max(end_offset, ttft), status="success",
-                   output_tokens=out_len)
+        end = start + max(latency if latency is not None else streamed_end, ttft)
+        if ttft <= 0:  # non-streaming endpoint: the client saw every token at the end
+            notes["no_ttft"] += 1
+        rec.update(first_token=start + ttft if ttft > 0 else end, end=end, status="success", output_tokens=out_len)
         return rec
     if not error:
         notes["empty_error"] += 1
