@@ -1,0 +1,50 @@
+"""``servebench serve-engine``: the local torch engine behind an OpenAI-compatible HTTP server."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from ..cli import app, console, emit_json
+from ..errors import ConfigError
+
+
+@app.command("serve-engine")
+def serve_engine(
+    preset: str = typer.Option("tiny", help="Model preset (seeded random weights; tiny runs on a CPU)."),
+    port: int = typer.Option(8000, min=0, max=65535, help="TCP port (0: a free one)."),
+    host: str = typer.Option("127.0.0.1", help="Address to bind (loopback by default)."),
+    kv_budget_tokens: int = typer.Option(16_384, min=1, help="KV cache budget, tokens."),
+    max_num_seqs: int = typer.Option(32, min=1, help="Most sequences running at once."),
+    max_waiting: int = typer.Option(64, min=0, help="Bounded waiting queue: beyond it, HTTP 503."),
+    policy: str = typer.Option("paged", help="KV admission policy: paged or reserve."),
+    timeout: Optional[float] = typer.Option(None, min=0.001, help="Server-side deadline per request, s."),
+    seed: int = typer.Option(0, help="Seed of the weights and of drawn prompt ids."),
+    device: str = typer.Option("auto", help="auto, cpu or cuda."),
+    threads: Optional[int] = typer.Option(None, min=1, help="torch CPU threads."),
+    as_json: bool = typer.Option(False, "--json", help="Print the server's address and limits as JSON."),
+) -> None:
+    """Serve the local engine on /v1/completions and /v1/chat/completions (SSE, one token per chunk)."""
+    import uvicorn
+
+    from ..engine.service import EngineService
+    from ..scheduler import SchedulerConfig
+    from ..server import create_app
+
+    if policy not in ("paged", "reserve"):
+        raise ConfigError(f"--policy {policy!r}: expected paged or reserve")
+    sched = SchedulerConfig(kv_budget_tokens=kv_budget_tokens, policy=policy, max_num_seqs=max_num_seqs,
+                            max_waiting=max_waiting, timeout_s=timeout)  # type: ignore[arg-type]
+    service = EngineService(preset, scheduler=sched, seed=seed, device=device, threads=threads)
+    application = create_app(service)
+    model_id = f"servebench-{service.model.config.name}"
+    info = {"url": f"http://{host}:{port}", "model": model_id, "device": str(service.model.device),
+            "kv_budget_tokens": kv_budget_tokens, "max_num_seqs": max_num_seqs, "max_waiting": max_waiting,
+            "policy": policy, "timeout_s": timeout}
+    if as_json:
+        emit_json(info)
+    else:
+        console.print(f"serving [bold]{model_id}[/] on http://{host}:{port} ({info['device']}; "
+                      f"KV {kv_budget_tokens} tokens, {max_num_seqs} seqs, queue {max_waiting}); Ctrl-C stops")
+    uvicorn.run(application, host=host, port=port, log_level="warning")
