@@ -46,7 +46,9 @@ def summarize(
     slo_ttft: Optional[float] = typer.Option(None, help="SLO on TTFT, s."),
     slo_tpot: Optional[float] = typer.Option(None, help="SLO on request TPOT, s."),
     slo_latency: Optional[float] = typer.Option(None, help="SLO on latency, s."),
-    format: str = typer.Option("auto", "--format", help="Input format (auto-detected by default)."),
+    format: str = typer.Option("auto", "--format", help="Input format (auto-detected by default): csv, json, jsonl, "
+                               "parquet, or another tool's export: guidellm, vllm, genai-perf, aiperf, llmperf "
+                               "(options: NAME:run=N,outside_window=drop)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
 ) -> None:
     """Summarize a record file: the spec's eight fields, then the full failure-aware report."""

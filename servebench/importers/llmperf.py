@@ -68,8 +68,9 @@ def import_document(doc: Document, source: str, options: ImportOptions = ImportO
         "(output_tokens - 1)",
         f"{TOOL} counts output tokens by re-tokenizing the generated text with its client tokenizer, not "
         "from the server's usage report",
-        f"{TOOL} (ray-project f1d6bed) drops requests that errored: its launcher divides by their zero latency "
-        "and stops writing them, so failures are usually missing from this file and cannot be recovered",
+        f"{TOOL} (at least git f1d6bed, the current ray-project HEAD) does not write requests that errored: its "
+        "launcher divides by their zero latency and stops, so failures are usually missing from this file and "
+        "cannot be recovered; compare the request count with the number you asked for",
     ]
     if errored:
         warnings.append(f"{TOOL}: {errored} errored response(s) carry zero placeholders for latency and tokens; "
