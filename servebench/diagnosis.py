@@ -280,7 +280,8 @@ def diagnose(m: ProfileMeasurements, *, shape: kv.ModelShape | None = None, budg
                     f"prefill p95 {_s(m.prefill_p95_s)} of TTFT p95 {_s(m.ttft_p95_s)}")
     e_below = _ev("peak_active / max_concurrent_sequences", at_limit, "<", 1.0,
                   f"peak {m.peak_active} below the KV limit {limit_n}" if limit_n else "no KV limit known")
-    e_util = _ev("utilization", util, "<", 1.0, f"in service {l_srv and round(l_srv, 3)} against limit {limit_n}")
+    e_util = _ev("utilization", util, "<", 1.0,
+                 f"{l_srv:.3g} in service against the limit {limit_n}" if l_srv is not None else "in service unknown")
 
     symptoms = [e for e in (e_ttft, e_timeouts, e_growth) if e.crossed]
     kv_rule = [e_peak, e_share, e_queue, e_flat]
