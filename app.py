@@ -14,6 +14,7 @@ PAGES = {
     ],
     "Capacity": [
         st.Page("pages/kv.py", title="KV calculator", icon=":material/memory:"),
+        st.Page("pages/sweep.py", title="Load sweep", icon=":material/ssid_chart:"),
     ],
 }
 

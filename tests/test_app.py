@@ -199,3 +199,21 @@ def test_diagnosis_walkthrough_asks_then_reveals_and_scores() -> None:
     assert not at.exception
     assert any("All five steps revealed" in s.value for s in at.success)
     assert any("kv_memory" in w.value for w in at.warning)
+
+
+def test_load_sweep_runs_with_progress_and_marks_capacity() -> None:
+    at = _app()
+    at.switch_page("pages/sweep.py").run()
+    assert not at.exception and not at.error
+    at.text_input(key="loads").set_value("0.5, 1, 1.5")
+    at.number_input(key="sweep_requests").set_value(100)
+    at.button(key="run_sweep").click().run()
+    assert not at.exception and not at.error
+    assert [p.value for p in at.get("progress")] == [100]
+    m = _metrics(at)
+    assert m["KV budget (tokens)"] == "65,536"
+    assert m["Usable capacity"].endswith("req/s") and m["Usable capacity"] != "— req/s"
+    assert len(at.get("plotly_chart")) == 3  # latency/TTFT, outcomes, engine over time
+    at.selectbox(key="sweep_sample").select("profile_a.yaml").run()
+    assert not at.exception
+    assert "settings changed" in at.warning[0].value
