@@ -320,4 +320,3 @@ def _trace(rows: list[tuple[float, float, int, int, int, int, int, int, int, int
                      i[:, 6], i[:, 7])
 
 
-ProgressCallback = Callable[[int, int], None]

@@ -1,0 +1,316 @@
+"""Offered-load sweeps over the simulator, and the usable capacity found by search.
+
+Each point simulates the scenario at one arrival rate (open loop) or one number of users (closed
+loop) with the *same seed*, so points share their random draws (common random numbers: Poisson
+gaps scale exactly with 1 / rate) and curves are smooth. Per point: offered, accepted, completed,
+rejected, timed out, throughput, p50/p95/p99 of TTFT, request TPOT, latency and queue wait (from
+``summary.build_report``), goodput under the SLOs.
+
+A point *meets the SLOs* when the share of offered requests that succeed within every limit
+(failures count as misses) is at least ``slo_target``. The usable capacity is the highest load
+that meets them: the grid brackets it (last meeting point below the first failing one; the
+bracket widens by doubling or halving when the grid does not straddle it) and bisection narrows
+the bracket to ``tolerance``. Capacity is the bracket's meeting end, never an extrapolation.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Callable, Sequence
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from .errors import ConfigError
+from .scenario import Scenario
+from .simulate import SimResult, simulate
+from .summary import SLO, Distribution, Report, build_report
+from .workload import ClosedLoopSpec
+
+Mode = Literal["rate", "users"]
+ProgressCallback = Callable[[int, int, "SweepPoint"], None]
+QUANTILES = (50, 95, 99)
+MAX_WIDEN = 6  # doublings (or halvings) tried when the grid does not bracket the capacity
+
+
+class SweepPoint(BaseModel):
+    """The outcome of one offered load."""
+
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="strings")
+
+    load: float = Field(description="Arrival rate (req/s) or users, as swept.")
+    source: Literal["grid", "search"] = "grid"
+    offered: int
+    accepted: int
+    completed: int
+    rejected: int
+    timed_out: int
+    cancelled: int
+    failed: int
+    window_s: float
+    offered_rps: float = Field(description="Offered requests per second of arrivals (closed loop: of window).")
+    throughput_rps: float = Field(description="Completed requests per second of window.")
+    output_tokens_per_s: float = Field(description="Successful output tokens per second of window.")
+    goodput_rps: float = Field(description="Requests meeting every SLO per second of window.")
+    slo_attainment: float = Field(description="Requests meeting every SLO / offered (failures are misses).")
+    meets_slo: bool
+    ttft_s: dict[str, float | None]
+    tpot_s: dict[str, float | None]
+    latency_s: dict[str, float | None]
+    queue_wait_s: dict[str, float | None]
+    peak_active: int = Field(description="Most running sequences (step trace).")
+    mean_active: float | None = Field(description="Time-weighted mean running sequences while the engine ran.")
+    peak_waiting: int
+    max_kv_tokens_used: int
+    preemptions: int
+
+
+class Capacity(BaseModel):
+    """The highest load found that meets the SLOs, and how it was found."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    load: float | None = Field(description="Highest load known to meet the SLOs (None: none found).")
+    upper: float | None = Field(description="Lowest load known to miss them (None: none found).")
+    evaluations: int = Field(description="Extra simulations run by the search.")
+    note: str
+
+
+class SweepResult(BaseModel):
+    """A sweep: its settings, its points by load, the capacity and the knee."""
+
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="strings")
+
+    scenario: str
+    mode: Mode
+    seed: int
+    requests_per_point: int | None
+    slo: SLO
+    slo_target: float
+    points: list[SweepPoint] = Field(description="Grid and search points, by load.")
+    capacity: Capacity
+    knee_load: float | None = Field(description="Lowest load whose p95 latency is over twice the lowest load's (None: none).")
+    kv_budget_tokens: int
+
+
+def scenario_at(scenario: Scenario, load: float, mode: Mode, requests: int | None = None) -> Scenario:
+    """Return the scenario at one arrival rate or number of users (and request count)."""
+    wl = scenario.workload
+    if mode == "rate":
+        if wl.arrival is None:
+            raise ConfigError(f"scenario {scenario.name!r} is closed loop; sweep --concurrency, not --rates")
+        wl = wl.with_rate(load)
+    else:
+        users = int(load)
+        if users < 1 or users != load:
+            raise ConfigError(f"concurrency {load!r} must be a whole number of users >= 1")
+        if wl.closed_loop is None:
+            wl = wl.model_copy(update={"arrival": None, "closed_loop": ClosedLoopSpec(users=users),
+                                       "num_requests": wl.num_requests or requests or 1000})
+        else:
+            wl = wl.with_users(users)
+    if requests is not None:
+        wl = wl.model_copy(update={"num_requests": requests, "duration_s": None})
+    return scenario.model_copy(update={"workload": wl})
+
+
+def _quantiles(d: Distribution | None) -> dict[str, float | None]:
+    if d is None:
+        return {f"p{q}": None for q in QUANTILES}
+    return {f"p{q}": d.at(q) for q in QUANTILES}
+
+
+def evaluate(scenario: Scenario, load: float, mode: Mode, slo: SLO, slo_target: float,
+             requests: int | None = None, source: Literal["grid", "search"] = "grid") -> tuple[SweepPoint, SimResult]:
+    """Simulate one load and summarize it as a sweep point."""
+    sim = simulate(scenario_at(scenario, load, mode, requests))
+    return point_from(sim, load, mode, slo, slo_target, source), sim
+
+
+def point_from(sim: SimResult, load: float, mode: Mode, slo: SLO, slo_target: float,
+               source: Literal["grid", "search"] = "grid") -> SweepPoint:
+    """Summarize a simulation as a sweep point, with metrics from ``build_report``."""
+    t = sim.records
+    window_s = max(sim.window_end_s - sim.window_start_s, 1e-9)
+    report: Report = build_report(t, sim.window_start_s, sim.window_start_s + window_s, slo, by_slice=False)
+    by = report.by_status
+    if report.slo is not None:
+        good, goodput = report.slo.good_requests, report.slo.goodput_requests_per_second
+    else:
+        good, goodput = report.completed, report.completed / window_s
+    attainment = good / report.offered
+    span = float(np.nanmax(t.start) - np.nanmin(t.start)) if len(t) > 1 else 0.0
+    offered_rps = (len(t) - 1) / span if mode == "rate" and span > 0 else len(t) / window_s
+    tr = sim.trace
+    decode = tr.lane != 2
+    busy = float(tr.duration[decode].sum())
+    return SweepPoint(
+        load=load, source=source, offered=report.offered, accepted=report.accepted, completed=report.completed,
+        rejected=report.rejected, timed_out=report.timed_out, cancelled=by["cancelled"], failed=by["failed"],
+        window_s=window_s, offered_rps=offered_rps, throughput_rps=report.completed / window_s,
+        output_tokens_per_s=report.successful_output_tokens / window_s, goodput_rps=goodput,
+        slo_attainment=attainment, meets_slo=attainment >= slo_target,
+        ttft_s=_quantiles(report.ttft_s), tpot_s=_quantiles(report.request_tpot_s),
+        latency_s=_quantiles(report.latency_s), queue_wait_s=_quantiles(report.queue_wait_s),
+        peak_active=int(tr.active.max()) if len(tr) else 0,
+        mean_active=float(np.sum(tr.active[decode] * tr.duration[decode]) / busy) if busy > 0 else None,
+        peak_waiting=int(tr.waiting.max()) if len(tr) else 0,
+        max_kv_tokens_used=int(tr.kv_tokens_used.max()) if len(tr) else 0, preemptions=sim.preemptions)
+
+
+def sweep(scenario: Scenario, loads: Sequence[float], *, mode: Mode = "rate", slo: SLO | None = None,
+          slo_target: float = 0.95, requests: int | None = None, search: bool = True, tolerance: float = 0.02,
+          max_search: int = 10, progress: ProgressCallback | None = None) -> SweepResult:
+    """Simulate each load, then search for the usable capacity (see the module docstring)."""
+    if not loads:
+        raise ConfigError("a sweep needs at least one load")
+    if any(not (x > 0 and math.isfinite(x)) for x in loads):
+        raise ConfigError(f"sweep loads must be positive and finite, got {list(loads)}")
+    if not 0 < slo_target <= 1:
+        raise ConfigError(f"slo_target {slo_target} must be in (0, 1]")
+    slo = slo or SLO()
+    grid = sorted(set(float(x) for x in loads))
+    total = len(grid) + (max_search + 2 * MAX_WIDEN if search else 0)
+    points: dict[float, SweepPoint] = {}
+    kv_budget = 0
+
+    def run(load: float, source: Literal["grid", "search"]) -> SweepPoint:
+        nonlocal kv_budget
+        if load in points:
+            return points[load]
+        p, sim = evaluate(scenario, load, mode, slo, slo_target, requests, source)
+        kv_budget = sim.kv_budget_tokens
+        points[load] = p
+        if progress is not None:
+            progress(len(points), total, p)
+        return p
+
+    for x in grid:
+        run(x, "grid")
+    capacity = _search(run, grid, points, mode, tolerance, max_search) if search else _from_grid(grid, points)
+    ordered = [points[k] for k in sorted(points)]
+    if progress is not None and ordered:
+        progress(len(points), len(points), ordered[-1])
+    return SweepResult(scenario=scenario.name, mode=mode, seed=scenario.seed, requests_per_point=requests,
+                       slo=slo, slo_target=slo_target, points=ordered, capacity=capacity,
+                       knee_load=knee(ordered), kv_budget_tokens=kv_budget)
+
+
+def _bracket(grid: list[float], points: dict[float, SweepPoint]) -> tuple[float | None, float | None]:
+    """Return (last meeting load below the first failing one, first failing load) over the grid."""
+    lo = None
+    for x in grid:
+        if not points[x].meets_slo:
+            return lo, x
+        lo = x
+    return lo, None
+
+
+def _from_grid(grid: list[float], points: dict[float, SweepPoint]) -> Capacity:
+    lo, hi = _bracket(grid, points)
+    note = "read off the grid (search off)"
+    return Capacity(load=lo, upper=hi, evaluations=0, note=note)
+
+
+def _search(run: Callable[[float, Literal["grid", "search"]], SweepPoint], grid: list[float],
+            points: dict[float, SweepPoint], mode: Mode, tolerance: float, max_search: int) -> Capacity:
+    lo, hi = _bracket(grid, points)
+    evals = 0
+    notes = []
+    if hi is None:  # every grid point meets: widen upward
+        x = grid[-1]
+        for _ in range(MAX_WIDEN):
+            x = x * 2
+            evals += 1
+            if not run(x, "search").meets_slo:
+                hi = x
+                break
+            lo = x
+        if hi is None:
+            return Capacity(load=lo, upper=None, evaluations=evals,
+                            note=f"every load up to {lo:g} meets the SLOs; capacity is above it")
+    if lo is None:  # even the lowest grid point misses: widen downward
+        x = hi
+        for _ in range(MAX_WIDEN):
+            x = x / 2 if mode == "rate" else float(max(1, int(x) // 2))
+            if x in points and x == hi:
+                break
+            evals += 1
+            if run(x, "search").meets_slo:
+                lo = x
+                break
+            hi = x
+        if lo is None:
+            return Capacity(load=None, upper=hi, evaluations=evals,
+                            note=f"no load tried down to {hi:g} meets the SLOs")
+    above = [x for x in grid if x > hi and points[x].meets_slo]
+    if above:
+        notes.append(f"grid loads {', '.join(f'{x:g}' for x in above)} meet the SLOs again above a failing one")
+    for _ in range(max_search):
+        if mode == "users":
+            if hi - lo <= 1:
+                break
+            mid = float((int(lo) + int(hi)) // 2)
+        else:
+            if (hi - lo) <= tolerance * hi:
+                break
+            mid = (lo + hi) / 2
+        evals += 1
+        if run(mid, "search").meets_slo:
+            lo = mid
+        else:
+            hi = mid
+    notes.insert(0, f"bisection between {lo:g} (meets) and {hi:g} (misses)")
+    return Capacity(load=lo, upper=hi, evaluations=evals, note="; ".join(notes))
+
+
+def knee(points: Sequence[SweepPoint], factor: float = 2.0) -> float | None:
+    """Return the lowest load whose p95 latency is over ``factor`` x that of the lowest load.
+
+    A point with no successes (no latency) counts as past the knee.
+    """
+    if not points:
+        return None
+    ordered = sorted(points, key=lambda p: p.load)
+    base = ordered[0].latency_s.get("p95")
+    if base is None:
+        return ordered[0].load
+    for p in ordered[1:]:
+        v = p.latency_s.get("p95")
+        if v is None or v > factor * base:
+            return p.load
+    return None
+
+
+CSV_SCALARS: tuple[str, ...] = (
+    "load", "source", "offered", "accepted", "completed", "rejected", "timed_out", "cancelled", "failed",
+    "window_s", "offered_rps", "throughput_rps", "output_tokens_per_s", "goodput_rps", "slo_attainment",
+    "meets_slo", "peak_active", "mean_active", "peak_waiting", "max_kv_tokens_used", "preemptions",
+)
+CSV_DISTRIBUTIONS: tuple[str, ...] = ("ttft_s", "tpot_s", "latency_s", "queue_wait_s")
+
+
+def sweep_rows(result: SweepResult) -> list[dict[str, object]]:
+    """Return one flat row per point (``ttft_s_p95`` and so on), empty where there is no value."""
+    rows = []
+    for p in result.points:
+        row: dict[str, object] = {k: getattr(p, k) for k in CSV_SCALARS}
+        for d in CSV_DISTRIBUTIONS:
+            for q, v in getattr(p, d).items():
+                row[f"{d}_{q}"] = v
+        rows.append({k: ("" if v is None else v) for k, v in row.items()})
+    return rows
+
+
+def sweep_csv(result: SweepResult) -> str:
+    """Return the points as CSV text."""
+    rows = sweep_rows(result)
+    buf = io.StringIO()
+    if rows:
+        writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    return buf.getvalue()
