@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from servebench.errors import InputFormatError
 from servebench.importers import FORMATS, detect, import_bytes, import_runs, parse_format
@@ -123,7 +125,8 @@ def test_guidellm_measured_records_reproduce_request_totals_and_means():
     assert ttft_ms.mean() == pytest.approx(bench["metrics"]["time_to_first_token_ms"]["successful"]["mean"], abs=1e-3)
     latency = ok.end - ok.start
     assert latency.mean() == pytest.approx(bench["metrics"]["request_latency"]["successful"]["mean"], abs=1e-6)
-    assert int(ok.output_tokens.sum()) == pytest.approx(bench["metrics"]["output_token_count"]["successful"]["total_sum"])
+    out_total = bench["metrics"]["output_token_count"]["successful"]["total_sum"]  # a float sum, 2116.0000000000005
+    assert int(ok.output_tokens.sum()) == pytest.approx(out_total)
 
 
 def test_guidellm_warning_explains_which_count_the_records_match():
@@ -410,3 +413,39 @@ def test_vllm_non_streaming_success_gets_first_token_at_end_not_at_start():
     t, _, _ = to_table(loaded)
     assert t.status[0] == STATUSES.index("success") and t.first_token[0] == t.end[0]
     assert any("no TTFT (a non-streaming endpoint)" in w for w in loaded.warnings)
+
+
+_request = st.tuples(
+    st.floats(0, 100, allow_nan=False),                       # start offset
+    st.floats(0.001, 2, allow_nan=False),                     # ttft
+    st.lists(st.floats(0.001, 0.1, allow_nan=False), max_size=6),  # itls
+    st.integers(1, 500),                                      # input len
+    st.sampled_from(["", "", "", "Internal Server Error", "Too Many Requests",
+                     "Traceback (most recent call last):\nasyncio.exceptions.TimeoutError"]),
+)
+
+
+@settings(max_examples=60, derandomize=True, deadline=None)
+@given(st.lists(_request, min_size=1, max_size=12))
+def test_vllm_import_keeps_every_request_and_the_tools_counts(reqs):
+    ok = [r for r in reqs if not r[4]]
+    res = {
+        "completed": len(ok), "failed": len(reqs) - len(ok),
+        "start_times": [1000 + r[0] for r in reqs],
+        "ttfts": [0.0 if r[4] else r[1] for r in reqs],
+        "itls": [[] if r[4] else r[2] for r in reqs],
+        "latencies": [0.0 if r[4] else r[1] + sum(r[2]) for r in reqs],
+        "input_lens": [r[3] for r in reqs],
+        "output_lens": [0 if r[4] else len(r[2]) + 1 for r in reqs],
+        "errors": [r[4] for r in reqs],
+    }
+    loaded = import_bytes(json.dumps(res).encode(), "p.json")
+    t, _, _ = to_table(loaded, 0.0, 2000.0)  # one failed request alone has a zero-length default window
+    assert len(t) == len(reqs)
+    assert int(t.is_success.sum()) == res["completed"]
+    assert not any("completed=" in w or "failed=" in w for w in loaded.warnings)
+    if ok:
+        got = (t.first_token[t.is_success] - t.start[t.is_success]).mean()
+        assert got == pytest.approx(statistics.fmean(r[1] for r in ok), abs=1e-9)
+    names = np.array(STATUSES, dtype=object)[t.status]
+    assert all((names[i] == "success") == (not r[4]) for i, r in enumerate(reqs))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..errors import InputFormatError
 from . import aiperf, genai_perf, guidellm, llmperf, vllm
@@ -149,5 +149,5 @@ def import_runs(data: bytes, name: str, fmt: str = "auto", *,
 def _override(options: ImportOptions, run: int | None, outside_window: str | None) -> ImportOptions:
     if outside_window is not None and outside_window not in OUTSIDE_WINDOW_CHOICES:
         raise InputFormatError(f"outside_window={outside_window!r} must be one of {', '.join(OUTSIDE_WINDOW_CHOICES)}")
-    return ImportOptions(run=options.run if run is None else run,
-                         outside_window=options.outside_window if outside_window is None else outside_window)  # type: ignore[arg-type]
+    outside = options.outside_window if outside_window is None else outside_window
+    return ImportOptions(run=options.run if run is None else run, outside_window=outside)  # type: ignore[arg-type]
