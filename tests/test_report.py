@@ -388,3 +388,44 @@ def test_cli_report_help_documents_every_option() -> None:
     assert result.exit_code == 0
     for opt in ("--out", "--title", "--slo-ttft", "--model", "--budget-gib", "--zip", "--json"):
         assert opt in result.output
+
+
+# --------------------------------------------------------------------------- other producers
+
+
+def test_foreign_export_shows_its_warnings_and_what_it_cannot_give() -> None:
+    export = Path(__file__).resolve().parent / "data" / "importers" / "llmperf-individual.json"
+    if not export.is_file():
+        pytest.skip("the llmperf test export is not in this checkout")
+    run = load_run(export)
+    assert run.warnings and run.format == "llmperf"
+    files = build_site([run], SiteOptions(slo=SLO(ttft_s=1.0)))
+    page = next(v.decode() for k, v in files.items() if k.startswith("run-01"))
+    visible = "".join(parse(page).text)
+    assert 'id="warnings"' in page and run.warnings[0] in visible
+    assert "not available" in visible and "records (llmperf export)" in visible
+    index = "".join(parse(files["index.html"].decode()).text)
+    assert index.count("not available") >= 4  # two contract rates, window, peak active, goodput
+
+
+def test_simulated_profile_b_folder_is_diagnosed_kv_memory(tmp_path: Path) -> None:
+    from servebench.loaders import write_records
+    from servebench.scenario import load_scenario
+    from servebench.simulate import simulate
+
+    scenario = Path(__file__).resolve().parent.parent / "sample_data" / "scenarios" / "profile_b.yaml"
+    result = simulate(load_scenario(scenario))
+    folder = tmp_path / "profile_b"
+    folder.mkdir()
+    write_records(result.records, folder / "records.jsonl")
+    write_jsonl(folder / "steps.jsonl", result.trace.to_rows())
+    (folder / "scenario.yaml").write_text(scenario.read_text())
+    run = load_run(folder)
+    assert run.kind == "simulation" and "scenario.yaml" in run.files
+    files = build_site([run])
+    page = files["run-01-profile-b.html"].decode()
+    # shape, 8 GiB and the reserve policy come from the scenario; the spec's numbers follow
+    assert '<span class="verdict">kv_memory</span>' in page and ">8000<" in page
+    assert re.search(r"max concurrent sequences</td><td[^>]*>8<", page)
+    assert '<span class="verdict">kv_memory</span>' in files["index.html"].decode()
+    assert 'id="steps"' in page

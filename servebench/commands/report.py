@@ -70,8 +70,9 @@ def report(
         })
         return
     for r in loaded:
-        for w in r.warnings:
-            console.print(f"warning: {r.name}: {w}", style="yellow", markup=False, highlight=False)
+        if r.warnings:
+            console.print(f"warning: {r.name}: {len(r.warnings)} import warning(s), listed on its page",
+                          style="yellow", markup=False, highlight=False)
     console.print(f"Wrote {len(pages)} pages for {len(loaded)} run(s) to {out}/ "
                   f"(open {out / 'index.html'}; it works offline).", markup=False, highlight=False)
     if zip_path is not None:

@@ -234,13 +234,15 @@ def comparison_figure(metrics_by_run: Mapping[str, Mapping[str, np.ndarray]],
     return fig
 
 
+STEP_SHOWN = ("active", "waiting", "running", "queue", "kv_tokens_used")
 STEP_TIME_KEYS = ("time_s", "time", "t", "t_s", "end_s", "end", "start_s", "start")
 
 
 def step_trace_figure(steps: Sequence[Mapping[str, object]], max_points: int = MAX_POINTS) -> go.Figure | None:
-    """Return a step trace's numeric columns over time: counts on the left axis, KV tokens on the right.
+    """Return a step trace's numeric columns over time: counts on the left axis, token counts on the right.
 
-    The time column is the first of ``STEP_TIME_KEYS`` present; None when there is none.
+    The time column is the first of ``STEP_TIME_KEYS`` present; None when there is none. Columns about
+    active, waiting and KV tokens used are shown; the others start hidden (click the legend).
     """
     if not steps:
         return None
@@ -257,11 +259,11 @@ def step_trace_figure(steps: Sequence[Mapping[str, object]], max_points: int = M
 
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     x = [r.get(time_key) for r in rows]
+    shown = [k for k in numeric if any(w in k.lower() for w in STEP_SHOWN)] or numeric
     for k in numeric:
-        on_right = "kv" in k.lower()
         fig.add_trace(go.Scatter(x=x, y=[r.get(k) for r in rows], mode="lines", name=plot_label(k),
-                                 line_shape="hv", visible=True if on_right or "duration" not in k else "legendonly"),
-                      secondary_y=on_right)
+                                 line_shape="hv", visible=True if k in shown else "legendonly"),
+                      secondary_y="token" in k.lower())
     fig.update_xaxes(title_text=f"{plot_label(time_key)}")
     fig.update_yaxes(title_text="count per step", secondary_y=False, rangemode="tozero")
     fig.update_yaxes(title_text="KV tokens", secondary_y=True, rangemode="tozero")

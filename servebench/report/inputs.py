@@ -98,6 +98,19 @@ def _first_row_list(doc: Any) -> list[dict[str, Any]] | None:
     return None
 
 
+def _read_mapping(path: Path) -> dict[str, Any]:
+    """Read a YAML or JSON object (a scenario or metadata file)."""
+    import yaml
+
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise InputFormatError(f"{path}: not valid YAML or JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise InputFormatError(f"{path}: expected an object at the top level")
+    return doc
+
+
 def _find(folder: Path, names: tuple[str, ...]) -> Path | None:
     return next((folder / n for n in names if (folder / n).is_file()), None)
 
@@ -172,6 +185,10 @@ def load_run(path: str | Path, fmt: str = "auto", window_start: float | None = N
             run.metadata = {**(run.metadata or {}), **meta}
             run.kind = kind_from_metadata(meta, run.kind)
             run.files.append(meta_path.name)
+        scenario_path = _find(p, SCENARIO_FILES)
+        if meta_path is None and scenario_path is not None:
+            run.metadata = {**(run.metadata or {}), "scenario": _read_mapping(scenario_path)}
+            run.files.append(scenario_path.name)
         if steps_path is not None:
             run.steps = read_rows(steps_path)
             run.files.append(steps_path.name)

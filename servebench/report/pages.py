@@ -95,8 +95,27 @@ class _Figures:
         return figure(f"{self.prefix}-{self.count}", fig.to_json(), caption=caption)
 
 
-def _contract_rows(reports: Sequence[Report]) -> list[list[object]]:
-    return [[CONTRACT_LABELS[k], *[r.summary[k] for r in reports]] for k in CONTRACT_FIELDS]
+UNAVAILABLE = "not available"
+
+
+def unavailable(run: RunInput) -> set[str]:
+    """Return the metrics an importer said the file cannot give (``metadata['unavailable_metrics']``)."""
+    names = (run.metadata or {}).get("unavailable_metrics") or []
+    return {str(n) for n in names} if isinstance(names, list) else set()
+
+
+def _kind(run: RunInput) -> str:
+    canonical = (None, "csv", "json", "jsonl", "parquet")
+    return run.kind if run.format in canonical else f"{run.kind} ({str(run.format).split(':')[0]} export)"
+
+
+def _value(report: Report, key: str, missing: set[str]) -> object:
+    return UNAVAILABLE if key in missing else report.summary[key]
+
+
+def _contract_rows(reports: Sequence[Report], missing: Sequence[set[str]] | None = None) -> list[list[object]]:
+    gone = list(missing) if missing is not None else [set() for _ in reports]
+    return [[CONTRACT_LABELS[k], *[_value(r, k, m) for r, m in zip(reports, gone)]] for k in CONTRACT_FIELDS]
 
 
 def _ci(p: Any) -> str:
@@ -115,10 +134,13 @@ def _distribution_table(rows: dict[str, Distribution | None], caption: str) -> M
     return table(headers, body, caption=caption)
 
 
-def _slo_rows(report: Report) -> list[tuple[object, object]]:
+def _slo_rows(report: Report, missing: frozenset[str] | set[str] = frozenset()) -> list[tuple[object, object]]:
     s = report.slo
     if s is None:
         return []
+    if "slo.goodput_requests_per_second" in missing:
+        return [("good requests", s.good_requests), ("attainment (of all requests)", s.attainment),
+                ("goodput", UNAVAILABLE)]
     limits = ", ".join(f"{k} <= {fmt(v)} s" for k, v in s.slo.model_dump(exclude_none=True).items())
     return [("SLO", limits), ("good requests", s.good_requests), ("attainment (of all requests)", s.attainment),
             ("goodput, requests/s", s.goodput_requests_per_second),
@@ -172,15 +194,16 @@ def run_page(view: RunView, options: SiteOptions) -> str:
     figs = _Figures("fig")
     t = run.table
     head = key_values([
-        ("kind", run.kind), ("source", run.path), ("files", ", ".join(run.files) or "-"),
+        ("kind", _kind(run)), ("source", run.path), ("files", ", ".join(run.files) or "-"),
         ("format", run.format or "-"),
         ("window", f"{fmt(report.window_start)} to {fmt(report.window_end)} s ({fmt(report.window_s)} s)"),
     ])
     parts: list[object] = [head, _warnings(run)]
-    summary_rows = [[CONTRACT_LABELS[k], report.summary[k]] for k in CONTRACT_FIELDS]
+    missing = unavailable(run)
+    summary_rows = [[CONTRACT_LABELS[k], _value(report, k, missing)] for k in CONTRACT_FIELDS]
     parts.append(section(
         "Summary", table(["field (spec contract)", "value"], summary_rows),
-        key_values(_slo_rows(report), caption="Goodput under the SLO") if report.slo else
+        key_values(_slo_rows(report, missing), caption="Goodput under the SLO") if report.slo else
         tag("p", "No SLO given (report --slo-ttft/--slo-tpot/--slo-latency to see goodput).", class_="muted"),
         id_="summary"))
     outcome = key_values([("offered", report.offered), ("accepted (offered - rejected)", report.accepted),
@@ -215,8 +238,12 @@ def run_page(view: RunView, options: SiteOptions) -> str:
         conc += [("peak in service (admitted to end)", ins.peak),
                  ("share of the window at that peak ", f"{ins.share_of_window_at_peak:.1%}")]
     assert run.window_start is not None and run.window_end is not None
-    parts.append(section("Concurrency", key_values(conc),
-                         figs(rfig.timeline_figure(t, run.window_start, run.window_end)), id_="timeline"))
+    if "active_requests" in missing:
+        parts.append(section("Concurrency", note("This file has no timestamps on a shared clock, so requests "
+                                                 "active over time cannot be known.", "warn"), id_="timeline"))
+    else:
+        parts.append(section("Concurrency", key_values(conc),
+                             figs(rfig.timeline_figure(t, run.window_start, run.window_end)), id_="timeline"))
     stage = rfig.stage_figure(t)
     parts.append(section("Stages", figs(stage) if stage is not None else
                          tag("p", "No admission times: queue wait and prefill cannot be separated.", class_="muted"),
@@ -229,8 +256,10 @@ def run_page(view: RunView, options: SiteOptions) -> str:
                              id_="slices"))
     parts.append(kv_section(view.kv))
     if run.metadata:
-        parts.append(section("Benchmark contract", tag("p", "As frozen beside the records.", class_="muted"),
-                             nested(run.metadata), id_="contract"))
+        origin = ("The benchmark contract, as frozen beside the records." if run.kind in ("timing run", "load run")
+                  else "What the reader or importer recorded about this file.")
+        parts.append(section("Benchmark contract" if run.kind in ("timing run", "load run") else "Metadata",
+                             tag("p", origin, class_="muted"), nested(run.metadata), id_="contract"))
     quality = [("duplicate request IDs", report.duplicate_request_ids),
                ("records without a request ID", report.records_without_request_id)]
     if report.duplicate_request_id_examples:
@@ -288,20 +317,25 @@ def index_page(views: Sequence[RunView], options: SiteOptions) -> str:
     if record_views:
         reports = [v.report for v in record_views if v.report is not None]
         header = ["", *[tag("a", v.run.name, href=v.page) for v in record_views]]
-        rows: list[list[object]] = [["kind", *[v.run.kind for v in record_views]],
-                                    ["window, s", *[fmt(r.window_s) for r in reports]]]
-        rows += _contract_rows(reports)
+        gone = [unavailable(v.run) for v in record_views]
+
+        def per_run(key: str, values: list[object]) -> list[object]:
+            return [UNAVAILABLE if key in m else x for x, m in zip(values, gone)]
+
+        rows: list[list[object]] = [
+            ["kind", *[_kind(v.run) for v in record_views]],
+            ["window, s", *per_run("window_s", [fmt(r.window_s) for r in reports])]]
+        rows += _contract_rows(reports, gone)
         rows += [["rejected", *[r.rejected for r in reports]], ["timed out", *[r.timed_out for r in reports]],
                  ["wasted output tokens", *[r.wasted_output_tokens for r in reports]],
-                 ["peak active (share of window)", *[f"{r.active_requests.peak} "
-                                                     f"({r.active_requests.share_of_window_at_peak:.1%})"
-                                                     for r in reports]]]
+                 ["peak active (share of window)", *per_run("active_requests", [
+                     f"{r.active_requests.peak} ({r.active_requests.share_of_window_at_peak:.1%})" for r in reports])]]
         if options.slo is not None and options.slo.any:
             rows += [["SLO attainment", *[r.slo.attainment if r.slo else None for r in reports]],
-                     ["goodput, requests/s", *[r.slo.goodput_requests_per_second if r.slo else None
-                                               for r in reports]],
-                     ["goodput, output tokens/s", *[r.slo.goodput_output_tokens_per_second if r.slo else None
-                                                    for r in reports]]]
+                     ["goodput, requests/s", *per_run("slo.goodput_requests_per_second", [
+                         r.slo.goodput_requests_per_second if r.slo else None for r in reports])],
+                     ["goodput, output tokens/s", *per_run("slo.goodput_output_tokens_per_second", [
+                         r.slo.goodput_output_tokens_per_second if r.slo else None for r in reports])]]
         rows.append(["diagnosis", *[tag("span", v.kv.verdict, class_="verdict") if v.kv and v.kv.verdict else "-"
                                     for v in record_views]])
         rows.append(["importer warnings", *[len(v.run.warnings) for v in record_views]])
