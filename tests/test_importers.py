@@ -449,3 +449,20 @@ def test_vllm_import_keeps_every_request_and_the_tools_counts(reqs):
         assert got == pytest.approx(statistics.fmean(r[1] for r in ok), abs=1e-9)
     names = np.array(STATUSES, dtype=object)[t.status]
     assert all((names[i] == "success") == (not r[4]) for i, r in enumerate(reqs))
+
+
+def test_guidellm_errored_shapes_become_the_right_status_with_partial_tokens_kept():
+    d = doc("guidellm-0.8.1-errors.json")
+    errored = d["benchmarks"][0]["requests"]["errored"]
+    killed, http500, busy = errored[0], errored[1], errored[2]
+    killed["info"]["error"] = "RemoteProtocolError('peer closed connection without sending complete message body')"
+    killed["output_tokens"] = 52
+    killed["info"]["timings"]["first_token_iteration"] = killed["info"]["timings"]["request_start"] + 0.1
+    http500["info"]["error"] = "HTTPStatusError(\"Server error '500 Internal Server Error' for url 'x'\")"
+    busy["info"]["error"] = "HTTPStatusError(\"Client error '429 Too Many Requests' for url 'x'\")"
+    t, _, _ = to_table(import_bytes(json.dumps(d).encode(), "k.json"))
+    by_id = {r.get("request_id"): r for r in t.to_dicts()}
+    k = by_id[killed["request_id"]]
+    assert (k["status"], k["output_tokens"]) == ("failed", 52) and "first_token" in k
+    assert by_id[http500["request_id"]]["status"] == "failed"
+    assert by_id[busy["request_id"]]["status"] == "rejected"
