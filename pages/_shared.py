@@ -16,6 +16,9 @@ import streamlit as st
 from servebench.errors import ServebenchError
 from servebench.loaders import LoadedRecords, read_bytes, to_table
 from servebench.records import RecordTable, default_window
+from servebench.report.inputs import RunInput
+from servebench.report.pages import SiteOptions
+from servebench.report.site import build_site, site_zip_bytes
 from servebench.summary import SLO, Report, build_report
 
 REPO = Path(__file__).resolve().parent.parent
@@ -34,10 +37,13 @@ class RecordSource:
     data: bytes
     origin: str
     digest: str
+    metadata: dict[str, Any] | None = None  # a timing run's frozen benchmark contract
+    steps: list[dict[str, Any]] | None = None  # a timing run's step trace
 
     @classmethod
-    def of(cls, name: str, data: bytes, origin: str) -> "RecordSource":
-        return cls(name, data, origin, hashlib.sha256(data).hexdigest()[:16])
+    def of(cls, name: str, data: bytes, origin: str, *, metadata: dict[str, Any] | None = None,
+           steps: list[dict[str, Any]] | None = None) -> "RecordSource":
+        return cls(name, data, origin, hashlib.sha256(data).hexdigest()[:16], metadata, steps)
 
 
 @dataclass(frozen=True)
@@ -158,7 +164,24 @@ def records_sidebar() -> Dataset:
     return Dataset(src, loaded, table, float(ws), float(we))
 
 
+def site_zip(ds: Dataset, slo: SLO | None) -> bytes:
+    """Return the static report site for the records on screen, zipped (built only when downloaded)."""
+    kind = "timing run" if ds.source.metadata else "records"
+    run = RunInput(name=ds.source.name, path=ds.source.name, kind=kind, table=ds.table,
+                   window_start=ds.window_start, window_end=ds.window_end, format=ds.loaded.format,
+                   warnings=list(ds.loaded.warnings), metadata=ds.source.metadata or dict(ds.loaded.metadata) or None,
+                   steps=ds.source.steps)
+    files = build_site([run], SiteOptions(title=f"servebench: {ds.source.name}", slo=slo))
+    return site_zip_bytes(files)
+
+
 def show_reader_warnings(ds: Dataset) -> None:
     """Show what an importer could not carry over from another tool's file."""
-    for w in ds.loaded.warnings:
-        st.warning(w, icon="⚠️")
+    notes = ds.loaded.warnings
+    if not notes:
+        return
+    label = f"Read as a **{ds.loaded.format}** export: {len(notes)} note{'s' if len(notes) > 1 else ''} on what " \
+            "could not be carried over"
+    with st.expander(label, expanded=len(notes) <= 2, icon=":material/warning:"):
+        for w in notes:
+            st.warning(w)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from pages._shared import cached_report, guarded, records_sidebar, show_reader_warnings
+from pages._shared import cached_report, guarded, records_sidebar, show_reader_warnings, site_zip
 from servebench.figures import records as record_figs
 from servebench.figures.summary import (cause_frame, contract_cells, distribution_frame, fmt, fmt_share,
                                         slice_frame, status_frame)
@@ -115,10 +115,13 @@ if report.slices:
 
 st.subheader("Downloads")
 stem = ds.source.name.rsplit(".", 1)[0]
-c = st.columns(4)
+c = st.columns(5)
 for col, fmt_name, mime in zip(c, ("csv", "parquet", "jsonl"),
                                ("text/csv", "application/vnd.apache.parquet", "application/jsonl")):
     col.download_button(f"Records ({fmt_name.upper()})", lambda f=fmt_name: encode_records(ds.table, f),
                         file_name=f"{stem}.normalized.{fmt_name}", mime=mime, on_click="ignore")
 c[3].download_button("Report (JSON)", lambda: report.model_dump_json(indent=2),
                      file_name=f"{stem}.report.json", mime="application/json", on_click="ignore")
+c[4].download_button("Report site (ZIP)", lambda: site_zip(ds, report.slo.slo if report.slo else None),
+                     file_name=f"{stem}.report-site.zip", mime="application/zip", on_click="ignore",
+                     help="A static HTML site that works offline from file://.")

@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
+REPO = Path(__file__).resolve().parent.parent
+APP = str(REPO / "app.py")
+IMPORTER_DATA = REPO / "tests" / "data" / "importers"
 
 
 def _app() -> AppTest:
@@ -75,6 +77,16 @@ def test_bad_upload_shows_file_row_and_field_not_a_traceback() -> None:
     assert not at.exception
     (err,) = at.error
     assert "bad.csv" in err.value and "row 2" in err.value and "output_tokens" in err.value
+
+
+def test_other_tools_export_is_imported_with_its_warnings() -> None:
+    at = _app()
+    data = (IMPORTER_DATA / "vllm-serve-detailed.json").read_bytes()
+    at.file_uploader(key="records_upload").set_value(("vllm-serve-detailed.json", data, "application/json")).run()
+    assert not at.exception and not at.error
+    assert at.warning, "the importer's notes are shown"
+    assert "vllm" in at.expander[0].label.lower()
+    assert int(_metrics(at)["Requests"].replace(",", "")) > 0
 
 
 def test_window_that_cuts_records_is_an_error_naming_the_row() -> None:
@@ -217,3 +229,20 @@ def test_load_sweep_runs_with_progress_and_marks_capacity() -> None:
     at.selectbox(key="sweep_sample").select("profile_a.yaml").run()
     assert not at.exception
     assert "settings changed" in at.warning[0].value
+
+
+def test_report_site_zip_for_the_records_on_screen() -> None:
+    import io
+    import sys
+    import zipfile
+
+    sys.path.insert(0, str(REPO))
+    from pages._shared import Dataset, RecordSource, site_zip
+    from servebench.loaders import read_bytes, to_table
+
+    src = RecordSource.of("r1_r4.json", (REPO / "sample_data" / "r1_r4.json").read_bytes(), "sample")
+    loaded = read_bytes(src.data, src.name)
+    table, ws, we = to_table(loaded, 0, 10)
+    names = zipfile.ZipFile(io.BytesIO(site_zip(Dataset(src, loaded, table, ws, we), None))).namelist()
+    assert "servebench-report/index.html" in names
+    assert "servebench-report/assets/plotly.min.js" in names
