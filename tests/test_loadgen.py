@@ -364,3 +364,52 @@ def test_load_command_closed_loop_and_errors(tmp_path):
     with pytest.raises(SystemExit) as exc:
         main(["load", url, "-o", str(tmp_path / "x")])  # neither --rate nor --users
     assert exc.value.code == 2
+
+
+def test_load_sweep_writes_the_simulator_sweep_format(tmp_path):
+    from typer.testing import CliRunner
+
+    from servebench.cli import app
+    from servebench.sweep import CSV_SCALARS, SweepPoint, SweepResult
+
+    state = FakeState()
+    out = tmp_path / "sweep"
+    with serve_in_background(fake_app(state, reply=lambda n: 503 if n > 8 and n % 2 else 200)) as url:
+        r = CliRunner().invoke(app, ["load", url, "--sweep", "200,100", "--requests", "6", "-o", str(out),
+                                     "--output-tokens", "2", "--slo-latency", "5", "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads((out / "sweep.json").read_text())
+    assert set(doc) == set(SweepResult.model_fields)
+    assert [p["load"] for p in doc["points"]] == [100.0, 200.0] and doc["mode"] == "rate"
+    for p in doc["points"]:
+        assert set(p) == set(SweepPoint.model_fields) and p["offered"] == 6
+        assert p["peak_active"] is None and p["max_kv_tokens_used"] is None  # not observable by a client
+    first, second = doc["points"]
+    assert first["completed"] == 6 and first["meets_slo"] is True and first["latency_s"]["p95"] > 0
+    assert second["rejected"] == 2 and second["slo_attainment"] == pytest.approx(4 / 6)  # requests 9 and 11
+    assert doc["capacity"]["load"] == 100.0 and doc["capacity"]["upper"] == 200.0
+    header = (out / "sweep.csv").read_text().splitlines()[0].split(",")
+    assert header[: len(CSV_SCALARS)] == list(CSV_SCALARS)
+    assert (out / "rate_100" / "records.jsonl").is_file() and (out / "rate_200" / "metadata.json").is_file()
+
+
+def test_measured_points_feed_the_sweep_figures():
+    from servebench.figures.sweep import latency_vs_load, outcomes_vs_load
+    from servebench.loadgen import measured_point
+    from servebench.summary import SLO
+    from servebench.sweep import Capacity, SweepResult, knee
+
+    def outs(load: float, slow: float) -> list[Outcome]:
+        return [Outcome(request_id=f"{load}-{i}", intended_s=i / load, status="success", sent_s=i / load,
+                        first_token_s=i / load + 0.1 * slow, end_s=i / load + slow, output_tokens=4)
+                for i in range(10)]
+    slo = SLO(latency_s=1.0)
+    points = [measured_point(outs(1, 0.5), 1.0, slo, 0.95), measured_point(outs(4, 3.0), 4.0, slo, 0.95)]
+    assert [p.meets_slo for p in points] == [True, False] and points[1].latency_s["p95"] == pytest.approx(3.0)
+    assert points[0].offered_rps == pytest.approx(1.0) and points[0].tpot_s["p50"] == pytest.approx(0.15)
+    result = SweepResult.model_construct(
+        scenario="measured", mode="rate", seed=0, requests_per_point=10, slo=slo, slo_target=0.95, points=points,
+        capacity=Capacity(load=1.0, upper=4.0, evaluations=0, note="grid"), knee_load=knee(points),
+        kv_budget_tokens=None)
+    assert result.knee_load == 4.0
+    assert len(latency_vs_load(result).data) > 0 and len(outcomes_vs_load(result).data) > 0

@@ -186,3 +186,19 @@ def test_serve_engine_command_and_load_command_end_to_end(tmp_path):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=5)
+
+
+def test_sweep_against_the_engine(server, tmp_path):
+    from typer.testing import CliRunner
+
+    from servebench.cli import app
+
+    url, _ = server
+    r = CliRunner().invoke(app, ["load", url, "--sweep", "10,40", "--requests", "6", "--output-tokens", "4",
+                                 "-o", str(tmp_path), "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert [p["load"] for p in doc["points"]] == [10.0, 40.0]
+    assert all(p["offered"] == 6 and p["completed"] == 6 for p in doc["points"])
+    assert doc["scenario"] == f"measured servebench-tiny at {url}"
+    assert (tmp_path / "sweep.csv").is_file() and (tmp_path / "rate_40" / "records.jsonl").is_file()

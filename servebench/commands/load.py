@@ -141,6 +141,8 @@ def load(
     slo_ttft: Optional[float] = typer.Option(None, help="SLO on TTFT, s."),
     slo_tpot: Optional[float] = typer.Option(None, help="SLO on request TPOT, s."),
     slo_latency: Optional[float] = typer.Option(None, help="SLO on latency, s."),
+    slo_target: float = typer.Option(0.95, help="Sweep: share of offered requests that must meet every SLO."),
+    search: bool = typer.Option(False, "--search/--no-search", help="Sweep: bisect for the capacity with extra runs."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
 ) -> None:
     """Send open-loop (--rate) or closed-loop (--users) load to an endpoint; write records; summarize."""
@@ -154,8 +156,10 @@ def load(
                       max_in_flight=max_in_flight, api_key=api_key)
     slo = SLO(ttft_s=slo_ttft, tpot_s=slo_tpot, latency_s=slo_latency)
     if sweep is not None:
+        if users is not None or replay is not None:
+            raise ConfigError("--sweep sweeps open-loop rates; it cannot be combined with --users or --replay")
         _sweep(url, sweep, out, requests, arrival, cv, workload, prompt_tokens, output_tokens, duration, seed,
-               cfg_kwargs, slo, as_json)
+               cfg_kwargs, slo, slo_target, search, as_json)
         return
     spec = _workload(rate, requests, users, arrival, cv, replay, duration, prompt_tokens, output_tokens, think,
                      workload)
@@ -186,9 +190,66 @@ def _parse_rates(text: str) -> list[float]:
 
 def _sweep(url: str, rates_text: str, out: Path, requests: int, arrival: str, cv: float, workload: Optional[Path],
            prompt_tokens: int, output_tokens: int, duration: Optional[float], seed: int, cfg_kwargs: dict[str, Any],
-           slo: Any, as_json: bool) -> None:
-    """Run one open-loop load per rate into OUT/rate_<r>/, then write the simulator's sweep output."""
-    raise ConfigError("--sweep is not available yet")  # replaced once servebench.sweep lands
+           slo: Any, slo_target: float, search: bool, as_json: bool) -> None:
+    """Run one open-loop load per rate into OUT/rate_<r>/, then write the simulator's sweep output into OUT."""
+    from ..loadgen import measured_point
+    from ..render import fmt
+    from ..sweep import SweepResult, knee, sweep_csv
+    from ..sweep import _from_grid, _search  # the simulator's capacity rules, reused as they are
+
+    rates = _parse_rates(rates_text)
+    if not 0 < slo_target <= 1:
+        raise ConfigError(f"--slo-target {slo_target}: must be in (0, 1]")
+    base = _workload(rates[0], requests, None, arrival, cv, None, duration, prompt_tokens, output_tokens, 0.0,
+                     workload)
+    points: dict[float, Any] = {}
+    runs: dict[str, str] = {}
+    model = [None]
+
+    def run(rate: float, source: str) -> Any:
+        if rate in points:
+            return points[rate]
+        d = out / f"rate_{rate:g}"
+        result, _, _, _ = _run_one(url, base.with_rate(rate), seed, d, cfg_kwargs, show_progress=not as_json,
+                                   label=f"rate {rate:g}/s")
+        model[0] = result.model
+        point = measured_point(result.outcomes, rate, slo, slo_target)
+        point.source = source
+        points[rate] = point
+        runs[f"{rate:g}"] = str(d)
+        return point
+
+    for r in rates:
+        run(r, "grid")
+    capacity = _search(run, rates, points, "rate", 0.05, 4) if search else _from_grid(rates, points)
+    ordered = [points[k] for k in sorted(points)]
+    result = SweepResult.model_construct(
+        scenario=f"measured {model[0]} at {url}", mode="rate", seed=seed, requests_per_point=requests, slo=slo,
+        slo_target=slo_target, points=ordered, capacity=capacity, knee_load=knee(ordered), kv_budget_tokens=None)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "sweep.json").write_text(result.model_dump_json(indent=2, warnings=False), encoding="utf-8")
+    (out / "sweep.csv").write_text(sweep_csv(result), encoding="utf-8")
+    (out / "metadata.json").write_text(_dump({
+        "kind": "servebench load --sweep", "endpoint": url, "model": model[0], "rates": rates,
+        "workload": base.model_dump(mode="json", exclude_none=True), "seed": seed, "runs": runs,
+        "not_observed": "peak_active, mean_active, peak_waiting, max_kv_tokens_used, preemptions and "
+                        "kv_budget_tokens are server-side; a client cannot measure them (null)",
+    }) + "\n", encoding="utf-8")
+    if as_json:
+        emit_json({**json.loads(result.model_dump_json(warnings=False)), "runs": runs,
+                   "files": [str(out / "sweep.json"), str(out / "sweep.csv")]})
+        return
+    t = Table(title=f"Measured sweep of {model[0]} at {url}")
+    for col in ("rate", "offered/s", "done/s", "rejected", "timeout", "failed", "TTFT p95", "TPOT p95",
+                "latency p95", "within SLOs"):
+        t.add_column(col, justify="right")
+    for p in ordered:
+        t.add_row(f"{p.load:g}" + ("*" if p.source == "search" else ""), fmt(p.offered_rps), fmt(p.throughput_rps),
+                  fmt(p.rejected), fmt(p.timed_out), fmt(p.failed), fmt(p.ttft_s["p95"]), fmt(p.tpot_s["p95"]),
+                  fmt(p.latency_s["p95"]), f"{p.slo_attainment:.1%}", style=None if p.meets_slo else "red")
+    console.print(t)
+    console.print(f"usable capacity: [bold]{fmt(capacity.load)}[/] ({capacity.note}); knee at "
+                  f"{fmt(result.knee_load)}; wrote {out}/sweep.json, sweep.csv and one run directory per rate")
 
 
 def _dump(obj: Any) -> str:
