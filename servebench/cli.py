@@ -60,13 +60,14 @@ def summarize(
     report = build_report(table, ws, we, SLO(ttft_s=slo_ttft, tpot_s=slo_tpot, latency_s=slo_latency))
     if as_json:
         out = json.loads(report.model_dump_json())
-        out = {"summary": out.pop("summary"), **out, "warnings": loaded.warnings}
+        out = {"summary": out.pop("summary"), **out, "warnings": loaded.warnings,
+               "unavailable_metrics": list(loaded.metadata.get("unavailable_metrics") or [])}
         emit_json(out)
         return
     from .render import print_report
     for w in loaded.warnings:
         console.print(f"[yellow]warning:[/] {w}")
-    print_report(console, report)
+    print_report(console, report, frozenset(loaded.metadata.get("unavailable_metrics") or []))
 
 
 def main(argv: list[str] | None = None) -> None:

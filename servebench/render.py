@@ -21,13 +21,14 @@ def fmt(value: Any, digits: int = 4) -> str:
     return str(value)
 
 
-def summary_table(summary: dict[str, Any], title: str = "Summary (spec contract)") -> Table:
-    """Return the eight contract fields as a two-column table."""
+def summary_table(summary: dict[str, Any], title: str = "Summary (spec contract)",
+                  unavailable: frozenset[str] = frozenset()) -> Table:
+    """Return the eight contract fields as a two-column table; ``unavailable`` ones show as n/a."""
     t = Table(title=title)
     t.add_column("field")
     t.add_column("value", justify="right")
     for key, value in summary.items():
-        t.add_row(key, fmt(value))
+        t.add_row(key, "n/a (the file has no timestamps)" if key in unavailable else fmt(value))
     return t
 
 
@@ -52,11 +53,11 @@ def distribution_table(rows: dict[str, Distribution | None], title: str) -> Tabl
     return t
 
 
-def print_report(console: Console, report: Report) -> None:
-    """Print a report as a few tables."""
+def print_report(console: Console, report: Report, unavailable: frozenset[str] = frozenset()) -> None:
+    """Print a report as a few tables; metrics an importer marked ``unavailable`` show as n/a."""
     console.print(f"[bold]{report.source or 'records'}[/]  window {fmt(report.window_start)}"
                   f" to {fmt(report.window_end)} s ({fmt(report.window_s)} s)")
-    console.print(summary_table(report.summary))
+    console.print(summary_table(report.summary, unavailable=unavailable))
     counts = Table(title="Outcomes")
     counts.add_column("offered")
     counts.add_column("accepted")
