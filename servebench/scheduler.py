@@ -29,7 +29,9 @@ Semantics:
   end; no preemption. ``paged``: ``block_size_tokens`` blocks are allocated as tokens are held;
   when a running sequence needs a block and none is free, the newest running sequence (last
   admitted) is preempted: its blocks are freed, it goes to the front of the waiting queue, and when
-  readmitted it recomputes prompt + generated tokens as a prefill (vLLM's recompute).
+  readmitted it recomputes prompt + generated tokens as a prefill (vLLM's recompute). A prompt
+  whose next chunk finds no block and is itself the newest waits, keeping its blocks. While any
+  running sequence lacks KV, nobody new is admitted.
 * A request whose deadline passes (``expire``) or that is cancelled frees its KV at once; a plan
   still in flight that names it is ignored for it on commit.
 * ``output_tokens`` on a Request (known in simulation) ends it with success after that many tokens;
@@ -162,6 +164,7 @@ class StepPlan:
     waiting: int = 0  # waiting requests left after this step's admissions
     running: int = 0  # running sequences (in flight or not) after this step's admissions
     steps: int = 1  # identical decode steps this plan stands for (see Scheduler.extend)
+    max_steps: int | None = None  # set by Scheduler.max_decode_steps
 
     @property
     def prefill_tokens(self) -> int:
@@ -437,8 +440,8 @@ class Scheduler:
                 if not cand.in_flight:
                     victim = cand
                     break
-            if victim is None:
-                return False
+            if victim is None or (victim is seq and not seq.decoding):
+                return False  # a prompt that cannot grow waits with its blocks rather than recompute itself
             self._preempt(victim, plan)
             if victim is seq:
                 return False
@@ -495,10 +498,16 @@ class Scheduler:
         """Return how many decode steps the plan's sequences can take with nothing else changing.
 
         The limit is the first completion (the last step of the run completes someone) and, under
-        ``paged``, the free blocks the run would need. 0 for a plan with prefill.
+        ``paged``, the free blocks the run would need. 0 for a plan with prefill; 1 after a preemption.
         """
+        plan.max_steps = self._max_decode_steps(plan)
+        return plan.max_steps
+
+    def _max_decode_steps(self, plan: StepPlan) -> int:
         if plan.prefill or not plan.decode:
             return 0 if plan.prefill else 1
+        if plan.preempted:  # the next step's admissions may differ: take one step at a time
+            return 1
         seqs = [self._seqs[r] for r in plan.decode if r in self._seqs]
         if not seqs:
             return 1
@@ -527,7 +536,7 @@ class Scheduler:
 
         ``steps`` must be between 1 and ``max_decode_steps(plan)``.
         """
-        limit = self.max_decode_steps(plan)
+        limit = plan.max_steps if plan.max_steps is not None else self.max_decode_steps(plan)
         if plan.prefill or not 1 <= steps <= limit:
             raise ConfigError(f"extend: {steps} steps is not between 1 and {limit} for a pure decode plan")
         if self.config.policy == "paged":

@@ -138,8 +138,11 @@ class _Recorder:
 
 
 def simulate(scenario: Scenario, *, workload: Workload | ClosedLoopPlan | None = None,
-             rng: np.random.Generator | None = None) -> SimResult:
-    """Simulate a scenario; the workload (and cancellations) come from ``rng`` (default: its seed)."""
+             rng: np.random.Generator | None = None, decode_runs: bool = True) -> SimResult:
+    """Simulate a scenario; the workload (and cancellations) come from ``rng`` (default: its seed).
+
+    ``decode_runs=False`` turns off the fast path (one event per step: the baseline to check against).
+    """
     rng = scenario.rng() if rng is None else rng
     if workload is None:
         wl = scenario.workload
@@ -151,12 +154,13 @@ def simulate(scenario: Scenario, *, workload: Workload | ClosedLoopPlan | None =
         cancel_after = np.where(hit, rng.exponential(scenario.cancel.after_s, size=n), np.nan)
     return simulate_workload(scenario.server.scheduler_config(), scenario.step_model.to_model(), workload,
                              prefill_lane=scenario.server.prefill_lane, cancel_after_s=cancel_after,
-                             name=scenario.name)
+                             name=scenario.name, decode_runs=decode_runs)
 
 
 def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workload | ClosedLoopPlan, *,
                       prefill_lane: Literal["shared", "separate"] = "shared",
-                      cancel_after_s: np.ndarray | None = None, name: str = "simulation") -> SimResult:
+                      cancel_after_s: np.ndarray | None = None, name: str = "simulation",
+                      decode_runs: bool = True) -> SimResult:
     """Run the event loop over a drawn workload; see the module docstring for the semantics."""
     closed = isinstance(workload, ClosedLoopPlan)
     reqs = workload.requests if isinstance(workload, ClosedLoopPlan) else workload
@@ -205,7 +209,7 @@ def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workl
         if plan.prefill or d == 0:
             end = now + model.step_s(plan.prefill_tokens, d, plan.kv_tokens_read)
         else:
-            kmax = sched.max_decode_steps(plan)
+            kmax = sched.max_decode_steps(plan) if decode_runs else 1
             one = model.step_s(0, d, plan.kv_tokens_read)
             if kmax <= 1 or now + one > next_event_time():
                 end, k = now + one, 1

@@ -1,0 +1,309 @@
+"""Tests for the discrete-event simulator: conservation, determinism, KV bound, the spec's profiles."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from servebench.errors import ConfigError
+from servebench.records import STATUSES, parse_objects, validate
+from servebench.scenario import Scenario, load_scenario, parse_scenario
+from servebench.simulate import SimResult, simulate
+from servebench.summary import build_report
+
+SCENARIOS = Path(__file__).resolve().parent.parent / "sample_data" / "scenarios"
+
+
+def scenario(server: dict[str, Any] | None = None, workload: dict[str, Any] | None = None,
+             step: dict[str, Any] | None = None, **kw: Any) -> Scenario:
+    """Return a small scenario: one class of 100-token prompts and 20-token outputs."""
+    doc: dict[str, Any] = {
+        "name": "t", "seed": 3,
+        "server": {"kv_budget_tokens": 2000, **(server or {})},
+        "step_model": step or {"base_s": 0.01, "per_prefill_token_s": 1e-4},
+        "workload": {"arrival": {"kind": "poisson", "rate_rps": 5.0}, "num_requests": 200,
+                     "classes": [{"prompt": {"value": 100}, "output": {"value": 20}}], **(workload or {})},
+        **kw,
+    }
+    return parse_scenario(doc)
+
+
+def assert_valid(result: SimResult) -> None:
+    """Every arrival has one terminal record, and the records pass validation."""
+    table = result.records
+    rows = parse_objects(table.to_dicts(), strict_keys=True)
+    validate(rows, result.window_start_s, result.window_end_s)
+    assert sum(result.status_counts().values()) == len(table)
+    assert len(set(table.request_id.tolist())) == len(table)
+
+
+def kv_within_budget(result: SimResult) -> bool:
+    return len(result.trace) == 0 or int(result.trace.kv_tokens_used.max()) <= result.kv_budget_tokens
+
+
+# --------------------------------------------------------------------------- properties
+
+length = st.one_of(
+    st.builds(lambda v: {"kind": "fixed", "value": v}, st.integers(1, 400)),
+    st.builds(lambda lo, span: {"kind": "uniform", "low": lo, "high": lo + span}, st.integers(1, 200), st.integers(0, 300)),
+    st.builds(lambda m, s: {"kind": "lognormal", "median": m, "sigma": s, "max_tokens": 600},
+              st.integers(5, 300), st.floats(0.0, 1.2)),
+)
+arrival = st.one_of(
+    st.builds(lambda r: {"kind": "poisson", "rate_rps": r}, st.floats(0.5, 60)),
+    st.builds(lambda r, cv: {"kind": "gamma", "rate_rps": r, "cv": cv}, st.floats(0.5, 60), st.floats(0.3, 4)),
+    st.builds(lambda r: {"kind": "constant", "rate_rps": r}, st.floats(0.5, 60)),
+)
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> Scenario:
+    policy = draw(st.sampled_from(["reserve", "paged"]))
+    classes = [{"name": f"c{i}", "weight": draw(st.floats(0.1, 5)), "prompt": draw(length), "output": draw(length)}
+               for i in range(draw(st.integers(1, 3)))]
+    server = {
+        "policy": policy, "kv_budget_tokens": draw(st.integers(1400, 6000)),
+        "max_num_seqs": draw(st.integers(1, 64)),
+        "max_num_batched_tokens": draw(st.sampled_from([None, 64, 512, 4096])),
+        "chunked_prefill": draw(st.booleans()),
+        "max_waiting": draw(st.sampled_from([None, 0, 3, 50])),
+        "timeout_s": draw(st.sampled_from([None, 0.5, 5.0])),
+        "prefill_lane": draw(st.sampled_from(["shared", "separate"])),
+    }
+    if draw(st.booleans()):
+        wl: dict[str, Any] = {"arrival": draw(arrival), "num_requests": draw(st.integers(1, 120))}
+    else:
+        wl = {"closed_loop": {"users": draw(st.integers(1, 12)), "think_s": draw(st.floats(0, 1)),
+                              "think": draw(st.sampled_from(["fixed", "exponential"]))},
+              "num_requests": draw(st.integers(1, 120))}
+    step = {"base_s": draw(st.floats(0.001, 0.05)), "per_prefill_token_s": draw(st.floats(0, 1e-3)),
+            "per_decode_seq_s": draw(st.floats(0, 1e-3)), "per_kv_token_s": draw(st.floats(0, 1e-6))}
+    cancel = draw(st.sampled_from([None, {"probability": 0.3, "after_s": 0.5}]))
+    doc = {"name": "prop", "seed": draw(st.integers(0, 2**32 - 1)), "server": server, "step_model": step,
+           "workload": {**wl, "classes": classes}, "cancel": cancel}
+    return parse_scenario(doc)
+
+
+@settings(max_examples=120, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_conservation_validity_and_kv_bound(sc: Scenario) -> None:
+    result = simulate(sc)
+    n = sc.workload.num_requests
+    counts = result.status_counts()
+    assert len(result.records) == n
+    assert sum(counts.values()) == n  # offered = success + failed + timeout + cancelled + rejected
+    assert_valid(result)
+    assert kv_within_budget(result)
+    t = result.records
+    ok = t.is_success
+    assert np.all(t.output_tokens[ok] >= 1)
+    # admitted requests have admission times; rejected ones never do
+    rejected = t.status == STATUSES.index("rejected")
+    assert np.all(np.isnan(t.admitted[rejected]))
+    assert np.all(np.isfinite(t.admitted[ok]))
+    if sc.server.timeout_s is not None:
+        assert np.all(t.end - t.start <= sc.server.timeout_s + 1e-9)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_decode_runs_match_step_by_step(sc: Scenario) -> None:
+    fast = simulate(sc)
+    slow = simulate(sc, decode_runs=False)
+    assert np.array_equal(fast.records.status, slow.records.status)
+    assert np.array_equal(fast.records.output_tokens, slow.records.output_tokens)
+    np.testing.assert_allclose(fast.records.end, slow.records.end, rtol=0, atol=1e-6)
+    assert fast.engine_steps == slow.engine_steps
+
+
+# --------------------------------------------------------------------------- determinism
+
+
+def test_same_seed_same_records() -> None:
+    sc = load_scenario(SCENARIOS / "mixed_hint_review.yaml")
+    a, b = simulate(sc), simulate(sc)
+    assert a.records.to_dicts() == b.records.to_dicts()
+    assert a.trace.to_rows() == b.trace.to_rows()
+    c = simulate(sc.model_copy(update={"seed": sc.seed + 1}))
+    assert c.records.to_dicts() != a.records.to_dicts()
+
+
+def test_rng_passed_in_overrides_seed() -> None:
+    sc = scenario()
+    a = simulate(sc, rng=np.random.default_rng(11))
+    b = simulate(sc.model_copy(update={"seed": 999}), rng=np.random.default_rng(11))
+    assert a.records.to_dicts() == b.records.to_dicts()
+
+
+# --------------------------------------------------------------------------- the spec's profiles
+
+
+def in_service_share_at(result: SimResult, level: int) -> float:
+    """Share of the run with exactly ``level`` sequences running (decode lane)."""
+    tr = result.trace
+    decode = tr.lane != 2
+    return float(tr.duration[decode & (tr.active == level)].sum() / (result.window_end_s - result.window_start_s))
+
+
+def test_profile_a_does_not_saturate() -> None:
+    sc = load_scenario(SCENARIOS / "profile_a.yaml")
+    assert sc.server.budget_tokens() == 65_536
+    result = simulate(sc)
+    assert_valid(result)
+    report = build_report(result.records, result.window_start_s, result.window_end_s)
+    assert report.by_status["success"] == 300
+    assert report.in_service is not None and report.in_service.peak < 27  # far below the 54 that fit
+    assert report.in_service.share_of_window_at_peak < 0.01
+    assert report.queue_wait_s is not None and report.queue_wait_s.at(95) < 0.05
+    assert report.prefill_s is not None and report.prefill_s.at(50) == pytest.approx(0.15)
+    assert report.request_tpot_s.at(50) == pytest.approx(0.030, abs=0.001)
+
+
+def test_profile_b_saturates_at_eight() -> None:
+    sc = load_scenario(SCENARIOS / "profile_b.yaml")
+    result = simulate(sc)
+    assert_valid(result)
+    report = build_report(result.records, result.window_start_s, result.window_end_s)
+    assert report.offered == 300
+    assert report.in_service is not None and report.in_service.peak == 8  # 65,536 // 8,000
+    assert in_service_share_at(result, 8) > 0.5
+    assert report.queue_wait_s is not None and report.queue_wait_s.at(95) > 3.0
+    assert report.queue_wait_s.at(50) > 0.5
+    assert report.timed_out <= 10
+    assert report.prefill_s is not None and report.prefill_s.at(50) == pytest.approx(1.2)
+    assert report.request_tpot_s.at(50) == pytest.approx(0.031, abs=0.001)
+    assert int(result.trace.kv_tokens_used.max()) == 64_000
+
+
+def test_profile_b_saturates_over_many_seeds() -> None:
+    peaks, q95 = [], []
+    sc = load_scenario(SCENARIOS / "profile_b.yaml")
+    for seed in range(8):
+        r = simulate(sc.model_copy(update={"seed": seed}))
+        peaks.append(int(r.trace.active.max()))
+        ok = r.records.is_success
+        q95.append(float(np.percentile((r.records.admitted - r.records.start)[ok], 95)))
+    assert peaks == [8] * 8
+    assert np.median(q95) > 3.0
+
+
+# --------------------------------------------------------------------------- limits and exits
+
+
+def test_deadline_produces_timeouts_that_free_kv() -> None:
+    # 2 slots of 120 tokens, 20 req/s of ~1-second requests: most wait past a 1.5 s deadline
+    sc = scenario(server={"kv_budget_tokens": 240, "timeout_s": 1.5}, workload={"arrival": {"kind": "constant", "rate_rps": 20}},
+                  step={"base_s": 0.05})
+    result = simulate(sc)
+    assert_valid(result)
+    counts = result.status_counts()
+    assert counts["timeout"] > 100 and counts["success"] > 0
+    t = result.records
+    timed = t.status == STATUSES.index("timeout")
+    assert np.allclose(t.end[timed] - t.start[timed], 1.5)
+    assert set(t.error[timed].tolist()) == {"deadline_exceeded"}
+    assert kv_within_budget(result)
+
+
+def test_full_queue_produces_rejections() -> None:
+    sc = scenario(server={"kv_budget_tokens": 240, "max_waiting": 4}, workload={"arrival": {"kind": "constant", "rate_rps": 50}})
+    result = simulate(sc)
+    counts = result.status_counts()
+    assert counts["rejected"] > 50
+    t = result.records
+    rej = t.status == STATUSES.index("rejected")
+    assert np.all(t.end[rej] == t.start[rej]) and set(t.error[rej].tolist()) == {"queue_full"}
+    assert int(result.trace.waiting.max()) <= 4
+    assert counts["success"] + counts["rejected"] == 200
+
+
+def test_request_too_large_for_kv_is_rejected() -> None:
+    sc = scenario(server={"kv_budget_tokens": 100})
+    result = simulate(sc)
+    assert result.status_counts()["rejected"] == 200
+    assert set(result.records.error.tolist()) == {"kv_exceeds_budget"}
+
+
+def test_cancellation_frees_kv() -> None:
+    # reserve: one slot; every request's client gives up after ~0.2 s, so later ones get the slot
+    sc = scenario(server={"kv_budget_tokens": 130}, workload={"arrival": {"kind": "constant", "rate_rps": 10}},
+                  step={"base_s": 0.05}, cancel={"probability": 1.0, "after_s": 0.2})
+    result = simulate(sc)
+    assert_valid(result)
+    counts = result.status_counts()
+    assert counts["cancelled"] > 100
+    t = result.records
+    cancelled = t.status == STATUSES.index("cancelled")
+    # cancelled while running: admitted, some output, then another request was admitted after it
+    running_cancel = cancelled & np.isfinite(t.admitted)
+    assert running_cancel.sum() > 10
+    later_admits = np.sort(t.admitted[np.isfinite(t.admitted)])
+    for end in t.end[running_cancel][:20]:
+        assert np.any(later_admits >= end)  # the slot went to someone else
+    assert kv_within_budget(result)
+
+
+def test_paged_preempts_and_recomputes() -> None:
+    # paged blocks fill as outputs grow; the newest runner is preempted and later completes
+    sc = scenario(server={"policy": "paged", "kv_budget_tokens": 1024, "max_num_batched_tokens": 512},
+                  workload={"classes": [{"prompt": {"value": 100}, "output": {"value": 300}}],
+                            "arrival": {"kind": "constant", "rate_rps": 20}, "num_requests": 40},
+                  step={"base_s": 0.01, "per_prefill_token_s": 1e-5})
+    result = simulate(sc)
+    assert_valid(result)
+    assert result.preemptions > 0
+    assert result.status_counts()["success"] == 40
+    assert kv_within_budget(result)
+    # with reserve the same budget holds only two requests at once and never preempts
+    reserve = simulate(sc.model_copy(update={"server": sc.server.model_copy(update={"policy": "reserve"})}))
+    assert reserve.preemptions == 0 and int(reserve.trace.active.max()) == 2
+    assert int(result.trace.active.max()) > 2
+
+
+def test_shared_lane_prefill_slows_decoders() -> None:
+    base = {"kv_budget_tokens": 60_000}
+    step = {"base_s": 0.02, "per_prefill_token_s": 1e-4}
+    wl = {"classes": [{"prompt": {"value": 4000}, "output": {"value": 100}}]}
+    shared = simulate(scenario(server={**base, "prefill_lane": "shared"}, workload=wl, step=step))
+    separate = simulate(scenario(server={**base, "prefill_lane": "separate"}, workload=wl, step=step))
+    tpot = [build_report(r.records, r.window_start_s, r.window_end_s).request_tpot_s.at(50) for r in (shared, separate)]
+    assert tpot[0] > 1.5 * tpot[1]
+    assert tpot[1] == pytest.approx(0.02, rel=0.05)
+
+
+def test_closed_loop_keeps_users_busy() -> None:
+    sc = scenario(workload={"arrival": None, "closed_loop": {"users": 3, "think_s": 0.0}, "num_requests": 30},
+                  server={"kv_budget_tokens": 100_000})
+    result = simulate(sc)
+    assert_valid(result)
+    assert result.status_counts()["success"] == 30
+    assert int(result.trace.active.max()) == 3
+
+
+def test_scenario_errors_name_the_field(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nserver: {policy: lru, kv_budget_tokens: 10}\nstep_model: {}\n"
+                   "workload: {arrival: {kind: poisson, rate_rps: 1}, num_requests: 3, classes: [{prompt: {value: 1}, output: {value: 1}}]}\n")
+    with pytest.raises(ConfigError, match="server.policy"):
+        load_scenario(bad)
+    with pytest.raises(ConfigError, match="kv_budget_tokens, or"):
+        parse_scenario({"server": {}, "step_model": {}, "workload": {}})
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_scenario(tmp_path / "missing.yaml")
+
+
+def test_scenario_json_and_files(tmp_path: Path) -> None:
+    (tmp_path / "lengths.txt").write_text("10\n20\n30\n")
+    (tmp_path / "sc.json").write_text(
+        '{"server": {"kv_budget_tokens": 5000}, "step_model": {"base_s": 0.01},'
+        ' "workload": {"arrival": {"kind": "replay", "start_s": [0, 1, 1.5, 4]},'
+        ' "classes": [{"prompt": {"kind": "empirical", "path": "lengths.txt"}, "output": {"value": 5}}]}}')
+    sc = load_scenario(tmp_path / "sc.json")
+    result = simulate(sc)
+    assert result.records.start.tolist() == [0.0, 1.0, 1.5, 4.0]
+    assert set(result.records.prompt_tokens.tolist()) <= {10, 20, 30}
