@@ -429,3 +429,38 @@ def test_simulated_profile_b_folder_is_diagnosed_kv_memory(tmp_path: Path) -> No
     assert re.search(r"max concurrent sequences</td><td[^>]*>8<", page)
     assert '<span class="verdict">kv_memory</span>' in files["index.html"].decode()
     assert 'id="steps"' in page
+
+
+def test_sweep_json_from_servebench_sweep_uses_its_figures(tmp_path: Path) -> None:
+    from servebench.scenario import load_scenario
+    from servebench.sweep import sweep
+
+    scenario = load_scenario(Path(__file__).resolve().parent.parent / "sample_data" / "scenarios" / "profile_a.yaml")
+    result = sweep(scenario, [0.5, 2.0], slo=SLO(ttft_s=2.0), requests=60, search=False)
+    folder = tmp_path / "sweep-a"
+    folder.mkdir()
+    (folder / "sweep.json").write_text(result.model_dump_json(indent=2))
+    run = load_run(folder)
+    assert run.kind == "sweep" and len(run.sweep_points or []) == 2
+    page = build_site([run])["sweep-01-sweep-a.html"].decode()
+    figures = [json.loads(b) for b in parse(page).script_bodies if b.strip()]
+    titles = [f["layout"]["title"]["text"] for f in figures]
+    assert any("latency and TTFT against offered load" in t for t in titles), titles
+    assert any("offered vs completed vs rejected" in t for t in titles), titles
+    assert "ttft_s p95" in page and 'id="settings"' in page and "capacity" in page
+
+
+def test_simulate_folder_with_its_summary(tmp_path: Path) -> None:
+    folder = tmp_path / "sim-out"
+    folder.mkdir()
+    write_jsonl(folder / "records.jsonl", evil_records())
+    write_jsonl(folder / "steps.jsonl", [{"time": 0.5 * i, "duration": 0.5, "active": i % 3, "waiting": i % 2,
+                                          "kv_tokens_used": 100 * (i % 3)} for i in range(20)])
+    (folder / "summary.json").write_text(json.dumps({"simulation": {"scenario": "x", "kv_budget_tokens": 400},
+                                                     "report": {"huge": "not shown"}}))
+    run = load_run(folder)
+    assert run.kind == "simulation" and run.metadata == {"simulation": {"scenario": "x", "kv_budget_tokens": 400}}
+    page = build_site([run])["run-01-sim-out.html"].decode()
+    steps = [json.loads(b) for b in parse(page).script_bodies if b.strip() and "Engine over time" in b]
+    assert len(steps) == 1  # figures.sweep.trace_over_time, with the budget line
+    assert any(s.get("y0") == 400 for s in steps[0]["layout"].get("shapes", []))

@@ -159,7 +159,9 @@ SITE_JS_TEXT = """\
       var target = document.getElementById(blocks[i].getAttribute('data-target'));
       if (!target) { continue; }
       var fig = JSON.parse(blocks[i].textContent);
-      Plotly.newPlot(target, fig.data || [], fig.layout || {},
+      var layout = fig.layout || {};
+      if (!layout.height) { layout.height = 450; }
+      Plotly.newPlot(target, fig.data || [], layout,
                      {responsive: true, displaylogo: false, showLink: false});
     }
   }
@@ -192,6 +194,8 @@ table.nested th { background: #f5f5f5; font-weight: 600; white-space: nowrap; }
 caption { caption-side: top; text-align: left; font-weight: 600; padding: 0.2em 0; }
 .chart { width: 100%; min-height: 220px; background: #fff; border: 1px solid #eee; margin: 0.5em 0; }
 .grid2 { display: grid; grid-template-columns: repeat(auto-fit, minmax(520px, 1fr)); gap: 1em; }
+.scroll { overflow-x: auto; max-width: 100%; }
+table.wide th, table.wide td { overflow-wrap: normal; white-space: nowrap; }
 .caption, .muted { color: #666; font-size: 0.9em; }
 .note { padding: 0.6em 0.9em; border-radius: 4px; border-left: 4px solid #1976d2; background: #e3f2fd; }
 .note.warn { border-color: #f57c00; background: #fff3e0; }

@@ -8,6 +8,7 @@ This is the report's only file-reading edge. A folder is recognised by the files
                        simulation when its ``kind`` says so), with a step trace and no
                        metadata a simulation
 ``steps.*``            the step trace of a timing run or simulation (optional)
+``summary.json``       ``servebench simulate``'s summary: its ``simulation`` part is shown
 ``sweep.json|csv``     a sweep: one row per offered-load point (any folder without records
                        whose JSON or CSV holds a list of points with a rate or concurrency)
 =====================  ===============================================================
@@ -30,6 +31,7 @@ RECORD_FILES = ("records.jsonl", "records.json", "records.csv", "records.parquet
 STEP_FILES = ("steps.jsonl", "steps.json", "steps.csv", "step_trace.jsonl", "trace.jsonl", "step_trace.csv")
 METADATA_FILES = ("metadata.json",)
 SCENARIO_FILES = ("scenario.yaml", "scenario.yml", "scenario.json")
+SIM_SUMMARY_FILES = ("summary.json",)
 SWEEP_FILES = ("sweep.json", "sweep.csv", "sweep_points.json", "sweep_points.csv", "points.json", "points.csv")
 SWEEP_KEYS = ("rate", "rate_per_s", "offered_rate", "offered_rate_per_s", "arrival_rate", "concurrency",
               "users", "offered_load")
@@ -185,6 +187,13 @@ def load_run(path: str | Path, fmt: str = "auto", window_start: float | None = N
             run.metadata = {**(run.metadata or {}), **meta}
             run.kind = kind_from_metadata(meta, run.kind)
             run.files.append(meta_path.name)
+        summary_path = _find(p, SIM_SUMMARY_FILES)
+        if meta_path is None and summary_path is not None:
+            sim = _read_mapping(summary_path).get("simulation")  # servebench simulate's own summary
+            if isinstance(sim, dict):
+                run.metadata = {**(run.metadata or {}), "simulation": sim}
+                run.kind = "simulation"
+                run.files.append(summary_path.name)
         scenario_path = _find(p, SCENARIO_FILES)
         if meta_path is None and scenario_path is not None:
             run.metadata = {**(run.metadata or {}), "scenario": _read_mapping(scenario_path)}

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .. import __version__
 from ..figures import records as rfig
@@ -249,7 +249,7 @@ def run_page(view: RunView, options: SiteOptions) -> str:
                          tag("p", "No admission times: queue wait and prefill cannot be separated.", class_="muted"),
                          id_="stages"))
     if run.steps:
-        parts.append(section("Step trace", figs(rfig.step_trace_figure(run.steps)), id_="steps"))
+        parts.append(section("Step trace", figs(step_figure(run)), id_="steps"))
     if report.slices:
         names = list(report.slices)
         parts.append(section("Slices", table(["field", *names], _contract_rows(list(report.slices.values()))),
@@ -280,25 +280,75 @@ def sweep_page(view: RunView, options: SiteOptions) -> str:
         parts.append(section("Charts", join(figs(f) for f in charts), id_="charts"))
     else:
         parts.append(note("No sweep chart could be drawn from these points.", "warn"))
+    doc = run.sweep_document
+    if isinstance(doc, dict):
+        settings = {k: v for k, v in doc.items() if not isinstance(v, list)}
+        if settings:
+            parts.append(section("Settings and capacity", nested(settings), id_="settings"))
     if points:
-        cols = list(dict.fromkeys(k for p in points for k in p if not isinstance(p[k], (dict, list))))
-        parts.append(section("Points", table(cols, [[p.get(c) for c in cols] for p in points]), id_="points"))
+        flat = [_flat(p) for p in points]
+        cols = list(dict.fromkeys(k for p in flat for k in p))
+        parts.append(section("Points", tag("div", table(cols, [[p.get(c) for c in cols] for p in flat], cls="grid wide"),
+                                           class_="scroll"), id_="points"))
     if run.metadata:
         parts.append(section("Benchmark contract", nested(run.metadata), id_="contract"))
     return page(run.name, join(parts), site_title=options.title)
 
 
 def sweep_figures(run: RunInput) -> list[go.Figure]:
-    """Return the sweep's charts: the sweep module's own builders when present, else a generic one."""
-    try:
-        from ..figures import sweep as sweep_fig  # written alongside the simulator; may not exist yet
-    except ImportError:
-        sweep_fig = None
-    builder = getattr(sweep_fig, "sweep_figures", None) if sweep_fig is not None else None
-    if builder is not None:
-        return list(builder(run.sweep_document if run.sweep_document is not None else run.sweep_points))
+    """Return the sweep's charts: ``figures.sweep`` on a ``sweep.json`` it can read, else a generic chart."""
+    doc = run.sweep_document
+    if isinstance(doc, dict):
+        try:
+            from ..figures import sweep as sweep_fig
+            from ..sweep import SweepResult
+            result = SweepResult.model_validate(doc)
+        except (ImportError, ValidationError):
+            pass
+        else:
+            return [sweep_fig.latency_vs_load(result), sweep_fig.outcomes_vs_load(result)]
     fig = rfig.points_figure(run.sweep_points or [])
     return [fig] if fig is not None else []
+
+
+def step_figure(run: RunInput) -> go.Figure | None:
+    """Return the step trace chart: ``figures.sweep.trace_over_time`` when the columns fit, else a generic one."""
+    steps = run.steps or []
+    if not steps:
+        return None
+    first = steps[0]
+    names = {"time": next((k for k in ("time", "start", "time_s") if k in first), None),
+             "active": next((k for k in ("active", "running") if k in first), None),
+             "waiting": "waiting" if "waiting" in first else None,
+             "kv_tokens_used": "kv_tokens_used" if "kv_tokens_used" in first else None}
+    if all(names.values()):
+        try:
+            from ..figures.sweep import trace_over_time
+        except ImportError:
+            return rfig.step_trace_figure(steps)
+        cols = {k: np.asarray([r.get(v) for r in steps], dtype=np.float64) for k, v in names.items()}
+        budget = _budget_tokens(run.metadata or {})
+        return trace_over_time(cols, budget, title=f"Engine over time ({len(steps)} trace rows)")
+    return rfig.step_trace_figure(steps)
+
+
+def _budget_tokens(meta: dict[str, Any]) -> int | None:
+    for key in ("kv", "simulation"):
+        sub = meta.get(key)
+        if isinstance(sub, dict) and isinstance(sub.get("kv_budget_tokens"), int):
+            return int(sub["kv_budget_tokens"])
+    return None
+
+
+def _flat(point: dict[str, Any]) -> dict[str, Any]:
+    """Flatten one level of nested objects (``ttft_s: {p95: ...}`` becomes ``ttft_s p95``)."""
+    out: dict[str, Any] = {}
+    for k, v in point.items():
+        if isinstance(v, dict):
+            out.update({f"{k} {sub}": x for sub, x in v.items() if not isinstance(x, (dict, list))})
+        elif not isinstance(v, list):
+            out[k] = v
+    return out
 
 
 def index_page(views: Sequence[RunView], options: SiteOptions) -> str:
