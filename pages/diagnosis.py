@@ -121,7 +121,8 @@ else:
                                                       disabled=revealed is not None, placeholder="pick one")
             st.text_area("Your reasoning (not scored)", key=f"wt_notes_{step.number}", height=80,
                          disabled=revealed is not None)
-            if st.form_submit_button("Reveal the answer", disabled=revealed is not None, key=f"wt_reveal_{step.number}"):
+            if st.form_submit_button("Reveal the answer", disabled=revealed is not None, type="primary",
+                                     key=f"wt_reveal_{step.number}"):
                 answers[step.number] = dict(given)
                 st.rerun()
         if revealed is None:

@@ -111,3 +111,14 @@ def test_percentile_figures_mark_the_value() -> None:
     hist = percentile_histogram(fa, 50, 2.0, "Latency (s)")
     assert "1 non-successes at ∞" in hist.layout.title.text
     assert list(hist.data[0].x) == [1.0, 2.0, 3.0]
+
+
+def test_concurrency_figure_marks_profile_b_at_8_and_never_rises() -> None:
+    from servebench.figures.summary import concurrency_figure
+    from servebench.kv import GIB, ModelShape
+
+    fig = concurrency_figure(ModelShape(layers=32, kv_heads=8, head_dim=128), 8 * GIB, 7800, 200)
+    curve, mark = fig.data
+    assert list(mark.x) == [7800] and list(mark.y) == [8]
+    assert list(curve.y)[list(curve.x).index(1000)] == 54  # profile A's prompt on the same curve
+    assert all(a >= b for a, b in zip(curve.y, curve.y[1:]))

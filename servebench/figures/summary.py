@@ -182,10 +182,14 @@ def percentile_cdf(success_values: np.ndarray, failure_aware_values: np.ndarray,
             fig.add_vline(x=value, line={"color": color, "dash": "dash"},
                           annotation_text=f"p{q:g} {name}: {fmt(value)}", annotation_position="top left"
                           if name == "success-only" else "bottom right")
+        elif value is not None:
+            fig.add_annotation(text=f"p{q:g} {name} = ∞: non-successes reach it", showarrow=False,
+                               xref="paper", yref="paper", x=1, y=0.02, xanchor="right", font={"color": color})
     fig.add_hline(y=q / 100, line={"color": "#757575", "dash": "dot"})
     fig.update_layout(title=f"CDF of {label}", xaxis_title=label, yaxis_title="share of records counted",
                       yaxis={"range": [0, 1.02], "tickformat": ".0%"}, height=380,
-                      margin={"l": 10, "r": 10, "t": 40, "b": 10}, legend={"orientation": "h", "y": -0.2})
+                      margin={"l": 10, "r": 10, "t": 40, "b": 10}, legend={"orientation": "h", "y": -0.2},
+                      template="plotly_white")
     return fig
 
 
@@ -202,7 +206,7 @@ def percentile_histogram(values: np.ndarray, q: float, value: float | None, labe
     if n_inf:
         title += f" ({fmt(n_inf)} non-successes at ∞ not drawn)"
     fig.update_layout(title=title, xaxis_title=label, yaxis_title="records", height=380, bargap=0.02,
-                      margin={"l": 10, "r": 10, "t": 40, "b": 10})
+                      margin={"l": 10, "r": 10, "t": 40, "b": 10}, template="plotly_white")
     return fig
 
 
@@ -223,8 +227,11 @@ def concurrency_figure(shape: kv.ModelShape, budget_bytes: int, prompt_tokens: i
     fig.add_trace(go.Scatter(x=[prompt_tokens], y=[here], mode="markers+text", marker={"size": 11, "color": "#c62828"},
                              text=[f"{here:,} at {prompt_tokens:,} tokens"], textposition="top right",
                              name="this request", hoverinfo="skip"))
+    top = max(max(counts), 1)
+    ticks = [m * 10 ** e for e in range(len(str(top)) + 1) for m in (1, 2, 5) if m * 10 ** e <= 2 * top]
+    fig.update_yaxes(type="log", tickvals=ticks, ticktext=[f"{t:,}" for t in ticks])
     fig.update_layout(title=f"Max concurrent sequences against prompt length (output cap {output_cap:,}, {policy})",
-                      xaxis_title="prompt tokens", yaxis_title="max concurrent sequences (log)", yaxis_type="log",
+                      xaxis_title="prompt tokens", yaxis_title="max concurrent sequences (log scale)",
                       height=380, margin={"l": 10, "r": 10, "t": 40, "b": 10}, showlegend=False,
                       template="plotly_white")
     return fig
