@@ -120,5 +120,6 @@ def test_concurrency_figure_marks_profile_b_at_8_and_never_rises() -> None:
     fig = concurrency_figure(ModelShape(layers=32, kv_heads=8, head_dim=128), 8 * GIB, 7800, 200)
     curve, mark = fig.data
     assert list(mark.x) == [7800] and list(mark.y) == [8]
-    assert list(curve.y)[list(curve.x).index(1000)] == 54  # profile A's prompt on the same curve
+    assert curve.x[0] == 0 and curve.y[0] == 65536 // 200  # an empty prompt still reserves the output cap
+    assert curve.y[list(curve.x).index(7800)] == 8
     assert all(a >= b for a, b in zip(curve.y, curve.y[1:]))
