@@ -150,6 +150,17 @@ class GeneratorStats(BaseModel):
 
 
 @dataclass
+class RunState:
+    """What a run has gathered so far (readable by a caller after an interruption)."""
+
+    outcomes: list[Outcome] = field(default_factory=list)
+    model: str | None = None
+    started_utc: str = ""
+    peak_in_flight: int = 0
+    waited_for_slot: int = 0
+
+
+@dataclass
 class LoadResult:
     """Everything one load run produced."""
 
@@ -371,7 +382,7 @@ class _Runner:
     """State shared by the dispatcher and the request coroutines of one run."""
 
     def __init__(self, config: LoadConfig, model: str, client: httpx.AsyncClient, t0: float,
-                 on_outcome: Callable[[Outcome], None] | None) -> None:
+                 on_outcome: Callable[[Outcome], None] | None, state: RunState) -> None:
         self.config = config
         self.model = model
         self.client = client
@@ -381,11 +392,9 @@ class _Runner:
         self.stop_at = math.inf if config.duration_s is None else t0 + config.duration_s
         self.url = normalize_url(config.url) + API_PATHS[config.api]
         self.headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
-        self.outcomes: list[Outcome] = []
+        self.state = state
         self.on_outcome = on_outcome
         self.in_flight = 0
-        self.peak_in_flight = 0
-        self.waited_for_slot = 0
 
     def now(self) -> float:
         return self.loop.time() - self.t0
@@ -402,12 +411,12 @@ class _Runner:
         try:
             async with asyncio.timeout_at(limit_at):
                 if self.slots.locked():
-                    self.waited_for_slot += 1
+                    self.state.waited_for_slot += 1
                 async with self.slots:
                     out.sent_s = self.now()
                     on_wire = True
                     self.in_flight += 1
-                    self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+                    self.state.peak_in_flight = max(self.state.peak_in_flight, self.in_flight)
                     await self._exchange(req, out)
         except TimeoutError:
             out.end_s = self.now()
@@ -436,7 +445,7 @@ class _Runner:
     def _finish(self, out: Outcome) -> None:
         if out.status != "success" and out.first_token_s is not None and out.first_token_s > out.end_s:
             out.first_token_s = None  # cannot happen on one clock; kept safe for the record's ordering rule
-        self.outcomes.append(out)
+        self.state.outcomes.append(out)
         if self.on_outcome is not None:
             self.on_outcome(out)
 
@@ -570,32 +579,38 @@ def _client(config: LoadConfig) -> httpx.AsyncClient:
 
 async def run_load(config: LoadConfig, plan: Sequence[PlannedRequest],
                    on_outcome: Callable[[Outcome], None] | None = None,
-                   sink: list[Outcome] | None = None) -> LoadResult:
+                   state: RunState | None = None) -> LoadResult:
     """Send ``plan`` to the endpoint, open loop (by intended times) or closed loop (``config.users``).
 
     The run ends by itself: at most ``len(plan)`` requests, each bounded by its deadline, and
-    nothing after ``duration_s``. ``sink``, if given, receives outcomes as they finish (so a caller
-    interrupted midway still has them).
+    nothing after ``duration_s``. ``state``, if given, gathers outcomes as they finish, so a caller
+    interrupted midway (Ctrl-C cancels in-flight requests into "cancelled" outcomes) can still
+    build the result with :func:`result_from_state`.
     """
     if not plan:
         raise ConfigError("the load plan has no requests")
+    state = state if state is not None else RunState()
     async with _client(config) as client:
         headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
-        model = config.model or await discover_model(client, config.url, headers)
+        state.model = config.model or await discover_model(client, config.url, headers)
         loop = asyncio.get_running_loop()
-        started_utc = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-        runner = _Runner(config, model, client, loop.time(), on_outcome)
-        if sink is not None:
-            runner.outcomes = sink
+        state.started_utc = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+        runner = _Runner(config, state.model, client, loop.time(), on_outcome, state)
         if config.users is None:
             await _open_loop(runner, plan)
         else:
             await _closed_loop(runner, plan, config.users)
+    return result_from_state(config, len(plan), state)
+
+
+def result_from_state(config: LoadConfig, planned: int, state: RunState) -> LoadResult:
+    """Return the run's result from what it gathered (complete, or cut short by an interruption)."""
     mode: Literal["open", "closed"] = "open" if config.users is None else "closed"
-    outcomes = sorted(runner.outcomes, key=lambda o: (o.intended_s, o.request_id))
-    stats = generator_stats(outcomes, mode, len(plan), config.max_in_flight, runner.peak_in_flight,
-                            runner.waited_for_slot)
-    return LoadResult(outcomes=outcomes, stats=stats, model=model, config=config, started_utc=started_utc)
+    outcomes = sorted(state.outcomes, key=lambda o: (o.intended_s, o.request_id))
+    stats = generator_stats(outcomes, mode, planned, config.max_in_flight, state.peak_in_flight,
+                            state.waited_for_slot)
+    return LoadResult(outcomes=outcomes, stats=stats, model=state.model or "unknown", config=config,
+                      started_utc=state.started_utc)
 
 
 async def _open_loop(runner: _Runner, plan: Sequence[PlannedRequest]) -> None:
@@ -641,9 +656,9 @@ async def _closed_loop(runner: _Runner, plan: Sequence[PlannedRequest], users: i
 
 def run_load_sync(config: LoadConfig, plan: Sequence[PlannedRequest],
                   on_outcome: Callable[[Outcome], None] | None = None,
-                  sink: list[Outcome] | None = None) -> LoadResult:
+                  state: RunState | None = None) -> LoadResult:
     """Run :func:`run_load` in a fresh event loop."""
-    return asyncio.run(run_load(config, plan, on_outcome, sink))
+    return asyncio.run(run_load(config, plan, on_outcome, state))
 
 
 # --------------------------------------------------------------------------- results on disk

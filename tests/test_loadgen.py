@@ -413,3 +413,34 @@ def test_measured_points_feed_the_sweep_figures():
         kv_budget_tokens=None)
     assert result.knee_load == 4.0
     assert len(latency_vs_load(result).data) > 0 and len(outcomes_vs_load(result).data) > 0
+
+
+@pytest.mark.slow
+def test_ctrl_c_keeps_the_requests_in_flight_as_cancelled_records(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    state = FakeState()
+    out = tmp_path / "run"
+    with serve_in_background(fake_app(state, token_delay_s=0.05)) as url:
+        proc = subprocess.Popen([sys.executable, "-m", "servebench", "load", url, "--rate", "100", "--requests", "3",
+                                 "--output-tokens", "400", "-o", str(out)], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, env={**os.environ, "COLUMNS": "120"})
+        try:
+            for _ in range(600):  # until every request is on the server (bounded: about 30 s)
+                if state.requests >= 3 or proc.poll() is not None:
+                    break
+                time.sleep(0.05)
+            proc.send_signal(signal.SIGINT)
+            output = proc.communicate(timeout=30)[0].decode()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=5)
+    assert proc.returncode == 130, output
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert [r["status"] for r in records] == ["cancelled"] * 3
+    assert all(r["error"] == "the generator was stopped" for r in records)
+    assert json.loads((out / "metadata.json").read_text())["interrupted"] is True

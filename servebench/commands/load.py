@@ -87,16 +87,22 @@ def _generator_table(stats: Any) -> Table:
 
 def _run_one(url: str, spec: Any, seed: int, out_dir: Path, cfg_kwargs: dict[str, Any], show_progress: bool,
              label: str = "requests") -> tuple[Any, Any, float, float]:
-    """Plan, send, write the run directory; return (result, table, window start, window end)."""
-    from ..loadgen import LoadConfig, records_table, run_load_sync, run_metadata, workload_plan, write_run
+    """Plan, send, write the run directory; return (result, table, window start, window end).
+
+    Ctrl-C cancels the requests in flight; what was gathered is still written, then exit 130.
+    """
+    from ..loadgen import (LoadConfig, RunState, records_table, result_from_state, run_load_sync, run_metadata,
+                           workload_plan, write_run)
 
     plan = workload_plan(spec, np.random.default_rng(seed))
     users = spec.closed_loop.users if spec.closed_loop is not None else None
     config = LoadConfig(url=url, users=users, duration_s=spec.duration_s, **cfg_kwargs)
-    if show_progress:
-        progress = Progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(),
-                            TextColumn("{task.fields[bad]} not ok"), TimeElapsedColumn(),
-                            console=Console(stderr=True), transient=True)
+    source = "--model" if cfg_kwargs.get("model") else "/v1/models"
+    state = RunState()
+    progress = Progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(),
+                        TextColumn("{task.fields[bad]} not ok"), TimeElapsedColumn(),
+                        console=Console(stderr=True), transient=True, disable=not show_progress)
+    try:
         with progress:
             task = progress.add_task(label, total=len(plan), bad=0)
             bad = [0]
@@ -104,10 +110,13 @@ def _run_one(url: str, spec: Any, seed: int, out_dir: Path, cfg_kwargs: dict[str
             def tick(o: Any) -> None:
                 bad[0] += o.status != "success"
                 progress.update(task, advance=1, bad=bad[0])
-            result = run_load_sync(config, plan, on_outcome=tick)
-    else:
-        result = run_load_sync(config, plan)
-    source = "--model" if cfg_kwargs.get("model") else "/v1/models"
+            result = run_load_sync(config, plan, on_outcome=tick, state=state)
+    except KeyboardInterrupt:
+        if state.outcomes:
+            partial = result_from_state(config, len(plan), state)
+            write_run(out_dir, partial, {**run_metadata(partial, spec, seed, source), "interrupted": True})
+            console.print(f"[yellow]interrupted:[/] wrote the {len(state.outcomes)} outcomes gathered to {out_dir}")
+        raise SystemExit(130) from None  # typer.Exit would be swallowed by cli.main (standalone_mode off)
     write_run(out_dir, result, run_metadata(result, spec, seed, source))
     table, ws, we = records_table(result.outcomes, str(out_dir / "records.jsonl"))
     return result, table, ws, we
