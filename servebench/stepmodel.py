@@ -83,7 +83,9 @@ def fit_step_model(rows: Sequence[Mapping[str, Any]] | Mapping[str, Sequence[flo
 
     ``rows`` is a list of trace rows or a dict of columns with ``duration`` (s), ``prefill_tokens``,
     ``decode_seqs`` and ``kv_tokens_read`` (``kv_tokens_used`` if that is missing), and optionally
-    ``steps`` (a row that covers several identical steps; its duration is their total). ``fit``
+    ``steps`` (a row that covers several decode steps, as the simulator writes: its duration is
+    their total and ``kv_tokens_read`` is its first step's) and ``lane`` (rows on the simulator's
+    ``prefill`` lane have no step base). ``fit``
     names the coefficients left free; the others are held at 0.
     """
     cols = _columns(rows)
@@ -95,10 +97,11 @@ def fit_step_model(rows: Sequence[Mapping[str, Any]] | Mapping[str, Sequence[flo
         raise ConfigError("step trace: 'steps' must be at least 1 in every row")
     y = cols["duration"] / steps
     features = {
-        "base_s": np.ones_like(y),
+        "base_s": cols["base"],
         "per_prefill_token_s": cols["prefill_tokens"] / steps,
         "per_decode_seq_s": cols["decode_seqs"],
-        "per_kv_token_s": cols["kv_tokens_read"],
+        # a run's decoders read ``decode_seqs`` more tokens each step: use the run's mean
+        "per_kv_token_s": cols["kv_tokens_read"] + cols["decode_seqs"] * (steps - 1) / 2,
     }
     names = [c for c in COEFFICIENTS if c in fit]
     n = y.size
@@ -144,7 +147,12 @@ def _stderr(x: np.ndarray, resid: np.ndarray, coef: np.ndarray, names: list[str]
 
 def _columns(rows: Sequence[Mapping[str, Any]] | Mapping[str, Sequence[float]]) -> dict[str, np.ndarray]:
     if isinstance(rows, Mapping):
-        raw = {k: np.asarray(v, dtype=np.float64) for k, v in rows.items()}
+        raw = {}
+        for k, v in rows.items():
+            try:
+                raw[k] = np.asarray(v, dtype=np.float64)
+            except (TypeError, ValueError):
+                continue  # a text column (the simulator's ``lane``), not a feature
     else:
         keys = set().union(*(r.keys() for r in rows)) if rows else set()
         raw = {}
@@ -153,6 +161,12 @@ def _columns(rows: Sequence[Mapping[str, Any]] | Mapping[str, Sequence[float]]) 
                 raw[k] = np.array([r.get(k, np.nan) for r in rows], dtype=np.float64)
             except (TypeError, ValueError):
                 continue  # a text column, not a feature
+    # a row on the simulator's separate prefill lane runs beside the decode batch: no step base
+    lanes = rows.get("lane") if isinstance(rows, Mapping) else [r.get("lane") for r in rows]
+    n_rows = len(next(iter(raw.values()))) if raw else 0
+    raw["base"] = np.ones(n_rows)
+    if lanes is not None and len(lanes) == n_rows:
+        raw["base"][np.array([lane == "prefill" for lane in lanes], dtype=bool)] = 0.0
     if "kv_tokens_read" not in raw and "kv_tokens_used" in raw:
         raw["kv_tokens_read"] = raw["kv_tokens_used"]
     need = ("duration", "prefill_tokens", "decode_seqs", "kv_tokens_read")

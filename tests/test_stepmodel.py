@@ -1,0 +1,96 @@
+"""Tests for the step-time model and its least-squares fit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from servebench.errors import ConfigError
+from servebench.scenario import parse_scenario
+from servebench.simulate import simulate
+from servebench.stepmodel import StepModel, fit_step_model
+
+TRUE = StepModel(base_s=0.012, per_prefill_token_s=8e-5, per_decode_seq_s=3e-4, per_kv_token_s=2e-8)
+
+
+def synthetic_trace(n: int, noise_s: float, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    prefill = rng.integers(0, 4096, size=n) * (rng.random(n) < 0.4)
+    decode = rng.integers(0, 128, size=n)
+    kv = decode * rng.integers(100, 4000, size=n)
+    duration = np.array([TRUE.step_s(int(p), int(d), int(k)) for p, d, k in zip(prefill, decode, kv)])
+    return {"duration": duration + rng.normal(0, noise_s, size=n), "prefill_tokens": prefill,
+            "decode_seqs": decode, "kv_tokens_read": kv}
+
+
+def test_fit_recovers_exact_coefficients() -> None:
+    fit = fit_step_model(synthetic_trace(400, 0.0, 1))
+    for name, value in TRUE.model_dump().items():
+        assert getattr(fit.model, name) == pytest.approx(value, rel=1e-6)
+    assert fit.rmse_s < 1e-9 and fit.r2 == pytest.approx(1.0)
+
+
+def test_fit_with_noise_is_within_its_standard_errors() -> None:
+    fit = fit_step_model(synthetic_trace(3000, 0.002, 2))
+    for name, value in TRUE.model_dump().items():
+        se = fit.stderr[name]
+        assert se is not None and abs(getattr(fit.model, name) - value) < 4 * se
+    assert fit.rmse_s == pytest.approx(0.002, rel=0.1)
+    assert fit.r2 is not None and fit.r2 > 0.9
+
+
+def test_fit_never_goes_negative_and_pins_coefficients() -> None:
+    trace = synthetic_trace(500, 0.0, 3)
+    fit = fit_step_model(trace, ["base_s", "per_prefill_token_s"])
+    assert fit.model.per_decode_seq_s == 0 and fit.model.per_kv_token_s == 0
+    assert fit.stderr["per_kv_token_s"] is None
+    assert all(v >= 0 for v in fit.model.model_dump().values())
+
+
+def test_fit_from_simulated_trace_recovers_model() -> None:
+    # a shared-lane simulation's trace (with multi-step decode runs) fits back to its own model
+    sc = parse_scenario({
+        "seed": 4, "server": {"kv_budget_tokens": 50_000, "max_num_batched_tokens": 1024},
+        "step_model": {"base_s": 0.01, "per_prefill_token_s": 5e-5, "per_decode_seq_s": 2e-4,
+                       "per_kv_token_s": 1e-8},
+        "workload": {"arrival": {"kind": "poisson", "rate_rps": 4}, "num_requests": 300,
+                     "classes": [{"prompt": {"kind": "uniform", "low": 50, "high": 3000},
+                                  "output": {"kind": "uniform", "low": 5, "high": 200}}]}})
+    result = simulate(sc)
+    assert int(result.trace.steps.max()) > 1
+    fit = fit_step_model(result.trace.columns())
+    assert fit.model.base_s == pytest.approx(0.01, rel=1e-5)
+    assert fit.model.per_prefill_token_s == pytest.approx(5e-5, rel=1e-5)
+    assert fit.model.per_decode_seq_s == pytest.approx(2e-4, rel=1e-5)
+    assert fit.model.per_kv_token_s == pytest.approx(1e-8, rel=1e-4)
+    assert fit.steps == result.engine_steps
+
+
+def test_flat_model_reproduces_spec_timings() -> None:
+    m = StepModel.flat(1.2, 7800, 0.031)
+    assert m.step_s(0, 8, 0) == pytest.approx(0.031)
+    assert m.prefill_s(7800) == pytest.approx(1.2)
+
+
+def test_decode_run_ends_match_repeated_steps() -> None:
+    ends = TRUE.decode_run_ends(5.0, 10, 20_000, 4)
+    t, kv = 5.0, 20_000
+    for e in ends:
+        t += TRUE.step_s(0, 10, kv)
+        kv += 10
+        assert e == pytest.approx(t)
+
+
+def test_bad_inputs() -> None:
+    with pytest.raises(ValidationError):
+        StepModel(base_s=-1)
+    with pytest.raises(ConfigError, match="lacks column"):
+        fit_step_model({"duration": [1.0], "prefill_tokens": [1]})
+    with pytest.raises(ConfigError, match="row 2, column 'duration'"):
+        fit_step_model({"duration": [1.0, float("nan")], "prefill_tokens": [1, 2], "decode_seqs": [1, 1],
+                        "kv_tokens_used": [0, 0]})
+    with pytest.raises(ConfigError, match="expected some of"):
+        fit_step_model(synthetic_trace(10, 0, 0), ["gamma"])
+    with pytest.raises(ConfigError, match="at least that many"):
+        fit_step_model({k: v[:2] for k, v in synthetic_trace(10, 0, 0).items()})

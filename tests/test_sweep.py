@@ -1,0 +1,186 @@
+"""Tests for offered-load sweeps, capacity search, sweep figures and the simulate/sweep commands."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from servebench.cli import main
+from servebench.errors import ConfigError
+from servebench.figures.sweep import MAX_TRACE_POINTS, latency_vs_load, outcomes_vs_load, trace_over_time
+from servebench.scenario import Scenario, load_scenario, parse_scenario
+from servebench.simulate import simulate
+from servebench.summary import SLO
+from servebench.sweep import SweepResult, knee, sweep, sweep_csv
+
+SCENARIOS = Path(__file__).resolve().parent.parent / "sample_data" / "scenarios"
+PROFILE_B = SCENARIOS / "profile_b.yaml"
+
+
+def small_scenario() -> Scenario:
+    """Two slots, 1-second requests: capacity near 2 req/s."""
+    return parse_scenario({
+        "name": "small", "seed": 2,
+        "server": {"kv_budget_tokens": 240, "timeout_s": 10},
+        "step_model": {"base_s": 0.05},
+        "workload": {"arrival": {"kind": "poisson", "rate_rps": 1}, "num_requests": 300,
+                     "classes": [{"prompt": {"value": 100}, "output": {"value": 20}}]},
+    })
+
+
+@pytest.fixture(scope="module")
+def profile_b_sweep() -> SweepResult:
+    calls: list[tuple[int, int]] = []
+    result = sweep(load_scenario(PROFILE_B), [0.25, 0.5, 1.0, 2.0], slo=SLO(ttft_s=5.0), requests=400,
+                   progress=lambda done, total, p: calls.append((done, total)))
+    assert calls and calls[-1][0] == calls[-1][1] == len(result.points)
+    return result
+
+
+def test_capacity_is_found_between_grid_points(profile_b_sweep: SweepResult) -> None:
+    r = profile_b_sweep
+    cap = r.capacity
+    assert cap.load is not None and cap.upper is not None
+    assert 0.5 <= cap.load < cap.upper <= 1.0
+    assert cap.upper - cap.load <= 0.02 * cap.upper + 1e-12
+    assert cap.evaluations >= 3
+    by_load = {p.load: p for p in r.points}
+    assert by_load[cap.load].meets_slo and not by_load[cap.upper].meets_slo
+    assert by_load[cap.load].source == "search"
+    assert [p.load for p in r.points] == sorted(p.load for p in r.points)
+    # B holds 8 sequences: every point peaks there, and saturates beyond 1 / 7.4 s x 8 ~ 1.08 req/s
+    assert all(p.peak_active <= 8 for p in r.points)
+    assert by_load[2.0].throughput_rps < 1.2 and by_load[2.0].timed_out > 0
+
+
+def test_points_keep_every_request(profile_b_sweep: SweepResult) -> None:
+    for p in profile_b_sweep.points:
+        assert p.offered == 400
+        assert p.completed + p.rejected + p.timed_out + p.cancelled + p.failed == p.offered
+        assert p.accepted == p.offered - p.rejected
+        assert 0 <= p.slo_attainment <= 1
+
+
+def test_outputs_json_and_csv(profile_b_sweep: SweepResult) -> None:
+    r = profile_b_sweep
+    again = SweepResult.model_validate_json(r.model_dump_json())
+    assert again == r
+    rows = list(csv.DictReader(io.StringIO(sweep_csv(r))))
+    assert len(rows) == len(r.points)
+    assert {"load", "offered", "ttft_s_p95", "queue_wait_s_p99", "goodput_rps", "meets_slo"} <= set(rows[0])
+
+
+def test_all_points_meet_widens_upward() -> None:
+    r = sweep(small_scenario(), [0.2, 0.4], slo=SLO(latency_s=30), requests=200)
+    assert r.capacity.load is not None and r.capacity.load > 0.4
+    assert any(p.source == "search" for p in r.points)
+
+
+def test_no_point_meets_widens_downward() -> None:
+    r = sweep(small_scenario(), [20.0, 40.0], slo=SLO(ttft_s=0.2), requests=200)
+    assert r.capacity.load is None or r.capacity.load < 20.0
+    assert r.capacity.upper is not None and r.capacity.upper <= 20.0
+
+
+def test_concurrency_sweep_uses_whole_users() -> None:
+    r = sweep(small_scenario(), [1, 2, 4, 8], mode="users", slo=SLO(latency_s=2.0), requests=120)
+    assert all(p.load == int(p.load) for p in r.points)
+    assert r.capacity.load is not None and r.capacity.load == int(r.capacity.load)
+    by_load = {p.load: p for p in r.points}
+    assert by_load[1].peak_active == 1 and by_load[8].peak_active == 2  # two slots
+
+
+def test_sweep_rejects_bad_loads() -> None:
+    with pytest.raises(ConfigError, match="positive"):
+        sweep(small_scenario(), [0.0, 1.0])
+    with pytest.raises(ConfigError, match="whole number"):
+        sweep(small_scenario(), [1.5], mode="users")
+
+
+def test_knee_is_where_latency_doubles(profile_b_sweep: SweepResult) -> None:
+    k = knee(profile_b_sweep.points)
+    assert k is not None and 0.5 < k <= 2.0
+    assert knee([]) is None
+
+
+def test_figures_mark_capacity_and_knee(profile_b_sweep: SweepResult) -> None:
+    fig = latency_vs_load(profile_b_sweep)
+    xs = [s.x0 for s in fig.layout.shapes]
+    assert profile_b_sweep.capacity.load in xs and profile_b_sweep.knee_load in xs
+    assert len(fig.data) == 6
+    names = [d.name for d in outcomes_vs_load(profile_b_sweep).data]
+    assert names == ["offered", "completed", "within SLOs", "rejected", "timed out"]
+
+
+def test_trace_figure_from_trace_or_columns() -> None:
+    result = simulate(load_scenario(PROFILE_B))
+    fig = trace_over_time(result.trace, kv_budget_tokens=result.kv_budget_tokens)
+    assert max(fig.data[0].y) == 8
+    cols = result.trace.columns()
+    many = {k: np.tile(np.asarray(v), 5) for k, v in cols.items() if k != "lane"}
+    many["time"] = np.arange(many["time"].size, dtype=float)
+    fig2 = trace_over_time(many)
+    assert len(fig2.data[0].x) <= MAX_TRACE_POINTS
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_simulate_command_writes_records_trace_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(capsys, "simulate", str(PROFILE_B), "-o", str(tmp_path), "--json", "--trace-format", "csv")
+    assert code == 0, err
+    doc: dict[str, Any] = json.loads(out)
+    assert doc["simulation"]["offered"] == 300 and doc["simulation"]["peak_running"] == 8
+    assert doc["report"]["offered"] == 300
+    lines = (tmp_path / "records.jsonl").read_text().splitlines()
+    assert len(lines) == 300 and json.loads(lines[0])["slice"] == "review"
+    header = (tmp_path / "steps.csv").read_text().splitlines()[0]
+    assert header == "time,duration,steps,lane,active,waiting,kv_tokens_used,kv_tokens_read,prefill_tokens,decode_seqs"
+    assert json.loads((tmp_path / "summary.json").read_text())["simulation"]["scenario"] == "profile_b"
+    # the trace fits back to the scenario's flat timings
+    code, out, err = run_cli(capsys, "fit-steps", str(tmp_path / "steps.csv"), "--json")
+    assert code == 0, err
+    assert json.loads(out)["model"]["per_prefill_token_s"] == pytest.approx(1.2 / 7800, rel=1e-6)
+
+
+def test_simulate_command_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(capsys, "simulate", str(SCENARIOS / "profile_a.yaml"), "-o", str(tmp_path),
+                             "--requests", "50", "--rate", "2")
+    assert code == 0, err
+    assert "Simulated profile_a" in out and (tmp_path / "steps.jsonl").exists()
+
+
+def test_sweep_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(capsys, "sweep", str(PROFILE_B), "--rates", "0.5,1,2", "--requests", "200",
+                             "--slo-ttft", "5", "-o", str(tmp_path), "--json", "--figures")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["capacity"]["load"] is not None and len(doc["points"]) >= 3
+    assert (tmp_path / "sweep.csv").read_text().startswith("load,")
+    assert (tmp_path / "sweep_latency.html").exists()
+    code, out, err = run_cli(capsys, "sweep", str(PROFILE_B), "--rates", "0.5,1", "--requests", "100", "-o",
+                             str(tmp_path / "t"), "--no-search")
+    assert code == 0, err and "usable capacity" in out
+
+
+def test_sweep_command_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(capsys, "sweep", str(PROFILE_B), "--rates", "1", "--concurrency", "2", "-o", str(tmp_path))
+    assert code == 2 and err.strip().count("\n") == 0 and "exactly one" in err
+    code, _, err = run_cli(capsys, "sweep", str(PROFILE_B), "--rates", "1,x", "-o", str(tmp_path))
+    assert code == 2 and "--rates" in err
