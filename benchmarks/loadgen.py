@@ -1,0 +1,126 @@
+"""Measure the load generator's own capacity: schedule lag and achieved send rate against intended rate.
+
+A minimal OpenAI-style streaming server (no model: it answers each request with a few chunks at
+once) runs in its own process on 127.0.0.1, so the generator process does only generator work.
+For each intended rate, an open-loop constant-arrival run of ``rate x seconds`` requests measures:
+  send ratio  = achieved send rate (sent requests / span of actual send times) / intended rate
+  lag p50/p99/max = actual minus intended send time
+The generator's capacity on this machine is the highest rate whose p99 lag is at most 10 ms and
+whose send ratio is at least 0.99; above it, latencies would include the generator's own delay
+(``servebench load`` warns then). Results: benchmarks/results/loadgen.json and loadgen.md.
+
+    python benchmarks/loadgen.py [--rates 100,200,400,800] [--seconds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from fastapi import FastAPI, Request  # module level: FastAPI resolves the handlers' annotations here
+from fastapi.responses import StreamingResponse
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+LAG_BUDGET_S = 0.010
+
+
+def serve(port: int) -> None:
+    """Run the minimal streaming server until killed (the benchmark's other process)."""
+    import uvicorn
+
+    app = FastAPI()
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        return {"data": [{"id": "bench", "object": "model"}]}
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> StreamingResponse:
+        body = await request.json()
+        n = int(body["max_tokens"])
+
+        async def events():
+            for i in range(n):
+                yield 'data: {"choices": [{"index": 0, "text": " x"}]}\n\n'
+            usage = {"prompt_tokens": 1, "completion_tokens": n, "total_tokens": n + 1}
+            yield f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n"
+            yield "data: [DONE]\n\n"
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="error")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def measure(url: str, rate: float, seconds: float) -> dict:
+    """Run one open-loop constant-rate load and return its lag and send-rate figures."""
+    from servebench.loadgen import LoadConfig, plan_requests, run_load_sync
+
+    n = max(2, int(rate * seconds))
+    plan = plan_requests(np.arange(n) / rate, [8] * n, [4] * n, np.random.default_rng(0))
+    result = run_load_sync(LoadConfig(url=url, deadline_s=10, max_in_flight=1024), plan)
+    sent = np.array(sorted(o.sent_s for o in result.outcomes if o.sent_s is not None))
+    lag = result.stats.schedule_lag_s
+    span = float(sent[-1] - sent[0]) if sent.size > 1 else float("nan")
+    achieved = (sent.size - 1) / span if span > 0 else float("nan")
+    return {"rate": rate, "requests": n, "completed": result.stats.completed, "failed": result.stats.failed,
+            "send_ratio": achieved / rate, "lag_p50_s": lag.p50_s, "lag_p99_s": lag.p99_s, "lag_max_s": lag.max_s,
+            "peak_in_flight": result.stats.peak_in_flight}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rates", default="100,200,400,800")
+    parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        serve(args.serve)
+        return
+    port = free_port()
+    server = subprocess.Popen([sys.executable, __file__, "--serve", str(port)], env={**os.environ})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        import httpx
+        for _ in range(300):  # bounded wait for the server
+            try:
+                if httpx.get(f"{url}/v1/models", trust_env=False, timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.05)
+        rows = [measure(url, float(r), args.seconds) for r in args.rates.split(",")]
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    ok = [r["rate"] for r in rows if r["lag_p99_s"] is not None and r["lag_p99_s"] <= LAG_BUDGET_S
+          and r["send_ratio"] >= 0.99 and r["failed"] == 0]
+    doc = {"machine_cpus": os.cpu_count(), "lag_budget_s": LAG_BUDGET_S, "points": rows,
+           "capacity_rps": max(ok) if ok else None,
+           "note": "shared 2-core machine; the server runs in another process on the same cores"}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "loadgen.json").write_text(json.dumps(doc, indent=2) + "\n")
+    lines = ["# Load generator capacity", "", f"p99 lag budget {LAG_BUDGET_S * 1000:g} ms; "
+             f"capacity on this machine: {doc['capacity_rps']} req/s", "",
+             "| rate | requests | send ratio | lag p50 ms | lag p99 ms | lag max ms | peak in flight |",
+             "|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['rate']:g} | {r['requests']} | {r['send_ratio']:.3f} | {r['lag_p50_s'] * 1e3:.2f} | "
+                     f"{r['lag_p99_s'] * 1e3:.2f} | {r['lag_max_s'] * 1e3:.2f} | {r['peak_in_flight']} |")
+    (RESULTS / "loadgen.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
