@@ -306,3 +306,78 @@ def test_service_streams_the_same_tokens_as_the_executor_and_cancels() -> None:
         with pytest.raises(RequestRejected, match="kv_exceeds_budget"):
             svc.submit(600, max_tokens=1440)
     assert svc.stats()["running"] == 0
+
+
+# --------------------------------------------------------------------------- CLI: run and validate
+
+import json  # noqa: E402
+
+from typer.testing import CliRunner  # noqa: E402
+
+from servebench.cli import app, main  # noqa: E402
+from servebench.summary import CONTRACT_FIELDS  # noqa: E402
+
+SCENARIO = """
+name: cli_test
+seed: 5
+server: {policy: reserve, kv_budget_tokens: 3000, max_num_seqs: 8, max_num_batched_tokens: 256,
+         max_waiting: 16, timeout_s: 20}
+step_model: {base_s: 0.001}
+workload:
+  arrival: {kind: poisson, rate_rps: 100}
+  num_requests: 24
+  classes:
+    - {name: a, prompt: {kind: uniform, low: 8, high: 120}, output: {kind: uniform, low: 4, high: 20}}
+"""
+
+
+def test_run_writes_records_trace_and_contract_then_validate_compares(tmp_path) -> None:
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(SCENARIO)
+    out = tmp_path / "run"
+    res = CliRunner().invoke(app, ["run", str(scenario), "-o", str(out), "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert tuple(doc["summary"]) == CONTRACT_FIELDS and doc["summary"]["requests"] == 24
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert len(records) == 24 and all("admitted" in r or r["status"] == "rejected" for r in records)
+    steps = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
+    assert steps and {"start", "duration_s", "prefill_tokens", "decode_seqs", "kv_tokens"} <= set(steps[0])
+    assert sum(s["prefill_tokens"] for s in steps) >= sum(r["prompt_tokens"] for r in records if "admitted" in r)
+    meta = json.loads((out / "metadata.json").read_text())
+    assert meta["model"]["parameters"] == TINY.param_count and meta["model"]["kv_heads"] == TINY.kv_heads
+    assert meta["runtime"]["dtype"] == "float32" and meta["runtime"]["threads"] == 1
+    assert meta["runtime"]["torch_version"] == torch.__version__ and meta["runtime"]["device_name"]
+    assert meta["kv"]["policy"] == "reserve" and meta["kv"]["kv_budget_tokens"] == 3000
+    assert meta["kv"]["bytes_per_token"] == TINY.kv_bytes_per_token(4)
+    assert meta["seed"] == 5 and meta["deadline_s"] == 20
+    assert meta["arrival_pattern"] == "open loop: poisson arrivals at 100 requests/s"
+    assert meta["workload"]["classes"][0]["name"] == "a"
+    assert "git_commit" in meta and meta["servebench_version"]
+    res = CliRunner().invoke(app, ["validate", str(out), "--json"])
+    assert res.exit_code == 0, res.output
+    val = json.loads(res.stdout)
+    assert [(c["metric"], c["q"]) for c in val["comparisons"]] == [
+        (m, q) for m in ("ttft", "tpot", "latency") for q in (50, 95)]
+    assert val["fit"]["steps"] == len(steps)
+    assert sum(val["simulated_status"].values()) == 24
+    res = CliRunner().invoke(app, ["validate", str(out)])
+    assert res.exit_code == 0 and "Measured vs simulated" in res.stdout
+
+
+def test_validate_of_a_folder_that_is_not_a_run_exits_2(tmp_path, capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["validate", str(tmp_path)])
+    assert exc.value.code == 2
+    assert "missing records.jsonl" in capsys.readouterr().err
+
+
+def test_validation_fits_the_trace_the_runner_writes() -> None:
+    from servebench.engine.validation import fit_trace
+    rows = [{"start": i * 0.01, "duration_s": 0.001 + 1e-5 * p + 2e-4 * d, "prefill_tokens": p, "decode_seqs": d,
+             "kv_tokens": 10 * d} for i, (p, d) in enumerate([(0, 1), (100, 0), (0, 5), (50, 3), (0, 8), (200, 2)])]
+    model = fit_trace(rows).model
+    assert model.base_s == pytest.approx(0.001, abs=1e-9)
+    assert model.per_prefill_token_s == pytest.approx(1e-5, rel=1e-6)
+    with pytest.raises(ConfigError, match="empty"):
+        fit_trace([])

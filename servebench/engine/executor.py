@@ -81,6 +81,9 @@ class Executor:
         if not prompt_ids or max_new_tokens < 1:
             raise ServebenchError(f"sequence '{seq_id}' needs at least one prompt token and max_new_tokens >= 1, "
                                   f"got {len(prompt_ids)} and {max_new_tokens}")
+        vocab = self.model.config.vocab
+        if min(prompt_ids) < 0 or max(prompt_ids) >= vocab:
+            raise ServebenchError(f"sequence '{seq_id}': prompt token ids must be in [0, {vocab})")
         limit = self.model.config.max_positions
         if len(prompt_ids) + max_new_tokens > limit:
             raise ServebenchError(f"sequence '{seq_id}': {len(prompt_ids)} prompt + {max_new_tokens} output tokens "

@@ -50,10 +50,16 @@ class NullListener:
 
 @dataclass(frozen=True)
 class StepRow:
-    """One step of the trace: when it started, how long it took, and what it computed."""
+    """One step of the trace: when it started, how long it took, and what it computed.
+
+    ``duration_s`` runs from this step's planning to the next step's planning when the engine
+    went straight on (else to the end of its own iteration): the cycle the simulator models as
+    one step, scheduling and bookkeeping included. ``compute_s`` is the model's share of it.
+    """
 
     start: float
     duration_s: float
+    compute_s: float
     prefill_tokens: int
     decode_seqs: int
     kv_tokens: int  # context tokens read by the decoding sequences (the step model's KV term)
@@ -98,6 +104,7 @@ class EngineLoop:
         self._listeners: dict[str, Listener] = {}
         self._to_free: list[str] = []
         self._stopped = False
+        self._open_row: tuple[StepRow, float] | None = None  # last step, and when its iteration ended
         self.steps = 0
 
     # ------------------------------------------------------------------ any thread
@@ -213,6 +220,7 @@ class EngineLoop:
             for outcome in self.scheduler.expire(now):
                 finished.append(self._close(outcome))
             plan = self.scheduler.step(now)
+            closed = self._close_row(None if plan.is_empty else now)
             if plan.is_empty:
                 if not finished and not self._stopped:
                     deadline = self.scheduler.next_deadline()
@@ -228,7 +236,10 @@ class EngineLoop:
                         self.executor.add(rid, prompt_ids, target)
         if plan.is_empty:
             self._dispatch([], finished)
+            self._emit(closed)
             return False
+        self._emit(closed)
+        started = self.clock()
         result = self.executor.execute(StepPlan(prefill=tuple(plan.prefill), decode=tuple(plan.decode)))
         if self.model.device.type == "cuda":
             torch.cuda.synchronize(self.model.device)
@@ -241,16 +252,31 @@ class EngineLoop:
                     tokens.append((listener, token))
             for outcome in self.scheduler.on_step_done(plan, end):
                 finished.append(self._close(outcome))
-            row = StepRow(start=now, duration_s=end - now, prefill_tokens=plan.prefill_tokens,
+            row = StepRow(start=now, duration_s=end - now, compute_s=end - started, prefill_tokens=plan.prefill_tokens,
                           decode_seqs=len(plan.decode), kv_tokens=plan.kv_tokens_read,
                           kv_tokens_used=self.scheduler.kv_tokens_used, kv_tokens_held=self.cache.used_tokens,
                           running=self.scheduler.num_running, waiting=self.scheduler.num_waiting,
                           preempted=len(plan.preempted))
             self.steps += 1
         self._dispatch([(listener, token, end) for listener, token in tokens], finished)
-        if self.on_step is not None:
-            self.on_step(row)
+        self._open_row = (row, self.clock())
         return True
+
+    def flush_trace(self) -> None:
+        """Emit the last step's row (its cycle ends now); call once the loop has stopped."""
+        self._emit(self._close_row(None))
+
+    def _close_row(self, next_start: float | None) -> StepRow | None:
+        if self._open_row is None:
+            return None
+        row, iteration_end = self._open_row
+        self._open_row = None
+        end = iteration_end if next_start is None else next_start
+        return dataclasses.replace(row, duration_s=end - row.start)
+
+    def _emit(self, row: StepRow | None) -> None:
+        if row is not None and self.on_step is not None:
+            self.on_step(row)
 
     def _apply_frees(self) -> None:
         """Free cancelled sequences' KV (engine thread only, between steps)."""

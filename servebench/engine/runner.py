@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError
+from ..scenario import CancelSpec, Scenario
 from ..scheduler import Outcome, Request, SchedulerConfig
 from ..workload import RequestSpec, WorkloadSpec, closed_loop_plan, generate_arrivals
 from .loop import EngineLoop, StepRow, warm_up
@@ -69,8 +70,15 @@ class _Collector:
             return len(self.outcomes)
 
 
+CANCEL, ARRIVE = 0, 1  # at equal times a client's cancellation comes before an arrival, as in the simulator
+
+
+def _request_id(i: int) -> str:
+    return f"r{i:06d}"
+
+
 def _request(i: int, spec: RequestSpec, arrival_s: float) -> Request:
-    return Request(f"r{i:06d}", arrival_s, max(1, spec.prompt_tokens), spec.max_output_tokens,
+    return Request(_request_id(i), arrival_s, max(1, spec.prompt_tokens), spec.max_output_tokens,
                    output_tokens=spec.output_tokens, timeout_s=spec.timeout_s, slice=spec.slice)
 
 
@@ -83,15 +91,16 @@ class _Producer(threading.Thread):
         self.collector = collector
         self.specs = specs
         self.cv = threading.Condition()
-        self.heap: list[tuple[float, int]] = []
+        self.heap: list[tuple[float, int, int]] = []  # (due, kind, request index); cancels sort first
+        self.cancel_after_s: list[float] | None = None
         self.stopping = False
         self.sent = 0
         self.lags: list[float] = []
         self.error: BaseException | None = None
 
-    def schedule(self, due_s: float, index: int) -> None:
+    def schedule(self, due_s: float, index: int, kind: int = ARRIVE) -> None:
         with self.cv:
-            heapq.heappush(self.heap, (due_s, index))
+            heapq.heappush(self.heap, (due_s, kind, index))
             self.cv.notify()
 
     def stop(self) -> None:
@@ -118,21 +127,32 @@ class _Producer(threading.Thread):
                         self.cv.wait(0.25)
                 if self.stopping:
                     return
-                due, index = heapq.heappop(self.heap)
+                due, kind, index = heapq.heappop(self.heap)
+            if kind == CANCEL:
+                self.loop.cancel(_request_id(index))
+                continue
             now = self.loop.clock()
             self.lags.append(now - due)
             self.sent += 1
+            if self.cancel_after_s is not None and self.cancel_after_s[index] == self.cancel_after_s[index]:
+                self.schedule(now + self.cancel_after_s[index], index, CANCEL)  # this client gives up then
             self.loop.submit(_request(index, self.specs[index], now), listener=self.collector)
 
 
+def run_scenario(model: Decoder, scenario: Scenario, **kwargs: Any) -> TimingRun:
+    """Serve a scenario's workload under its server limits (its step model is what gets measured)."""
+    return run_workload(model, scenario.server.scheduler_config(), scenario.workload, seed=scenario.seed,
+                        cancel=scenario.cancel, **kwargs)
+
+
 def run_workload(model: Decoder, scheduler: SchedulerConfig, workload: WorkloadSpec, *, seed: int = 0,
-                 max_wall_s: float | None = None, warmup_steps: int = 3, progress: Progress | None = None,
-                 on_step: Callable[[StepRow], None] | None = None) -> TimingRun:
+                 cancel: CancelSpec | None = None, max_wall_s: float | None = None, warmup_steps: int = 3,
+                 progress: Progress | None = None, on_step: Callable[[StepRow], None] | None = None) -> TimingRun:
     """Serve ``workload`` in real time on ``model`` under ``scheduler``; return records and step trace.
 
-    The workload is drawn from ``numpy.random.default_rng(seed)`` exactly as the simulator draws
-    it. ``max_wall_s`` bounds the run: requests still live then are cancelled with error
-    ``run_time_limit`` (kept as records) and requests not yet sent are not offered.
+    The workload (then the clients' cancellations) is drawn from ``numpy.random.default_rng(seed)``
+    exactly as the simulator draws it. ``max_wall_s`` bounds the run: requests still live then are
+    cancelled with error ``run_time_limit`` (kept as records) and requests not yet sent are not offered.
     """
     rng = np.random.default_rng(seed)
     if workload.arrival is not None:
@@ -146,6 +166,10 @@ def run_workload(model: Decoder, scheduler: SchedulerConfig, workload: WorkloadS
         users = plan.users
     if not specs:
         raise ConfigError("the workload has no requests")
+    cancel_after: list[float] | None = None
+    if cancel is not None and cancel.probability > 0:
+        hit = rng.random(len(specs)) < cancel.probability
+        cancel_after = np.where(hit, rng.exponential(cancel.after_s, size=len(specs)), np.nan).tolist()
     limit = model.config.max_positions
     worst = max(max(1, s.prompt_tokens) + s.max_output_tokens for s in specs)
     if worst > limit:
@@ -177,14 +201,13 @@ def run_workload(model: Decoder, scheduler: SchedulerConfig, workload: WorkloadS
 
     collector = _Collector(on_end if think is not None else None)
     producer = _Producer(loop, collector, specs)
+    producer.cancel_after_s = cancel_after
     producer_ref.append(producer)
     if think is None:
-        for i, s in enumerate(specs):
-            producer.heap.append((s.arrival_s, i))
+        producer.heap = [(s.arrival_s, ARRIVE, i) for i, s in enumerate(specs)]
         heapq.heapify(producer.heap)
     else:
-        for i in range(min(users, len(specs))):
-            producer.heap.append((float(think[i]), i))
+        producer.heap = [(float(think[i]), ARRIVE, i) for i in range(min(users, len(specs)))]
     notes: list[str] = []
     if any(s.prompt_tokens < 1 for s in specs):
         notes.append("prompts of 0 tokens were sent as 1 token (the engine needs one token to start from)")
@@ -210,6 +233,7 @@ def run_workload(model: Decoder, scheduler: SchedulerConfig, workload: WorkloadS
         producer.stop()
         producer.join(timeout=5)
         loop.stop()
+        loop.flush_trace()
     wall_s = loop.clock()
     end_state = loop.snapshot()
     if progress is not None:

@@ -37,12 +37,10 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-
 from ..errors import ConfigError, ServebenchError
 from ..scheduler import Outcome, Request, SchedulerConfig
 from .loop import EngineLoop, warm_up
-from .model import Decoder, ModelConfig, pick_device, preset
+from .model import Decoder, ModelConfig, configure_cpu, pick_device, preset
 
 ERR_STOPPED = "engine_stopped"
 
@@ -154,9 +152,7 @@ class EngineService:
         config = preset(model) if isinstance(model, str) else model
         dev, dtype = pick_device(device)
         if threads is not None:
-            if threads < 1:
-                raise ConfigError(f"threads must be at least 1, got {threads}")
-            torch.set_num_threads(threads)
+            configure_cpu(threads)
         self.scheduler_config = scheduler or SchedulerConfig(kv_budget_tokens=16_384, max_num_seqs=32,
                                                              max_waiting=256, policy="paged")
         self.model = Decoder(config, seed=seed, device=dev, dtype=dtype)

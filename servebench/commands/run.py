@@ -1,0 +1,136 @@
+"""``servebench run`` (a real timing run on the local torch engine) and ``servebench validate``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ..cli import app, console, emit_json
+from ..errors import ConfigError
+from ..render import fmt
+
+
+def execute_run(scenario_path: Path, out: Path, *, model: str = "tiny", device: str = "auto", threads: int = 1,
+                weights_seed: int = 0, max_wall_s: float | None = None, warmup_steps: int = 3,
+                progress: Any = None) -> dict[str, Any]:
+    """Run a scenario on the local engine, write the run folder, and return its metadata."""
+    from ..engine.contract import build_contract
+    from ..engine.model import Decoder, configure_cpu, pick_device, preset
+    from ..engine.rundir import write_run
+    from ..engine.runner import run_scenario
+    from ..scenario import load_scenario
+
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"output {out} exists and is not a directory")
+    sc = load_scenario(scenario_path)
+    shape = preset(model)
+    dev, dtype = pick_device(device)
+    configure_cpu(threads)
+    decoder = Decoder(shape, seed=weights_seed, device=dev, dtype=dtype)
+    run = run_scenario(decoder, sc, max_wall_s=max_wall_s, warmup_steps=warmup_steps, progress=progress)
+    if sc.server.prefill_lane != "shared":
+        run.notes.append("the scenario asks for a separate prefill lane; the engine computes prompts inside "
+                         "the batched step (shared)")
+    meta = build_contract(sc, decoder, run, seed_weights=weights_seed, threads=threads,
+                          scenario_source=str(scenario_path), warmup_steps=warmup_steps)
+    write_run(out, run.records, run.steps, meta)
+    return meta
+
+
+@app.command()
+def run(
+    scenario: Path = typer.Argument(..., help="Scenario file (.yaml or .json): server limits and workload."),
+    out: Path = typer.Option(..., "-o", "--out", help="Output folder: records.jsonl, steps.jsonl, metadata.json."),
+    model: str = typer.Option("tiny", help="Model preset (seeded random weights): tiny, small, llama-3.2-1b, ..."),
+    device: str = typer.Option("auto", help="auto (CUDA with bf16 when present, else CPU with fp32), cpu or cuda."),
+    threads: int = typer.Option(1, min=1, help="torch CPU threads."),
+    weights_seed: int = typer.Option(0, help="Seed of the random weights."),
+    max_wall_s: Optional[float] = typer.Option(None, min=0.1, help="Stop after this many seconds; "
+                                               "live requests end as cancelled (run_time_limit)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+) -> None:
+    """Serve a scenario's workload in real time on the local torch engine; write records, step trace and contract."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from ..engine.rundir import read_run
+    from ..summary import build_report
+
+    err = Console(stderr=True)
+    with Progress(TextColumn("[bold]timing run"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[sent]}"),
+                  TimeElapsedColumn(), console=err, transient=True) as bar:
+        task = bar.add_task("run", total=None, sent="")
+
+        def progress(ended: int, sent: int, total: int) -> None:
+            bar.update(task, completed=ended, total=total, sent=f"sent {sent}")
+
+        meta = execute_run(scenario, out, model=model, device=device, threads=threads, weights_seed=weights_seed,
+                           max_wall_s=max_wall_s, progress=progress)
+    folder = read_run(out)
+    report = build_report(folder.records, 0.0, max(folder.window_end, 1e-9))
+    info = {"out_dir": str(out), "files": ["records.jsonl", "steps.jsonl", "metadata.json"],
+            "model": meta["model"]["name"], "parameters": meta["model"]["parameters"],
+            "device": meta["runtime"]["device_name"], "dtype": meta["runtime"]["dtype"], "run": meta["run"]}
+    if as_json:
+        data = report.model_dump(mode="json")
+        emit_json({"summary": data.pop("summary"), **info, "report": data})
+        return
+    from ..render import print_report
+    r = meta["run"]
+    console.print(f"[bold]{meta['model']['name']}[/] ({meta['model']['parameters']:,} parameters, "
+                  f"{meta['runtime']['dtype']}) on {meta['runtime']['device_name']}: {r['offered_requests']} "
+                  f"requests in {fmt(r['wall_s'])} s, {r['steps']} steps; wrote {out}/records.jsonl, "
+                  "steps.jsonl, metadata.json")
+    for note in r["notes"]:
+        console.print(f"[yellow]note:[/] {note}")
+    print_report(console, report)
+
+
+@app.command()
+def validate(
+    run_dir: Path = typer.Argument(..., help="Folder written by servebench run."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+) -> None:
+    """Fit the step model to a timing run, simulate its scenario, and compare p50/p95 TTFT, TPOT and latency."""
+    from ..engine.rundir import read_run
+    from ..engine.validation import validate_run
+
+    folder = read_run(run_dir)
+    result = validate_run(folder.records, folder.steps, folder.scenario)
+    if as_json:
+        emit_json(result.model_dump(mode="json"))
+        return
+    print_validation(console, result)
+
+
+def print_validation(out: Console, result: Any) -> None:
+    """Print a validation as tables."""
+    fit = result.fit
+    m = fit.model
+    r2 = "-" if fit.r2 is None else f"{fit.r2:.3f}"
+    mape = "-" if fit.mean_abs_pct_error is None else f"{fit.mean_abs_pct_error:.1%}"
+    out.print(f"step model fitted to {fit.steps} steps: base {fmt(m.base_s)} s + {fmt(m.per_prefill_token_s)} s/prefill "
+              f"token + {fmt(m.per_decode_seq_s)} s/decoding seq + {fmt(m.per_kv_token_s)} s/KV token read "
+              f"(R² {r2}, mean abs error {mape})")
+    t = Table(title=f"Measured vs simulated (target within {result.target_rel_error:.0%})")
+    for col in ("metric", "measured s", "simulated s", "rel. error", "ok"):
+        t.add_column(col, justify="left" if col == "metric" else "right")
+    for c in result.comparisons:
+        ok = "-" if c.within_target is None else ("yes" if c.within_target else "[red]no[/]")
+        rel = "-" if c.rel_error is None else f"{c.rel_error:+.1%}"
+        t.add_row(f"{c.metric} p{c.q}", fmt(c.measured_s), fmt(c.simulated_s), rel, ok)
+    out.print(t)
+    statuses = [s for s in result.measured_status if result.measured_status[s] or result.simulated_status.get(s)]
+    out.print("outcomes measured / simulated: " + ", ".join(
+        f"{s} {result.measured_status[s]}/{result.simulated_status.get(s, 0)}" for s in statuses))
+    state = "saturated" if result.saturated else "below saturation"
+    out.print(f"{state}: {result.saturation_evidence}")
+    for note in result.notes:
+        out.print(f"[yellow]note:[/] {note}")
+    if result.passed is None:
+        out.print("verdict: not judged (the run is saturated or has no comparable values)")
+    else:
+        out.print("verdict: " + ("[green]within target[/]" if result.passed else "[red]outside target[/]"))
