@@ -96,6 +96,27 @@ class SweepResult(BaseModel):
     kv_budget_tokens: int
 
 
+def default_rates(scenario: Scenario, points: int = 10) -> list[float]:
+    """Return ``points`` arrival rates from 0.25x to 2.5x the scenario's own (a default sweep grid).
+
+    >>> from servebench.scenario import parse_scenario
+    >>> default_rates(parse_scenario({"server": {"kv_budget_tokens": 10}, "step_model": {},
+    ...     "workload": {"arrival": {"rate_rps": 1}, "num_requests": 1,
+    ...                  "classes": [{"prompt": {"value": 1}, "output": {"value": 1}}]}}), 4)
+    [0.25, 1.0, 1.75, 2.5]
+    """
+    arrival = scenario.workload.arrival
+    if arrival is None:
+        raise ConfigError(f"scenario {scenario.name!r} is closed loop: give user counts to sweep")
+    if arrival.rate_rps is not None:
+        rate = arrival.rate_rps
+    else:
+        times = sorted(arrival.start_s or [])
+        span = times[-1] - times[0] if len(times) > 1 else 0.0
+        rate = (len(times) - 1) / span * arrival.speed if span > 0 else 1.0
+    return [round(float(x), 6) for x in np.linspace(0.25 * rate, 2.5 * rate, points)]
+
+
 def scenario_at(scenario: Scenario, load: float, mode: Mode, requests: int | None = None) -> Scenario:
     """Return the scenario at one arrival rate or number of users (and request count)."""
     wl = scenario.workload
