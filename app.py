@@ -15,6 +15,7 @@ PAGES = {
     "Capacity": [
         st.Page("pages/kv.py", title="KV calculator", icon=":material/memory:"),
         st.Page("pages/sweep.py", title="Load sweep", icon=":material/ssid_chart:"),
+        st.Page("pages/timing_run.py", title="Timing run", icon=":material/timer:"),
     ],
 }
 

@@ -16,6 +16,16 @@ show_reader_warnings(ds)
 st.caption(f"{ds.source.name} · {len(ds.table):,} records · window {ds.window_start:g} to {ds.window_end:g} s "
            f"({ds.window_end - ds.window_start:g} s)")
 
+meta = ds.source.metadata
+if meta:
+    run = meta.get("run", {})
+    st.success(f"Timing run of **{meta.get('model', {}).get('name')}** on **{meta.get('runtime', {}).get('device_name')}**"
+               f" ({meta.get('runtime', {}).get('dtype')}): {fmt(run.get('offered_requests'))} requests in "
+               f"{fmt(run.get('wall_s'))} s, {fmt(run.get('steps'))} engine steps.", icon=":material/timer:")
+    for note in run.get("notes", []):
+        st.warning(note)
+    with st.expander("The frozen benchmark contract (metadata.json)"):
+        st.json(meta, expanded=1)
 contract_box = st.container()
 outcome_box = st.container()
 

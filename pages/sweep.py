@@ -147,7 +147,7 @@ elif step_how == "fitted from a timing run":
     c = st.columns(4)
     c[0].metric("Steps fitted", fmt(fit.steps), help=f"From {trace_name}.")
     c[1].metric("RMSE of step time (s)", fmt(fit.rmse_s))
-    c[2].metric("Mean abs. error", fmt_share(fit.mean_abs_pct_error))
+    c[2].metric("Mean abs. relative error", fmt_share(fit.mean_abs_pct_error))
     c[3].metric("R²", fmt(fit.r2))
     st.caption("Fitted: " + ", ".join(f"{k} = {fmt(v)}" for k, v in fit.model.model_dump().items()))
 scenario = guarded(parse_scenario, doc, base.name)

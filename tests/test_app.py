@@ -246,3 +246,21 @@ def test_report_site_zip_for_the_records_on_screen() -> None:
     names = zipfile.ZipFile(io.BytesIO(site_zip(Dataset(src, loaded, table, ws, we), None))).namelist()
     assert "servebench-report/index.html" in names
     assert "servebench-report/assets/plotly.min.js" in names
+
+
+@pytest.mark.slow
+def test_timing_run_shows_device_then_opens_its_records_on_summary() -> None:
+    at = _app()
+    at.switch_page("pages/timing_run.py").run()
+    assert not at.exception and not at.error
+    assert "Runs on **" in at.info[0].value  # the device, before anything starts
+    at.number_input(key="run_requests:tiny_cpu").set_value(12)
+    at.button(key="run_start").click().run()
+    assert not at.exception and not at.error
+    assert at.title[0].value == "Summary"
+    assert any("Timing run of **tiny**" in s.value for s in at.success)
+    assert _metrics(at)["Requests"] == "12"
+    at.switch_page("pages/sweep.py").run()
+    at.radio(key="step_how:profile_b").set_value("fitted from a timing run").run()
+    assert not at.exception and not at.error
+    assert int(_metrics(at)["Steps fitted"].replace(",", "")) > 0

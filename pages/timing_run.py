@@ -1,0 +1,90 @@
+"""Timing run: serve a scenario in real time on the local torch engine, then open its records on the Summary page."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import streamlit as st
+import yaml
+
+from pages._shared import SAMPLE_DIR, RecordSource, fail, guarded, set_source
+from servebench.commands.run import execute_run
+from servebench.engine.model import PRESETS as ENGINE_PRESETS
+from servebench.engine.model import device_name, pick_device
+from servebench.engine.rundir import METADATA, RECORDS, STEPS, read_run
+from servebench.errors import InputFormatError
+from servebench.figures.summary import fmt
+from servebench.scenario import load_scenario, parse_scenario
+
+SCENARIO_DIR = SAMPLE_DIR / "scenarios"
+STEP_TRACE_KEY = "timing_run_steps"  # read by the Load sweep page to fit its step model
+
+st.title("Timing run")
+st.caption("A real run: a decoder-only transformer with seeded random weights (no downloads) serves the scenario's "
+           "arrivals on the wall clock, with a paged KV cache and continuous batching under the same scheduler as "
+           "the simulator. Queueing is real; timeouts, rejections and cancellations stay in the records.")
+
+samples = sorted(p.name for p in SCENARIO_DIR.glob("*.y*ml"))
+c1, c2 = st.columns(2)
+sample = c1.selectbox("Scenario", samples, index=samples.index("tiny_cpu.yaml") if "tiny_cpu.yaml" in samples else 0,
+                      key="run_sample")
+up = c2.file_uploader("…or upload one (YAML or JSON)", type=["yaml", "yml", "json"], key="run_upload")
+if up is None:
+    scenario = guarded(load_scenario, SCENARIO_DIR / sample)
+else:
+    try:
+        doc = yaml.safe_load(up.getvalue().decode("utf-8"))
+    except (UnicodeDecodeError, yaml.YAMLError) as exc:
+        fail(InputFormatError(f"{up.name}: not YAML or JSON: {exc}"))
+    scenario = guarded(parse_scenario, doc if isinstance(doc, dict) else None, up.name)
+if scenario.description:
+    st.caption(scenario.description)
+
+c = st.columns(5)
+model = c[0].selectbox("Engine model", list(ENGINE_PRESETS), key="run_model",
+                       help="Shapes of real models with random weights; tiny and small suit a CPU.")
+device = c[1].selectbox("Device", ["auto", "cpu", "cuda"], key="run_device")
+threads = int(c[2].number_input("CPU threads", min_value=1, max_value=os.cpu_count() or 1, value=1, key="run_threads"))
+requests = int(c[3].number_input("Requests", min_value=1, key=f"run_requests:{scenario.name}",
+                                 value=int(scenario.workload.num_requests or 100)))
+max_wall_s = c[4].number_input("Stop after (s)", min_value=1.0, value=60.0, step=10.0, key="run_max_wall",
+                               help="Requests still live then end as cancelled (run_time_limit); unsent ones are not offered.")
+dev, dtype = guarded(pick_device, device)
+shape = ENGINE_PRESETS[model]
+st.info(f"Runs on **{device_name(dev)}** ({str(dtype).removeprefix('torch.')}) · model **{model}**: "
+        f"{shape.layers} layers, {shape.heads} heads ({shape.kv_heads} KV), {shape.param_count:,} parameters",
+        icon=":material/memory:")
+
+if st.button("Start the timing run", type="primary", key="run_start"):
+    workload = scenario.workload.model_copy(update={"num_requests": requests, "duration_s": None})
+    run_scenario_doc = scenario.model_copy(update={"workload": workload}).model_dump(mode="json", exclude_none=True)
+    bar = st.progress(0.0, text="Warming up…")
+    last = [0.0, -1]
+
+    def on_progress(ended: int, sent: int, total: int) -> None:
+        now = time.monotonic()
+        if ended != last[1] and (now - last[0] > 0.2 or ended == total):
+            last[0], last[1] = now, ended
+            bar.progress(ended / total, text=f"{ended:,} of {total:,} requests ended ({sent:,} sent)")
+
+    with tempfile.TemporaryDirectory(prefix="servebench-run-") as tmp:
+        path = Path(tmp) / "scenario.yaml"
+        path.write_text(yaml.safe_dump(run_scenario_doc, sort_keys=False), encoding="utf-8")
+        out = Path(tmp) / "run"
+        meta = guarded(execute_run, path, out, model=model, device=device, threads=threads,
+                       max_wall_s=max_wall_s, progress=on_progress)
+        folder = guarded(read_run, out)
+        records = (out / RECORDS).read_bytes()
+    meta["scenario_source"] = up.name if up is not None else f"sample_data/scenarios/{sample}"
+    name = f"timing run {scenario.name} ({model}, {meta['runtime']['device_name']}).jsonl"
+    set_source(RecordSource.of(name, records, "timing run", metadata=meta, steps=folder.steps))
+    st.session_state[STEP_TRACE_KEY] = (name, folder.steps)
+    bar.progress(1.0, text=f"Done in {fmt(meta['run']['wall_s'])} s: {meta['run']['records']:,} records, "
+                           f"{meta['run']['steps']:,} steps")
+    st.switch_page("pages/summary.py")
+
+st.caption(f"Files a CLI run writes: {RECORDS}, {STEPS}, {METADATA} "
+           "(`servebench run SCENARIO -o DIR`; `servebench validate DIR` compares it with a simulation).")
