@@ -464,3 +464,19 @@ def test_simulate_folder_with_its_summary(tmp_path: Path) -> None:
     steps = [json.loads(b) for b in parse(page).script_bodies if b.strip() and "Engine over time" in b]
     assert len(steps) == 1  # figures.sweep.trace_over_time, with the budget line
     assert any(s.get("y0") == 400 for s in steps[0]["layout"].get("shapes", []))
+
+
+def test_index_chart_bars_are_the_reports_percentiles(r1_r4: list[dict]) -> None:
+    index = build_site([run_from(r1_r4, "a.json"), run_from(r1_r4[:2], "b.json")])["index.html"].decode()
+    fig = json.loads(next(b for b in parse(index).script_bodies if b.strip()))
+    bars = {(t["name"], t["xaxis"]): t["y"] for t in fig["data"]}
+    assert bars[("p95", "x")] == [2.5, 2.5]  # latency p95 of R1, R2 by nearest rank
+    assert bars[("p50", "x2")] == [0.25, 0.25]  # TTFT p50: R2's 0.25 s
+    assert bars[("p99", "x3")] == [0.25, 0.25]  # request TPOT: R1 alone, (2.5 - 0.5) / 8
+
+
+def test_report_zip_bytes_is_the_zipped_site(r1_r4: list[dict]) -> None:
+    from servebench.report import report_zip_bytes
+
+    runs = [run_from(r1_r4)]
+    assert report_zip_bytes(runs) == site_zip_bytes(build_site(runs))

@@ -33,10 +33,23 @@ def _site(tmp_path: Path) -> Path:
                  table=validate(parse_objects(evil, "evil.json"), 0.0, 5.0), window_start=0.0, window_end=5.0,
                  warnings=[f"a warning about {EVIL}"]),
         load_run(SAMPLE / "r1_r4.json"),
+        _sweep(tmp_path),
     ]
     out = tmp_path / "site"
     write_site(build_site(runs, SiteOptions(title=f"Report {EVIL}", slo=SLO(ttft_s=1.0))), out)
     return out
+
+
+def _sweep(tmp_path: Path) -> RunInput:
+    from servebench.scenario import load_scenario
+    from servebench.sweep import sweep
+
+    result = sweep(load_scenario(SAMPLE / "scenarios" / "profile_a.yaml"), [0.5, 2.0], slo=SLO(ttft_s=2.0),
+                   requests=60, search=False)
+    folder = tmp_path / "sweep-a"
+    folder.mkdir()
+    (folder / "sweep.json").write_text(result.model_dump_json())
+    return load_run(folder)
 
 
 def _open(page: object, url: str) -> dict[str, int]:
@@ -85,6 +98,10 @@ def test_site_renders_offline_in_chromium(tmp_path: Path) -> None:
             "Array.from(document.querySelectorAll('.js-plotly-plot text')).map(t => t.textContent).join('|')")
         assert EVIL in svg_text
         screenshot(page, "report_escaping")
+
+        counts = _open(page, next(site.glob("sweep-*.html")).as_uri())
+        assert counts["charts"] == 2 and counts["plots"] == 2
+        screenshot(page, "report_sweep")
 
         assert page.console_errors == []  # type: ignore[attr-defined]
         assert dialogs == []

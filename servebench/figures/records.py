@@ -208,23 +208,24 @@ def cause_figure(by_cause: Mapping[str, int], max_bars: int = 15) -> go.Figure |
     return _layout(fig, "Non-success causes", height=max(220, 100 + 28 * len(items)))
 
 
-def comparison_figure(metrics_by_run: Mapping[str, Mapping[str, np.ndarray]],
+def comparison_figure(percentiles_by_run: Mapping[str, Mapping[str, Mapping[float, float | None]]],
                       marks: Sequence[float] = MARKS) -> go.Figure | None:
     """Return p50/p95/p99 of latency, TTFT and request TPOT per run, side by side (successes only).
 
-    ``metrics_by_run`` maps a run name to ``summary.success_metrics`` of its records.
+    ``percentiles_by_run`` maps a run name to ``{"latency"|"ttft"|"tpot": {q: value}}``, e.g. read off
+    each run's report, so the bars match its tables; a missing value (no successes) draws no bar.
     """
-    if not metrics_by_run:
+    if not percentiles_by_run:
         return None
     from plotly.subplots import make_subplots
 
     keys = ("latency", "ttft", "tpot")
     fig = make_subplots(rows=1, cols=3, subplot_titles=("Latency, s", "TTFT, s", "Request TPOT, s"))
-    names = [plot_label(n) for n in metrics_by_run]
+    names = [plot_label(n) for n in percentiles_by_run]
     shades = ("#90caf9", "#1e88e5", "#0d47a1")
     for col, key in enumerate(keys, start=1):
         for q, color in zip(marks, shades):
-            ys = [percentile(m[key], q) for m in metrics_by_run.values()]
+            ys = [m.get(key, {}).get(q) for m in percentiles_by_run.values()]
             fig.add_trace(go.Bar(x=names, y=ys, name=f"p{q:g}", marker_color=color, legendgroup=f"p{q:g}",
                                  showlegend=col == 1,
                                  hovertemplate=f"%{{x}}: p{q:g} %{{y:.4g}} s<extra></extra>"), row=1, col=col)

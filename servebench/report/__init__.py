@@ -3,7 +3,7 @@
 from .inputs import RunInput, load_run
 from .kvview import KvOptions
 from .pages import SiteOptions, build_pages
-from .site import build_site, site_zip_bytes, write_site
+from .site import build_site, report_zip_bytes, site_zip_bytes, write_site
 
-__all__ = ["KvOptions", "RunInput", "SiteOptions", "build_pages", "build_site", "load_run", "site_zip_bytes",
-           "write_site"]
+__all__ = ["KvOptions", "RunInput", "SiteOptions", "build_pages", "build_site", "load_run", "report_zip_bytes",
+           "site_zip_bytes", "write_site"]

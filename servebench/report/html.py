@@ -103,7 +103,9 @@ def nested(value: Any, depth: int = 0) -> Markup:
         rows = [(tag("th", k, scope="row"), tag("td", nested(v, depth + 1))) for k, v in value.items()]
         return tag("table", join(tag("tr", join(r)) for r in rows), class_="nested")
     if isinstance(value, list):
-        if value and all(not isinstance(v, (Mapping, list)) for v in value):
+        if not value:
+            return Markup("<em>none</em>")
+        if all(not isinstance(v, (Mapping, list)) for v in value):
             return Markup(esc(", ".join(fmt(v) if isinstance(v, float) else str(v) for v in value)))
         return join(tag("div", nested(v, depth + 1), class_="item") for v in value)
     if isinstance(value, float):

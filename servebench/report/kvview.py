@@ -179,7 +179,7 @@ def _verdict_rows(v: Any, policy: str, budget_bytes: float | None) -> list[tuple
 
 
 def _share(x: float | None) -> str | None:
-    return None if x is None else f"{x:.1%}"
+    return None if x is None else "under 0.1%" if 0 < x < 0.0005 else f"{x:.1%}"
 
 
 def _kv_rows(t: Any, shape: Any, budget_bytes: float | None, policy: str, cap: int | None) -> list[tuple[str, object]]:

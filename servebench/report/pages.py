@@ -19,7 +19,7 @@ from .. import __version__
 from ..figures import records as rfig
 from ..records import STATUSES
 from ..render import fmt
-from ..summary import CONTRACT_FIELDS, SLO, Distribution, Report, build_report, success_metrics
+from ..summary import CONTRACT_FIELDS, SLO, Distribution, Report, build_report
 from .html import Markup, esc, figure, join, key_values, nested, note, page, section, table, tag
 from .inputs import RunInput
 from .kvview import KvOptions, KvView, kv_section, kv_view
@@ -116,6 +116,19 @@ def _value(report: Report, key: str, missing: set[str]) -> object:
 def _contract_rows(reports: Sequence[Report], missing: Sequence[set[str]] | None = None) -> list[list[object]]:
     gone = list(missing) if missing is not None else [set() for _ in reports]
     return [[CONTRACT_LABELS[k], *[_value(r, k, m) for r, m in zip(reports, gone)]] for k in CONTRACT_FIELDS]
+
+
+def share(x: float) -> str:
+    """Format a share of the window as a percentage, keeping tiny shares visible.
+
+    >>> share(0.7791), share(0.0002158), share(0.0)
+    ('77.9%', 'under 0.1%', '0.0%')
+    """
+    return "under 0.1%" if 0 < x < 0.0005 else f"{x:.1%}"
+
+
+def _qs(d: Distribution) -> dict[float, float | None]:
+    return {p.q: p.value for p in d.percentiles}
 
 
 def _ci(p: Any) -> str:
@@ -233,10 +246,10 @@ def run_page(view: RunView, options: SiteOptions) -> str:
                          id_="cdfs"))
     ins = report.in_service
     conc = [("peak active (start to end)", report.active_requests.peak),
-            ("share of the window at that peak", f"{report.active_requests.share_of_window_at_peak:.1%}")]
+            ("share of the window at that peak", share(report.active_requests.share_of_window_at_peak))]
     if ins is not None:
         conc += [("peak in service (admitted to end)", ins.peak),
-                 ("share of the window at that peak ", f"{ins.share_of_window_at_peak:.1%}")]
+                 ("share of the window at that peak ", share(ins.share_of_window_at_peak))]
     assert run.window_start is not None and run.window_end is not None
     if "active_requests" in missing:
         parts.append(section("Concurrency", note("This file has no timestamps on a shared clock, so requests "
@@ -379,7 +392,7 @@ def index_page(views: Sequence[RunView], options: SiteOptions) -> str:
         rows += [["rejected", *[r.rejected for r in reports]], ["timed out", *[r.timed_out for r in reports]],
                  ["wasted output tokens", *[r.wasted_output_tokens for r in reports]],
                  ["peak active (share of window)", *per_run("active_requests", [
-                     f"{r.active_requests.peak} ({r.active_requests.share_of_window_at_peak:.1%})" for r in reports])]]
+                     f"{r.active_requests.peak} ({share(r.active_requests.share_of_window_at_peak)})" for r in reports])]]
         if options.slo is not None and options.slo.any:
             rows += [["SLO attainment", *[r.slo.attainment if r.slo else None for r in reports]],
                      ["goodput, requests/s", *per_run("slo.goodput_requests_per_second", [
@@ -390,8 +403,10 @@ def index_page(views: Sequence[RunView], options: SiteOptions) -> str:
                                     for v in record_views]])
         rows.append(["importer warnings", *[len(v.run.warnings) for v in record_views]])
         parts.append(section("Runs side by side", table(header, rows), id_="runs"))
-        comp = rfig.comparison_figure({v.run.name: success_metrics(v.run.table) for v in record_views
-                                       if v.run.table is not None})
+        comp = rfig.comparison_figure({
+            v.run.name: {"latency": _qs(v.report.latency_s), "ttft": _qs(v.report.ttft_s),
+                         "tpot": _qs(v.report.request_tpot_s)}
+            for v in record_views if v.report is not None})
         parts.append(figs(comp, caption="Successful requests only; see each run's page for the failure-aware view."))
         if not (options.slo is not None and options.slo.any):
             parts.append(tag("p", "No SLO given: goodput is not shown (--slo-ttft, --slo-tpot, --slo-latency).",

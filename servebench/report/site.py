@@ -64,3 +64,9 @@ def site_zip_bytes(files: Mapping[str, bytes], folder: str = "servebench-report"
             info.external_attr = 0o644 << 16
             zf.writestr(info, files[rel])
     return buf.getvalue()
+
+
+def report_zip_bytes(runs: Sequence[RunInput], options: SiteOptions | None = None,
+                     folder: str = "servebench-report") -> bytes:
+    """Return the whole site for ``runs`` as zip bytes (for a download button): build, then zip."""
+    return site_zip_bytes(build_site(runs, options), folder)
