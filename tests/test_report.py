@@ -308,6 +308,10 @@ def test_timing_run_folder(tmp_path: Path, r1_r4: list[dict]) -> None:
     text = build_site([run])["run-01-tiny-run.html"].decode()
     assert 'id="contract"' in text and "2.13.0" in text and EVIL not in text
     assert 'id="steps"' in text and 'id="kv"' in text and ">131072<" in text
+    assert "admission policy</td><td>reserve<" in text
+    # options win over the metadata
+    text = build_site([run], SiteOptions(kv=KvOptions(policy="paged")))["run-01-tiny-run.html"].decode()
+    assert "admission policy</td><td>paged<" in text
 
 
 def test_simulation_folder_and_sweep_folder(tmp_path: Path) -> None:
@@ -376,7 +380,8 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
     import sys
 
     for args in (["report", str(tmp_path / "nope"), "-o", str(tmp_path / "s")],
-                 ["report", str(tmp_path), "-o", str(tmp_path / "s"), "--layers", "3"]):
+                 ["report", str(tmp_path), "-o", str(tmp_path / "s"), "--layers", "3"],
+                 ["report", str(tmp_path), "-o", str(tmp_path / "s"), "--model", "no-such-model"]):
         proc = subprocess.run([sys.executable, "-m", "servebench", *args], capture_output=True, text=True,
                               timeout=60)
         assert proc.returncode == 2, proc.stderr

@@ -30,7 +30,8 @@ def report(
     head_dim: Optional[int] = typer.Option(None, help="Model shape: head dimension."),
     bytes_per_element: Optional[float] = typer.Option(None, help="KV bytes per element (2 for bf16/fp16)."),
     budget_gib: Optional[float] = typer.Option(None, help="Memory left for the KV cache, GiB."),
-    policy: str = typer.Option("reserve", help="Admission policy for the KV limit: reserve or paged."),
+    policy: Optional[str] = typer.Option(None, help="Admission policy for the KV limit: reserve or paged "
+                                                    "(default: the run's metadata, else reserve)."),
     output_cap: Optional[int] = typer.Option(None, help="Output tokens reserved per request (default: max seen)."),
     window_start: Optional[float] = typer.Option(None, help="Observation window start, s, for every run "
                                                             "(default: each run's min start)."),
@@ -52,6 +53,10 @@ def report(
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"])
         raise ConfigError(f"{where + ': ' if where else ''}{err['msg'].removeprefix('Value error, ')}") from None
+    if kv.has_shape:  # an unknown preset or a bad config.json stops here, not on every page
+        from ..model_presets import resolve_shape
+        resolve_shape(model=kv.model, config=kv.config, layers=kv.layers, kv_heads=kv.kv_heads,
+                      head_dim=kv.head_dim, bytes_per_element=kv.bytes_per_element)
     loaded = [load_run(p, format, window_start, window_end) for p in runs]
     options = SiteOptions(title=title, slo=slo if slo.any else None,
                           kv=kv if kv.has_shape or budget_gib is not None else None,

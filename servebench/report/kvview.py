@@ -34,7 +34,7 @@ class KvOptions(BaseModel):
     head_dim: int | None = Field(None, ge=1)
     bytes_per_element: float | None = Field(None, gt=0)
     budget_gib: float | None = Field(None, gt=0, description="Memory left for the KV cache, GiB per GPU.")
-    policy: Literal["reserve", "paged"] = "reserve"
+    policy: Literal["reserve", "paged"] | None = Field(None, description="Default: the run's metadata, else reserve.")
     output_cap: int | None = Field(None, ge=1, description="Output tokens reserved per request (default: max seen).")
 
     @model_validator(mode="after")
@@ -92,7 +92,7 @@ def resolve(options: KvOptions | None, metadata: Mapping[str, Any] | None) -> tu
     """Return (ModelShape, budget bytes or None, policy, where it came from), or None without a shape."""
     from ..kv import ModelShape
 
-    policy = options.policy if options else "reserve"
+    policy = (options.policy if options else None) or "reserve"
     budget = options.budget_gib * GIB if options and options.budget_gib else None
     if options is not None and options.has_shape:
         from ..model_presets import resolve_shape
@@ -115,7 +115,7 @@ def resolve(options: KvOptions | None, metadata: Mapping[str, Any] | None) -> tu
         gib = _find_key(metadata, ("kv_budget_gib", "budget_gib"))
         budget = float(b) if isinstance(b, (int, float)) else float(gib) * GIB if isinstance(gib, (int, float)) else None
     meta_policy = _find_key(metadata, ("policy", "admission_policy"))
-    if meta_policy in ("reserve", "paged"):
+    if meta_policy in ("reserve", "paged") and not (options and options.policy):
         policy = meta_policy
     return shape, budget, policy, "the run's metadata"
 
@@ -132,7 +132,6 @@ def kv_view(run: RunInput, report: Report, options: KvOptions | None) -> KvView 
         return KvView(shape_name="-", shape_source="-", problem=str(exc))
     if resolved is None:
         return None
-    from .. import kv
 
     shape, budget_bytes, policy, origin = resolved
     name = shape.name or f"{shape.layers} layers x {shape.kv_heads} KV heads x {shape.head_dim} dims"

@@ -20,7 +20,7 @@ from ..figures import records as rfig
 from ..records import STATUSES
 from ..render import fmt
 from ..summary import CONTRACT_FIELDS, SLO, Distribution, Report, build_report
-from .html import Markup, esc, figure, join, key_values, nested, note, page, section, table, tag
+from .html import Markup, figure, join, key_values, nested, note, page, section, table, tag
 from .inputs import RunInput
 from .kvview import KvOptions, KvView, kv_section, kv_view
 
