@@ -194,7 +194,8 @@ def sweep(scenario: Scenario, loads: Sequence[float], *, mode: Mode = "rate", sl
         raise ConfigError(f"slo_target {slo_target} must be in (0, 1]")
     slo = slo or SLO()
     grid = sorted(set(float(x) for x in loads))
-    total = len(grid) + (max_search + 2 * MAX_WIDEN if search else 0)
+    # a bisection usually needs about log2(1 / tolerance) simulations; the last call fixes the total
+    total = len(grid) + (max(1, math.ceil(math.log2(1 / tolerance))) if search else 0)
     points: dict[float, SweepPoint] = {}
     kv_budget = 0
 

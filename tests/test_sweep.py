@@ -181,6 +181,6 @@ def test_sweep_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
 
 def test_sweep_command_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run_cli(capsys, "sweep", str(PROFILE_B), "--rates", "1", "--concurrency", "2", "-o", str(tmp_path))
-    assert code == 2 and err.strip().count("\n") == 0 and "exactly one" in err
+    assert code == 2 and err.strip().count("\n") == 0 and "not both" in err
     code, _, err = run_cli(capsys, "sweep", str(PROFILE_B), "--rates", "1,x", "-o", str(tmp_path))
     assert code == 2 and "--rates" in err

@@ -121,7 +121,8 @@ def simulate(
 def sweep(
     scenario: Path = typer.Argument(..., help="Scenario file (.yaml, .yml or .json)."),
     out: Path = typer.Option(..., "-o", "--out", help="Output directory for sweep.json and sweep.csv."),
-    rates: Optional[str] = typer.Option(None, help="Arrival rates to sweep, requests/s, e.g. 0.5,1,2,4."),
+    rates: Optional[str] = typer.Option(
+        None, help="Arrival rates to sweep, requests/s, e.g. 0.5,1,2,4 (default: 10 from 0.25x to 2.5x the scenario's)."),
     concurrency: Optional[str] = typer.Option(None, help="Closed-loop user counts to sweep, e.g. 1,2,4,8."),
     requests: Optional[int] = typer.Option(2000, help="Requests per point (0: the scenario's own count)."),
     slo_ttft: Optional[float] = typer.Option(None, help="SLO on TTFT, s."),
@@ -138,11 +139,16 @@ def sweep(
     from ..sweep import sweep as run_sweep
     from ..sweep import sweep_csv
 
-    if (rates is None) == (concurrency is None):
-        raise ConfigError("give exactly one of --rates and --concurrency")
-    mode = "rate" if rates is not None else "users"
-    loads = _parse_list(rates, "rates") if rates is not None else _parse_list(concurrency, "concurrency", True)
+    from ..sweep import default_rates
+
+    if rates is not None and concurrency is not None:
+        raise ConfigError("give one of --rates and --concurrency, not both")
+    mode = "users" if concurrency is not None else "rate"
     sc = load_scenario(scenario)
+    if concurrency is not None:
+        loads = _parse_list(concurrency, "concurrency", True)
+    else:
+        loads = _parse_list(rates, "rates") if rates is not None else default_rates(sc)
     slo = SLO(ttft_s=slo_ttft, tpot_s=slo_tpot, latency_s=slo_latency)
     err = Console(stderr=True)
     with Progress(TextColumn("[bold]sweep[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -168,7 +174,8 @@ def sweep(
         emit_json({**json.loads(result.model_dump_json()), "files": files})
         return
     t = Table(title=f"Sweep of {sc.name} by {'arrival rate' if mode == 'rate' else 'users'}")
-    for col in ("load", "offered/s", "done/s", "rejected", "timeout", "TTFT p95", "TPOT p95", "latency p95",
+    t.add_column("load", justify="right", no_wrap=True)
+    for col in ("offered/s", "done/s", "rejected", "timeout", "TTFT p95", "TPOT p95", "latency p95",
                 "queue p95", "within SLOs", "peak run"):
         t.add_column(col, justify="right")
     for p in result.points:
