@@ -474,7 +474,10 @@ class _Runner:
 
     async def _read_stream(self, resp: httpx.Response, out: Outcome) -> None:
         finish_reason = None
+        done_at = None
         async for line in resp.aiter_lines():
+            if done_at is not None:
+                continue  # read to the end of the body so the connection can be reused
             try:
                 event = parse_sse_line(line)
             except ValueError as exc:
@@ -484,7 +487,8 @@ class _Runner:
                 continue
             if event == "done":
                 out.done_marker = True
-                break
+                done_at = self.now()
+                continue
             if "error" in event:
                 out.end_s, out.status = self.now(), "failed"
                 out.error = f"error event: {_error_message(json.dumps(event['error']))}"
@@ -499,7 +503,7 @@ class _Runner:
                     finish_reason = choice["finish_reason"]
             if event.get("usage"):
                 apply_usage(out, event["usage"])
-        out.end_s = self.now()
+        out.end_s = self.now() if done_at is None else done_at
         self._settle(out, finish_reason, streamed=True)
 
     async def _read_whole(self, resp: httpx.Response, out: Outcome) -> None:

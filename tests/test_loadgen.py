@@ -32,11 +32,14 @@ class FakeState:
         self.requests = 0
         self.disconnects = 0
         self.bodies: list[dict] = []
+        self.client_ports: set[int] = set()
 
-    def next(self, body: dict) -> int:
+    def next(self, body: dict, port: int | None = None) -> int:
         with self.lock:
             self.requests += 1
             self.bodies.append(body)
+            if port is not None:
+                self.client_ports.add(port)
             return self.requests
 
 
@@ -51,7 +54,7 @@ def fake_app(state: FakeState, token_delay_s: float = 0.0, reply: Callable[[int]
 
     async def handle(request: Request, chat: bool) -> object:
         body = await request.json()
-        n = state.next(body)
+        n = state.next(body, request.client.port if request.client else None)
         code = reply(n)
         if code != 200:
             return JSONResponse({"error": {"message": f"busy {n}", "code": code}}, status_code=code)
@@ -444,3 +447,11 @@ def test_ctrl_c_keeps_the_requests_in_flight_as_cancelled_records(tmp_path):
     assert [r["status"] for r in records] == ["cancelled"] * 3
     assert all(r["error"] == "the generator was stopped" for r in records)
     assert json.loads((out / "metadata.json").read_text())["interrupted"] is True
+
+
+def test_one_user_reuses_one_connection():
+    state = FakeState()
+    with serve_in_background(fake_app(state)) as url:
+        result = run_load_sync(LoadConfig(url=url, users=1), make_plan(4, out=3))
+    assert result.stats.completed == 4
+    assert len(state.client_ports) == 1  # each body is read past [DONE], so keep-alive works
