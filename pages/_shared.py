@@ -91,8 +91,10 @@ def current_source() -> RecordSource:
 
 
 def set_source(source: RecordSource) -> None:
-    """Make ``source`` the record set every page shows."""
+    """Make ``source`` the record set every page shows (callbacks and other pages only: it resets the sample picker)."""
     st.session_state[SOURCE_KEY] = source
+    if source.origin != "sample":
+        st.session_state["records_sample"] = None  # so picking the previous sample again is a change
 
 
 @st.cache_resource(max_entries=8, show_spinner=False)

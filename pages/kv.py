@@ -117,7 +117,7 @@ c[2].metric("Utilization of the limit", fmt_share(res.utilization),
 c[3].metric("Saturation rate (requests/s)", fmt(res.saturation_rate_per_s),
             help="The arrival rate at which the average in service reaches the limit.")
 if res.utilization is not None and res.utilization >= 0.8:
-    st.warning(f"At {fmt(rate)} requests/s the average in service is {fmt_share(res.utilization)} of the "
+    st.warning(f"At an arrival rate of {fmt(rate)}/s the average in service is {fmt_share(res.utilization)} of the "
                "concurrency limit: expect queueing while the limit is held.")
 if res.max_concurrent_sequences:
     st.plotly_chart(guarded(concurrency_figure, shape, budget_bytes, prompt, cap, policy=policy,

@@ -104,9 +104,13 @@ def test_upload_replaces_the_records_on_every_page() -> None:
            b'"status": "success", "output_tokens": 5}\n'
     at.file_uploader(key="records_upload").set_value(("mine.jsonl", data, "application/jsonl")).run()
     assert _metrics(at)["Requests"] == "2"
+    assert at.selectbox(key="records_sample").value is None  # the sample picker no longer claims a sample
     at.switch_page("pages/percentiles.py").run()
     assert not at.exception
     assert _metrics(at)["Records counted"] == "1 of 2"
+    at.switch_page("pages/summary.py").run()
+    at.selectbox(key="records_sample").select("requests_sample.csv").run()
+    assert _metrics(at)["Requests"] == "3,000"
 
 
 def test_percentile_explorer_any_percentile_and_failure_aware() -> None:

@@ -27,7 +27,7 @@ def _metric(page, label: str) -> str:
 
 def test_summary_upload_renders_contract_and_charts() -> None:
     require_chromium()
-    with streamlit_server() as url, browser_page() as page:
+    with streamlit_server() as url, browser_page(viewport=(1400, 2200)) as page:
         page.set_default_timeout(TIMEOUT_MS)
         page.goto(url, wait_until="domcontentloaded")
         page.get_by_role("heading", name="Summary").first.wait_for()
@@ -58,3 +58,11 @@ def test_summary_upload_renders_contract_and_charts() -> None:
         _wait_idle(page)
         assert _metric(page, "Records counted") == "2 of 4"  # the upload carries across pages
         screenshot(page, "percentiles_r1_r4")
+
+        page.get_by_role("link", name="KV calculator").click()
+        page.get_by_role("heading", name="KV calculator").first.wait_for()
+        page.locator('[data-testid="stPlotlyChart"] .main-svg').first.wait_for()
+        _wait_idle(page)
+        assert _metric(page, "Max concurrent sequences") == "8"  # the spec's profile B
+        assert page.locator('[data-testid="stException"]').count() == 0
+        screenshot(page, "kv_profile_b")
