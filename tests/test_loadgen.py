@@ -455,3 +455,22 @@ def test_one_user_reuses_one_connection():
         result = run_load_sync(LoadConfig(url=url, users=1), make_plan(4, out=3))
     assert result.stats.completed == 4
     assert len(state.client_ports) == 1  # each body is read past [DONE], so keep-alive works
+
+
+def test_replay_sends_at_the_recorded_start_times(tmp_path):
+    from typer.testing import CliRunner
+
+    from servebench.cli import app
+
+    src = tmp_path / "old.jsonl"
+    src.write_text("".join(json.dumps({"start": s, "end": s + 1, "status": "timeout"}) + "\n"
+                           for s in (10.0, 10.05, 10.2)))
+    state = FakeState()
+    with serve_in_background(fake_app(state)) as url:
+        r = CliRunner().invoke(app, ["load", url, "--replay", str(src), "--requests", "3", "-o", str(tmp_path / "r"),
+                                     "--output-tokens", "2", "--json"])
+    assert r.exit_code == 0, r.output
+    sends = [json.loads(line) for line in (tmp_path / "r" / "sends.jsonl").read_text().splitlines()]
+    assert [s["intended_s"] for s in sends] == pytest.approx([0.0, 0.05, 0.2])
+    meta = json.loads((tmp_path / "r" / "metadata.json").read_text())
+    assert meta["arrival_pattern"]["kind"] == "replay"
