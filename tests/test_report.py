@@ -485,3 +485,18 @@ def test_report_zip_bytes_is_the_zipped_site(r1_r4: list[dict]) -> None:
 
     runs = [run_from(r1_r4)]
     assert report_zip_bytes(runs) == site_zip_bytes(build_site(runs))
+
+
+def test_load_run_folder_is_named_by_its_metadata(tmp_path: Path) -> None:
+    folder = tmp_path / "load"
+    folder.mkdir()
+    write_jsonl(folder / "records.jsonl", evil_records())
+    write_jsonl(folder / "sends.jsonl", [{"request_id": "r2", "lag_s": 0.001}])
+    (folder / "metadata.json").write_text(json.dumps({"kind": "servebench load",
+                                                      "endpoint": {"url": "http://127.0.0.1:8000"}}))
+    run = load_run(folder)
+    assert run.kind == "load run" and run.steps is None
+    page = build_site([run])["run-01-load.html"].decode()
+    assert "Benchmark contract" in page and "http://127.0.0.1:8000" in page
+    tags = parse(page)
+    assert not any(re.match(r"https?:", (t.get("href") or "")) for t in tags.links)
