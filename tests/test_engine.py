@@ -381,3 +381,15 @@ def test_validation_fits_the_trace_the_runner_writes() -> None:
     assert model.per_prefill_token_s == pytest.approx(1e-5, rel=1e-6)
     with pytest.raises(ConfigError, match="empty"):
         fit_trace([])
+
+
+def test_paged_preemption_recomputes_and_every_request_still_succeeds(model: Decoder) -> None:
+    # 8 blocks of 16 tokens: four 20-token prompts fit, their outputs do not, so the newest is preempted
+    cfg = SchedulerConfig(kv_budget_tokens=128, policy="paged", max_num_seqs=4)
+    wl = WorkloadSpec(arrival=ArrivalSpec(kind="constant", rate_rps=1e6), num_requests=4, classes=[
+        ClassSpec(prompt=LengthSpec(kind="fixed", value=20), output=LengthSpec(kind="fixed", value=40))])
+    run = run_workload(model, cfg, wl, seed=6, warmup_steps=0)
+    assert _check_run_records(run.records, 4)["success"] == 4
+    assert sum(s.preempted for s in run.steps) >= 1
+    assert max(s.kv_tokens_held for s in run.steps) <= 128
+    assert run.end_state["kv_tokens_held"] == 0
