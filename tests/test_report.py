@@ -375,17 +375,18 @@ def test_cli_report_writes_a_site(tmp_path: Path) -> None:
     assert "goodput, requests/s" in index and EVIL not in index
 
 
-def test_cli_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
-    import subprocess
-    import sys
+def test_cli_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from servebench.cli import main
 
     for args in (["report", str(tmp_path / "nope"), "-o", str(tmp_path / "s")],
                  ["report", str(tmp_path), "-o", str(tmp_path / "s"), "--layers", "3"],
                  ["report", str(tmp_path), "-o", str(tmp_path / "s"), "--model", "no-such-model"]):
-        proc = subprocess.run([sys.executable, "-m", "servebench", *args], capture_output=True, text=True,
-                              timeout=60)
-        assert proc.returncode == 2, proc.stderr
-        assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr
+        with pytest.raises(SystemExit) as exit_info:
+            main(args)
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert not (tmp_path / "s").exists()
 
 
 def test_cli_report_help_documents_every_option() -> None:
