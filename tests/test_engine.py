@@ -393,3 +393,27 @@ def test_paged_preemption_recomputes_and_every_request_still_succeeds(model: Dec
     assert sum(s.preempted for s in run.steps) >= 1
     assert max(s.kv_tokens_held for s in run.steps) <= 128
     assert run.end_state["kv_tokens_held"] == 0
+
+
+def test_clients_that_give_up_are_cancelled_and_free_their_kv(model: Decoder) -> None:
+    from servebench.engine.runner import run_scenario
+    from servebench.scenario import parse_scenario
+    scenario = parse_scenario({
+        "seed": 2, "server": {"policy": "paged", "kv_budget_tokens": 2048, "max_num_seqs": 4},
+        "step_model": {"base_s": 0.001}, "cancel": {"probability": 1.0, "after_s": 0.002},
+        "workload": {"arrival": {"kind": "constant", "rate_rps": 500}, "num_requests": 6,
+                     "classes": [{"prompt": {"kind": "fixed", "value": 30}, "output": {"kind": "fixed", "value": 400}}]}})
+    run = run_scenario(model, scenario, warmup_steps=0)
+    counts = _check_run_records(run.records, 6)
+    assert counts["cancelled"] == 6  # 400 decode steps cannot fit in a few milliseconds
+    assert all(r["error"] == "cancelled" for r in run.records)
+    assert run.end_state["kv_tokens_held"] == 0 and run.end_state["kv_tokens_used"] == 0
+
+
+def test_run_time_limit_cancels_live_requests_and_leaves_unsent_ones_out(model: Decoder) -> None:
+    cfg = SchedulerConfig(kv_budget_tokens=2048, policy="paged", max_num_seqs=2)
+    run = run_workload(model, cfg, _workload(40, 20.0, output=(500, 500)), seed=1, warmup_steps=0, max_wall_s=0.3)
+    assert run.offered < 40 and len(run.records) == run.offered
+    assert any(r["error"] == "run_time_limit" for r in run.records)
+    assert run.notes and "never sent" in run.notes[0]
+    assert run.end_state["kv_tokens_held"] == 0

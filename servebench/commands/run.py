@@ -51,6 +51,8 @@ def run(
     weights_seed: int = typer.Option(0, help="Seed of the random weights."),
     max_wall_s: Optional[float] = typer.Option(None, min=0.1, help="Stop after this many seconds; "
                                                "live requests end as cancelled (run_time_limit)."),
+    warmup_steps: int = typer.Option(3, min=0, help="Untimed warm-up steps before the first arrival "
+                                     "(0 measures a cold start)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
 ) -> None:
     """Serve a scenario's workload in real time on the local torch engine; write records, step trace and contract."""
@@ -68,7 +70,7 @@ def run(
             bar.update(task, completed=ended, total=total, sent=f"sent {sent}")
 
         meta = execute_run(scenario, out, model=model, device=device, threads=threads, weights_seed=weights_seed,
-                           max_wall_s=max_wall_s, progress=progress)
+                           max_wall_s=max_wall_s, warmup_steps=warmup_steps, progress=progress)
     folder = read_run(out)
     report = build_report(folder.records, 0.0, max(folder.window_end, 1e-9))
     info = {"out_dir": str(out), "files": ["records.jsonl", "steps.jsonl", "metadata.json"],

@@ -119,8 +119,8 @@ def build_contract(scenario: Scenario, model: Decoder, run: TimingRun, *, seed_w
                      "output_tokens": "exactly the workload's output length (capped by max_output_tokens)"},
         "success_definition": SUCCESS_DEFINITION,
         "clock": "seconds on time.monotonic() from the run's start (the first arrival is due at 0)",
-        "service_state": f"warmed: {warmup_steps} untimed warm-up steps before the first arrival; "
-                         "cold start is not measured",
+        "service_state": (f"warmed: {warmup_steps} untimed warm-up steps before the first arrival"
+                          if warmup_steps else "cold: no warm-up, the first steps include lazy initialisation"),
         "run": {
             "wall_s": run.wall_s, "planned_requests": run.planned, "offered_requests": run.offered,
             "records": len(run.records), "steps": len(run.steps),

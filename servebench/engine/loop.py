@@ -262,8 +262,10 @@ class EngineLoop:
         self._open_row = (row, self.clock())
         return True
 
-    def flush_trace(self) -> None:
-        """Emit the last step's row (its cycle ends now); call once the loop has stopped."""
+    def settle(self) -> None:
+        """Free cancelled sequences' KV and emit the last step's row; call once no step can run."""
+        with self._cv:
+            self._apply_frees()
         self._emit(self._close_row(None))
 
     def _close_row(self, next_start: float | None) -> StepRow | None:

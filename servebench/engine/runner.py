@@ -233,7 +233,7 @@ def run_workload(model: Decoder, scheduler: SchedulerConfig, workload: WorkloadS
         producer.stop()
         producer.join(timeout=5)
         loop.stop()
-        loop.flush_trace()
+        loop.settle()
     wall_s = loop.clock()
     end_state = loop.snapshot()
     if progress is not None:

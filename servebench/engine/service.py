@@ -237,6 +237,8 @@ class EngineService:
         self._loop.stop()
         self._thread.join(timeout_s)
         self._loop.cancel_all(ERR_STOPPED)
+        if not self._thread.is_alive():
+            self._loop.settle()
         self._thread = None
 
     def __enter__(self) -> "EngineService":
