@@ -19,7 +19,8 @@ Semantics:
   requests in FIFO order (head-of-line: admission stops at the first request that does not fit).
   ``max_num_seqs`` bounds running sequences; ``max_num_batched_tokens`` bounds the tokens of one
   step (one per decoding sequence plus prefill chunk tokens). With ``chunked_prefill`` a prompt is
-  split to fill the budget; without it a prompt is prefilled whole or not at all in that step.
+  split to fill the budget; without it a prompt is prefilled whole or not at all in that step
+  (a preempted sequence whose recompute exceeds the whole budget is split anyway).
 * The prefill chunk that completes a sequence's context samples its first token at the end of
   the step (``first_token`` = that step's end time); each decode step adds one token.
 * A sequence in a plan that has not been committed is *in flight*: later ``step`` calls skip it.
@@ -388,7 +389,9 @@ class Scheduler:
         left = seq.req.prompt_tokens + seq.generated - seq.computed
         if left <= budget:
             return left
-        if self.config.chunked_prefill and budget >= 1:
+        cap = self.config.max_num_batched_tokens
+        # a recompute longer than a whole step's budget could never run whole: split it anyway
+        if (self.config.chunked_prefill or (cap is not None and left > cap)) and budget >= 1:
             return int(budget)
         return 0
 

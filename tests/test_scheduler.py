@@ -179,3 +179,15 @@ def test_bad_config_raises() -> None:
         SchedulerConfig(kv_budget_tokens=10, policy="lru")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="block"):
         SchedulerConfig(kv_budget_tokens=10, policy="paged")
+
+
+def test_recompute_longer_than_step_budget_is_split_without_chunking() -> None:
+    # found by hypothesis: a preempted sequence must recompute prompt + 200 generated tokens, more
+    # than max_num_batched_tokens; with chunked prefill off it used to wait forever
+    s = Scheduler(SchedulerConfig(kv_budget_tokens=1400, policy="paged", max_num_seqs=3,
+                                  max_num_batched_tokens=512, chunked_prefill=False))
+    for i, (p, o) in enumerate([(51, 223), (335, 243), (335, 228)]):
+        s.add_request(req(f"r{i}", prompt=p, out=o), 0.0)
+    outs, _ = run(s, dt=0.03)
+    assert sorted(o.request_id for o in outs) == ["r0", "r1", "r2"]
+    assert all(o.status == "success" for o in outs) and sum(o.preemptions for o in outs) >= 1
