@@ -203,6 +203,8 @@ table.wide th, table.wide td { overflow-wrap: normal; white-space: nowrap; }
 .note.warn { border-color: #f57c00; background: #fff3e0; }
 .note.error { border-color: #d32f2f; background: #ffebee; }
 .verdict { font-weight: 700; }
+.toc { font-size: 0.92em; }
+.toc a { color: #1565c0; text-decoration: none; }
 ul.warnings li { margin: 0.2em 0; }
 code { background: #eee; padding: 0 0.2em; border-radius: 3px; }
 """

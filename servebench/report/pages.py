@@ -33,6 +33,14 @@ CONTRACT_LABELS: dict[str, str] = {
 }
 
 
+SECTION_TITLES: tuple[tuple[str, str], ...] = (
+    ("warnings", "warnings"), ("summary", "summary"), ("outcomes", "outcomes"), ("work", "work"),
+    ("percentiles", "percentiles"), ("cdfs", "CDFs"), ("timeline", "concurrency"), ("stages", "stages"),
+    ("steps", "step trace"), ("slices", "slices"), ("kv", "KV and diagnosis"), ("contract", "contract"),
+    ("quality", "data quality"),
+)
+
+
 class SiteOptions(BaseModel):
     """What the site shows besides the records: title, SLO limits, a model shape for KV."""
 
@@ -278,7 +286,10 @@ def run_page(view: RunView, options: SiteOptions) -> str:
     if report.duplicate_request_id_examples:
         quality.append(("duplicated, e.g.", ", ".join(report.duplicate_request_id_examples)))
     parts.append(section("Data quality", key_values(quality), _example_records(run), id_="quality"))
-    return page(run.name, join(parts), site_title=options.title)
+    body = join(parts)
+    toc = [tag("a", title, href=f"#{sid}") for sid, title in SECTION_TITLES if f'<section id="{sid}">' in body]
+    return page(run.name, join([parts[0], tag("p", join(toc, " · "), class_="toc"), *parts[1:]]),
+                site_title=options.title)
 
 
 def sweep_page(view: RunView, options: SiteOptions) -> str:
