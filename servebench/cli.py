@@ -71,24 +71,15 @@ def summarize(
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run the CLI, turning servebench errors into one line on stderr and exit code 2."""
+    """Run the CLI, turning servebench errors into one line on stderr and exit code 2.
+
+    Click's standalone mode handles usage errors (exit 2), Ctrl-C and typer.Exit codes itself.
+    """
     try:
-        app(args=argv, standalone_mode=False)
+        app(args=argv, prog_name="servebench")
     except ServebenchError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)
-    except (typer.Exit, SystemExit) as exc:
-        code = getattr(exc, "exit_code", getattr(exc, "code", 0))
-        sys.exit(code or 0)
-    except Exception as exc:  # click usage errors arrive here when standalone_mode is off
-        import click
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        if isinstance(exc, click.exceptions.Abort):
-            typer.echo("aborted", err=True)
-            sys.exit(1)
-        raise
 
 
 def _register_commands() -> None:
