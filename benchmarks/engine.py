@@ -7,7 +7,7 @@ Throughput is output tokens per wall-clock second of each run. The two run alter
 rounds, so a shared machine's changing load hits both alike; the result is the median of the
 rounds' ratios (and the ratio of the totals). Target: at least 5x at 16 sequences.
 
-    python benchmarks/engine.py [--model small] [--rounds 3] [--output-tokens 64] [--device auto]
+    python benchmarks/engine.py [--model small] [--rounds 5] [--output-tokens 64] [--device auto]
 
 Results: benchmarks/results/engine.json.
 """
@@ -60,9 +60,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="small", help="engine preset (default: small)")
     p.add_argument("--users", type=int, default=16, help="concurrent sequences offered (default 16)")
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--batched-requests", type=int, default=48, help="requests per batched run (3 waves of 16)")
-    p.add_argument("--sequential-requests", type=int, default=16, help="requests per one-at-a-time run")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--batched-requests", type=int, default=32, help="requests per batched run (2 waves of 16)")
+    p.add_argument("--sequential-requests", type=int, default=8, help="requests per one-at-a-time run")
     p.add_argument("--output-tokens", type=int, default=64)
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=int, default=1)

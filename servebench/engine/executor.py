@@ -163,6 +163,9 @@ class Executor:
             if state.done and n == state.pending:
                 raise ServebenchError(f"sequence '{state.seq_id}' already has its {state.max_new_tokens} tokens")
             start, stop = state.computed, state.computed + n
+            if stop > self.model.config.max_positions:
+                raise ServebenchError(f"sequence '{state.seq_id}': position {stop - 1} is beyond the model's "
+                                      f"max_positions {self.model.config.max_positions}")
             row0 = len(token_ids)
             token_ids.extend(state.tokens[start:stop])
             positions.append(torch.arange(start, stop))
