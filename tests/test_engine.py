@@ -417,3 +417,11 @@ def test_run_time_limit_cancels_live_requests_and_leaves_unsent_ones_out(model: 
     assert any(r["error"] == "run_time_limit" for r in run.records)
     assert run.notes and "never sent" in run.notes[0]
     assert run.end_state["kv_tokens_held"] == 0
+
+
+def test_a_kv_cache_larger_than_memory_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="lower the KV budget"):
+        PagedKVCache(PRESETS["llama-3.1-8b"], 10**9)
+    with pytest.raises(ConfigError, match="pick a smaller preset"):
+        Decoder(ModelConfig("huge", layers=1000, hidden=8192, heads=64, kv_heads=8, head_dim=128, ffn=28672,
+                            vocab=8, max_positions=8))

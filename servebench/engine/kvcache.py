@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..errors import ServebenchError
-from .model import ModelConfig
+from ..errors import ConfigError, ServebenchError
+from .model import ModelConfig, available_bytes
 
 
 class KVCacheFullError(ServebenchError):
@@ -32,6 +32,11 @@ class PagedKVCache:
         self.num_blocks = -(-capacity_tokens // block_size)
         slots = self.num_blocks * block_size
         shape = (config.layers, slots, config.kv_heads, config.head_dim)
+        need = config.kv_bytes_per_token(torch.empty((), dtype=dtype).element_size()) * slots
+        free = available_bytes(torch.device(device))
+        if free is not None and need > 0.9 * free:
+            raise ConfigError(f"a KV cache of {slots:,} tokens for model '{config.name}' needs {need / 2**30:.2f} GiB "
+                              f"but only {free / 2**30:.2f} GiB is free on {device}; lower the KV budget")
         self.k = torch.zeros(shape, device=device, dtype=dtype)
         self.v = torch.zeros(shape, device=device, dtype=dtype)
         self.bytes_per_token = config.kv_bytes_per_token(self.k.element_size())

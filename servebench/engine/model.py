@@ -13,6 +13,7 @@ through a :class:`~servebench.engine.kvcache.PagedKVCache`.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import asdict, dataclass
 
 import torch
@@ -117,6 +118,16 @@ def configure_cpu(threads: int) -> None:
         raise ConfigError(f"threads must be at least 1, got {threads}")
     torch.set_num_threads(threads)
     torch.set_flush_denormal(True)
+
+
+def available_bytes(device: torch.device) -> int | None:
+    """Return free memory on the device (CUDA) or in RAM (CPU, Linux), or None when unknown."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 def device_name(device: torch.device) -> str:
@@ -231,6 +242,12 @@ class Decoder(nn.Module):
         super().__init__()
         self.config = config
         device = torch.device(device)
+        need = config.param_count * torch.empty((), dtype=dtype).element_size()
+        free = available_bytes(device)
+        if free is not None and need > 0.9 * free:
+            raise ConfigError(f"model '{config.name}' needs {need / 2**30:.1f} GiB of weights "
+                              f"({str(dtype).removeprefix('torch.')}) but only {free / 2**30:.1f} GiB is free on "
+                              f"{device}; pick a smaller preset")
         gen = torch.Generator(device=device)
         gen.manual_seed(seed)
         c = config
