@@ -109,26 +109,26 @@ else:
             st.dataframe(_profiles_frame(table), hide_index=True)
         st.markdown(step.question)
         revealed = answers.get(step.number)
-        with st.form(f"wt_form_{step.number}"):
-            given: dict[str, float | str | None] = {}
-            cols = st.columns(2)
-            for i, a in enumerate(step.numbers):
-                given[a.name] = cols[i % 2].number_input(
-                    a.label + (f" ({a.unit})" if a.unit else ""), value=None, format="%.4g",
-                    key=f"wt_{a.name}", disabled=revealed is not None, placeholder="your prediction")
-            for i, c in enumerate(step.choices):
-                given[c.name] = cols[i % 2].selectbox(c.label, c.options, index=None, key=f"wt_{c.name}",
-                                                      disabled=revealed is not None, placeholder="pick one")
-            st.text_area("Your reasoning (not scored)", key=f"wt_notes_{step.number}", height=80,
-                         disabled=revealed is not None)
-            if st.form_submit_button("Reveal the answer", disabled=revealed is not None, type="primary",
-                                     key=f"wt_reveal_{step.number}"):
-                answers[step.number] = dict(given)
-                st.rerun()
         if revealed is None:
+            with st.form(f"wt_form_{step.number}"):
+                given: dict[str, float | str | None] = {}
+                cols = st.columns(2)
+                for i, a in enumerate(step.numbers):
+                    given[a.name] = cols[i % 2].number_input(
+                        a.label + (f" ({a.unit})" if a.unit else ""), value=None, format="%.4g",
+                        key=f"wt_{a.name}", placeholder="your prediction")
+                for i, c in enumerate(step.choices):
+                    given[c.name] = cols[i % 2].selectbox(c.label, c.options, index=None, key=f"wt_{c.name}",
+                                                          placeholder="pick one")
+                notes = st.text_area("Your reasoning (not scored)", key=f"wt_notes_{step.number}", height=80)
+                if st.form_submit_button("Reveal the answer", type="primary", key=f"wt_reveal_{step.number}"):
+                    answers[step.number] = {"given": dict(given), "notes": notes}
+                    st.rerun()
             st.caption("Reveal this step to go on.")
             break
-        score = diagnosis.score_prediction(step, revealed)
+        if revealed["notes"]:
+            st.markdown(f"**Your reasoning:** {revealed['notes']}")
+        score = diagnosis.score_prediction(step, revealed["given"])
         if score.total:
             st.markdown(f"**{score.correct} of {score.total} right**")
             st.dataframe(pd.DataFrame([{"answer": s.label, "your prediction": fmt(s.predicted),
