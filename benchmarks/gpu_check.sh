@@ -33,7 +33,7 @@ command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L || true
 import torch
 print(f"torch {torch.__version__}, CUDA available: {torch.cuda.is_available()}")
 from servebench.engine.model import Decoder, configure_cpu, pick_device, preset
-from servebench.engine.executor import Executor, StepPlan
+from servebench.engine.executor import Executor, ComputePlan
 from servebench.engine.kvcache import PagedKVCache
 configure_cpu(1)
 dev, dtype = pick_device("$DEVICE")
@@ -42,9 +42,9 @@ model = Decoder(cfg, seed=0, device=dev, dtype=dtype)
 ex = Executor(model, PagedKVCache(cfg, 256, device=dev, dtype=dtype))
 prompt = torch.randint(0, cfg.vocab, (64,), generator=torch.Generator().manual_seed(1)).tolist()
 ex.add("c", prompt, 8)
-steps = [ex.execute(StepPlan(prefill=(("c", 64),)), keep_logits=True).logits["c"]]
+steps = [ex.execute(ComputePlan(prefill=(("c", 64),)), keep_logits=True).logits["c"]]
 while not ex.sequences["c"].done:
-    steps.append(ex.execute(StepPlan(decode=("c",)), keep_logits=True).logits["c"])
+    steps.append(ex.execute(ComputePlan(decode=("c",)), keep_logits=True).logits["c"])
 tokens = ex.sequences["c"].tokens
 full = model.forward_full(torch.tensor(tokens, device=dev)).cpu()
 ref = full[63:63 + len(steps)]

@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from servebench.engine.executor import Executor, StepPlan  # noqa: E402
+from servebench.engine.executor import Executor, ComputePlan  # noqa: E402
 from servebench.engine.kvcache import KVCacheFullError, PagedKVCache  # noqa: E402
 from servebench.engine.model import PRESETS, Decoder, ModelConfig, preset  # noqa: E402
 from servebench.errors import ConfigError, ServebenchError  # noqa: E402
@@ -33,10 +33,10 @@ def _run_alone(model: Decoder, prompt: list[int], new_tokens: int) -> tuple[list
     """Prefill in one chunk, then decode one token per step; return tokens and each step's logits."""
     ex = _executor(model)
     ex.add("a", prompt, new_tokens)
-    res = ex.execute(StepPlan(prefill=(("a", len(prompt)),)), keep_logits=True)
+    res = ex.execute(ComputePlan(prefill=(("a", len(prompt)),)), keep_logits=True)
     logits = [res.logits["a"]]
     while not ex.sequences["a"].done:
-        res = ex.execute(StepPlan(decode=("a",)), keep_logits=True)
+        res = ex.execute(ComputePlan(decode=("a",)), keep_logits=True)
         logits.append(res.logits["a"])
     return ex.sequences["a"].tokens[len(prompt):], logits
 
@@ -85,16 +85,16 @@ def test_batched_sequences_of_different_lengths_match_their_unbatched_runs(model
     # staggered: two prefill now (one chunked), the rest join while the first ones decode
     got: dict[str, list[torch.Tensor]] = {sid: [] for sid in prompts}
 
-    def step(plan: StepPlan) -> None:
+    def step(plan: ComputePlan) -> None:
         res = ex.execute(plan, keep_logits=True)
         for sid, lg in (res.logits or {}).items():
             got[sid].append(lg)
 
-    step(StepPlan(prefill=(("s0", 1), ("s4", 30))))
-    step(StepPlan(prefill=(("s4", 10), ("s1", 5)), decode=("s0",)))
-    step(StepPlan(prefill=(("s2", 16), ("s3", 17)), decode=("s0", "s1", "s4")))
+    step(ComputePlan(prefill=(("s0", 1), ("s4", 30))))
+    step(ComputePlan(prefill=(("s4", 10), ("s1", 5)), decode=("s0",)))
+    step(ComputePlan(prefill=(("s2", 16), ("s3", 17)), decode=("s0", "s1", "s4")))
     while any(not s.done for s in ex.sequences.values()):
-        step(StepPlan(decode=tuple(sid for sid, s in ex.sequences.items() if not s.done)))
+        step(ComputePlan(decode=tuple(sid for sid, s in ex.sequences.items() if not s.done)))
     for sid, (tokens, logits) in alone.items():
         assert ex.sequences[sid].tokens[len(prompts[sid]):] == tokens, sid
         assert len(got[sid]) == len(logits)
@@ -107,8 +107,8 @@ def test_chunked_prefill_matches_one_chunk(model: Decoder) -> None:
     ex = _executor(model)
     ex.add("a", prompt, 1)
     for n in (7, 16, 20):
-        assert ex.execute(StepPlan(prefill=(("a", n),))).emitted == {}
-    res = ex.execute(StepPlan(prefill=(("a", 7),)), keep_logits=True)
+        assert ex.execute(ComputePlan(prefill=(("a", n),))).emitted == {}
+    res = ex.execute(ComputePlan(prefill=(("a", 7),)), keep_logits=True)
     ref = model.forward_full(torch.tensor(prompt))[-1]
     assert torch.allclose(res.logits["a"], ref, atol=1e-4, rtol=0)
 
@@ -118,13 +118,13 @@ def test_preempted_sequence_recomputes_to_the_same_tokens(model: Decoder) -> Non
     tokens, _ = _run_alone(model, prompt, 10)
     ex = _executor(model)
     ex.add("a", prompt, 10)
-    ex.execute(StepPlan(prefill=(("a", 9),)))
+    ex.execute(ComputePlan(prefill=(("a", 9),)))
     for _ in range(4):
-        ex.execute(StepPlan(decode=("a",)))
+        ex.execute(ComputePlan(decode=("a",)))
     assert ex.preempt("a") == 13 and ex.cache.used_tokens == 0
-    ex.execute(StepPlan(prefill=(("a", ex.sequences["a"].pending),)))
+    ex.execute(ComputePlan(prefill=(("a", ex.sequences["a"].pending),)))
     while not ex.sequences["a"].done:
-        ex.execute(StepPlan(decode=("a",)))
+        ex.execute(ComputePlan(decode=("a",)))
     assert ex.sequences["a"].tokens[9:] == tokens
 
 
@@ -161,7 +161,7 @@ def test_step_that_does_not_fit_raises_and_changes_nothing(model: Decoder) -> No
     ex.add("a", _prompt(4, 20), 4)
     ex.add("b", _prompt(5, 20), 4)
     with pytest.raises(KVCacheFullError):
-        ex.execute(StepPlan(prefill=(("a", 20), ("b", 20))))
+        ex.execute(ComputePlan(prefill=(("a", 20), ("b", 20))))
     assert ex.cache.used_tokens == 0 and ex.sequences["a"].computed == 0
 
 
@@ -169,11 +169,11 @@ def test_executor_rejects_bad_plans(model: Decoder) -> None:
     ex = _executor(model)
     ex.add("a", _prompt(6, 4), 2)
     with pytest.raises(ServebenchError, match="expected 1"):
-        ex.execute(StepPlan(decode=("a",)))
+        ex.execute(ComputePlan(decode=("a",)))
     with pytest.raises(ServebenchError, match="cannot compute 5 tokens"):
-        ex.execute(StepPlan(prefill=(("a", 5),)))
+        ex.execute(ComputePlan(prefill=(("a", 5),)))
     with pytest.raises(ServebenchError, match="not in the engine"):
-        ex.execute(StepPlan(decode=("zz",)))
+        ex.execute(ComputePlan(decode=("zz",)))
     with pytest.raises(ServebenchError, match="already in the engine"):
         ex.add("a", [1], 1)
 

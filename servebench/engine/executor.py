@@ -44,7 +44,7 @@ class SequenceState:
 
 
 @dataclass(frozen=True)
-class StepPlan:
+class ComputePlan:
     """What to compute in one step: ``prefill`` as (sequence, tokens) chunks, ``decode`` sequences."""
 
     prefill: tuple[tuple[str, int], ...] = ()
@@ -103,7 +103,7 @@ class Executor:
         state.computed = 0
         return self.cache.free(seq_id)
 
-    def execute(self, plan: StepPlan, *, keep_logits: bool = False) -> StepResult:
+    def execute(self, plan: ComputePlan, *, keep_logits: bool = False) -> StepResult:
         """Compute the plan's tokens, write their KV, and return the tokens emitted.
 
         ``keep_logits`` also returns each emitting sequence's fp32 logits (for tests).

@@ -25,7 +25,7 @@ import torch
 
 from ..errors import ConfigError
 from ..scheduler import Outcome, Request, Scheduler, SchedulerConfig
-from .executor import Executor, StepPlan
+from .executor import ComputePlan, Executor
 from .kvcache import PagedKVCache
 from .model import Decoder
 
@@ -240,7 +240,7 @@ class EngineLoop:
             return False
         self._emit(closed)
         started = self.clock()
-        result = self.executor.execute(StepPlan(prefill=tuple(plan.prefill), decode=tuple(plan.decode)))
+        result = self.executor.execute(ComputePlan(prefill=tuple(plan.prefill), decode=tuple(plan.decode)))
         if self.model.device.type == "cuda":
             torch.cuda.synchronize(self.model.device)
         end = self.clock()
@@ -309,8 +309,8 @@ def warm_up(model: Decoder, config: SchedulerConfig, steps: int = 3) -> None:
     ex = Executor(model, cache)
     for i in range(4):
         ex.add(f"w{i}", [i + 1] * (8 + 8 * i), steps)
-    ex.execute(StepPlan(prefill=tuple((f"w{i}", 8 + 8 * i) for i in range(4))))
+    ex.execute(ComputePlan(prefill=tuple((f"w{i}", 8 + 8 * i) for i in range(4))))
     for _ in range(steps - 1):
-        ex.execute(StepPlan(decode=tuple(f"w{i}" for i in range(4))))
+        ex.execute(ComputePlan(decode=tuple(f"w{i}" for i in range(4))))
     if model.device.type == "cuda":
         torch.cuda.synchronize(model.device)

@@ -17,7 +17,7 @@ Usage::
         handle.cancel()                         # at any time: ends it "cancelled" and frees its KV
 
 Threading: ``submit``, ``cancel`` and ``stats`` may be called from any thread. A handle's
-iterator blocks on a thread-safe queue; ``await handle.next_event()`` and ``async for`` over
+iterator blocks on a thread-safe queue; ``await handle.anext_event()`` and ``async for`` over
 ``handle.stream()`` wait for it off the event loop. Every handle ends with exactly one outcome
 (``stop()`` cancels live requests with error ``engine_stopped``). Times are seconds on
 ``time.monotonic()`` relative to the service's start; ``svc.clock()`` reads that clock and
