@@ -10,7 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from servebench.errors import ConfigError, InputFormatError
-from servebench.figures.summary import (contract_cells, distribution_frame, fmt, fmt_share, percentile_cdf,
+from servebench.figures.summary import (contract_cells, distribution_frame, fmt, fmt_share, fmt_share_of,
+                                        percentile_cdf,
                                         percentile_histogram, slice_frame, status_frame)
 from servebench.loaders import encode_records, read_bytes, to_table
 from servebench.records import parse_objects, validate
@@ -31,6 +32,8 @@ def test_fmt_keeps_no_data_and_infinity_visible() -> None:
     assert fmt(3000) == "3,000"
     assert fmt(1_700_000_000.25) == "1,700,000,000"
     assert fmt_share(1 / 3) == "33.3%"
+    assert fmt_share_of(1, 4) == "25%"
+    assert fmt_share_of(0, 4) is None and fmt_share_of(1, 0) is None
 
 
 def test_contract_cells_keep_spec_order_and_keys(table) -> None:

@@ -68,6 +68,17 @@ def fmt_share(value: float | None) -> str:
     return f"{value * 100:.3g}%"
 
 
+def fmt_share_of(part: int | float, whole: int | float) -> str | None:
+    """Format part / whole as a percentage; None when part is 0 or whole is 0 (nothing to show).
+
+    >>> fmt_share_of(46333, 353746), fmt_share_of(0, 10), fmt_share_of(3, 0)
+    ('13.1%', None, None)
+    """
+    if not part or not whole:
+        return None
+    return fmt_share(part / whole)
+
+
 @dataclass(frozen=True)
 class ContractCell:
     """One contract field ready to show: its spec key, a human label, what it counts, and its value."""
