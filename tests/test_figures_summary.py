@@ -111,6 +111,7 @@ def test_percentile_figures_mark_the_value() -> None:
     assert [t.name for t in fig.data] == ["success-only", "failure-aware"]
     assert max(fig.data[1].y) == pytest.approx(0.75)  # the failure-aware CDF stops at the success share
     assert any("p95 success-only: 3" in (a.text or "") for a in fig.layout.annotations)
+    assert any("p95 failure-aware = ∞" in (a.text or "") for a in fig.layout.annotations)
     hist = percentile_histogram(fa, 50, 2.0, "Latency (s)")
     assert "1 non-successes at ∞" in hist.layout.title.text
     assert list(hist.data[0].x) == [1.0, 2.0, 3.0]
