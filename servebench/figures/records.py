@@ -184,7 +184,7 @@ def status_figure(by_status: Mapping[str, int]) -> go.Figure:
     """Return request counts by terminal status, every status shown even at zero."""
     names = list(STATUSES) + [s for s in by_status if s not in STATUSES]
     counts = [int(by_status.get(s, 0)) for s in names]
-    fig = go.Figure(go.Bar(x=names, y=counts, text=counts, textposition="outside",
+    fig = go.Figure(go.Bar(x=names, y=counts, text=counts, textposition="outside", cliponaxis=False,
                            marker_color=[STATUS_COLORS.get(s, "#1f77b4") for s in names],
                            hovertemplate="%{x}: %{y}<extra></extra>"))
     fig.update_yaxes(title_text="requests", rangemode="tozero")
@@ -202,9 +202,10 @@ def cause_figure(by_cause: Mapping[str, int], max_bars: int = 15) -> go.Figure |
     labels = [plot_label(k if len(k) <= 60 else k[:57] + "...") for k, _ in items]
     counts = [v for _, v in items]
     fig = go.Figure(go.Bar(y=labels, x=counts, orientation="h", text=counts, textposition="outside",
-                           marker_color="#d62728", hovertemplate="%{y}: %{x}<extra></extra>"))
+                           cliponaxis=False, marker_color="#d62728", hovertemplate="%{y}: %{x}<extra></extra>"))
     fig.update_yaxes(autorange="reversed")
-    fig.update_xaxes(title_text="non-success requests", rangemode="tozero")
+    # leave room right of the longest bar for its outside label
+    fig.update_xaxes(title_text="non-success requests", range=[0, max(counts) * 1.15])
     return _layout(fig, "Non-success causes", height=max(220, 100 + 28 * len(items)))
 
 
