@@ -12,9 +12,11 @@ through a :class:`~servebench.engine.kvcache.PagedKVCache`.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from dataclasses import asdict, dataclass
+from typing import Iterator
 
 import torch
 from torch import Tensor, nn
@@ -112,12 +114,24 @@ def pick_device(requested: str = "auto") -> tuple[torch.device, torch.dtype]:
 
 
 def configure_cpu(threads: int) -> None:
-    """Set torch's CPU threads and flush denormal floats to zero (random weights produce them,
-    and arithmetic on them is many times slower on x86)."""
+    """Set torch's CPU threads."""
     if threads < 1:
         raise ConfigError(f"threads must be at least 1, got {threads}")
     torch.set_num_threads(threads)
+
+
+@contextlib.contextmanager
+def denormals_flushed() -> Iterator[None]:
+    """Flush denormal floats to zero in this thread while the engine computes, then restore IEEE behaviour.
+
+    Random weights produce denormals and x86 arithmetic on them is many times slower; the flag is
+    per-thread processor state, so it is scoped here rather than left set for the whole process.
+    """
     torch.set_flush_denormal(True)
+    try:
+        yield
+    finally:
+        torch.set_flush_denormal(False)
 
 
 def available_bytes(device: torch.device) -> int | None:

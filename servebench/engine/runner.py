@@ -24,7 +24,7 @@ from ..scenario import CancelSpec, Scenario
 from ..scheduler import Outcome, Request, SchedulerConfig
 from ..workload import RequestSpec, WorkloadSpec, closed_loop_plan, generate_arrivals
 from .loop import EngineLoop, StepRow, warm_up
-from .model import Decoder
+from .model import Decoder, denormals_flushed
 
 ERR_RUN_LIMIT = "run_time_limit"
 Progress = Callable[[int, int, int], None]  # (ended, sent, total)
@@ -155,6 +155,14 @@ def run_workload(model: Decoder, scheduler: SchedulerConfig, workload: WorkloadS
     exactly as the simulator draws it. ``max_wall_s`` bounds the run: requests still live then are
     cancelled with error ``run_time_limit`` (kept as records) and requests not yet sent are not offered.
     """
+    with denormals_flushed():
+        return _run_workload(model, scheduler, workload, seed=seed, cancel=cancel, max_wall_s=max_wall_s,
+                             warmup_steps=warmup_steps, progress=progress, on_step=on_step)
+
+
+def _run_workload(model: Decoder, scheduler: SchedulerConfig, workload: WorkloadSpec, *, seed: int,
+                  cancel: CancelSpec | None, max_wall_s: float | None, warmup_steps: int,
+                  progress: Progress | None, on_step: Callable[[StepRow], None] | None) -> TimingRun:
     rng = np.random.default_rng(seed)
     if workload.arrival is not None:
         specs = generate_arrivals(workload, rng)

@@ -40,7 +40,7 @@ from typing import Any
 from ..errors import ConfigError, ServebenchError
 from ..scheduler import Outcome, Request, SchedulerConfig
 from .loop import EngineLoop, warm_up
-from .model import Decoder, ModelConfig, configure_cpu, pick_device, preset
+from .model import Decoder, ModelConfig, configure_cpu, denormals_flushed, pick_device, preset
 
 ERR_STOPPED = "engine_stopped"
 
@@ -183,7 +183,8 @@ class EngineService:
 
     def _serve(self) -> None:
         try:
-            self._loop.serve(idle_wait_s=0.05)
+            with denormals_flushed():
+                self._loop.serve(idle_wait_s=0.05)
         except BaseException as exc:  # surfaced to callers by submit() and stats()
             self._error = exc
             self._loop.stop()
