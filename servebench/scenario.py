@@ -50,7 +50,8 @@ class ServerSpec(BaseModel):
     timeout_s: float | None = Field(None, gt=0, description="Deadline after arrival, s.")
     prefill_lane: Literal["shared", "separate"] = Field(
         "shared", description="shared: prompts are computed inside the batched step (continuous batching); "
-                              "separate: each prefill runs beside the decode batch (the spec's flat timings).")
+                              "separate: each whole prefill runs beside the decode batch (the spec's flat timings; "
+                              "max_num_batched_tokens does not apply).")
 
     @model_validator(mode="after")
     def _check(self) -> "ServerSpec":

@@ -10,7 +10,8 @@ Two server shapes (``prefill_lane``):
 * ``shared``: one engine loop; each step runs the plan's prefill chunks and decodes together and
   takes ``StepModel.step_s``. This is continuous batching: a long prompt slows every decoder.
 * ``separate``: prefills run beside the decode batch, each taking ``StepModel.prefill_s`` of its
-  chunk; decode steps take ``step_s(0, decoders, kv)``. This reproduces the spec's flat timings.
+  whole prompt (no per-step token budget); decode steps take ``step_s(0, decoders, kv)``. This
+  reproduces the spec's flat timings.
 
 Fast path: when a step is pure decode, the loop asks the scheduler how many identical steps can
 follow before a sequence completes or (paged) needs a block it lacks, cuts that at the last step
@@ -23,7 +24,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -166,6 +167,9 @@ def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workl
     reqs = workload.requests if isinstance(workload, ClosedLoopPlan) else workload
     think = workload.think_s if isinstance(workload, ClosedLoopPlan) else None
     n = len(reqs)
+    separate = prefill_lane == "separate"
+    if separate:  # each prefill runs whole on its own lane: no per-step token budget applies
+        config = replace(config, max_num_batched_tokens=None)
     sched = Scheduler(config)
     rec = _Recorder(n, reqs.class_names)
     prompt = reqs.prompt_tokens.tolist()
@@ -177,7 +181,6 @@ def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workl
     heap: list[tuple[float, int, int, int, Any]] = []
     counter = 0
     trace: list[tuple[float, float, int, int, int, int, int, int, int, int]] = []
-    separate = prefill_lane == "separate"
     busy = False  # the (decode) engine loop is running a step or run
     engine_steps = 0
     events = 0
@@ -214,16 +217,9 @@ def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workl
             if kmax <= 1 or now + one > next_event_time():
                 end, k = now + one, 1
             else:
-                horizon = next_event_time()
-                if model.per_kv_token_s == 0:
-                    k = kmax if horizon == math.inf else min(kmax, max(1, int((horizon - now) / one)))
-                    if k > 1 and now + one * k > horizon:
-                        k -= 1
-                    end = now + one * k
-                else:
-                    ends = model.decode_run_ends(now, d, plan.kv_tokens_read, kmax)
-                    k = max(1, min(kmax, int(np.searchsorted(ends, horizon, side="right"))))
-                    end = float(ends[k - 1])
+                ends = model.decode_run_ends(now, d, plan.kv_tokens_read, kmax)
+                k = max(1, min(kmax, int(np.searchsorted(ends, next_event_time(), side="right"))))
+                end = float(ends[k - 1])
                 if k > 1:
                     sched.extend(plan, k)
         engine_steps += plan.steps

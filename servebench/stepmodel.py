@@ -45,10 +45,15 @@ class StepModel(BaseModel):
         return self.per_prefill_token_s * prefill_tokens
 
     def decode_run_ends(self, start_s: float, decode_seqs: int, kv_tokens_read: int, steps: int) -> np.ndarray:
-        """Return the end times of ``steps`` pure decode steps; each step reads ``decode_seqs`` more KV tokens."""
-        j = np.arange(steps, dtype=np.float64)
-        per = self.base_s + self.per_decode_seq_s * decode_seqs + self.per_kv_token_s * kv_tokens_read
-        return start_s + np.cumsum(per + self.per_kv_token_s * decode_seqs * j)
+        """Return the end times of ``steps`` pure decode steps; each step reads ``decode_seqs`` more KV tokens.
+
+        Bit for bit what adding ``step_s`` one step at a time gives (same operations, same order),
+        so a simulation that jumps over a run breaks ties exactly as one that steps through it.
+        """
+        kv = kv_tokens_read + decode_seqs * np.arange(steps, dtype=np.int64)
+        durations = (self.base_s + self.per_prefill_token_s * 0 + self.per_decode_seq_s * decode_seqs
+                     + self.per_kv_token_s * kv.astype(np.float64))
+        return np.cumsum(np.concatenate(([start_s], durations)))[1:]
 
     @classmethod
     def flat(cls, prefill_s: float, prompt_tokens: int, tpot_s: float) -> "StepModel":
