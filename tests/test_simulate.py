@@ -113,12 +113,12 @@ def test_conservation_validity_and_kv_bound(sc: Scenario) -> None:
 @settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_decode_runs_match_step_by_step(sc: Scenario) -> None:
+    # jumping over decode runs is exact: same records to the last bit, same number of steps
     fast = simulate(sc)
     slow = simulate(sc, decode_runs=False)
-    assert np.array_equal(fast.records.status, slow.records.status)
-    assert np.array_equal(fast.records.output_tokens, slow.records.output_tokens)
-    np.testing.assert_allclose(fast.records.end, slow.records.end, rtol=0, atol=1e-6)
+    assert fast.records.to_dicts() == slow.records.to_dicts()
     assert fast.engine_steps == slow.engine_steps
+    assert fast.events <= slow.events
 
 
 # --------------------------------------------------------------------------- determinism
