@@ -226,6 +226,7 @@ class Scheduler:
         self._counter = 0
         self._free_blocks = config.num_blocks
         self._reserved_tokens = 0
+        self._held_tokens = 0  # tokens whose KV is computed, over running sequences
 
     # ------------------------------------------------------------------ state
     @property
@@ -244,6 +245,11 @@ class Scheduler:
         if self.config.policy == "reserve":
             return self._reserved_tokens
         return (self.config.num_blocks - self._free_blocks) * self.config.block_size_tokens
+
+    @property
+    def kv_tokens_held(self) -> int:
+        """Return tokens whose KV is computed and kept (less than ``kv_tokens_used`` by what is reserved or rounded)."""
+        return self._held_tokens
 
     @property
     def has_work(self) -> bool:
@@ -330,6 +336,7 @@ class Scheduler:
                        req.prompt_tokens, seq.generated, req.slice, error, seq.preemptions)
 
     def _release(self, seq: _Seq) -> None:
+        self._held_tokens -= seq.computed
         self._free_blocks += seq.blocks
         seq.blocks = 0
         self._reserved_tokens -= seq.reserved
@@ -475,6 +482,7 @@ class Scheduler:
                 continue
             seq.in_flight = False
             seq.computed += chunk
+            self._held_tokens += chunk
             if seq.computed >= seq.req.prompt_tokens + seq.generated:
                 seq.decoding = True
                 seq.generated += 1
@@ -488,6 +496,7 @@ class Scheduler:
                 continue
             seq.in_flight = False
             seq.computed += steps
+            self._held_tokens += steps
             seq.generated += steps
             if seq.generated >= seq.target:
                 done.append(self._finish(seq, now, "success", None))

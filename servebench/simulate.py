@@ -39,7 +39,7 @@ PRIO_RUN, PRIO_PREFILL, PRIO_CANCEL, PRIO_DEADLINE, PRIO_ARRIVAL = 0, 1, 2, 3, 4
 EV_RUN, EV_PREFILL, EV_CANCEL, EV_ARRIVAL = 0, 1, 2, 3
 LANES: tuple[str, ...] = ("step", "decode", "prefill")
 TRACE_COLUMNS: tuple[str, ...] = ("time", "duration", "steps", "lane", "active", "waiting", "kv_tokens_used",
-                                  "kv_tokens_read", "prefill_tokens", "decode_seqs")
+                                  "kv_tokens_read", "prefill_tokens", "decode_seqs", "kv_tokens_held")
 _STATUS_CODE = {s: i for i, s in enumerate(STATUSES)}
 
 
@@ -49,7 +49,9 @@ class StepTrace:
 
     ``time`` is the start, ``duration`` the total of its ``steps``; ``active``, ``waiting`` and
     ``kv_tokens_used`` are after the step's admissions and allocations (``kv_tokens_used`` is the
-    most the run holds); ``kv_tokens_read`` is what its first step's decoders attend over.
+    most the run holds); ``kv_tokens_read`` is what its first step's decoders attend over;
+    ``kv_tokens_held`` is KV actually computed before the step (below ``kv_tokens_used`` by what
+    ``reserve`` sets aside for outputs not yet generated, or ``paged`` rounds up to blocks).
     """
 
     time: np.ndarray
@@ -62,6 +64,7 @@ class StepTrace:
     kv_tokens_read: np.ndarray
     prefill_tokens: np.ndarray
     decode_seqs: np.ndarray
+    kv_tokens_held: np.ndarray
 
     def __len__(self) -> int:
         return int(self.time.size)
@@ -180,7 +183,7 @@ def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workl
     cancel = None if cancel_after_s is None else cancel_after_s.tolist()
     heap: list[tuple[float, int, int, int, Any]] = []
     counter = 0
-    trace: list[tuple[float, float, int, int, int, int, int, int, int, int]] = []
+    trace: list[tuple[float, float, int, int, int, int, int, int, int, int, int]] = []
     busy = False  # the (decode) engine loop is running a step or run
     engine_steps = 0
     events = 0
@@ -225,7 +228,7 @@ def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workl
         engine_steps += plan.steps
         busy = True
         trace.append((now, end - now, plan.steps, lane, plan.running, plan.waiting, plan.kv_tokens_used,
-                      plan.kv_tokens_read, plan.prefill_tokens, d))
+                      plan.kv_tokens_read, plan.prefill_tokens, d, sched.kv_tokens_held))
         push(end, PRIO_RUN, EV_RUN, plan)
 
     def kick(now: float) -> None:
@@ -245,7 +248,7 @@ def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workl
                     longest = max(longest, dur)
                     push(now + dur, PRIO_PREFILL, EV_PREFILL, plan.only({rid}))
                 trace.append((now, longest, 1, 2, plan.running, plan.waiting, plan.kv_tokens_used, 0,
-                              plan.prefill_tokens, 0))
+                              plan.prefill_tokens, 0, sched.kv_tokens_held))
         if not busy and sched.num_running:
             plan = sched.step(now, prefill=False)
             if plan.decode:
@@ -309,14 +312,11 @@ def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workl
                      events, rec.preemptions)
 
 
-def _trace(rows: list[tuple[float, float, int, int, int, int, int, int, int, int]]) -> StepTrace:
+def _trace(rows: list[tuple[float, float, int, int, int, int, int, int, int, int, int]]) -> StepTrace:
     if not rows:
         z = np.zeros(0)
         zi = np.zeros(0, dtype=np.int64)
-        return StepTrace(z, z, zi, zi.astype(np.int8), zi, zi, zi, zi, zi, zi)
+        return StepTrace(z, z, zi, zi.astype(np.int8), zi, zi, zi, zi, zi, zi, zi)
     a = np.array(rows, dtype=np.float64)
     i = a[:, 2:].astype(np.int64)
-    return StepTrace(a[:, 0], a[:, 1], i[:, 0], i[:, 1].astype(np.int8), i[:, 2], i[:, 3], i[:, 4], i[:, 5],
-                     i[:, 6], i[:, 7])
-
-
+    return StepTrace(a[:, 0], a[:, 1], i[:, 0], i[:, 1].astype(np.int8), *(i[:, c] for c in range(2, 9)))

@@ -32,7 +32,18 @@ def test_single_request_timing() -> None:
     assert s.add_request(req("a", prompt=10, out=3), 0.0) is None
     (o,), t = run(s, dt=1.0)
     assert (o.status, o.admitted, o.first_token, o.end, o.output_tokens) == ("success", 0.0, 1.0, 3.0, 3)
-    assert s.kv_tokens_used == 0
+    assert s.kv_tokens_used == 0 and s.kv_tokens_held == 0
+
+
+def test_held_tokens_follow_compute_not_reservation() -> None:
+    s = Scheduler(SchedulerConfig(kv_budget_tokens=100))
+    s.add_request(req("a", prompt=10, out=5), 0.0)
+    p = s.step(0.0)
+    assert (s.kv_tokens_used, s.kv_tokens_held) == (15, 0)
+    s.on_step_done(p, 1.0)
+    assert s.kv_tokens_held == 10  # the prompt; the first sampled token's KV comes with the next step
+    s.on_step_done(s.step(1.0), 2.0)
+    assert s.kv_tokens_held == 11
 
 
 def test_reserve_admits_only_what_fits() -> None:

@@ -99,6 +99,8 @@ def test_conservation_validity_and_kv_bound(sc: Scenario) -> None:
     assert sum(counts.values()) == n  # offered = success + failed + timeout + cancelled + rejected
     assert_valid(result)
     assert kv_within_budget(result)
+    assert np.all(result.trace.kv_tokens_held <= result.trace.kv_tokens_used)
+    assert np.all(result.trace.kv_tokens_held >= 0)
     t = result.records
     ok = t.is_success
     assert np.all(t.output_tokens[ok] >= 1)
@@ -178,6 +180,8 @@ def test_profile_b_saturates_at_eight() -> None:
     assert report.prefill_s is not None and report.prefill_s.at(50) == pytest.approx(1.2)
     assert report.request_tpot_s.at(50) == pytest.approx(0.031, abs=0.001)
     assert int(result.trace.kv_tokens_used.max()) == 64_000
+    # reserve sets aside each output cap up front: what is computed stays below what is reserved
+    assert int(result.trace.kv_tokens_held.max()) < 64_000
 
 
 def test_profile_b_saturates_over_many_seeds() -> None:

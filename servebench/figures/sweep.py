@@ -27,9 +27,11 @@ def _mark_loads(fig: go.Figure, result: SweepResult, rows: Sequence[int] = (1,))
         marks.append((result.knee_load, "knee", "#d62728", "dot"))
     for x, label, color, dash in marks:
         for r in rows:
-            fig.add_vline(x=x, line_color=color, line_dash=dash, row=r, col=1,
-                          annotation_text=f"{label} {x:.3g}" if r == rows[0] else None,
-                          annotation_position="top left")
+            text = {"annotation_text": f"{label} {x:.3g}", "annotation_position": "top left"} if r == rows[0] else {}
+            if len(rows) > 1 or r != 1:
+                fig.add_vline(x=x, line_color=color, line_dash=dash, row=r, col=1, **text)
+            else:
+                fig.add_vline(x=x, line_color=color, line_dash=dash, **text)
 
 
 def latency_vs_load(result: SweepResult) -> go.Figure:
@@ -84,25 +86,33 @@ def trace_over_time(trace: Any, kv_budget_tokens: int | None = None, title: str 
     """Return running sequences, waiting requests and KV tokens in use over time from a step trace.
 
     ``trace`` is a ``StepTrace``, or any mapping of columns (``time``, ``active``, ``waiting``,
-    ``kv_tokens_used``; a DataFrame read from the trace CSV works). Long traces are thinned to
+    ``kv_tokens_used``, optionally ``kv_tokens_held``; a DataFrame read from the trace CSV works).
+    KV "taken" is reserved or block-rounded; "computed" is what is actually cached. Long traces are thinned to
     at most ``MAX_TRACE_POINTS`` rows, keeping each bucket's largest values.
     """
     t = _column(trace, "time").astype(np.float64)
     active = _column(trace, "active").astype(np.float64)
     waiting = _column(trace, "waiting").astype(np.float64)
     kv = _column(trace, "kv_tokens_used").astype(np.float64)
+    has_held = (isinstance(trace, Mapping) and "kv_tokens_held" in trace) or hasattr(trace, "kv_tokens_held")
+    held = _column(trace, "kv_tokens_held").astype(np.float64) if has_held else None
     order = np.argsort(t, kind="stable")
     t, active, waiting, kv = t[order], active[order], waiting[order], kv[order]
+    held = held[order] if held is not None else None
     if t.size > MAX_TRACE_POINTS:
         edges = np.linspace(0, t.size, MAX_TRACE_POINTS + 1).astype(np.int64)
         starts = edges[:-1]
         t = t[starts]
         active, waiting, kv = (np.maximum.reduceat(a, starts) for a in (active, waiting, kv))
+        held = np.maximum.reduceat(held, starts) if held is not None else None
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
                         subplot_titles=("Running sequences and waiting requests", "KV tokens in use"))
     fig.add_trace(go.Scatter(x=t, y=active, mode="lines", line_shape="hv", name="running"), row=1, col=1)
     fig.add_trace(go.Scatter(x=t, y=waiting, mode="lines", line_shape="hv", name="waiting"), row=1, col=1)
-    fig.add_trace(go.Scatter(x=t, y=kv, mode="lines", line_shape="hv", name="KV tokens used"), row=2, col=1)
+    fig.add_trace(go.Scatter(x=t, y=kv, mode="lines", line_shape="hv", name="KV tokens taken"), row=2, col=1)
+    if held is not None:
+        fig.add_trace(go.Scatter(x=t, y=held, mode="lines", line_shape="hv", name="KV tokens computed",
+                                 line={"dash": "dot"}), row=2, col=1)
     if kv_budget_tokens is not None:
         fig.add_hline(y=kv_budget_tokens, line_dash="dash", line_color="#7f7f7f", row=2, col=1,
                       annotation_text=f"budget {kv_budget_tokens:,}", annotation_position="bottom right")
