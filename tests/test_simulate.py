@@ -311,3 +311,38 @@ def test_scenario_json_and_files(tmp_path: Path) -> None:
     result = simulate(sc)
     assert result.records.start.tolist() == [0.0, 1.0, 1.5, 4.0]
     assert set(result.records.prompt_tokens.tolist()) <= {10, 20, 30}
+
+
+def test_shipped_profiles_golden_numbers() -> None:
+    # pinned results of the shipped scenarios (seed 6): a change here is a change in behaviour
+    expected = {
+        "profile_a": ({"success": 300, "timeout": 0}, 0.0, 0.0, 12),
+        "profile_b": ({"success": 299, "timeout": 1}, 2.063, 10.015, 8),
+    }
+    for name, (counts, q50, q95, peak) in expected.items():
+        r = simulate(load_scenario(SCENARIOS / f"{name}.yaml"))
+        rep = build_report(r.records, r.window_start_s, r.window_end_s)
+        assert {k: rep.by_status[k] for k in counts} == counts
+        assert rep.queue_wait_s is not None
+        assert (round(rep.queue_wait_s.at(50), 3), round(rep.queue_wait_s.at(95), 3)) == (q50, q95)
+        assert rep.in_service is not None and rep.in_service.peak == peak
+
+
+def test_class_timeout_overrides_server_deadline() -> None:
+    sc = scenario(server={"kv_budget_tokens": 240, "timeout_s": 100.0},
+                  workload={"arrival": {"kind": "constant", "rate_rps": 20},
+                            "classes": [{"name": "impatient", "prompt": {"value": 100}, "output": {"value": 20},
+                                         "timeout_s": 1.5}]},
+                  step={"base_s": 0.05})
+    t = simulate(sc).records
+    timed = t.status == STATUSES.index("timeout")
+    assert timed.sum() > 100 and np.allclose(t.end[timed] - t.start[timed], 1.5)
+
+
+def test_replay_of_a_records_file(tmp_path: Path) -> None:
+    records = Path(__file__).resolve().parent.parent / "sample_data" / "r1_r4.json"
+    sc = parse_scenario({
+        "server": {"kv_budget_tokens": 5000}, "step_model": {"base_s": 0.01},
+        "workload": {"arrival": {"kind": "replay", "path": str(records), "speed": 2.0},
+                     "classes": [{"prompt": {"value": 10}, "output": {"value": 5}}]}}, base_dir=tmp_path)
+    assert simulate(sc).records.start.tolist() == [0.0, 0.5, 1.0, 1.5]
