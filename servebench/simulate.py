@@ -239,7 +239,7 @@ def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workl
                 if not plan.is_empty:
                     start_run(now, plan, 0)
             return
-        if sched.num_waiting or sched.num_running:
+        if sched.num_waiting:  # whole prompts on this lane: only admissions start new prefills
             plan = sched.step(now, decode=False)
             if plan.prefill:
                 longest = 0.0
