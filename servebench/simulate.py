@@ -220,8 +220,11 @@ def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workl
             if kmax <= 1 or now + one > next_event_time():
                 end, k = now + one, 1
             else:
+                horizon = next_event_time()
+                if horizon != math.inf and one > 0:  # steps only lengthen: at most this many end by then
+                    kmax = min(kmax, int((horizon - now) / one) + 2)
                 ends = model.decode_run_ends(now, d, plan.kv_tokens_read, kmax)
-                k = max(1, min(kmax, int(np.searchsorted(ends, next_event_time(), side="right"))))
+                k = max(1, min(kmax, int(np.searchsorted(ends, horizon, side="right"))))
                 end = float(ends[k - 1])
                 if k > 1:
                     sched.extend(plan, k)

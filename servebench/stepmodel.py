@@ -50,10 +50,15 @@ class StepModel(BaseModel):
         Bit for bit what adding ``step_s`` one step at a time gives (same operations, same order),
         so a simulation that jumps over a run breaks ties exactly as one that steps through it.
         """
-        kv = kv_tokens_read + decode_seqs * np.arange(steps, dtype=np.int64)
-        durations = (self.base_s + self.per_prefill_token_s * 0 + self.per_decode_seq_s * decode_seqs
-                     + self.per_kv_token_s * kv.astype(np.float64))
-        return np.cumsum(np.concatenate(([start_s], durations)))[1:]
+        fixed = self.base_s + self.per_prefill_token_s * 0 + self.per_decode_seq_s * decode_seqs
+        times = np.empty(steps + 1)
+        times[0] = start_s
+        if self.per_kv_token_s == 0:
+            times[1:] = fixed  # x + 0.0 == x: the same value step_s gives
+        else:
+            kv = kv_tokens_read + decode_seqs * np.arange(steps, dtype=np.int64)
+            times[1:] = fixed + self.per_kv_token_s * kv.astype(np.float64)
+        return np.cumsum(times)[1:]
 
     @classmethod
     def flat(cls, prefill_s: float, prompt_tokens: int, tpot_s: float) -> "StepModel":
