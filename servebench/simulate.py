@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
