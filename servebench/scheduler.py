@@ -44,6 +44,10 @@ Semantics:
   sequences can take before one completes or (paged) runs out of blocks; ``extend(plan, k)``
   allocates KV for k steps now and ``on_step_done(plan, now)`` then commits all k at once (the
   simulator's fast path).
+* ``step(now, prefill=False)`` or ``step(now, decode=False)`` plans one kind of work only, for
+  callers with separate prefill and decode lanes. State for traces and event loops:
+  ``num_waiting``, ``num_running``, ``kv_tokens_used`` (reserved or whole blocks),
+  ``kv_tokens_held`` (KV actually computed), ``has_work``, ``next_deadline()``.
 """
 
 from __future__ import annotations
