@@ -762,4 +762,4 @@ def measured_point(outcomes: Sequence[Outcome], load: float, slo: Any, slo_targe
         slo_attainment=attainment, meets_slo=attainment >= slo_target,
         ttft_s=q(report.ttft_s), tpot_s=q(report.request_tpot_s), latency_s=q(report.latency_s),
         queue_wait_s=q(report.queue_wait_s), **{k: None for k in SERVER_ONLY_FIELDS})
-    return SweepPoint.model_construct(**values)
+    return SweepPoint(**values)

@@ -61,11 +61,12 @@ class SweepPoint(BaseModel):
     tpot_s: dict[str, float | None]
     latency_s: dict[str, float | None]
     queue_wait_s: dict[str, float | None]
-    peak_active: int = Field(description="Most running sequences (step trace).")
+    peak_active: int | None = Field(description="Most running sequences (step trace; None when measured "
+                                            "from a client, which cannot see it).")
     mean_active: float | None = Field(description="Time-weighted mean running sequences while the engine ran.")
-    peak_waiting: int
-    max_kv_tokens_used: int
-    preemptions: int
+    peak_waiting: int | None = Field(description="Most waiting requests (None: not observable).")
+    max_kv_tokens_used: int | None = Field(description="Most KV tokens held (None: not observable).")
+    preemptions: int | None = Field(description="Preempted sequences (None: not observable).")
 
 
 class Capacity(BaseModel):
@@ -93,7 +94,7 @@ class SweepResult(BaseModel):
     points: list[SweepPoint] = Field(description="Grid and search points, by load.")
     capacity: Capacity
     knee_load: float | None = Field(description="Lowest load whose p95 latency is over twice the lowest load's (None: none).")
-    kv_budget_tokens: int
+    kv_budget_tokens: int | None = Field(description="The server's KV budget (None: a measured server's is unknown).")
 
 
 def default_rates(scenario: Scenario, points: int = 10) -> list[float]:
@@ -212,7 +213,8 @@ def sweep(scenario: Scenario, loads: Sequence[float], *, mode: Mode = "rate", sl
 
     for x in grid:
         run(x, "grid")
-    capacity = _search(run, grid, points, mode, tolerance, max_search) if search else _from_grid(grid, points)
+    capacity = (search_capacity(run, grid, points, mode, tolerance, max_search) if search
+                else capacity_from_grid(grid, points))
     ordered = [points[k] for k in sorted(points)]
     if progress is not None and ordered:
         progress(len(points), len(points), ordered[-1])
@@ -231,14 +233,20 @@ def _bracket(grid: list[float], points: dict[float, SweepPoint]) -> tuple[float 
     return lo, None
 
 
-def _from_grid(grid: list[float], points: dict[float, SweepPoint]) -> Capacity:
+def capacity_from_grid(grid: list[float], points: dict[float, SweepPoint]) -> Capacity:
+    """Return the capacity read off the grid: the last meeting load below the first failing one."""
     lo, hi = _bracket(grid, points)
     note = "read off the grid (search off)"
     return Capacity(load=lo, upper=hi, evaluations=0, note=note)
 
 
-def _search(run: Callable[[float, Literal["grid", "search"]], SweepPoint], grid: list[float],
-            points: dict[float, SweepPoint], mode: Mode, tolerance: float, max_search: int) -> Capacity:
+def search_capacity(run: Callable[[float, Literal["grid", "search"]], SweepPoint], grid: list[float],
+                    points: dict[float, SweepPoint], mode: Mode, tolerance: float, max_search: int) -> Capacity:
+    """Return the highest load meeting the SLOs by bisection between grid points, widening past the grid.
+
+    ``run(load, source)`` evaluates one load (a simulation or a measured run) and is called only
+    for loads not yet in ``points``; the simulator and the HTTP load generator share this rule.
+    """
     lo, hi = _bracket(grid, points)
     evals = 0
     notes = []

@@ -410,11 +410,14 @@ def test_measured_points_feed_the_sweep_figures():
     points = [measured_point(outs(1, 0.5), 1.0, slo, 0.95), measured_point(outs(4, 3.0), 4.0, slo, 0.95)]
     assert [p.meets_slo for p in points] == [True, False] and points[1].latency_s["p95"] == pytest.approx(3.0)
     assert points[0].offered_rps == pytest.approx(1.0) and points[0].tpot_s["p50"] == pytest.approx(0.15)
-    result = SweepResult.model_construct(
+    result = SweepResult(
         scenario="measured", mode="rate", seed=0, requests_per_point=10, slo=slo, slo_target=0.95, points=points,
         capacity=Capacity(load=1.0, upper=4.0, evaluations=0, note="grid"), knee_load=knee(points),
         kv_budget_tokens=None)
     assert result.knee_load == 4.0
+    # what a measured sweep writes, it reads back: server-side fields are None, not a fake 0
+    again = SweepResult.model_validate_json(result.model_dump_json())
+    assert again == result and again.points[0].peak_active is None
     assert len(latency_vs_load(result).data) > 0 and len(outcomes_vs_load(result).data) > 0
 
 

@@ -204,7 +204,7 @@ def _sweep(url: str, rates_text: str, out: Path, requests: int, arrival: str, cv
     from ..loadgen import measured_point
     from ..render import fmt
     from ..sweep import SweepResult, knee, sweep_csv
-    from ..sweep import _from_grid, _search  # the simulator's capacity rules, reused as they are
+    from ..sweep import capacity_from_grid, search_capacity
 
     rates = _parse_rates(rates_text)
     if not 0 < slo_target <= 1:
@@ -230,13 +230,13 @@ def _sweep(url: str, rates_text: str, out: Path, requests: int, arrival: str, cv
 
     for r in rates:
         run(r, "grid")
-    capacity = _search(run, rates, points, "rate", 0.05, 4) if search else _from_grid(rates, points)
+    capacity = search_capacity(run, rates, points, "rate", 0.05, 4) if search else capacity_from_grid(rates, points)
     ordered = [points[k] for k in sorted(points)]
-    result = SweepResult.model_construct(
+    result = SweepResult(
         scenario=f"measured {model[0]} at {url}", mode="rate", seed=seed, requests_per_point=requests, slo=slo,
         slo_target=slo_target, points=ordered, capacity=capacity, knee_load=knee(ordered), kv_budget_tokens=None)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "sweep.json").write_text(result.model_dump_json(indent=2, warnings=False), encoding="utf-8")
+    (out / "sweep.json").write_text(result.model_dump_json(indent=2), encoding="utf-8")
     (out / "sweep.csv").write_text(sweep_csv(result), encoding="utf-8")
     (out / "metadata.json").write_text(_dump({
         "kind": "servebench load --sweep", "endpoint": url, "model": model[0], "rates": rates,
@@ -245,7 +245,7 @@ def _sweep(url: str, rates_text: str, out: Path, requests: int, arrival: str, cv
                         "kv_budget_tokens are server-side; a client cannot measure them (null)",
     }) + "\n", encoding="utf-8")
     if as_json:
-        emit_json({**json.loads(result.model_dump_json(warnings=False)), "runs": runs,
+        emit_json({**json.loads(result.model_dump_json()), "runs": runs,
                    "files": [str(out / "sweep.json"), str(out / "sweep.csv")]})
         return
     t = Table(title=f"Measured sweep of {model[0]} at {url}")

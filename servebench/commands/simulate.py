@@ -168,7 +168,7 @@ def sweep(
     if figures:
         from ..figures.sweep import latency_vs_load, outcomes_vs_load
         for name, fig in (("sweep_latency.html", latency_vs_load(result)), ("sweep_outcomes.html", outcomes_vs_load(result))):
-            fig.write_html(d / name, include_plotlyjs="cdn")
+            fig.write_html(d / name, include_plotlyjs="directory")  # plotly.min.js beside it: works offline
             files.append(str(d / name))
     if as_json:
         emit_json({**json.loads(result.model_dump_json()), "files": files})
