@@ -18,8 +18,9 @@ setup() {
   fi
   if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     "$PY" -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
-    "$PY" -m pip install --quiet -r requirements.txt
-    "$PY" -m pip install --quiet --no-deps -e .
+    # this machine's pip config names local mirrors that may be absent; drop only those warnings
+    "$PY" -m pip install --quiet -r requirements.txt 2> >(grep -v "^WARNING: Location 'file://" >&2)
+    "$PY" -m pip install --quiet --no-deps -e . 2> >(grep -v "^WARNING: Location 'file://" >&2)
     echo "$want" > "$stamp"
   fi
 }

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import numpy as np
 from scipy.stats import binom
@@ -56,17 +56,6 @@ def percentile(values: Sequence[float] | np.ndarray, q: float | int = 95) -> flo
         return None
     k = nearest_rank(q, n) - 1
     return float(np.partition(arr, k)[k])
-
-
-def percentiles(values: np.ndarray, qs: Iterable[float | int]) -> dict[float | int, float | None]:
-    """Return several nearest-rank percentiles with one partition pass."""
-    arr = np.asarray(values, dtype=np.float64)
-    qs = list(qs)
-    if arr.size == 0:
-        return {q: None for q in qs}
-    ks = [nearest_rank(q, arr.size) - 1 for q in qs]
-    part = np.partition(arr, sorted(set(ks)))
-    return {q: float(part[k]) for q, k in zip(qs, ks)}
 
 
 @dataclass(frozen=True)

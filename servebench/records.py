@@ -545,7 +545,3 @@ def default_window(rows: ParsedRows) -> tuple[float, float]:
                                     source=rows.source, rule=MSG_WINDOW)
     return float(fs.min()), float(fe.max())
 
-
-def records_from_table(table: RecordTable) -> list[TimingRecord]:
-    """Return the rows as TimingRecord models (for export and schema checks)."""
-    return [TimingRecord.model_validate(d) for d in table.to_dicts()]
