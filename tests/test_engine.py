@@ -335,7 +335,12 @@ def test_run_writes_records_trace_and_contract_then_validate_compares(tmp_path) 
     scenario = tmp_path / "s.yaml"
     scenario.write_text(SCENARIO)
     out = tmp_path / "run"
-    res = CliRunner().invoke(app, ["run", str(scenario), "-o", str(out), "--json"])
+    torch.set_num_threads(2)
+    try:
+        res = CliRunner().invoke(app, ["run", str(scenario), "-o", str(out), "--json"])
+        assert torch.get_num_threads() == 2  # the run used 1 thread and gave the caller its own count back
+    finally:
+        torch.set_num_threads(1)
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     assert tuple(doc["summary"]) == CONTRACT_FIELDS and doc["summary"]["requests"] == 24
@@ -425,3 +430,45 @@ def test_a_kv_cache_larger_than_memory_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="pick a smaller preset"):
         Decoder(ModelConfig("huge", layers=1000, hidden=8192, heads=64, kv_heads=8, head_dim=128, ffn=28672,
                             vocab=8, max_positions=8))
+
+
+# --------------------------------------------------------------------------- process state a run leaves behind
+
+
+def test_denormal_flushing_is_scoped_and_restores_the_callers_mode() -> None:
+    from servebench.engine.model import denormals_flushed, flushing_denormals
+    assert not flushing_denormals()
+    with denormals_flushed():
+        assert flushing_denormals()
+    assert not flushing_denormals()
+    torch.set_flush_denormal(True)
+    try:
+        with denormals_flushed():
+            pass
+        assert flushing_denormals()  # a caller that had it on keeps it on
+    finally:
+        torch.set_flush_denormal(False)
+
+
+def test_a_run_that_fails_to_start_leaves_the_collector_unfrozen(model: Decoder) -> None:
+    import gc
+    assert gc.get_freeze_count() == 0
+    with pytest.raises(ConfigError, match="lower the KV budget"):
+        run_workload(model, SchedulerConfig(kv_budget_tokens=10**11, policy="paged"), _workload(2, 100.0),
+                     warmup_steps=0)
+    assert gc.get_freeze_count() == 0
+    run_workload(model, SchedulerConfig(kv_budget_tokens=512, policy="paged"), _workload(2, 1000.0), warmup_steps=0)
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_callers_own_gc_freeze_is_left_alone(model: Decoder) -> None:
+    import gc
+    from servebench.engine.runner import gc_frozen
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with gc_frozen():
+            pass
+        assert gc.get_freeze_count() >= frozen > 0
+    finally:
+        gc.unfreeze()

@@ -18,6 +18,8 @@ def execute_run(scenario_path: Path, out: Path, *, model: str = "tiny", device: 
                 weights_seed: int = 0, max_wall_s: float | None = None, warmup_steps: int = 3,
                 progress: Any = None) -> dict[str, Any]:
     """Run a scenario on the local engine, write the run folder, and return its metadata."""
+    import torch
+
     from ..engine.contract import build_contract
     from ..engine.model import Decoder, configure_cpu, pick_device, preset
     from ..engine.rundir import write_run
@@ -29,9 +31,13 @@ def execute_run(scenario_path: Path, out: Path, *, model: str = "tiny", device: 
     sc = load_scenario(scenario_path)
     shape = preset(model)
     dev, dtype = pick_device(device)
+    previous_threads = torch.get_num_threads()
     configure_cpu(threads)
-    decoder = Decoder(shape, seed=weights_seed, device=dev, dtype=dtype)
-    run = run_scenario(decoder, sc, max_wall_s=max_wall_s, warmup_steps=warmup_steps, progress=progress)
+    try:  # a caller process (the dashboard) keeps its own torch thread count
+        decoder = Decoder(shape, seed=weights_seed, device=dev, dtype=dtype)
+        run = run_scenario(decoder, sc, max_wall_s=max_wall_s, warmup_steps=warmup_steps, progress=progress)
+    finally:
+        torch.set_num_threads(previous_threads)
     if sc.server.prefill_lane != "shared":
         run.notes.append("the scenario asks for a separate prefill lane; the engine computes prompts inside "
                          "the batched step (shared)")

@@ -120,18 +120,26 @@ def configure_cpu(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
+def flushing_denormals() -> bool:
+    """Return True when this thread's float arithmetic flushes denormals to zero."""
+    return bool((torch.tensor([1e-40], dtype=torch.float32) * 1.0).item() == 0.0)
+
+
 @contextlib.contextmanager
 def denormals_flushed() -> Iterator[None]:
-    """Flush denormal floats to zero in this thread while the engine computes, then restore IEEE behaviour.
+    """Flush denormal floats to zero in this thread while the engine computes, then restore the previous mode.
 
     Random weights produce denormals and x86 arithmetic on them is many times slower; the flag is
-    per-thread processor state, so it is scoped here rather than left set for the whole process.
+    per-thread processor state, so it is scoped here rather than left set for the whole process
+    (and a caller that had already turned it on keeps it on).
     """
+    was_on = flushing_denormals()
     torch.set_flush_denormal(True)
     try:
         yield
     finally:
-        torch.set_flush_denormal(False)
+        if not was_on:
+            torch.set_flush_denormal(False)
 
 
 def available_bytes(device: torch.device) -> int | None:

@@ -9,11 +9,12 @@ relative to the run's start (the moment the first arrival is due).
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import heapq
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -140,6 +141,25 @@ class _Producer(threading.Thread):
             self.loop.submit(_request(index, self.specs[index], now), listener=self.collector)
 
 
+@contextlib.contextmanager
+def gc_frozen() -> Iterator[None]:
+    """Keep the objects alive now (torch, the model) out of the garbage collector's scans until exit.
+
+    Shorter GC pauses during a timing run; every object is handed back to the collector on exit,
+    error or not. When someone else has frozen objects already (the caller, or a concurrent run),
+    nothing is frozen or unfrozen, so their freeze is left as it was.
+    """
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 def run_scenario(model: Decoder, scenario: Scenario, **kwargs: Any) -> TimingRun:
     """Serve a scenario's workload under its server limits (its step model is what gets measured)."""
     return run_workload(model, scenario.server.scheduler_config(), scenario.workload, seed=scenario.seed,
@@ -155,7 +175,7 @@ def run_workload(model: Decoder, scheduler: SchedulerConfig, workload: WorkloadS
     exactly as the simulator draws it. ``max_wall_s`` bounds the run: requests still live then are
     cancelled with error ``run_time_limit`` (kept as records) and requests not yet sent are not offered.
     """
-    with denormals_flushed():
+    with denormals_flushed(), gc_frozen():
         return _run_workload(model, scheduler, workload, seed=seed, cancel=cancel, max_wall_s=max_wall_s,
                              warmup_steps=warmup_steps, progress=progress, on_step=on_step)
 
@@ -185,8 +205,6 @@ def _run_workload(model: Decoder, scheduler: SchedulerConfig, workload: Workload
         raise ConfigError(f"a request of {worst} tokens (prompt + output cap) exceeds model "
                           f"'{model.config.name}' max_positions {limit}; shorten the workload or pick another preset")
     warm_up(model, scheduler, warmup_steps)
-    gc.collect()
-    gc.freeze()  # objects alive now (torch, the model) are never scanned again: shorter GC pauses in the run
 
     steps: list[StepRow] = []
 
@@ -245,7 +263,6 @@ def _run_workload(model: Decoder, scheduler: SchedulerConfig, workload: Workload
         producer.join(timeout=5)
         loop.stop()
         loop.settle()
-        gc.unfreeze()
     wall_s = loop.clock()
     end_state = loop.snapshot()
     if progress is not None:

@@ -176,7 +176,8 @@ class EngineService:
         if self._loop.stopped:
             raise ConfigError("this engine service was stopped; create a new one")
         if self._thread is None:
-            warm_up(self.model, self.scheduler_config, self._warmup_steps)
+            with denormals_flushed():  # as the engine thread will compute
+                warm_up(self.model, self.scheduler_config, self._warmup_steps)
             self._thread = threading.Thread(target=self._serve, name="servebench-engine", daemon=True)
             self._thread.start()
         return self
