@@ -100,6 +100,9 @@ def test_batched_sequences_of_different_lengths_match_their_unbatched_runs(model
         assert len(got[sid]) == len(logits)
         for a, b in zip(got[sid], logits):
             assert torch.allclose(a, b, atol=1e-4, rtol=0), sid
+        full = model.forward_full(torch.tensor(prompts[sid] + tokens))  # and both equal a full recompute
+        for i, a in enumerate(got[sid]):
+            assert torch.allclose(a, full[len(prompts[sid]) - 1 + i], atol=1e-4, rtol=0), (sid, i)
 
 
 def test_chunked_prefill_matches_one_chunk(model: Decoder) -> None:
