@@ -1,4 +1,4 @@
-"""Load-limit diagnosis: the spec's A/B profiles, one hand-made record set per other limit, the walkthrough."""
+"""Load-limit diagnosis: the spec's A/B profiles, record sets (hand-made and simulated) for every limit."""
 
 from __future__ import annotations
 
@@ -6,14 +6,12 @@ import heapq
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 from servebench.cli import app
-from servebench.diagnosis import (LIMITS, ProfileMeasurements, ProfileTable, Thresholds, diagnose,
-                                  diagnose_records, diagnose_table, measure, score_prediction, tpot_by_load,
-                                  walkthrough)
+from servebench.diagnosis import (ProfileMeasurements, ProfileTable, Thresholds, diagnose, diagnose_records,
+                                  diagnose_table, measure, tpot_by_load)
 from servebench.errors import ConfigError
 from servebench.kv import GIB, ModelShape
 from servebench.loaders import read_bytes, to_table
@@ -230,40 +228,6 @@ def test_thresholds_and_unknowns() -> None:
     assert v.in_service is None and v.max_concurrent_sequences is None and v.utilization is None
     with pytest.raises(ValueError, match="unique"):
         ProfileTable(profiles=[m, m])
-
-
-# --------------------------------------------------------------------------- walkthrough
-
-
-def test_walkthrough_has_the_spec_steps_and_answers() -> None:
-    steps = walkthrough(ab())
-    assert [s.number for s in steps] == [1, 2, 3, 4, 5]
-    answers = {a.name: a.value for s in steps for a in s.numbers}
-    assert answers["bytes_per_token"] == 131_072 and answers["budget_tokens"] == 65_536
-    assert answers["tokens_per_request[A]"] == 1200 and answers["tokens_per_request[B]"] == 8000
-    assert answers["max_concurrent_sequences[A]"] == 54 and answers["max_concurrent_sequences[B]"] == 8
-    assert answers["in_service[A]"] == pytest.approx(6.12) and answers["in_service[B]"] == pytest.approx(7.369)
-    assert answers["doubled_budget_max_sequences[B]"] == 16
-    choices = {c.name: c.correct for s in steps for c in s.choices}
-    assert choices["limit[A]"] == "none" and choices["limit[B]"] == "kv_memory"
-    assert set(choices[f"pattern[{i}]"] for i in range(1, 5)) == set(LIMITS) - {"none"}
-    assert "131,072" in steps[1].explanation and "7.37" in steps[2].explanation
-
-
-def test_score_prediction() -> None:
-    steps = walkthrough(ab())
-    s = score_prediction(steps[2], {"in_service[A]": 6.1, "in_service[B]": "7.4", "utilization[A]": 0.5})
-    by = {x.name: x for x in s.scores}
-    assert by["in_service[A]"].within and by["in_service[A]"].error == pytest.approx(6.1 - 6.12)
-    assert by["in_service[B]"].within  # 7.4 is within 0.05 of 7.369
-    assert not by["utilization[A]"].within
-    assert by["utilization[B]"].predicted is None and not by["utilization[B]"].within
-    assert (s.correct, s.total) == (2, 4)
-    v = score_prediction(steps[3], {"limit[A]": "none", "limit[B]": "queueing"})
-    assert {x.name: x.within for x in v.scores if x.name.startswith("limit")} == {"limit[A]": True, "limit[B]": False}
-    exact = score_prediction(steps[1], {"bytes_per_token": 131_072, "budget_tokens": 65_535})
-    assert [x.within for x in exact.scores[:2]] == [True, False]
-    assert np.isclose(exact.scores[1].relative_error, 1 / 65_536)
 
 
 # --------------------------------------------------------------------------- simulator records

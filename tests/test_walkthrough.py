@@ -1,0 +1,56 @@
+"""The guided diagnosis walkthrough: the spec's five steps, their computed answers, scoring."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from servebench import diagnosis
+from servebench.diagnosis import LIMITS, ProfileTable
+from servebench.walkthrough import score_prediction, walkthrough
+
+AB = Path(__file__).resolve().parent.parent / "sample_data" / "profiles_ab.json"
+
+
+def ab() -> ProfileTable:
+    return ProfileTable.model_validate_json(AB.read_text())
+
+
+def test_walkthrough_has_the_spec_steps_and_answers() -> None:
+    steps = walkthrough(ab())
+    assert [s.number for s in steps] == [1, 2, 3, 4, 5]
+    answers = {a.name: a.value for s in steps for a in s.numbers}
+    assert answers["bytes_per_token"] == 131_072 and answers["budget_tokens"] == 65_536
+    assert answers["tokens_per_request[A]"] == 1200 and answers["tokens_per_request[B]"] == 8000
+    assert answers["max_concurrent_sequences[A]"] == 54 and answers["max_concurrent_sequences[B]"] == 8
+    assert answers["in_service[A]"] == pytest.approx(6.12) and answers["in_service[B]"] == pytest.approx(7.369)
+    assert answers["doubled_budget_max_sequences[B]"] == 16
+    choices = {c.name: c.correct for s in steps for c in s.choices}
+    assert choices["limit[A]"] == "none" and choices["limit[B]"] == "kv_memory"
+    assert set(choices[f"pattern[{i}]"] for i in range(1, 5)) == set(LIMITS) - {"none"}
+    assert "131,072" in steps[1].explanation and "7.37" in steps[2].explanation
+
+
+def test_score_prediction() -> None:
+    steps = walkthrough(ab())
+    s = score_prediction(steps[2], {"in_service[A]": 6.1, "in_service[B]": "7.4", "utilization[A]": 0.5})
+    by = {x.name: x for x in s.scores}
+    assert by["in_service[A]"].within and by["in_service[A]"].error == pytest.approx(6.1 - 6.12)
+    assert by["in_service[B]"].within  # 7.4 is within 0.05 of 7.369
+    assert not by["utilization[A]"].within
+    assert by["utilization[B]"].predicted is None and not by["utilization[B]"].within
+    assert (s.correct, s.total) == (2, 4)
+    v = score_prediction(steps[3], {"limit[A]": "none", "limit[B]": "queueing"})
+    assert {x.name: x.within for x in v.scores if x.name.startswith("limit")} == {"limit[A]": True, "limit[B]": False}
+    exact = score_prediction(steps[1], {"bytes_per_token": 131_072, "budget_tokens": 65_535})
+    assert [x.within for x in exact.scores[:2]] == [True, False]
+    assert np.isclose(exact.scores[1].relative_error, 1 / 65_536)
+
+
+def test_diagnosis_still_exports_the_walkthrough() -> None:
+    # pages/diagnosis.py calls diagnosis.walkthrough and diagnosis.score_prediction
+    assert diagnosis.walkthrough is walkthrough and diagnosis.score_prediction is score_prediction
+    with pytest.raises(AttributeError, match="no attribute"):
+        diagnosis.no_such_name  # noqa: B018
