@@ -10,8 +10,8 @@ Rules (default thresholds in ``Thresholds``; the first row whose every condition
 
     limit       pattern (all must hold)                                       why
     ----------  ------------------------------------------------------------  ------------------------------------
-    none        no symptom: TTFT p95 <= objective (2 s), no timeouts,        the server keeps up at this load
-                TPOT growth < 1.25
+    none        no symptom: TTFT p95 <= objective (2 s), no timeouts, no     the server keeps up at this load
+                rejections, TPOT growth < 1.25
     kv_memory   peak active >= KV limit; share of run at peak >= 25%;         admission waits for KV memory while
                 queue wait p95 >= 50% of TTFT p95; TPOT growth < 1.25         running sequences decode at full speed
     decode      TPOT growth >= 1.25 (TPOT with many sequences active /        each decode step slows as the batch
@@ -66,6 +66,7 @@ class ProfileMeasurements(BaseModel):
     prompt_tokens: int | None = Field(None, ge=0, description="Prompt tokens per request (mean if they vary).")
     requests: int = Field(ge=1)
     timeouts: int = Field(0, ge=0)
+    rejected: int = Field(0, ge=0, description="Requests refused at admission (queue full, too large); in failures.")
     failures: int = Field(0, ge=0, description="Non-success outcomes other than timeouts.")
     queue_wait_p50_s: float | None = Field(None, ge=0, description="Arrival to admission.")
     queue_wait_p95_s: float | None = Field(None, ge=0)
@@ -200,7 +201,7 @@ def measure(table: RecordTable, window_start: float, window_end: float, *, name:
     return ProfileMeasurements(
         name=name or table.source or "records",
         prompt_tokens=math.ceil(float(prompt.mean())) if prompt.size else None,
-        requests=report.offered, timeouts=report.timed_out,
+        requests=report.offered, timeouts=report.timed_out, rejected=report.rejected,
         failures=report.offered - report.completed - report.timed_out,
         queue_wait_p50_s=qw.at(50) if qw else None, queue_wait_p95_s=qw.at(95) if qw else None,
         prefill_p50_s=pf.at(50) if pf else None, prefill_p95_s=pf.at(95) if pf else None,
@@ -268,6 +269,7 @@ def diagnose(m: ProfileMeasurements, *, shape: kv.ModelShape | None = None, budg
 
     e_ttft = _ev("ttft_p95_s", m.ttft_p95_s, ">", th.ttft_objective_s, "TTFT p95 above the objective")
     e_timeouts = _ev("timeouts", m.timeouts, ">", 0, "requests that hit the deadline")
+    e_rejected = _ev("rejected", m.rejected, ">", 0, "requests refused at admission (queue full or too large)")
     e_growth = _ev("tpot_growth", growth, ">=", th.tpot_growth,
                    f"TPOT {_s(m.tpot_high_load_s or m.tpot_p50_s)} over baseline {_s(base)}")
     e_peak = _ev("peak_active / max_concurrent_sequences", at_limit, ">=", 1.0,
@@ -284,7 +286,7 @@ def diagnose(m: ProfileMeasurements, *, shape: kv.ModelShape | None = None, budg
     e_util = _ev("utilization", util, "<", 1.0,
                  f"{l_srv:.3g} in service against the limit {limit_n}" if l_srv is not None else "in service unknown")
 
-    symptoms = [e for e in (e_ttft, e_timeouts, e_growth) if e.crossed]
+    symptoms = [e for e in (e_ttft, e_timeouts, e_rejected, e_growth) if e.crossed]
     kv_rule = [e_peak, e_share, e_queue, e_flat]
     queue_rule = [e_queue, e_below]
     prefill_rule = [e_prefill, _ev("queue_share_of_ttft", q_share, "<", th.queue_share, "little queueing")]
@@ -294,7 +296,7 @@ def diagnose(m: ProfileMeasurements, *, shape: kv.ModelShape | None = None, budg
 
     if not symptoms:
         limit: Limit = "none"
-        evidence = [e_ttft, e_timeouts, e_growth, e_util, e_below, e_share, e_queue]
+        evidence = [e_ttft, e_timeouts, e_rejected, e_growth, e_util, e_below, e_share, e_queue]
     elif holds(kv_rule, allow_unknown=[e_flat]):
         limit, evidence = "kv_memory", kv_rule + [e_util] + symptoms
     elif e_growth.crossed:
@@ -334,7 +336,8 @@ def _summary(v: Verdict, stressed: bool) -> str:
         where = f"below the KV limit of {v.max_concurrent_sequences}" if v.max_concurrent_sequences else \
             "(no KV limit known to compare)"
         return (f"Queueing: queue wait is {_pct(v.queue_share_of_ttft)} of TTFT p95 while active sequences stop at "
-                f"{m.peak_active}, {where}: a cap other than memory.")
+                f"{m.peak_active}, {where}: a cap other than memory."
+                + (f" {m.rejected} of {m.requests} requests were rejected at admission." if m.rejected else ""))
     if v.limit == "prefill":
         return (f"Prefill: prefill is {_pct(v.prefill_share_of_ttft)} of TTFT p95 ({_s(m.ttft_p95_s)}) with "
                 f"little queueing.")

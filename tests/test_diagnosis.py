@@ -6,6 +6,7 @@ import heapq
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -253,3 +254,73 @@ def test_simulated_profiles_a_and_b() -> None:
     for v in (a, b):  # the Poisson draw's own rate, so in service is near, not at, the spec's 6.12 and 7.37
         assert v.in_service == pytest.approx(v.measurements.arrival_rate_per_s * v.time_in_service_s)
         assert 0.85 < v.measurements.arrival_rate_per_s < 1.15
+
+
+def simulated(name: str, seed: int | None = None, **server: object) -> object:
+    """Diagnose a shipped scenario's simulated records, with server limits changed."""
+    from servebench.scenario import load_scenario
+    from servebench.simulate import simulate
+
+    sc = load_scenario(Path(__file__).resolve().parent.parent / "sample_data" / "scenarios" / f"{name}.yaml")
+    sc = sc.model_copy(update={"server": sc.server.model_copy(update=server)})
+    r = simulate(sc, rng=None if seed is None else np.random.default_rng(seed))
+    return diagnose_records(r.records, r.window_start_s, r.window_end_s, shape=SPEC, budget_bytes=8 * GIB,
+                            output_cap=200)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_simulated_profile_b_is_kv_memory_at_other_seeds(seed: int) -> None:
+    v = simulated("profile_b", seed)
+    assert v.limit == "kv_memory", v.summary
+    assert v.max_concurrent_sequences == 8 and v.measurements.peak_active == 8
+
+
+def test_simulated_cap_below_the_kv_limit_is_queueing() -> None:
+    v = simulated("profile_b", max_num_seqs=6)
+    assert (v.limit, v.max_concurrent_sequences, v.measurements.peak_active) == ("queueing", 8, 6)
+    assert "above 6" in v.experiment.action
+
+
+def test_simulated_rejections_are_a_symptom() -> None:
+    # A behind 3 slots and a 1-place queue: about half the arrivals are turned away. Even with a TTFT
+    # objective nothing crosses, the rejections alone make it a queueing limit, not 'none'.
+    from servebench.scenario import load_scenario
+    from servebench.simulate import simulate
+
+    sc = load_scenario(Path(__file__).resolve().parent.parent / "sample_data" / "scenarios" / "profile_a.yaml")
+    r = simulate(sc.model_copy(update={"server": sc.server.model_copy(update={"max_num_seqs": 3, "max_waiting": 1})}))
+    v = diagnose_records(r.records, r.window_start_s, r.window_end_s, shape=SPEC, budget_bytes=8 * GIB,
+                         output_cap=200, thresholds=Thresholds(ttft_objective_s=60))
+    assert v.measurements.rejected == r.status_counts()["rejected"] > 100
+    assert v.limit == "queueing", v.summary
+    assert any(e.measurement == "rejected" and e.crossed for e in v.evidence)
+    assert f"{v.measurements.rejected} of 300 requests were rejected" in v.summary
+
+
+def _synthetic(step: dict, lane: str, rate: float, prompt: int, output: int) -> object:
+    from servebench.scenario import parse_scenario
+    from servebench.simulate import simulate
+
+    sc = parse_scenario({
+        "name": "synthetic", "seed": 1,
+        "server": {"model": SPEC.model_dump(exclude_none=True), "kv_budget_gib": 8, "timeout_s": 60,
+                   "prefill_lane": lane},
+        "step_model": step,
+        "workload": {"arrival": {"kind": "poisson", "rate_rps": rate}, "num_requests": 300,
+                     "classes": [{"prompt": {"value": prompt}, "output": {"value": output}}]}})
+    r = simulate(sc)
+    return diagnose_records(r.records, r.window_start_s, r.window_end_s, shape=SPEC, budget_bytes=8 * GIB)
+
+
+def test_simulated_decode_limit() -> None:
+    # every decoding sequence adds 4 ms to each step: TPOT grows several-fold as the batch fills
+    v = _synthetic({"base_s": 0.01, "per_decode_seq_s": 0.004, "per_prefill_token_s": 1e-5}, "shared", 2.0, 500, 200)
+    assert v.limit == "decode", v.summary
+    assert v.tpot_growth is not None and v.tpot_growth > 2
+
+
+def test_simulated_prefill_limit() -> None:
+    # 3 s prefills of 4,000-token prompts at 0.5/s: no queue, TTFT is all prefill
+    v = _synthetic({"flat": {"prefill_s": 3.0, "prompt_tokens": 4000, "tpot_s": 0.02}}, "separate", 0.5, 4000, 50)
+    assert v.limit == "prefill", v.summary
+    assert v.measurements.queue_wait_p95_s == 0.0 and v.prefill_share_of_ttft == pytest.approx(1.0)
