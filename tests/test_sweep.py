@@ -185,3 +185,54 @@ def test_sweep_command_errors_are_one_line(tmp_path: Path, capsys: pytest.Captur
     assert code == 2 and err.strip().count("\n") == 0 and "not both" in err
     code, _, err = run_cli(capsys, "sweep", str(PROFILE_B), "--rates", "1,x", "-o", str(tmp_path))
     assert code == 2 and "--rates" in err
+
+
+class _Met:
+    def __init__(self, meets: bool) -> None:
+        self.meets_slo = meets
+
+
+def _search(threshold: float, grid: list[float], mode: str = "rate", tolerance: float = 0.02):
+    """Run the capacity search against a server that meets the SLOs exactly up to ``threshold``."""
+    from servebench.sweep import search_capacity
+
+    points: dict[float, Any] = {}
+    calls: list[float] = []
+
+    def run(x: float, source: str) -> Any:
+        if x not in points:
+            calls.append(x)
+            points[x] = _Met(x <= threshold)
+        return points[x]
+
+    for x in grid:
+        run(x, "grid")
+    calls.clear()
+    return search_capacity(run, grid, points, mode, tolerance, 10), calls  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("threshold, grid", [(3.3, [1.0, 2.0, 4.0, 8.0]), (4.0, [1.0, 2.0, 4.0, 8.0]),
+                                             (8.0, [1.0, 2.0, 4.0, 8.0]), (1.0, [1.0, 2.0]),
+                                             (20.0, [1.0, 2.0]), (0.3, [1.0, 2.0])])
+def test_search_brackets_the_threshold_within_tolerance(threshold: float, grid: list[float]) -> None:
+    cap, calls = _search(threshold, grid)
+    assert cap.load is not None and cap.upper is not None
+    assert cap.load <= threshold < cap.upper
+    assert cap.upper - cap.load <= 0.02 * cap.upper
+    assert cap.evaluations == len(calls)  # every evaluation ran once, none repeated
+
+
+def test_search_gives_up_honestly_at_the_edges() -> None:
+    cap, calls = _search(1e-6, [1.0, 2.0])  # nothing meets: six halvings, then no capacity
+    assert (cap.load, cap.upper, len(calls)) == (None, 1 / 64, 6)
+    cap, _ = _search(1e9, [1.0, 2.0])  # everything meets: six doublings, capacity above the last
+    assert (cap.load, cap.upper) == (128.0, None) and "above" in cap.note
+
+
+def test_search_over_users_stops_at_one_user() -> None:
+    cap, calls = _search(5, [1.0, 2.0, 4.0, 8.0], mode="users")
+    assert (cap.load, cap.upper) == (5.0, 6.0) and all(x == int(x) for x in calls)
+    cap, calls = _search(0, [1.0, 2.0, 4.0], mode="users")  # even one user misses
+    assert (cap.load, cap.upper, calls) == (None, 1.0, [])
+    cap, _ = _search(3, [4.0, 8.0], mode="users")  # below the grid, by halving then bisecting
+    assert (cap.load, cap.upper) == (3.0, 4.0)
