@@ -45,7 +45,7 @@ class ServerSpec(BaseModel):
     max_num_seqs: int = Field(256, ge=1, description="Most running sequences.")
     max_num_batched_tokens: int | None = Field(None, ge=1, description="Most tokens per step; None: no limit.")
     chunked_prefill: bool = Field(True, description="Split prompts to fill the step's token budget.")
-    max_waiting: int | None = Field(None, ge=0, description="Waiting-queue bound (arrivals beyond it are rejected).")
+    max_waiting: int | None = Field(None, ge=1, description="Waiting-queue bound (arrivals beyond it are rejected); every request passes through it, so at least 1.")
     block_size_tokens: int = Field(16, ge=1, description="Paged KV block size, tokens.")
     timeout_s: float | None = Field(None, gt=0, description="Deadline after arrival, s.")
     prefill_lane: Literal["shared", "separate"] = Field(

@@ -80,7 +80,7 @@ class SchedulerConfig:
     max_num_seqs: int = 256
     max_num_batched_tokens: int | None = None  # None: no per-step token limit
     chunked_prefill: bool = True
-    max_waiting: int | None = None  # bounded waiting queue; None: unbounded
+    max_waiting: int | None = None  # bounded waiting queue (>= 1); None: unbounded
     block_size_tokens: int = 16
     timeout_s: float | None = None  # default deadline after arrival; None: none
 
@@ -93,8 +93,10 @@ class SchedulerConfig:
             raise ConfigError(f"max_num_seqs {self.max_num_seqs!r} must be at least 1")
         if self.max_num_batched_tokens is not None and self.max_num_batched_tokens < 1:
             raise ConfigError(f"max_num_batched_tokens {self.max_num_batched_tokens!r} must be at least 1")
-        if self.max_waiting is not None and self.max_waiting < 0:
-            raise ConfigError(f"max_waiting {self.max_waiting!r} must be at least 0")
+        if self.max_waiting is not None and self.max_waiting < 1:
+            # every request waits in the queue until the next step admits it, so 0 would refuse them all
+            raise ConfigError(f"max_waiting {self.max_waiting!r} must be at least 1 (every request passes through "
+                              "the waiting queue; 0 would reject them all), or None for no bound")
         if self.block_size_tokens < 1:
             raise ConfigError(f"block_size_tokens {self.block_size_tokens!r} must be at least 1")
         if self.policy == "paged" and self.kv_budget_tokens < self.block_size_tokens:

@@ -190,6 +190,8 @@ def test_bad_config_raises() -> None:
         SchedulerConfig(kv_budget_tokens=10, policy="lru")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="block"):
         SchedulerConfig(kv_budget_tokens=10, policy="paged")
+    with pytest.raises(ConfigError, match="max_waiting 0 must be at least 1"):
+        SchedulerConfig(kv_budget_tokens=10, max_waiting=0)  # would reject every request
 
 
 def test_recompute_longer_than_step_budget_is_split_without_chunking() -> None:

@@ -71,7 +71,7 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         "max_num_seqs": draw(st.integers(1, 64)),
         "max_num_batched_tokens": draw(st.sampled_from([None, 64, 512, 4096])),
         "chunked_prefill": draw(st.booleans()),
-        "max_waiting": draw(st.sampled_from([None, 0, 3, 50])),
+        "max_waiting": draw(st.sampled_from([None, 1, 3, 50])),
         "timeout_s": draw(st.sampled_from([None, 0.5, 5.0])),
         "prefill_lane": draw(st.sampled_from(["shared", "separate"])),
     }
