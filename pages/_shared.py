@@ -14,6 +14,7 @@ from typing import Any, Callable, NoReturn, TypeVar
 import streamlit as st
 
 from servebench.errors import ServebenchError
+from servebench.figures.summary import fmt_window
 from servebench.loaders import LoadedRecords, read_bytes, to_table
 from servebench.records import RecordTable, default_window
 from servebench.report.inputs import RunInput
@@ -55,6 +56,11 @@ class Dataset:
     table: RecordTable
     window_start: float
     window_end: float
+
+    @property
+    def unavailable(self) -> frozenset[str]:
+        """Return the metrics the importer said this file cannot give (no timestamps on a shared clock)."""
+        return frozenset(self.loaded.metadata.get("unavailable_metrics") or [])
 
 
 def fail(exc: ServebenchError) -> NoReturn:
@@ -154,13 +160,12 @@ def records_sidebar() -> Dataset:
     loaded = guarded(_load, src.digest, src.name, src.data)
     default_ws, default_we = guarded(default_window, loaded.rows)
     ws, we = st.session_state.get(_window_key(src), (default_ws, default_we))
-    with st.sidebar:
-        c1, c2 = st.columns(2)
-        c1.number_input("Window start (s)", value=float(ws), key=f"ws:{src.digest}", format="%.3f",
+    with st.sidebar:  # one input per line: epoch clocks need the width
+        st.number_input("Window start (s)", value=float(ws), key=f"ws:{src.digest}", format="%.3f",
                         on_change=_on_window, args=(src,))
-        c2.number_input("Window end (s)", value=float(we), key=f"we:{src.digest}", format="%.3f",
+        st.number_input("Window end (s)", value=float(we), key=f"we:{src.digest}", format="%.3f",
                         on_change=_on_window, args=(src,))
-        st.caption(f"The data spans {default_ws:g} to {default_we:g} s; every record must lie in the window.")
+        st.caption(f"The data spans {fmt_window(default_ws, default_we)}; every record must lie in the window.")
     ws, we = st.session_state.get(_window_key(src), (default_ws, default_we))
     table = guarded(_validate, src.digest, float(ws), float(we), loaded)
     return Dataset(src, loaded, table, float(ws), float(we))

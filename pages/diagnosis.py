@@ -8,7 +8,7 @@ import streamlit as st
 from pages._shared import SAMPLE_DIR, fail, guarded, records_sidebar, show_reader_warnings
 from servebench import diagnosis, kv
 from servebench.errors import InputFormatError
-from servebench.figures.summary import fmt, fmt_share
+from servebench.figures.summary import fmt, fmt_share, fmt_window
 from servebench.model_presets import PRESETS, get_preset
 
 LIMIT_TITLES = {"kv_memory": "KV memory", "queueing": "Queueing", "prefill": "Prefill", "decode": "Decode",
@@ -74,7 +74,7 @@ mode = st.radio("Mode", ["Guided A/B walk-through", "Diagnose the records in use
 if mode == "Diagnose the records in use":
     ds = records_sidebar()
     show_reader_warnings(ds)
-    st.caption(f"{ds.source.name} · {len(ds.table):,} records · window {ds.window_start:g} to {ds.window_end:g} s. "
+    st.caption(f"{ds.source.name} · {len(ds.table):,} records · window {fmt_window(ds.window_start, ds.window_end)}. "
                "Needs `admitted` (queue wait vs prefill) and `prompt_tokens` (the KV limit).")
     shape, budget, policy, cap = _shape_inputs()
     verdict = guarded(diagnosis.diagnose_records, ds.table, ds.window_start, ds.window_end, shape=shape,
@@ -134,7 +134,8 @@ else:
             st.dataframe(pd.DataFrame([{"answer": s.label, "your prediction": fmt(s.predicted),
                                         "computed": fmt(s.expected), "off by": fmt(s.error),
                                         "relative": fmt_share(s.relative_error),
-                                        "within tolerance": "yes" if s.within else "no"} for s in score.scores]),
+                                        "within tolerance": "no prediction" if s.predicted is None
+                                        else "yes" if s.within else "no"} for s in score.scores]),
                          hide_index=True)
         st.info(step.explanation)
     else:

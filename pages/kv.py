@@ -104,7 +104,8 @@ res = guarded(kv.analyze, shape, tensor_parallel=tp, tokens=tokens, budget_bytes
 st.subheader("Results")
 c = st.columns(5)
 c[0].metric("KV bytes per token", fmt(res.bytes_per_token), help="Per GPU, below any sliding window.")
-c[1].metric(f"KV for {tokens:,} tokens", f"{fmt((res.bytes_for_tokens or 0) / kv.GIB)} GiB",
+c[1].metric(f"KV for {tokens:,} tokens",
+            "—" if res.bytes_for_tokens is None else f"{fmt(res.bytes_for_tokens / kv.GIB)} GiB",
             help=f"{fmt(res.bytes_for_tokens)} bytes for one sequence.")
 c[2].metric("Tokens in the budget", fmt(res.budget_tokens), help=f"{fmt(budget_bytes)} bytes per GPU.")
 c[3].metric("Tokens per request", fmt(res.tokens_per_request))

@@ -7,14 +7,14 @@ import streamlit as st
 from pages._shared import cached_report, guarded, records_sidebar, show_reader_warnings, site_zip
 from servebench.figures import records as record_figs
 from servebench.figures.summary import (cause_frame, contract_cells, distribution_frame, fmt, fmt_share,
-                                        fmt_share_of, slice_frame, status_frame)
+                                        fmt_share_of, fmt_window, slice_frame, status_frame)
 from servebench.loaders import encode_records
 
 st.title("Summary")
 ds = records_sidebar()
 show_reader_warnings(ds)
-st.caption(f"{ds.source.name} · {len(ds.table):,} records · window {ds.window_start:g} to {ds.window_end:g} s "
-           f"({ds.window_end - ds.window_start:g} s)")
+st.caption(f"{ds.source.name} · {len(ds.table):,} records · window {fmt_window(ds.window_start, ds.window_end)}")
+no_clock = ds.unavailable  # metrics an importer could not give (a file without timestamps)
 
 meta = ds.source.metadata
 if meta:
@@ -41,7 +41,7 @@ slo_box = st.container()
 
 with contract_box:
     st.subheader("The contract: eight fields")
-    cells = contract_cells(report.summary)
+    cells = contract_cells(report.summary, no_clock)
     for row in (cells[:4], cells[4:]):
         for col, cell in zip(st.columns(4), row):
             col.metric(cell.label, cell.text, help=cell.help)
@@ -78,16 +78,20 @@ with outcome_box:
                 delta_color="inverse", delta_arrow="off")
     c[3].metric("Prompt tokens", fmt(report.total_prompt_tokens))
     c = st.columns(4)
-    c[0].metric("Peak active requests", fmt(report.active_requests.peak), help="Between start and end.")
-    c[1].metric("Share of window at that peak", fmt_share(report.active_requests.share_of_window_at_peak),
-                help=f"{fmt(report.active_requests.time_at_peak_s)} s at the peak.")
-    if report.in_service is not None:
+    if "active_requests" in no_clock:
+        c[0].caption("No timestamps on a shared clock: concurrency over time is unknown for this file.")
+    else:
+        c[0].metric("Peak active requests", fmt(report.active_requests.peak), help="Between start and end.")
+        c[1].metric("Share of window at that peak", fmt_share(report.active_requests.share_of_window_at_peak),
+                    help=f"{fmt(report.active_requests.time_at_peak_s)} s at the peak.")
+    if report.in_service is not None and "in_service" not in no_clock:
         c[2].metric("Peak in service", fmt(report.in_service.peak), help="Between admitted and end.")
         c[3].metric("Share of window at that peak", fmt_share(report.in_service.share_of_window_at_peak),
                     help=f"{fmt(report.in_service.time_at_peak_s)} s at the peak.")
-    else:
+    elif "in_service" not in no_clock:
         c[2].caption("No `admitted` times: in-service concurrency and queue wait are unknown.")
-    st.plotly_chart(record_figs.timeline_figure(ds.table, ds.window_start, ds.window_end), key="timeline_fig")
+    if "active_requests" not in no_clock:
+        st.plotly_chart(record_figs.timeline_figure(ds.table, ds.window_start, ds.window_end), key="timeline_fig")
 
     st.subheader("Percentiles with 95% confidence intervals")
     st.caption("Nearest rank. A '—' bound means the sample is too small to bound that side. "
@@ -115,8 +119,12 @@ with slo_box:
         c = st.columns(3)
         c[0].metric("SLO attainment", fmt_share(report.slo.attainment),
                     help=f"{report.slo.good_requests:,} good requests of {report.offered:,}.")
-        c[1].metric("Goodput (requests/s)", fmt(report.slo.goodput_requests_per_second))
-        c[2].metric("Goodput (output tokens/s)", fmt(report.slo.goodput_output_tokens_per_second))
+        for col, label, key, value in (
+                (c[1], "Goodput (requests/s)", "slo.goodput_requests_per_second",
+                 report.slo.goodput_requests_per_second),
+                (c[2], "Goodput (output tokens/s)", "slo.goodput_output_tokens_per_second",
+                 report.slo.goodput_output_tokens_per_second)):
+            col.metric(label, "n/a" if key in no_clock else fmt(value))
 
 if report.slices:
     st.subheader("Slices")

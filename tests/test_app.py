@@ -89,6 +89,17 @@ def test_other_tools_export_is_imported_with_its_warnings() -> None:
     assert int(_metrics(at)["Requests"].replace(",", "")) > 0
 
 
+def test_llmperf_file_without_timestamps_shows_rates_as_na() -> None:
+    at = _app()
+    data = (IMPORTER_DATA / "llmperf-individual.json").read_bytes()
+    at.file_uploader(key="records_upload").set_value(("llmperf-individual.json", data, "application/json")).run()
+    assert not at.exception and not at.error
+    m = _metrics(at)
+    assert m["Successful requests/s"] == "n/a" and m["Successful output tokens/s"] == "n/a"
+    assert "Peak active requests" not in m  # every request on its own clock from 0: no concurrency to show
+    assert m["Latency p95 (s)"] not in ("n/a", "—")
+
+
 def test_window_that_cuts_records_is_an_error_naming_the_row() -> None:
     at = _app()
     at.selectbox(key="records_sample").select("r1_r4.json").run()

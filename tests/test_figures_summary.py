@@ -10,8 +10,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from servebench.errors import ConfigError, InputFormatError
-from servebench.figures.summary import (contract_cells, distribution_frame, fmt, fmt_share, fmt_share_of,
-                                        percentile_cdf,
+from servebench.figures.records import cdf_figure, timeline_figure
+from servebench.figures.summary import (contract_cells, distribution_frame, epoch_utc, fmt, fmt_share, fmt_share_of,
+                                        fmt_window, percentile_cdf,
                                         percentile_histogram, slice_frame, status_frame)
 from servebench.loaders import encode_records, read_bytes, to_table
 from servebench.records import parse_objects, validate
@@ -34,6 +35,41 @@ def test_fmt_keeps_no_data_and_infinity_visible() -> None:
     assert fmt_share(1 / 3) == "33.3%"
     assert fmt_share_of(1, 4) == "25%"
     assert fmt_share_of(0, 4) is None and fmt_share_of(1, 0) is None
+
+
+def test_window_on_an_epoch_clock_keeps_both_ends_distinct() -> None:
+    assert fmt_window(0.095315, 614.792) == "0.095315 to 614.792 s (614.697 s)"
+    text = fmt_window(1795947574.9312, 1795947585.0396)
+    assert text.startswith("1795947574.931 to 1795947585.040 s (10.1084 s")  # not '1.79595e+09 to 1.79595e+09'
+    assert "2026-11-29 10:19:34.931 UTC" in text
+    assert epoch_utc(614.0) is None
+
+
+def test_timeline_on_an_epoch_clock_counts_from_the_window_start() -> None:
+    t0 = 1_795_947_574.0
+    rows = [{"start": t0 + 1, "first_token": t0 + 1.5, "end": t0 + 3, "status": "success", "output_tokens": 2},
+            {"start": t0 + 2, "end": t0 + 4, "status": "timeout"}]
+    fig = timeline_figure(validate(parse_objects(rows), t0, t0 + 5), t0, t0 + 5)
+    assert list(fig.layout.xaxis.range) == [0.0, 5.0]
+    assert min(fig.data[0].x) == 0.0 and max(fig.data[0].x) == 5.0
+    assert "UTC" in fig.layout.xaxis.title.text
+    small = timeline_figure(validate(parse_objects(rows), t0, t0 + 5), 0.0, t0 + 5)
+    assert small.layout.xaxis.title.text == "time, s"  # a clock from 0 is drawn as is
+
+
+def test_cdf_title_lines_stay_short_for_a_third_of_a_page() -> None:
+    fig = cdf_figure(np.linspace(0.01, 0.05, 200), "tpot", left_out=265, left_out_reason="non-success")
+    lines = fig.layout.title.text.split("<br>")
+    assert lines[0] == "Request TPOT"
+    assert all(len(line) <= 70 for line in lines), lines
+
+
+def test_contract_cells_show_clock_metrics_of_a_file_without_timestamps_as_na(table) -> None:
+    report = build_report(table, 0, 10)
+    cells = {c.key: c for c in contract_cells(report.summary, frozenset({"successful_requests_per_second"}))}
+    assert cells["successful_requests_per_second"].text == "n/a"
+    assert "no timestamps" in cells["successful_requests_per_second"].help
+    assert cells["successes"].text == "2"
 
 
 def test_contract_cells_keep_spec_order_and_keys(table) -> None:

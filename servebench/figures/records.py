@@ -18,15 +18,16 @@ from ..percentiles import nearest_rank, percentile
 from ..records import STATUSES, RecordTable
 from ..summary import success_metrics
 from ..timeline import active_counts
+from .summary import epoch_utc
 
 STATUS_COLORS: dict[str, str] = {
     "success": "#2ca02c", "failed": "#d62728", "timeout": "#ff7f0e", "cancelled": "#7f7f7f", "rejected": "#9467bd",
 }
 STAGE_COLORS: dict[str, str] = {"queue wait": "#ff7f0e", "prefill": "#1f77b4", "decode": "#2ca02c"}
 MARKS: tuple[float, ...] = (50, 95, 99)
-METRIC_TITLES: dict[str, str] = {
-    "latency": "Latency (end - start)", "ttft": "TTFT (first_token - start)",
-    "tpot": "Request TPOT ((end - first_token) / (output_tokens - 1))",
+METRIC_TITLES: dict[str, str] = {"latency": "Latency", "ttft": "TTFT", "tpot": "Request TPOT"}
+METRIC_FORMULAS: dict[str, str] = {
+    "latency": "end - start", "ttft": "first_token - start", "tpot": "(end - first_token) / (output_tokens - 1)",
 }
 MAX_POINTS = 2000
 TEMPLATE = "plotly_white"
@@ -41,10 +42,15 @@ def plot_label(text: object) -> str:
     return html.escape(str(text), quote=False)
 
 
-def _layout(fig: go.Figure, title: str, height: int = 360) -> go.Figure:
-    fig.update_layout(title=title, template=TEMPLATE, height=height, margin=dict(l=60, r=20, t=60, b=50),
+def _layout(fig: go.Figure, title: str, height: int = 360, top: int = 60) -> go.Figure:
+    fig.update_layout(title=title, template=TEMPLATE, height=height, margin=dict(l=60, r=20, t=top, b=50),
                       legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0))
     return fig
+
+
+def _titled(title: str, lines: Sequence[str]) -> str:
+    """Return a plotly title with each of ``lines`` as a small line below it (lines already escaped)."""
+    return "<br>".join([title, *(f"<sup>{line}</sup>" for line in lines)])
 
 
 def _thin(n: int, keep: Sequence[int], max_points: int) -> np.ndarray:
@@ -64,6 +70,7 @@ def cdf_figure(values_s: np.ndarray, metric: str, *, left_out: int = 0, left_out
     (non-successes, one-token requests for TPOT); it is named under the title rather than hidden.
     """
     title = METRIC_TITLES.get(metric, metric)
+    lines = [METRIC_FORMULAS[metric]] if metric in METRIC_FORMULAS else []
     values = np.sort(np.asarray(values_s, dtype=np.float64))
     n = int(values.size)
     fig = go.Figure()
@@ -73,7 +80,7 @@ def cdf_figure(values_s: np.ndarray, metric: str, *, left_out: int = 0, left_out
     if n == 0:
         fig.add_annotation(text="no values: no request counted for this metric", showarrow=False,
                            x=0.5, y=0.5, xref="paper", yref="paper")
-        return _layout(fig, f"{title}<br><sup>{plot_label(subtitle)}</sup>")
+        return _layout(fig, _titled(title, [*lines, plot_label(subtitle)]), height=390, top=90)
     ranks = [nearest_rank(q, n) for q in marks]
     idx = _thin(n, [r - 1 for r in ranks], max_points)
     xs = np.concatenate([[values[0]], values[idx]])
@@ -89,11 +96,11 @@ def cdf_figure(values_s: np.ndarray, metric: str, *, left_out: int = 0, left_out
             textposition="bottom right", cliponaxis=False, marker=dict(size=9, symbol="diamond"),
             hovertemplate=f"p{q:g} = %{{x:.6g}} s (rank {rank} of {n})<extra></extra>"))
         fig.add_vline(x=value, line_dash="dot", line_color="#999", line_width=1)
-    subtitle = ", ".join(marked) + "; " + subtitle
     fig.update_layout(showlegend=False)
     fig.update_xaxes(title_text="seconds")
     fig.update_yaxes(title_text="share of counted requests", range=[0, 1.02])
-    return _layout(fig, f"{title}<br><sup>{plot_label(subtitle)}</sup>")
+    # short lines under the title, so the chart reads in a third of a page
+    return _layout(fig, _titled(title, [*lines, ", ".join(marked), plot_label(subtitle)]), height=400, top=100)
 
 
 def record_cdfs(table: RecordTable, marks: Sequence[float] = MARKS) -> dict[str, go.Figure]:
@@ -126,22 +133,27 @@ def timeline_figure(table: RecordTable, window_start: float, window_end: float,
 
     Active is [start, end), in service [admitted, end), waiting = active - in service (so a request
     never admitted, such as a timeout in the queue, waits until it ends). Counts are exact at every
-    event time; beyond ``max_points`` events they are sampled on an even grid.
+    event time; beyond ``max_points`` events they are sampled on an even grid. On a Unix epoch clock the
+    x axis is seconds from the window start (named in UTC), since 1.8e9 s ticks tell nobody anything.
     """
     has_adm = np.isfinite(table.admitted)
     all_times = [table.start, table.end, table.admitted[has_adm]]
     times, sampled = _sample_times(np.concatenate(all_times), window_start, window_end, max_points)
     active = active_counts(table.start, table.end, times)
+    utc = epoch_utc(window_start)
+    origin = window_start if utc is not None else 0.0
+    x = times - origin
     fig = go.Figure()
-    fig.add_trace(go.Scatter(x=times, y=active, mode="lines", line_shape="hv", name="active (start to end)",
+    fig.add_trace(go.Scatter(x=x, y=active, mode="lines", line_shape="hv", name="active (start to end)",
                              line=dict(color="#444")))
     if has_adm.any():
         in_service = active_counts(table.admitted[has_adm], table.end[has_adm], times)
-        fig.add_trace(go.Scatter(x=times, y=in_service, mode="lines", line_shape="hv",
+        fig.add_trace(go.Scatter(x=x, y=in_service, mode="lines", line_shape="hv",
                                  name="in service (admitted to end)", line=dict(color=STAGE_COLORS["prefill"])))
-        fig.add_trace(go.Scatter(x=times, y=active - in_service, mode="lines", line_shape="hv",
+        fig.add_trace(go.Scatter(x=x, y=active - in_service, mode="lines", line_shape="hv",
                                  name="waiting (queue)", line=dict(color=STAGE_COLORS["queue wait"])))
-    fig.update_xaxes(title_text="time, s", range=[window_start, window_end])
+    fig.update_xaxes(title_text="time, s" if utc is None else f"seconds from {utc} ({window_start:.3f} s)",
+                     range=[window_start - origin, window_end - origin])
     fig.update_yaxes(title_text="requests", rangemode="tozero")
     return _layout(fig, "Requests over the window" + (" (sampled on a grid)" if sampled else ""))
 
