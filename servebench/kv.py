@@ -270,6 +270,8 @@ def weight_bytes(parameters: int, bytes_per_parameter: float = 2, *, tensor_para
     """Return dense weight bytes per GPU: parameters x bytes / tp (no quantization metadata)."""
     if parameters < 0 or bytes_per_parameter <= 0:
         raise ConfigError(f"bad weight inputs: parameters={parameters}, bytes_per_parameter={bytes_per_parameter}")
+    if tensor_parallel < 1:
+        raise ConfigError(f"tensor_parallel must be at least 1, got {tensor_parallel}")
     return _ceil(Fraction(parameters) * Fraction(str(bytes_per_parameter)) / tensor_parallel)
 
 

@@ -149,6 +149,8 @@ def test_budget_from_device_memory() -> None:
         kv_budget_bytes(16 * GIB, memory_utilization=0.9, weights_bytes=16 * GIB)
     with pytest.raises(ConfigError, match="memory_utilization"):
         kv_budget_bytes(16 * GIB, memory_utilization=1.5)
+    with pytest.raises(ConfigError, match="tensor_parallel must be at least 1, got 0"):
+        weight_bytes(8_030_000_000, 2, tensor_parallel=0)  # was a ZeroDivisionError traceback in the CLI
 
 
 def test_analyze_reports_only_what_inputs_allow() -> None:
