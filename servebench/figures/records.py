@@ -45,6 +45,8 @@ def plot_label(text: object) -> str:
 def _layout(fig: go.Figure, title: str, height: int = 360, top: int = 60) -> go.Figure:
     fig.update_layout(title=title, template=TEMPLATE, height=height, margin=dict(l=60, r=20, t=top, b=50),
                       legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0))
+    if top > 60:  # a title of several lines: hang it from the top so it stays above the plot
+        fig.update_layout(title=dict(yref="container", y=1.0, yanchor="top", pad=dict(t=12)))
     return fig
 
 
@@ -80,7 +82,7 @@ def cdf_figure(values_s: np.ndarray, metric: str, *, left_out: int = 0, left_out
     if n == 0:
         fig.add_annotation(text="no values: no request counted for this metric", showarrow=False,
                            x=0.5, y=0.5, xref="paper", yref="paper")
-        return _layout(fig, _titled(title, [*lines, plot_label(subtitle)]), height=390, top=90)
+        return _layout(fig, _titled(title, [*lines, plot_label(subtitle)]), height=400, top=110)
     ranks = [nearest_rank(q, n) for q in marks]
     idx = _thin(n, [r - 1 for r in ranks], max_points)
     xs = np.concatenate([[values[0]], values[idx]])
@@ -100,7 +102,7 @@ def cdf_figure(values_s: np.ndarray, metric: str, *, left_out: int = 0, left_out
     fig.update_xaxes(title_text="seconds")
     fig.update_yaxes(title_text="share of counted requests", range=[0, 1.02])
     # short lines under the title, so the chart reads in a third of a page
-    return _layout(fig, _titled(title, [*lines, ", ".join(marked), plot_label(subtitle)]), height=400, top=100)
+    return _layout(fig, _titled(title, [*lines, ", ".join(marked), plot_label(subtitle)]), height=420, top=110)
 
 
 def record_cdfs(table: RecordTable, marks: Sequence[float] = MARKS) -> dict[str, go.Figure]:

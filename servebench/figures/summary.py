@@ -91,7 +91,7 @@ def epoch_utc(t_s: float) -> str | None:
     """
     if not EPOCH_RANGE_S[0] <= t_s < EPOCH_RANGE_S[1]:
         return None
-    return datetime.fromtimestamp(t_s, timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+    return datetime.fromtimestamp(round(t_s, 3), timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
 
 
 def fmt_window(window_start_s: float, window_end_s: float) -> str:

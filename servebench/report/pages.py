@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .. import __version__
 from ..figures import records as rfig
+from ..figures.summary import fmt_window
 from ..records import STATUSES
 from ..render import fmt
 from ..summary import CONTRACT_FIELDS, SLO, Distribution, Report, build_report
@@ -217,7 +218,7 @@ def run_page(view: RunView, options: SiteOptions) -> str:
     head = key_values([
         ("kind", _kind(run)), ("source", run.path), ("files", ", ".join(run.files) or "-"),
         ("format", run.format or "-"),
-        ("window", f"{fmt(report.window_start)} to {fmt(report.window_end)} s ({fmt(report.window_s)} s)"),
+        ("window", fmt_window(report.window_start, report.window_end)),
     ])
     parts: list[object] = [head, _warnings(run)]
     missing = unavailable(run)
