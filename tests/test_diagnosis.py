@@ -89,6 +89,16 @@ def test_cli_diagnose_profile_table_json() -> None:
     assert human.exit_code == 0 and "limit = kv_memory" in human.output
 
 
+def test_cli_diagnose_prints_profile_names_verbatim(tmp_path: Path) -> None:
+    doc = json.loads(AB.read_text())
+    doc["profiles"][0]["name"], doc["profiles"][1]["name"] = "A[/]x", "[red]B"  # markup is text here
+    path = tmp_path / "odd.json"
+    path.write_text(json.dumps(doc))
+    res = runner.invoke(app, ["diagnose", str(path)])
+    assert res.exit_code == 0, res.output
+    assert "A[/]x: limit = none" in res.output and "[red]B: limit = kv_memory" in res.output
+
+
 def test_cli_overrides_change_the_limit() -> None:
     res = runner.invoke(app, ["diagnose", str(AB), "--budget-gib", "16", "--json"])
     b = json.loads(res.output)["profiles"]["B"]

@@ -177,7 +177,20 @@ def test_sweep_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert (tmp_path / "sweep_latency.html").exists()
     code, out, err = run_cli(capsys, "sweep", str(PROFILE_B), "--rates", "0.5,1", "--requests", "100", "-o",
                              str(tmp_path / "t"), "--no-search")
-    assert code == 0, err and "usable capacity" in out
+    assert code == 0, err
+    assert "usable capacity" in out
+
+
+def test_sweep_command_prints_names_verbatim(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    odd = tmp_path / "[red]b.yaml"  # rich markup in a scenario name or path is text, not a style
+    odd.write_text(PROFILE_B.read_text().replace("name: profile_b", 'name: "b[/]x"'))
+    code, out, err = run_cli(capsys, "sweep", str(odd), "--rates", "0.5,1", "--requests", "50", "-o",
+                             str(tmp_path / "[red]o"), "--no-search")
+    assert code == 0, err
+    assert "Sweep of b[/]x" in out and "[red]o" in out
+    code, out, err = run_cli(capsys, "simulate", str(odd), "--requests", "50", "-o", str(tmp_path / "s"),
+                             "--json")
+    assert code == 0, err
 
 
 def test_sweep_command_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

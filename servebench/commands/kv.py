@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from ..cli import app, console, emit_json
@@ -25,7 +26,7 @@ def _shape_row(s: ModelShape) -> list[str]:
         kinds.append("MHA")
     if s.sliding_window:
         kinds.append(f"window {s.sliding_window} on {s.local_layers}/{s.layers} layers")
-    return [s.name or "-", str(s.layers), str(s.kv_heads), str(s.head_dim), ", ".join(kinds),
+    return [escape(s.name or "-"), str(s.layers), str(s.kv_heads), str(s.head_dim), ", ".join(kinds),
             f"{bytes_per_token(s):,}"]
 
 
@@ -42,7 +43,7 @@ def _list_models(as_json: bool) -> None:
     console.print(t)
     console.print("Sources:")
     for s in PRESETS.values():
-        console.print(f"  {s.name}: {s.source}", soft_wrap=True)
+        console.print(escape(f"  {s.name}: {s.source}"), soft_wrap=True)
 
 
 def _print_report(r: KVReport) -> None:
@@ -52,7 +53,7 @@ def _print_report(r: KVReport) -> None:
     else:
         formula = (f"2 x {s.layers} layers x {max(1, s.kv_heads // r.tensor_parallel)} KV heads x {s.head_dim} "
                    f"x {fmt(s.bytes_per_element)} B")
-    t = Table(title=f"KV cache: {s.name or 'model'}" + (f" (per GPU, tp={r.tensor_parallel})" if r.tensor_parallel > 1 else ""))
+    t = Table(title=f"KV cache: {escape(s.name or 'model')}" + (f" (per GPU, tp={r.tensor_parallel})" if r.tensor_parallel > 1 else ""))
     t.add_column("quantity")
     t.add_column("value", justify="right")
     t.add_column("how")

@@ -9,6 +9,7 @@ from typing import Any, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -103,7 +104,7 @@ def simulate(
     if as_json:
         emit_json(doc)
         return
-    t = Table(title=f"Simulated {sc.name} ({sc.server.policy}, prefill lane {sc.server.prefill_lane})")
+    t = Table(title=f"Simulated {escape(sc.name)} ({sc.server.policy}, prefill lane {sc.server.prefill_lane})")
     t.add_column("quantity")
     t.add_column("value", justify="right")
     for key in ("offered", "kv_budget_tokens", "peak_running", "peak_waiting", "max_kv_tokens_used",
@@ -114,7 +115,7 @@ def simulate(
     console.print(t)
     from ..render import print_report
     print_report(console, report)
-    console.print(f"wrote {d / 'records.jsonl'}, {trace_path}, {d / 'summary.json'}")
+    console.print(escape(f"wrote {d / 'records.jsonl'}, {trace_path}, {d / 'summary.json'}"))
 
 
 @app.command()
@@ -153,11 +154,11 @@ def sweep(
     err = Console(stderr=True)
     with Progress(TextColumn("[bold]sweep[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=err, transient=True, disable=as_json) as bar:
-        task = bar.add_task(sc.name, total=len(loads))
+        task = bar.add_task(escape(sc.name), total=len(loads))
 
         def progress(done: int, total: int, point: Any) -> None:
             bar.update(task, completed=done, total=max(total, done),
-                       description=f"{sc.name}: {point.load:g} -> {point.slo_attainment:.0%} within SLOs")
+                       description=f"{escape(sc.name)}: {point.load:g} -> {point.slo_attainment:.0%} within SLOs")
 
         result = run_sweep(sc, loads, mode=mode, slo=slo, slo_target=slo_target,
                            requests=requests or None, search=search, progress=progress)
@@ -173,7 +174,7 @@ def sweep(
     if as_json:
         emit_json({**json.loads(result.model_dump_json()), "files": files})
         return
-    t = Table(title=f"Sweep of {sc.name} by {'arrival rate' if mode == 'rate' else 'users'}")
+    t = Table(title=f"Sweep of {escape(sc.name)} by {'arrival rate' if mode == 'rate' else 'users'}")
     t.add_column("load", justify="right", no_wrap=True)
     for col in ("offered/s", "done/s", "rejected", "timeout", "TTFT p95", "TPOT p95", "latency p95",
                 "queue p95", "within SLOs", "peak run"):
@@ -188,7 +189,7 @@ def sweep(
     cap = result.capacity
     console.print(f"usable capacity: [bold]{fmt(cap.load)}[/] ({cap.note}); knee at {fmt(result.knee_load)}; "
                   f"* = found by search; red = misses the SLOs (target {slo_target:.0%})")
-    console.print(f"wrote {', '.join(files)}")
+    console.print(escape(f"wrote {', '.join(files)}"))
 
 
 @app.command("fit-steps")
