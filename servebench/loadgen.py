@@ -574,10 +574,13 @@ async def discover_model(client: httpx.AsyncClient, base_url: str, headers: dict
         raise LoadError(f"{url}: the answer lists no model ({resp.text[:120]!r}); pass --model") from None
 
 
-def _client(config: LoadConfig) -> httpx.AsyncClient:
-    """Return an HTTP client sized to the generator's in-flight limit (environment proxies ignored)."""
+def _client(config: LoadConfig, longest_deadline_s: float) -> httpx.AsyncClient:
+    """Return an HTTP client sized to the generator's in-flight limit (environment proxies ignored).
+
+    Its own timeouts lie beyond every request's deadline, which ends each request first.
+    """
     limits = httpx.Limits(max_connections=config.max_in_flight, max_keepalive_connections=config.max_in_flight)
-    timeout = httpx.Timeout(config.deadline_s + 5.0)
+    timeout = httpx.Timeout(longest_deadline_s + 5.0)
     return httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False)
 
 
@@ -594,7 +597,8 @@ async def run_load(config: LoadConfig, plan: Sequence[PlannedRequest],
     if not plan:
         raise ConfigError("the load plan has no requests")
     state = state if state is not None else RunState()
-    async with _client(config) as client:
+    longest = max(config.deadline_s if r.deadline_s is None else r.deadline_s for r in plan)
+    async with _client(config, longest) as client:
         headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
         state.model = config.model or await discover_model(client, config.url, headers)
         loop = asyncio.get_running_loop()
@@ -732,8 +736,7 @@ def measured_point(outcomes: Sequence[Outcome], load: float, slo: Any, slo_targe
 
     The metrics come from ``build_report`` exactly as for a simulated point. Fields only a
     server's step trace knows (running and waiting sequences, KV tokens, preemptions) are None:
-    a client cannot observe them, and 0 would be a false measurement. Such a point is built
-    without validation because ``SweepPoint`` declares those fields as integers.
+    a client cannot observe them, and 0 would be a false measurement.
     """
     from .summary import build_report
     from .sweep import QUANTILES, SweepPoint

@@ -26,6 +26,18 @@ from .errors import ConfigError
 from .scheduler import Outcome
 
 
+def bind_socket(host: str, port: int) -> socket.socket:
+    """Return a TCP socket bound to ``host:port`` (``port=0``: a free one), for uvicorn to listen on."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot bind {host}:{port}: {exc.strerror}") from None
+    return sock
+
+
 @contextmanager
 def serve_in_background(app: Any, host: str = "127.0.0.1", port: int = 0,
                         log_level: str = "warning", start_timeout_s: float = 15.0) -> Iterator[str]:
@@ -36,13 +48,7 @@ def serve_in_background(app: Any, host: str = "127.0.0.1", port: int = 0,
     """
     import uvicorn
 
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise ConfigError(f"cannot bind {host}:{port}: {exc.strerror}") from None
+    sock = bind_socket(host, port)
     bound_port = sock.getsockname()[1]
     config = uvicorn.Config(app, host=host, port=bound_port, log_level=log_level, lifespan="on",
                             timeout_graceful_shutdown=2)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -144,21 +143,22 @@ def test_full_queue_answers_503_and_the_summary_counts_rejections():
     assert state["kv_tokens_held"] == 0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_serve_engine_command_and_load_command_end_to_end(tmp_path):
-    port = _free_port()
     exe = [sys.executable, "-m", "servebench"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([*exe, "serve-engine", "--preset", "tiny", "--port", str(port), "--threads", "1",
-                             "--device", "cpu"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
-    url = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen([*exe, "serve-engine", "--preset", "tiny", "--port", "0", "--threads", "1",
+                             "--device", "cpu", "--json"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
     try:
+        head = []
+        for line in proc.stdout:  # --port 0 --json: the address it bound comes first
+            head.append(line.decode())
+            if line.startswith(b"}"):
+                break
+        text = "".join(head)
+        assert "{" in text, text[-2000:]
+        url = json.loads(text[text.index("{"):])["url"]
+        assert url.startswith("http://127.0.0.1:") and not url.endswith(":0")
         for _ in range(600):  # up to about 60 s for torch to import and the model to warm up
             try:
                 if httpx.get(f"{url}/health", trust_env=False, timeout=1).status_code == 200:

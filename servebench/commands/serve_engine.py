@@ -17,7 +17,7 @@ def serve_engine(
     host: str = typer.Option("127.0.0.1", help="Address to bind (loopback by default)."),
     kv_budget_tokens: int = typer.Option(16_384, min=1, help="KV cache budget, tokens."),
     max_num_seqs: int = typer.Option(32, min=1, help="Most sequences running at once."),
-    max_waiting: int = typer.Option(64, min=0, help="Bounded waiting queue: beyond it, HTTP 503."),
+    max_waiting: int = typer.Option(64, min=1, help="Bounded waiting queue: beyond it, HTTP 503."),
     policy: str = typer.Option("paged", help="KV admission policy: paged or reserve."),
     timeout: Optional[float] = typer.Option(None, min=0.001, help="Server-side deadline per request, s."),
     seed: int = typer.Option(0, help="Seed of the weights and of drawn prompt ids."),
@@ -30,7 +30,7 @@ def serve_engine(
 
     from ..engine.service import EngineService
     from ..scheduler import SchedulerConfig
-    from ..server import create_app
+    from ..server import bind_socket, create_app
 
     if policy not in ("paged", "reserve"):
         raise ConfigError(f"--policy {policy!r}: expected paged or reserve")
@@ -38,6 +38,8 @@ def serve_engine(
                             max_waiting=max_waiting, timeout_s=timeout)  # type: ignore[arg-type]
     service = EngineService(preset, scheduler=sched, seed=seed, device=device, threads=threads)
     application = create_app(service)
+    sock = bind_socket(host, port)  # bound now, so --port 0 prints the port it got
+    port = sock.getsockname()[1]
     model_id = f"servebench-{service.model.config.name}"
     info = {"url": f"http://{host}:{port}", "model": model_id, "device": str(service.model.device),
             "kv_budget_tokens": kv_budget_tokens, "max_num_seqs": max_num_seqs, "max_waiting": max_waiting,
@@ -47,4 +49,7 @@ def serve_engine(
     else:
         console.print(f"serving [bold]{model_id}[/] on http://{host}:{port} ({info['device']}; "
                       f"KV {kv_budget_tokens} tokens, {max_num_seqs} seqs, queue {max_waiting}); Ctrl-C stops")
-    uvicorn.run(application, host=host, port=port, log_level="warning")
+    try:
+        uvicorn.Server(uvicorn.Config(application, host=host, port=port, log_level="warning")).run(sockets=[sock])
+    finally:
+        sock.close()
