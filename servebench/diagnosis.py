@@ -243,6 +243,9 @@ def diagnose(m: ProfileMeasurements, *, shape: kv.ModelShape | None = None, budg
              thresholds: Thresholds | None = None, tpot_baseline_s: float | None = None) -> Verdict:
     """Return the verdict for one profile (KV numbers need a shape, a budget and prompt tokens)."""
     th = thresholds or Thresholds()
+    if budget_bytes is not None and shape is None:
+        raise ConfigError(f"profile {m.name!r}: a KV budget needs the model shape (--model, --config or "
+                          "--layers/--kv-heads/--head-dim) to turn memory into concurrent sequences")
     out: dict = {}
     limit_n: int | None = None
     if shape is not None:

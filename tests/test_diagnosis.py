@@ -239,6 +239,8 @@ def test_thresholds_and_unknowns() -> None:
     assert v.in_service is None and v.max_concurrent_sequences is None and v.utilization is None
     with pytest.raises(ValueError, match="unique"):
         ProfileTable(profiles=[m, m])
+    with pytest.raises(ConfigError, match="'x': a KV budget needs the model shape"):
+        diagnose(m, budget_bytes=8 * GIB)  # silently dropping the budget would hide the KV limit
 
 
 # --------------------------------------------------------------------------- simulator records
