@@ -15,6 +15,7 @@ import streamlit as st
 
 from servebench.errors import ServebenchError
 from servebench.figures.summary import fmt_window
+from servebench.importers import FORMATS as FOREIGN_FORMATS
 from servebench.loaders import LoadedRecords, read_bytes, to_table
 from servebench.records import RecordTable, default_window
 from servebench.report.inputs import RunInput
@@ -56,6 +57,7 @@ class Dataset:
     table: RecordTable
     window_start: float
     window_end: float
+    key: str = ""  # the file's digest and the format it was read with: the cache key of anything built from it
 
     @property
     def unavailable(self) -> frozenset[str]:
@@ -103,18 +105,56 @@ def set_source(source: RecordSource) -> None:
         st.session_state["records_sample"] = None  # so picking the previous sample again is a change
 
 
+READ_AS = ("auto", "csv", "json", "jsonl", "parquet", *FOREIGN_FORMATS)
+
+
 @st.cache_resource(max_entries=8, show_spinner=False)
-def _load(digest: str, name: str, _data: bytes) -> LoadedRecords:
-    return read_bytes(_data, name)
+def _load(digest: str, name: str, fmt: str, _data: bytes) -> LoadedRecords:
+    return read_bytes(_data, name, fmt)
+
+
+def _import_format(loaded_format: str, run: int | None, drop_outside: bool) -> str | None:
+    """Return the format string that re-reads another tool's export with the user's options, or None."""
+    if loaded_format not in FOREIGN_FORMATS or (run is None and not drop_outside):
+        return None
+    options = ([f"run={run}"] if run is not None else []) + (["outside_window=drop"] if drop_outside else [])
+    return f"{loaded_format}:{','.join(options)}"
+
+
+def _import_options(src: RecordSource) -> tuple[LoadedRecords, str]:
+    """Read the record set with the sidebar's format override and, for another tool's export, its options.
+
+    Return the records and the format string they were read with. Errors show on the page, not inside
+    the (collapsed) expander.
+    """
+    box = st.sidebar.expander("Import options")
+    fmt = box.selectbox("Read as", READ_AS, key=f"fmt:{src.digest}",
+                        help="auto-detects servebench records and the exports of " + ", ".join(FOREIGN_FORMATS))
+    loaded = guarded(_load, src.digest, src.name, fmt, src.data)
+    if loaded.format not in FOREIGN_FORMATS:
+        box.caption(f"Read as servebench records ({loaded.format}).")
+        return loaded, fmt
+    runs = int(loaded.metadata.get("runs") or 1)
+    run = None
+    if runs > 1:
+        run = int(box.number_input(f"Run in the file (0 to {runs - 1})", min_value=0, max_value=runs - 1,
+                                   value=int(loaded.metadata.get("run_index") or 0), key=f"run:{src.digest}"))
+    drop = box.toggle("Leave out warm-up and cool-down requests", key=f"drop:{src.digest}",
+                      help="Requests outside the tool's measured window; kept with slice 'warmup' or 'cooldown' "
+                           "by default.")
+    again = _import_format(loaded.format, run, drop)
+    if again is None:
+        return loaded, fmt
+    return guarded(_load, src.digest, src.name, again, src.data), again
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)
-def _validate(digest: str, window_start: float, window_end: float, _loaded: LoadedRecords) -> RecordTable:
+def _validate(key: str, window_start: float, window_end: float, _loaded: LoadedRecords) -> RecordTable:
     return to_table(_loaded, window_start, window_end)[0]
 
 
 @st.cache_resource(max_entries=16, show_spinner="Building the report…")
-def cached_report(digest: str, window_start: float, window_end: float, slo: tuple[float | None, ...],
+def cached_report(key: str, window_start: float, window_end: float, slo: tuple[float | None, ...],
                   _table: RecordTable) -> Report:
     """Return the full report for the current records, window and SLO (cached per combination)."""
     ttft_s, tpot_s, latency_s = slo
@@ -133,13 +173,8 @@ def _on_sample() -> None:
         set_source(sample_source(name))
 
 
-def _window_key(source: RecordSource) -> str:
-    return f"window:{source.digest}"
-
-
-def _on_window(source: RecordSource) -> None:
-    st.session_state[_window_key(source)] = (st.session_state[f"ws:{source.digest}"],
-                                             st.session_state[f"we:{source.digest}"])
+def _on_window(key: str) -> None:
+    st.session_state[f"window:{key}"] = (st.session_state[f"ws:{key}"], st.session_state[f"we:{key}"])
 
 
 def records_sidebar() -> Dataset:
@@ -157,18 +192,19 @@ def records_sidebar() -> Dataset:
         st.selectbox("…or a sample", samples, index=index, key="records_sample", on_change=_on_sample,
                      placeholder="choose a sample file")
         st.caption(f"Showing **{src.name}** ({src.origin}, {len(src.data):,} bytes)")
-    loaded = guarded(_load, src.digest, src.name, src.data)
+    loaded, fmt = _import_options(src)
+    key = f"{src.digest}:{fmt}"  # the same bytes read another way are another record set
     default_ws, default_we = guarded(default_window, loaded.rows)
-    ws, we = st.session_state.get(_window_key(src), (default_ws, default_we))
+    ws, we = st.session_state.get(f"window:{key}", (default_ws, default_we))
     with st.sidebar:  # one input per line: epoch clocks need the width
-        st.number_input("Window start (s)", value=float(ws), key=f"ws:{src.digest}", format="%.3f",
-                        on_change=_on_window, args=(src,))
-        st.number_input("Window end (s)", value=float(we), key=f"we:{src.digest}", format="%.3f",
-                        on_change=_on_window, args=(src,))
+        st.number_input("Window start (s)", value=float(ws), key=f"ws:{key}", format="%.3f",
+                        on_change=_on_window, args=(key,))
+        st.number_input("Window end (s)", value=float(we), key=f"we:{key}", format="%.3f",
+                        on_change=_on_window, args=(key,))
         st.caption(f"The data spans {fmt_window(default_ws, default_we)}; every record must lie in the window.")
-    ws, we = st.session_state.get(_window_key(src), (default_ws, default_we))
-    table = guarded(_validate, src.digest, float(ws), float(we), loaded)
-    return Dataset(src, loaded, table, float(ws), float(we))
+    ws, we = st.session_state.get(f"window:{key}", (default_ws, default_we))
+    table = guarded(_validate, key, float(ws), float(we), loaded)
+    return Dataset(src, loaded, table, float(ws), float(we), key)
 
 
 def site_zip(ds: Dataset, slo: SLO | None) -> bytes:

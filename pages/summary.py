@@ -36,7 +36,7 @@ slo_ttft = c1.number_input("TTFT limit (s)", value=None, min_value=0.0, step=0.1
 slo_tpot = c2.number_input("Request TPOT limit (s)", value=None, min_value=0.0, step=0.01, placeholder="no limit")
 slo_latency = c3.number_input("Latency limit (s)", value=None, min_value=0.0, step=0.5, placeholder="no limit")
 slo = tuple(v if v else None for v in (slo_ttft, slo_tpot, slo_latency))
-report = guarded(cached_report, ds.source.digest, ds.window_start, ds.window_end, slo, ds.table)
+report = guarded(cached_report, ds.key, ds.window_start, ds.window_end, slo, ds.table)
 slo_box = st.container()
 
 with contract_box:

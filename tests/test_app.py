@@ -100,6 +100,20 @@ def test_llmperf_file_without_timestamps_shows_rates_as_na() -> None:
     assert m["Latency p95 (s)"] not in ("n/a", "—")
 
 
+def test_import_options_drop_cooldown_and_override_the_format() -> None:
+    at = _app()
+    data = (IMPORTER_DATA / "guidellm-0.8.1-errors.json").read_bytes()
+    at.file_uploader(key="records_upload").set_value(("guidellm-0.8.1-errors.json", data, "application/json")).run()
+    assert not at.exception and not at.error
+    assert _metrics(at)["Requests"] == "41"  # every listed request, the cooldown one marked
+    next(t for t in at.toggle if t.label.startswith("Leave out warm-up")).set_value(True).run()
+    assert not at.exception and not at.error
+    assert _metrics(at)["Requests"] == "40"  # GuideLLM's own request_totals: 30 + 7 + 3
+    next(s for s in at.selectbox if s.label == "Read as").set_value("vllm").run()
+    assert not at.exception
+    assert "does not look like a vLLM" in at.error[0].value
+
+
 def test_window_that_cuts_records_is_an_error_naming_the_row() -> None:
     at = _app()
     at.selectbox(key="records_sample").select("r1_r4.json").run()
