@@ -180,6 +180,15 @@ def _columns(rows: Sequence[Mapping[str, Any]] | Mapping[str, Sequence[float]]) 
     if "kv_tokens_read" not in raw and "kv_tokens_used" in raw:
         raw["kv_tokens_read"] = raw["kv_tokens_used"]
     need = ("duration", "prefill_tokens", "decode_seqs", "kv_tokens_read")
+    present = set(rows) if isinstance(rows, Mapping) else set().union(*(r.keys() for r in rows)) if rows else set()
+    columns = rows if isinstance(rows, Mapping) else {k: [r.get(k) for r in rows] for k in need}
+    for c in need:
+        if c not in raw and c in present:  # present, but not all numbers: name the first bad row
+            for i, v in enumerate(columns[c]):
+                try:
+                    float(v)
+                except (TypeError, ValueError):
+                    raise ConfigError(f"step trace row {i + 1}, column '{c}': {v!r} is not a number") from None
     missing = [c for c in need if c not in raw]
     if missing:
         raise ConfigError(f"step trace lacks column(s) {', '.join(missing)}; expected {', '.join(need)}")

@@ -90,6 +90,9 @@ def test_bad_inputs() -> None:
     with pytest.raises(ConfigError, match="row 2, column 'duration'"):
         fit_step_model({"duration": [1.0, float("nan")], "prefill_tokens": [1, 2], "decode_seqs": [1, 1],
                         "kv_tokens_used": [0, 0]})
+    with pytest.raises(ConfigError, match="row 3, column 'decode_seqs': 'two' is not a number"):
+        fit_step_model([{"duration": 1.0, "prefill_tokens": 0, "decode_seqs": d, "kv_tokens_read": 0}
+                        for d in (1, 2, "two")])  # was reported as a missing column
     with pytest.raises(ConfigError, match="expected some of"):
         fit_step_model(synthetic_trace(10, 0, 0), ["gamma"])
     with pytest.raises(ConfigError, match="at least that many"):
