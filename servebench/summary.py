@@ -294,7 +294,9 @@ def build_report(table: RecordTable, window_start: float, window_end: float, slo
     ids = table.request_id
     with_id = ids[ids != None]  # noqa: E711
     # duplicates are a property of the whole file: slices (by_slice=False) skip the hashing
-    repeated = _value_counts(with_id, min_count=2) if by_slice else []
+    repeated = []
+    if by_slice and len(set(with_id.tolist())) < with_id.size:  # a set is the fastest check for "all unique"
+        repeated = _value_counts(with_id, min_count=2)
     dup_count = sum(c - 1 for _, c in repeated)
     dup_examples = sorted(rid for rid, _ in repeated)[:5]
     adm_all = np.isfinite(table.admitted)
