@@ -11,6 +11,9 @@ One clock: ``loop.time()`` (``time.monotonic``), in seconds since the run's orig
 delays are never dropped from what a user would have waited); the *actual* send time and the lag
 between the two are kept beside it (:class:`Outcome`, ``sends.jsonl``) and summarized in
 :class:`GeneratorStats`, so a late generator is visible rather than blamed on the server.
+
+This module plans and schedules requests and turns their outcomes into records, statistics and
+files; :mod:`servebench.http_client` sends one request and reads its server-sent events.
 """
 
 from __future__ import annotations
@@ -28,13 +31,12 @@ import httpx
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from .errors import ConfigError, ServebenchError
+from .errors import ConfigError
+from .http_client import API_PATHS, Outcome, discover_model, exc_text, exchange, normalize_url
 from .percentiles import percentile
 from .records import RecordTable, default_window, parse_objects, validate
 from .workload import WorkloadSpec, closed_loop_plan, generate_workload
 
-REJECT_CODES = (429, 503)
-API_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 # Common English words that most tokenizers keep as one token each (with a leading space).
 PROMPT_WORDS = (
     "time", "year", "people", "way", "day", "man", "thing", "woman", "life", "child", "world", "school",
@@ -44,11 +46,6 @@ PROMPT_WORDS = (
     "job", "word", "business", "issue", "side", "kind", "head", "house", "service", "friend", "father",
     "power", "hour", "game", "line", "end", "member", "law", "car",
 )
-ERROR_TEXT_CHARS = 200
-
-
-class LoadError(ServebenchError):
-    """The load generator cannot start: the endpoint is unreachable or reports no model."""
 
 
 class LoadConfig(BaseModel):
@@ -81,40 +78,6 @@ class PlannedRequest:
     slice: str | None = None
     think_s: float = 0.0
     deadline_s: float | None = None
-
-
-@dataclass
-class Outcome:
-    """One request as the generator saw it, on the run's clock (seconds since t0)."""
-
-    request_id: str
-    intended_s: float
-    status: str = "failed"
-    sent_s: float | None = None
-    first_token_s: float | None = None
-    end_s: float = math.nan
-    prompt_tokens: int | None = None
-    output_tokens: int | None = None
-    output_tokens_source: Literal["usage", "chunks"] | None = None
-    http_status: int | None = None
-    error: str | None = None
-    slice: str | None = None
-    requested_prompt_words: int = 0
-    requested_output_tokens: int = 0
-    chunk_times_s: list[float] = field(default_factory=list)
-    done_marker: bool = False
-
-    @property
-    def lag_s(self) -> float | None:
-        """Actual minus intended send time (None if it was never sent)."""
-        return None if self.sent_s is None else self.sent_s - self.intended_s
-
-    @property
-    def token_level_chunks(self) -> bool | None:
-        """True when the server's count of output tokens equals the content chunks received."""
-        if self.output_tokens_source != "usage":
-            return None
-        return self.output_tokens == len(self.chunk_times_s)
 
 
 class LagStats(BaseModel):
@@ -249,55 +212,6 @@ def request_body(config: LoadConfig, model: str, req: PlannedRequest) -> dict[st
     return body
 
 
-def parse_sse_line(line: str) -> dict[str, Any] | Literal["done"] | None:
-    """Parse one server-sent-event line: a JSON payload, "done" for ``[DONE]``, None for anything else.
-
-    >>> parse_sse_line('data: {"a": 1}'), parse_sse_line("data: [DONE]"), parse_sse_line(": ping")
-    ({'a': 1}, 'done', None)
-    """
-    if not line.startswith("data:"):
-        return None
-    payload = line[5:].strip()
-    if payload == "[DONE]":
-        return "done"
-    if not payload:
-        return None
-    try:
-        doc = json.loads(payload)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"malformed SSE data {payload[:80]!r}: {exc.msg}") from None
-    if not isinstance(doc, dict):
-        raise ValueError(f"SSE data is not a JSON object: {payload[:80]!r}")
-    return doc
-
-
-def chunk_text(doc: dict[str, Any]) -> str:
-    """Return the generated text carried by one completion or chat chunk ('' if none)."""
-    parts = []
-    for choice in doc.get("choices") or ():
-        if not isinstance(choice, dict):
-            continue
-        text = choice.get("text")
-        if text is None:
-            delta = choice.get("delta") or choice.get("message") or {}
-            text = delta.get("content") if isinstance(delta, dict) else None
-        if isinstance(text, str):
-            parts.append(text)
-    return "".join(parts)
-
-
-def apply_usage(out: Outcome, usage: Any) -> None:
-    """Copy prompt and completion token counts from an OpenAI ``usage`` object, if well formed."""
-    if not isinstance(usage, dict):
-        return
-    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
-    if isinstance(prompt, int) and not isinstance(prompt, bool) and prompt >= 0:
-        out.prompt_tokens = prompt
-    if isinstance(completion, int) and not isinstance(completion, bool) and completion >= 0:
-        out.output_tokens = completion
-        out.output_tokens_source = "usage"
-
-
 def to_record(o: Outcome) -> dict[str, Any]:
     """Return the canonical timing record of an outcome (``start`` is the intended send time)."""
     rec: dict[str, Any] = {"request_id": o.request_id, "start": o.intended_s}
@@ -365,16 +279,6 @@ def generator_stats(outcomes: Sequence[Outcome], mode: Literal["open", "closed"]
         lag_warning=lag_warning(lag, outcomes, mode), run_s=max(ends) if ends else 0.0)
 
 
-def normalize_url(url: str) -> str:
-    """Return the server's base URL without a trailing slash or ``/v1``."""
-    base = url.rstrip("/")
-    if base.endswith("/v1"):
-        base = base[:-3]
-    if not base.startswith(("http://", "https://")):
-        raise ConfigError(f"endpoint URL {url!r} must start with http:// or https://")
-    return base
-
-
 # --------------------------------------------------------------------------- the run
 
 
@@ -417,7 +321,8 @@ class _Runner:
                     on_wire = True
                     self.in_flight += 1
                     self.state.peak_in_flight = max(self.state.peak_in_flight, self.in_flight)
-                    await self._exchange(req, out)
+                    await exchange(self.client, self.url, request_body(cfg, self.model, req), self.headers, out,
+                                   self.now, cfg.stream)
         except TimeoutError:
             out.end_s = self.now()
             if limit_at < deadline_at:
@@ -435,7 +340,7 @@ class _Runner:
             raise
         except httpx.HTTPError as exc:
             out.end_s = self.now()
-            out.status, out.error = "failed", _exc_text(exc)
+            out.status, out.error = "failed", exc_text(exc)
         finally:
             if on_wire:
                 self.in_flight -= 1
@@ -456,124 +361,6 @@ class _Runner:
             out.output_tokens = len(out.chunk_times_s)
             out.output_tokens_source = "chunks"
 
-    async def _exchange(self, req: PlannedRequest, out: Outcome) -> None:
-        """POST the request and read its answer into ``out``."""
-        body = request_body(self.config, self.model, req)
-        async with self.client.stream("POST", self.url, json=body, headers=self.headers) as resp:
-            out.http_status = resp.status_code
-            if resp.status_code != 200:
-                text = (await resp.aread()).decode("utf-8", "replace")
-                out.end_s = self.now()
-                out.status = "rejected" if resp.status_code in REJECT_CODES else "failed"
-                out.error = f"HTTP {resp.status_code}: {_error_message(text)}"
-                return
-            if self.config.stream:
-                await self._read_stream(resp, out)
-            else:
-                await self._read_whole(resp, out)
-
-    async def _read_stream(self, resp: httpx.Response, out: Outcome) -> None:
-        finish_reason = None
-        done_at = None
-        async for line in resp.aiter_lines():
-            if done_at is not None:
-                continue  # read to the end of the body so the connection can be reused
-            try:
-                event = parse_sse_line(line)
-            except ValueError as exc:
-                out.end_s, out.status, out.error = self.now(), "failed", str(exc)
-                return
-            if event is None:
-                continue
-            if event == "done":
-                out.done_marker = True
-                done_at = self.now()
-                continue
-            if "error" in event:
-                out.end_s, out.status = self.now(), "failed"
-                out.error = f"error event: {_error_message(json.dumps(event['error']))}"
-                return
-            if chunk_text(event):
-                t = self.now()
-                out.chunk_times_s.append(t)
-                if out.first_token_s is None:
-                    out.first_token_s = t
-            for choice in event.get("choices") or ():
-                if isinstance(choice, dict) and choice.get("finish_reason"):
-                    finish_reason = choice["finish_reason"]
-            if event.get("usage"):
-                apply_usage(out, event["usage"])
-        out.end_s = self.now() if done_at is None else done_at
-        self._settle(out, finish_reason, streamed=True)
-
-    async def _read_whole(self, resp: httpx.Response, out: Outcome) -> None:
-        raw = await resp.aread()
-        out.end_s = self.now()
-        try:
-            doc = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            out.status, out.error = "failed", f"response is not JSON: {exc.msg}"
-            return
-        apply_usage(out, doc.get("usage") if isinstance(doc, dict) else None)
-        finish = None
-        if isinstance(doc, dict) and chunk_text(doc):
-            out.first_token_s = out.end_s  # the whole answer arrives at once: TTFT equals latency
-            finish = next((c.get("finish_reason") for c in doc.get("choices") or () if isinstance(c, dict)), None)
-        out.done_marker = True
-        self._settle(out, finish or "stop", streamed=False)
-
-    def _settle(self, out: Outcome, finish_reason: str | None, streamed: bool) -> None:
-        """Decide success or failure of an answer that arrived with HTTP 200."""
-        if out.output_tokens is None and out.chunk_times_s:
-            out.output_tokens, out.output_tokens_source = len(out.chunk_times_s), "chunks"
-        if streamed and not out.done_marker:
-            out.status, out.error = "failed", "stream ended without [DONE]"
-        elif out.first_token_s is None or not out.output_tokens:
-            out.status, out.error = "failed", "the answer carried no output tokens"
-            out.first_token_s = None
-        else:
-            out.status = "success"
-            if finish_reason not in (None, "stop", "length"):
-                out.status, out.error = "failed", f"finish_reason {finish_reason!r}"
-
-
-def _error_message(text: str) -> str:
-    """Return the error message of an OpenAI-style error body, else the body, cut short."""
-    msg = text
-    try:
-        doc = json.loads(text)
-        if isinstance(doc, dict):
-            inner = doc.get("error", doc.get("detail", doc))
-            if isinstance(inner, dict):
-                inner = inner.get("message", inner)
-            msg = inner if isinstance(inner, str) else json.dumps(inner)
-    except (json.JSONDecodeError, TypeError):
-        pass
-    msg = " ".join(msg.split())
-    return msg[:ERROR_TEXT_CHARS] if msg else "(empty body)"
-
-
-def _exc_text(exc: BaseException) -> str:
-    detail = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {detail}"[:ERROR_TEXT_CHARS] if detail else type(exc).__name__
-
-
-async def discover_model(client: httpx.AsyncClient, base_url: str, headers: dict[str, str] | None = None) -> str:
-    """Return the first model id that ``GET /v1/models`` reports."""
-    url = normalize_url(base_url) + "/v1/models"
-    try:
-        resp = await client.get(url, headers=headers or {})
-    except httpx.HTTPError as exc:
-        raise LoadError(f"{url}: cannot reach the server ({_exc_text(exc)})") from None
-    if resp.status_code != 200:
-        raise LoadError(f"{url}: HTTP {resp.status_code}: {_error_message(resp.text)}")
-    try:
-        data = resp.json().get("data") or []
-        return str(data[0]["id"])
-    except (ValueError, AttributeError, LookupError, TypeError):
-        raise LoadError(f"{url}: the answer lists no model ({resp.text[:120]!r}); pass --model") from None
-
-
 def _client(config: LoadConfig, longest_deadline_s: float) -> httpx.AsyncClient:
     """Return an HTTP client sized to the generator's in-flight limit (environment proxies ignored).
 
@@ -592,7 +379,8 @@ async def run_load(config: LoadConfig, plan: Sequence[PlannedRequest],
     The run ends by itself: at most ``len(plan)`` requests, each bounded by its deadline, and
     nothing after ``duration_s``. ``state``, if given, gathers outcomes as they finish, so a caller
     interrupted midway (Ctrl-C cancels in-flight requests into "cancelled" outcomes) can still
-    build the result with :func:`result_from_state`.
+    build the result with :func:`result_from_state`. Raises
+    :class:`~servebench.http_client.LoadError` when the endpoint is unreachable or lists no model.
     """
     if not plan:
         raise ConfigError("the load plan has no requests")

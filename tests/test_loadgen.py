@@ -16,9 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from servebench.errors import ConfigError
-from servebench.loadgen import (LoadConfig, LoadError, Outcome, chunk_text, generator_stats, normalize_url,
-                                parse_sse_line, plan_requests, request_body, run_load_sync, to_record,
-                                to_send_row)
+from servebench.http_client import LoadError, chunk_text, normalize_url, parse_sse_line
+from servebench.loadgen import (LoadConfig, Outcome, generator_stats, plan_requests, request_body, run_load_sync,
+                                to_record, to_send_row)
 from servebench.records import STATUSES, TimingRecord, parse_objects, validate
 from servebench.server import serve_in_background
 from servebench.summary import build_report

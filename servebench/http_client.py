@@ -1,0 +1,246 @@
+"""The HTTP side of the load generator: one request to an OpenAI-compatible endpoint, read into an Outcome.
+
+Server-sent events (``data: {...}`` lines ending with ``data: [DONE]``) from ``/v1/completions`` or
+``/v1/chat/completions``; the first content chunk is the first token, every content chunk's
+arrival time is kept, and prompt and output token counts come from ``usage``. When and how often
+requests are sent, deadlines and the run's records are :mod:`servebench.loadgen`'s concern.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import httpx
+
+from .errors import ConfigError, ServebenchError
+
+REJECT_CODES = (429, 503)
+API_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+ERROR_TEXT_CHARS = 200
+
+
+class LoadError(ServebenchError):
+    """The load generator cannot start: the endpoint is unreachable or reports no model."""
+
+
+@dataclass
+class Outcome:
+    """One request as the generator saw it, on the run's clock (seconds since t0)."""
+
+    request_id: str
+    intended_s: float
+    status: str = "failed"
+    sent_s: float | None = None
+    first_token_s: float | None = None
+    end_s: float = math.nan
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+    output_tokens_source: Literal["usage", "chunks"] | None = None
+    http_status: int | None = None
+    error: str | None = None
+    slice: str | None = None
+    requested_prompt_words: int = 0
+    requested_output_tokens: int = 0
+    chunk_times_s: list[float] = field(default_factory=list)
+    done_marker: bool = False
+
+    @property
+    def lag_s(self) -> float | None:
+        """Actual minus intended send time (None if it was never sent)."""
+        return None if self.sent_s is None else self.sent_s - self.intended_s
+
+    @property
+    def token_level_chunks(self) -> bool | None:
+        """True when the server's count of output tokens equals the content chunks received."""
+        if self.output_tokens_source != "usage":
+            return None
+        return self.output_tokens == len(self.chunk_times_s)
+
+
+def parse_sse_line(line: str) -> dict[str, Any] | Literal["done"] | None:
+    """Parse one server-sent-event line: a JSON payload, "done" for ``[DONE]``, None for anything else.
+
+    >>> parse_sse_line('data: {"a": 1}'), parse_sse_line("data: [DONE]"), parse_sse_line(": ping")
+    ({'a': 1}, 'done', None)
+    """
+    if not line.startswith("data:"):
+        return None
+    payload = line[5:].strip()
+    if payload == "[DONE]":
+        return "done"
+    if not payload:
+        return None
+    try:
+        doc = json.loads(payload)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"malformed SSE data {payload[:80]!r}: {exc.msg}") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"SSE data is not a JSON object: {payload[:80]!r}")
+    return doc
+
+
+def chunk_text(doc: dict[str, Any]) -> str:
+    """Return the generated text carried by one completion or chat chunk ('' if none)."""
+    parts = []
+    for choice in doc.get("choices") or ():
+        if not isinstance(choice, dict):
+            continue
+        text = choice.get("text")
+        if text is None:
+            delta = choice.get("delta") or choice.get("message") or {}
+            text = delta.get("content") if isinstance(delta, dict) else None
+        if isinstance(text, str):
+            parts.append(text)
+    return "".join(parts)
+
+
+def apply_usage(out: Outcome, usage: Any) -> None:
+    """Copy prompt and completion token counts from an OpenAI ``usage`` object, if well formed."""
+    if not isinstance(usage, dict):
+        return
+    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    if isinstance(prompt, int) and not isinstance(prompt, bool) and prompt >= 0:
+        out.prompt_tokens = prompt
+    if isinstance(completion, int) and not isinstance(completion, bool) and completion >= 0:
+        out.output_tokens = completion
+        out.output_tokens_source = "usage"
+
+
+def normalize_url(url: str) -> str:
+    """Return the server's base URL without a trailing slash or ``/v1``."""
+    base = url.rstrip("/")
+    if base.endswith("/v1"):
+        base = base[:-3]
+    if not base.startswith(("http://", "https://")):
+        raise ConfigError(f"endpoint URL {url!r} must start with http:// or https://")
+    return base
+
+
+async def exchange(client: httpx.AsyncClient, url: str, body: dict[str, Any], headers: dict[str, str],
+                   out: Outcome, now: Callable[[], float], stream: bool) -> None:
+    """POST ``body`` and read the answer into ``out`` as it arrives (times from ``now``).
+
+    Decides ``out.status`` for an answer that ended: success, failed (HTTP status, error event,
+    malformed stream, no tokens) or rejected (HTTP 429/503). A deadline that cancels the call
+    midway leaves what arrived so far (first token, chunk times, usage) in ``out``.
+    """
+    async with client.stream("POST", url, json=body, headers=headers) as resp:
+        out.http_status = resp.status_code
+        if resp.status_code != 200:
+            text = (await resp.aread()).decode("utf-8", "replace")
+            out.end_s = now()
+            out.status = "rejected" if resp.status_code in REJECT_CODES else "failed"
+            out.error = f"HTTP {resp.status_code}: {error_message(text)}"
+            return
+        if stream:
+            await _read_stream(resp, out, now)
+        else:
+            await _read_whole(resp, out, now)
+
+
+async def _read_stream(resp: httpx.Response, out: Outcome, now: Callable[[], float]) -> None:
+    finish_reason = None
+    done_at = None
+    async for line in resp.aiter_lines():
+        if done_at is not None:
+            continue  # read to the end of the body so the connection can be reused
+        try:
+            event = parse_sse_line(line)
+        except ValueError as exc:
+            out.end_s, out.status, out.error = now(), "failed", str(exc)
+            return
+        if event is None:
+            continue
+        if event == "done":
+            out.done_marker = True
+            done_at = now()
+            continue
+        if "error" in event:
+            out.end_s, out.status = now(), "failed"
+            out.error = f"error event: {error_message(json.dumps(event['error']))}"
+            return
+        if chunk_text(event):
+            t = now()
+            out.chunk_times_s.append(t)
+            if out.first_token_s is None:
+                out.first_token_s = t
+        for choice in event.get("choices") or ():
+            if isinstance(choice, dict) and choice.get("finish_reason"):
+                finish_reason = choice["finish_reason"]
+        if event.get("usage"):
+            apply_usage(out, event["usage"])
+    out.end_s = now() if done_at is None else done_at
+    _settle(out, finish_reason, streamed=True)
+
+
+async def _read_whole(resp: httpx.Response, out: Outcome, now: Callable[[], float]) -> None:
+    raw = await resp.aread()
+    out.end_s = now()
+    try:
+        doc = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        out.status, out.error = "failed", f"response is not JSON: {exc.msg}"
+        return
+    apply_usage(out, doc.get("usage") if isinstance(doc, dict) else None)
+    finish = None
+    if isinstance(doc, dict) and chunk_text(doc):
+        out.first_token_s = out.end_s  # the whole answer arrives at once: TTFT equals latency
+        finish = next((c.get("finish_reason") for c in doc.get("choices") or () if isinstance(c, dict)), None)
+    out.done_marker = True
+    _settle(out, finish or "stop", streamed=False)
+
+
+def _settle(out: Outcome, finish_reason: str | None, streamed: bool) -> None:
+    """Decide success or failure of an answer that arrived with HTTP 200."""
+    if out.output_tokens is None and out.chunk_times_s:
+        out.output_tokens, out.output_tokens_source = len(out.chunk_times_s), "chunks"
+    if streamed and not out.done_marker:
+        out.status, out.error = "failed", "stream ended without [DONE]"
+    elif out.first_token_s is None or not out.output_tokens:
+        out.status, out.error = "failed", "the answer carried no output tokens"
+        out.first_token_s = None
+    else:
+        out.status = "success"
+        if finish_reason not in (None, "stop", "length"):
+            out.status, out.error = "failed", f"finish_reason {finish_reason!r}"
+
+
+def error_message(text: str) -> str:
+    """Return the error message of an OpenAI-style error body, else the body, cut short."""
+    msg = text
+    try:
+        doc = json.loads(text)
+        if isinstance(doc, dict):
+            inner = doc.get("error", doc.get("detail", doc))
+            if isinstance(inner, dict):
+                inner = inner.get("message", inner)
+            msg = inner if isinstance(inner, str) else json.dumps(inner)
+    except (json.JSONDecodeError, TypeError):
+        pass
+    msg = " ".join(msg.split())
+    return msg[:ERROR_TEXT_CHARS] if msg else "(empty body)"
+
+
+def exc_text(exc: BaseException) -> str:
+    detail = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {detail}"[:ERROR_TEXT_CHARS] if detail else type(exc).__name__
+
+
+async def discover_model(client: httpx.AsyncClient, base_url: str, headers: dict[str, str] | None = None) -> str:
+    """Return the first model id that ``GET /v1/models`` reports."""
+    url = normalize_url(base_url) + "/v1/models"
+    try:
+        resp = await client.get(url, headers=headers or {})
+    except httpx.HTTPError as exc:
+        raise LoadError(f"{url}: cannot reach the server ({exc_text(exc)})") from None
+    if resp.status_code != 200:
+        raise LoadError(f"{url}: HTTP {resp.status_code}: {error_message(resp.text)}")
+    try:
+        data = resp.json().get("data") or []
+        return str(data[0]["id"])
+    except (ValueError, AttributeError, LookupError, TypeError):
+        raise LoadError(f"{url}: the answer lists no model ({resp.text[:120]!r}); pass --model") from None
