@@ -162,9 +162,11 @@ def test_simulate_command_writes_records_trace_summary(tmp_path: Path, capsys: p
 
 def test_simulate_command_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run_cli(capsys, "simulate", str(SCENARIOS / "profile_a.yaml"), "-o", str(tmp_path),
-                             "--requests", "50", "--rate", "2")
+                             "--requests", "50", "--rate", "2", "--figures")
     assert code == 0, err
     assert "Simulated profile_a" in out and (tmp_path / "steps.jsonl").exists()
+    html = (tmp_path / "trace.html").read_text()
+    assert "Running sequences and waiting requests" in html and (tmp_path / "plotly.min.js").exists()
 
 
 def test_sweep_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

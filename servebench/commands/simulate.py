@@ -59,6 +59,7 @@ def simulate(
     rate: Optional[float] = typer.Option(None, help="Override the open-loop arrival rate, requests/s."),
     requests: Optional[int] = typer.Option(None, help="Override the number of requests."),
     trace_format: str = typer.Option("jsonl", help="Step trace format: jsonl or csv."),
+    figures: bool = typer.Option(False, "--figures", help="Also write trace.html: running, waiting and KV over time."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
 ) -> None:
     """Simulate a continuous-batching server on a scenario; write records, step trace and summary."""
@@ -88,6 +89,12 @@ def simulate(
     trace_path = d / f"steps.{trace_format}"
     _write_trace(result.trace, trace_path)
     tr = result.trace
+    files = {"records": str(d / "records.jsonl"), "steps": str(trace_path), "summary": str(d / "summary.json")}
+    if figures:
+        from ..figures.sweep import trace_over_time
+        fig = trace_over_time(tr, result.kv_budget_tokens, title=f"{sc.name}: engine over time")
+        fig.write_html(d / "trace.html", include_plotlyjs="directory")  # plotly.min.js beside it: works offline
+        files["figure"] = str(d / "trace.html")
     sim = {
         "scenario": sc.name, "seed": sc.seed, "kv_budget_tokens": result.kv_budget_tokens,
         "policy": sc.server.policy, "prefill_lane": sc.server.prefill_lane,
@@ -97,7 +104,7 @@ def simulate(
         "peak_running": int(tr.active.max()) if len(tr) else 0,
         "peak_waiting": int(tr.waiting.max()) if len(tr) else 0,
         "max_kv_tokens_used": int(tr.kv_tokens_used.max()) if len(tr) else 0,
-        "files": {"records": str(d / "records.jsonl"), "steps": str(trace_path), "summary": str(d / "summary.json")},
+        "files": files,
     }
     doc = {"simulation": sim, "report": json.loads(report.model_dump_json())}  # infinities as strings
     (d / "summary.json").write_text(json.dumps(doc, indent=2), encoding="utf-8")
@@ -115,7 +122,7 @@ def simulate(
     console.print(t)
     from ..render import print_report
     print_report(console, report)
-    console.print(escape(f"wrote {d / 'records.jsonl'}, {trace_path}, {d / 'summary.json'}"))
+    console.print(escape(f"wrote {', '.join(files.values())}"))
 
 
 @app.command()
