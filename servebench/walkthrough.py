@@ -11,7 +11,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from . import kv
-from .diagnosis import LIMITS, ProfileTable, diagnose_table
+from .diagnosis import LIMITS, ProfileTable, Verdict, diagnose_table
 
 
 class NumericAnswer(BaseModel):
@@ -108,19 +108,33 @@ def walkthrough(table: ProfileTable) -> list[WalkthroughStep]:
                                             label=f"{v.profile}: maximum concurrent sequences",
                                             value=v.max_concurrent_sequences))
     shape = table.model
-    formula = (f"2 x {shape.layers} layers x {shape.kv_heads} KV heads x {shape.head_dim} x "
-               f"{shape.bytes_per_element:g} bytes = {v_first.bytes_per_token:,} bytes per token"
-               if shape is not None and not shape.is_mla and v_first.bytes_per_token else "")
-    per = "; ".join(f"{v.profile}: {v.measurements.prompt_tokens} + {v.measurements.output_cap} = "
-                    f"{v.tokens_per_request} tokens, floor({v.budget_tokens} / {v.tokens_per_request}) = "
-                    f"{v.max_concurrent_sequences} sequences" for v in verdicts if v.max_concurrent_sequences)
+    formula = ""
+    if shape is not None and v_first.bytes_per_token:
+        product = (f"{shape.layers} layers x ({shape.kv_lora_rank} + {shape.qk_rope_head_dim}) latent" if shape.is_mla
+                   else f"2 x {shape.layers} layers x {shape.kv_heads} KV heads x {shape.head_dim}")
+        formula = (f"{product} x {shape.bytes_per_element:g} bytes = {v_first.bytes_per_token:,} bytes per token. ")
+    paged = table.policy == "paged"
+
+    def held(v: Verdict) -> str:
+        m = v.measurements
+        out = m.output_cap if m.output_cap is not None else m.output_tokens
+        if paged and table.expected_output_tokens is not None:
+            out = min(out, table.expected_output_tokens)
+        return f"{m.prompt_tokens} + {out}" + (f" in {kv.DEFAULT_BLOCK_SIZE}-token blocks" if paged else "")
+
+    per = "; ".join(f"{v.profile}: {held(v)} = {v.tokens_per_request} tokens, floor({v.budget_tokens} / "
+                    f"{v.tokens_per_request}) = {v.max_concurrent_sequences} sequences"
+                    for v in verdicts if v.max_concurrent_sequences)
+    rule = ("blocks for its prompt plus its expected output" if paged
+            else "its prompt plus its full output cap")
+    budget = f"The budget holds {v_first.budget_tokens:,} tokens. " if v_first.budget_tokens is not None else ""
     steps.append(WalkthroughStep(
         number=2, title="KV arithmetic",
         question=("Compute the KV bytes per cached token, the tokens the budget holds, each profile's reservation "
                   "per request, and the maximum number of concurrent sequences."),
         numbers=kv_numbers,
-        explanation=(f"{formula}. The budget holds {v_first.budget_tokens} tokens. Under the {table.policy} policy "
-                     f"a request reserves its prompt plus its full output cap: {per}.")))
+        explanation=(f"{formula}{budget}Under the {table.policy} policy a request holds {rule}"
+                     + (f": {per}." if per else " (give the model shape and KV budget to compute the limits)."))))
     lit: list[NumericAnswer] = []
     for v in verdicts:
         if v.in_service is not None:

@@ -33,6 +33,16 @@ def test_walkthrough_has_the_spec_steps_and_answers() -> None:
     assert "131,072" in steps[1].explanation and "7.37" in steps[2].explanation
 
 
+def test_walkthrough_arithmetic_follows_the_policy_and_shape() -> None:
+    doc = ab().model_dump()
+    paged = walkthrough(ProfileTable.model_validate({**doc, "policy": "paged", "expected_output_tokens": 100}))
+    assert "A: 1000 + 100 in 16-token blocks = 1104 tokens, floor(65536 / 1104) = 59" in paged[1].explanation
+    assert "full output cap" not in paged[1].explanation
+    mla = {"layers": 61, "kv_heads": 128, "head_dim": 192, "kv_lora_rank": 512, "qk_rope_head_dim": 64}
+    text = walkthrough(ProfileTable.model_validate({**doc, "model": mla}))[1].explanation
+    assert text.startswith("61 layers x (512 + 64) latent x 2 bytes = 70,272 bytes per token.")
+
+
 def test_score_prediction() -> None:
     steps = walkthrough(ab())
     s = score_prediction(steps[2], {"in_service[A]": 6.1, "in_service[B]": "7.4", "utilization[A]": 0.5})
