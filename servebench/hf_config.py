@@ -71,8 +71,13 @@ def shape_from_config(cfg: Mapping[str, Any], *, name: str | None = None, source
                               "give head_dim")
         head_dim = hidden // heads
     if bytes_per_element is None:
-        dt = cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16"
-        bytes_per_element = dtype_bytes(str(dt))
+        key = "torch_dtype" if cfg.get("torch_dtype") else "dtype"
+        dt = cfg.get(key) or "bfloat16"
+        try:
+            bytes_per_element = dtype_bytes(str(dt))
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: field {key!r}: {exc}; give the KV element size "
+                              "(--bytes-per-element or --kv-dtype)") from None
     mla: dict[str, int] = {}
     if cfg.get("kv_lora_rank") is not None:
         mla = {"kv_lora_rank": _int(cfg, "kv_lora_rank", where),

@@ -227,6 +227,9 @@ def test_config_rules() -> None:
         shape_from_config({**base, "hidden_size": 500})
     with pytest.raises(ConfigError, match="'num_hidden_layers' must be a positive integer"):
         shape_from_config({"num_attention_heads": 8, "hidden_size": 512})
+    with pytest.raises(ConfigError, match="field 'torch_dtype': unknown dtype 'auto'.*--bytes-per-element"):
+        shape_from_config({**base, "torch_dtype": "auto"})
+    assert shape_from_config({**base, "torch_dtype": "auto"}, bytes_per_element=1).bytes_per_element == 1
 
 
 def test_config_file_errors(tmp_path: Path) -> None:
