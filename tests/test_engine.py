@@ -475,3 +475,18 @@ def test_a_callers_own_gc_freeze_is_left_alone(model: Decoder) -> None:
         assert gc.get_freeze_count() >= frozen > 0
     finally:
         gc.unfreeze()
+
+
+def test_records_start_at_the_intended_arrivals_and_the_lag_is_reported(model: Decoder) -> None:
+    import numpy as np
+
+    from servebench.engine.runner import arrival_lag_note
+    from servebench.workload import generate_arrivals
+    wl = _workload(8, 100.0)
+    run = run_workload(model, SchedulerConfig(kv_budget_tokens=2048, policy="paged"), wl, seed=9, warmup_steps=0)
+    expected = [s.arrival_s for s in generate_arrivals(wl, np.random.default_rng(9))]
+    assert [r["start"] for r in run.records] == expected  # the simulator's arrivals, not when the thread woke
+    assert run.arrival_lag_p99_s is not None and 0 <= run.arrival_lag_p99_s <= run.arrival_lag_max_s
+    ok = [{"status": "success", "start": 0.0, "first_token": 1.0}]
+    assert arrival_lag_note(0.04, 0.05, ok) is None  # under 5% of a 1 s median TTFT
+    assert "p99 60 ms" in arrival_lag_note(0.06, 0.07, ok)

@@ -90,8 +90,8 @@ def run(
     r = meta["run"]
     console.print(f"[bold]{meta['model']['name']}[/] ({meta['model']['parameters']:,} parameters, "
                   f"{meta['runtime']['dtype']}) on {meta['runtime']['device_name']}: {r['offered_requests']} "
-                  f"requests in {fmt(r['wall_s'])} s, {r['steps']} steps; wrote {out}/records.jsonl, "
-                  "steps.jsonl, metadata.json")
+                  f"requests in {fmt(r['wall_s'])} s, {r['steps']} steps, arrival lag p99 "
+                  f"{fmt(r['arrival_lag_p99_s'])} s; wrote {out}/records.jsonl, steps.jsonl, metadata.json")
     for note in r["notes"]:
         console.print(f"[yellow]note:[/] {note}")
     print_report(console, report)

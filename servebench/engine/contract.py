@@ -119,6 +119,8 @@ def build_contract(scenario: Scenario, model: Decoder, run: TimingRun, *, seed_w
                      "output_tokens": "exactly the workload's output length (capped by max_output_tokens)"},
         "success_definition": SUCCESS_DEFINITION,
         "clock": "seconds on time.monotonic() from the run's start (the first arrival is due at 0)",
+        "record_start": ("intended arrival time (as simulated); how late the arrival thread sent requests is "
+                         "run.arrival_lag_p99_s / arrival_lag_max_s, and that lag is inside TTFT and latency"),
         "service_state": (f"warmed: {warmup_steps} untimed warm-up steps before the first arrival"
                           if warmup_steps else "cold: no warm-up, the first steps include lazy initialisation"),
         "run": {
