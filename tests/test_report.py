@@ -456,6 +456,25 @@ def test_sweep_json_from_servebench_sweep_uses_its_figures(tmp_path: Path) -> No
     assert "ttft_s p95" in page and 'id="settings"' in page and "capacity" in page
 
 
+def test_sweep_files_themselves_are_runs(tmp_path: Path) -> None:
+    from servebench.scenario import load_scenario
+    from servebench.sweep import sweep, sweep_csv
+
+    scenario = load_scenario(Path(__file__).resolve().parent.parent / "sample_data" / "scenarios" / "profile_a.yaml")
+    result = sweep(scenario, [0.5, 2.0], slo=SLO(ttft_s=2.0), requests=40, search=False)
+    folder = tmp_path / "sw"
+    folder.mkdir()
+    (folder / "sweep.json").write_text(result.model_dump_json())
+    (tmp_path / "renamed.csv").write_text(sweep_csv(result))
+    by_name = load_run(folder / "sweep.json")  # the file `servebench sweep` says it wrote
+    assert by_name.kind == "sweep" and by_name.name == "sw" and len(by_name.sweep_points or []) == 2
+    by_content = load_run(tmp_path / "renamed.csv")
+    assert by_content.kind == "sweep" and len(by_content.sweep_points or []) == 2
+    (tmp_path / "junk.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(InputFormatError, match="missing columns"):
+        load_run(tmp_path / "junk.csv")  # neither records nor a sweep: the records error stands
+
+
 def test_simulate_folder_with_its_summary(tmp_path: Path) -> None:
     folder = tmp_path / "sim-out"
     folder.mkdir()

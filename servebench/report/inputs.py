@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputFormatError
+from ..errors import InputFormatError, RecordValidationError
 from ..loaders import read_path, to_table
 from ..records import RecordTable
 
@@ -118,7 +118,17 @@ def _find(folder: Path, names: tuple[str, ...]) -> Path | None:
 
 
 def _looks_like_sweep(rows: list[dict[str, Any]]) -> bool:
-    return bool(rows) and any(k in rows[0] for k in SWEEP_KEYS)
+    if not rows or not isinstance(rows[0], dict):
+        return False
+    first = rows[0]
+    return any(k in first for k in SWEEP_KEYS) or ("load" in first and "offered" in first)  # servebench sweep
+
+
+def _is_sweep_file(p: Path) -> bool:
+    try:
+        return _looks_like_sweep(read_rows(p))
+    except (InputFormatError, UnicodeDecodeError):
+        return False
 
 
 def _sweep_file(folder: Path) -> Path | None:
@@ -126,13 +136,22 @@ def _sweep_file(folder: Path) -> Path | None:
     if found is not None:
         return found
     for p in sorted(folder.iterdir()):
-        if p.suffix.lower() in (".json", ".csv") and p.is_file() and p.name not in METADATA_FILES:
-            try:
-                if _looks_like_sweep(read_rows(p)):
-                    return p
-            except (InputFormatError, UnicodeDecodeError):
-                continue
+        if p.suffix.lower() in (".json", ".csv") and p.is_file() and p.name not in METADATA_FILES \
+                and _is_sweep_file(p):
+            return p
     return None
+
+
+def _load_sweep(sweep: Path, folder: Path, name: str, path: Path) -> RunInput:
+    """Read a sweep's points (and the folder's metadata.json, if any) as one run."""
+    rows = read_rows(sweep)
+    doc = json.loads(sweep.read_text(encoding="utf-8-sig")) if sweep.suffix.lower() == ".json" else None
+    meta_path = _find(folder, METADATA_FILES)
+    meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path is not None else None
+    files = [sweep.name] + ([meta_path.name] if meta_path is not None else [])
+    return RunInput(name=name, path=str(path), kind="sweep",
+                    sweep_points=rows, sweep_document=doc, metadata=meta if isinstance(meta, dict) else None,
+                    files=files)
 
 
 def kind_from_metadata(meta: dict[str, Any], default: str) -> str:
@@ -166,7 +185,14 @@ def load_run(path: str | Path, fmt: str = "auto", window_start: float | None = N
     """Read one RUN argument: a record file or a folder written by run, simulate or sweep."""
     p = Path(path)
     if p.is_file():
-        return load_records(p, p.name, "records", fmt, window_start, window_end)
+        if p.name.lower() in SWEEP_FILES:  # the file `servebench sweep` says it wrote
+            return _load_sweep(p, p.parent, p.parent.resolve().name or p.name, p)
+        try:
+            return load_records(p, p.name, "records", fmt, window_start, window_end)
+        except (InputFormatError, RecordValidationError):
+            if p.suffix.lower() in (".json", ".csv") and fmt == "auto" and _is_sweep_file(p):
+                return _load_sweep(p, p.parent, p.stem, p)
+            raise
     if not p.is_dir():
         raise InputFormatError(f"{p}: no such file or folder")
     name = p.resolve().name or str(p)
@@ -204,13 +230,7 @@ def load_run(path: str | Path, fmt: str = "auto", window_start: float | None = N
         return run
     sweep = _sweep_file(p)
     if sweep is not None:
-        rows = read_rows(sweep)
-        doc = json.loads(sweep.read_text(encoding="utf-8-sig")) if sweep.suffix.lower() == ".json" else None
-        meta_path = _find(p, METADATA_FILES)
-        meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path is not None else None
-        files = [sweep.name] + ([meta_path.name] if meta_path is not None else [])
-        return RunInput(name=name, path=str(p), kind="sweep", sweep_points=rows, sweep_document=doc,
-                        metadata=meta if isinstance(meta, dict) else None, files=files)
+        return _load_sweep(sweep, p, name, p)
     raise InputFormatError(
         f"{p}: found no records ({', '.join(RECORD_FILES)}) and no sweep output ({', '.join(SWEEP_FILES)}); "
         "give a record file, or a folder written by servebench run, simulate or sweep")
