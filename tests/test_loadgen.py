@@ -302,6 +302,17 @@ def test_schedule_lag_is_measured_when_generator_slots_run_out():
     assert s.schedule_lag_s.max_s == pytest.approx(lags[2]) and s.lag_warning is not None
 
 
+def test_requests_that_never_reach_the_wire_are_warned_about_not_hidden_from_lag():
+    plan = plan_requests([0.0, 0.0], [3] * 2, [10] * 2, np.random.default_rng(0))
+    with serve_in_background(fake_app(FakeState(), token_delay_s=0.05)) as url:
+        result = run_load_sync(LoadConfig(url=url, max_in_flight=1, deadline_s=0.2), plan)
+    assert [o.status for o in result.outcomes] == ["timeout"] * 2
+    assert sorted(o.sent_s is None for o in result.outcomes) == [False, True]
+    s = result.stats
+    assert s.sent == 1 and s.schedule_lag_s.n == 1
+    assert "1 requests never reached the wire" in s.lag_warning
+
+
 def test_closed_loop_users_never_exceed_their_number():
     state = FakeState()
     with serve_in_background(fake_app(state, token_delay_s=0.01)) as url:
