@@ -12,6 +12,7 @@ from typing import Any, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from .errors import ServebenchError
 
@@ -66,7 +67,7 @@ def summarize(
         return
     from .render import print_report
     for w in loaded.warnings:
-        console.print(f"[yellow]warning:[/] {w}")
+        console.print(f"[yellow]warning:[/] {escape(w)}")
     print_report(console, report, frozenset(loaded.metadata.get("unavailable_metrics") or []))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .summary import Distribution, Report
@@ -55,7 +56,7 @@ def distribution_table(rows: dict[str, Distribution | None], title: str) -> Tabl
 
 def print_report(console: Console, report: Report, unavailable: frozenset[str] = frozenset()) -> None:
     """Print a report as a few tables; metrics an importer marked ``unavailable`` show as n/a."""
-    console.print(f"[bold]{report.source or 'records'}[/]  window {fmt(report.window_start)}"
+    console.print(f"[bold]{escape(report.source or 'records')}[/]  window {fmt(report.window_start)}"
                   f" to {fmt(report.window_end)} s ({fmt(report.window_s)} s)")
     console.print(summary_table(report.summary, unavailable=unavailable))
     counts = Table(title="Outcomes")
@@ -73,7 +74,7 @@ def print_report(console: Console, report: Report, unavailable: frozenset[str] =
         causes.add_column("cause")
         causes.add_column("count", justify="right")
         for k, v in report.by_cause.items():
-            causes.add_row(k, str(v))
+            causes.add_row(escape(k), str(v))
         console.print(causes)
     console.print(distribution_table({
         "latency_s": report.latency_s, "ttft_s": report.ttft_s, "request_tpot_s": report.request_tpot_s,
@@ -98,6 +99,6 @@ def print_report(console: Console, report: Report, unavailable: frozenset[str] =
                       f"attainment {s.attainment:.1%}, goodput {fmt(s.goodput_requests_per_second)} req/s")
     if report.duplicate_request_ids:
         console.print(f"[red]data quality:[/] {report.duplicate_request_ids} duplicate request IDs, "
-                      f"e.g. {', '.join(report.duplicate_request_id_examples)}")
+                      f"e.g. {escape(', '.join(report.duplicate_request_id_examples))}")
     for name, sub in report.slices.items():
-        console.print(summary_table(sub.summary, title=f"Slice {name!r}"))
+        console.print(summary_table(sub.summary, title=escape(f"Slice {name!r}")))

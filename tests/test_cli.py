@@ -61,3 +61,11 @@ def test_every_command_has_help_text():
         params = {p.name for p in command.params}
         if name not in ("schema",):
             assert "as_json" in params or "json" in params, f"command {name!r} has no --json"
+
+
+def test_user_strings_are_printed_verbatim_not_as_markup(tmp_path):
+    path = tmp_path / "a[red]x.csv"
+    path.write_text("request_id,start,end,status,slice,error\n[/],0,1,failed,[red]x,[bold]boom[/]\n")
+    res = run("summarize", str(path))
+    assert res.returncode == 0, res.stderr
+    assert "a[red]x.csv" in res.stdout and "[bold]boom[/]" in res.stdout and "Slice '[red]x'" in res.stdout
