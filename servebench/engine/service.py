@@ -22,8 +22,8 @@ iterator blocks on a thread-safe queue; ``await handle.anext_event()`` and ``asy
 (``stop()`` cancels live requests with error ``engine_stopped``). Times are seconds on
 ``time.monotonic()`` relative to the service's start; ``svc.clock()`` reads that clock and
 ``svc.t0_monotonic`` is its origin. The model has no tokenizer: prompts are token ids in
-``[0, svc.vocab_size)``; :func:`encode_text` and :func:`decode_tokens` give a byte-level toy
-mapping for demos. Output length is exactly ``max_tokens`` (random weights have no EOS).
+``[0, svc.vocab_size)`` (:mod:`servebench.server` maps words to ids for its HTTP API). Output
+length is exactly ``max_tokens`` (random weights have no EOS).
 """
 
 from __future__ import annotations
@@ -131,17 +131,6 @@ class RequestHandle:
     def cancel(self) -> Outcome | None:
         """End the request as "cancelled" (its KV is freed before the next step); None if already ended."""
         return self._service.cancel(self.request_id)
-
-
-def encode_text(text: str, vocab_size: int) -> list[int]:
-    """Map text to token ids, one per UTF-8 byte (a toy tokenizer for demos; at least one id)."""
-    ids = [b % vocab_size for b in text.encode("utf-8")]
-    return ids or [0]
-
-
-def decode_tokens(token_ids: list[int]) -> str:
-    """Render token ids as text (printable ASCII where the id is one, else <id>)."""
-    return "".join(chr(t) if 32 <= t < 127 else f"<{t}>" for t in token_ids)
 
 
 class EngineService:
