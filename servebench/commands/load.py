@@ -9,6 +9,7 @@ from typing import Any, Optional
 import numpy as np
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -115,7 +116,8 @@ def _run_one(url: str, spec: Any, seed: int, out_dir: Path, cfg_kwargs: dict[str
         if state.outcomes:
             partial = result_from_state(config, len(plan), state)
             write_run(out_dir, partial, {**run_metadata(partial, spec, seed, source), "interrupted": True})
-            console.print(f"[yellow]interrupted:[/] wrote the {len(state.outcomes)} outcomes gathered to {out_dir}")
+            console.print(f"[yellow]interrupted:[/] wrote the {len(state.outcomes)} outcomes gathered to "
+                          f"{escape(str(out_dir))}")
         raise SystemExit(130) from None  # typer.Exit would be swallowed by cli.main (standalone_mode off)
     write_run(out_dir, result, run_metadata(result, spec, seed, source))
     table, ws, we = records_table(result.outcomes, str(out_dir / "records.jsonl"))
@@ -183,8 +185,9 @@ def load(
     print_report(console, report)
     console.print(_generator_table(result.stats))
     if result.stats.lag_warning:
-        console.print(f"[yellow]warning:[/] {result.stats.lag_warning}")
-    console.print(f"model {result.model!r}; wrote {out}/records.jsonl, sends.jsonl, metadata.json")
+        console.print(f"[yellow]warning:[/] {escape(result.stats.lag_warning)}")
+    console.print(f"model {escape(repr(result.model))}; wrote {escape(str(out))}/records.jsonl, sends.jsonl, "
+                  "metadata.json")
 
 
 def _parse_rates(text: str) -> list[float]:
@@ -248,7 +251,7 @@ def _sweep(url: str, rates_text: str, out: Path, requests: int, arrival: str, cv
         emit_json({**json.loads(result.model_dump_json()), "runs": runs,
                    "files": [str(out / "sweep.json"), str(out / "sweep.csv")]})
         return
-    t = Table(title=f"Measured sweep of {model[0]} at {url}")
+    t = Table(title=escape(f"Measured sweep of {model[0]} at {url}"))
     for col in ("rate", "offered/s", "done/s", "rejected", "timeout", "failed", "TTFT p95", "TPOT p95",
                 "latency p95", "within SLOs"):
         t.add_column(col, justify="right")
@@ -257,8 +260,9 @@ def _sweep(url: str, rates_text: str, out: Path, requests: int, arrival: str, cv
                   fmt(p.rejected), fmt(p.timed_out), fmt(p.failed), fmt(p.ttft_s["p95"]), fmt(p.tpot_s["p95"]),
                   fmt(p.latency_s["p95"]), f"{p.slo_attainment:.1%}", style=None if p.meets_slo else "red")
     console.print(t)
-    console.print(f"usable capacity: [bold]{fmt(capacity.load)}[/] ({capacity.note}); knee at "
-                  f"{fmt(result.knee_load)}; wrote {out}/sweep.json, sweep.csv and one run directory per rate")
+    console.print(f"usable capacity: [bold]{fmt(capacity.load)}[/] ({escape(capacity.note)}); knee at "
+                  f"{fmt(result.knee_load)}; wrote {escape(str(out))}/sweep.json, sweep.csv and one run directory "
+                  "per rate")
 
 
 def _dump(obj: Any) -> str:

@@ -47,7 +47,9 @@ def serve_engine(
     if as_json:
         emit_json(info)
     else:
-        console.print(f"serving [bold]{model_id}[/] on http://{host}:{port} ({info['device']}; "
+        from rich.markup import escape
+
+        console.print(f"serving [bold]{escape(model_id)}[/] on {escape(str(info['url']))} ({info['device']}; "
                       f"KV {kv_budget_tokens} tokens, {max_num_seqs} seqs, queue {max_waiting}); Ctrl-C stops")
     try:
         uvicorn.Server(uvicorn.Config(application, host=host, port=port, log_level="warning")).run(sockets=[sock])
