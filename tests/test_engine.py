@@ -490,3 +490,12 @@ def test_records_start_at_the_intended_arrivals_and_the_lag_is_reported(model: D
     ok = [{"status": "success", "start": 0.0, "first_token": 1.0}]
     assert arrival_lag_note(0.04, 0.05, ok) is None  # under 5% of a 1 s median TTFT
     assert "p99 60 ms" in arrival_lag_note(0.06, 0.07, ok)
+
+
+def test_run_prints_paths_with_brackets_verbatim(tmp_path) -> None:
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(SCENARIO.replace("num_requests: 24", "num_requests: 4"))
+    out = tmp_path / "[/x] [bold]"
+    res = CliRunner().invoke(app, ["run", str(scenario), "-o", str(out)], env={"COLUMNS": "400"})
+    assert res.exit_code == 0, res.output
+    assert f"wrote {out}/records.jsonl" in res.stdout
