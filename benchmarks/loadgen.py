@@ -103,7 +103,11 @@ def main() -> None:
         rows = [measure(url, float(r), args.seconds) for r in args.rates.split(",")]
     finally:
         server.terminate()
-        server.wait(timeout=10)
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait(timeout=5)
     ok = [r["rate"] for r in rows if r["lag_p99_s"] is not None and r["lag_p99_s"] <= LAG_BUDGET_S
           and r["send_ratio"] >= 0.99 and r["failed"] == 0]
     doc = {"machine_cpus": os.cpu_count(), "lag_budget_s": LAG_BUDGET_S, "points": rows,
