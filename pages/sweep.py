@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 
 import pandas as pd
@@ -14,6 +13,7 @@ from servebench.errors import ConfigError, InputFormatError
 from servebench.figures import sweep as sweep_figs
 from servebench.figures.summary import fmt, fmt_share
 from servebench.model_presets import PRESETS, get_preset
+from servebench.report.inputs import rows_from_bytes
 from servebench.scenario import Scenario, load_scenario, parse_scenario
 from servebench.stepmodel import COEFFICIENTS, StepFit, fit_step_model
 from servebench.summary import SLO
@@ -37,16 +37,7 @@ def _read_scenario(upload) -> Scenario:
 
 
 def _read_trace(upload) -> list[dict]:
-    data = upload.getvalue()
-    try:
-        if upload.name.lower().endswith(".csv"):
-            return pd.read_csv(io.BytesIO(data)).to_dict("records")
-        text = data.decode("utf-8").strip()
-        if text.startswith("["):
-            return json.loads(text)
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
-    except (ValueError, UnicodeDecodeError) as exc:  # JSON, CSV and decoding errors are all ValueErrors
-        fail(InputFormatError(f"{upload.name}: not a step trace (CSV, JSON or JSONL): {exc}"))
+    return guarded(rows_from_bytes, upload.getvalue(), upload.name)
 
 
 @st.cache_resource(max_entries=4, show_spinner="Simulating that load…")

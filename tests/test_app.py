@@ -277,6 +277,17 @@ def test_report_site_zip_for_the_records_on_screen() -> None:
     assert "servebench-report/assets/plotly.min.js" in names
 
 
+def test_load_sweep_bad_step_trace_names_file_and_line() -> None:
+    at = _app()
+    at.switch_page("pages/sweep.py").run()
+    at.radio(key="step_how:profile_b").set_value("fitted from a timing run").run()
+    assert not at.exception
+    bad = b'{"duration": 0.01, "prefill_tokens": 0, "decode_seqs": 1, "kv_tokens_read": 10}\n{"duration": \n'
+    at.file_uploader(key="trace_upload").set_value(("steps.jsonl", bad, "application/jsonl")).run()
+    assert not at.exception
+    assert "steps.jsonl: line 2: invalid JSON" in at.error[0].value
+
+
 @pytest.mark.slow
 def test_timing_run_shows_device_then_opens_its_records_on_summary() -> None:
     at = _app()

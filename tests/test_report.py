@@ -475,6 +475,20 @@ def test_sweep_files_themselves_are_runs(tmp_path: Path) -> None:
         load_run(tmp_path / "junk.csv")  # neither records nor a sweep: the records error stands
 
 
+def test_rows_from_bytes_reads_csv_json_jsonl_and_names_the_bad_line() -> None:
+    from servebench.report.inputs import rows_from_bytes
+
+    assert rows_from_bytes(b"a,b\n1,x\n2.5,\n", "t.csv") == [{"a": 1, "b": "x"}, {"a": 2.5, "b": None}]
+    assert rows_from_bytes(b'{"steps": [{"a": 1}]}', "t.json") == [{"a": 1}]
+    assert rows_from_bytes(b'{"a": 1}\n\n{"a": 2}\n', "trace.txt") == [{"a": 1}, {"a": 2}]  # JSONL by shape
+    with pytest.raises(InputFormatError, match=r"t.jsonl: line 2: invalid JSON"):
+        rows_from_bytes(b'{"a": 1}\n{"a": \n', "t.jsonl")
+    with pytest.raises(InputFormatError, match=r"t.jsonl: line 1: expected a JSON object, got list"):
+        rows_from_bytes(b"[1, 2]\n", "t.jsonl")
+    with pytest.raises(InputFormatError, match=r"t.csv: not UTF-8 text \(byte 0xff at offset 0\)"):
+        rows_from_bytes(b"\xff\xfe", "t.csv")
+
+
 def test_simulate_folder_with_its_summary(tmp_path: Path) -> None:
     folder = tmp_path / "sim-out"
     folder.mkdir()
