@@ -143,10 +143,10 @@ async def exchange(client: httpx.AsyncClient, url: str, body: dict[str, Any], he
 
 
 async def _read_stream(resp: httpx.Response, out: Outcome, now: Callable[[], float]) -> None:
+    """Read server-sent events into ``out``; the answer is settled at ``[DONE]`` (or at the end of the body)."""
     finish_reason = None
-    done_at = None
     async for line in resp.aiter_lines():
-        if done_at is not None:
+        if out.done_marker:
             continue  # read to the end of the body so the connection can be reused
         try:
             event = parse_sse_line(line)
@@ -157,7 +157,8 @@ async def _read_stream(resp: httpx.Response, out: Outcome, now: Callable[[], flo
             continue
         if event == "done":
             out.done_marker = True
-            done_at = now()
+            out.end_s = now()
+            _settle(out, finish_reason, streamed=True)  # final even if the deadline cuts the rest of the body
             continue
         if "error" in event:
             out.end_s, out.status = now(), "failed"
@@ -173,11 +174,13 @@ async def _read_stream(resp: httpx.Response, out: Outcome, now: Callable[[], flo
                 finish_reason = choice["finish_reason"]
         if event.get("usage"):
             apply_usage(out, event["usage"])
-    out.end_s = now() if done_at is None else done_at
-    _settle(out, finish_reason, streamed=True)
+    if not out.done_marker:
+        out.end_s = now()
+        _settle(out, finish_reason, streamed=True)
 
 
 async def _read_whole(resp: httpx.Response, out: Outcome, now: Callable[[], float]) -> None:
+    """Read a non-streaming answer: one JSON body, so the first token arrives with the end."""
     raw = await resp.aread()
     out.end_s = now()
     try:
@@ -226,6 +229,7 @@ def error_message(text: str) -> str:
 
 
 def exc_text(exc: BaseException) -> str:
+    """Return an exception as 'Type: message' on one line, cut short."""
     detail = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {detail}"[:ERROR_TEXT_CHARS] if detail else type(exc).__name__
 

@@ -331,18 +331,20 @@ class _Runner:
                     await exchange(self.client, self.url, request_body(cfg, self.model, req), self.headers, out,
                                    self.now, cfg.stream)
         except TimeoutError:
-            out.end_s = self.now()
-            if limit_at < deadline_at:
-                out.status, out.error = "cancelled", f"run stopped at its duration limit ({cfg.duration_s:g} s)"
-            else:
-                where = "while waiting for a generator connection slot" if out.sent_s is None else \
-                    ("before the first token" if out.first_token_s is None else "while streaming")
-                out.status, out.error = "timeout", f"deadline {deadline_s:g} s passed {where}"
-            self._count_partial_tokens(out)
+            if not out.done_marker:  # after [DONE] the answer is settled; only reading the rest of the body was cut
+                out.end_s = self.now()
+                if limit_at < deadline_at:
+                    out.status, out.error = "cancelled", f"run stopped at its duration limit ({cfg.duration_s:g} s)"
+                else:
+                    where = "while waiting for a generator connection slot" if out.sent_s is None else \
+                        ("before the first token" if out.first_token_s is None else "while streaming")
+                    out.status, out.error = "timeout", f"deadline {deadline_s:g} s passed {where}"
+                self._count_partial_tokens(out)
         except asyncio.CancelledError:
-            out.end_s = self.now()
-            out.status, out.error = "cancelled", "the generator was stopped"
-            self._count_partial_tokens(out)
+            if not out.done_marker:
+                out.end_s = self.now()
+                out.status, out.error = "cancelled", "the generator was stopped"
+                self._count_partial_tokens(out)
             self._finish(out)
             raise
         except httpx.HTTPError as exc:

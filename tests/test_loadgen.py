@@ -44,8 +44,11 @@ class FakeState:
 
 
 def fake_app(state: FakeState, token_delay_s: float = 0.0, reply: Callable[[int], int] = lambda n: 200,
-             chunks_per_token: int = 1) -> FastAPI:
-    """Return an OpenAI-like server: ``reply(n)`` picks the HTTP status of the n-th request."""
+             chunks_per_token: int = 1, linger_s: float = 0.0) -> FastAPI:
+    """Return an OpenAI-like server: ``reply(n)`` picks the HTTP status of the n-th request.
+
+    ``linger_s`` keeps a stream open that long after ``[DONE]`` (a comment line then ends it).
+    """
     app = FastAPI()
 
     @app.get("/v1/models")
@@ -81,6 +84,9 @@ def fake_app(state: FakeState, token_delay_s: float = 0.0, reply: Callable[[int]
                     usage = {"prompt_tokens": prompt, "completion_tokens": out, "total_tokens": prompt + out}
                     yield f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n"
                 yield "data: [DONE]\n\n"
+                if linger_s:
+                    await asyncio.sleep(linger_s)
+                    yield ": bye\n\n"
             except (asyncio.CancelledError, GeneratorExit):
                 with state.lock:
                     state.disconnects += 1
@@ -311,6 +317,15 @@ def test_requests_that_never_reach_the_wire_are_warned_about_not_hidden_from_lag
     s = result.stats
     assert s.sent == 1 and s.schedule_lag_s.n == 1
     assert "1 requests never reached the wire" in s.lag_warning
+
+
+def test_an_answer_complete_at_done_stays_a_success_when_the_body_lingers_past_the_deadline():
+    plan = plan_requests([0.0], [3], [4], np.random.default_rng(0))
+    with serve_in_background(fake_app(FakeState(), linger_s=1.5)) as url:
+        result = run_load_sync(LoadConfig(url=url, deadline_s=1.0), plan)
+    (o,) = result.outcomes
+    assert (o.status, o.output_tokens, o.error) == ("success", 4, None)
+    assert o.end_s - o.intended_s < 1.0  # the end is [DONE], not the close of the body
 
 
 def test_closed_loop_users_never_exceed_their_number():
