@@ -475,6 +475,20 @@ def test_sweep_files_themselves_are_runs(tmp_path: Path) -> None:
         load_run(tmp_path / "junk.csv")  # neither records nor a sweep: the records error stands
 
 
+def test_multi_run_export_gives_one_run_per_benchmark_unless_one_is_named() -> None:
+    from servebench.report import load_runs
+
+    data = Path(__file__).resolve().parent / "data" / "importers"
+    runs = load_runs(data / "vllm-append-result.json")
+    assert [r.name for r in runs] == ["vllm-append-result.json [run 0]", "vllm-append-result.json [run 1]"]
+    assert [r.metadata["run_index"] for r in runs] == [0, 1]  # type: ignore[index]
+    assert len({len(r.table) for r in runs}) == 2  # type: ignore[arg-type]  # two different result lines
+    (one,) = load_runs(data / "vllm-append-result.json", "vllm:run=1")
+    assert one.metadata["run_index"] == 1  # type: ignore[index]
+    assert len(one.table) == len(runs[1].table)  # type: ignore[arg-type]
+    assert [r.name for r in load_runs(data / "llmperf-individual.json")] == ["llmperf-individual.json"]
+
+
 def test_rows_from_bytes_reads_csv_json_jsonl_and_names_the_bad_line() -> None:
     from servebench.report.inputs import rows_from_bytes
 

@@ -15,8 +15,9 @@ from ..errors import ConfigError
 
 @app.command()
 def report(
-    runs: List[Path] = typer.Argument(..., help="Record files (any format servebench reads), timing-run or "
-                                                "simulation folders, or sweep output folders."),
+    runs: List[Path] = typer.Argument(..., help="Record files (any format servebench reads; each benchmark of a "
+                                                "multi-run export is its own run unless --format says run=N), "
+                                                "timing-run or simulation folders, or sweep outputs."),
     out: Path = typer.Option(..., "-o", "--out", help="Folder to write the site into (created if needed)."),
     title: str = typer.Option("servebench report", "--title", help="Title shown on every page."),
     slo_ttft: Optional[float] = typer.Option(None, help="SLO on TTFT, s (goodput is shown when any SLO is set)."),
@@ -41,7 +42,7 @@ def report(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object describing the site."),
 ) -> None:
     """Write a static HTML report site: index.html compares the runs, one page per run, sweep charts."""
-    from ..report import KvOptions, SiteOptions, build_site, load_run, site_zip_bytes, write_site
+    from ..report import KvOptions, SiteOptions, build_site, load_runs, site_zip_bytes, write_site
     from ..summary import SLO
 
     try:
@@ -57,7 +58,7 @@ def report(
         from ..model_presets import resolve_shape
         resolve_shape(model=kv.model, config=kv.config, layers=kv.layers, kv_heads=kv.kv_heads,
                       head_dim=kv.head_dim, bytes_per_element=kv.bytes_per_element)
-    loaded = [load_run(p, format, window_start, window_end) for p in runs]
+    loaded = [run for p in runs for run in load_runs(p, format, window_start, window_end)]
     options = SiteOptions(title=title, slo=slo if slo.any else None,
                           kv=kv if kv.has_shape or budget_gib is not None else None,
                           generated_at=datetime.now(timezone.utc).strftime("generated %Y-%m-%d %H:%M UTC"))

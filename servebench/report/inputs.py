@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputFormatError, RecordValidationError
-from ..loaders import read_path, to_table
+from ..loaders import LoadedRecords, read_path, to_table
 from ..records import RecordTable
 
 RECORD_FILES = ("records.jsonl", "records.json", "records.csv", "records.parquet")
@@ -200,11 +200,37 @@ def kind_from_metadata(meta: dict[str, Any], default: str) -> str:
 def load_records(path: Path, name: str, kind: str = "records", fmt: str = "auto",
                  window_start: float | None = None, window_end: float | None = None) -> RunInput:
     """Read and validate one record file (canonical or another tool's export)."""
-    loaded = read_path(path, fmt)
+    return _records_run(read_path(path, fmt), name, path, kind, window_start, window_end)
+
+
+def _records_run(loaded: LoadedRecords, name: str, path: Path, kind: str, window_start: float | None,
+                 window_end: float | None) -> RunInput:
     table, ws, we = to_table(loaded, window_start, window_end)
     return RunInput(name=name, path=str(path), kind=kind, table=table, window_start=ws, window_end=we,
                     format=loaded.format, warnings=list(loaded.warnings),
                     metadata=dict(loaded.metadata) or None, files=[path.name])
+
+
+def load_runs(path: str | Path, fmt: str = "auto", window_start: float | None = None,
+              window_end: float | None = None) -> list[RunInput]:
+    """Read one RUN argument as every run it holds: each benchmark of a multi-run export becomes its own run.
+
+    GuideLLM ``benchmarks[]``, GenAI-Perf ``experiments[]`` and vLLM ``--append-result`` lines are compared
+    side by side; a format naming ``run=N`` keeps that one run. Anything else is :func:`load_run`.
+    """
+    p = Path(path)
+    base, _, options = fmt.partition(":")
+    if p.is_file() and "run=" not in options and base not in ("csv", "json", "jsonl", "parquet"):
+        from ..importers import detect, import_runs
+
+        data = p.read_bytes()
+        foreign = detect(data, p.name) if base == "auto" else base
+        if foreign is not None:
+            runs = import_runs(data, p.name, f"{foreign}:{options}" if options else foreign)
+            if len(runs) > 1:
+                return [_records_run(loaded, f"{p.name} [run {i}]", p, "records", window_start, window_end)
+                        for i, loaded in enumerate(runs)]
+    return [load_run(p, fmt, window_start, window_end)]
 
 
 def load_run(path: str | Path, fmt: str = "auto", window_start: float | None = None,
