@@ -28,8 +28,13 @@ OUT=${OUT:-out/gpu_check}
 SCENARIO=$(mktemp -t servebench_gpu_XXXXXX.yaml)
 trap 'rm -f "$SCENARIO"' EXIT
 
+# hang guards only (a healthy run takes about 2-3 minutes): the timing run stops itself at --max-wall-s
+T=""
+command -v timeout >/dev/null 2>&1 && T="timeout"
+
 command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L || true
-"$PY" - <<EOF
+echo "== 1/3 cached decode vs full recompute ($MODEL on $DEVICE)"
+${T:+$T 120} "$PY" - <<EOF
 import torch
 print(f"torch {torch.__version__}, CUDA available: {torch.cuda.is_available()}")
 from servebench.engine.model import Decoder, configure_cpu, pick_device, preset
@@ -78,6 +83,8 @@ workload:
       max_output_tokens: $OUT_HIGH
 EOF
 
-"$PY" -m servebench run "$SCENARIO" -o "$OUT" --model "$MODEL" --device "$DEVICE" --max-wall-s 180
-"$PY" -m servebench validate "$OUT"
+echo "== 2/3 timing run: $REQUESTS Poisson requests at $RATE/s"
+${T:+$T 260} "$PY" -m servebench run "$SCENARIO" -o "$OUT" --model "$MODEL" --device "$DEVICE" --max-wall-s 180
+echo "== 3/3 validation: the simulator with the step model fitted to this run"
+${T:+$T 90} "$PY" -m servebench validate "$OUT"
 echo "records, step trace and contract: $OUT/"
