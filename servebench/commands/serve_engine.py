@@ -18,6 +18,8 @@ def serve_engine(
     kv_budget_tokens: int = typer.Option(16_384, min=1, help="KV cache budget, tokens."),
     max_num_seqs: int = typer.Option(32, min=1, help="Most sequences running at once."),
     max_waiting: int = typer.Option(64, min=1, help="Bounded waiting queue: beyond it, HTTP 503."),
+    max_num_batched_tokens: Optional[int] = typer.Option(None, min=1, help="Token budget per step "
+                                                         "(prompts are chunked to fit); default: none."),
     policy: str = typer.Option("paged", help="KV admission policy: paged or reserve."),
     timeout: Optional[float] = typer.Option(None, min=0.001, help="Server-side deadline per request, s."),
     seed: int = typer.Option(0, help="Seed of the weights and of drawn prompt ids."),
@@ -35,7 +37,8 @@ def serve_engine(
     if policy not in ("paged", "reserve"):
         raise ConfigError(f"--policy {policy!r}: expected paged or reserve")
     sched = SchedulerConfig(kv_budget_tokens=kv_budget_tokens, policy=policy, max_num_seqs=max_num_seqs,
-                            max_waiting=max_waiting, timeout_s=timeout)  # type: ignore[arg-type]
+                            max_num_batched_tokens=max_num_batched_tokens, max_waiting=max_waiting,
+                            timeout_s=timeout)  # type: ignore[arg-type]
     service = EngineService(preset, scheduler=sched, seed=seed, device=device, threads=threads)
     application = create_app(service)
     sock = bind_socket(host, port)  # bound now, so --port 0 prints the port it got
@@ -43,7 +46,7 @@ def serve_engine(
     model_id = f"servebench-{service.model.config.name}"
     info = {"url": f"http://{host}:{port}", "model": model_id, "device": str(service.model.device),
             "kv_budget_tokens": kv_budget_tokens, "max_num_seqs": max_num_seqs, "max_waiting": max_waiting,
-            "policy": policy, "timeout_s": timeout}
+            "max_num_batched_tokens": max_num_batched_tokens, "policy": policy, "timeout_s": timeout}
     if as_json:
         emit_json(info)
     else:
