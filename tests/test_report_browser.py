@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from browser import browser_page, require_chromium, screenshot
-from servebench.loaders import read_path
+from servebench.loaders import read_path, to_table
 from servebench.records import parse_objects, validate
 from servebench.report import RunInput, SiteOptions, build_site, load_run, write_site
 from servebench.summary import SLO
@@ -17,8 +17,7 @@ SAMPLE = Path(__file__).resolve().parent.parent / "sample_data"
 
 
 def _site(tmp_path: Path) -> Path:
-    rows = read_path(SAMPLE / "requests_sample.csv").rows
-    table = validate(rows, 0.0, 620.0)
+    table, ws, we = to_table(read_path(SAMPLE / "requests_sample.csv"))
     evil = [
         {"request_id": EVIL, "start": 0.0, "admitted": 0.2, "first_token": 0.5, "end": 2.5, "status": "success",
          "prompt_tokens": 10, "output_tokens": 9, "slice": EVIL},
@@ -28,7 +27,7 @@ def _site(tmp_path: Path) -> Path:
     ]
     runs = [
         RunInput(name="requests_sample.csv", path=str(SAMPLE / "requests_sample.csv"), kind="records", table=table,
-                 window_start=0.0, window_end=620.0),
+                 window_start=ws, window_end=we),
         RunInput(name=f"evil {EVIL}", path="evil.json", kind="records",
                  table=validate(parse_objects(evil, "evil.json"), 0.0, 5.0), window_start=0.0, window_end=5.0,
                  warnings=[f"a warning about {EVIL}"]),
