@@ -13,7 +13,7 @@ from servebench.errors import ConfigError, InputFormatError
 from servebench.figures import sweep as sweep_figs
 from servebench.figures.summary import fmt, fmt_share
 from servebench.model_presets import PRESETS, get_preset
-from servebench.report.inputs import rows_from_bytes
+from servebench.rows import rows_from_bytes
 from servebench.scenario import Scenario, load_scenario, parse_scenario
 from servebench.stepmodel import COEFFICIENTS, StepFit, fit_step_model
 from servebench.summary import SLO

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import ConfigError
 from .percentiles import PercentileEstimate, estimate, percentile
-from .records import (MSG_EMPTY, STATUSES, SUCCESS, RecordTable, check_window, first_violation,
+from .records import (MSG_EMPTY, STATUSES, RecordTable, check_window, first_violation,
                       build_table, parse_objects)
 from .timeline import Timeline, active_timeline
 

@@ -490,7 +490,7 @@ def test_multi_run_export_gives_one_run_per_benchmark_unless_one_is_named() -> N
 
 
 def test_rows_from_bytes_reads_csv_json_jsonl_and_names_the_bad_line() -> None:
-    from servebench.report.inputs import rows_from_bytes
+    from servebench.rows import rows_from_bytes
 
     assert rows_from_bytes(b"a,b\n1,x\n2.5,\n", "t.csv") == [{"a": 1, "b": "x"}, {"a": 2.5, "b": None}]
     assert rows_from_bytes(b'{"steps": [{"a": 1}]}', "t.json") == [{"a": 1}]

@@ -207,9 +207,10 @@ def fit_steps(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
 ) -> None:
     """Fit the step-time model to a step trace by non-negative least squares, with its error."""
+    from ..rows import read_rows
     from ..stepmodel import fit_step_model
 
-    rows = _read_trace(trace)
+    rows = read_rows(trace)
     result = fit_step_model(rows, [c.strip() for c in fit.split(",") if c.strip()])
     if as_json:
         emit_json(result)
@@ -224,33 +225,3 @@ def fit_steps(
     console.print(f"RMSE {result.rmse_s:.4g} s, mean abs error {result.mean_abs_error_s:.4g} s, "
                   f"max {result.max_abs_error_s:.4g} s, R² {fmt(result.r2)}, "
                   f"mean abs % error {fmt(None if result.mean_abs_pct_error is None else 100 * result.mean_abs_pct_error)}")
-
-
-def _read_trace(path: Path) -> list[dict[str, Any]]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read step trace {path}: {exc.strerror or exc}") from None
-    if path.suffix.lower() == ".csv":
-        rows: list[dict[str, Any]] = []
-        for i, row in enumerate(csv.DictReader(text.splitlines())):
-            parsed: dict[str, Any] = {}
-            for k, v in row.items():
-                try:
-                    parsed[k] = float(v)
-                except (TypeError, ValueError):
-                    parsed[k] = v
-            rows.append(parsed)
-        return rows
-    rows = []
-    for i, line in enumerate(text.splitlines()):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{path}, line {i + 1}: not JSON ({exc.msg})") from None
-        if not isinstance(obj, dict):
-            raise ConfigError(f"{path}, line {i + 1}: expected an object")
-        rows.append(obj)
-    return rows

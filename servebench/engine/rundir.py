@@ -10,6 +10,7 @@ from typing import Any
 from ..errors import ConfigError, InputFormatError
 from ..loaders import load_table
 from ..records import RecordTable
+from ..rows import read_rows
 from ..scenario import Scenario, parse_scenario
 from .loop import StepRow
 
@@ -66,18 +67,7 @@ def read_run(run_dir: Path) -> RunFolder:
     if missing:
         raise InputFormatError(f"{run_dir}: missing {', '.join(missing)}; is it a folder written by servebench run?")
     table, ws, we = load_table(run_dir / RECORDS)
-    steps: list[dict[str, Any]] = []
-    with open(run_dir / STEPS, encoding="utf-8") as fh:
-        for i, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputFormatError(f"{run_dir / STEPS}, row {i}: invalid JSON ({exc.msg})") from None
-            if not isinstance(row, dict):
-                raise InputFormatError(f"{run_dir / STEPS}, row {i}: expected a JSON object")
-            steps.append(row)
+    steps = read_rows(run_dir / STEPS)
     try:
         metadata = json.loads((run_dir / METADATA).read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:

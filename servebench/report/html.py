@@ -10,7 +10,6 @@ in a slice name can then never close the tag early).
 from __future__ import annotations
 
 import html
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 

@@ -16,8 +16,6 @@ This is the report's only file-reading edge. A folder is recognised by the files
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +24,7 @@ from typing import Any
 from ..errors import InputFormatError, RecordValidationError
 from ..loaders import LoadedRecords, read_path, to_table
 from ..records import RecordTable
+from ..rows import read_rows
 
 RECORD_FILES = ("records.jsonl", "records.json", "records.csv", "records.parquet")
 STEP_FILES = ("steps.jsonl", "steps.json", "steps.csv", "step_trace.jsonl", "trace.jsonl", "step_trace.csv")
@@ -55,76 +54,6 @@ class RunInput:
     sweep_points: list[dict[str, Any]] | None = None
     sweep_document: Any = None
     files: list[str] = field(default_factory=list)
-
-
-def _number(text: str) -> Any:
-    """Turn a CSV cell into an int, float or None where it is one, else keep the text."""
-    if text == "":
-        return None
-    for conv in (int, float):
-        try:
-            return conv(text)
-        except ValueError:
-            continue
-    return text
-
-
-def read_rows(path: Path) -> list[dict[str, Any]]:
-    """Read a list of objects from JSONL, JSON (an array, or the first list of objects in an object) or CSV."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise InputFormatError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    return rows_from_bytes(data, str(path))
-
-
-def rows_from_bytes(data: bytes, name: str) -> list[dict[str, Any]]:
-    """Parse a file's bytes as rows (CSV by its suffix, JSONL by suffix or one object per line, else JSON).
-
-    A step trace or sweep uploaded to the dashboard goes through here too. Errors name the file and line.
-    """
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise InputFormatError(f"{name}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})") from None
-    suffix = Path(name).suffix.lower()
-    if suffix == ".csv":
-        return [{k: _number(v) for k, v in row.items()} for row in csv.DictReader(io.StringIO(text))]
-    stripped = text.lstrip()
-    if suffix in (".jsonl", ".ndjson") or (stripped.startswith("{") and "\n{" in stripped.rstrip()):
-        rows = []
-        for i, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputFormatError(f"{name}: line {i}: invalid JSON at column {exc.colno}: {exc.msg}") from None
-            if not isinstance(obj, dict):
-                raise InputFormatError(f"{name}: line {i}: expected a JSON object, got {type(obj).__name__}")
-            rows.append(obj)
-        return rows
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputFormatError(f"{name}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
-    rows = _first_row_list(doc)
-    if rows is None:
-        raise InputFormatError(f"{name}: expected a list of objects")
-    return rows
-
-
-def _first_row_list(doc: Any) -> list[dict[str, Any]] | None:
-    if isinstance(doc, list) and all(isinstance(r, dict) for r in doc):
-        return doc
-    if isinstance(doc, dict):
-        for key in ("points", "results", "rows", "steps"):
-            if isinstance(doc.get(key), list):
-                return _first_row_list(doc[key])
-        for value in doc.values():
-            if isinstance(value, list) and value and all(isinstance(r, dict) for r in value):
-                return value
-    return None
 
 
 def _read_mapping(path: Path) -> dict[str, Any]:
