@@ -22,6 +22,20 @@ CONTRACT_FIELDS: tuple[str, ...] = (
     "success_request_tpot_p95_s",
 )
 REPORT_QUANTILES: tuple[float, ...] = (50, 90, 95, 99)
+# Human labels and one-line definitions of the contract fields, for tables and the dashboard.
+CONTRACT_LABELS: dict[str, tuple[str, str]] = {
+    "requests": ("Requests", "All records in the window."),
+    "successes": ("Successes", "Records with status success."),
+    "non_success_fraction": ("Non-success fraction", "1 - successes / requests."),
+    "successful_requests_per_second": ("Successful requests/s", "Successes / window length."),
+    "successful_output_tokens_per_second": ("Successful output tokens/s",
+                                            "Output tokens of successes / window length."),
+    "success_latency_p95_s": ("Latency p95 (s)", "Nearest-rank p95 of end - start over successes."),
+    "success_ttft_p95_s": ("TTFT p95 (s)", "Nearest-rank p95 of first_token - start over successes."),
+    "success_request_tpot_p95_s": ("Request TPOT p95 (s)",
+                                   "Nearest-rank p95 of (end - first_token) / (output_tokens - 1) over "
+                                   "successes with more than one output token."),
+}
 
 
 class ContractError(ValueError):

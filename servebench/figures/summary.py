@@ -13,21 +13,8 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from .. import kv
-from ..summary import Distribution, Report
+from ..summary import CONTRACT_LABELS, Distribution, Report
 
-CONTRACT_LABELS: dict[str, tuple[str, str]] = {
-    "requests": ("Requests", "All records in the window."),
-    "successes": ("Successes", "Records with status success."),
-    "non_success_fraction": ("Non-success fraction", "1 - successes / requests."),
-    "successful_requests_per_second": ("Successful requests/s", "Successes / window length."),
-    "successful_output_tokens_per_second": ("Successful output tokens/s",
-                                            "Output tokens of successes / window length."),
-    "success_latency_p95_s": ("Latency p95 (s)", "Nearest-rank p95 of end - start over successes."),
-    "success_ttft_p95_s": ("TTFT p95 (s)", "Nearest-rank p95 of first_token - start over successes."),
-    "success_request_tpot_p95_s": ("Request TPOT p95 (s)",
-                                   "Nearest-rank p95 of (end - first_token) / (output_tokens - 1) over "
-                                   "successes with more than one output token."),
-}
 METRIC_LABELS: dict[str, str] = {
     "latency": "Latency (s)", "ttft": "TTFT (s)", "tpot": "Request TPOT (s)",
     "queue_wait": "Queue wait (s)", "prefill": "Prefill (s)",

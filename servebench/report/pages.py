@@ -20,18 +20,11 @@ from ..figures import records as rfig
 from ..figures.summary import fmt_window
 from ..records import STATUSES
 from ..render import fmt
-from ..summary import CONTRACT_FIELDS, SLO, Distribution, Report, build_report
+from ..summary import CONTRACT_FIELDS, CONTRACT_LABELS, SLO, Distribution, Report, build_report
 from .html import Markup, figure, join, key_values, nested, note, page, section, table, tag
 from .inputs import RunInput
 from .kvview import KvOptions, KvView, kv_section, kv_view
 
-CONTRACT_LABELS: dict[str, str] = {
-    "requests": "requests", "successes": "successes", "non_success_fraction": "non-success fraction",
-    "successful_requests_per_second": "successful requests/s",
-    "successful_output_tokens_per_second": "successful output tokens/s",
-    "success_latency_p95_s": "success latency p95, s", "success_ttft_p95_s": "success TTFT p95, s",
-    "success_request_tpot_p95_s": "success request TPOT p95, s",
-}
 
 
 SECTION_TITLES: tuple[tuple[str, str], ...] = (
@@ -124,7 +117,7 @@ def _value(report: Report, key: str, missing: set[str]) -> object:
 
 def _contract_rows(reports: Sequence[Report], missing: Sequence[set[str]] | None = None) -> list[list[object]]:
     gone = list(missing) if missing is not None else [set() for _ in reports]
-    return [[CONTRACT_LABELS[k], *[_value(r, k, m) for r, m in zip(reports, gone)]] for k in CONTRACT_FIELDS]
+    return [[CONTRACT_LABELS[k][0], *[_value(r, k, m) for r, m in zip(reports, gone)]] for k in CONTRACT_FIELDS]
 
 
 def share(x: float) -> str:
@@ -222,7 +215,7 @@ def run_page(view: RunView, options: SiteOptions) -> str:
     ])
     parts: list[object] = [head, _warnings(run)]
     missing = unavailable(run)
-    summary_rows = [[CONTRACT_LABELS[k], _value(report, k, missing)] for k in CONTRACT_FIELDS]
+    summary_rows = [[CONTRACT_LABELS[k][0], _value(report, k, missing)] for k in CONTRACT_FIELDS]
     parts.append(section(
         "Summary", table(["field (spec contract)", "value"], summary_rows),
         key_values(_slo_rows(report, missing), caption="Goodput under the SLO") if report.slo else
