@@ -14,7 +14,7 @@ from typing import Any, Callable, NoReturn, TypeVar
 import streamlit as st
 
 from servebench.errors import ServebenchError
-from servebench.figures.summary import fmt_window
+from servebench.render import fmt_window
 from servebench.importers import FORMATS as FOREIGN_FORMATS
 from servebench.loaders import LoadedRecords, read_bytes, to_table
 from servebench.records import RecordTable, default_window

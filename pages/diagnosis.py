@@ -8,7 +8,8 @@ import streamlit as st
 from pages._shared import SAMPLE_DIR, fail, guarded, records_sidebar, show_reader_warnings
 from servebench import diagnosis, kv
 from servebench.errors import InputFormatError
-from servebench.figures.summary import fmt, fmt_share, fmt_window
+from servebench.figures.summary import fmt, fmt_share
+from servebench.render import fmt_window
 from servebench.model_presets import PRESETS, get_preset
 
 LIMIT_TITLES = {"kv_memory": "KV memory", "queueing": "Queueing", "prefill": "Prefill", "decode": "Decode",

@@ -6,8 +6,9 @@ import streamlit as st
 
 from pages._shared import cached_report, guarded, records_sidebar, show_reader_warnings, site_zip
 from servebench.figures import records as record_figs
+from servebench.render import fmt_window
 from servebench.figures.summary import (cause_frame, contract_cells, distribution_frame, fmt, fmt_share,
-                                        fmt_share_of, fmt_window, slice_frame, status_frame)
+                                        fmt_share_of, slice_frame, status_frame)
 from servebench.loaders import encode_records
 
 st.title("Summary")

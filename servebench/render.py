@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Any
 
 from rich.console import Console
@@ -20,6 +21,35 @@ def fmt(value: Any, digits: int = 4) -> str:
             return "inf"
         return f"{value:.{digits}g}"
     return str(value)
+
+
+EPOCH_RANGE_S: tuple[float, float] = (1e9, 4e9)  # 2001 to 2096: a clock this far from 0 is Unix epoch seconds
+
+
+def epoch_utc(t_s: float) -> str | None:
+    """Return ``t_s`` as a UTC date and time when it looks like Unix epoch seconds, else None.
+
+    >>> epoch_utc(1795947574.931), epoch_utc(12.5)
+    ('2026-11-29 10:19:34.931 UTC', None)
+    """
+    if not EPOCH_RANGE_S[0] <= t_s < EPOCH_RANGE_S[1]:
+        return None
+    return datetime.fromtimestamp(round(t_s, 3), timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+
+
+def fmt_window(window_start_s: float, window_end_s: float) -> str:
+    """Format an observation window so both ends stay distinct, even on an epoch clock.
+
+    >>> fmt_window(0.095315, 614.792)
+    '0.095315 to 614.792 s (614.697 s)'
+    >>> fmt_window(1795947574.9312, 1795947585.0396)
+    '1795947574.931 to 1795947585.040 s (10.1084 s, from 2026-11-29 10:19:34.931 UTC)'
+    """
+    length = f"{window_end_s - window_start_s:g} s"
+    utc = epoch_utc(window_start_s)
+    if utc is None:
+        return f"{window_start_s:g} to {window_end_s:g} s ({length})"
+    return f"{window_start_s:.3f} to {window_end_s:.3f} s ({length}, from {utc})"
 
 
 def summary_table(summary: dict[str, Any], title: str = "Summary (spec contract)",
@@ -56,8 +86,8 @@ def distribution_table(rows: dict[str, Distribution | None], title: str) -> Tabl
 
 def print_report(console: Console, report: Report, unavailable: frozenset[str] = frozenset()) -> None:
     """Print a report as a few tables; metrics an importer marked ``unavailable`` show as n/a."""
-    console.print(f"[bold]{escape(report.source or 'records')}[/]  window {fmt(report.window_start)}"
-                  f" to {fmt(report.window_end)} s ({fmt(report.window_s)} s)")
+    console.print(f"[bold]{escape(report.source or 'records')}[/]  window "
+                  f"{fmt_window(report.window_start, report.window_end)}")
     console.print(summary_table(report.summary, unavailable=unavailable))
     counts = Table(title="Outcomes")
     counts.add_column("offered")

@@ -11,8 +11,9 @@ import pytest
 
 from servebench.errors import ConfigError, InputFormatError
 from servebench.figures.records import cdf_figure, timeline_figure
-from servebench.figures.summary import (contract_cells, distribution_frame, epoch_utc, fmt, fmt_share, fmt_share_of,
-                                        fmt_window, percentile_cdf,
+from servebench.render import epoch_utc, fmt_window
+from servebench.figures.summary import (contract_cells, distribution_frame, fmt, fmt_share, fmt_share_of,
+                                        percentile_cdf,
                                         percentile_histogram, slice_frame, status_frame)
 from servebench.loaders import encode_records, read_bytes, to_table
 from servebench.records import parse_objects, validate

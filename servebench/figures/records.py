@@ -18,7 +18,7 @@ from ..percentiles import nearest_rank, percentile
 from ..records import STATUSES, RecordTable
 from ..summary import success_metrics
 from ..timeline import active_counts
-from .summary import epoch_utc
+from ..render import epoch_utc
 
 STATUS_COLORS: dict[str, str] = {
     "success": "#2ca02c", "failed": "#d62728", "timeout": "#ff7f0e", "cancelled": "#7f7f7f", "rejected": "#9467bd",

@@ -17,9 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .. import __version__
 from ..figures import records as rfig
-from ..figures.summary import fmt_window
 from ..records import STATUSES
-from ..render import fmt
+from ..render import fmt, fmt_window
 from ..summary import CONTRACT_FIELDS, CONTRACT_LABELS, SLO, Distribution, Report, build_report
 from .html import Markup, figure, join, key_values, nested, note, page, section, table, tag
 from .inputs import RunInput
