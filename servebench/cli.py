@@ -61,8 +61,10 @@ def summarize(
     report = build_report(table, ws, we, SLO(ttft_s=slo_ttft, tpot_s=slo_tpot, latency_s=slo_latency))
     if as_json:
         out = json.loads(report.model_dump_json())
-        out = {"summary": out.pop("summary"), **out, "warnings": loaded.warnings,
-               "unavailable_metrics": list(loaded.metadata.get("unavailable_metrics") or [])}
+        unavailable = list(loaded.metadata.get("unavailable_metrics") or [])
+        # a metric the file cannot support is "no data" (null), not a number that looks measured
+        summary = {k: (None if k in unavailable else v) for k, v in out.pop("summary").items()}
+        out = {"summary": summary, **out, "warnings": loaded.warnings, "unavailable_metrics": unavailable}
         emit_json(out)
         return
     from .render import print_report

@@ -68,3 +68,13 @@ def test_user_strings_are_printed_verbatim_not_as_markup(tmp_path):
     res = run("summarize", str(path))
     assert res.returncode == 0, res.stderr
     assert "a[red]x.csv" in res.stdout and "[bold]boom[/]" in res.stdout and "Slice '[red]x'" in res.stdout
+
+
+def test_metrics_a_file_cannot_support_are_null_in_json():
+    res = run("summarize", str(SAMPLE_DATA.parent / "tests" / "data" / "importers" / "llmperf-individual.json"), "--json")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert tuple(doc["summary"]) == CONTRACT_FIELDS
+    assert doc["summary"]["successful_requests_per_second"] is None  # llmperf records no timestamps
+    assert doc["summary"]["success_latency_p95_s"] is not None
+    assert "successful_requests_per_second" in doc["unavailable_metrics"]
