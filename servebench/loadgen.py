@@ -525,41 +525,14 @@ def write_run(out_dir: str | Path, result: LoadResult, metadata: dict[str, Any])
 # --------------------------------------------------------------------------- sweep points
 
 
-SERVER_ONLY_FIELDS = ("peak_active", "mean_active", "peak_waiting", "max_kv_tokens_used", "preemptions")
-
-
 def measured_point(outcomes: Sequence[Outcome], load: float, slo: Any, slo_target: float) -> Any:
     """Summarize one measured open-loop run as a :class:`servebench.sweep.SweepPoint`.
 
-    The metrics come from ``build_report`` exactly as for a simulated point. Fields only a
-    server's step trace knows (running and waiting sequences, KV tokens, preemptions) are None:
-    a client cannot observe them, and 0 would be a false measurement.
+    The metrics come from the same code as a simulated point. Fields only a server's step trace
+    knows (running and waiting sequences, KV tokens, preemptions) stay None: a client cannot
+    observe them, and 0 would be a false measurement.
     """
-    from .summary import build_report
-    from .sweep import QUANTILES, SweepPoint
+    from .sweep import point_from_records
 
     table, ws, we = records_table(outcomes)
-    window_s = max(we - ws, 1e-9)
-    report = build_report(table, ws, ws + window_s, slo, by_slice=False)
-    if report.slo is not None:
-        good, goodput = report.slo.good_requests, report.slo.goodput_requests_per_second
-    else:
-        good, goodput = report.completed, report.completed / window_s
-    attainment = good / report.offered
-    starts = table.start
-    span = float(starts.max() - starts.min()) if len(table) > 1 else 0.0
-    offered_rps = (len(table) - 1) / span if span > 0 else len(table) / window_s
-
-    def q(d: Any) -> dict[str, float | None]:
-        return {f"p{x}": (None if d is None else d.at(x)) for x in QUANTILES}
-
-    by = report.by_status
-    values = dict(
-        load=load, source="grid", offered=report.offered, accepted=report.accepted, completed=report.completed,
-        rejected=report.rejected, timed_out=report.timed_out, cancelled=by["cancelled"], failed=by["failed"],
-        window_s=window_s, offered_rps=offered_rps, throughput_rps=report.completed / window_s,
-        output_tokens_per_s=report.successful_output_tokens / window_s, goodput_rps=goodput,
-        slo_attainment=attainment, meets_slo=attainment >= slo_target,
-        ttft_s=q(report.ttft_s), tpot_s=q(report.request_tpot_s), latency_s=q(report.latency_s),
-        queue_wait_s=q(report.queue_wait_s), **{k: None for k in SERVER_ONLY_FIELDS})
-    return SweepPoint(**values)
+    return point_from_records(table, ws, we, load, "rate", slo, slo_target)

@@ -19,12 +19,13 @@ import csv
 import io
 import math
 from collections.abc import Callable, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import ConfigError
+from .records import RecordTable
 from .scenario import Scenario
 from .simulate import SimResult, simulate
 from .summary import SLO, Distribution, Report, build_report
@@ -67,6 +68,9 @@ class SweepPoint(BaseModel):
     peak_waiting: int | None = Field(description="Most waiting requests (None: not observable).")
     max_kv_tokens_used: int | None = Field(description="Most KV tokens held (None: not observable).")
     preemptions: int | None = Field(description="Preempted sequences (None: not observable).")
+
+
+SERVER_FIELDS: tuple[str, ...] = ("peak_active", "mean_active", "peak_waiting", "max_kv_tokens_used", "preemptions")
 
 
 class Capacity(BaseModel):
@@ -152,23 +156,25 @@ def evaluate(scenario: Scenario, load: float, mode: Mode, slo: SLO, slo_target: 
     return point_from(sim, load, mode, slo, slo_target, source), sim
 
 
-def point_from(sim: SimResult, load: float, mode: Mode, slo: SLO, slo_target: float,
-               source: Literal["grid", "search"] = "grid") -> SweepPoint:
-    """Summarize a simulation as a sweep point, with metrics from ``build_report``."""
-    t = sim.records
-    window_s = max(sim.window_end_s - sim.window_start_s, 1e-9)
-    report: Report = build_report(t, sim.window_start_s, sim.window_start_s + window_s, slo, by_slice=False)
+def point_from_records(table: RecordTable, window_start_s: float, window_end_s: float, load: float, mode: Mode,
+                       slo: SLO, slo_target: float, source: Literal["grid", "search"] = "grid",
+                       server: dict[str, Any] | None = None) -> SweepPoint:
+    """Summarize records as a sweep point (metrics from ``build_report``).
+
+    ``server`` holds what only the server can see (peak_active, mean_active, peak_waiting,
+    max_kv_tokens_used, preemptions); a measured client run leaves them None.
+    """
+    window_s = max(window_end_s - window_start_s, 1e-9)
+    report: Report = build_report(table, window_start_s, window_start_s + window_s, slo, by_slice=False)
     by = report.by_status
     if report.slo is not None:
         good, goodput = report.slo.good_requests, report.slo.goodput_requests_per_second
     else:
         good, goodput = report.completed, report.completed / window_s
     attainment = good / report.offered
-    span = float(np.nanmax(t.start) - np.nanmin(t.start)) if len(t) > 1 else 0.0
-    offered_rps = (len(t) - 1) / span if mode == "rate" and span > 0 else len(t) / window_s
-    tr = sim.trace
-    decode = tr.lane != 2
-    busy = float(tr.duration[decode].sum())
+    span = float(np.nanmax(table.start) - np.nanmin(table.start)) if len(table) > 1 else 0.0
+    offered_rps = (len(table) - 1) / span if mode == "rate" and span > 0 else len(table) / window_s
+    server_fields = {name: None for name in SERVER_FIELDS} | (server or {})
     return SweepPoint(
         load=load, source=source, offered=report.offered, accepted=report.accepted, completed=report.completed,
         rejected=report.rejected, timed_out=report.timed_out, cancelled=by["cancelled"], failed=by["failed"],
@@ -176,11 +182,24 @@ def point_from(sim: SimResult, load: float, mode: Mode, slo: SLO, slo_target: fl
         output_tokens_per_s=report.successful_output_tokens / window_s, goodput_rps=goodput,
         slo_attainment=attainment, meets_slo=attainment >= slo_target,
         ttft_s=_quantiles(report.ttft_s), tpot_s=_quantiles(report.request_tpot_s),
-        latency_s=_quantiles(report.latency_s), queue_wait_s=_quantiles(report.queue_wait_s),
-        peak_active=int(tr.active.max()) if len(tr) else 0,
-        mean_active=float(np.sum(tr.active[decode] * tr.duration[decode]) / busy) if busy > 0 else None,
-        peak_waiting=int(tr.waiting.max()) if len(tr) else 0,
-        max_kv_tokens_used=int(tr.kv_tokens_used.max()) if len(tr) else 0, preemptions=sim.preemptions)
+        latency_s=_quantiles(report.latency_s), queue_wait_s=_quantiles(report.queue_wait_s), **server_fields)
+
+
+def point_from(sim: SimResult, load: float, mode: Mode, slo: SLO, slo_target: float,
+               source: Literal["grid", "search"] = "grid") -> SweepPoint:
+    """Summarize a simulation as a sweep point, with the server-side fields read off its step trace."""
+    tr = sim.trace
+    decode = tr.lane != 2
+    busy = float(tr.duration[decode].sum())
+    server = {
+        "peak_active": int(tr.active.max()) if len(tr) else 0,
+        "mean_active": float(np.sum(tr.active[decode] * tr.duration[decode]) / busy) if busy > 0 else None,
+        "peak_waiting": int(tr.waiting.max()) if len(tr) else 0,
+        "max_kv_tokens_used": int(tr.kv_tokens_used.max()) if len(tr) else 0,
+        "preemptions": sim.preemptions,
+    }
+    return point_from_records(sim.records, sim.window_start_s, sim.window_end_s, load, mode, slo, slo_target,
+                              source, server)
 
 
 def sweep(scenario: Scenario, loads: Sequence[float], *, mode: Mode = "rate", slo: SLO | None = None,
