@@ -2,8 +2,10 @@
 
 Ratios, all measured in the same run on the same file:
   floor  = time of pyarrow reading the columns the report needs, and nothing else
-  loop   = a straightforward per-record Python loop computing the same metrics (1M only: at 10M it
-           needs more memory than the machine has for its per-record objects)
+  loop   = a straightforward per-record Python loop computing the same metrics: counts by status and
+           cause, seven distributions with their confidence intervals, SLO goodput, tokens, peak active
+           and in service with the time at the peak, duplicates, and all of it again per slice (1M only:
+           at 10M its per-record objects need more memory than the machine has)
 Each case runs in its own subprocess so that peak memory (ru_maxrss) is that case's alone.
 
 Where the report's time goes at 1M records (cProfile, quiet machine): about a quarter each in the
@@ -88,34 +90,54 @@ def case_report(path: Path) -> None:
     build_report(table, ws, we, SLO(ttft_s=1.0, tpot_s=0.05))
 
 
-def case_loop(path: Path) -> None:
-    """The same metrics, one record at a time, as one would write them without thinking of speed."""
-    rows = pq.read_table(path, columns=COLUMNS).to_pylist()
-    ws = min(r["start"] for r in rows)
-    we = max(r["end"] for r in rows)
+def _loop_report(rows: list[dict], ws: float, we: float, with_duplicates: bool) -> dict:
+    """Every metric of servebench's report, one record at a time, written without thinking of speed."""
+    from servebench.percentiles import rank_interval
 
-    def p(vals, q):
+    def dist(vals):
         if not vals:
             return None
         vals = sorted(vals)
-        return vals[max(0, math.ceil(q * len(vals) / 100) - 1)]
+        n = len(vals)
+        out = {"max": vals[-1], "mean": sum(vals) / n if vals[-1] != math.inf else None}
+        for q in (50, 90, 95, 99):
+            ri = rank_interval(q, n)
+            out[q] = (vals[max(0, math.ceil(q * n / 100) - 1)],
+                      vals[ri.lower_rank - 1] if ri.lower_rank else None,
+                      vals[ri.upper_rank - 1] if ri.upper_rank else None)
+        return out
+
+    def peak_and_time(intervals):
+        events = sorted([(e, 0) for _, e in intervals] + [(s, 1) for s, _ in intervals])  # departures first
+        active = peak = 0
+        levels = []
+        for t, kind in events:
+            active += 1 if kind else -1
+            peak = max(peak, active)
+            levels.append((t, active))
+        held = sum(min(max(t2, ws), we) - min(max(t1, ws), we)
+                   for (t1, level), (t2, _) in zip(levels, levels[1:]) if level == peak and peak > 0)
+        return peak, held
 
     by_status, by_cause, seen, dups = {}, {}, set(), 0
-    lat, ttft, tpot, wait, prefill, fa_lat = [], [], [], [], [], []
-    total = ok_tokens = good = 0
-    events = []
+    lat, ttft, tpot, wait, prefill, fa_lat, fa_ttft = [], [], [], [], [], [], []
+    total = ok_tokens = good = good_tokens = 0
+    active, in_service = [], []
     for r in rows:
         by_status[r["status"]] = by_status.get(r["status"], 0) + 1
-        if r["request_id"] in seen:
-            dups += 1
-        seen.add(r["request_id"])
-        events.append((r["start"], 1))
-        events.append((r["end"], -1))
+        if with_duplicates and r["request_id"] is not None:
+            if r["request_id"] in seen:
+                dups += 1
+            seen.add(r["request_id"])
+        active.append((r["start"], r["end"]))
+        if r["admitted"] is not None:
+            in_service.append((r["admitted"], r["end"]))
         total += r["output_tokens"] or 0
         if r["status"] == "success":
             lat.append(r["end"] - r["start"])
             ttft.append(r["first_token"] - r["start"])
-            fa_lat.append(r["end"] - r["start"])
+            fa_lat.append(lat[-1])
+            fa_ttft.append(ttft[-1])
             ok_tokens += r["output_tokens"]
             t = None
             if r["output_tokens"] > 1:
@@ -126,17 +148,28 @@ def case_loop(path: Path) -> None:
                 prefill.append(r["first_token"] - r["admitted"])
             if ttft[-1] <= 1.0 and (t is None or t <= 0.05):
                 good += 1
+                good_tokens += r["output_tokens"]
         else:
-            by_cause[r["error"]] = by_cause.get(r["error"], 0) + 1
+            cause = r["error"] or "unspecified"
+            by_cause[cause] = by_cause.get(cause, 0) + 1
             fa_lat.append(math.inf)
-    events.sort(key=lambda e: (e[0], e[1]))
-    active = peak = 0
-    for _, d in events:
-        active += d
-        peak = max(peak, active)
-    for vals in (lat, ttft, tpot, wait, prefill, fa_lat):
-        for q in (50, 90, 95, 99):
-            p(vals, q)
+            fa_ttft.append(math.inf)
+    return {
+        "by_status": by_status, "by_cause": by_cause, "duplicates": dups, "tokens": (total, ok_tokens),
+        "slo": (good, good_tokens), "active": peak_and_time(active), "in_service": peak_and_time(in_service),
+        **{name: dist(v) for name, v in (("latency", lat), ("ttft", ttft), ("tpot", tpot), ("wait", wait),
+                                          ("prefill", prefill), ("fa_latency", fa_lat), ("fa_ttft", fa_ttft))},
+    }
+
+
+def case_loop(path: Path) -> None:
+    """The report's metrics (whole file, then each slice) by straightforward per-record Python."""
+    rows = pq.read_table(path, columns=COLUMNS).to_pylist()
+    ws = min(r["start"] for r in rows)
+    we = max(r["end"] for r in rows)
+    _loop_report(rows, ws, we, with_duplicates=True)
+    for name in sorted({r["slice"] for r in rows if r["slice"] is not None}):
+        _loop_report([r for r in rows if r["slice"] == name], ws, we, with_duplicates=False)
 
 
 CASES = {"floor": case_floor, "report": case_report, "loop": case_loop}

@@ -56,9 +56,13 @@ def summarize(
     from .loaders import read_path, to_table
     from .summary import SLO, build_report
 
-    loaded = read_path(file, format)
-    table, ws, we = to_table(loaded, window_start, window_end)
-    report = build_report(table, ws, we, SLO(ttft_s=slo_ttft, tpot_s=slo_tpot, latency_s=slo_latency))
+    # a spinner on stderr while large files are read and summarized; stdout stays clean for --json
+    with Console(stderr=True).status(f"reading {escape(file.name)}") as status:
+        loaded = read_path(file, format)
+        status.update(f"validating {loaded.rows.n:,} records")
+        table, ws, we = to_table(loaded, window_start, window_end)
+        status.update(f"summarizing {len(table):,} records")
+        report = build_report(table, ws, we, SLO(ttft_s=slo_ttft, tpot_s=slo_tpot, latency_s=slo_latency))
     if as_json:
         out = json.loads(report.model_dump_json())
         unavailable = list(loaded.metadata.get("unavailable_metrics") or [])
