@@ -29,9 +29,9 @@ def active_timeline(start: np.ndarray, end: np.ndarray, window_start: float, win
     window_s = window_end - window_start
     if start.size == 0:
         return Timeline(0, window_s, 1.0)
-    # timsort ("stable") is near-linear on the nearly sorted times that real logs hold
-    s = np.sort(start, kind="stable")
-    e = np.sort(end, kind="stable")
+    # numpy's default sort is SIMD-accelerated for float64: several times faster than "stable" here
+    s = np.sort(start)
+    e = np.sort(end)
     gone = np.searchsorted(e, s, side="right")
     active = np.arange(1, s.size + 1) - gone
     peak = int(active.max())
