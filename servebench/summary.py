@@ -288,6 +288,14 @@ def build_report(table: RecordTable, window_start: float, window_end: float, slo
     """Return the full report for validated records over [window_start, window_end]."""
     if len(table) == 0:
         raise ConfigError(MSG_EMPTY)
+    # slices first, so that their copies are gone before this report's own temporaries exist (peak memory)
+    slices: dict[str, Report] = {}
+    if by_slice:
+        labels = table.slice
+        named = labels != None  # noqa: E711
+        if named.any():
+            for name in sorted(text for text, _ in _value_counts(labels[named])):
+                slices[name] = build_report(table.take(labels == name), window_start, window_end, slo, by_slice=False)
     window_s = window_end - window_start
     ok = table.is_success
     codes = table.status
@@ -317,13 +325,6 @@ def build_report(table: RecordTable, window_start: float, window_end: float, slo
     in_service = None
     if adm_all.any():
         in_service = _concurrency(active_timeline(table.admitted[adm_all], table.end[adm_all], window_start, window_end))
-    slices: dict[str, Report] = {}
-    if by_slice:
-        labels = table.slice
-        named = labels != None  # noqa: E711
-        if named.any():
-            for name in sorted(text for text, _ in _value_counts(labels[named])):
-                slices[name] = build_report(table.take(labels == name), window_start, window_end, slo, by_slice=False)
     return Report(
         source=table.source,
         window_start=window_start, window_end=window_end, window_s=window_s,
