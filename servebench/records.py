@@ -260,7 +260,7 @@ def _arrow_column(arr: pa.ChunkedArray, name: str, optional_nan_is_missing: bool
     else:
         vals = np.empty(n, dtype=object)
         bad = present.copy()
-    if name != "status":
+    if name != "status" and not present.all():  # copying a million Python objects is not free
         vals = np.where(present, vals, None)
     return Column(vals, present, bad, raw)
 

@@ -314,7 +314,8 @@ def build_report(table: RecordTable, window_start: float, window_end: float, slo
     success_tokens = int(produced[ok].sum())
     prompt = table.prompt_tokens
     ids = table.request_id
-    with_id = ids[ids != None]  # noqa: E711
+    has_id = ids != None  # noqa: E711
+    with_id = ids if has_id.all() else ids[has_id]
     # duplicates are a property of the whole file: slices (by_slice=False) skip the hashing
     repeated = []
     if by_slice and len(set(with_id.tolist())) < with_id.size:  # a set is the fastest check for "all unique"
