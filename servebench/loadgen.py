@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .errors import ConfigError
 from .http_client import API_PATHS, Outcome, discover_model, exc_text, exchange, normalize_url
 from .percentiles import percentile
-from .records import RecordTable, default_window, parse_objects, validate
+from .records import RecordTable, default_window, parse_objects, record_dict, validate
 from .workload import WorkloadSpec, closed_loop_plan, generate_workload
 
 # Common English words that most tokenizers keep as one token each (with a leading space).
@@ -214,20 +214,9 @@ def request_body(config: LoadConfig, model: str, req: PlannedRequest) -> dict[st
 
 def to_record(o: Outcome) -> dict[str, Any]:
     """Return the canonical timing record of an outcome (``start`` is the intended send time)."""
-    rec: dict[str, Any] = {"request_id": o.request_id, "start": o.intended_s}
-    if o.first_token_s is not None:
-        rec["first_token"] = o.first_token_s
-    rec["end"] = o.end_s
-    rec["status"] = o.status
-    if o.prompt_tokens is not None:
-        rec["prompt_tokens"] = o.prompt_tokens
-    if o.output_tokens is not None:
-        rec["output_tokens"] = o.output_tokens
-    if o.slice is not None:
-        rec["slice"] = o.slice
-    if o.error is not None:
-        rec["error"] = o.error
-    return rec
+    return record_dict(request_id=o.request_id, start=o.intended_s, first_token=o.first_token_s, end=o.end_s,
+                       status=o.status, prompt_tokens=o.prompt_tokens, output_tokens=o.output_tokens,
+                       slice=o.slice, error=o.error)
 
 
 def to_send_row(o: Outcome) -> dict[str, Any]:

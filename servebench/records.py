@@ -48,6 +48,18 @@ INT_FIELDS = ("output_tokens", "prompt_tokens")
 TEXT_FIELDS = ("request_id", "slice", "error")
 
 
+def record_dict(**fields: Any) -> dict[str, Any]:
+    """Return a canonical record dict in field order, leaving out absent (None) optional fields.
+
+    >>> record_dict(status="timeout", end=7.0, start=2.0, first_token=None)
+    {'start': 2.0, 'end': 7.0, 'status': 'timeout'}
+    """
+    unknown = set(fields) - set(FIELDS)
+    if unknown:
+        raise TypeError(f"not record fields: {', '.join(sorted(unknown))}")
+    return {name: fields[name] for name in FIELDS if fields.get(name) is not None}
+
+
 class TimingRecord(BaseModel):
     """One request, timed in seconds on one monotonic clock (the spec's contract, plus optional stages)."""
 

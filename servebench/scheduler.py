@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .errors import ConfigError
+from .records import record_dict
 
 Policy = Literal["reserve", "paged"]
 POLICIES: tuple[str, ...] = ("reserve", "paged")
@@ -141,20 +142,10 @@ class Outcome:
 
     def to_record(self) -> dict[str, Any]:
         """Return the canonical record dict, leaving out absent optional fields."""
-        rec: dict[str, Any] = {"request_id": self.request_id, "start": self.start}
-        if self.admitted is not None:
-            rec["admitted"] = self.admitted
-        if self.first_token is not None:
-            rec["first_token"] = self.first_token
-        rec["end"] = self.end
-        rec["status"] = self.status
-        rec["prompt_tokens"] = self.prompt_tokens
-        rec["output_tokens"] = self.output_tokens
-        if self.slice is not None:
-            rec["slice"] = self.slice
-        if self.error is not None:
-            rec["error"] = self.error
-        return rec
+        return record_dict(request_id=self.request_id, start=self.start, admitted=self.admitted,
+                           first_token=self.first_token, end=self.end, status=self.status,
+                           prompt_tokens=self.prompt_tokens, output_tokens=self.output_tokens,
+                           slice=self.slice, error=self.error)
 
 
 @dataclass
