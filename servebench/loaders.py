@@ -79,7 +79,7 @@ def parse_csv(data: bytes, source: str) -> ParsedRows:
     if not header_line.strip():
         raise InputFormatError(f"{source}: no header row")
     names = next(csv.reader([header_line]))
-    _check_columns(names, source)
+    _check_columns([n.strip() for n in names], source)
     try:
         table = pacsv.read_csv(
             io.BytesIO(text.encode()),
@@ -90,7 +90,7 @@ def parse_csv(data: bytes, source: str) -> ParsedRows:
         raise InputFormatError(f"{source}: malformed CSV: {exc}") from None
     if table.num_rows == 0:
         raise InputFormatError(f"{source}: no records after the header")
-    return parse_arrow(table, source)
+    return parse_arrow(table.rename_columns([n.strip() for n in table.column_names]), source)  # "a, b" headers
 
 
 def parse_json(data: bytes, source: str) -> ParsedRows:

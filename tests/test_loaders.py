@@ -55,6 +55,11 @@ def test_format_detected_from_content_without_extension(tmp_path):
         assert read_path(tmp_path / name).format == {"a": "csv", "b": "json", "c": "jsonl"}[name]
 
 
+def test_csv_header_spaces_and_crlf_line_ends_are_read():
+    table, _, _ = load("start, end , status\r\n0,1,failed\r\n0.5,2,timeout\r\n")
+    assert table.end.tolist() == [1.0, 2.0] and len(table) == 2
+
+
 def test_default_window_is_min_start_to_max_end():
     _, ws, we = to_table(read_bytes(CSV_R1_R4.encode(), "runs.csv"))
     assert (ws, we) == (0.0, 7.0)
