@@ -171,9 +171,17 @@ def read_bytes(data: bytes, name: str, fmt: str = "auto") -> LoadedRecords:
     return LoadedRecords(readers[fmt](data, name), fmt)
 
 
+RUN_FOLDER_RECORDS = ("records.jsonl", "records.parquet", "records.csv", "records.json")
+
+
 def read_path(path: str | Path, fmt: str = "auto") -> LoadedRecords:
-    """Read a record file from disk."""
+    """Read a record file from disk, or the records of a folder written by run, load or simulate."""
     p = Path(path)
+    if p.is_dir():
+        found = next((p / name for name in RUN_FOLDER_RECORDS if (p / name).is_file()), None)
+        if found is None:
+            raise InputFormatError(f"{p}: a folder without {' or '.join(RUN_FOLDER_RECORDS)}")
+        p = found
     if not p.is_file():
         raise InputFormatError(f"{p}: no such file")
     if fmt == "parquet" or (fmt == "auto" and p.suffix.lower() in (".parquet", ".pq")):

@@ -60,6 +60,14 @@ def test_csv_header_spaces_and_crlf_line_ends_are_read():
     assert table.end.tolist() == [1.0, 2.0] and len(table) == 2
 
 
+def test_a_run_folder_reads_its_records(tmp_path):
+    table, _, _ = load(CSV_R1_R4)
+    write_records(table, tmp_path / "records.jsonl")
+    assert read_path(tmp_path).rows.n == 4
+    with pytest.raises(InputFormatError, match="a folder without records.jsonl"):
+        read_path(tmp_path / "..")
+
+
 def test_default_window_is_min_start_to_max_end():
     _, ws, we = to_table(read_bytes(CSV_R1_R4.encode(), "runs.csv"))
     assert (ws, we) == (0.0, 7.0)
