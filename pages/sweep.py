@@ -194,7 +194,7 @@ cap = result.capacity
 c = st.columns(4)
 c[0].metric("Usable capacity", f"{fmt(cap.load)} {'req/s' if result.mode == 'rate' else 'users'}", help=cap.note)
 c[1].metric("First load missing the SLOs", fmt(cap.upper))
-c[2].metric("Knee (p95 latency doubles)", fmt(result.knee_load))
+c[2].metric("Knee (p95 latency or TTFT doubles)", fmt(result.knee_load))
 c[3].metric("KV budget (tokens)", fmt(result.kv_budget_tokens))
 st.caption(cap.note)
 st.plotly_chart(sweep_figs.latency_vs_load(result), key="sweep_latency")

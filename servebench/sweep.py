@@ -97,7 +97,8 @@ class SweepResult(BaseModel):
     slo_target: float
     points: list[SweepPoint] = Field(description="Grid and search points, by load.")
     capacity: Capacity
-    knee_load: float | None = Field(description="Lowest load whose p95 latency is over twice the lowest load's (None: none).")
+    knee_load: float | None = Field(description="Lowest load whose p95 latency or p95 TTFT is over twice the lowest "
+                                                "load's (None: none).")
     kv_budget_tokens: int | None = Field(description="The server's KV budget (None: a measured server's is unknown).")
 
 
@@ -317,20 +318,24 @@ def search_capacity(run: Callable[[float, Literal["grid", "search"]], SweepPoint
 
 
 def knee(points: Sequence[SweepPoint], factor: float = 2.0) -> float | None:
-    """Return the lowest load whose p95 latency is over ``factor`` x that of the lowest load.
+    """Return the lowest load whose p95 latency or p95 TTFT is over ``factor`` x that of the lowest load.
 
-    A point with no successes (no latency) counts as past the knee.
+    TTFT counts too because queueing shows there first: a long-output workload can see its TTFT
+    grow thirtyfold while its latency has not yet doubled. A point with no successes counts as
+    past the knee.
     """
     if not points:
         return None
     ordered = sorted(points, key=lambda p: p.load)
-    base = ordered[0].latency_s.get("p95")
-    if base is None:
+    metrics = ("latency_s", "ttft_s")
+    base = {m: getattr(ordered[0], m).get("p95") for m in metrics}
+    if any(v is None for v in base.values()):
         return ordered[0].load
     for p in ordered[1:]:
-        v = p.latency_s.get("p95")
-        if v is None or v > factor * base:
-            return p.load
+        for m in metrics:
+            v = getattr(p, m).get("p95")
+            if v is None or v > factor * base[m]:
+                return p.load
     return None
 
 

@@ -109,6 +109,15 @@ def test_knee_is_where_latency_doubles(profile_b_sweep: SweepResult) -> None:
     assert knee([]) is None
 
 
+def test_knee_sees_ttft_growth_before_latency_doubles(profile_b_sweep: SweepResult) -> None:
+    low, mid, high = (profile_b_sweep.points[0].model_copy(deep=True) for _ in range(3))
+    for p, load, ttft, latency in ((low, 1.0, 0.15, 6.3), (mid, 2.0, 0.2, 6.5), (high, 3.0, 5.2, 11.0)):
+        p.load, p.ttft_s["p95"], p.latency_s["p95"] = load, ttft, latency  # latency grows 1.75x, TTFT 35x
+    assert knee([low, mid, high]) == 3.0
+    mid.ttft_s["p95"] = 0.31  # just over twice the lowest load's TTFT
+    assert knee([low, mid, high]) == 2.0
+
+
 def test_figures_mark_capacity_and_knee(profile_b_sweep: SweepResult) -> None:
     fig = latency_vs_load(profile_b_sweep)
     xs = [s.x0 for s in fig.layout.shapes]
