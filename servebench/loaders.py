@@ -8,7 +8,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Callable
 
 import numpy as np
 import pyarrow as pa
@@ -19,7 +19,6 @@ from .errors import InputFormatError, RecordValidationError
 from .records import FIELDS, ParsedRows, RecordTable, canonical_name, default_window, parse_arrow, \
     parse_objects, validate
 
-CANONICAL_FORMATS = ("csv", "json", "jsonl", "parquet")
 REQUIRED_COLUMNS = ("start", "end", "status")
 
 
@@ -150,25 +149,29 @@ def parse_parquet(data: bytes | BinaryIO, source: str) -> ParsedRows:
     return parse_arrow(table, source)
 
 
+READERS: dict[str, Callable[..., ParsedRows]] = {
+    "csv": parse_csv, "json": parse_json, "jsonl": parse_jsonl, "parquet": parse_parquet}
+CANONICAL_FORMATS: tuple[str, ...] = tuple(READERS)
+
+
 def read_bytes(data: bytes, name: str, fmt: str = "auto") -> LoadedRecords:
     """Parse a file's bytes as canonical records, or through an importer for other tools' exports."""
     if not data.strip():
         raise InputFormatError(f"{name}: the file is empty")
-    readers = {"csv": parse_csv, "json": parse_json, "jsonl": parse_jsonl, "parquet": parse_parquet}
     if fmt == "auto":
         fmt = detect_format(name, data[:4096])
         try:
-            return LoadedRecords(readers[fmt](data, name), fmt)
+            return LoadedRecords(READERS[fmt](data, name), fmt)
         except (InputFormatError, RecordValidationError):
             from .importers import detect, import_bytes  # not canonical: maybe another tool's export
             foreign = None if fmt == "parquet" else detect(data, name)
             if foreign is None:
                 raise
             return import_bytes(data, name, foreign)
-    if fmt not in readers:
+    if fmt not in READERS:
         from .importers import import_bytes  # e.g. "vllm", "guidellm:run=1,outside_window=drop"
         return import_bytes(data, name, fmt)
-    return LoadedRecords(readers[fmt](data, name), fmt)
+    return LoadedRecords(READERS[fmt](data, name), fmt)
 
 
 RUN_FOLDER_RECORDS = ("records.jsonl", "records.parquet", "records.csv", "records.json")
@@ -235,14 +238,8 @@ def encode_records(table: RecordTable, fmt: str) -> bytes:
 
 
 def write_records(table: RecordTable, path: str | Path) -> None:
-    """Write records as JSONL, CSV or Parquet, chosen by extension."""
+    """Write records as Parquet, CSV, JSON or (any other extension) JSONL, chosen by extension."""
     p = Path(path)
     suffix = p.suffix.lower()
-    if suffix in (".parquet", ".pq"):
-        pq.write_table(table.to_arrow(), p)
-    elif suffix == ".csv":
-        pacsv.write_csv(table.to_arrow(), p)
-    elif suffix == ".json":
-        p.write_text(json.dumps(table.to_dicts(), indent=1))
-    else:
-        p.write_text("".join(json.dumps(d) + "\n" for d in table.to_dicts()))
+    fmt = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".json": "json"}.get(suffix, "jsonl")
+    p.write_bytes(encode_records(table, fmt))

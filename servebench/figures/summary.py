@@ -120,24 +120,22 @@ def distribution_frame(rows: Mapping[str, Distribution | None]) -> pd.DataFrame:
     return pd.DataFrame.from_records(records)
 
 
+def _count_frame(label: str, counts: dict[str, int], total: int) -> pd.DataFrame:
+    return pd.DataFrame({
+        label: list(counts),
+        "requests": list(counts.values()),
+        "share": [fmt_share(c / total) for c in counts.values()],
+    })
+
+
 def status_frame(report: Report) -> pd.DataFrame:
     """Return each status with its count and share of all requests."""
-    total = report.offered
-    return pd.DataFrame({
-        "status": list(report.by_status),
-        "requests": list(report.by_status.values()),
-        "share": [fmt_share(c / total) for c in report.by_status.values()],
-    })
+    return _count_frame("status", report.by_status, report.offered)
 
 
 def cause_frame(report: Report) -> pd.DataFrame:
     """Return each non-success cause with its count and share of all requests."""
-    total = report.offered
-    return pd.DataFrame({
-        "cause": list(report.by_cause),
-        "requests": list(report.by_cause.values()),
-        "share": [fmt_share(c / total) for c in report.by_cause.values()],
-    })
+    return _count_frame("cause", report.by_cause, report.offered)
 
 
 def slice_frame(report: Report) -> pd.DataFrame:
