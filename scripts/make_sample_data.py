@@ -9,7 +9,6 @@ wasted work, and request IDs and error causes are filled in. Run from the repo r
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -38,8 +37,8 @@ def main() -> None:
     ids = np.array([f"req-{i:05d}" for i in range(len(table))], dtype=object)
     # microseconds are plenty; rounding is monotonic, so start <= admitted <= first_token <= end holds
     times = {name: np.round(getattr(table, name), 6) for name in ("start", "admitted", "end")}
-    sample = replace(table, **times, first_token=np.round(first_token, 6), status=status, error=error,
-                     request_id=ids, source=OUT.name)
+    sample = table.with_columns(**times, first_token=np.round(first_token, 6), status=status, error=error,
+                                request_id=ids, source=OUT.name)
     write_records(sample, OUT)
     counts = {name: int((status == i).sum()) for i, name in enumerate(STATUSES)}
     print(f"wrote {len(sample)} records to {OUT}: {counts}")

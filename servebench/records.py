@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Callable, Literal
 
 import numpy as np
@@ -18,6 +19,7 @@ import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, model_validator
 
 from .errors import InputFormatError, RecordValidationError
+from .textcolumns import categorical, category_codes, is_blank, take as take_rows, text_array, to_objects
 
 STATUSES: tuple[str, ...] = ("success", "failed", "timeout", "cancelled", "rejected")
 SUCCESS = 0  # index of "success" in STATUSES
@@ -101,9 +103,12 @@ class TimingRecord(BaseModel):
 
 @dataclass(frozen=True)
 class Column:
-    """One parsed field: values (NaN or -1 where absent), which rows have it, which are malformed."""
+    """One parsed field: values (NaN or -1 where absent), which rows have it, which are malformed.
 
-    values: np.ndarray
+    Text fields hold an object array (from Python objects) or an Arrow array (from Arrow tables).
+    """
+
+    values: Any
     present: np.ndarray
     bad: np.ndarray
     raw: Callable[[int], Any]
@@ -221,9 +226,7 @@ def _arrow_column(arr: pa.ChunkedArray, name: str, optional_nan_is_missing: bool
     is_text = pa.types.is_string(typ) or pa.types.is_large_string(typ)
     null = pc.is_null(arr).to_numpy(zero_copy_only=False)
     if is_text:
-        stripped = pc.utf8_trim_whitespace(arr)
-        empty = pc.equal(pc.utf8_length(stripped), 0).fill_null(True).to_numpy(zero_copy_only=False)
-        present = ~(null | empty)
+        present = ~(null | is_blank(arr).fill_null(True).to_numpy(zero_copy_only=False))
     else:
         present = ~null
     if name in FLOAT_FIELDS or name in INT_FIELDS:
@@ -262,19 +265,16 @@ def _arrow_column(arr: pa.ChunkedArray, name: str, optional_nan_is_missing: bool
             if not present.all() or bad.any():
                 vals = np.where(present & ~bad, vals, np.nan)
         return Column(vals, present, bad, raw)
-    # text fields and status
-    if is_text:
-        vals = arr.to_numpy(zero_copy_only=False)
-        bad = np.zeros(n, dtype=bool)
-    elif name == "request_id" and pa.types.is_integer(typ):
-        vals = pc.cast(arr, pa.string()).to_numpy(zero_copy_only=False)
-        bad = np.zeros(n, dtype=bool)
+    # text fields stay in Arrow (see textcolumns): null where absent
+    bad = np.zeros(n, dtype=bool)
+    if is_text or (name == "request_id" and pa.types.is_integer(typ)):
+        text = text_array(arr)
+        if not present.all():
+            text = pc.if_else(pa.array(present), text, pa.scalar(None, pa.string()))
     else:
-        vals = np.empty(n, dtype=object)
+        text = pa.nulls(n, pa.string())
         bad = present.copy()
-    if name != "status" and not present.all():  # copying a million Python objects is not free
-        vals = np.where(present, vals, None)
-    return Column(vals, present, bad, raw)
+    return Column(text if name == "request_id" else categorical(text), present, bad, raw)
 
 
 def _arrow_category(arr: pa.ChunkedArray, name: str, raw: Callable[[int], Any]) -> Column:
@@ -294,11 +294,9 @@ def _arrow_category(arr: pa.ChunkedArray, name: str, raw: Callable[[int], Any]) 
         codes = lookup[np.where(null, len(dictionary), idx)]
         return Column(codes, ~null, np.zeros(n, dtype=bool), raw)
     if not is_text:
-        return Column(np.full(n, None, dtype=object), ~null, ~null, raw)
-    words = np.array(dictionary.to_pylist() + [None], dtype=object)
-    vals = words[np.where(null, len(dictionary), idx)]
-    present = ~null
-    return Column(vals, present, np.zeros(n, dtype=bool), raw)
+        return Column(pa.nulls(n, pa.string()), ~null, ~null, raw)
+    values = categorical(combined)
+    return Column(text_array(values) if name == "request_id" else values, ~null, np.zeros(n, dtype=bool), raw)
 
 
 def parse_arrow(table: pa.Table, source: str | None = None) -> ParsedRows:
@@ -321,7 +319,7 @@ def parse_arrow(table: pa.Table, source: str | None = None) -> ParsedRows:
         else:
             empty_vals = (np.full(n, np.nan) if name in FLOAT_FIELDS else
                           np.full(n, -1, dtype=np.int64) if name in INT_FIELDS else
-                          np.full(n, -1, dtype=np.int8) if name == "status" else np.full(n, None, dtype=object))
+                          np.full(n, -1, dtype=np.int8) if name == "status" else pa.nulls(n, pa.string()))
             columns[name] = Column(empty_vals, np.zeros(n, dtype=bool), np.zeros(n, dtype=bool), raw=lambda i: None)
     return ParsedRows(n, columns, np.zeros(n, dtype=bool), source)
 
@@ -331,7 +329,12 @@ def parse_arrow(table: pa.Table, source: str | None = None) -> ParsedRows:
 
 @dataclass(frozen=True)
 class RecordTable:
-    """Validated records as columns: NaN marks an absent time, -1 an absent token count."""
+    """Validated records as columns: NaN marks an absent time, -1 an absent token count.
+
+    Text columns stay in Arrow (request IDs as strings, slice and error dictionary-encoded) and
+    become Python objects only when ``request_id``, ``slice`` or ``error`` is read. Build one with
+    ``RecordTable.from_columns``, which takes text as object arrays or Arrow arrays.
+    """
 
     start: np.ndarray
     end: np.ndarray
@@ -340,10 +343,32 @@ class RecordTable:
     output_tokens: np.ndarray
     admitted: np.ndarray
     prompt_tokens: np.ndarray
-    request_id: np.ndarray  # object, None where absent
-    slice: np.ndarray  # object, None where absent
-    error: np.ndarray  # object, None where absent
+    request_id_arrow: pa.Array  # string, null where absent
+    slice_arrow: pa.DictionaryArray  # int32 codes into distinct non-blank names, null where absent
+    error_arrow: pa.DictionaryArray
     source: str | None = None
+
+    @classmethod
+    def from_columns(cls, *, request_id: Any = None, slice: Any = None, error: Any = None,
+                     source: str | None = None, **numeric: np.ndarray) -> "RecordTable":
+        """Build a table from numeric arrays and text given as object arrays, lists or Arrow arrays."""
+        n = int(np.asarray(numeric["start"]).size)
+
+        def text(values: Any) -> Any:
+            return pa.nulls(n, pa.string()) if values is None else values
+
+        return cls(**numeric, request_id_arrow=text_array(text(request_id)), slice_arrow=categorical(text(slice)),
+                   error_arrow=categorical(text(error)), source=source)
+
+    def with_columns(self, **changes: Any) -> "RecordTable":
+        """Return a copy with some columns (canonical names, text as objects or Arrow) or the source replaced."""
+        current: dict[str, Any] = {f: getattr(self, f) for f in _NUMERIC_FIELDS}
+        current.update(request_id=self.request_id_arrow, slice=self.slice_arrow, error=self.error_arrow,
+                       source=self.source)
+        unknown = set(changes) - set(current)
+        if unknown:
+            raise TypeError(f"not RecordTable columns: {', '.join(sorted(unknown))}")
+        return RecordTable.from_columns(**{**current, **changes})
 
     def __len__(self) -> int:
         return int(self.start.size)
@@ -358,20 +383,44 @@ class RecordTable:
 
     @property
     def has_slices(self) -> bool:
-        return bool(np.any(self.slice != None))  # noqa: E711 (element-wise comparison)
+        return self.slice_arrow.null_count < len(self.slice_arrow)
+
+    @cached_property
+    def request_id(self) -> np.ndarray:
+        """Request IDs as an object array, None where absent."""
+        return to_objects(self.request_id_arrow)
+
+    @cached_property
+    def slice(self) -> np.ndarray:
+        """Slice names as an object array, None where absent."""
+        return to_objects(self.slice_arrow)
+
+    @cached_property
+    def error(self) -> np.ndarray:
+        """Error causes as an object array, None where absent."""
+        return to_objects(self.error_arrow)
+
+    def slice_codes(self) -> tuple[np.ndarray, list[str]]:
+        """Return int32 slice codes (-1 where absent) and the slice names they index."""
+        return category_codes(self.slice_arrow)
 
     def take(self, index: np.ndarray) -> "RecordTable":
         """Return the rows selected by a boolean mask or an index array."""
-        return RecordTable(**{f: getattr(self, f)[index] for f in _ARRAY_FIELDS}, source=self.source)
+        index = np.asarray(index)
+        return RecordTable(**{f: getattr(self, f)[index] for f in _NUMERIC_FIELDS},
+                           request_id_arrow=take_rows(self.request_id_arrow, index),
+                           slice_arrow=take_rows(self.slice_arrow, index),
+                           error_arrow=take_rows(self.error_arrow, index), source=self.source)
 
     def to_dicts(self) -> list[dict[str, Any]]:
         """Return the records as canonical dicts, leaving out absent optional fields."""
         out = []
         status_names = np.array(STATUSES, dtype=object)[self.status]
+        ids, slices, errors = self.request_id, self.slice, self.error
         for i in range(len(self)):
             rec: dict[str, Any] = {}
-            if self.request_id[i] is not None:
-                rec["request_id"] = self.request_id[i]
+            if ids[i] is not None:
+                rec["request_id"] = ids[i]
             rec["start"] = float(self.start[i])
             if not math.isnan(self.admitted[i]):
                 rec["admitted"] = float(self.admitted[i])
@@ -383,17 +432,17 @@ class RecordTable:
                 rec["prompt_tokens"] = int(self.prompt_tokens[i])
             if self.output_tokens[i] >= 0:
                 rec["output_tokens"] = int(self.output_tokens[i])
-            if self.slice[i] is not None:
-                rec["slice"] = self.slice[i]
-            if self.error[i] is not None:
-                rec["error"] = self.error[i]
+            if slices[i] is not None:
+                rec["slice"] = slices[i]
+            if errors[i] is not None:
+                rec["error"] = errors[i]
             out.append(rec)
         return out
 
     def to_arrow(self) -> pa.Table:
         """Return the records as an Arrow table with nulls for absent values."""
         cols = {
-            "request_id": pa.array(self.request_id, pa.string()),
+            "request_id": self.request_id_arrow,
             "start": pa.array(self.start),
             "admitted": pa.array(self.admitted, mask=np.isnan(self.admitted)),
             "first_token": pa.array(self.first_token, mask=np.isnan(self.first_token)),
@@ -401,14 +450,13 @@ class RecordTable:
             "status": pa.array(np.array(STATUSES, dtype=object)[self.status], pa.string()),
             "prompt_tokens": pa.array(self.prompt_tokens, mask=self.prompt_tokens < 0),
             "output_tokens": pa.array(self.output_tokens, mask=self.output_tokens < 0),
-            "slice": pa.array(self.slice, pa.string()),
-            "error": pa.array(self.error, pa.string()),
+            "slice": text_array(self.slice_arrow),
+            "error": text_array(self.error_arrow),
         }
         return pa.table(cols)
 
 
-_ARRAY_FIELDS = ("start", "end", "status", "first_token", "output_tokens", "admitted", "prompt_tokens",
-                 "request_id", "slice", "error")
+_NUMERIC_FIELDS = ("start", "end", "status", "first_token", "output_tokens", "admitted", "prompt_tokens")
 
 
 @dataclass(frozen=True)
@@ -533,7 +581,7 @@ def validate(rows: ParsedRows, window_start: float, window_end: float) -> Record
 def build_table(rows: ParsedRows, codes: np.ndarray) -> RecordTable:
     """Assemble a RecordTable from parsed rows that passed validation."""
     c = rows.columns
-    return RecordTable(
+    return RecordTable.from_columns(
         start=c["start"].values.astype(np.float64, copy=False),
         end=c["end"].values.astype(np.float64, copy=False),
         status=codes,

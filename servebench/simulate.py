@@ -303,7 +303,7 @@ def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workl
 
     if np.any(rec.status < 0):
         raise RuntimeError(f"{int(np.sum(rec.status < 0))} requests never ended")  # a simulator bug
-    table = RecordTable(
+    table = RecordTable.from_columns(
         start=rec.arrival, end=rec.end, status=rec.status, first_token=rec.first_token, output_tokens=rec.output,
         admitted=rec.admitted, prompt_tokens=reqs.prompt_tokens.astype(np.int64),
         request_id=np.array([str(i) for i in range(n)], dtype=object),

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import ConfigError
-from .percentiles import PercentileEstimate, estimate, percentile
+from .percentiles import PercentileEstimate, estimate_sorted, percentile
 from .records import (MSG_EMPTY, STATUSES, RecordTable, check_window, first_violation,
                       build_table, parse_objects)
+from .textcolumns import category_codes, duplicates
 from .timeline import Timeline, active_timeline
 
 CONTRACT_FIELDS: tuple[str, ...] = (
@@ -237,14 +237,15 @@ class Report(BaseModel):
     slices: dict[str, "Report"] = Field(default_factory=dict)
 
 
-def _distribution(values: np.ndarray, quantiles: Sequence[float] = REPORT_QUANTILES) -> Distribution:
-    ests: list[PercentileEstimate] = estimate(values, quantiles)
-    finite = values[np.isfinite(values)] if values.size else values
+def _distribution(ordered: np.ndarray, infinite: int = 0) -> Distribution:
+    """Summarize values sorted ascending, followed by ``infinite`` values of +inf (failure-aware)."""
+    ests: list[PercentileEstimate] = estimate_sorted(ordered, REPORT_QUANTILES, infinite=infinite)
+    finite = ordered.size > 0 and infinite == 0 and bool(np.isfinite(ordered[-1]))
     return Distribution(
-        n=int(values.size),
+        n=int(ordered.size + infinite),
         percentiles=[Percentile(q=e.q, value=e.value, ci_low=e.ci_low, ci_high=e.ci_high) for e in ests],
-        max=float(values.max()) if values.size else None,
-        mean=float(finite.mean()) if finite.size == values.size and values.size else None,
+        max=math.inf if infinite else float(ordered[-1]) if ordered.size else None,
+        mean=float(ordered.mean()) if finite else None,  # summed in sorted order: the same for any row order
     )
 
 
@@ -272,56 +273,53 @@ def _slo_result(table: RecordTable, slo: SLO, window_s: float) -> SLOResult:
     )
 
 
-def _value_counts(values: np.ndarray, min_count: int = 1) -> list[tuple[str, int]]:
-    """Return (text, count) pairs seen at least ``min_count`` times, most common first, by hashing."""
-    if values.size == 0:
-        return []
-    counts = pc.value_counts(pa.array(values, pa.string()))
-    if min_count > 1:
-        counts = counts.filter(pc.greater_equal(counts.field("counts"), min_count))
-    pairs = zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist())
-    return sorted(pairs, key=lambda p: (-p[1], p[0]))
+def _causes(table: RecordTable, non_success: np.ndarray) -> dict[str, int]:
+    """Count non-success records by error text ('unspecified' if none), most common first."""
+    codes, names = category_codes(table.error_arrow)
+    counts = np.bincount(codes[non_success] + 1, minlength=len(names) + 1)
+    by_name: dict[str, int] = {}
+    for name, count in zip(["unspecified"] + names, counts.tolist()):
+        if count:
+            by_name[name] = by_name.get(name, 0) + count
+    return dict(sorted(by_name.items(), key=lambda p: (-p[1], p[0])))
 
 
 def build_report(table: RecordTable, window_start: float, window_end: float, slo: SLO | None = None,
                  *, by_slice: bool = True) -> Report:
-    """Return the full report for validated records over [window_start, window_end]."""
+    """Return the full report for validated records over [window_start, window_end].
+
+    Each distribution is sorted once and every percentile and interval bound is then a lookup;
+    the failure-aware views reuse the success sorts (non-successes are +inf, so they sort last).
+    """
     if len(table) == 0:
         raise ConfigError(MSG_EMPTY)
     # slices first, so that their copies are gone before this report's own temporaries exist (peak memory)
     slices: dict[str, Report] = {}
-    if by_slice:
-        labels = table.slice
-        named = labels != None  # noqa: E711
-        if named.any():
-            for name in sorted(set(labels[named].tolist())):  # few names, shared string objects: a set is fast
-                slices[name] = build_report(table.take(labels == name), window_start, window_end, slo, by_slice=False)
+    if by_slice and table.has_slices:
+        codes, names = table.slice_codes()
+        for code, name in sorted(enumerate(names), key=lambda p: p[1]):
+            rows = codes == code
+            if rows.any():
+                slices[name] = build_report(table.take(rows), window_start, window_end, slo, by_slice=False)
     window_s = window_end - window_start
     ok = table.is_success
-    codes = table.status
-    status_counts = np.bincount(codes.astype(np.int64), minlength=len(STATUSES))
+    status_counts = np.bincount(table.status.astype(np.int64), minlength=len(STATUSES))
     by_status = {name: int(status_counts[i]) for i, name in enumerate(STATUSES)}
-    non_success = ~ok
-    errors = table.error[non_success]
-    causes = np.where(errors == None, "unspecified", errors)  # noqa: E711
-    m = success_metrics(table)
-    all_latency = np.where(ok, table.end - table.start, np.inf)
-    all_ttft = np.where(ok, table.first_token - table.start, np.inf)
+    failures = len(table) - by_status["success"]
+    m = {name: np.sort(values) for name, values in success_metrics(table).items()}
     has_adm = ok & np.isfinite(table.admitted)
+    wait = prefill = None
+    if has_adm.any():
+        adm = table.admitted[has_adm]
+        wait = _distribution(np.sort(adm - table.start[has_adm]))
+        prefill = _distribution(np.sort(table.first_token[has_adm] - adm))
     out = table.output_tokens
     produced = np.where(out > 0, out, 0)
     total_tokens = int(produced.sum())
     success_tokens = int(produced[ok].sum())
     prompt = table.prompt_tokens
-    ids = table.request_id
-    has_id = ids != None  # noqa: E711
-    with_id = ids if has_id.all() else ids[has_id]
     # duplicates are a property of the whole file: slices (by_slice=False) skip the hashing
-    repeated = []
-    if by_slice and len(set(with_id.tolist())) < with_id.size:  # a set is the fastest check for "all unique"
-        repeated = _value_counts(with_id, min_count=2)
-    dup_count = sum(c - 1 for _, c in repeated)
-    dup_examples = sorted(rid for rid, _ in repeated)[:5]
+    repeated = duplicates(table.request_id_arrow) if by_slice else []
     adm_all = np.isfinite(table.admitted)
     in_service = None
     if adm_all.any():
@@ -332,20 +330,19 @@ def build_report(table: RecordTable, window_start: float, window_end: float, slo
         summary=contract_summary(table, window_start, window_end, m),
         offered=len(table), accepted=len(table) - by_status["rejected"], completed=by_status["success"],
         rejected=by_status["rejected"], timed_out=by_status["timeout"],
-        by_status=by_status, by_cause=dict(_value_counts(causes)),
+        by_status=by_status, by_cause=_causes(table, ~ok),
         latency_s=_distribution(m["latency"]), ttft_s=_distribution(m["ttft"]),
-        request_tpot_s=_distribution(m["tpot"]),
-        queue_wait_s=_distribution(table.admitted[has_adm] - table.start[has_adm]) if has_adm.any() else None,
-        prefill_s=_distribution(table.first_token[has_adm] - table.admitted[has_adm]) if has_adm.any() else None,
-        failure_aware_latency_s=_distribution(all_latency), failure_aware_ttft_s=_distribution(all_ttft),
+        request_tpot_s=_distribution(m["tpot"]), queue_wait_s=wait, prefill_s=prefill,
+        failure_aware_latency_s=_distribution(m["latency"], infinite=failures),
+        failure_aware_ttft_s=_distribution(m["ttft"], infinite=failures),
         slo=_slo_result(table, slo, window_s) if slo is not None and slo.any else None,
         total_output_tokens=total_tokens, successful_output_tokens=success_tokens,
         wasted_output_tokens=total_tokens - success_tokens,
         total_prompt_tokens=int(prompt[prompt >= 0].sum()) if (prompt >= 0).any() else None,
         active_requests=_concurrency(active_timeline(table.start, table.end, window_start, window_end)),
         in_service=in_service,
-        duplicate_request_ids=dup_count, duplicate_request_id_examples=dup_examples,
-        records_without_request_id=int(len(table) - with_id.size),
+        duplicate_request_ids=sum(c - 1 for _, c in repeated),
+        duplicate_request_id_examples=sorted(rid for rid, _ in repeated)[:5],
+        records_without_request_id=table.request_id_arrow.null_count,
         slices=slices,
     )
-
