@@ -115,8 +115,10 @@ def _loop_report(rows: list[dict], ws: float, we: float, with_duplicates: bool) 
             active += 1 if kind else -1
             peak = max(peak, active)
             levels.append((t, active))
+        if peak == 0:
+            return 0, we - ws  # nothing was ever open: the whole window is spent at the peak of zero
         held = sum(min(max(t2, ws), we) - min(max(t1, ws), we)
-                   for (t1, level), (t2, _) in zip(levels, levels[1:]) if level == peak and peak > 0)
+                   for (t1, level), (t2, _) in zip(levels, levels[1:]) if level == peak)
         return peak, held
 
     by_status, by_cause, seen, dups = {}, {}, set(), 0

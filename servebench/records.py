@@ -252,18 +252,14 @@ def _arrow_column(arr: pa.ChunkedArray, name: str, optional_nan_is_missing: bool
         else:
             nums = pc.cast(arr, pa.int64() if is_int_field else pa.float64())
             bad = np.zeros(n, dtype=bool)
-        if is_int_field:
-            vals = nums.to_numpy(zero_copy_only=False) if nums.null_count == 0 else \
-                pc.fill_null(nums, -1).to_numpy(zero_copy_only=False)
-            vals = np.where(present & ~bad, vals, -1).astype(np.int64)
-        else:
-            vals = pc.fill_null(nums, np.nan).to_numpy(zero_copy_only=False) if nums.null_count else \
-                nums.to_numpy(zero_copy_only=False)
-            vals = np.asarray(vals, dtype=np.float64)
-            if optional_nan_is_missing and not is_text:
-                present = present & ~np.isnan(vals)
-            if not present.all() or bad.any():
-                vals = np.where(present & ~bad, vals, np.nan)
+        # nulls are filled with the absent marker in Arrow; a numpy pass only where some value is bad
+        absent: Any = -1 if is_int_field else np.nan
+        filled = pc.fill_null(nums, absent) if nums.null_count else nums
+        vals = np.asarray(filled.to_numpy(zero_copy_only=False), dtype=np.int64 if is_int_field else np.float64)
+        if not is_int_field and optional_nan_is_missing and not is_text:
+            present = present & ~np.isnan(vals)
+        if bad.any():
+            vals = np.where(bad, absent, vals)
         return Column(vals, present, bad, raw)
     # text fields stay in Arrow (see textcolumns): null where absent
     bad = np.zeros(n, dtype=bool)
@@ -286,13 +282,11 @@ def _arrow_category(arr: pa.ChunkedArray, name: str, raw: Callable[[int], Any]) 
     dictionary, indices = combined.dictionary, combined.indices
     is_text = pa.types.is_string(dictionary.type) or pa.types.is_large_string(dictionary.type)
     null = indices.is_null().to_numpy(zero_copy_only=False)
-    idx = indices.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64) if len(dictionary) else \
-        np.zeros(n, dtype=np.int64)
     if name == "status":
         lookup = np.array([_STATUS_CODE.get(v, -1) if isinstance(v, str) else -1 for v in dictionary.to_pylist()]
                           + [-1], dtype=np.int8)
-        codes = lookup[np.where(null, len(dictionary), idx)]
-        return Column(codes, ~null, np.zeros(n, dtype=bool), raw)
+        idx = indices.fill_null(len(dictionary)) if indices.null_count else indices  # null picks the trailing -1
+        return Column(lookup[idx.to_numpy(zero_copy_only=False)], ~null, np.zeros(n, dtype=bool), raw)
     if not is_text:
         return Column(pa.nulls(n, pa.string()), ~null, ~null, raw)
     values = categorical(combined)
@@ -599,7 +593,8 @@ def build_table(rows: ParsedRows, codes: np.ndarray) -> RecordTable:
 def default_window(rows: ParsedRows) -> tuple[float, float]:
     """Return [min start, max end] over the rows whose times parse, the default observation window."""
     s, e = rows.columns["start"].values, rows.columns["end"].values
-    fs, fe = s[np.isfinite(s)], e[np.isfinite(e)]
+    fs = s if np.isfinite(s).all() else s[np.isfinite(s)]
+    fe = e if np.isfinite(e).all() else e[np.isfinite(e)]
     if fs.size == 0 or fe.size == 0:
         raise RecordValidationError(f"{MSG_WINDOW}: no record has a finite start and end",
                                     source=rows.source, rule=MSG_WINDOW)

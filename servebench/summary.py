@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import ConfigError
-from .percentiles import PercentileEstimate, estimate_sorted, percentile
-from .records import (MSG_EMPTY, STATUSES, RecordTable, check_window, first_violation,
+from .percentiles import PercentileEstimate, estimate_sorted, nearest_rank, percentile
+from .records import (MSG_EMPTY, STATUSES, SUCCESS, RecordTable, check_window, first_violation,
                       build_table, parse_objects)
 from .textcolumns import category_codes, duplicates
 from .timeline import Timeline, active_timeline
@@ -122,20 +125,30 @@ def metric_values(table: RecordTable, metric: str, *, failure_aware: bool = Fals
 def contract_summary(table: RecordTable, window_start: float, window_end: float,
                      metrics: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
     """Compute the eight contract fields from a validated table (``metrics``: success_metrics, if known)."""
-    requests = len(table)
     ok = table.is_success
-    successes = int(np.count_nonzero(ok))
-    window_s = window_end - window_start
-    m = success_metrics(table) if metrics is None else metrics
+    return _contract_fields(len(table), int(table.output_tokens[ok].sum()), window_end - window_start,
+                            success_metrics(table) if metrics is None else metrics)
+
+
+def _contract_fields(requests: int, success_tokens: int, window_s: float, m: dict[str, np.ndarray],
+                     *, ordered: bool = False) -> dict[str, Any]:
+    """The contract's eight fields; ``ordered``: the metric arrays are sorted, so p95 is a lookup."""
+    successes = int(m["latency"].size)
+
+    def p95(values: np.ndarray) -> float | None:
+        if ordered and values.size:
+            return float(values[nearest_rank(95, values.size) - 1])
+        return percentile(values, 95)
+
     return {
         "requests": requests,
         "successes": successes,
         "non_success_fraction": 1 - successes / requests,
         "successful_requests_per_second": successes / window_s,
-        "successful_output_tokens_per_second": int(table.output_tokens[ok].sum()) / window_s,
-        "success_latency_p95_s": percentile(m["latency"], 95),
-        "success_ttft_p95_s": percentile(m["ttft"], 95),
-        "success_request_tpot_p95_s": percentile(m["tpot"], 95),
+        "successful_output_tokens_per_second": success_tokens / window_s,
+        "success_latency_p95_s": p95(m["latency"]),
+        "success_ttft_p95_s": p95(m["ttft"]),
+        "success_request_tpot_p95_s": p95(m["tpot"]),
     }
 
 
@@ -250,33 +263,67 @@ def _distribution(ordered: np.ndarray, infinite: int = 0) -> Distribution:
 
 
 def _concurrency(tl: Timeline) -> Concurrency:
-    return Concurrency(peak=tl.peak, share_of_window_at_peak=tl.share_at_peak, time_at_peak_s=tl.time_at_peak_s)
+    return Concurrency(peak=tl.peak, share_of_window_at_peak=float(tl.share_at_peak),
+                       time_at_peak_s=tl.time_at_peak_s)
 
 
-def _slo_result(table: RecordTable, slo: SLO, window_s: float) -> SLOResult:
-    ok = table.is_success
+@dataclass(frozen=True)
+class _Rows:
+    """The per-record arrays one report reads: a whole table's, or one slice's rows of it."""
+
+    start: np.ndarray
+    end: np.ndarray
+    admitted: np.ndarray
+    first_token: np.ndarray
+    status: np.ndarray
+    output_tokens: np.ndarray
+    prompt_tokens: np.ndarray
+    error_code: np.ndarray  # int32 into the error names, -1 where absent
+    missing_request_id: np.ndarray  # bool
+
+    @classmethod
+    def of(cls, table: RecordTable, rows: np.ndarray | None) -> "_Rows":
+        """Take the table's columns: all of them as they are (``rows`` None), or the rows at these indices."""
+        cols = [table.start, table.end, table.admitted, table.first_token, table.status, table.output_tokens,
+                table.prompt_tokens, category_codes(table.error_arrow)[0],
+                table.request_id_arrow.is_null().to_numpy(zero_copy_only=False)]
+        return cls(*(c if rows is None else c[rows] for c in cols))
+
+
+def _slice_ranges(table: RecordTable) -> tuple[np.ndarray | None, dict[str, tuple[int, int]]]:
+    """Return the row order that groups rows by slice, and each slice's range of positions in it."""
+    if not table.has_slices:
+        return None, {}
+    codes, names = table.slice_codes()
+    # a stable counting sort of small integer codes: linear time
+    order = np.argsort(codes.astype(np.int16) if len(names) < 2**15 else codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(len(names) + 1) - 0.5)
+    ranges = {name: (int(bounds[k]), int(bounds[k + 1])) for k, name in enumerate(names)
+              if bounds[k + 1] > bounds[k]}
+    return order, dict(sorted(ranges.items()))
+
+
+def _slo_result(rows: _Rows, ok: np.ndarray, latency: np.ndarray, ttft: np.ndarray, tpot: np.ndarray,
+                slo: SLO, window_s: float) -> SLOResult:
     good = ok.copy()
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(invalid="ignore"):
         if slo.ttft_s is not None:
-            good &= (table.first_token - table.start) <= slo.ttft_s
+            good &= ttft <= slo.ttft_s
         if slo.latency_s is not None:
-            good &= (table.end - table.start) <= slo.latency_s
+            good &= latency <= slo.latency_s
         if slo.tpot_s is not None:
-            out = table.output_tokens
-            tpot = np.where(out > 1, (table.end - table.first_token) / np.maximum(out - 1, 1), 0.0)
-            good &= tpot <= slo.tpot_s
+            good &= (tpot <= slo.tpot_s) | (rows.output_tokens <= 1)
     n_good = int(np.count_nonzero(good))
     return SLOResult(
-        slo=slo, good_requests=n_good, attainment=n_good / len(table),
+        slo=slo, good_requests=n_good, attainment=n_good / ok.size,
         goodput_requests_per_second=n_good / window_s,
-        goodput_output_tokens_per_second=int(table.output_tokens[good].sum()) / window_s,
+        goodput_output_tokens_per_second=int(rows.output_tokens[good].sum()) / window_s,
     )
 
 
-def _causes(table: RecordTable, non_success: np.ndarray) -> dict[str, int]:
+def _causes(error_code: np.ndarray, names: list[str]) -> dict[str, int]:
     """Count non-success records by error text ('unspecified' if none), most common first."""
-    codes, names = category_codes(table.error_arrow)
-    counts = np.bincount(codes[non_success] + 1, minlength=len(names) + 1)
+    counts = np.bincount(error_code + 1, minlength=len(names) + 1)
     by_name: dict[str, int] = {}
     for name, count in zip(["unspecified"] + names, counts.tolist()):
         if count:
@@ -288,61 +335,75 @@ def build_report(table: RecordTable, window_start: float, window_end: float, slo
                  *, by_slice: bool = True) -> Report:
     """Return the full report for validated records over [window_start, window_end].
 
-    Each distribution is sorted once and every percentile and interval bound is then a lookup;
-    the failure-aware views reuse the success sorts (non-successes are +inf, so they sort last).
+    The duplicate check and the slice reports run in worker threads beside the whole file's report
+    (numpy's sorts and searches release the GIL). Each distribution is sorted once and every
+    percentile and interval bound is then a lookup.
     """
     if len(table) == 0:
         raise ConfigError(MSG_EMPTY)
-    # slices first, so that their copies are gone before this report's own temporaries exist (peak memory)
-    slices: dict[str, Report] = {}
-    if by_slice and table.has_slices:
-        codes, names = table.slice_codes()
-        for code, name in sorted(enumerate(names), key=lambda p: p[1]):
-            rows = codes == code
-            if rows.any():
-                slices[name] = build_report(table.take(rows), window_start, window_end, slo, by_slice=False)
+    order, ranges = _slice_ranges(table) if by_slice else (None, {})
+    common = dict(source=table.source, window_start=window_start, window_end=window_end, slo=slo,
+                  error_names=table.error_arrow.dictionary.to_pylist())
+    workers = max(1, min(len(ranges) + 1, (os.cpu_count() or 1) - 1))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        # duplicates are a property of the whole file: slices skip the hashing
+        repeated = pool.submit(duplicates, table.request_id_arrow) if by_slice else None
+        pending = {name: pool.submit(lambda rows: _report(_Rows.of(table, rows), **common), order[lo:hi])
+                   for name, (lo, hi) in ranges.items()} if order is not None else {}
+        whole = _report(_Rows.of(table, None), **common)
+        slices = {name: future.result() for name, future in pending.items()}
+        dups = repeated.result() if repeated is not None else []
+    return whole.model_copy(update=dict(
+        duplicate_request_ids=sum(c - 1 for _, c in dups),
+        duplicate_request_id_examples=sorted(rid for rid, _ in dups)[:5], slices=slices))
+
+
+def _report(rows: _Rows, *, source: str | None, window_start: float, window_end: float, slo: SLO | None,
+            error_names: list[str]) -> Report:
+    """Return one report (no slices, no duplicate check) over rows in any order."""
     window_s = window_end - window_start
-    ok = table.is_success
-    status_counts = np.bincount(table.status.astype(np.int64), minlength=len(STATUSES))
+    n = rows.start.size
+    ok = rows.status == SUCCESS
+    status_counts = np.bincount(rows.status.astype(np.int64), minlength=len(STATUSES))
     by_status = {name: int(status_counts[i]) for i, name in enumerate(STATUSES)}
-    failures = len(table) - by_status["success"]
-    m = {name: np.sort(values) for name, values in success_metrics(table).items()}
-    has_adm = ok & np.isfinite(table.admitted)
+    failures = n - by_status["success"]
+    out = rows.output_tokens
+    with np.errstate(invalid="ignore", divide="ignore"):
+        latency = rows.end - rows.start
+        ttft = rows.first_token - rows.start
+        tpot = (rows.end - rows.first_token) / (out - 1)
+    m = {"latency": np.sort(latency[ok]), "ttft": np.sort(ttft[ok]), "tpot": np.sort(tpot[ok & (out > 1)])}
+    has_adm = ok & np.isfinite(rows.admitted)
     wait = prefill = None
     if has_adm.any():
-        adm = table.admitted[has_adm]
-        wait = _distribution(np.sort(adm - table.start[has_adm]))
-        prefill = _distribution(np.sort(table.first_token[has_adm] - adm))
-    out = table.output_tokens
+        adm = rows.admitted[has_adm]
+        wait = _distribution(np.sort(adm - rows.start[has_adm]))
+        prefill = _distribution(np.sort(rows.first_token[has_adm] - adm))
     produced = np.where(out > 0, out, 0)
     total_tokens = int(produced.sum())
     success_tokens = int(produced[ok].sum())
-    prompt = table.prompt_tokens
-    # duplicates are a property of the whole file: slices (by_slice=False) skip the hashing
-    repeated = duplicates(table.request_id_arrow) if by_slice else []
-    adm_all = np.isfinite(table.admitted)
+    prompt = rows.prompt_tokens
+    adm_all = np.isfinite(rows.admitted)
     in_service = None
     if adm_all.any():
-        in_service = _concurrency(active_timeline(table.admitted[adm_all], table.end[adm_all], window_start, window_end))
+        in_service = _concurrency(active_timeline(rows.admitted[adm_all], rows.end[adm_all], window_start, window_end))
     return Report(
-        source=table.source,
+        source=source,
         window_start=window_start, window_end=window_end, window_s=window_s,
-        summary=contract_summary(table, window_start, window_end, m),
-        offered=len(table), accepted=len(table) - by_status["rejected"], completed=by_status["success"],
+        summary=_contract_fields(n, success_tokens, window_s, m, ordered=True),
+        offered=n, accepted=n - by_status["rejected"], completed=by_status["success"],
         rejected=by_status["rejected"], timed_out=by_status["timeout"],
-        by_status=by_status, by_cause=_causes(table, ~ok),
+        by_status=by_status, by_cause=_causes(rows.error_code[~ok], error_names),
         latency_s=_distribution(m["latency"]), ttft_s=_distribution(m["ttft"]),
         request_tpot_s=_distribution(m["tpot"]), queue_wait_s=wait, prefill_s=prefill,
         failure_aware_latency_s=_distribution(m["latency"], infinite=failures),
         failure_aware_ttft_s=_distribution(m["ttft"], infinite=failures),
-        slo=_slo_result(table, slo, window_s) if slo is not None and slo.any else None,
+        slo=_slo_result(rows, ok, latency, ttft, tpot, slo, window_s) if slo is not None and slo.any else None,
         total_output_tokens=total_tokens, successful_output_tokens=success_tokens,
         wasted_output_tokens=total_tokens - success_tokens,
         total_prompt_tokens=int(prompt[prompt >= 0].sum()) if (prompt >= 0).any() else None,
-        active_requests=_concurrency(active_timeline(table.start, table.end, window_start, window_end)),
+        active_requests=_concurrency(active_timeline(rows.start, rows.end, window_start, window_end)),
         in_service=in_service,
-        duplicate_request_ids=sum(c - 1 for _, c in repeated),
-        duplicate_request_id_examples=sorted(rid for rid, _ in repeated)[:5],
-        records_without_request_id=table.request_id_arrow.null_count,
-        slices=slices,
+        duplicate_request_ids=0, duplicate_request_id_examples=[],
+        records_without_request_id=int(np.count_nonzero(rows.missing_request_id)),
     )

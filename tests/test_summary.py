@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from servebench import CONTRACT_FIELDS, SLO, summarize
-from servebench.records import parse_objects, validate
+from servebench.records import FIELDS, parse_objects, validate
 from servebench.summary import build_report
 
 
@@ -293,15 +293,75 @@ def test_report_json_is_strict_json():
 def test_random_order_gives_the_same_report():
     rng = random.Random(3)
     recs = [{"start": i * 0.1, "first_token": i * 0.1 + 0.05, "end": i * 0.1 + 0.3 + (i % 7) * 0.01,
-             "status": "success", "output_tokens": 5 + i % 4} for i in range(60)]
-    def without_means(report):
-        # means are sums of floats, exact only up to summation order; everything else must match exactly
-        doc = report.model_dump()
-        means = {k: v.pop("mean") for k, v in doc.items() if isinstance(v, dict) and "mean" in v}
-        return doc, means
-
-    a, a_means = without_means(build_report(table_of(recs), 0, 10))
+             "status": "success", "output_tokens": 5 + i % 4, "slice": "ab"[i % 2]} for i in range(60)]
+    a = build_report(table_of(recs), 0, 10)
     rng.shuffle(recs)
-    b, b_means = without_means(build_report(table_of(recs), 0, 10))
-    assert a == b
-    assert a_means == pytest.approx(b_means)
+    # means are summed over sorted values, so even they are exactly the same in any row order
+    assert build_report(table_of(recs), 0, 10) == a
+
+
+# --------------------------------------------------------------------------- against a per-record loop
+
+def _per_record_loop():
+    """The benchmark's straightforward per-record loop: the report must agree with it."""
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "summary.py"
+    spec = importlib.util.spec_from_file_location("bench_summary", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module._loop_report
+
+
+@st.composite
+def rich_record(draw):
+    rec = draw(valid_record())
+    if draw(st.booleans()):
+        upper = rec.get("first_token", rec["end"])
+        rec["admitted"] = draw(st.floats(min_value=rec["start"], max_value=upper))
+    if rec["status"] != "success" and draw(st.booleans()):
+        rec["output_tokens"] = draw(st.integers(0, 20))
+        rec["error"] = draw(st.sampled_from(["timeout", "HTTP 500", "", "unspecified"]))
+    rec["request_id"] = draw(st.sampled_from(["r1", "r2", "r3", None]) | st.uuids().map(str))
+    rec["slice"] = draw(st.sampled_from(["chat", "batch", None]))
+    rec["prompt_tokens"] = draw(st.integers(0, 100))
+    return rec
+
+
+def _same_distribution(ours, loop):
+    if loop is None:
+        assert ours is None or ours.n == 0
+        return
+    assert ours.max == loop["max"]
+    assert ours.mean == pytest.approx(loop["mean"]) if loop["mean"] is not None else ours.mean is None
+    for p in ours.percentiles:
+        assert (p.value, p.ci_low, p.ci_high) == loop[int(p.q)]
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(st.lists(rich_record(), min_size=1, max_size=40))
+def test_report_and_every_slice_agree_with_a_per_record_loop(records):
+    loop_report = _per_record_loop()
+    table = table_of(records)
+    report = build_report(table, 0, 10, SLO(ttft_s=1.0, tpot_s=0.05))
+    rows = [{name: rec.get(name) for name in FIELDS} for rec in table.to_dicts()]
+    views = [(report, rows, True)] + [(report.slices[name], [r for r in rows if r["slice"] == name], False)
+                                      for name in report.slices]
+    assert set(report.slices) == {r["slice"] for r in rows} - {None}
+    for ours, subset, whole in views:
+        ref = loop_report(subset, 0, 10, with_duplicates=whole)
+        assert {k: v for k, v in ours.by_status.items() if v} == ref["by_status"]
+        assert ours.by_cause == ref["by_cause"]
+        if whole:
+            assert ours.duplicate_request_ids == ref["duplicates"]
+        assert (ours.total_output_tokens, ours.successful_output_tokens) == ref["tokens"]
+        assert (ours.slo.good_requests, round(ours.slo.goodput_output_tokens_per_second * 10)) == ref["slo"]
+        assert ours.active_requests.peak == ref["active"][0]
+        assert ours.active_requests.time_at_peak_s == pytest.approx(ref["active"][1])
+        if ours.in_service is not None:
+            assert ours.in_service.peak == ref["in_service"][0]
+            assert ours.in_service.time_at_peak_s == pytest.approx(ref["in_service"][1])
+        for name, key in (("latency_s", "latency"), ("ttft_s", "ttft"), ("request_tpot_s", "tpot"),
+                          ("queue_wait_s", "wait"), ("prefill_s", "prefill"),
+                          ("failure_aware_latency_s", "fa_latency"), ("failure_aware_ttft_s", "fa_ttft")):
+            _same_distribution(getattr(ours, name), ref[key])
