@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import lru_cache
 from typing import Sequence
 
 import numpy as np
@@ -67,6 +68,7 @@ class RankInterval:
     confidence: float
 
 
+@lru_cache(maxsize=4096)  # a report asks for the same (q, n) in several views; scipy's ppf is slow per call
 def rank_interval(q: float | int, n: int, confidence: float = 0.95) -> RankInterval:
     """Return order-statistic ranks (l, u) with P(X_(l) <= xi_q <= X_(u)) >= confidence.
 

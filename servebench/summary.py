@@ -371,14 +371,25 @@ def _report(rows: _Rows, *, source: str | None, window_start: float, window_end:
     with np.errstate(invalid="ignore", divide="ignore"):
         latency = rows.end - rows.start
         ttft = rows.first_token - rows.start
-        tpot = (rows.end - rows.first_token) / (out - 1)
-    m = {"latency": np.sort(latency[ok]), "ttft": np.sort(ttft[ok]), "tpot": np.sort(tpot[ok & (out > 1)])}
+        tpot = rows.end - rows.first_token
+        tpot /= out - 1
+    slo_result = _slo_result(rows, ok, latency, ttft, tpot, slo, window_s) if slo is not None and slo.any else None
+    # masked copies are fresh arrays, so each is sorted in place (memory at 10M records)
+    m = {"latency": latency[ok], "ttft": ttft[ok], "tpot": tpot[ok & (out > 1)]}
+    del latency, ttft, tpot
+    for values in m.values():
+        values.sort()
     has_adm = ok & np.isfinite(rows.admitted)
     wait = prefill = None
     if has_adm.any():
         adm = rows.admitted[has_adm]
-        wait = _distribution(np.sort(adm - rows.start[has_adm]))
-        prefill = _distribution(np.sort(rows.first_token[has_adm] - adm))
+        stage = adm - rows.start[has_adm]
+        stage.sort()
+        wait = _distribution(stage)
+        stage = rows.first_token[has_adm] - adm
+        stage.sort()
+        prefill = _distribution(stage)
+        del adm, stage
     produced = np.where(out > 0, out, 0)
     total_tokens = int(produced.sum())
     success_tokens = int(produced[ok].sum())
@@ -386,7 +397,8 @@ def _report(rows: _Rows, *, source: str | None, window_start: float, window_end:
     adm_all = np.isfinite(rows.admitted)
     in_service = None
     if adm_all.any():
-        in_service = _concurrency(active_timeline(rows.admitted[adm_all], rows.end[adm_all], window_start, window_end))
+        in_service = _concurrency(active_timeline(rows.admitted[adm_all], rows.end[adm_all], window_start, window_end,
+                                                  overwrite=True))
     return Report(
         source=source,
         window_start=window_start, window_end=window_end, window_s=window_s,
@@ -398,7 +410,7 @@ def _report(rows: _Rows, *, source: str | None, window_start: float, window_end:
         request_tpot_s=_distribution(m["tpot"]), queue_wait_s=wait, prefill_s=prefill,
         failure_aware_latency_s=_distribution(m["latency"], infinite=failures),
         failure_aware_ttft_s=_distribution(m["ttft"], infinite=failures),
-        slo=_slo_result(rows, ok, latency, ttft, tpot, slo, window_s) if slo is not None and slo.any else None,
+        slo=slo_result,
         total_output_tokens=total_tokens, successful_output_tokens=success_tokens,
         wasted_output_tokens=total_tokens - success_tokens,
         total_prompt_tokens=int(prompt[prompt >= 0].sum()) if (prompt >= 0).any() else None,

@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_BLOCK_ROWS = 1 << 18  # rows hashed at once: bounds the temporaries
 _SHIFT_OUT = np.array([0] + [(8 - r) * 8 for r in range(1, 8)] + [0], dtype=np.uint64)  # by bytes left in the word
 
 
@@ -91,12 +92,12 @@ def duplicates(arr: pa.Array) -> list[tuple[str, int]]:
     present = text_array(arr).drop_null()
     if len(present) < 2:
         return []
-    hashes = _string_hashes(present)
-    ordered = np.sort(hashes)
+    ordered = _string_hashes(present)
+    ordered.sort()
     repeated = ordered[1:][ordered[1:] == ordered[:-1]]
     if repeated.size == 0:
         return []
-    candidates = present.filter(pa.array(np.isin(hashes, repeated)))
+    candidates = present.filter(pa.array(np.isin(_string_hashes(present), repeated)))  # rare: hash again
     counts = pc.value_counts(candidates)
     pairs = [(v, c) for v, c in zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist()) if c > 1]
     return sorted(pairs, key=lambda p: (-p[1], p[0]))
@@ -107,47 +108,49 @@ def _string_hashes(arr: pa.Array) -> np.ndarray:
 
     Strings of up to eight bytes and equal length never collide (each step is a bijection), so
     for short IDs a repeated hash is a repeated value; longer strings collide by chance only.
+    Rows are hashed in blocks, so the temporaries stay small however long the column is.
     """
-    if arr.type != pa.large_string():
-        arr = arr.cast(pa.large_string())  # one offset width to handle
+    if arr.type not in (pa.string(), pa.large_string()):
+        arr = arr.cast(pa.string())
     _, offsets_buf, data_buf = arr.buffers()
-    offsets = np.frombuffer(offsets_buf, dtype=np.int64)[arr.offset:arr.offset + len(arr) + 1]
+    offset_type = np.int64 if arr.type == pa.large_string() else np.int32
+    offsets = np.frombuffer(offsets_buf, dtype=offset_type)[arr.offset:arr.offset + len(arr) + 1]
+    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    hashes = np.empty(len(arr), dtype=np.uint64)
+    for lo in range(0, len(arr), _BLOCK_ROWS):
+        hi = min(lo + _BLOCK_ROWS, len(arr))
+        hashes[lo:hi] = _hash_block(data, offsets[lo:hi + 1].astype(np.int64))
+    return hashes
+
+
+def _hash_block(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    starts = offsets[:-1]
     lengths = np.diff(offsets)
     with np.errstate(over="ignore"):
-        hashes = lengths.view(np.uint64) * _GOLDEN
-    longest = int(lengths.max()) if lengths.size else 0
-    if data_buf is None or longest == 0:
-        return hashes
-    data = np.frombuffer(data_buf, dtype=np.uint8)
-    starts = offsets[:-1]
+        h = lengths.view(np.uint64) * _GOLDEN
+    longest = int(lengths.max())
+    if longest == 0:
+        return h
     words_max = -(-longest // 8)
-    # Words are read unaligned straight from the data buffer. Offsets only grow, so the rows whose
-    # last word could run past its end are a suffix: they read from a zero-padded copy of the tail.
-    safe = int(np.searchsorted(starts, data.size - 8 * words_max, side="right"))
-    parts = [(slice(0, safe), data, 0)]
-    if safe < starts.size:
-        tail_from = int(starts[safe])
-        parts.append((slice(safe, starts.size), np.concatenate([data[tail_from:], np.zeros(8 * words_max, np.uint8)]),
-                      tail_from))
-    for rows_slice, buf, base in parts:
-        if rows_slice.stop <= rows_slice.start:
-            continue
-        words = np.ndarray(shape=(buf.size - 7,), dtype=np.uint64, buffer=buf, strides=(1,))
-        h = hashes[rows_slice]
-        part_starts = starts[rows_slice] - base
-        part_lengths = lengths[rows_slice]
-        for j in range(words_max):
-            rows: Any = slice(None)
-            if part_lengths.min() <= 8 * j:
-                rows = np.flatnonzero(part_lengths > 8 * j)
-                if rows.size == 0:
-                    break
-            word = words[part_starts[rows] + 8 * j]
-            remaining = part_lengths[rows] - 8 * j
-            if remaining.min() < 8:  # bytes past the string's end sit in the high bytes: shift them out
-                word <<= _SHIFT_OUT[np.minimum(remaining, 8)]
-            h[rows] = _step(h[rows], word)
-    return hashes
+    buf = data
+    if int(starts[-1]) + 8 * words_max > data.size:
+        # the last words would run past the buffer's end: read this block from a zero-padded copy
+        first, last = int(offsets[0]), int(offsets[-1])
+        buf = np.zeros(last - first + 8 * words_max, dtype=np.uint8)
+        buf[:last - first] = data[first:last]
+        starts = starts - first
+    # unaligned 8-byte reads at any byte offset
+    words = np.ndarray(shape=(buf.size - 7,), dtype=np.uint64, buffer=buf, strides=(1,))
+    for j in range(words_max):
+        rows: Any = slice(None)
+        if lengths.min() <= 8 * j:
+            rows = np.flatnonzero(lengths > 8 * j)
+        word = words[starts[rows] + 8 * j]
+        remaining = lengths[rows] - 8 * j
+        if remaining.min() < 8:  # bytes past the string's end sit in the high bytes: shift them out
+            word <<= _SHIFT_OUT[np.minimum(remaining, 8)]
+        h[rows] = _step(h[rows], word)
+    return h
 
 
 def _step(h: np.ndarray, word: np.ndarray) -> np.ndarray:

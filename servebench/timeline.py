@@ -16,12 +16,14 @@ class Timeline:
     share_at_peak: float
 
 
-def active_timeline(start: np.ndarray, end: np.ndarray, window_start: float, window_end: float) -> Timeline:
+def active_timeline(start: np.ndarray, end: np.ndarray, window_start: float, window_end: float,
+                    *, overwrite: bool = False) -> Timeline:
     """Return the peak of simultaneously open [start, end) intervals and the time spent at it.
 
     Two sorts and a binary search, no merged event list: after the i-th arrival (sorted), the
     count open is (i + 1) minus the departures at or before it, and while at the peak the next
     event must be a departure, so the time held is the next departure minus that arrival.
+    ``overwrite`` lets it sort the caller's arrays in place (fresh copies: saves memory).
 
     >>> active_timeline(np.array([0., 1, 2]), np.array([2., 3, 4]), 0, 4)
     Timeline(peak=2, time_at_peak_s=2.0, share_at_peak=0.5)
@@ -29,19 +31,28 @@ def active_timeline(start: np.ndarray, end: np.ndarray, window_start: float, win
     window_s = window_end - window_start
     if start.size == 0:
         return Timeline(0, window_s, 1.0)
-    # numpy's default sort is SIMD-accelerated for float64: several times faster than "stable" here
-    s = start if _ascending(start) else np.sort(start)  # records usually arrive in start order
-    e = np.sort(end)
-    gone = np.searchsorted(e, s, side="right")
-    active = np.arange(1, s.size + 1) - gone
+    s, e = start, end
+    if not _ascending(s):  # records usually arrive in start order
+        s = _sorted(s, overwrite)
+    e = _sorted(e, overwrite)
+    active = np.searchsorted(e, s, side="right")  # departures so far, turned into the count open in place
+    np.subtract(np.arange(1, s.size + 1), active, out=active)
     peak = int(active.max())
     if peak <= 0:
         return Timeline(0, window_s, 1.0)
     at_peak = np.flatnonzero(active == peak)
+    del active
     held_from = np.clip(s[at_peak], window_start, window_end)
-    held_to = np.clip(e[gone[at_peak]], window_start, window_end)
+    held_to = np.clip(e[at_peak + 1 - peak], window_start, window_end)  # the next departure: index gone
     time_at_peak = float(np.sum(held_to - held_from))
     return Timeline(peak, time_at_peak, time_at_peak / window_s)
+
+
+def _sorted(values: np.ndarray, overwrite: bool) -> np.ndarray:
+    if overwrite:
+        values.sort()
+        return values
+    return np.sort(values)
 
 
 def _ascending(values: np.ndarray) -> bool:

@@ -1,6 +1,7 @@
 """Arrow text columns: duplicates found by hashing agree with exact counting; categories normalise blanks."""
 
 from collections import Counter
+from unittest.mock import patch
 
 import numpy as np
 import pyarrow as pa
@@ -22,6 +23,8 @@ def exact_duplicates(values: list[str | None]) -> list[tuple[str, int]]:
 def test_duplicates_match_exact_counting_for_any_strings_and_slices(values, offset):
     arr = pa.array(values, pa.string())
     assert duplicates(arr) == exact_duplicates(values)
+    with patch("servebench.textcolumns._BLOCK_ROWS", 4):  # many blocks, the last one padded
+        assert duplicates(arr.cast(pa.large_string())) == exact_duplicates(values)
     # a sliced array starts part-way into its buffers: offsets and the tail padding must follow
     assert duplicates(arr.slice(min(offset, len(values)))) == exact_duplicates(values[offset:])
 
