@@ -18,8 +18,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, model_validator
 
+from .arrow_masks import bool_values, null_mask
 from .errors import InputFormatError, RecordValidationError
-from .textcolumns import categorical, category_codes, is_blank, take as take_rows, text_array, to_objects
+from .textcolumns import blank_mask, categorical, category_codes, take as take_rows, text_array, to_objects
 
 STATUSES: tuple[str, ...] = ("success", "failed", "timeout", "cancelled", "rejected")
 SUCCESS = 0  # index of "success" in STATUSES
@@ -224,16 +225,16 @@ def _arrow_column(arr: pa.ChunkedArray, name: str, optional_nan_is_missing: bool
         arr = arr.cast(typ.value_type)
         typ = arr.type
     is_text = pa.types.is_string(typ) or pa.types.is_large_string(typ)
-    null = pc.is_null(arr).to_numpy(zero_copy_only=False)
+    null = null_mask(arr)
     if is_text:
-        present = ~(null | is_blank(arr).fill_null(True).to_numpy(zero_copy_only=False))
+        present = ~blank_mask(arr)
     else:
         present = ~null
     if name in FLOAT_FIELDS or name in INT_FIELDS:
         is_int_field = name in INT_FIELDS
         if is_text:
             ok = pc.match_substring_regex(arr, _INT_RE if is_int_field else _FLOAT_RE).fill_null(False)
-            ok_np = ok.to_numpy(zero_copy_only=False)
+            ok_np = bool_values(ok, null_as=False)
             bad = present & ~ok_np
             cleaned = pc.if_else(ok, pc.utf8_trim_whitespace(arr), pa.scalar(None, arr.type))
             target = pa.int64() if is_int_field else pa.float64()
@@ -281,7 +282,7 @@ def _arrow_category(arr: pa.ChunkedArray, name: str, raw: Callable[[int], Any]) 
         combined = combined.dictionary_encode()
     dictionary, indices = combined.dictionary, combined.indices
     is_text = pa.types.is_string(dictionary.type) or pa.types.is_large_string(dictionary.type)
-    null = indices.is_null().to_numpy(zero_copy_only=False)
+    null = null_mask(indices)
     if name == "status":
         lookup = np.array([_STATUS_CODE.get(v, -1) if isinstance(v, str) else -1 for v in dictionary.to_pylist()]
                           + [-1], dtype=np.int8)

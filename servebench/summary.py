@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from .arrow_masks import null_mask
 from .errors import ConfigError
 from .percentiles import PercentileEstimate, estimate_sorted, nearest_rank, percentile
 from .records import (MSG_EMPTY, STATUSES, SUCCESS, RecordTable, check_window, first_violation,
@@ -286,7 +287,7 @@ class _Rows:
         """Take the table's columns: all of them as they are (``rows`` None), or the rows at these indices."""
         cols = [table.start, table.end, table.admitted, table.first_token, table.status, table.output_tokens,
                 table.prompt_tokens, category_codes(table.error_arrow)[0],
-                table.request_id_arrow.is_null().to_numpy(zero_copy_only=False)]
+                null_mask(table.request_id_arrow)]
         return cls(*(c if rows is None else c[rows] for c in cols))
 
 

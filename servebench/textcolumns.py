@@ -13,8 +13,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .arrow_masks import null_mask
+
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+# ASCII whitespace, and any byte that starts a multi-byte character (Unicode spaces such as U+00A0)
+_MAY_START_SPACE = np.zeros(256, dtype=bool)
+_MAY_START_SPACE[[0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x1C, 0x1D, 0x1E, 0x1F, 0x20]] = True
+_MAY_START_SPACE[0x80:] = True
 _BLOCK_ROWS = 1 << 18  # rows hashed at once: bounds the temporaries
 _SHIFT_OUT = np.array([0] + [(8 - r) * 8 for r in range(1, 8)] + [0], dtype=np.uint64)  # by bytes left in the word
 
@@ -46,17 +52,43 @@ def categorical(values: Any) -> pa.DictionaryArray:
             return values.cast(pa.dictionary(pa.int32(), pa.string()))
     plain = text_array(values)
     if _has_blank(plain):
-        plain = pc.if_else(is_blank(plain), pa.scalar(None, pa.string()), plain)
+        plain = pc.if_else(pa.array(blank_mask(plain)), pa.scalar(None, pa.string()), plain)
     return plain.dictionary_encode().cast(pa.dictionary(pa.int32(), pa.string()))
 
 
-def is_blank(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """Return, per value, whether it is empty or only whitespace (null stays null)."""
-    return pc.or_(pc.equal(pc.utf8_length(arr), 0), pc.utf8_is_space(arr))
+def blank_mask(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Return True where a text value is null, empty, or only whitespace (Unicode's, as str.isspace).
+
+    Only values whose first byte could begin a space are checked character by character; for IDs
+    and names that is none of them, so the test costs one gather of first bytes.
+
+    >>> blank_mask(pa.array(["a", "", None, " \\t", "\\u3000", " x"])).tolist()
+    [False, True, True, True, True, False]
+    """
+    chunks = list(arr.chunks) if isinstance(arr, pa.ChunkedArray) else [arr]
+    parts = [_blank_chunk(c if c.type in (pa.string(), pa.large_string()) else c.cast(pa.string())) for c in chunks]
+    return parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
+
+
+def _blank_chunk(chunk: pa.Array) -> np.ndarray:
+    _, offsets_buf, data_buf = chunk.buffers()
+    offset_type = np.int64 if chunk.type == pa.large_string() else np.int32
+    offsets = np.frombuffer(offsets_buf, dtype=offset_type)[chunk.offset:chunk.offset + len(chunk) + 1] \
+        if offsets_buf is not None else np.zeros(len(chunk) + 1, dtype=offset_type)
+    blank = (offsets[1:] == offsets[:-1]) | null_mask(chunk)
+    if data_buf is None or blank.all():
+        return blank
+    rows = np.flatnonzero(~blank)
+    first_bytes = np.frombuffer(data_buf, dtype=np.uint8)[offsets[:-1][rows]]
+    rows = rows[_MAY_START_SPACE[first_bytes]]
+    if rows.size:
+        spaces = pc.utf8_is_space(chunk.take(pa.array(rows))).fill_null(False).to_numpy(zero_copy_only=False)
+        blank[rows[spaces]] = True
+    return blank
 
 
 def _has_blank(arr: pa.Array) -> bool:
-    return len(arr) > 0 and bool(pc.any(is_blank(arr)).as_py())
+    return len(arr) > 0 and bool((blank_mask(arr) & ~null_mask(arr)).any())
 
 
 def category_codes(arr: pa.DictionaryArray) -> tuple[np.ndarray, list[str]]:

@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 from hypothesis import given, settings, strategies as st
 
-from servebench.textcolumns import categorical, category_codes, duplicates, take, to_objects
+from servebench.textcolumns import blank_mask, categorical, category_codes, duplicates, take, to_objects
 
 # short alphabets make repeats likely; lengths straddle the 8-byte words the hash reads
 ids = st.lists(st.one_of(st.none(), st.text(alphabet="ab\u00e9\U0001f600 ", max_size=20)), max_size=60)
@@ -48,3 +48,11 @@ def test_to_objects_and_take_keep_absent_values_as_none():
     assert to_objects(cat).tolist() == ["a", None, "b"]
     assert to_objects(take(cat, np.array([True, False, True]))).tolist() == ["a", "b"]
     assert to_objects(take(pa.array(["x", None, "z"]), np.array([2, 1]))).tolist() == ["z", None]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.text(alphabet=" \t\n\r\u00a0\u3000\u2003ab\u00e9", max_size=4)),
+                max_size=30), st.integers(0, 5))
+def test_blank_mask_matches_python_strip(values, cut):
+    arr = pa.array(values, pa.string()).slice(min(cut, len(values)))
+    assert blank_mask(arr).tolist() == [v is None or not v.strip() for v in values[cut:]]

@@ -52,3 +52,13 @@ def test_zero_length_requests_never_count_as_active():
 def test_active_counts_at_times():
     counts = active_counts(np.array([0.0, 1.0, 1.0]), np.array([2.0, 3.0, 1.5]), np.array([0.5, 1.0, 1.7, 2.0]))
     assert counts.tolist() == [1, 3, 2, 1]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 30), max_size=200), st.lists(st.integers(0, 30), max_size=200))
+def test_blocked_search_counts_like_searchsorted(haystack, needles):
+    from unittest.mock import patch
+    from servebench.timeline import _count_at_or_before
+    h, n = np.sort(np.array(haystack, dtype=float)), np.sort(np.array(needles, dtype=float))
+    with patch("servebench.timeline._SEARCH_BLOCK", 7):  # many blocks, ties across block edges
+        assert _count_at_or_before(h, n).tolist() == np.searchsorted(h, n, side="right").tolist()
