@@ -132,7 +132,7 @@ def _objects(docs: list[Any], source: str) -> ParsedRows:
     return parse_objects(docs, source, strict_keys=True)
 
 
-def parse_parquet(data: bytes | BinaryIO, source: str) -> ParsedRows:
+def parse_parquet(data: bytes | BinaryIO | pa.NativeFile, source: str) -> ParsedRows:
     """Parse Parquet, reading only the canonical columns it has."""
     try:
         pf = pq.ParquetFile(io.BytesIO(data) if isinstance(data, bytes) else data)
@@ -188,8 +188,8 @@ def read_path(path: str | Path, fmt: str = "auto") -> LoadedRecords:
     if not p.is_file():
         raise InputFormatError(f"{p}: no such file")
     if fmt == "parquet" or (fmt == "auto" and p.suffix.lower() in (".parquet", ".pq")):
-        with p.open("rb") as fh:
-            return LoadedRecords(parse_parquet(fh, p.name), "parquet")
+        with pa.memory_map(str(p)) as mapped:  # no copy through Python file objects
+            return LoadedRecords(parse_parquet(mapped, p.name), "parquet")
     return read_bytes(p.read_bytes(), p.name, fmt)
 
 

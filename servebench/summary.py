@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -345,15 +346,26 @@ def build_report(table: RecordTable, window_start: float, window_end: float, slo
     order, ranges = _slice_ranges(table) if by_slice else (None, {})
     common = dict(source=table.source, window_start=window_start, window_end=window_end, slo=slo,
                   error_names=table.error_arrow.dictionary.to_pylist())
-    workers = max(1, min(len(ranges) + 1, (os.cpu_count() or 1) - 1))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
+    def slice_report(name: str) -> Report:
+        lo, hi = ranges[name]
+        return _report(_Rows.of(table, order[lo:hi]), **common)
+
+    def check_duplicates() -> list[tuple[str, int]]:
         # duplicates are a property of the whole file: slices skip the hashing
-        repeated = pool.submit(duplicates, table.request_id_arrow) if by_slice else None
-        pending = {name: pool.submit(lambda rows: _report(_Rows.of(table, rows), **common), order[lo:hi])
-                   for name, (lo, hi) in ranges.items()} if order is not None else {}
+        return duplicates(table.request_id_arrow) if by_slice else []
+
+    # largest slices first, the duplicate check last: what the workers have not started when this
+    # thread finishes the whole file's report, it takes back and runs itself, so neither side idles
+    jobs: list[tuple[str | None, Callable[[], Any]]] = [
+        (name, partial(slice_report, name)) for name in sorted(ranges, key=lambda k: ranges[k][0] - ranges[k][1])]
+    jobs.append((None, check_duplicates))
+    workers = max(1, min(len(jobs), (os.cpu_count() or 1) - 1))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = [(name, job, pool.submit(job)) for name, job in jobs]
         whole = _report(_Rows.of(table, None), **common)
-        slices = {name: future.result() for name, future in pending.items()}
-        dups = repeated.result() if repeated is not None else []
+        results = {name: job() if future.cancel() else future.result() for name, job, future in reversed(futures)}
+    dups = results.pop(None)
+    slices = {name: results[name] for name in ranges}
     return whole.model_copy(update=dict(
         duplicate_request_ids=sum(c - 1 for _, c in dups),
         duplicate_request_id_examples=sorted(rid for rid, _ in dups)[:5], slices=slices))
