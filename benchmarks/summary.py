@@ -25,7 +25,7 @@ in sorted ends is the single largest cost) and a quarter the distribution sorts.
 duplicate-ID hashing run in a worker thread beside it, so on two cores they add little wall time.
 Results: benchmarks/results/summary.json and summary.md.
 
-    python benchmarks/summary.py [--sizes 1000000,10000000] [--repeat 3]
+    python benchmarks/summary.py [--sizes 1000000,10000000] [--repeat 5]
 """
 
 from __future__ import annotations
@@ -225,7 +225,7 @@ def run_case(name: str, path: Path, repeat: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="1000000,10000000")
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
     results = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}, "runs": []}
     for n in (int(s) for s in args.sizes.split(",")):
