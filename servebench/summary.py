@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -333,6 +333,27 @@ def _causes(error_code: np.ndarray, names: list[str]) -> dict[str, int]:
     return dict(sorted(by_name.items(), key=lambda p: (-p[1], p[0])))
 
 
+_PARALLEL_MIN_ROWS = 50_000  # below this, starting threads costs more than they save
+T = TypeVar("T")
+K = TypeVar("K")
+
+
+def _run_beside(main: Callable[[], T], jobs: list[tuple[K, Callable[[], Any]]],
+                parallel: bool) -> tuple[T, dict[K, Any]]:
+    """Run ``main`` in this thread and ``jobs`` in worker threads; return main's result and the jobs'.
+
+    When ``main`` ends, the jobs no worker has started yet are taken back and run here, so
+    neither side waits idle for the other.
+    """
+    if not parallel:
+        return main(), {key: job() for key, job in jobs}
+    with ThreadPoolExecutor(max_workers=min(len(jobs), max(1, (os.cpu_count() or 1) - 1))) as pool:
+        futures = [(key, job, pool.submit(job)) for key, job in jobs]
+        first = main()
+        done = {key: job() if future.cancel() else future.result() for key, job, future in reversed(futures)}
+    return first, done
+
+
 def build_report(table: RecordTable, window_start: float, window_end: float, slo: SLO | None = None,
                  *, by_slice: bool = True) -> Report:
     """Return the full report for validated records over [window_start, window_end].
@@ -346,6 +367,7 @@ def build_report(table: RecordTable, window_start: float, window_end: float, slo
     order, ranges = _slice_ranges(table) if by_slice else (None, {})
     common = dict(source=table.source, window_start=window_start, window_end=window_end, slo=slo,
                   error_names=table.error_arrow.dictionary.to_pylist())
+
     def slice_report(name: str) -> Report:
         lo, hi = ranges[name]
         return _report(_Rows.of(table, order[lo:hi]), **common)
@@ -354,16 +376,12 @@ def build_report(table: RecordTable, window_start: float, window_end: float, slo
         # duplicates are a property of the whole file: slices skip the hashing
         return duplicates(table.request_id_arrow) if by_slice else []
 
-    # largest slices first, the duplicate check last: what the workers have not started when this
-    # thread finishes the whole file's report, it takes back and runs itself, so neither side idles
+    # largest slices first, the duplicate check last (the last queued are the first taken back)
     jobs: list[tuple[str | None, Callable[[], Any]]] = [
         (name, partial(slice_report, name)) for name in sorted(ranges, key=lambda k: ranges[k][0] - ranges[k][1])]
     jobs.append((None, check_duplicates))
-    workers = max(1, min(len(jobs), (os.cpu_count() or 1) - 1))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = [(name, job, pool.submit(job)) for name, job in jobs]
-        whole = _report(_Rows.of(table, None), **common)
-        results = {name: job() if future.cancel() else future.result() for name, job, future in reversed(futures)}
+    parallel = len(table) >= _PARALLEL_MIN_ROWS and (os.cpu_count() or 1) > 1
+    whole, results = _run_beside(lambda: _report(_Rows.of(table, None), **common), jobs, parallel)
     dups = results.pop(None)
     slices = {name: results[name] for name in ranges}
     return whole.model_copy(update=dict(

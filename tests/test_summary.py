@@ -365,3 +365,23 @@ def test_report_and_every_slice_agree_with_a_per_record_loop(records):
                           ("queue_wait_s", "wait"), ("prefill_s", "prefill"),
                           ("failure_aware_latency_s", "fa_latency"), ("failure_aware_ttft_s", "fa_ttft")):
             _same_distribution(getattr(ours, name), ref[key])
+
+
+def test_threaded_report_equals_the_inline_one(monkeypatch):
+    rng = np.random.default_rng(11)
+    recs = []
+    for i in range(2000):
+        s = float(rng.uniform(0, 50))
+        ok = rng.random() < 0.8
+        rec = {"request_id": f"r{i % 1990}", "start": s, "end": s + 2, "status": "success" if ok else "timeout",
+               "slice": ["chat", "batch", "eval"][i % 3], "admitted": s + 0.5, "error": None if ok else "deadline"}
+        if ok:
+            rec.update(first_token=s + 1, output_tokens=int(rng.integers(1, 20)))
+        recs.append(rec)
+    table = table_of(recs, 0, 60)
+    monkeypatch.setattr("servebench.summary._PARALLEL_MIN_ROWS", 10**9)
+    inline = build_report(table, 0, 60, SLO(ttft_s=0.9))
+    monkeypatch.setattr("servebench.summary._PARALLEL_MIN_ROWS", 0)
+    monkeypatch.setattr("servebench.summary.os.cpu_count", lambda: 4)
+    assert build_report(table, 0, 60, SLO(ttft_s=0.9)) == inline
+    assert inline.duplicate_request_ids == 10 and set(inline.slices) == {"batch", "chat", "eval"}
