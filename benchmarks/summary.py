@@ -3,7 +3,7 @@
 Ratios, all measured in the same run on the same file:
   floor     = pyarrow reading the columns the report needs, and nothing else (multi-threaded)
   one sweep = the floor plus the cheapest exact metric beyond reading: the peak of active requests
-              for the whole file (one sort of the end times and one binary search of the starts)
+              for the whole file (servebench's sweep: time buckets, then only the events near the peak)
   bare minimum = the floor, that sweep, and one sort each of the five distributions (latency, TTFT,
               TPOT, queue wait, prefill) for the whole file: no validation, no slices, no intervals
   report    = servebench loading, validating and reporting: counts by status and cause, seven
@@ -14,17 +14,17 @@ Ratios, all measured in the same run on the same file:
               checks that the report agrees with it, slice by slice.
 Each case runs in its own subprocess so that peak memory (ru_maxrss) is that case's alone.
 
-What this says about the targets: one sweep alone costs about as much again as the floor (1.8x to
-2.3x of it across runs) and the bare minimum about 4x, so an exact report (peaks and nearest-rank
-percentiles, not estimates) cannot come within 2x of the floor on this machine; a selection instead
-of a sort does not help (numpy's partition at a dozen ranks takes about three times its SIMD sort).
+What this says about the targets: one sweep alone costs half as much again as the floor (1.5x to
+1.8x of it) and the bare minimum 3.2x to 3.6x, so an exact report (peaks and nearest-rank percentiles,
+not estimates) cannot come within 2x of the floor on this machine; a selection instead of a sort does
+not help (numpy's partition at a dozen ranks takes about three times its SIMD sort).
 The report does the sweep four times (active and in service, for the file and per slice), validates
 every row, and sorts each distribution per view.
 Where the report's time goes at 1M records (quiet machine): reading about 55 ms, parsing Arrow into
-numpy columns and masks about 35, validation about 25, the report about 310. The report's critical
-path is the whole file's view (about 265 ms of CPU): nearly half in its two sweeps (a binary search of
-sorted starts in sorted ends is the single largest cost), a fifth in the distribution sorts, the rest
-in masked copies and sums. The slice views and the duplicate-ID hashing (about 40 ms) run in a worker
+numpy columns and masks about 35, validation about 25, the report about 250. The report's critical
+path is the whole file's view (about 170 ms of CPU): a quarter in the distribution sorts, a quarter in
+its two sweeps (time buckets, then only the events that could be at the peak), the rest in masked
+copies and sums. The slice views and the duplicate-ID hashing (about 40 ms) run in a worker
 thread beside it and finish at about the same time, so the two cores are both busy throughout.
 
 Results: benchmarks/results/summary.json and summary.md.
@@ -117,8 +117,9 @@ def case_bare_minimum(path: Path) -> None:
 
 
 def case_sweep(start: np.ndarray, end: np.ndarray) -> int:
-    """Peak active requests: one sort of the ends and one binary search of the (already sorted) starts."""
-    return int((np.arange(1, start.size + 1) - np.searchsorted(np.sort(end), start, side="right")).max())
+    """Peak active requests, by servebench's own sweep (the fastest exact method it has)."""
+    from servebench.timeline import active_timeline
+    return active_timeline(start, end, float(start.min()), float(end.max())).peak
 
 
 def case_report(path: Path) -> None:
