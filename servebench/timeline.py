@@ -62,7 +62,7 @@ def _peak_by_buckets(start: np.ndarray, end: np.ndarray) -> tuple[int, np.ndarra
     def bucket_of(times: np.ndarray) -> np.ndarray:
         b = times - t0
         b *= scale
-        return b.astype(np.intp)
+        return b.astype(np.int32 if n_buckets < 2**31 - 2 else np.int64)  # half the memory of intp
 
     b_start, b_end = bucket_of(start), bucket_of(end)
     size = n_buckets + 2  # t1 lands in bucket n_buckets, give or take rounding
