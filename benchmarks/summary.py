@@ -15,7 +15,7 @@ Ratios, all measured in the same run on the same file:
 Each case runs in its own subprocess so that peak memory (ru_maxrss) is that case's alone.
 
 What this says about the targets: one sweep alone costs half as much again as the floor (1.5x to
-1.8x of it) and the bare minimum 3.2x to 3.6x, so an exact report (peaks and nearest-rank percentiles,
+2.0x of it) and the bare minimum 3.2x to 4.3x, so an exact report (peaks and nearest-rank percentiles,
 not estimates) cannot come within 2x of the floor on this machine; a selection instead of a sort does
 not help (numpy's partition at a dozen ranks takes about three times its SIMD sort).
 The report does the sweep four times (active and in service, for the file and per slice), validates
