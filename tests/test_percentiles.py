@@ -82,3 +82,16 @@ def test_small_samples_cannot_bound_high_percentiles():
 def test_estimate_of_nothing_is_none():
     (e,) = estimate(np.array([]), [95])
     assert e.value is None and e.ci_low is None and e.ci_high is None and e.n == 0
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 20, 50, 300, 1001, 65_537, 1_000_000, 10_000_000])
+@pytest.mark.parametrize("q", [50, 90, 95, 99, 99.9])
+def test_rank_interval_matches_scipy_stats_binomial_quantiles(n, q):
+    p, tail = q / 100, 0.025
+    lower = int(binom.ppf(tail, n, p))
+    if binom.cdf(lower, n, p) > tail:
+        lower -= 1
+    upper = int(binom.ppf(1 - tail, n, p)) + 1
+    ri = rank_interval(q, n)
+    assert ri.lower_rank == (lower + 1 if 0 <= lower < n else None)
+    assert ri.upper_rank == (upper if upper <= n else None)
