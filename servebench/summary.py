@@ -6,7 +6,7 @@ import math
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import partial
 from typing import Any, TypeVar
 
@@ -284,25 +284,28 @@ class _Rows:
     missing_request_id: np.ndarray  # bool
 
     @classmethod
-    def of(cls, table: RecordTable, rows: np.ndarray | None) -> "_Rows":
-        """Take the table's columns: all of them as they are (``rows`` None), or the rows at these indices."""
-        cols = [table.start, table.end, table.admitted, table.first_token, table.status, table.output_tokens,
-                table.prompt_tokens, category_codes(table.error_arrow)[0],
-                null_mask(table.request_id_arrow)]
-        return cls(*(c if rows is None else c[rows] for c in cols))
+    def of(cls, table: RecordTable) -> "_Rows":
+        """Take the table's columns as they are (views, no copies)."""
+        return cls(table.start, table.end, table.admitted, table.first_token, table.status, table.output_tokens,
+                   table.prompt_tokens, category_codes(table.error_arrow)[0], null_mask(table.request_id_arrow))
+
+    def take(self, rows: np.ndarray) -> "_Rows":
+        """Return the rows at these indices."""
+        return _Rows(*(getattr(self, f.name)[rows] for f in fields(self)))
 
 
-def _slice_ranges(table: RecordTable) -> tuple[np.ndarray | None, dict[str, tuple[int, int]]]:
-    """Return the row order that groups rows by slice, and each slice's range of positions in it."""
+def _slice_rows(table: RecordTable) -> dict[str, np.ndarray]:
+    """Return each slice's row indices, by slice name."""
     if not table.has_slices:
-        return None, {}
+        return {}
     codes, names = table.slice_codes()
-    # a stable counting sort of small integer codes: linear time
-    order = np.argsort(codes.astype(np.int16) if len(names) < 2**15 else codes, kind="stable")
-    bounds = np.searchsorted(codes[order], np.arange(len(names) + 1) - 0.5)
-    ranges = {name: (int(bounds[k]), int(bounds[k + 1])) for k, name in enumerate(names)
-              if bounds[k + 1] > bounds[k]}
-    return order, dict(sorted(ranges.items()))
+    if len(names) <= 8:  # a pass per slice beats a sort for a few slices
+        found = {name: np.flatnonzero(codes == k) for k, name in enumerate(names)}
+    else:  # a stable counting sort of small integer codes, then each slice is a run
+        order = np.argsort(codes.astype(np.int16) if len(names) < 2**15 else codes, kind="stable")
+        bounds = np.searchsorted(codes[order], np.arange(len(names) + 1) - 0.5)
+        found = {name: order[bounds[k]:bounds[k + 1]] for k, name in enumerate(names)}
+    return {name: rows for name, rows in sorted(found.items()) if rows.size}
 
 
 def _slo_result(rows: _Rows, ok: np.ndarray, latency: np.ndarray, ttft: np.ndarray, tpot: np.ndarray,
@@ -364,13 +367,13 @@ def build_report(table: RecordTable, window_start: float, window_end: float, slo
     """
     if len(table) == 0:
         raise ConfigError(MSG_EMPTY)
-    order, ranges = _slice_ranges(table) if by_slice else (None, {})
+    slice_rows = _slice_rows(table) if by_slice else {}
+    all_rows = _Rows.of(table)
     common = dict(source=table.source, window_start=window_start, window_end=window_end, slo=slo,
                   error_names=table.error_arrow.dictionary.to_pylist())
 
     def slice_report(name: str) -> Report:
-        lo, hi = ranges[name]
-        return _report(_Rows.of(table, order[lo:hi]), **common)
+        return _report(all_rows.take(slice_rows[name]), **common)
 
     def check_duplicates() -> list[tuple[str, int]]:
         # duplicates are a property of the whole file: slices skip the hashing
@@ -378,12 +381,12 @@ def build_report(table: RecordTable, window_start: float, window_end: float, slo
 
     # largest slices first, the duplicate check last (the last queued are the first taken back)
     jobs: list[tuple[str | None, Callable[[], Any]]] = [
-        (name, partial(slice_report, name)) for name in sorted(ranges, key=lambda k: ranges[k][0] - ranges[k][1])]
+        (name, partial(slice_report, name)) for name in sorted(slice_rows, key=lambda k: -slice_rows[k].size)]
     jobs.append((None, check_duplicates))
     parallel = len(table) >= _PARALLEL_MIN_ROWS and (os.cpu_count() or 1) > 1
-    whole, results = _run_beside(lambda: _report(_Rows.of(table, None), **common), jobs, parallel)
+    whole, results = _run_beside(lambda: _report(all_rows, **common), jobs, parallel)
     dups = results.pop(None)
-    slices = {name: results[name] for name in ranges}
+    slices = {name: results[name] for name in slice_rows}
     return whole.model_copy(update=dict(
         duplicate_request_ids=sum(c - 1 for _, c in dups),
         duplicate_request_id_examples=sorted(rid for rid, _ in dups)[:5], slices=slices))

@@ -385,3 +385,23 @@ def test_threaded_report_equals_the_inline_one(monkeypatch):
     monkeypatch.setattr("servebench.summary.os.cpu_count", lambda: 4)
     assert build_report(table, 0, 60, SLO(ttft_s=0.9)) == inline
     assert inline.duplicate_request_ids == 10 and set(inline.slices) == {"batch", "chat", "eval"}
+
+
+@pytest.mark.parametrize("n_slices", [3, 12])  # a pass per slice, or one sort for many slices
+def test_each_slice_report_is_the_report_of_its_rows_alone(n_slices):
+    rng = np.random.default_rng(n_slices)
+    recs = []
+    for i in range(400):
+        s = float(rng.uniform(0, 50))
+        rec = {"start": s, "first_token": s + 0.2, "end": s + float(rng.uniform(0.3, 5)), "status": "success",
+               "output_tokens": int(rng.integers(1, 30)), "admitted": s + 0.1}
+        if i % 7:
+            rec["slice"] = f"tenant-{int(rng.integers(n_slices)):02d}"
+        recs.append(rec)
+    table = table_of(recs, 0, 60)
+    report = build_report(table, 0, 60)
+    names = sorted({r["slice"] for r in recs if "slice" in r})
+    assert list(report.slices) == names
+    for name in names:
+        alone = build_report(table.take(table.slice == name), 0, 60, by_slice=False)
+        assert report.slices[name] == alone
