@@ -10,7 +10,8 @@ import numpy as np
 import pyarrow as pa
 
 
-def _chunks(arr: pa.Array | pa.ChunkedArray) -> list[pa.Array]:
+def chunks_of(arr: pa.Array | pa.ChunkedArray) -> list[pa.Array]:
+    """Return the chunks of a chunked array, or the array itself as the one chunk."""
     return list(arr.chunks) if isinstance(arr, pa.ChunkedArray) else [arr]
 
 
@@ -19,7 +20,8 @@ def _bits(buffer: pa.Buffer, offset: int, length: int) -> np.ndarray:
     return np.unpackbits(packed, count=offset + length, bitorder="little")[offset:].view(bool)
 
 
-def _join(parts: list[np.ndarray]) -> np.ndarray:
+def join_masks(parts: list[np.ndarray]) -> np.ndarray:
+    """Concatenate per-chunk masks (no copy for a single chunk)."""
     return parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
 
 
@@ -30,7 +32,7 @@ def null_mask(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
     [False, True, True, False, False]
     """
     parts = []
-    for chunk in _chunks(arr):
+    for chunk in chunks_of(arr):
         validity = chunk.buffers()[0]
         if chunk.null_count == 0:
             parts.append(np.zeros(len(chunk), dtype=bool))
@@ -38,7 +40,7 @@ def null_mask(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
             parts.append(np.ones(len(chunk), dtype=bool))
         else:
             parts.append(~_bits(validity, chunk.offset, len(chunk)))
-    return _join(parts)
+    return join_masks(parts)
 
 
 def bool_values(arr: pa.Array | pa.ChunkedArray, null_as: bool) -> np.ndarray:
@@ -48,9 +50,9 @@ def bool_values(arr: pa.Array | pa.ChunkedArray, null_as: bool) -> np.ndarray:
     [True, True, False]
     """
     parts = []
-    for chunk in _chunks(arr):
+    for chunk in chunks_of(arr):
         values = _bits(chunk.buffers()[1], chunk.offset, len(chunk))
         if chunk.null_count:
             values = np.where(null_mask(chunk), null_as, values)
         parts.append(values)
-    return _join(parts)
+    return join_masks(parts)

@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .arrow_masks import null_mask
+from .arrow_masks import chunks_of, join_masks, null_mask
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -51,8 +51,9 @@ def categorical(values: Any) -> pa.DictionaryArray:
         if words.type == pa.string() and not _has_blank(words) and len(pc.unique(words)) == len(words):
             return values.cast(pa.dictionary(pa.int32(), pa.string()))
     plain = text_array(values)
-    if _has_blank(plain):
-        plain = pc.if_else(pa.array(blank_mask(plain)), pa.scalar(None, pa.string()), plain)
+    blank = blank_mask(plain)
+    if np.count_nonzero(blank) > plain.null_count:  # some value is blank, not just null
+        plain = pc.if_else(pa.array(blank), pa.scalar(None, pa.string()), plain)
     return plain.dictionary_encode().cast(pa.dictionary(pa.int32(), pa.string()))
 
 
@@ -65,21 +66,16 @@ def blank_mask(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
     >>> blank_mask(pa.array(["a", "", None, " \\t", "\\u3000", " x"])).tolist()
     [False, True, True, True, True, False]
     """
-    chunks = list(arr.chunks) if isinstance(arr, pa.ChunkedArray) else [arr]
-    parts = [_blank_chunk(c if c.type in (pa.string(), pa.large_string()) else c.cast(pa.string())) for c in chunks]
-    return parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
+    return join_masks([_blank_chunk(chunk) for chunk in chunks_of(arr)])
 
 
 def _blank_chunk(chunk: pa.Array) -> np.ndarray:
-    _, offsets_buf, data_buf = chunk.buffers()
-    offset_type = np.int64 if chunk.type == pa.large_string() else np.int32
-    offsets = np.frombuffer(offsets_buf, dtype=offset_type)[chunk.offset:chunk.offset + len(chunk) + 1] \
-        if offsets_buf is not None else np.zeros(len(chunk) + 1, dtype=offset_type)
+    chunk, offsets, data = _string_buffers(chunk)
     blank = (offsets[1:] == offsets[:-1]) | null_mask(chunk)
-    if data_buf is None or blank.all():
+    if blank.all():
         return blank
     rows = np.flatnonzero(~blank)
-    first_bytes = np.frombuffer(data_buf, dtype=np.uint8)[offsets[:-1][rows]]
+    first_bytes = data[offsets[:-1][rows]]
     rows = rows[_MAY_START_SPACE[first_bytes]]
     if rows.size:
         spaces = pc.utf8_is_space(chunk.take(pa.array(rows))).fill_null(False).to_numpy(zero_copy_only=False)
@@ -88,7 +84,20 @@ def _blank_chunk(chunk: pa.Array) -> np.ndarray:
 
 
 def _has_blank(arr: pa.Array) -> bool:
-    return len(arr) > 0 and bool((blank_mask(arr) & ~null_mask(arr)).any())
+    """Whether some value is blank but not null (blank_mask counts nulls too)."""
+    return np.count_nonzero(blank_mask(arr)) > arr.null_count
+
+
+def _string_buffers(arr: pa.Array) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+    """Return the array as strings with its offsets (length + 1, from its own offset) and data bytes."""
+    if arr.type not in (pa.string(), pa.large_string()):
+        arr = arr.cast(pa.string())
+    _, offsets_buf, data_buf = arr.buffers()
+    offset_type = np.int64 if arr.type == pa.large_string() else np.int32
+    offsets = np.frombuffer(offsets_buf, dtype=offset_type)[arr.offset:arr.offset + len(arr) + 1] \
+        if offsets_buf is not None else np.zeros(len(arr) + 1, dtype=offset_type)
+    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    return arr, offsets, data
 
 
 def category_codes(arr: pa.DictionaryArray) -> tuple[np.ndarray, list[str]]:
@@ -142,12 +151,7 @@ def _string_hashes(arr: pa.Array) -> np.ndarray:
     for short IDs a repeated hash is a repeated value; longer strings collide by chance only.
     Rows are hashed in blocks, so the temporaries stay small however long the column is.
     """
-    if arr.type not in (pa.string(), pa.large_string()):
-        arr = arr.cast(pa.string())
-    _, offsets_buf, data_buf = arr.buffers()
-    offset_type = np.int64 if arr.type == pa.large_string() else np.int32
-    offsets = np.frombuffer(offsets_buf, dtype=offset_type)[arr.offset:arr.offset + len(arr) + 1]
-    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    arr, offsets, data = _string_buffers(arr)
     hashes = np.empty(len(arr), dtype=np.uint64)
     for lo in range(0, len(arr), _BLOCK_ROWS):
         hi = min(lo + _BLOCK_ROWS, len(arr))
