@@ -106,7 +106,8 @@ class TimingRecord(BaseModel):
 class Column:
     """One parsed field: values (NaN or -1 where absent), which rows have it, which are malformed.
 
-    Text fields hold an object array (from Python objects) or an Arrow array (from Arrow tables).
+    Text fields hold an object array (from Python objects) or an Arrow array (from Arrow tables),
+    as given: ``RecordTable.from_columns`` turns either into its Arrow columns.
     """
 
     values: Any
@@ -262,7 +263,7 @@ def _arrow_column(arr: pa.ChunkedArray, name: str, optional_nan_is_missing: bool
         if bad.any():
             vals = np.where(bad, absent, vals)
         return Column(vals, present, bad, raw)
-    # text fields stay in Arrow (see textcolumns): null where absent
+    # text fields stay in Arrow, null where absent (RecordTable.from_columns encodes them)
     bad = np.zeros(n, dtype=bool)
     if is_text or (name == "request_id" and pa.types.is_integer(typ)):
         text = text_array(arr)
@@ -271,7 +272,7 @@ def _arrow_column(arr: pa.ChunkedArray, name: str, optional_nan_is_missing: bool
     else:
         text = pa.nulls(n, pa.string())
         bad = present.copy()
-    return Column(text if name == "request_id" else categorical(text), present, bad, raw)
+    return Column(text, present, bad, raw)
 
 
 def _arrow_category(arr: pa.ChunkedArray, name: str, raw: Callable[[int], Any]) -> Column:
@@ -290,8 +291,7 @@ def _arrow_category(arr: pa.ChunkedArray, name: str, raw: Callable[[int], Any]) 
         return Column(lookup[idx.to_numpy(zero_copy_only=False)], ~null, np.zeros(n, dtype=bool), raw)
     if not is_text:
         return Column(pa.nulls(n, pa.string()), ~null, ~null, raw)
-    values = categorical(combined)
-    return Column(text_array(values) if name == "request_id" else values, ~null, np.zeros(n, dtype=bool), raw)
+    return Column(combined, ~null, np.zeros(n, dtype=bool), raw)
 
 
 def parse_arrow(table: pa.Table, source: str | None = None) -> ParsedRows:
