@@ -78,16 +78,28 @@ def summarize(records: Sequence[Any], window_start: float, window_end: float) ->
     return contract_summary(build_table(rows, codes), float(window_start), float(window_end))
 
 
+def request_times(start: np.ndarray, end: np.ndarray, first_token: np.ndarray,
+                  output_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Return every record's latency, TTFT and request TPOT, (end - first_token) / (output_tokens - 1).
+
+    TTFT is NaN without a first token; TPOT means something only where output_tokens > 1.
+    """
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = end - first_token
+        tpot /= output_tokens - 1
+        return end - start, first_token - start, tpot
+
+
+def _success_values(ok: np.ndarray, output_tokens: np.ndarray, latency: np.ndarray, ttft: np.ndarray,
+                    tpot: np.ndarray) -> dict[str, np.ndarray]:
+    """Keep the values the contract counts: successes, and for TPOT those with more than one token."""
+    return {"latency": latency[ok], "ttft": ttft[ok], "tpot": tpot[ok & (output_tokens > 1)]}
+
+
 def success_metrics(table: RecordTable) -> dict[str, np.ndarray]:
     """Return per-success latency, TTFT and request TPOT (TPOT only where output_tokens > 1)."""
-    ok = table.is_success
-    start, end, ft, out = table.start[ok], table.end[ok], table.first_token[ok], table.output_tokens[ok]
-    multi = out > 1
-    return {
-        "latency": end - start,
-        "ttft": ft - start,
-        "tpot": (end[multi] - ft[multi]) / (out[multi] - 1),
-    }
+    times = request_times(table.start, table.end, table.first_token, table.output_tokens)
+    return _success_values(table.is_success, table.output_tokens, *times)
 
 
 RECORD_METRICS: tuple[str, ...] = ("latency", "ttft", "tpot", "queue_wait", "prefill")
@@ -103,20 +115,16 @@ def metric_values(table: RecordTable, metric: str, *, failure_aware: bool = Fals
     if metric not in RECORD_METRICS:
         raise ConfigError(f"unknown metric '{metric}'; expected one of {', '.join(RECORD_METRICS)}")
     ok = table.is_success
-    with np.errstate(invalid="ignore", divide="ignore"):
-        if metric == "latency":
-            counted, vals = ok, table.end - table.start
-        elif metric == "ttft":
-            counted, vals = ok, table.first_token - table.start
-        elif metric == "tpot":
-            out = table.output_tokens
-            counted, vals = ok & (out > 1), (table.end - table.first_token) / np.maximum(out - 1, 1)
-        else:
-            if not np.isfinite(table.admitted).any():
-                return np.empty(0), np.empty(0, dtype=np.int64)
-            counted = ok & np.isfinite(table.admitted)
-            vals = (table.admitted - table.start if metric == "queue_wait"
-                    else table.first_token - table.admitted)
+    if metric in ("latency", "ttft", "tpot"):
+        latency, ttft, tpot = request_times(table.start, table.end, table.first_token, table.output_tokens)
+        vals = {"latency": latency, "ttft": ttft, "tpot": tpot}[metric]
+        counted = ok & (table.output_tokens > 1) if metric == "tpot" else ok
+    else:
+        if not np.isfinite(table.admitted).any():
+            return np.empty(0), np.empty(0, dtype=np.int64)
+        counted = ok & np.isfinite(table.admitted)
+        vals = (table.admitted - table.start if metric == "queue_wait"
+                else table.first_token - table.admitted)
     if failure_aware:
         vals = np.where(ok, vals, np.inf)
         counted = counted | ~ok
@@ -284,10 +292,10 @@ class _Rows:
     missing_request_id: np.ndarray  # bool
 
     @classmethod
-    def of(cls, table: RecordTable) -> "_Rows":
-        """Take the table's columns as they are (views, no copies)."""
+    def of(cls, table: RecordTable, error_code: np.ndarray) -> "_Rows":
+        """Take the table's columns as they are (views, no copies), with its error codes."""
         return cls(table.start, table.end, table.admitted, table.first_token, table.status, table.output_tokens,
-                   table.prompt_tokens, category_codes(table.error_arrow)[0], null_mask(table.request_id_arrow))
+                   table.prompt_tokens, error_code, null_mask(table.request_id_arrow))
 
     def take(self, rows: np.ndarray) -> "_Rows":
         """Return the rows at these indices."""
@@ -368,9 +376,10 @@ def build_report(table: RecordTable, window_start: float, window_end: float, slo
     if len(table) == 0:
         raise ConfigError(MSG_EMPTY)
     slice_rows = _slice_rows(table) if by_slice else {}
-    all_rows = _Rows.of(table)
+    error_code, error_names = category_codes(table.error_arrow)
+    all_rows = _Rows.of(table, error_code)
     common = dict(source=table.source, window_start=window_start, window_end=window_end, slo=slo,
-                  error_names=table.error_arrow.dictionary.to_pylist())
+                  error_names=error_names)
 
     def slice_report(name: str) -> Report:
         return _report(all_rows.take(slice_rows[name]), **common)
@@ -402,14 +411,10 @@ def _report(rows: _Rows, *, source: str | None, window_start: float, window_end:
     by_status = {name: int(status_counts[i]) for i, name in enumerate(STATUSES)}
     failures = n - by_status["success"]
     out = rows.output_tokens
-    with np.errstate(invalid="ignore", divide="ignore"):
-        latency = rows.end - rows.start
-        ttft = rows.first_token - rows.start
-        tpot = rows.end - rows.first_token
-        tpot /= out - 1
+    latency, ttft, tpot = request_times(rows.start, rows.end, rows.first_token, out)
     slo_result = _slo_result(rows, ok, latency, ttft, tpot, slo, window_s) if slo is not None and slo.any else None
     # masked copies are fresh arrays, so each is sorted in place (memory at 10M records)
-    m = {"latency": latency[ok], "ttft": ttft[ok], "tpot": tpot[ok & (out > 1)]}
+    m = _success_values(ok, out, latency, ttft, tpot)
     del latency, ttft, tpot
     for values in m.values():
         values.sort()
