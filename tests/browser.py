@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from processes import stop
 
 CHROMIUM = os.environ.get("SERVEBENCH_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -88,11 +89,7 @@ def streamlit_server(script: str = "app.py", timeout_s: float = 90) -> Iterator[
             raise RuntimeError("streamlit did not become healthy in time")
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc, timeout_s=10)
 
 
 def screenshot(page: "object", name: str) -> Path:

@@ -5,6 +5,8 @@ Skipped, with the reason, where Chromium or Playwright is missing. Screenshots g
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from browser import REPO, browser_page, require_chromium, screenshot, streamlit_server
@@ -20,8 +22,10 @@ def _wait_idle(page) -> None:
 
 
 def _metric(page, label: str) -> str:
+    # the whole label, not a substring: "Requests" must not find "Peak active requests"
+    exact = re.compile(rf"^\s*{re.escape(label)}\s*$")
     box = page.locator('[data-testid="stMetric"]').filter(
-        has=page.locator('[data-testid="stMetricLabel"]', has_text=label)).first
+        has=page.locator('[data-testid="stMetricLabel"]', has_text=exact)).first
     return box.locator('[data-testid="stMetricValue"]').inner_text(timeout=TIMEOUT_MS).strip()
 
 

@@ -15,6 +15,7 @@ import pytest
 
 pytest.importorskip("torch")
 
+from processes import stop  # noqa: E402
 from servebench.engine.service import EngineService  # noqa: E402
 from servebench.loadgen import LoadConfig, plan_requests, records_table, run_load_sync  # noqa: E402
 from servebench.scheduler import SchedulerConfig  # noqa: E402
@@ -180,12 +181,7 @@ def test_serve_engine_command_and_load_command_end_to_end(tmp_path):
         records = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
         assert all(rec["prompt_tokens"] == 8 and rec["output_tokens"] == 6 for rec in records)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+        stop(proc, timeout_s=15)
 
 
 def test_sweep_against_the_engine(server, tmp_path):
