@@ -273,8 +273,7 @@ def _distribution(ordered: np.ndarray, infinite: int = 0) -> Distribution:
 
 
 def _concurrency(tl: Timeline) -> Concurrency:
-    return Concurrency(peak=tl.peak, share_of_window_at_peak=float(tl.share_at_peak),
-                       time_at_peak_s=tl.time_at_peak_s)
+    return Concurrency(peak=tl.peak, share_of_window_at_peak=tl.share_at_peak, time_at_peak_s=tl.time_at_peak_s)
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ def active_timeline(start: np.ndarray, end: np.ndarray, window_start: float, win
     >>> active_timeline(np.array([0., 1, 2]), np.array([2., 3, 4]), 0, 4)
     Timeline(peak=2, time_at_peak_s=2.0, share_at_peak=0.5)
     """
-    window_s = window_end - window_start
+    window_s = float(window_end - window_start)
     if start.size == 0:
         return Timeline(0, window_s, 1.0)
     found = _peak_by_buckets(start, end)
@@ -37,7 +37,7 @@ def active_timeline(start: np.ndarray, end: np.ndarray, window_start: float, win
         return Timeline(0, window_s, 1.0)
     time_at_peak = float(np.sum(np.clip(held_to, window_start, window_end)
                                 - np.clip(held_from, window_start, window_end)))
-    return Timeline(peak, time_at_peak, time_at_peak / window_s)
+    return Timeline(peak, time_at_peak, float(time_at_peak / window_s))
 
 
 _EVENTS_PER_BUCKET = 4
