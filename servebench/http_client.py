@@ -17,10 +17,11 @@ from typing import Any, Literal
 import httpx
 
 from .errors import ConfigError, ServebenchError
+from .statuses import failure_status
 
-REJECT_CODES = (429, 503)
 API_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 ERROR_TEXT_CHARS = 200
+CAUSE_CHARS = 2000  # how much of an error body the status rules read
 
 
 class LoadError(ServebenchError):
@@ -39,14 +40,17 @@ class Outcome:
     end_s: float = math.nan
     prompt_tokens: int | None = None
     output_tokens: int | None = None
-    output_tokens_source: Literal["usage", "chunks"] | None = None
+    output_tokens_source: Literal["usage", "chunks", "bound"] | None = None
     http_status: int | None = None
     error: str | None = None
     slice: str | None = None
     requested_prompt_words: int = 0
     requested_output_tokens: int = 0
     chunk_times_s: list[float] = field(default_factory=list)
+    text_bytes: int = 0
     done_marker: bool = False
+    reported_output_tokens: int | None = None
+    warning: str | None = None
 
     @property
     def lag_s(self) -> float | None:
@@ -124,16 +128,17 @@ async def exchange(client: httpx.AsyncClient, url: str, body: dict[str, Any], he
                    out: Outcome, now: Callable[[], float], stream: bool) -> None:
     """POST ``body`` and read the answer into ``out`` as it arrives (times from ``now``).
 
-    Decides ``out.status`` for an answer that ended: success, failed (HTTP status, error event,
-    malformed stream, no tokens) or rejected (HTTP 429/503). A deadline that cancels the call
-    midway leaves what arrived so far (first token, chunk times, usage) in ``out``.
+    Decides ``out.status`` for an answer that ended: success, or a failure status from
+    :func:`~servebench.statuses.failure_status` (HTTP status, error event, malformed stream, no
+    tokens). A deadline that cancels the call midway leaves what arrived so far (first token,
+    chunk times, usage) in ``out``; so does a failure, whose content chunks are its wasted tokens.
     """
     async with client.stream("POST", url, json=body, headers=headers) as resp:
         out.http_status = resp.status_code
         if resp.status_code != 200:
             text = (await resp.aread()).decode("utf-8", "replace")
             out.end_s = now()
-            out.status = "rejected" if resp.status_code in REJECT_CODES else "failed"
+            out.status = failure_status(resp.status_code, text[:CAUSE_CHARS])
             out.error = f"HTTP {resp.status_code}: {error_message(text)}"
             return
         if stream:
@@ -152,6 +157,7 @@ async def _read_stream(resp: httpx.Response, out: Outcome, now: Callable[[], flo
             event = parse_sse_line(line)
         except ValueError as exc:
             out.end_s, out.status, out.error = now(), "failed", str(exc)
+            count_partial_tokens(out)
             return
         if event is None:
             continue
@@ -161,12 +167,16 @@ async def _read_stream(resp: httpx.Response, out: Outcome, now: Callable[[], flo
             _settle(out, finish_reason, streamed=True)  # final even if the deadline cuts the rest of the body
             continue
         if "error" in event:
-            out.end_s, out.status = now(), "failed"
-            out.error = f"error event: {error_message(json.dumps(event['error']))}"
+            cause = json.dumps(event["error"])
+            out.end_s, out.status = now(), failure_status(None, cause[:CAUSE_CHARS])
+            out.error = f"error event: {error_message(cause)}"
+            count_partial_tokens(out)
             return
-        if chunk_text(event):
+        text = chunk_text(event)
+        if text:
             t = now()
             out.chunk_times_s.append(t)
+            out.text_bytes += len(text.encode("utf-8"))
             if out.first_token_s is None:
                 out.first_token_s = t
         for choice in event.get("choices") or ():
@@ -190,15 +200,68 @@ async def _read_whole(resp: httpx.Response, out: Outcome, now: Callable[[], floa
         return
     apply_usage(out, doc.get("usage") if isinstance(doc, dict) else None)
     finish = None
-    if isinstance(doc, dict) and chunk_text(doc):
+    text = chunk_text(doc) if isinstance(doc, dict) else ""
+    if text:
+        out.text_bytes = len(text.encode("utf-8"))
         out.first_token_s = out.end_s  # the whole answer arrives at once: TTFT equals latency
         finish = next((c.get("finish_reason") for c in doc.get("choices") or () if isinstance(c, dict)), None)
     out.done_marker = True
     _settle(out, finish or "stop", streamed=False)
 
 
+def count_partial_tokens(out: Outcome) -> None:
+    """On a non-success, keep the content chunks received as the (wasted) output token count.
+
+    A usage report that arrived before the failure wins, unless it claims more than can have arrived.
+    """
+    check_usage(out, streamed=True)
+    if out.output_tokens is None and out.chunk_times_s:
+        out.output_tokens, out.output_tokens_source = len(out.chunk_times_s), "chunks"
+
+
+def usage_problem(reported_tokens: int, max_tokens: int, text_bytes: int) -> str | None:
+    """Say why a reported output token count cannot be true, or return None when it can.
+
+    More than ``max_tokens`` was never allowed; more than the UTF-8 bytes of text received plus one is
+    impossible, since every token renders to at least one byte save a final end-of-sequence token.
+
+    >>> usage_problem(4, 4, 8), usage_problem(9, 4, 80), usage_problem(40, 64, 6)
+    (None, 'above max_tokens 4', 'above the 6 bytes of text received + 1')
+    """
+    if max_tokens > 0 and reported_tokens > max_tokens:
+        return f"above max_tokens {max_tokens}"
+    if reported_tokens > text_bytes + 1:
+        return f"above the {text_bytes} bytes of text received + 1"
+    return None
+
+
+def check_usage(out: Outcome, streamed: bool) -> None:
+    """Replace an impossible ``usage.completion_tokens`` with what was received; say so in ``out.warning``.
+
+    Streamed: the content chunks received (each carries at least one token). Not streamed: the
+    tightest bound, min(max_tokens, text bytes + 1).
+    """
+    if out.output_tokens_source != "usage" or out.output_tokens is None:
+        return
+    problem = usage_problem(out.output_tokens, out.requested_output_tokens, out.text_bytes)
+    if problem is None:
+        return
+    out.reported_output_tokens = out.output_tokens
+    if streamed:
+        received, what = len(out.chunk_times_s), "content chunks received"
+        out.output_tokens_source = "chunks"
+    else:
+        bounds = [out.text_bytes + 1] + ([out.requested_output_tokens] if out.requested_output_tokens > 0 else [])
+        received, what = min(bounds) if out.text_bytes else 0, "bound from max_tokens and the text received"
+        out.output_tokens_source = "bound"
+    out.output_tokens = received if received > 0 else None
+    out.warning = (f"usage.completion_tokens {out.reported_output_tokens} is impossible ({problem}); "
+                   f"recorded {received} ({what})")
+
+
 def _settle(out: Outcome, finish_reason: str | None, streamed: bool) -> None:
     """Decide success or failure of an answer that arrived with HTTP 200."""
+    check_usage(out, streamed)
     if out.output_tokens is None and out.chunk_times_s:
         out.output_tokens, out.output_tokens_source = len(out.chunk_times_s), "chunks"
     if streamed and not out.done_marker:

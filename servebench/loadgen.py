@@ -2,9 +2,10 @@
 
 Open loop: each planned request has an intended send time on the run's clock; a dispatcher starts it
 then, whatever the responses do, so queueing in the server is real. Closed loop: ``users`` coroutines
-each send, wait for the end, think, and send again. Every request ends in exactly one outcome:
-success, failed (HTTP status or exception in ``error``), timeout (its deadline passed), cancelled
-(the run's duration limit passed first) or rejected (HTTP 429 or 503).
+each send, wait for the end, think, and send again. Every request sent ends in exactly one outcome:
+success, or the status :mod:`servebench.statuses` gives its failure (rejected, timeout, cancelled,
+failed; the cause in ``error``), with the content chunks it received before a failure kept as wasted
+``output_tokens``. Planned requests the duration limit left unsent are counted, not dropped.
 
 One clock: ``loop.time()`` (``time.monotonic``), in seconds since the run's origin ``t0``. A record's
 ``start`` is the *intended* send time (the arrival, as in the simulator, so the generator's own
@@ -32,9 +33,10 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import ConfigError
-from .http_client import API_PATHS, Outcome, discover_model, exc_text, exchange, normalize_url
+from .http_client import API_PATHS, Outcome, count_partial_tokens, discover_model, exc_text, exchange, normalize_url
 from .percentiles import percentile
 from .records import RecordTable, default_window, parse_objects, record_dict, validate
+from .statuses import failure_status
 from .workload import WorkloadSpec, closed_loop_plan, generate_workload
 
 # Common English words that most tokenizers keep as one token each (with a leading space).
@@ -95,8 +97,8 @@ class GeneratorStats(BaseModel):
 
     mode: Literal["open", "closed"]
     planned: int = Field(description="Requests in the plan.")
-    offered: int = Field(description="Requests whose intended send time came before the run ended.")
-    not_sent_duration_limit: int = Field(description="Planned requests left out by the duration limit.")
+    offered: int = Field(description="Requests whose intended send time came before the run ended (one record each).")
+    not_sent_duration_limit: int = Field(description="Planned requests never sent: the duration limit came first.")
     sent: int = Field(description="Requests that reached the wire (the rest waited for a slot past their limit).")
     accepted: int = Field(description="Offered minus rejected.")
     completed: int = Field(description="Successful requests.")
@@ -109,6 +111,9 @@ class GeneratorStats(BaseModel):
     waited_for_slot: int = Field(description="Requests that found every connection busy and waited.")
     schedule_lag_s: LagStats
     lag_warning: str | None = Field(None, description="Set when the generator was late enough to matter.")
+    implausible_usage: int = Field(0, description="Replies whose usage.completion_tokens could not be true "
+                                                  "(above max_tokens or the text received); what arrived was kept.")
+    warnings: list[str] = Field(default_factory=list, description="Everything the run should not hide, one line each.")
     run_s: float = Field(description="From t0 to the last outcome.")
 
 
@@ -180,8 +185,13 @@ def workload_plan(spec: WorkloadSpec, rng: np.random.Generator) -> list[PlannedR
     """Draw a workload (open-loop arrivals, or closed-loop lengths and think times) into a plan.
 
     Prompt lengths are sent as that many words: exact for ``serve-engine``, approximate for a real
-    tokenizer (the records take ``prompt_tokens`` from the server's ``usage``).
+    tokenizer (the records take ``prompt_tokens`` from the server's ``usage``). With both
+    ``num_requests`` and ``duration_s`` the plan holds every requested arrival: the duration is the
+    run's limit (``LoadConfig.duration_s``), so the requests it cuts off are counted as never sent
+    instead of vanishing from the plan.
     """
+    if spec.num_requests is not None and spec.duration_s is not None:
+        spec = spec.model_copy(update={"duration_s": None})
     if spec.closed_loop is not None:
         cl = closed_loop_plan(spec, rng)
         wl, think = cl.requests, cl.think_s
@@ -194,6 +204,25 @@ def workload_plan(spec: WorkloadSpec, rng: np.random.Generator) -> list[PlannedR
     deadlines = [wl.class_timeout_s[c] for c in wl.class_index.tolist()]
     return plan_requests(wl.arrival_s, np.maximum(wl.prompt_tokens, 1), wl.output_tokens, rng,
                          slices=slices, think_s=think, deadline_s=deadlines)
+
+
+def unsent_warning(planned: int, offered: int, duration_s: float | None) -> str | None:
+    """Say how many planned requests the duration limit left unsent (as ``servebench run --max-wall-s`` does)."""
+    unsent = planned - offered
+    if unsent <= 0:
+        return None
+    limit = f"the {duration_s:g} s duration limit" if duration_s is not None else "the end of the run"
+    return (f"stopped at {limit}: {unsent} of {planned} planned requests never sent (not records; "
+            "counted as not_sent_duration_limit)")
+
+
+def usage_warning(outcomes: Sequence[Outcome]) -> str | None:
+    """Summarize the replies whose reported output token count was impossible (the first one as an example)."""
+    bad = [o for o in outcomes if o.reported_output_tokens is not None]
+    if not bad:
+        return None
+    return (f"{len(bad)} replies reported more output tokens than can have arrived; their records keep what was "
+            f"received (sends.jsonl: reported_output_tokens). First: {bad[0].request_id}: {bad[0].warning}")
 
 
 def request_body(config: LoadConfig, model: str, req: PlannedRequest) -> dict[str, Any]:
@@ -225,7 +254,8 @@ def to_send_row(o: Outcome) -> dict[str, Any]:
         "request_id": o.request_id, "intended_s": o.intended_s, "sent_s": o.sent_s, "lag_s": o.lag_s,
         "http_status": o.http_status, "requested_prompt_words": o.requested_prompt_words,
         "requested_output_tokens": o.requested_output_tokens, "output_tokens_source": o.output_tokens_source,
-        "token_level_chunks": o.token_level_chunks, "chunk_times_s": o.chunk_times_s,
+        "token_level_chunks": o.token_level_chunks, "reported_output_tokens": o.reported_output_tokens,
+        "warning": o.warning, "chunk_times_s": o.chunk_times_s,
     }
 
 
@@ -259,20 +289,28 @@ def lag_warning(lag: LagStats, outcomes: Sequence[Outcome], mode: str) -> str | 
 
 
 def generator_stats(outcomes: Sequence[Outcome], mode: Literal["open", "closed"], planned: int,
-                    max_in_flight: int, peak_in_flight: int, waited_for_slot: int) -> GeneratorStats:
-    """Count outcomes into offered, accepted, completed, rejected work and the generator's limits."""
+                    max_in_flight: int, peak_in_flight: int, waited_for_slot: int,
+                    duration_s: float | None = None) -> GeneratorStats:
+    """Count outcomes into offered, accepted, completed, rejected work and the generator's limits.
+
+    Conservation: planned = offered + not sent, and offered = the five statuses summed.
+    """
     counts = {s: 0 for s in ("success", "failed", "timeout", "cancelled", "rejected")}
     for o in outcomes:
         counts[o.status] += 1
     lag = lag_stats(outcomes)
     ends = [o.end_s for o in outcomes if math.isfinite(o.end_s)]
+    lag_note = lag_warning(lag, outcomes, mode)
+    warnings = [w for w in (unsent_warning(planned, len(outcomes), duration_s), usage_warning(outcomes), lag_note)
+                if w is not None]
     return GeneratorStats(
         mode=mode, planned=planned, offered=len(outcomes), not_sent_duration_limit=planned - len(outcomes),
         sent=sum(o.sent_s is not None for o in outcomes), accepted=len(outcomes) - counts["rejected"],
         completed=counts["success"], rejected=counts["rejected"], failed=counts["failed"],
         timed_out=counts["timeout"], cancelled=counts["cancelled"], max_in_flight=max_in_flight,
-        peak_in_flight=peak_in_flight, waited_for_slot=waited_for_slot, schedule_lag_s=lag,
-        lag_warning=lag_warning(lag, outcomes, mode), run_s=max(ends) if ends else 0.0)
+        peak_in_flight=peak_in_flight, waited_for_slot=waited_for_slot, schedule_lag_s=lag, lag_warning=lag_note,
+        implausible_usage=sum(o.reported_output_tokens is not None for o in outcomes), warnings=warnings,
+        run_s=max(ends) if ends else 0.0)
 
 
 # --------------------------------------------------------------------------- the run
@@ -323,22 +361,26 @@ class _Runner:
             if not out.done_marker:  # after [DONE] the answer is settled; only reading the rest of the body was cut
                 out.end_s = self.now()
                 if limit_at < deadline_at:
-                    out.status, out.error = "cancelled", f"run stopped at its duration limit ({cfg.duration_s:g} s)"
+                    out.status = failure_status(client_cancelled=True)
+                    out.error = f"run stopped at its duration limit ({cfg.duration_s:g} s)"
                 else:
                     where = "while waiting for a generator connection slot" if out.sent_s is None else \
                         ("before the first token" if out.first_token_s is None else "while streaming")
-                    out.status, out.error = "timeout", f"deadline {deadline_s:g} s passed {where}"
-                self._count_partial_tokens(out)
+                    out.status = failure_status(client_timeout=True)
+                    out.error = f"deadline {deadline_s:g} s passed {where}"
+                count_partial_tokens(out)
         except asyncio.CancelledError:
             if not out.done_marker:
                 out.end_s = self.now()
-                out.status, out.error = "cancelled", "the generator was stopped"
-                self._count_partial_tokens(out)
+                out.status, out.error = failure_status(client_cancelled=True), "the generator was stopped"
+                count_partial_tokens(out)
             self._finish(out)
             raise
-        except httpx.HTTPError as exc:
+        except httpx.HTTPError as exc:  # connection refused or closed mid-stream, a read timeout, ...
             out.end_s = self.now()
-            out.status, out.error = "failed", exc_text(exc)
+            out.error = exc_text(exc)
+            out.status = failure_status(None, out.error)
+            count_partial_tokens(out)
         finally:
             if on_wire:
                 self.in_flight -= 1
@@ -352,12 +394,6 @@ class _Runner:
         if self.on_outcome is not None:
             self.on_outcome(out)
 
-    @staticmethod
-    def _count_partial_tokens(out: Outcome) -> None:
-        """On a non-success, keep the content chunks received as the (wasted) output token count."""
-        if out.output_tokens is None and out.chunk_times_s:
-            out.output_tokens = len(out.chunk_times_s)
-            out.output_tokens_source = "chunks"
 
 def _client(config: LoadConfig, longest_deadline_s: float) -> httpx.AsyncClient:
     """Return an HTTP client sized to the generator's in-flight limit (environment proxies ignored).
@@ -402,7 +438,7 @@ def result_from_state(config: LoadConfig, planned: int, state: RunState) -> Load
     mode: Literal["open", "closed"] = "open" if config.users is None else "closed"
     outcomes = sorted(state.outcomes, key=lambda o: (o.intended_s, o.request_id))
     stats = generator_stats(outcomes, mode, planned, config.max_in_flight, state.peak_in_flight,
-                            state.waited_for_slot)
+                            state.waited_for_slot, config.duration_s)
     return LoadResult(outcomes=outcomes, stats=stats, model=state.model or "unknown", config=config,
                       started_utc=state.started_utc)
 

@@ -503,3 +503,235 @@ def test_replay_sends_at_the_recorded_start_times(tmp_path):
     assert [s["intended_s"] for s in sends] == pytest.approx([0.0, 0.05, 0.2])
     meta = json.loads((tmp_path / "r" / "metadata.json").read_text())
     assert meta["arrival_pattern"]["kind"] == "replay"
+
+
+# --------------------------------------------------------------------------- a deliberately faulty server
+
+
+class FaultyServer:
+    """A raw-socket HTTP/1.1 server on 127.0.0.1 (port 0) that misbehaves on purpose, in its own thread.
+
+    Every POST streams ``chunks`` content chunks of one token each (chunked encoding), then does what
+    ``fault`` says: ``error_event`` (a server-side deadline, as serve-engine sends it), ``close`` (drops
+    the connection mid-body), ``garbage`` (malformed SSE data), ``stall`` (sends nothing more),
+    ``lying_usage`` (usage claims ``usage_tokens`` tokens, then [DONE]), ``queue_full`` (HTTP 503 before
+    any chunk) or ``deadline_504`` (HTTP 504 before any chunk).
+    """
+
+    def __init__(self, fault: str, chunks: int = 5, usage_tokens: int = 1000) -> None:
+        self.fault, self.chunks, self.usage_tokens = fault, chunks, usage_tokens
+        self.loop = asyncio.new_event_loop()
+        self.ready = threading.Event()
+        self.port = 0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        if not self.ready.wait(10):
+            raise RuntimeError("the faulty server did not start")
+        return f"http://127.0.0.1:{self.port}"
+
+    def __exit__(self, *exc: object) -> None:
+        self.loop.call_soon_threadsafe(self.stop.set)
+        self.thread.join(10)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_until_complete(self._serve())
+        self.loop.close()
+
+    async def _serve(self) -> None:
+        self.stop = asyncio.Event()
+        self.handlers: set[asyncio.Task] = set()
+        server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.port = server.sockets[0].getsockname()[1]
+        self.ready.set()
+        async with server:
+            await self.stop.wait()
+            server.close()
+            for task in self.handlers:  # a stalled answer must not outlive the loop
+                task.cancel()
+            await asyncio.gather(*self.handlers, return_exceptions=True)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self.handlers.add(task)
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.decode("latin-1").split("\r\n")[1:]:
+                    name, _, value = line.partition(":")
+                    if name.strip().lower() == "content-length":
+                        length = int(value)
+                body = json.loads(await reader.readexactly(length)) if length else {}
+                if not await self._answer(body, writer):
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+            self.handlers.discard(task)
+
+    async def _answer(self, body: dict, writer: asyncio.StreamWriter) -> bool:
+        """Write one answer; return False when the connection must not be reused."""
+        if self.fault in ("queue_full", "deadline_504"):
+            code, reason, err = (
+                (503, "Service Unavailable", {"message": "request rejected: queue_full", "type": "server_overloaded",
+                                              "code": "queue_full"}) if self.fault == "queue_full" else
+                (504, "Gateway Timeout", {"message": "request ended with timeout: deadline_exceeded",
+                                          "type": "timeout", "code": "deadline_exceeded"}))
+            payload = json.dumps({"error": err}).encode()
+            writer.write(f"HTTP/1.1 {code} {reason}\r\nContent-Type: application/json\r\n"
+                         f"Content-Length: {len(payload)}\r\n\r\n".encode() + payload)
+            await writer.drain()
+            return True
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+
+        def chunk(text: str) -> bytes:
+            data = text.encode()
+            return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+        for i in range(self.chunks):
+            writer.write(chunk(f"data: {json.dumps({'choices': [{'index': 0, 'text': f' t{i}'}]})}\n\n"))
+            await writer.drain()
+            await asyncio.sleep(0.002)
+        if self.fault == "close":
+            return False  # the caller closes the socket mid-body: no terminating chunk
+        if self.fault == "stall":
+            await asyncio.sleep(30)  # the client's deadline ends it first
+            return False
+        tail = {
+            "error_event": 'data: {"error": {"message": "request ended with timeout: deadline_exceeded", '
+                           '"type": "timeout", "code": "deadline_exceeded"}}\n\ndata: [DONE]\n\n',
+            "garbage": "data: {this is not json\n\n",
+            "lying_usage": f"data: {json.dumps({'choices': [], 'usage': {'prompt_tokens': 3, 'completion_tokens': self.usage_tokens}})}\n\n"
+                           "data: [DONE]\n\n",
+        }[self.fault]
+        writer.write(chunk(tail) + b"0\r\n\r\n")
+        await writer.drain()
+        return True
+
+
+def faulty_run(fault: str, chunks: int = 5, n: int = 2, out: int = 20, **config: object):
+    with FaultyServer(fault, chunks=chunks) as url:
+        return run_load_sync(LoadConfig(url=url, model="m", **config), make_plan(n, out=out))
+
+
+@pytest.mark.parametrize("fault,status,cause", [
+    ("error_event", "timeout", "error event: request ended with timeout: deadline_exceeded"),
+    ("close", "failed", "RemoteProtocolError"),
+    ("garbage", "failed", "malformed SSE data"),
+])
+def test_tokens_received_before_a_failure_are_wasted_output(fault, status, cause):
+    result = faulty_run(fault, chunks=7)
+    for o in result.outcomes:
+        assert o.status == status and cause in o.error
+        assert (o.output_tokens, o.output_tokens_source) == (7, "chunks")  # every chunk before the failure
+        assert len(o.chunk_times_s) == 7 and o.first_token_s == o.chunk_times_s[0]
+    table, ws, we = table_of(result.outcomes)
+    report = build_report(table, ws, we)
+    assert report.summary["successes"] == 0 and report.by_status[status] == 2
+    assert table.output_tokens.tolist() == [7, 7]  # the records carry the wasted work
+
+
+def test_tokens_received_before_a_client_timeout_or_a_duration_cancel_are_wasted_output():
+    timed = faulty_run("stall", chunks=4, deadline_s=0.5)
+    assert [(o.status, o.output_tokens) for o in timed.outcomes] == [("timeout", 4)] * 2
+    assert all(o.error == "deadline 0.5 s passed while streaming" for o in timed.outcomes)
+    cut = faulty_run("stall", chunks=3, deadline_s=30, duration_s=0.5)
+    assert [(o.status, o.output_tokens) for o in cut.outcomes] == [("cancelled", 3)] * 2
+    assert all("duration limit" in o.error for o in cut.outcomes)
+
+
+def test_a_queue_full_503_and_a_504_deadline_get_the_shared_statuses():
+    rejected = faulty_run("queue_full")
+    assert [(o.status, o.http_status, o.output_tokens) for o in rejected.outcomes] == [("rejected", 503, None)] * 2
+    assert rejected.outcomes[0].error == "HTTP 503: request rejected: queue_full"
+    late = faulty_run("deadline_504", stream=False)
+    assert [o.status for o in late.outcomes] == ["timeout"] * 2
+    assert late.stats.rejected == 0 and late.stats.timed_out == 2
+
+
+def test_an_impossible_usage_count_keeps_what_arrived_and_warns(tmp_path):
+    result = faulty_run("lying_usage", chunks=6, out=20)  # usage says 1000 tokens for 6 chunks, max_tokens 20
+    for o in result.outcomes:
+        assert o.status == "success" and o.output_tokens == 6 and o.output_tokens_source == "chunks"
+        assert o.reported_output_tokens == 1000 and "above max_tokens 20" in o.warning
+    s = result.stats
+    assert s.implausible_usage == 2
+    assert any("2 replies reported more output tokens than can have arrived" in w for w in s.warnings)
+    row = to_send_row(result.outcomes[0])
+    assert row["reported_output_tokens"] == 1000 and row["output_tokens_source"] == "chunks"
+
+
+@pytest.mark.parametrize("reported,max_tokens,text,expected", [
+    (5, 20, " a b c d e", None),                 # plausible: kept
+    (21, 20, " x" * 30, "above max_tokens 20"),
+    (12, 20, "abc", "above the 3 bytes of text received + 1"),
+    (4, 20, "abc", None),                        # 3 one-byte tokens and an end-of-sequence token
+])
+def test_usage_problem_bounds(reported, max_tokens, text, expected):
+    from servebench.http_client import usage_problem
+    assert usage_problem(reported, max_tokens, len(text.encode())) == expected
+
+
+def test_an_impossible_usage_count_is_reported_by_the_cli(tmp_path):
+    from typer.testing import CliRunner
+
+    from servebench.cli import app
+
+    with FaultyServer("lying_usage", chunks=3) as url:
+        r = CliRunner().invoke(app, ["load", url, "--model", "m", "--rate", "100", "--requests", "2",
+                                     "--output-tokens", "8", "-o", str(tmp_path / "u")], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    assert "warning:" in r.output and "reported more output tokens than can have arrived" in r.output
+    meta = json.loads((tmp_path / "u" / "metadata.json").read_text())
+    assert meta["generator"]["implausible_usage"] == 2
+    records = [json.loads(line) for line in (tmp_path / "u" / "records.jsonl").read_text().splitlines()]
+    assert [r["output_tokens"] for r in records] == [3, 3]
+
+
+def test_duration_cut_counts_the_requests_never_sent(tmp_path):
+    from typer.testing import CliRunner
+
+    from servebench.cli import app
+
+    out = tmp_path / "d"
+    with serve_in_background(fake_app(FakeState())) as url:
+        r = CliRunner().invoke(app, ["load", url, "--rate", "20", "--arrival", "constant", "--requests", "50",
+                                     "--duration", "0.5", "--output-tokens", "2", "-o", str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    gen = json.loads(r.output)["generator"]
+    assert gen["planned"] == 50 and gen["offered"] == 10 and gen["not_sent_duration_limit"] == 40
+    assert gen["offered"] + gen["not_sent_duration_limit"] == gen["planned"]  # conservation
+    assert any("40 of 50 planned requests never sent" in w for w in gen["warnings"])
+    meta = json.loads((out / "metadata.json").read_text())
+    assert meta["generator"]["planned"] == 50 and meta["generator"]["not_sent_duration_limit"] == 40
+    assert len((out / "records.jsonl").read_text().splitlines()) == 10
+    with serve_in_background(fake_app(FakeState())) as url:
+        r = CliRunner().invoke(app, ["load", url, "--rate", "20", "--arrival", "constant", "--requests", "50",
+                                     "--duration", "0.5", "--output-tokens", "2", "-o", str(tmp_path / "t")],
+                               env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    assert "40 of 50 planned requests never sent" in r.output
+
+
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(st.integers(1, 40), st.floats(0.05, 5.0), st.floats(1.0, 50.0))
+def test_workload_plan_keeps_every_requested_arrival_under_a_duration(requests, duration_s, rate):
+    from servebench.loadgen import workload_plan
+    from servebench.workload import ArrivalSpec, WorkloadSpec
+
+    from servebench.workload import ClassSpec, LengthSpec
+
+    one = ClassSpec(prompt=LengthSpec(kind="fixed", value=3), output=LengthSpec(kind="fixed", value=2))
+    spec = WorkloadSpec(arrival=ArrivalSpec(kind="poisson", rate_rps=rate), classes=[one], num_requests=requests,
+                        duration_s=duration_s)
+    plan = workload_plan(spec, np.random.default_rng(0))
+    assert len(plan) == requests  # the duration ends the run; it does not shrink the plan
+    offered = [Outcome(request_id=p.request_id, intended_s=p.intended_s, status="cancelled", end_s=duration_s)
+               for p in plan if p.intended_s < duration_s]
+    stats = generator_stats(offered, "open", len(plan), 8, 0, 0, duration_s)
+    assert stats.offered + stats.not_sent_duration_limit == stats.planned == requests
+    assert (stats.not_sent_duration_limit > 0) == any("never sent" in w for w in stats.warnings)

@@ -9,12 +9,12 @@ from typing import Any, Optional
 import numpy as np
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from ..cli import app, console, emit_json
 from ..errors import ConfigError
+from ..safetext import safe_markup
 
 
 def _workload(rate: Optional[float], requests: int, users: Optional[int], arrival: str, cv: float,
@@ -77,6 +77,7 @@ def _generator_table(stats: Any) -> Table:
             ("accepted", stats.accepted), ("completed", stats.completed), ("rejected", stats.rejected),
             ("failed", stats.failed), ("timed out", stats.timed_out), ("cancelled", stats.cancelled),
             ("not sent (duration limit)", stats.not_sent_duration_limit),
+            ("impossible usage counts", stats.implausible_usage),
             ("in flight: peak / limit", f"{stats.peak_in_flight} / {stats.max_in_flight}"),
             ("waited for a connection slot", stats.waited_for_slot),
             ("schedule lag p50 / p99 / max, s", f"{f(lag.p50_s)} / {f(lag.p99_s)} / {f(lag.max_s)}"),
@@ -117,7 +118,7 @@ def _run_one(url: str, spec: Any, seed: int, out_dir: Path, cfg_kwargs: dict[str
             partial = result_from_state(config, len(plan), state)
             write_run(out_dir, partial, {**run_metadata(partial, spec, seed, source), "interrupted": True})
             console.print(f"[yellow]interrupted:[/] wrote the {len(state.outcomes)} outcomes gathered to "
-                          f"{escape(str(out_dir))}")
+                          f"{safe_markup(str(out_dir))}")
         raise SystemExit(130) from None  # typer.Exit would be swallowed by cli.main (standalone_mode off)
     write_run(out_dir, result, run_metadata(result, spec, seed, source))
     table, ws, we = records_table(result.outcomes, str(out_dir / "records.jsonl"))
@@ -184,9 +185,9 @@ def load(
     from ..render import print_report
     print_report(console, report)
     console.print(_generator_table(result.stats))
-    if result.stats.lag_warning:
-        console.print(f"[yellow]warning:[/] {escape(result.stats.lag_warning)}")
-    console.print(f"model {escape(repr(result.model))}; wrote {escape(str(out))}/records.jsonl, sends.jsonl, "
+    for warning in result.stats.warnings:
+        console.print(f"[yellow]warning:[/] {safe_markup(warning)}")
+    console.print(f"model {safe_markup(repr(result.model))}; wrote {safe_markup(str(out))}/records.jsonl, sends.jsonl, "
                   "metadata.json")
 
 
@@ -251,7 +252,7 @@ def _sweep(url: str, rates_text: str, out: Path, requests: int, arrival: str, cv
         emit_json({**json.loads(result.model_dump_json()), "runs": runs,
                    "files": [str(out / "sweep.json"), str(out / "sweep.csv")]})
         return
-    t = Table(title=escape(f"Measured sweep of {model[0]} at {url}"))
+    t = Table(title=safe_markup(f"Measured sweep of {model[0]} at {url}"))
     for col in ("rate", "offered/s", "done/s", "rejected", "timeout", "failed", "TTFT p95", "TPOT p95",
                 "latency p95", "within SLOs"):
         t.add_column(col, justify="right")
@@ -260,8 +261,8 @@ def _sweep(url: str, rates_text: str, out: Path, requests: int, arrival: str, cv
                   fmt(p.rejected), fmt(p.timed_out), fmt(p.failed), fmt(p.ttft_s["p95"]), fmt(p.tpot_s["p95"]),
                   fmt(p.latency_s["p95"]), f"{p.slo_attainment:.1%}", style=None if p.meets_slo else "red")
     console.print(t)
-    console.print(f"usable capacity: [bold]{fmt(capacity.load)}[/] ({escape(capacity.note)}); knee at "
-                  f"{fmt(result.knee_load)}; wrote {escape(str(out))}/sweep.json, sweep.csv and one run directory "
+    console.print(f"usable capacity: [bold]{fmt(capacity.load)}[/] ({safe_markup(capacity.note)}); knee at "
+                  f"{fmt(result.knee_load)}; wrote {safe_markup(str(out))}/sweep.json, sweep.csv and one run directory "
                   "per rate")
 
 
