@@ -15,6 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from faulty_server import faulty_run
+
 from servebench.errors import InputFormatError
 from servebench.importers import FORMATS, detect, import_bytes, import_runs, parse_format
 from servebench.loaders import read_bytes, read_path, to_table
@@ -33,6 +35,8 @@ SAMPLES = {
     "aiperf-0.13.0-clean-profile_export.jsonl": "aiperf",
     "aiperf-0.13.0-clean-profile_export_aiperf.json": "aiperf",
     "aiperf-errors-handmade.jsonl": "aiperf",
+    "aiperf-statuses-handmade.jsonl": "aiperf",
+    "guidellm-statuses-handmade.json": "guidellm",
     "genai-perf-profile_export.json": "genai-perf",
     "llmperf-individual.json": "llmperf",
     "llmperf-summary.json": "llmperf",
@@ -359,7 +363,8 @@ def test_genai_perf_first_token_is_the_first_chunk_with_content():
     assert rows[0]["end"] - rows[0]["start"] == pytest.approx(0.150)  # last content, not usage/[DONE]
     assert (rows[0]["output_tokens"], rows[0]["prompt_tokens"]) == (3, 12)  # from the usage report
     assert rows[1]["output_tokens"] == 4 and rows[1]["end"] - rows[1]["start"] == pytest.approx(0.160)
-    assert (rows[2]["status"], rows[2]["error"]) == ("failed", "server overloaded")
+    # an error event {"message": "server overloaded", "code": 503}: an admission refusal, as from `load`
+    assert (rows[2]["status"], rows[2]["error"]) == ("rejected", "server overloaded")
     assert (rows[3]["status"], rows[3]["error"]) == ("failed", "no response with content")
     text = " ".join(loaded.warnings)
     assert "holds 2 experiments" in text and "number of responses with content" in text
@@ -466,3 +471,84 @@ def test_guidellm_errored_shapes_become_the_right_status_with_partial_tokens_kep
     assert (k["status"], k["output_tokens"]) == ("failed", 52) and "first_token" in k
     assert by_id[http500["request_id"]]["status"] == "failed"
     assert by_id[busy["request_id"]]["status"] == "rejected"
+
+
+# --------------------------------------------------------------------------- one status vocabulary
+
+
+def _by_id(name: str) -> dict:
+    t, _, _ = to_table(load(name))
+    return {r["request_id"]: r for r in t.to_dicts()}
+
+
+def test_the_same_server_events_get_the_same_status_from_load_guidellm_and_aiperf():
+    """A 503 queue_full is rejected and a server deadline mid-stream is a timeout, whoever measured it."""
+    load_full = faulty_run("queue_full").outcomes[0]
+    load_late = faulty_run("error_event", chunks=7).outcomes[0]
+    guidellm = _by_id("guidellm-statuses-handmade.json")
+    aiperf = _by_id("aiperf-statuses-handmade.jsonl")
+    assert load_full.status == guidellm["req-1"]["status"] == aiperf["req-0"]["status"] == "rejected"
+    assert load_late.status == guidellm["req-2"]["status"] == aiperf["req-1"]["status"] == "timeout"
+    # and each keeps the tokens streamed before the deadline as wasted work
+    assert load_late.output_tokens == guidellm["req-2"]["output_tokens"] == aiperf["req-1"]["output_tokens"] == 7
+    assert "queue_full" in load_full.error and "queue_full" in aiperf["req-0"]["error"]
+    assert "deadline_exceeded" in load_late.error and "deadline_exceeded" in aiperf["req-1"]["error"]
+
+
+def test_a_client_read_timeout_is_a_timeout_from_load_and_from_the_real_peer_exports():
+    timed = faulty_run("stall", chunks=2, deadline_s=0.4).outcomes[0]
+    _, guidellm = table("guidellm-0.8.1-errors.json")  # httpx ReadTimeout (real GuideLLM 0.8.1 export)
+    _, aiperf = table("aiperf-errors-handmade.jsonl")  # TimeoutError (AIPerf 0.13.0 shape)
+    assert timed.status == "timeout"
+    assert "timeout" in status_counts(guidellm) and "timeout" in status_counts(aiperf)
+
+
+def test_aiperf_stream_that_ended_with_an_error_event_is_not_a_success_and_is_warned():
+    loaded = load("aiperf-statuses-handmade.jsonl")
+    rec = _by_id("aiperf-statuses-handmade.jsonl")["req-1"]
+    assert rec["status"] == "timeout" and rec["error"] == "error event: request ended with timeout: deadline_exceeded"
+    assert rec["first_token"] - rec["start"] == pytest.approx(0.100)  # the first content packet
+    assert any("counts a stream that ends with an error event as a success: 1 request(s) did, 1 of them shorter "
+               "than the max_tokens they asked for" in w for w in loaded.warnings)
+    clean = load("aiperf-0.13.0-clean-profile_export.jsonl")
+    assert not any("error event" in w for w in clean.warnings)
+
+
+def test_a_raw_aiperf_success_without_metrics_takes_times_and_tokens_from_its_responses():
+    lines = [json.loads(x) for x in (DATA / "aiperf-statuses-handmade.jsonl").read_text().splitlines()]
+    raw = lines[1]
+    raw["responses"] = [r for r in raw["responses"] if "error" not in r["packets"][0]["value"]]
+    t, _, _ = to_table(import_bytes((json.dumps(raw) + "\n" + json.dumps(lines[0])).encode(), "r.jsonl"))
+    ok = t.to_dicts()[0]
+    assert ok["status"] == "success" and ok["output_tokens"] == 7
+    assert ok["first_token"] - ok["start"] == pytest.approx(0.100) and ok["end"] - ok["start"] == pytest.approx(0.220)
+
+
+@pytest.mark.parametrize("text,status", [
+    ("HTTPStatusError(\"Server error '503 Service Unavailable' for url 'x'\")", "rejected"),
+    ("HTTPStatusError(\"Client error '429 Too Many Requests' for url 'x'\")", "rejected"),
+    ("HTTPStatusError(\"Server error '504 Gateway Timeout' for url 'x'\")", "timeout"),
+    ("HTTPStatusError(\"Server error '500 Internal Server Error' for url 'x'\")", "failed"),
+    ("RuntimeError('request rejected: queue_full')", "rejected"),
+    ("ConnectError('All connection attempts failed')", "failed"),
+])
+def test_guidellm_errors_follow_the_status_table(text, status):
+    d = doc("guidellm-statuses-handmade.json")
+    d["benchmarks"][0]["requests"]["errored"][0]["info"]["error"] = text
+    t, _, _ = to_table(import_bytes(json.dumps(d).encode(), "s.json"))
+    assert {r["request_id"]: r for r in t.to_dicts()}["req-1"]["status"] == status
+
+
+@pytest.mark.parametrize("code,msg,status", [(503, "Service Unavailable", "rejected"), (429, "", "rejected"),
+                                             (504, "", "timeout"), (500, "queue_full", "rejected"),
+                                             (500, "boom", "failed")])
+def test_llmperf_and_vllm_errors_follow_the_status_table(code, msg, status):
+    items = doc("llmperf-individual.json")[:1]
+    items.append({"error_code": code, "error_msg": msg, "ttft_s": 0, "end_to_end_latency_s": 0,
+                  "number_input_tokens": 0, "number_output_tokens": 0})
+    t, _, _ = to_table(import_bytes(json.dumps(items).encode(), "i.json"))
+    assert t.to_dicts()[1]["status"] == status
+    res = doc("vllm-serve-detailed.json")
+    res["errors"][3] = msg or {429: "Too Many Requests", 504: "Gateway Timeout"}[code]
+    t, _, _ = to_table(import_bytes(json.dumps(res).encode(), "v.json"))
+    assert t.to_dicts()[3]["status"] == status

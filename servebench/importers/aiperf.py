@@ -2,17 +2,23 @@
 
 Each line has ``metadata`` (``request_start_ns`` / ``request_end_ns`` in Unix epoch nanoseconds,
 ``x_request_id``, ``benchmark_phase``, ``was_cancelled``), ``metrics`` (``{name: {value, unit}}``) and,
-on failures, ``error`` (``code``, ``type``, ``message``). The aggregate ``profile_export_aiperf.json``
-holds no per-request data; importing it explains which file to use instead.
+on failures, ``error`` (``code``, ``type``, ``message``). Lines of the raw export
+(``--export-level raw``: ``payload``, ``start_perf_ns`` and the server's ``responses``) are read too; only
+there can a stream that ended with an error event be seen, which AIPerf counts as a success. The
+aggregate ``profile_export_aiperf.json`` holds no per-request data; importing it explains which file
+to use instead.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InputFormatError
-from .common import Document, ImportOptions, classify_error, count, finish, number, require_mapping
+from ..statuses import failure_status
+from .common import Document, ImportOptions, count, finish, number, require_list, require_mapping
 
 FORMAT = "aiperf"
 TOOL = "AIPerf"
@@ -21,8 +27,8 @@ PROFILING = "profiling"
 
 
 def _is_line(v: Any) -> bool:
-    return isinstance(v, Mapping) and isinstance(v.get("metadata"), Mapping) and "metrics" in v \
-        and "request_start_ns" in v["metadata"]
+    return isinstance(v, Mapping) and isinstance(v.get("metadata"), Mapping) \
+        and ("metrics" in v or "responses" in v) and "request_start_ns" in v["metadata"]
 
 
 def _is_aggregate(v: Any) -> bool:
@@ -50,7 +56,7 @@ def import_document(doc: Document, source: str, options: ImportOptions = ImportO
     lines = doc.value if doc.lines else [doc.value]
     records, phases = [], []
     notes = {"cancelled": 0, "failed": 0, "osl_server_diff": 0, "osl_client": 0, "osl_pairs": 0,
-             "credit_gap_s": 0.0, "credit_n": 0, "end_gap_s": 0.0, "no_ttft": 0}
+             "credit_gap_s": 0.0, "credit_n": 0, "end_gap_s": 0.0, "no_ttft": 0, "error_event": 0, "short": 0}
     for i, line in enumerate(lines, start=1):
         where = f"line {i}"
         rec, phase = _record(require_mapping(line, source, where), source, where, notes)
@@ -88,6 +94,89 @@ def _metric_count(metrics: Mapping[str, Any], names: tuple[str, ...], source: st
     return None
 
 
+@dataclass
+class _Stream:
+    """What a raw-export line's responses show: content arrivals, the last usage report, an error event."""
+
+    content_s: list[float] = field(default_factory=list)  # since the request was sent
+    last_s: float | None = None
+    usage: Mapping[str, Any] | None = None
+    error: Any = None
+
+
+def _response_texts(resp: Any) -> tuple[Any, list[str]]:
+    """Return a raw response's perf_ns and its SSE data payloads (SSE packets, text, or a plain string)."""
+    if isinstance(resp, str):
+        return None, _data_lines(resp)
+    if not isinstance(resp, Mapping):
+        return None, []
+    packets = resp.get("packets")
+    if isinstance(packets, list):
+        return resp.get("perf_ns"), [str(p.get("value", "")) for p in packets
+                                     if isinstance(p, Mapping) and p.get("name") == "data"]
+    text = resp.get("text")
+    return resp.get("perf_ns"), _data_lines(text) if isinstance(text, str) else []
+
+
+def _data_lines(text: str) -> list[str]:
+    lines = [ln[5:].strip() for ln in text.splitlines() if ln.startswith("data:")]
+    return lines if lines else [text.strip()]
+
+
+def _stream(line: Mapping[str, Any], source: str, where: str) -> _Stream | None:
+    """Read a raw-export line's responses; None when the line has none."""
+    if "responses" not in line:
+        return None
+    responses = require_list(line.get("responses"), source, f"{where}: responses")
+    t0 = number(line.get("start_perf_ns"), source, f"{where}: start_perf_ns", required=False)
+    st = _Stream()
+    for k, resp in enumerate(responses):
+        perf_ns, payloads = _response_texts(resp)
+        t = number(perf_ns, source, f"{where}: responses[{k}].perf_ns", required=False)
+        at_s = None if t is None or t0 is None else (t - t0) / 1e9
+        if at_s is not None:
+            st.last_s = at_s
+        for payload in payloads:
+            if not payload or payload == "[DONE]":
+                continue
+            try:
+                obj = json.loads(payload)
+            except json.JSONDecodeError:
+                continue  # AIPerf itself parsed the stream; a fragment it kept is not ours to judge
+            if not isinstance(obj, Mapping):
+                continue
+            if obj.get("error") is not None:
+                st.error = obj["error"]
+                continue
+            if _has_content(obj) and at_s is not None:
+                st.content_s.append(at_s)
+            if isinstance(obj.get("usage"), Mapping):
+                st.usage = obj["usage"]
+    return st
+
+
+def _has_content(obj: Mapping[str, Any]) -> bool:
+    for c in obj.get("choices") or ():
+        if isinstance(c, Mapping):
+            holder = c.get("delta") or c.get("message") or {}
+            text = c.get("text") if c.get("text") is not None else (
+                holder.get("content") if isinstance(holder, Mapping) else None)
+            if isinstance(text, str) and text:
+                return True
+    return False
+
+
+def _requested_tokens(line: Mapping[str, Any]) -> int | None:
+    payload = line.get("payload")
+    if not isinstance(payload, Mapping):
+        return None
+    for key in ("max_completion_tokens", "max_tokens"):
+        v = payload.get(key)
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v
+    return None
+
+
 def _record(line: Mapping[str, Any], source: str, where: str, notes: dict[str, Any]) -> tuple[dict[str, Any], str]:
     md = require_mapping(line.get("metadata"), source, f"{where}: metadata")
     metrics = line.get("metrics") or {}
@@ -106,15 +195,30 @@ def _record(line: Mapping[str, Any], source: str, where: str, notes: dict[str, A
     rec: dict[str, Any] = {"request_id": _text(md.get("x_request_id")), "start": start, "end": max(end, start),
                            "prompt_tokens": prompt}
     error = line.get("error")
+    stream = _stream(line, source, where)
+    if stream is not None and stream.usage is not None and prompt is None:
+        prompt = count(stream.usage.get("prompt_tokens"), source, f"{where}: usage.prompt_tokens")
+        rec["prompt_tokens"] = prompt
     if error is None and not md.get("was_cancelled"):
         ttft = _metric_s(metrics, "time_to_first_token", source, where)
         out = _metric_count(metrics, ("output_sequence_length", "output_token_count"), source, where)
         server = _metric_count(metrics, ("usage_completion_tokens",), source, where)
+        latency = _metric_s(metrics, "request_latency", source, where)
+        if stream is not None:  # a raw-export line: times and counts from the responses themselves
+            server = server if server is not None or stream.usage is None else count(
+                stream.usage.get("completion_tokens"), source, f"{where}: usage.completion_tokens")
+            if out is None:
+                out = server if server is not None else (len(stream.content_s) or None)
+            if ttft is None and stream.content_s:
+                ttft = stream.content_s[0]
+            if latency is None and stream.content_s:
+                latency = stream.content_s[-1]
+            if stream.error is not None:  # AIPerf calls this a success; the server said otherwise
+                return _error_event(rec, stream, out, ttft, _requested_tokens(line), notes), phase
         if out is not None and server is not None:
             notes["osl_pairs"] += 1
             notes["osl_server_diff"] += server - out
             notes["osl_client"] += out
-        latency = _metric_s(metrics, "request_latency", source, where)
         if latency is not None:  # AIPerf's latency ends at the last response; request_end_ns can be later
             notes["end_gap_s"] = max(notes["end_gap_s"], rec["end"] - (start + latency))
             rec["end"] = start + max(latency, 0.0)
@@ -128,14 +232,33 @@ def _record(line: Mapping[str, Any], source: str, where: str, notes: dict[str, A
     code = code if isinstance(code, int) and not isinstance(code, bool) else None
     etype, msg = str(err.get("type") or ""), str(err.get("message") or "")
     text = " ".join(p for p in (f"HTTP {code}" if code else "", f"{etype}:" if etype else "", msg) if p)
-    if code == 499 or md.get("was_cancelled") or etype == "RequestCancellationError":
-        notes["cancelled"] += 1
-        status = "cancelled"
-    else:
-        status = classify_error(f"{etype} {msg}", code)
+    cancelled = bool(md.get("was_cancelled")) or etype == "RequestCancellationError"
+    status = failure_status(code, f"{etype} {msg}", client_cancelled=cancelled)
+    notes["cancelled"] += status == "cancelled"
     notes["failed"] += 1
     rec.update(status=status, error=text or "unspecified (AIPerf gave no error details)")
+    if stream is not None and stream.content_s:  # a raw-export line shows the tokens streamed before the error
+        rec["output_tokens"] = len(stream.content_s)
     return rec, phase
+
+
+def _error_event(rec: dict[str, Any], stream: _Stream, out: int | None, ttft: float | None,
+                 requested: int | None, notes: dict[str, Any]) -> dict[str, Any]:
+    """Give a stream that ended with an error event the event's status, keeping its tokens as wasted work."""
+    cause = json.dumps(stream.error) if not isinstance(stream.error, str) else stream.error
+    message = stream.error.get("message", cause) if isinstance(stream.error, Mapping) else cause
+    code = stream.error.get("code") if isinstance(stream.error, Mapping) else None
+    code = code if isinstance(code, int) and not isinstance(code, bool) else None
+    notes["error_event"] += 1
+    if requested is not None and out is not None and out < requested:
+        notes["short"] += 1
+    start = rec["start"]
+    if stream.last_s is not None:
+        rec["end"] = max(rec["end"], start + stream.last_s)
+    if ttft is not None and start + ttft <= rec["end"]:
+        rec["first_token"] = start + ttft
+    rec.update(status=failure_status(code, cause), output_tokens=out, error=f"error event: {message}")
+    return rec
 
 
 def _text(v: Any) -> str | None:
@@ -159,6 +282,11 @@ def _warnings(notes: dict[str, Any], outside: int, options: ImportOptions) -> li
     if notes["no_ttft"]:
         w.append(f"{TOOL}: {notes['no_ttft']} successful request(s) have no time_to_first_token (non-streaming): "
                  "their first token is set to their end, when the client received the whole response")
+    if notes["error_event"]:
+        short = f", {notes['short']} of them shorter than the max_tokens they asked for" if notes["short"] else ""
+        w.append(f"{TOOL} counts a stream that ends with an error event as a success: {notes['error_event']} "
+                 f"request(s) did{short}; servebench gives them the status of the event's cause (see the status "
+                 "table in docs/importers.md) and keeps the tokens they received as wasted work")
     if notes["cancelled"]:
         w.append(f"{TOOL} discards the partial stream of cancelled requests: the TTFT and tokens of "
                  f"{notes['cancelled']} cancelled request(s) are unknown, so wasted tokens are undercounted")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -25,8 +24,6 @@ CLOCK_METRICS: tuple[str, ...] = (
     "slo.goodput_requests_per_second", "slo.goodput_output_tokens_per_second",
     "active_requests", "in_service", "window_s",
 )
-
-_TIMEOUT_RE = re.compile(r"timeout|timed out|deadline exceeded", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -79,22 +76,6 @@ def try_parse_document(data: bytes, source: str) -> Document | None:
         return parse_document(data, source)
     except InputFormatError:
         return None
-
-
-def classify_error(error_text: str | None, http_status: int | None = None) -> str:
-    """Return the canonical status of a request that did not succeed.
-
-    HTTP 429 (the server refused admission) is ``rejected``; HTTP 408/504 or a timeout exception or
-    message is ``timeout``; anything else is ``failed``. Cancellations are decided by each importer.
-
-    >>> classify_error("ReadTimeout('')"), classify_error("boom", 429), classify_error("HTTP 500")
-    ('timeout', 'rejected', 'failed')
-    """
-    if http_status == 429:
-        return "rejected"
-    if http_status in (408, 504) or (error_text and _TIMEOUT_RE.search(error_text)):
-        return "timeout"
-    return "failed"
 
 
 def number(value: Any, source: str, where: str, *, required: bool = True) -> float | None:

@@ -5,7 +5,9 @@ Each request has ``timestamp`` (nanoseconds), ``request_inputs`` and aligned ``r
 (SSE text, sometimes several events in one response, sometimes one event split over two); for Triton
 it is ``{"text_output": "..."}``. Like GenAI-Perf, responses without content (role-only, usage-only,
 ``[DONE]``) are ignored for timing: first token = the first response with non-empty content, end = the
-last one. Unlike GenAI-Perf, a request with no content is kept as failed instead of being skipped.
+last one. Unlike GenAI-Perf, a request with no content is kept as failed instead of being skipped,
+and a stream that carries an error event gets the status :mod:`servebench.statuses` gives its cause,
+keeping the content it streamed before as wasted tokens.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import InputFormatError
+from ..statuses import failure_status
 from .common import Document, ImportOptions, count, finish, number, pick_run, require_list, require_mapping
 
 FORMAT = "genai-perf"
@@ -82,7 +85,9 @@ def _import_experiment(top: Mapping[str, Any], exp: Any, idx: int, n_runs: int, 
         w.append(f"{TOOL}: {notes['no_content']} request(s) returned no content; GenAI-Perf skips them, "
                  "servebench keeps them as failed")
     if notes["sse_error"]:
-        w.append(f"{TOOL}: {notes['sse_error']} request(s) carried an error event in the stream: imported as failed")
+        w.append(f"{TOOL}: {notes['sse_error']} request(s) carried an error event in the stream: imported with the "
+                 "status of the event's cause (see the status table in docs/importers.md), the content chunks "
+                 "before it kept as wasted tokens")
     if notes["no_end"]:
         w.append(f"{TOOL}: {notes['no_end']} failed request(s) have no response at all; their end is set to "
                  "their start, so their latency is unknown")
@@ -132,12 +137,15 @@ def _events(outputs: list[Any], kind: str, source: str, where: str) -> list[tupl
                     obj = json.loads(payload)
                 except json.JSONDecodeError:
                     if is_error:
-                        raise _SSEError(payload[:300]) from None
+                        raise _SSEError(payload[:300], payload[:300], result + [(text, usage)]) from None
                     raise InputFormatError(f"{source}: {where}.response_outputs[{k}]: response is not SSE JSON: "
                                            f"{payload[:80]!r}") from None
                 if isinstance(obj, Mapping) and (is_error or obj.get("error") is not None):
                     err = obj.get("error", obj)
-                    raise _SSEError(str(err.get("message", err) if isinstance(err, Mapping) else err))
+                    message = str(err.get("message", err) if isinstance(err, Mapping) else err)
+                    code = err.get("code") if isinstance(err, Mapping) else None
+                    raise _SSEError(message, json.dumps(err), result + [(text, usage)],
+                                    code if isinstance(code, int) and not isinstance(code, bool) else None)
                 text += _content(obj)
                 if isinstance(obj, Mapping) and isinstance(obj.get("usage"), Mapping):
                     usage = dict(obj["usage"])
@@ -146,7 +154,12 @@ def _events(outputs: list[Any], kind: str, source: str, where: str) -> list[tupl
 
 
 class _SSEError(Exception):
-    """An error event inside a streamed response."""
+    """An error event inside a streamed response, with the responses read before it."""
+
+    def __init__(self, message: str, cause: str, before: list[tuple[str, dict[str, Any] | None]],
+                 code: int | None = None) -> None:
+        super().__init__(message)
+        self.cause, self.before, self.code = cause, before, code
 
 
 def _content(obj: Any) -> str:
@@ -181,7 +194,10 @@ def _record(req: Mapping[str, Any], kind: str, source: str, where: str, notes: d
     except _SSEError as exc:
         notes["sse_error"] += 1
         last = max((t for t in times if t is not None), default=start_ns)
-        rec.update(end=max(last, start_ns) / 1e9, status="failed", error=str(exc))
+        content = [t for t, (text, _) in zip(times, exc.before) if text and t is not None]
+        rec.update(end=max(last, start_ns) / 1e9, status=failure_status(exc.code, exc.cause), error=str(exc))
+        if content:  # streamed before the error: wasted work
+            rec.update(first_token=content[0] / 1e9, output_tokens=len(content))
         return rec
     content_times = [t for t, (text, _) in zip(times, events) if text and t is not None]
     usage = next((u for _, u in reversed(events) if u), None)

@@ -2,23 +2,28 @@
 
 v0.7+ records carry ``info.timings`` (Unix epoch seconds, ``time.time()``); older records carry flat
 ``start_time`` / ``first_token_time`` / ``end_time``. Both are read. ``successful`` become ``success``,
-``errored`` become ``failed`` (``timeout`` / ``rejected`` when the error says so) with the error text,
-``incomplete`` become ``cancelled`` keeping the tokens they streamed as wasted work.
+``errored`` get the status :mod:`servebench.statuses` gives their error (the HTTP status read from
+httpx's message, else its words), with the error text, ``incomplete`` become ``cancelled``; both keep
+the tokens they streamed as wasted work.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from ..errors import InputFormatError
-from .common import Document, ImportOptions, classify_error, count, finish, mark_window, number, \
-    pick_run, require_list, require_mapping, window_warning
+from ..statuses import failure_status
+from .common import Document, ImportOptions, count, finish, mark_window, number, pick_run, require_list, \
+    require_mapping, window_warning
 
 FORMAT = "guidellm"
 TOOL = "GuideLLM"
 GROUPS: tuple[tuple[str, str], ...] = (("successful", "success"), ("errored", "failed"), ("incomplete", "cancelled"))
 CSV_MARKERS = ("Run Info", "Benchmark")
+# httpx's HTTPStatusError: "Server error '503 Service Unavailable' for url ..." (GuideLLM keeps its repr)
+_HTTPX_STATUS_RE = re.compile(r"(?:Client|Server|Informational|Redirect) error '(\d{3}) ")
 
 
 def sniff(doc: Document) -> bool:
@@ -131,10 +136,11 @@ def _record(rec: Mapping[str, Any], status: str, source: str, where: str, notes:
     error_text = str(error) if error is not None else None
     out_tokens = count(rec.get("output_tokens"), source, f"{where}.output_tokens")
     if status == "failed":
-        status = classify_error(error_text, _http_status(error_text))
+        status = failure_status(_http_status(error_text), error_text)
         if out_tokens:
             notes["partial"] += 1
     elif status == "cancelled":
+        status = failure_status(client_cancelled=True)
         error_text = error_text or "cancelled by GuideLLM (incomplete)"
         if out_tokens:
             notes["partial"] += 1
@@ -154,9 +160,13 @@ def _record(rec: Mapping[str, Any], status: str, source: str, where: str, notes:
 
 
 def _http_status(error_text: str | None) -> int | None:
-    if error_text and "429" in error_text and "Too Many Requests" in error_text:
-        return 429
-    return None
+    """Return the HTTP status in an httpx HTTPStatusError message, or None.
+
+    >>> _http_status("HTTPStatusError(Server error '503 Service Unavailable' for url 'x')"), _http_status("x")
+    (503, None)
+    """
+    m = _HTTPX_STATUS_RE.search(error_text or "")
+    return int(m.group(1)) if m else None
 
 
 def _text(v: Any) -> str | None:

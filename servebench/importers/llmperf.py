@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import InputFormatError
-from .common import CLOCK_METRICS, Document, ImportOptions, classify_error, count, finish, number, \
-    require_mapping
+from ..statuses import failure_status
+from .common import CLOCK_METRICS, Document, ImportOptions, count, finish, number, require_mapping
 
 FORMAT = "llmperf"
 TOOL = "llmperf"
@@ -98,5 +98,5 @@ def _record(item: Mapping[str, Any], source: str, where: str) -> dict[str, Any]:
     status_code = int(code) if str(code).isdigit() else None
     msg = str(item.get("error_msg") or "").strip()
     error = f"HTTP {code}: {msg}" if msg else f"HTTP {code}"
-    return {"start": 0.0, "end": max(e2e, 0.0), "status": classify_error(msg, status_code),
+    return {"start": 0.0, "end": max(e2e, 0.0), "status": failure_status(status_code, msg),
             "prompt_tokens": prompt or None, "error": error}

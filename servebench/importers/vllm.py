@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import InputFormatError
-from .common import CLOCK_METRICS, Document, ImportOptions, classify_error, count, finish, number, pick_run, \
+from ..statuses import failure_status
+from .common import CLOCK_METRICS, Document, ImportOptions, count, finish, number, pick_run, \
     require_list, require_mapping
 
 FORMAT = "vllm"
@@ -181,7 +182,7 @@ def _record(arr: dict[str, list[Any] | None], i: int, source: str, where: str,
         notes["traceback"] += 1
         error = last_line  # a traceback ends with the exception: keep that line so causes group
     rec.update(end=start + end_offset, error=error,
-               status=classify_error(last_line, 429 if last_line == "Too Many Requests" else None))
+               status=failure_status(None, last_line))  # an HTTP failure's text is its reason phrase
     return rec
 
 

@@ -165,6 +165,65 @@ def aiperf_errors() -> list[dict]:
     ]
 
 
+QUEUE_FULL_BODY = ('{"error":{"message":"request rejected: queue_full","type":"server_overloaded","param":null,'
+                   '"code":"queue_full"}}')
+DEADLINE_EVENT = {"message": "request ended with timeout: deadline_exceeded", "type": "timeout",
+                  "code": "deadline_exceeded"}
+
+
+def guidellm_statuses() -> dict:
+    """GuideLLM 0.8.1 records (the shapes of guidellm-0.8.1-errors.json) for the events serve-engine sends.
+
+    A 503 queue_full: GuideLLM keeps httpx's HTTPStatusError repr, which names the status but not the body.
+    A server deadline mid-stream: errored with the tokens streamed before it and the server's message.
+    """
+    t = 1_795_948_300.0
+
+    def rec(i, start, end, status, out=None, first=None, error=None):
+        timings = {"request_start": start, "first_token_iteration": first, "request_end": end if status ==
+                   "completed" else None, "resolve_end": end}
+        return {"type_": "generative_request_stats", "request_id": f"req-{i}", "prompt_tokens": 32,
+                "output_tokens": out, "info": {"status": status, "error": error, "timings": timings}}
+    ok = rec(0, t, t + 0.5, "completed", out=16, first=t + 0.1)
+    full = rec(1, t + 0.2, t + 0.21, "errored", error=(
+        "HTTPStatusError(\"Server error '503 Service Unavailable' for url 'http://127.0.0.1:8011/v1/completions'"
+        "\\nFor more information check: https://developer.mozilla.org/en-US/docs/Web/HTTP/Status/503\")"))
+    late = rec(2, t + 0.3, t + 2.3, "errored", out=7, first=t + 0.4,
+               error=f"RuntimeError('error event: {DEADLINE_EVENT['message']}')")
+    return {"metadata": {"version": 2, "guidellm_version": "0.8.1"}, "benchmarks": [
+        {"type_": "generative_benchmark", "config": {"id_": "handmade", "strategy": {"type_": "constant", "rate": 4}},
+         "requests": {"successful": [ok], "errored": [full, late], "incomplete": [], "total": None}}]}
+
+
+def aiperf_statuses() -> list[dict]:
+    """AIPerf 0.13.0 lines for the same events: a 503 error line, and a raw-export line (--export-level raw:
+    payload and responses as SSE packets) whose stream ended with the server's deadline error event, which
+    AIPerf counts as a success (no ``error``); its output is shorter than the max_tokens it asked for.
+    """
+    t = 1_795_948_400_000_000_000
+    ms = 1_000_000
+    perf0 = 5_000_000_000
+
+    def md(i, start, end):
+        return {"x_request_id": f"req-{i}", "request_start_ns": start, "request_end_ns": end,
+                "benchmark_phase": "profiling", "was_cancelled": False}
+
+    def packet(obj):
+        return {"name": "data", "value": json.dumps(obj, separators=(",", ":"))}
+    chunks = [{"perf_ns": perf0 + (100 + 20 * k) * ms,
+               "packets": [packet({"choices": [{"index": 0, "delta": {"content": f" t{k}"}}]})]} for k in range(7)]
+    chunks.append({"perf_ns": perf0 + 2000 * ms, "packets": [packet({"error": DEADLINE_EVENT})]})
+    chunks.append({"perf_ns": perf0 + 2001 * ms, "packets": [{"name": "data", "value": "[DONE]"}]})
+    return [
+        {"metadata": md(0, t, t + 5 * ms), "metrics": {"error_isl": {"value": 32, "unit": "tokens"}},
+         "error": {"code": 503, "type": "Service Unavailable", "message": QUEUE_FULL_BODY}},
+        {"metadata": md(1, t + 100 * ms, t + 2102 * ms), "start_perf_ns": perf0,
+         "payload": {"model": "servebench-tiny", "messages": [{"role": "user", "content": "hi"}], "stream": True,
+                     "max_completion_tokens": 64},
+         "status": 200, "responses": chunks},
+    ]
+
+
 if __name__ == "__main__":
     (DST / "vllm-serve-detailed.json").write_text(json.dumps(vllm_result(VLLM_REQUESTS)))
     old = vllm_result(VLLM_REQUESTS[:4], detailed_times=False)
@@ -174,3 +233,6 @@ if __name__ == "__main__":
     (DST / "genai-perf-profile_export.json").write_text(json.dumps(genai_perf(), indent=1))
     (DST / "aiperf-errors-handmade.jsonl").write_text(
         "".join(json.dumps(x, separators=(",", ":")) + "\n" for x in aiperf_errors()))
+    (DST / "guidellm-statuses-handmade.json").write_text(json.dumps(guidellm_statuses(), indent=1))
+    (DST / "aiperf-statuses-handmade.jsonl").write_text(
+        "".join(json.dumps(x, separators=(",", ":")) + "\n" for x in aiperf_statuses()))

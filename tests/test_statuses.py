@@ -1,0 +1,46 @@
+"""The one status mapping every source uses (servebench.statuses), and the docs table that shows it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from servebench.records import STATUSES
+from servebench.statuses import STATUS_TABLE, failure_status
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+
+@pytest.mark.parametrize("http_status,cause,status", [
+    (429, None, "rejected"), (503, None, "rejected"), (503, "upstream timed out", "rejected"),
+    (400, "request rejected: kv_exceeds_budget", "rejected"), (None, '{"code": "queue_full"}', "rejected"),
+    (None, "server overloaded", "rejected"), (None, "Too Many Requests", "rejected"),
+    (None, "Service Unavailable", "rejected"),
+    (408, None, "timeout"), (504, None, "timeout"), (None, "ReadTimeout('')", "timeout"),
+    (None, "asyncio.exceptions.TimeoutError", "timeout"), (200, "request ended with timeout: deadline_exceeded",
+                                                           "timeout"),
+    (499, None, "cancelled"), (499, "Request cancelled 0.400s after being sent", "cancelled"),
+    (500, None, "failed"), (None, "RemoteProtocolError: peer closed connection", "failed"),
+    (None, "request ended with cancelled: engine_stopped", "failed"),  # the server cancelled, not the client
+    (None, None, "failed"),
+])
+def test_failure_status_rules(http_status, cause, status):
+    assert failure_status(http_status, cause) == status
+
+
+@settings(max_examples=60, derandomize=True, deadline=None)
+@given(st.one_of(st.none(), st.integers(100, 599)), st.one_of(st.none(), st.text(max_size=40)))
+def test_client_decisions_win_and_every_answer_is_a_record_status(http_status, cause):
+    assert failure_status(http_status, cause, client_cancelled=True) == "cancelled"
+    assert failure_status(http_status, cause, client_timeout=True) == "timeout"
+    assert failure_status(http_status, cause) in set(STATUSES) - {"success"}
+
+
+def test_the_docs_show_one_table_and_the_load_docs_point_to_it():
+    importers, load = (DOCS / "importers.md").read_text(), (DOCS / "load.md").read_text()
+    for status, _ in STATUS_TABLE:
+        assert f"| `{status}` |" in importers
+    assert "importers.md#one-status-vocabulary" in load and "| `rejected` |" not in load
