@@ -3,20 +3,23 @@
 The executor owns the model, the paged KV cache and each sequence's tokens; it makes no
 scheduling decision. A plan names, per sequence, how many of its not-yet-computed tokens to run
 this step. A sequence whose known tokens are all computed after the step emits its next token
-(greedy), until it has ``max_new_tokens``. Preemption drops a sequence's KV and keeps its tokens,
-so a later prefill recomputes prompt and output so far (vLLM's recompute preemption).
+(picked by its :class:`~servebench.engine.model.SamplingParams`: greedy by default), until it has
+``max_new_tokens`` or stops early (the EOS token unless ``ignore_eos``, or its stop check). Preemption
+drops a sequence's KV and keeps its tokens, so a later prefill recomputes prompt and output so far
+(vLLM's recompute preemption).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Optional
 
 import torch
 from torch import Tensor
 
 from ..errors import ServebenchError
 from .kvcache import KVCacheFullError, PagedKVCache
-from .model import AttentionGroup, Decoder, ForwardBatch
+from .model import AttentionGroup, Decoder, ForwardBatch, SamplingParams, sample_tokens, sampling_generator
 
 
 @dataclass
@@ -28,6 +31,9 @@ class SequenceState:
     prompt_tokens: int
     max_new_tokens: int
     computed: int = 0
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    generator: Optional[torch.Generator] = None
+    stopped: bool = False  # ended early: EOS or the stop check
 
     @property
     def generated(self) -> int:
@@ -35,7 +41,7 @@ class SequenceState:
 
     @property
     def done(self) -> bool:
-        return self.generated >= self.max_new_tokens
+        return self.stopped or self.generated >= self.max_new_tokens
 
     @property
     def pending(self) -> int:
@@ -60,6 +66,7 @@ class StepResult:
     """Tokens emitted by a step, and the step's size for the trace."""
 
     emitted: dict[str, int] = field(default_factory=dict)
+    finished: list[str] = field(default_factory=list)  # sequences that stopped early on this step's token
     prefill_tokens: int = 0
     decode_seqs: int = 0
     kv_tokens: int = 0  # tokens stored in the cache after the step (read by attention)
@@ -74,8 +81,9 @@ class Executor:
         self.cache = cache
         self.sequences: dict[str, SequenceState] = {}
 
-    def add(self, seq_id: str, prompt_ids: list[int], max_new_tokens: int) -> SequenceState:
-        """Register a sequence (no KV is taken until a step computes its tokens)."""
+    def add(self, seq_id: str, prompt_ids: list[int], max_new_tokens: int,
+            sampling: SamplingParams | None = None) -> SequenceState:
+        """Register a sequence (no KV is taken until a step computes its tokens); greedy by default."""
         if seq_id in self.sequences:
             raise ServebenchError(f"sequence '{seq_id}' is already in the engine")
         if not prompt_ids or max_new_tokens < 1:
@@ -88,7 +96,9 @@ class Executor:
         if len(prompt_ids) + max_new_tokens > limit:
             raise ServebenchError(f"sequence '{seq_id}': {len(prompt_ids)} prompt + {max_new_tokens} output tokens "
                                   f"exceed the model's {limit} positions")
-        state = SequenceState(seq_id, list(prompt_ids), len(prompt_ids), max_new_tokens)
+        sampling = sampling or SamplingParams()
+        state = SequenceState(seq_id, list(prompt_ids), len(prompt_ids), max_new_tokens, sampling=sampling,
+                              generator=sampling_generator(sampling))
         self.sequences[seq_id] = state
         return state
 
@@ -124,10 +134,17 @@ class Executor:
         batch, emit_ids = self._build(chunks, n_prefill=len(plan.prefill))
         logits = self.model.forward_batch(batch, self.cache.k, self.cache.v)
         if emit_ids:
-            next_ids = logits.argmax(dim=-1).tolist()
-            for seq_id, token in zip(emit_ids, next_ids):
-                self.sequences[seq_id].tokens.append(int(token))
-                result.emitted[seq_id] = int(token)
+            states = [self.sequences[seq_id] for seq_id in emit_ids]
+            next_ids = sample_tokens(logits, [s.sampling for s in states], [s.generator for s in states])
+            eos = self.model.config.eos_token_id
+            for state, token in zip(states, next_ids):
+                state.tokens.append(token)
+                result.emitted[state.seq_id] = token
+                sp = state.sampling
+                if (token == eos and not sp.ignore_eos) or (sp.stop is not None
+                                                             and sp.stop(state.tokens, state.prompt_tokens)):
+                    state.stopped = True
+                    result.finished.append(state.seq_id)
             if keep_logits:
                 result.logits = {seq_id: logits[i].cpu() for i, seq_id in enumerate(emit_ids)}
         result.kv_tokens = self.cache.used_tokens

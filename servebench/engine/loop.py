@@ -27,7 +27,7 @@ from ..errors import ConfigError
 from ..scheduler import Outcome, Request, Scheduler, SchedulerConfig
 from .executor import ComputePlan, Executor
 from .kvcache import PagedKVCache
-from .model import Decoder
+from .model import Decoder, SamplingParams
 
 
 class Listener(Protocol):
@@ -100,7 +100,7 @@ class EngineLoop:
         self.on_step = on_step
         self._rng = np.random.default_rng(seed)
         self._cv = threading.Condition(threading.RLock())
-        self._pending: dict[str, tuple[list[int], int]] = {}  # prompt ids and tokens to generate
+        self._pending: dict[str, tuple[list[int], int, SamplingParams]] = {}  # prompt ids, tokens to generate
         self._listeners: dict[str, Listener] = {}
         self._to_free: list[str] = []
         self._stopped = False
@@ -110,11 +110,13 @@ class EngineLoop:
     # ------------------------------------------------------------------ any thread
 
     def submit(self, request: Request, prompt_ids: list[int] | None = None,
-               listener: Listener | None = None) -> Outcome | None:
+               listener: Listener | None = None, sampling: SamplingParams | None = None) -> Outcome | None:
         """Queue a request now; return a "rejected" Outcome (also sent to the listener) or None.
 
         ``prompt_ids`` default to ``request.prompt_tokens`` ids drawn from the loop's seeded RNG.
-        The request's ``arrival_s`` should be ``self.clock()`` at the moment it arrived.
+        ``sampling`` defaults to greedy with a fixed length; a sampled request without a seed gets
+        one from the same RNG, so a run is reproducible. The request's ``arrival_s`` should be
+        ``self.clock()`` at the moment it arrived.
         """
         listener = listener or NullListener()
         vocab = self.model.config.vocab
@@ -138,7 +140,10 @@ class EngineLoop:
                     prompt_ids = self._rng.integers(0, vocab, size=request.prompt_tokens).tolist()
                 target = request.max_output_tokens if request.output_tokens is None else \
                     min(request.output_tokens, request.max_output_tokens)
-                self._pending[request.request_id] = (list(prompt_ids), max(target, 1))
+                sampling = sampling or SamplingParams()
+                if not sampling.greedy and sampling.seed is None:
+                    sampling = dataclasses.replace(sampling, seed=int(self._rng.integers(2**63)))
+                self._pending[request.request_id] = (list(prompt_ids), max(target, 1), sampling)
                 self._listeners[request.request_id] = listener
                 self._cv.notify_all()
         if outcome is not None:
@@ -220,6 +225,8 @@ class EngineLoop:
             for outcome in self.scheduler.expire(now):
                 finished.append(self._close(outcome))
             plan = self.scheduler.step(now)
+            for outcome in plan.ended:  # preempted into a full queue: ended at once, KV freed
+                finished.append(self._close(outcome))
             closed = self._close_row(None if plan.is_empty else now)
             if plan.is_empty:
                 if not finished and not self._stopped:
@@ -232,8 +239,8 @@ class EngineLoop:
                         self.executor.preempt(rid)
                 for rid in plan.admitted:
                     if rid not in self.executor.sequences:
-                        prompt_ids, target = self._pending[rid]
-                        self.executor.add(rid, prompt_ids, target)
+                        prompt_ids, target, sampling = self._pending[rid]
+                        self.executor.add(rid, prompt_ids, target, sampling)
         if plan.is_empty:
             self._dispatch([], finished)
             self._emit(closed)
@@ -250,7 +257,7 @@ class EngineLoop:
                 listener = self._listeners.get(rid)
                 if listener is not None:  # not cancelled while the step ran
                     tokens.append((listener, token))
-            for outcome in self.scheduler.on_step_done(plan, end):
+            for outcome in self.scheduler.on_step_done(plan, end, result.finished):
                 finished.append(self._close(outcome))
             row = StepRow(start=now, duration_s=end - now, compute_s=end - started, prefill_tokens=plan.prefill_tokens,
                           decode_seqs=len(plan.decode), kv_tokens=plan.kv_tokens_read,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Iterator
 
@@ -63,6 +64,11 @@ class ModelConfig:
         embed = self.vocab * self.hidden
         head = 0 if self.tie_embeddings else self.vocab * self.hidden
         return self.layers * per_layer + embed + head + self.hidden
+
+    @property
+    def eos_token_id(self) -> int:
+        """Return the end-of-sequence token: the last id of the vocabulary."""
+        return self.vocab - 1
 
     def kv_bytes_per_token(self, bytes_per_element: int) -> int:
         """Return KV bytes per cached token: 2 x layers x KV heads x head dim x bytes per element."""
@@ -165,6 +171,89 @@ def device_name(device: torch.device) -> str:
         pass
     import platform
     return "cpu: " + (platform.processor() or platform.machine())
+
+
+# --------------------------------------------------------------------------- sampling
+
+StopCheck = Callable[[list[int], int], bool]
+"""Called after each emitted token with the sequence's tokens and where its output starts; True ends it."""
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How one sequence picks its next tokens.
+
+    Temperature 0 is greedy (argmax). Otherwise the logits are divided by the temperature, the
+    smallest set of tokens whose probability reaches ``top_p`` is kept, and one is drawn with the
+    sequence's own generator seeded with ``seed``: the same seed and logits give the same tokens,
+    whatever else shares the batch. ``ignore_eos`` runs to the length cap through the EOS token;
+    ``logit_bias`` adds to chosen logits before anything else. The defaults (greedy, fixed length)
+    are what ``servebench run`` measures.
+    """
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+    ignore_eos: bool = True
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    stop: StopCheck | None = None
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
+            raise ConfigError(f"temperature must be a finite number >= 0, got {self.temperature!r}")
+        if not (math.isfinite(self.top_p) and 0 < self.top_p <= 1):
+            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p!r}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+def sample_tokens(logits: Tensor, params: Sequence[SamplingParams],
+                  generators: Sequence[torch.Generator | None]) -> list[int]:
+    """Pick each row's next token: argmax where greedy, else a draw from that row's generator.
+
+    ``logits`` is (rows, vocab) fp32; row i follows ``params[i]`` and draws one uniform number from
+    ``generators[i]`` (a CPU generator, so a seed gives the same draws on every device). The draw
+    is inverse-CDF over the probabilities sorted from the largest, cut at top-p, for all sampled
+    rows at once.
+    """
+    if all(p.greedy and not p.logit_bias for p in params):
+        return logits.argmax(dim=-1).tolist()
+    logits = logits.clone()
+    for i, p in enumerate(params):
+        if p.logit_bias:
+            ids = torch.tensor([t for t, _ in p.logit_bias], device=logits.device)
+            logits[i].index_add_(0, ids, torch.tensor([b for _, b in p.logit_bias], device=logits.device))
+    chosen = logits.argmax(dim=-1)
+    rows = [i for i, p in enumerate(params) if not p.greedy]
+    if rows:
+        for i in rows:
+            if generators[i] is None:
+                raise ConfigError(f"row {i} samples at temperature {params[i].temperature} but has no generator")
+        device = logits.device
+        idx = torch.tensor(rows, device=device)
+        temps = torch.tensor([params[i].temperature for i in rows], device=device).unsqueeze(1)
+        top_p = torch.tensor([params[i].top_p for i in rows], device=device).unsqueeze(1)
+        draws = torch.cat([torch.rand(1, generator=generators[i]) for i in rows]).to(device)  # type: ignore[arg-type]
+        probs = torch.softmax(logits.index_select(0, idx) / temps, dim=-1)
+        sorted_probs, order = probs.sort(dim=-1, descending=True)
+        before = sorted_probs.cumsum(dim=-1) - sorted_probs
+        sorted_probs = sorted_probs * (before < top_p)  # the largest always stays
+        cdf = sorted_probs.cumsum(dim=-1)
+        pos = torch.searchsorted(cdf, (draws * cdf[:, -1]).unsqueeze(1), right=True)
+        pos = pos.clamp(max=cdf.shape[1] - 1)
+        chosen[idx] = order.gather(1, pos).squeeze(1)
+    return chosen.tolist()
+
+
+def sampling_generator(params: SamplingParams) -> torch.Generator | None:
+    """Return the CPU generator a sampled sequence draws from (None when greedy)."""
+    if params.greedy:
+        return None
+    if params.seed is None:
+        raise ConfigError("a sampled sequence needs a seed (the engine draws one when the request has none)")
+    return torch.Generator().manual_seed(params.seed)
 
 
 # --------------------------------------------------------------------------- building blocks

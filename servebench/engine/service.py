@@ -17,13 +17,15 @@ Usage::
         handle.cancel()                         # at any time: ends it "cancelled" and frees its KV
 
 Threading: ``submit``, ``cancel`` and ``stats`` may be called from any thread. A handle's
-iterator blocks on a thread-safe queue; ``await handle.anext_event()`` and ``async for`` over
-``handle.stream()`` wait for it off the event loop. Every handle ends with exactly one outcome
+iterator blocks on a thread-safe queue. ``await handle.next_batch()`` (and ``anext_event()``,
+``async for`` over ``handle.stream()``) wait on the event loop itself, woken by the engine thread,
+so a waiter that is cancelled or times out never takes an event with it. Every handle ends with exactly one outcome
 (``stop()`` cancels live requests with error ``engine_stopped``). Times are seconds on
 ``time.monotonic()`` relative to the service's start; ``svc.clock()`` reads that clock and
 ``svc.t0_monotonic`` is its origin. The model has no tokenizer: prompts are token ids in
 ``[0, svc.vocab_size)`` (:mod:`servebench.server` maps words to ids for its HTTP API). Output
-length is exactly ``max_tokens`` (random weights have no EOS).
+length is exactly ``max_tokens`` under the default greedy, fixed-length sampling; pass
+``sampling=SamplingParams(...)`` for temperature, top-p, a seed, EOS (``ignore_eos=False``) or a stop check.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from typing import Any
 from ..errors import ConfigError, ServebenchError
 from ..scheduler import Outcome, Request, SchedulerConfig
 from .loop import EngineLoop, warm_up
-from .model import Decoder, ModelConfig, configure_cpu, denormals_flushed, pick_device, preset
+from .model import Decoder, ModelConfig, SamplingParams, configure_cpu, denormals_flushed, pick_device, preset
 
 ERR_STOPPED = "engine_stopped"
 
@@ -71,16 +73,30 @@ class RequestHandle:
         self._events: queue.Queue[TokenEvent | Outcome] = queue.Queue()
         self._done = threading.Event()
         self._outcome: Outcome | None = None
+        self._wake_lock = threading.Lock()
+        self._waker: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
         self.tokens: list[int] = []
 
     # listener side (engine thread)
     def on_token(self, token_id: int, time_s: float) -> None:
         self._events.put(TokenEvent(token_id, time_s))
+        self._wake()
 
     def on_outcome(self, outcome: Outcome) -> None:
         self._outcome = outcome
         self._done.set()
         self._events.put(outcome)
+        self._wake()
+
+    def _wake(self) -> None:
+        with self._wake_lock:
+            waker = self._waker
+        if waker is not None:
+            loop, ready = waker
+            try:
+                loop.call_soon_threadsafe(ready.set)
+            except RuntimeError:  # that event loop is closed: nobody is waiting any more
+                pass
 
     # caller side
     @property
@@ -109,9 +125,40 @@ class RequestHandle:
                 return
             yield event
 
+    def _ready_event(self) -> asyncio.Event:
+        """Return the asyncio.Event the engine thread sets on this loop when an event arrives."""
+        loop = asyncio.get_running_loop()
+        with self._wake_lock:
+            if self._waker is None or self._waker[0] is not loop:
+                self._waker = (loop, asyncio.Event())
+            return self._waker[1]
+
     async def anext_event(self) -> TokenEvent | Outcome:
-        """Await the next token event or the outcome without blocking the event loop."""
-        return await asyncio.to_thread(self.next_event)
+        """Await the next token event or the outcome on the event loop (nothing is lost if cancelled)."""
+        ready = self._ready_event()
+        while True:
+            ready.clear()
+            try:
+                return self.next_event(timeout=0)
+            except queue.Empty:
+                await ready.wait()  # set by the engine thread after its put, so no event is missed
+
+    async def next_batch(self) -> tuple[list[int], Outcome | None]:
+        """Await at least one event; return the token ids ready now, and the outcome once it came.
+
+        Events are taken only after the wait, on the caller's task: a wait that is cancelled
+        (a timeout, a client that left) takes nothing, so no token is ever lost.
+        """
+        tokens: list[int] = []
+        event = await self.anext_event()
+        while True:
+            if isinstance(event, Outcome):
+                return tokens, event
+            tokens.append(event.token_id)
+            try:
+                event = self.next_event(timeout=0)
+            except queue.Empty:
+                return tokens, None
 
     async def stream(self) -> AsyncIterator[TokenEvent]:
         """Async-iterate token events until the outcome."""
@@ -187,11 +234,13 @@ class EngineService:
             raise ConfigError("the engine service is not started; call start() or use it as a context manager")
 
     def submit(self, prompt: list[int] | int, max_tokens: int, deadline_s: float | None = None, *,
-               request_id: str | None = None, slice: str | None = None) -> RequestHandle:
+               request_id: str | None = None, slice: str | None = None,
+               sampling: SamplingParams | None = None) -> RequestHandle:
         """Queue a request now and return its handle; raise RequestRejected if the scheduler refuses it.
 
         ``prompt`` is a list of token ids or a token count (ids then drawn from a seeded RNG);
-        ``deadline_s`` is measured from now (None: the scheduler config's ``timeout_s``).
+        ``deadline_s`` is measured from now (None: the scheduler config's ``timeout_s``);
+        ``sampling`` defaults to greedy with exactly ``max_tokens`` tokens.
         """
         self._check()
         if isinstance(prompt, bool) or not isinstance(prompt, (int, list)):
@@ -205,7 +254,7 @@ class EngineService:
         now = self.clock()
         handle = RequestHandle(self, rid, now)
         request = Request(rid, now, count, max_tokens, timeout_s=deadline_s, slice=slice)
-        outcome = self._loop.submit(request, None if isinstance(prompt, int) else list(prompt), handle)
+        outcome = self._loop.submit(request, None if isinstance(prompt, int) else list(prompt), handle, sampling)
         if outcome is not None:
             raise RequestRejected(outcome)
         return handle
