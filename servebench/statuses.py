@@ -52,7 +52,7 @@ def failure_status(http_status: int | None = None, cause: str | None = None, *, 
     ``cause`` is any text the source has: an exception, an error body, an error event's message,
     type and code. Admission refusals are checked before deadlines, so "rejected: timeout" is a refusal.
 
-    >>> failure_status(503), failure_status(500, "request rejected: queue_full"), failure_status(cause="ReadTimeout('')")
+    >>> failure_status(503), failure_status(500, "request rejected: queue_full"), failure_status(cause="ReadTimeout()")
     ('rejected', 'rejected', 'timeout')
     >>> failure_status(200, '{"message": "request ended with timeout: deadline_exceeded"}'), failure_status(500)
     ('timeout', 'failed')

@@ -104,12 +104,12 @@ class FaultyServer:
         if self.fault == "stall":
             await asyncio.sleep(30)  # the client's deadline ends it first
             return False
+        usage = {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": self.usage_tokens}}
         tail = {
             "error_event": 'data: {"error": {"message": "request ended with timeout: deadline_exceeded", '
                            '"type": "timeout", "code": "deadline_exceeded"}}\n\ndata: [DONE]\n\n',
             "garbage": "data: {this is not json\n\n",
-            "lying_usage": f"data: {json.dumps({'choices': [], 'usage': {'prompt_tokens': 3, 'completion_tokens': self.usage_tokens}})}\n\n"
-                           "data: [DONE]\n\n",
+            "lying_usage": f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n",
         }[self.fault]
         writer.write(chunk(tail) + b"0\r\n\r\n")
         await writer.drain()
