@@ -318,9 +318,11 @@ def test_eos_ends_a_reply_unless_ignored(client):
                                       extra_body={"ignore_eos": True})
     assert fixed.choices[0].finish_reason == "length" and fixed.usage.completion_tokens == 10
     assert fixed.choices[0].text.split() == [decode(EOS).strip()] * 10
-    chunks = [c for c in client.chat.completions.create(model=MODEL, max_tokens=10, logit_bias=bias, stream=True,
-                                                        messages=[{"role": "user", "content": "stop now"}]) if c.choices]
-    assert chunks[-1].choices[0].finish_reason == "stop" and "".join(c.choices[0].delta.content or "" for c in chunks) == ""
+    stream = client.chat.completions.create(model=MODEL, max_tokens=10, logit_bias=bias, stream=True,
+                                            messages=[{"role": "user", "content": "stop now"}])
+    chunks = [c for c in stream if c.choices]
+    assert chunks[-1].choices[0].finish_reason == "stop"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == ""
 
 
 def test_the_api_defaults_and_a_real_created_time(client):
