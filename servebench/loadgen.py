@@ -126,6 +126,7 @@ class RunState:
     started_utc: str = ""
     peak_in_flight: int = 0
     waited_for_slot: int = 0
+    interrupted: bool = False  # set by a caller that stopped the run (Ctrl-C) before its plan was done
 
 
 @dataclass
@@ -206,12 +207,13 @@ def workload_plan(spec: WorkloadSpec, rng: np.random.Generator) -> list[PlannedR
                          slices=slices, think_s=think, deadline_s=deadlines)
 
 
-def unsent_warning(planned: int, offered: int, duration_s: float | None) -> str | None:
+def unsent_warning(planned: int, offered: int, duration_s: float | None, interrupted: bool = False) -> str | None:
     """Say how many planned requests the duration limit left unsent (as ``servebench run --max-wall-s`` does)."""
     unsent = planned - offered
     if unsent <= 0:
         return None
-    limit = f"the {duration_s:g} s duration limit" if duration_s is not None else "the end of the run"
+    limit = "the interruption" if interrupted else (
+        f"the {duration_s:g} s duration limit" if duration_s is not None else "the end of the run")
     return (f"stopped at {limit}: {unsent} of {planned} planned requests never sent (not records; "
             "counted as not_sent_duration_limit)")
 
@@ -290,7 +292,7 @@ def lag_warning(lag: LagStats, outcomes: Sequence[Outcome], mode: str) -> str | 
 
 def generator_stats(outcomes: Sequence[Outcome], mode: Literal["open", "closed"], planned: int,
                     max_in_flight: int, peak_in_flight: int, waited_for_slot: int,
-                    duration_s: float | None = None) -> GeneratorStats:
+                    duration_s: float | None = None, interrupted: bool = False) -> GeneratorStats:
     """Count outcomes into offered, accepted, completed, rejected work and the generator's limits.
 
     Conservation: planned = offered + not sent, and offered = the five statuses summed.
@@ -301,7 +303,8 @@ def generator_stats(outcomes: Sequence[Outcome], mode: Literal["open", "closed"]
     lag = lag_stats(outcomes)
     ends = [o.end_s for o in outcomes if math.isfinite(o.end_s)]
     lag_note = lag_warning(lag, outcomes, mode)
-    warnings = [w for w in (unsent_warning(planned, len(outcomes), duration_s), usage_warning(outcomes), lag_note)
+    warnings = [w for w in (unsent_warning(planned, len(outcomes), duration_s, interrupted), usage_warning(outcomes),
+                            lag_note)
                 if w is not None]
     return GeneratorStats(
         mode=mode, planned=planned, offered=len(outcomes), not_sent_duration_limit=planned - len(outcomes),
@@ -438,7 +441,7 @@ def result_from_state(config: LoadConfig, planned: int, state: RunState) -> Load
     mode: Literal["open", "closed"] = "open" if config.users is None else "closed"
     outcomes = sorted(state.outcomes, key=lambda o: (o.intended_s, o.request_id))
     stats = generator_stats(outcomes, mode, planned, config.max_in_flight, state.peak_in_flight,
-                            state.waited_for_slot, config.duration_s)
+                            state.waited_for_slot, config.duration_s, state.interrupted)
     return LoadResult(outcomes=outcomes, stats=stats, model=state.model or "unknown", config=config,
                       started_utc=state.started_utc)
 

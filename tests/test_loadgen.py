@@ -627,3 +627,11 @@ def test_workload_plan_keeps_every_requested_arrival_under_a_duration(requests, 
     stats = generator_stats(offered, "open", len(plan), 8, 0, 0, duration_s)
     assert stats.offered + stats.not_sent_duration_limit == stats.planned == requests
     assert (stats.not_sent_duration_limit > 0) == any("never sent" in w for w in stats.warnings)
+
+
+def test_unsent_warning_names_what_stopped_the_run():
+    from servebench.loadgen import unsent_warning
+
+    assert unsent_warning(10, 10, 5.0) is None
+    assert unsent_warning(100, 20, 5.0).startswith("stopped at the 5 s duration limit: 80 of 100 planned")
+    assert unsent_warning(100, 20, 5.0, interrupted=True).startswith("stopped at the interruption: 80 of 100")

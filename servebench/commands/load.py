@@ -115,6 +115,7 @@ def _run_one(url: str, spec: Any, seed: int, out_dir: Path, cfg_kwargs: dict[str
             result = run_load_sync(config, plan, on_outcome=tick, state=state)
     except KeyboardInterrupt:
         if state.outcomes:
+            state.interrupted = True
             partial = result_from_state(config, len(plan), state)
             write_run(out_dir, partial, {**run_metadata(partial, spec, seed, source), "interrupted": True})
             console.print(f"[yellow]interrupted:[/] wrote the {len(state.outcomes)} outcomes gathered to "
