@@ -413,7 +413,9 @@ def prompt_ids(body: CompletionBody, chat: bool, vocab: int) -> list[int]:
         raise BadRequest("'prompt' is required", param="prompt")
     elif isinstance(body.prompt, str):
         ids = encode(body.prompt, vocab)
-    elif body.prompt and all(isinstance(t, int) for t in body.prompt):
+    elif not body.prompt:
+        ids = []
+    elif all(isinstance(t, int) for t in body.prompt):
         ids = list(body.prompt)  # type: ignore[arg-type]
         if any(not 0 <= t < vocab for t in ids):
             raise BadRequest(f"prompt token ids must be in [0, {vocab})", param="prompt")

@@ -221,6 +221,7 @@ BAD_REQUESTS = [
     ("POST", "/v1/completions", {"prompt": [1, True]}, 400, "invalid_value"),
     ("POST", "/v1/completions", {"prompt": ["a", "b"]}, 400, "invalid_value"),
     ("POST", "/v1/completions", {"prompt": ""}, 400, "invalid_value"),
+    ("POST", "/v1/completions", {"prompt": []}, 400, "invalid_value"),
     ("POST", "/v1/completions", {"prompt": "hi", "n": 2}, 400, "invalid_value"),
     ("POST", "/v1/completions", {"prompt": "hi", "temperature": -1}, 400, "invalid_value"),
     ("POST", "/v1/completions", {"prompt": "hi", "temperature": "0"}, 400, "invalid_value"),
