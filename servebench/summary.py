@@ -136,8 +136,19 @@ def contract_summary(table: RecordTable, window_start: float, window_end: float,
                      metrics: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
     """Compute the eight contract fields from a validated table (``metrics``: success_metrics, if known)."""
     ok = table.is_success
-    return _contract_fields(len(table), int(table.output_tokens[ok].sum()), window_end - window_start,
+    return _contract_fields(len(table), token_sum(table.output_tokens[ok]), window_end - window_start,
                             success_metrics(table) if metrics is None else metrics)
+
+
+def token_sum(counts: np.ndarray) -> int:
+    """Return the exact sum of non-negative token counts (each below 10**18), even past int64's range.
+
+    >>> token_sum(np.array([10**18 - 1] * 10)) == 10 * (10**18 - 1)
+    True
+    """
+    if counts.size and int(counts.max()) > np.iinfo(np.int64).max // counts.size:
+        return sum(counts.tolist())  # the int64 sum could wrap: add Python integers
+    return int(counts.sum())
 
 
 def _contract_fields(requests: int, success_tokens: int, window_s: float, m: dict[str, np.ndarray],
@@ -329,7 +340,7 @@ def _slo_result(rows: _Rows, ok: np.ndarray, latency: np.ndarray, ttft: np.ndarr
     return SLOResult(
         slo=slo, good_requests=n_good, attainment=n_good / ok.size,
         goodput_requests_per_second=n_good / window_s,
-        goodput_output_tokens_per_second=int(rows.output_tokens[good].sum()) / window_s,
+        goodput_output_tokens_per_second=token_sum(rows.output_tokens[good]) / window_s,
     )
 
 
@@ -429,8 +440,8 @@ def _report(rows: _Rows, *, source: str | None, window_start: float, window_end:
         prefill = _distribution(stage)
         del adm, stage
     produced = np.where(out > 0, out, 0)
-    total_tokens = int(produced.sum())
-    success_tokens = int(produced[ok].sum())
+    total_tokens = token_sum(produced)
+    success_tokens = token_sum(produced[ok])
     prompt = rows.prompt_tokens
     adm_all = np.isfinite(rows.admitted)
     in_service = None
@@ -451,7 +462,7 @@ def _report(rows: _Rows, *, source: str | None, window_start: float, window_end:
         slo=slo_result,
         total_output_tokens=total_tokens, successful_output_tokens=success_tokens,
         wasted_output_tokens=total_tokens - success_tokens,
-        total_prompt_tokens=int(prompt[prompt >= 0].sum()) if (prompt >= 0).any() else None,
+        total_prompt_tokens=token_sum(prompt[prompt >= 0]) if (prompt >= 0).any() else None,
         active_requests=_concurrency(active_timeline(rows.start, rows.end, window_start, window_end)),
         in_service=in_service,
         duplicate_request_ids=0, duplicate_request_id_examples=[],

@@ -405,3 +405,34 @@ def test_each_slice_report_is_the_report_of_its_rows_alone(n_slices):
     for name in names:
         alone = build_report(table.take(table.slice == name), 0, 60, by_slice=False)
         assert report.slices[name] == alone
+
+
+# --------------------------------------------------------------------------- issue 14: unrepresentable values
+
+
+@pytest.mark.parametrize("records, window, message", [
+    ([{"start": 10**400, "end": 1, "status": "failed"}], (0, 10), "Invalid request times"),
+    ([{"start": 0, "end": -10**400, "status": "failed"}], (0, 10), "Invalid request times"),
+    ([{"start": 0, "end": 1, "status": "failed"}], (0, 10**400), "Invalid observation window"),
+    ([{"start": 0, "end": 1, "status": "failed"}], (-10**400, 10), "Invalid observation window"),
+    ([{"start": 0, "first_token": 10**400, "end": 1, "status": "success", "output_tokens": 2}], (0, 10),
+     "Invalid successful output"),
+    ([{"start": 0, "first_token": 0.5, "end": 1, "status": "success", "output_tokens": 10**400}], (0, 10),
+     "Invalid successful output"),
+])
+def test_unrepresentable_values_raise_the_spec_message_not_overflow(records, window, message):
+    with pytest.raises(ValueError) as info:
+        summarize(records, *window)
+    assert str(info.value) == message and type(info.value) is not OverflowError
+
+
+def test_fields_the_contract_does_not_read_cannot_break_it():
+    records = [{"start": 0, "end": 1, "status": "timeout", "request_id": "\ud800", "error": "\udfff",
+                "first_token": "abc", "slice": ["x"]}]
+    assert summarize(records, 0, 10)["requests"] == 1
+
+
+def test_token_sums_past_int64_stay_exact():
+    big = 10**18 - 1
+    records = [{"start": 0, "first_token": 0.5, "end": 1, "status": "success", "output_tokens": big}] * 20
+    assert summarize(records, 0, 10)["successful_output_tokens_per_second"] == 20 * big / 10
