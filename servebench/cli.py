@@ -22,14 +22,12 @@ console = Console()
 
 
 def emit_json(obj: Any) -> None:
-    """Print one JSON object to stdout (Infinity as the string "Infinity")."""
-    typer.echo(json.dumps(obj, indent=2, default=_json_default, allow_nan=False))
+    """Print one strict JSON object to stdout: +/-infinity as "Infinity"/"-Infinity", NaN as null.
 
-
-def _json_default(obj: Any) -> Any:
-    if hasattr(obj, "model_dump"):
-        return obj.model_dump(mode="json")
-    raise TypeError(f"cannot serialise {type(obj).__name__}")
+    Every command's ``--json`` goes through here; the rule lives in ``servebench.strict_json``.
+    """
+    from .strict_json import dumps
+    typer.echo(dumps(obj, indent=2))
 
 
 @app.command()

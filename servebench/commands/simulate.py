@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from .. import strict_json
 from ..cli import app, console, emit_json
 from ..errors import ConfigError
 from ..render import fmt
@@ -106,8 +107,8 @@ def simulate(
         "max_kv_tokens_used": int(tr.kv_tokens_used.max()) if len(tr) else 0,
         "files": files,
     }
-    doc = {"simulation": sim, "report": json.loads(report.model_dump_json())}  # infinities as strings
-    (d / "summary.json").write_text(json.dumps(doc, indent=2), encoding="utf-8")
+    doc = {"simulation": sim, "report": report}
+    (d / "summary.json").write_text(strict_json.dumps(doc, indent=2), encoding="utf-8")  # what --json prints
     if as_json:
         emit_json(doc)
         return
@@ -179,7 +180,7 @@ def sweep(
             fig.write_html(d / name, include_plotlyjs="directory")  # plotly.min.js beside it: works offline
             files.append(str(d / name))
     if as_json:
-        emit_json({**json.loads(result.model_dump_json()), "files": files})
+        emit_json({**result.model_dump(mode="json"), "files": files})
         return
     t = Table(title=f"Sweep of {escape(sc.name)} by {'arrival rate' if mode == 'rate' else 'users'}")
     t.add_column("load", justify="right", no_wrap=True)
