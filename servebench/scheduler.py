@@ -33,10 +33,19 @@ Semantics:
   readmitted it recomputes prompt + generated tokens as a prefill (vLLM's recompute). A prompt
   whose next chunk finds no block and is itself the newest waits, keeping its blocks. While any
   running sequence lacks KV, nobody new is admitted.
+* ``max_waiting`` is a true bound: the waiting queue never holds more, preempted requests
+  included. A request preempted while the queue is full cannot go back to it, so it ends at once
+  as ``failed`` with error ``preempted_queue_full`` (its blocks freed, its tokens so far kept as
+  wasted ``output_tokens``), listed in ``plan.preempted`` and returned in ``plan.ended``. (vLLM
+  has no waiting bound and always requeues; a server that promises one cannot.) Callers must
+  deliver ``plan.ended`` like any other terminal outcome.
 * A request whose deadline passes (``expire``) or that is cancelled frees its KV at once; a plan
   still in flight that names it is ignored for it on commit.
 * ``output_tokens`` on a Request (known in simulation) ends it with success after that many tokens;
   otherwise it ends at ``max_output_tokens`` or when the caller names it in ``finished`` (EOS).
+  A request always generates at least one token (the first is sampled when its prefill
+  completes), so ``output_tokens`` below 1 is refused with a ConfigError rather than turned into a
+  one-token success.
 * Every request ends in exactly one terminal :class:`Outcome`; ``Outcome.to_record()`` gives the
   canonical record (``start`` = arrival, ``admitted``, ``first_token``, ``end``, ``status``,
   ``prompt_tokens``, ``output_tokens`` = tokens generated so far, ``slice``, ``error``).
@@ -70,6 +79,7 @@ ERR_TOO_LARGE = "kv_exceeds_budget"
 ERR_PROMPT_TOO_LONG = "prompt_exceeds_batch_budget"
 ERR_DEADLINE = "deadline_exceeded"
 ERR_CANCELLED = "cancelled"
+ERR_PREEMPTED_QUEUE_FULL = "preempted_queue_full"
 
 
 @dataclass(frozen=True)
@@ -119,7 +129,7 @@ class Request:
     arrival_s: float
     prompt_tokens: int
     max_output_tokens: int
-    output_tokens: int | None = None  # tokens it will generate (simulation); None: until the cap or EOS
+    output_tokens: int | None = None  # tokens it will generate (>= 1; simulation); None: until the cap or EOS
     timeout_s: float | None = None  # deadline after arrival; None: the config's
     slice: str | None = None
 
@@ -157,6 +167,7 @@ class StepPlan:
     prefill: list[tuple[str, int]] = field(default_factory=list)  # (request_id, prompt tokens this step)
     decode: list[str] = field(default_factory=list)  # one token each
     preempted: list[str] = field(default_factory=list)
+    ended: list[Outcome] = field(default_factory=list)  # ended while planning: preempted into a full queue
     kv_tokens_used: int = 0  # after this step's allocations
     kv_tokens_read: int = 0  # context tokens attended over by the decoding sequences
     waiting: int = 0  # waiting requests left after this step's admissions
@@ -183,7 +194,7 @@ class StepPlan:
         """Return the part of this plan for ``request_ids`` (to commit parts at different times)."""
         return StepPlan(self.now_s, [r for r in self.admitted if r in request_ids],
                         [(r, n) for r, n in self.prefill if r in request_ids],
-                        [r for r in self.decode if r in request_ids], [], self.kv_tokens_used,
+                        [r for r in self.decode if r in request_ids], [], [], self.kv_tokens_used,
                         self.kv_tokens_read, self.waiting, self.running, self.steps)
 
 
@@ -273,6 +284,9 @@ class Scheduler:
         if req.prompt_tokens < 0 or req.max_output_tokens < 1:
             raise ConfigError(f"request {req.request_id!r}: prompt_tokens {req.prompt_tokens} must be >= 0 "
                               f"and max_output_tokens {req.max_output_tokens} >= 1")
+        if req.output_tokens is not None and req.output_tokens < 1:
+            raise ConfigError(f"request {req.request_id!r}: output_tokens {req.output_tokens} must be >= 1 "
+                              "(a request generates its first token when its prefill completes)")
         target = req.max_output_tokens if req.output_tokens is None else min(req.output_tokens, req.max_output_tokens)
         error = None
         if cfg.max_waiting is not None and len(self._waiting) >= cfg.max_waiting:
@@ -288,7 +302,7 @@ class Scheduler:
         timeout = req.timeout_s if req.timeout_s is not None else cfg.timeout_s
         deadline = math.inf if timeout is None else req.arrival_s + timeout
         self._counter += 1
-        seq = _Seq(req, max(target, 1), deadline, self._counter)
+        seq = _Seq(req, target, deadline, self._counter)
         self._seqs[req.request_id] = seq
         self._waiting.append(seq)
         if deadline != math.inf:
@@ -455,14 +469,19 @@ class Scheduler:
         return True
 
     def _preempt(self, seq: _Seq, plan: StepPlan) -> None:
+        """Free ``seq``'s KV and requeue it at the front; end it as failed if the queue is full."""
+        seq.preemptions += 1
+        plan.preempted.append(seq.req.request_id)
+        cap = self.config.max_waiting
+        if cap is not None and len(self._waiting) >= cap:
+            plan.ended.append(self._finish(seq, plan.now_s, "failed", ERR_PREEMPTED_QUEUE_FULL))
+            return
         self._release(seq)
         self._running.remove(seq)
         seq.running = False
         seq.decoding = False
         seq.computed = 0
-        seq.preemptions += 1
         self._waiting.appendleft(seq)
-        plan.preempted.append(seq.req.request_id)
 
     # ------------------------------------------------------------------ commits
     def on_step_done(self, plan: StepPlan, now: float, finished: Iterable[str] = ()) -> list[Outcome]:

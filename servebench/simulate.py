@@ -13,6 +13,9 @@ Two server shapes (``prefill_lane``):
   whole prompt (no per-step token budget); decode steps take ``step_s(0, decoders, kv)``. This
   reproduces the spec's flat timings.
 
+A request the scheduler drops while planning (preempted while the waiting queue is full: ``failed``,
+``preempted_queue_full``) ends at that step's start, like any other terminal outcome.
+
 Fast path: when a step is pure decode, the loop asks the scheduler how many identical steps can
 follow before a sequence completes or (paged) needs a block it lacks, cuts that at the last step
 boundary before the next event, and commits the whole run at once: exactly the per-step result
@@ -238,11 +241,13 @@ def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workl
         if not separate:
             if not busy and sched.has_work:
                 plan = sched.step(now)
+                finish(plan.ended, now)  # preempted into a full queue: failed at once
                 if not plan.is_empty:
                     start_run(now, plan, 0)
             return
         if sched.num_waiting:  # whole prompts on this lane: only admissions start new prefills
             plan = sched.step(now, decode=False)
+            finish(plan.ended, now)
             if plan.prefill:
                 longest = 0.0
                 for rid, chunk in plan.prefill:
@@ -253,6 +258,7 @@ def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workl
                               plan.prefill_tokens, 0, sched.kv_tokens_held))
         if not busy and sched.num_running:
             plan = sched.step(now, prefill=False)
+            finish(plan.ended, now)
             if plan.decode:
                 start_run(now, plan, 1)
 

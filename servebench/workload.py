@@ -15,6 +15,11 @@ Closed loop (N users, each sends its next request a think time after its last on
 
 The order of draws is fixed (arrival gaps, then class choices, then lengths class by class, then
 think times), so a seed gives the same workload on every machine. Classes are mixed by weight.
+
+Output lengths are at least 1 token: a server samples the first token when the prefill completes,
+so there is no request that generates nothing. An output distribution that can draw 0 (``fixed``
+0, ``uniform`` from 0, ``lognormal`` with ``min_tokens`` 0, an empirical 0) is refused with a
+ConfigError naming the class, never clamped to 1 behind the user's back. Prompts may be 0 tokens.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .errors import ConfigError
 
@@ -63,6 +68,17 @@ class LengthSpec(BaseModel):
         return self
 
     @property
+    def lower_tokens(self) -> int | None:
+        """Return the smallest length this can draw, or None when no values are loaded yet."""
+        if self.kind == "fixed":
+            return self.value
+        if self.kind == "uniform":
+            return self.low
+        if self.kind == "empirical":
+            return min(self.values) if self.values else None
+        return self.min_tokens
+
+    @property
     def upper_tokens(self) -> int | None:
         """Return the largest length this can draw, or None when unbounded."""
         if self.kind == "fixed":
@@ -100,6 +116,14 @@ class ClassSpec(BaseModel):
     max_output_tokens: int | None = Field(
         None, ge=1, description="Output cap (KV reservation); default: the largest output drawn.")
     timeout_s: float | None = Field(None, gt=0, description="Deadline after arrival; default: the scenario's.")
+
+    @field_validator("output")
+    @classmethod
+    def _output_at_least_one(cls, output: LengthSpec) -> LengthSpec:
+        problem = _zero_output(output)
+        if problem:
+            raise ValueError(problem)
+        return output
 
 
 class ArrivalSpec(BaseModel):
@@ -274,8 +298,25 @@ def _gaps(arrival: ArrivalSpec, rate: float, n: int, rng: np.random.Generator) -
     return np.full(n, 1.0 / rate)
 
 
+def _zero_output(output: LengthSpec) -> str | None:
+    """Say why an output distribution can draw 0 tokens, or return None when it cannot."""
+    lower = output.lower_tokens
+    if lower is None or lower >= 1:
+        return None
+    where = {"fixed": "'value'", "uniform": "'low'", "lognormal": "'min_tokens'"}.get(output.kind, "a value")
+    return (f"output lengths must be at least 1 token (a request generates its first token when its prefill "
+            f"completes), but this {output.kind} length can draw {lower}: raise {where} to 1 or more")
+
+
 def draw_requests(classes: list[ClassSpec], n: int, rng: np.random.Generator) -> Workload:
-    """Draw classes by weight, then each class's prompt and output lengths (arrivals left NaN)."""
+    """Draw classes by weight, then each class's prompt and output lengths (arrivals left NaN).
+
+    Raises ConfigError if a class's output lengths can be 0 (values loaded from a file after validation).
+    """
+    for c in classes:
+        problem = _zero_output(c.output)
+        if problem:
+            raise ConfigError(f"workload class {c.name!r}: {problem}")
     w = np.array([c.weight for c in classes], dtype=np.float64)
     idx = rng.choice(len(classes), size=n, p=w / w.sum()) if len(classes) > 1 else np.zeros(n, dtype=np.int64)
     prompt = np.zeros(n, dtype=np.int64)
@@ -284,7 +325,7 @@ def draw_requests(classes: list[ClassSpec], n: int, rng: np.random.Generator) ->
     for k, c in enumerate(classes):
         sel = np.flatnonzero(idx == k)
         prompt[sel] = c.prompt.draw(sel.size, rng)
-        out = np.maximum(c.output.draw(sel.size, rng), 1)
+        out = c.output.draw(sel.size, rng)
         limit = c.max_output_tokens or c.output.upper_tokens
         if limit is None:
             limit = int(out.max()) if out.size else 1

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from servebench.errors import ConfigError
 from servebench.records import parse_objects, validate
-from servebench.scheduler import (ERR_CANCELLED, ERR_DEADLINE, ERR_QUEUE_FULL, ERR_TOO_LARGE, Outcome, Request,
-                                  Scheduler, SchedulerConfig)
+from servebench.scheduler import (ERR_CANCELLED, ERR_DEADLINE, ERR_PREEMPTED_QUEUE_FULL, ERR_QUEUE_FULL, ERR_TOO_LARGE,
+                                  Outcome, Request, Scheduler, SchedulerConfig)
 
 
 def run(sched: Scheduler, dt: float = 0.1, t: float = 0.0, max_steps: int = 10_000) -> tuple[list[Outcome], float]:
@@ -17,6 +19,7 @@ def run(sched: Scheduler, dt: float = 0.1, t: float = 0.0, max_steps: int = 10_0
         if not sched.has_work:
             break
         plan = sched.step(t)
+        out += plan.ended
         t += dt
         out += sched.on_step_done(plan, t)
         out += sched.expire(t)
@@ -204,3 +207,105 @@ def test_recompute_longer_than_step_budget_is_split_without_chunking() -> None:
     outs, _ = run(s, dt=0.03)
     assert sorted(o.request_id for o in outs) == ["r0", "r1", "r2"]
     assert all(o.status == "success" for o in outs) and sum(o.preemptions for o in outs) >= 1
+
+
+def test_preempted_into_a_full_queue_fails_and_the_bound_holds() -> None:
+    # 4 blocks of 16; "old" and "new" both run and outgrow them; "late" fills the one-place queue,
+    # so "new", preempted, has nowhere to wait: it fails at once with its tokens kept as wasted work
+    s = Scheduler(SchedulerConfig(kv_budget_tokens=64, policy="paged", max_waiting=1))
+    s.add_request(req("old", prompt=20, out=30), 0.0)
+    s.on_step_done(s.step(0.0), 1.0)
+    s.add_request(req("new", prompt=20, out=30, arrival=1.0), 1.0)
+    s.on_step_done(s.step(1.0), 2.0)
+    assert s.kv_tokens_used == 64  # two blocks each: nothing free
+    assert s.add_request(req("late", prompt=4, out=2, arrival=2.0), 2.0) is None
+    t, outs, ended_plans = 2.0, [], []
+    while s.has_work:
+        plan = s.step(t)
+        assert s.num_waiting <= 1 and plan.waiting <= 1
+        if plan.ended:
+            ended_plans.append(plan)
+        outs += plan.ended
+        t += 1
+        outs += s.on_step_done(plan, t)
+    (plan,) = ended_plans
+    (failed,) = plan.ended
+    assert plan.preempted == ["new"] and failed.request_id == "new"
+    assert (failed.status, failed.error, failed.preemptions) == ("failed", ERR_PREEMPTED_QUEUE_FULL, 1)
+    assert failed.admitted == 1.0 and failed.first_token == 2.0 and failed.end == plan.now_s
+    assert failed.output_tokens >= 1  # generated before it was dropped: wasted output
+    by_id = {o.request_id: o for o in outs}
+    assert sorted(by_id) == ["late", "new", "old"] and len(outs) == 3
+    assert by_id["old"].status == by_id["late"].status == "success"
+    assert s.kv_tokens_used == 0 and s.kv_tokens_held == 0
+    validate(parse_objects([o.to_record() for o in outs]), 0.0, t)
+
+
+def test_preempted_with_room_in_the_queue_goes_back_to_its_front() -> None:
+    s = Scheduler(SchedulerConfig(kv_budget_tokens=64, policy="paged", max_waiting=2))
+    s.add_request(req("old", prompt=20, out=30), 0.0)
+    s.on_step_done(s.step(0.0), 1.0)
+    s.add_request(req("new", prompt=20, out=30, arrival=1.0), 1.0)
+    s.on_step_done(s.step(1.0), 2.0)
+    s.add_request(req("late", prompt=4, out=2, arrival=2.0), 2.0)
+    outs, _ = run(s, dt=1.0, t=2.0)
+    assert {o.request_id: o.status for o in outs} == {"old": "success", "new": "success", "late": "success"}
+    assert next(o for o in outs if o.request_id == "new").preemptions >= 1
+
+
+def test_zero_output_tokens_is_refused_not_a_one_token_success() -> None:
+    s = Scheduler(SchedulerConfig(kv_budget_tokens=100))
+    with pytest.raises(ConfigError, match="output_tokens 0 must be >= 1"):
+        s.add_request(req("a", out=0, cap=5), 0.0)
+    assert not s.has_work
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.integers(0, 20), st.integers(0, 24), st.integers(16, 64), st.sampled_from([None, 2.0, 6.0])),
+                min_size=10, max_size=30),
+       st.integers(1, 3), st.integers(1, 6), st.sampled_from([None, 16, 48]), st.booleans(),
+       st.integers(3, 6), st.sets(st.integers(0, 29), max_size=3))
+def test_waiting_never_exceeds_max_waiting_and_every_request_ends_once(
+        reqs: list[tuple[int, int, int, float | None]], max_waiting: int, max_num_seqs: int,
+        max_batched: int | None, chunked: bool, blocks: int, cancels: set[int]) -> None:
+    """Paged KV tight enough to preempt (short prompts, long outputs, arrivals spread out so the queue
+    refills while sequences grow): after every call the queue holds at most max_waiting."""
+    cfg = SchedulerConfig(kv_budget_tokens=16 * blocks, policy="paged", max_waiting=max_waiting,
+                          max_num_seqs=max_num_seqs, max_num_batched_tokens=max_batched, chunked_prefill=chunked)
+    s = Scheduler(cfg)
+    by_tick: dict[int, list[int]] = {}
+    for i, (tick, *_rest) in enumerate(reqs):
+        by_tick.setdefault(tick, []).append(i)
+    ended: list[Outcome] = []
+    preemptions = 0
+    t = 0.0
+    for tick in range(2_000):
+        t = float(tick)
+        for i in by_tick.get(tick, []):
+            _, prompt, out, timeout = reqs[i]
+            o = s.add_request(Request(f"r{i}", t, prompt, out, output_tokens=out, timeout_s=timeout), t)
+            ended += [o] if o is not None else []
+            assert s.num_waiting <= max_waiting
+        if tick == 3:
+            ended += [o for i in sorted(cancels) if (o := s.cancel(f"r{i}", t)) is not None]
+        plan = s.step(t)
+        assert s.num_waiting <= max_waiting and plan.waiting <= max_waiting
+        assert s.kv_tokens_used <= cfg.kv_budget_tokens
+        preemptions += len(plan.preempted)
+        ended += plan.ended
+        ended += s.on_step_done(plan, t + 1.0)
+        ended += s.expire(t + 1.0)
+        assert s.num_waiting <= max_waiting
+        if tick > max(by_tick) and not s.has_work:
+            break
+    assert not s.has_work, "the scheduler never drained"
+    ids = [o.request_id for o in ended]
+    assert sorted(ids) == sorted(f"r{i}" for i in range(len(reqs)))  # each request ends exactly once
+    assert s.kv_tokens_used == 0 and s.kv_tokens_held == 0
+    assert sum(o.preemptions for o in ended) == preemptions
+    for o in ended:
+        if o.error == ERR_PREEMPTED_QUEUE_FULL:
+            assert o.status == "failed" and o.admitted is not None
+        if o.status == "success":
+            assert o.output_tokens == reqs[int(o.request_id[1:])][2]
+    validate(parse_objects([o.to_record() for o in ended]), 0.0, t + 1.0)

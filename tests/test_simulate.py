@@ -110,6 +110,41 @@ def test_conservation_validity_and_kv_bound(sc: Scenario) -> None:
     assert np.all(np.isfinite(t.admitted[ok]))
     if sc.server.timeout_s is not None:
         assert np.all(t.end - t.start <= sc.server.timeout_s + 1e-9)
+    if sc.server.max_waiting is not None:
+        assert np.all(result.trace.waiting <= sc.server.max_waiting)
+
+
+@st.composite
+def preempting_scenarios(draw: st.DrawFn) -> Scenario:
+    """Paged KV a few requests outgrow, a short queue, arrivals faster than service: preemption into a full queue."""
+    server = {"policy": "paged", "kv_budget_tokens": 16 * draw(st.integers(6, 30)),
+              "max_num_seqs": draw(st.integers(2, 16)), "max_waiting": draw(st.integers(1, 5)),
+              "max_num_batched_tokens": draw(st.sampled_from([None, 32, 128])), "chunked_prefill": draw(st.booleans()),
+              "timeout_s": draw(st.sampled_from([None, 2.0])), "prefill_lane": draw(st.sampled_from(["shared", "separate"]))}
+    out_high = draw(st.integers(20, 80))
+    wl = {"arrival": {"kind": draw(st.sampled_from(["poisson", "constant"])), "rate_rps": draw(st.floats(5, 80))},
+          "num_requests": draw(st.integers(5, 60)),
+          "classes": [{"prompt": {"kind": "uniform", "low": 1, "high": draw(st.integers(1, 40))},
+                       "output": {"kind": "uniform", "low": draw(st.integers(1, out_high)), "high": out_high}}]}
+    doc = {"name": "preempt", "seed": draw(st.integers(0, 2**32 - 1)), "server": server,
+           "step_model": {"base_s": 0.01, "per_prefill_token_s": 1e-4}, "workload": wl,
+           "cancel": draw(st.sampled_from([None, {"probability": 0.2, "after_s": 0.3}]))}
+    return parse_scenario(doc)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(preempting_scenarios())
+def test_preemption_never_overfills_the_queue_and_conserves_requests(sc: Scenario) -> None:
+    result = simulate(sc)
+    n = sc.workload.num_requests
+    assert len(result.records) == n and sum(result.status_counts().values()) == n
+    assert_valid(result)
+    assert kv_within_budget(result)
+    assert sc.server.max_waiting is not None and np.all(result.trace.waiting <= sc.server.max_waiting)
+    t = result.records
+    dropped = t.error == "preempted_queue_full"
+    assert np.all(t.status[dropped] == STATUSES.index("failed"))
+    assert np.all(np.isfinite(t.admitted[dropped]))  # admitted, then dropped: never a rejection
 
 
 @settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
@@ -337,6 +372,41 @@ def test_class_timeout_overrides_server_deadline() -> None:
     t = simulate(sc).records
     timed = t.status == STATUSES.index("timeout")
     assert timed.sum() > 100 and np.allclose(t.end[timed] - t.start[timed], 1.5)
+
+
+def test_preempted_request_finding_the_queue_full_fails_with_its_wasted_tokens() -> None:
+    # paged KV for about three growing requests, a one-place queue kept full by fast arrivals
+    sc = scenario(server={"policy": "paged", "kv_budget_tokens": 16 * 12, "max_waiting": 1},
+                  workload={"classes": [{"prompt": {"value": 8}, "output": {"value": 60}}],
+                            "arrival": {"kind": "constant", "rate_rps": 40}, "num_requests": 30},
+                  step={"base_s": 0.01})
+    result = simulate(sc)
+    assert_valid(result)
+    assert int(result.trace.waiting.max()) <= 1
+    t = result.records
+    dropped = t.error == "preempted_queue_full"
+    assert dropped.sum() > 0 and np.all(t.status[dropped] == STATUSES.index("failed"))
+    assert np.all(t.output_tokens[dropped] >= 1)  # tokens generated before the drop count as wasted work
+    assert result.preemptions >= int(dropped.sum())
+
+
+@pytest.mark.parametrize("output", [{"kind": "fixed", "value": 0}, {"kind": "uniform", "low": 0, "high": 5},
+                                    {"kind": "lognormal", "median": 5, "sigma": 1, "min_tokens": 0},
+                                    {"kind": "empirical", "values": [3, 0, 4]}])
+def test_an_output_length_that_can_be_zero_is_refused(output: dict[str, Any]) -> None:
+    with pytest.raises(ConfigError, match=r"workload\.classes\.0\.output.*at least 1 token"):
+        scenario(workload={"classes": [{"prompt": {"value": 10}, "output": output}]})
+
+
+def test_zero_output_lengths_from_a_file_are_refused(tmp_path: Path) -> None:
+    (tmp_path / "outputs.txt").write_text("5\n0\n7\n")
+    sc = parse_scenario({"server": {"kv_budget_tokens": 5000}, "step_model": {"base_s": 0.01},
+                         "workload": {"arrival": {"kind": "constant", "rate_rps": 1}, "num_requests": 5,
+                                      "classes": [{"name": "from_file", "prompt": {"value": 10},
+                                                   "output": {"kind": "empirical", "path": "outputs.txt"}}]}},
+                        base_dir=tmp_path)
+    with pytest.raises(ConfigError, match="workload class 'from_file': output lengths must be at least 1 token"):
+        simulate(sc)
 
 
 def test_replay_of_a_records_file(tmp_path: Path) -> None:
