@@ -372,6 +372,12 @@ def _error(status: int, message: str, kind: str, code: str, param: str | None = 
                         status_code=status, headers=headers)
 
 
+def _is_union_tag(part: object) -> bool:
+    """Return True for the parts of a pydantic error location that name a union branch, not a field."""
+    return isinstance(part, str) and (part in ("str", "int", "float", "bool", "none") or "[" in part
+                                      or part[:1].isupper())
+
+
 def parse_body(raw: bytes) -> CompletionBody:
     """Parse and strictly validate a request body; raise BadRequest saying what is wrong."""
 
@@ -387,12 +393,10 @@ def parse_body(raw: bytes) -> CompletionBody:
     try:
         return CompletionBody.model_validate(doc)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        param = ".".join(str(p) for p in first["loc"] if p not in ("str", "list[int]", "list[str]",
-                                                                   "list[TextPart]", "function-after"))
-        if not isinstance(doc, dict):
-            param = None
-        raise BadRequest(f"invalid request: {param or 'body'}: {first['msg']}", "invalid_value", param) from None
+        # the most specific error names the field best: in a union, the branch that got furthest
+        worst = max(exc.errors(), key=lambda e: len(e["loc"]))
+        param = ".".join(str(p) for p in worst["loc"] if not _is_union_tag(p)) if isinstance(doc, dict) else None
+        raise BadRequest(f"invalid request: {param or 'body'}: {worst['msg']}", "invalid_value", param) from None
     except RecursionError:
         raise BadRequest("the request body is nested too deeply", "invalid_json") from None
 
