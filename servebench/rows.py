@@ -43,7 +43,10 @@ def rows_from_bytes(data: bytes, name: str) -> list[dict[str, Any]]:
         raise InputFormatError(f"{name}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})") from None
     suffix = Path(name).suffix.lower()
     if suffix == ".csv":
-        return [{k: _number(v) for k, v in row.items()} for row in csv.DictReader(io.StringIO(text))]
+        try:
+            return [{k: _number(v) for k, v in row.items()} for row in csv.DictReader(io.StringIO(text), strict=True)]
+        except csv.Error as exc:
+            raise InputFormatError(f"{name}: malformed CSV: {exc}") from None
     stripped = text.lstrip()
     if suffix in (".jsonl", ".ndjson") or (stripped.startswith("{") and "\n{" in stripped.rstrip()):
         rows = []
@@ -54,6 +57,8 @@ def rows_from_bytes(data: bytes, name: str) -> list[dict[str, Any]]:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise InputFormatError(f"{name}: line {i}: invalid JSON at column {exc.colno}: {exc.msg}") from None
+            except (RecursionError, ValueError) as exc:  # nested too deeply; an integer past 4300 digits
+                raise InputFormatError(f"{name}: line {i}: unreadable JSON: {_why(exc)}") from None
             if not isinstance(obj, dict):
                 raise InputFormatError(f"{name}: line {i}: expected a JSON object, got {type(obj).__name__}")
             rows.append(obj)
@@ -62,10 +67,16 @@ def rows_from_bytes(data: bytes, name: str) -> list[dict[str, Any]]:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputFormatError(f"{name}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    except (RecursionError, ValueError) as exc:  # nested too deeply; an integer past 4300 digits
+        raise InputFormatError(f"{name}: unreadable JSON: {_why(exc)}") from None
     rows = _first_row_list(doc)
     if rows is None:
         raise InputFormatError(f"{name}: expected a list of objects")
     return rows
+
+
+def _why(exc: Exception) -> str:
+    return "nested too deeply" if isinstance(exc, RecursionError) else str(exc).split(";")[0]
 
 
 def _first_row_list(doc: Any) -> list[dict[str, Any]] | None:
