@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import streamlit as st
 
+from pages._shared import sharing
+
 st.set_page_config(page_title="servebench", page_icon="⏱️", layout="wide")
+banner = sharing().banner()  # on every page while the dashboard listens beyond this machine
+if banner:
+    st.warning(banner, icon=":material/public:")
 
 PAGES = {
     "Measure": [
@@ -16,6 +21,7 @@ PAGES = {
         st.Page("pages/kv.py", title="KV calculator", icon=":material/memory:"),
         st.Page("pages/sweep.py", title="Load sweep", icon=":material/ssid_chart:"),
         st.Page("pages/timing_run.py", title="Timing run", icon=":material/timer:"),
+        st.Page("pages/planner.py", title="Capacity planner", icon=":material/calculate:"),
     ],
 }
 

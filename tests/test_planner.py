@@ -186,10 +186,14 @@ def test_planner_page_ranks_options_and_reveals_the_guided_answer() -> None:
     at.multiselect(key="plan_gpus").set_value(["H100", "L40S"])
     at.button(key="plan_run").click().run()
     assert not at.exception and not at.error
-    frame = at.dataframe[0].value
-    assert {"GPU", "limit", "$/hour"} <= set(frame.columns)
+    frame = next(d.value for d in at.dataframe if "limit" in d.value.columns)  # the price editor comes first
+    assert {"GPU", "$/hour", "how"} <= set(frame.columns)
+    assert set(frame["GPU"]) <= {"H100", "L40S"} and set(frame["limit"]) <= LIMITS
     assert any(m.label == "Cheapest: GPUs in all" for m in at.metric)
     assert len(at.get("plotly_chart")) == 1
+    at.number_input(key="plan_quiz_guess").set_value(16)
     at.button(key="plan_quiz_reveal").click().run()
     assert not at.exception
-    assert any("H100" in s.value for s in at.success + at.info)
+    answer = next(s.value for s in at.success if "The planner's answer" in s.value)
+    assert "H100s" in answer and ("off by" in answer or "within 25%" in answer)
+    assert any("70.55B parameters x 2 bytes" in i.value for i in at.info)

@@ -73,6 +73,27 @@ class Workload(BaseModel):
             raise ConfigError(f"scenario {scenario.name!r} is closed loop; the planner needs open-loop arrivals")
         return cls(classes=wl.classes, arrival=wl.arrival, server=scenario.server, name=scenario.name)
 
+    def with_prompt_scale(self, factor: float) -> "Workload":
+        """Return the mix with every prompt length scaled by ``factor`` (a what-if: halve the prompt).
+
+        >>> Workload.fixed(2000, 100).with_prompt_scale(0.5).classes[0].prompt.value
+        1000
+        """
+        if not factor > 0:
+            raise ConfigError(f"prompt scale must be positive, got {factor}")
+
+        def scale(n: float | int | None) -> int | None:
+            return None if n is None else max(1, round(n * factor))
+
+        classes = []
+        for c in self.classes:
+            p = c.prompt
+            update = {"value": scale(p.value), "low": scale(p.low), "high": scale(p.high),
+                      "median": None if p.median is None else p.median * factor, "max_tokens": scale(p.max_tokens),
+                      "values": None if p.values is None else [scale(v) for v in p.values]}
+            classes.append(c.model_copy(update={"prompt": p.model_copy(update=update)}))
+        return self.model_copy(update={"classes": classes})
+
 
 class PlanRequest(BaseModel):
     """Everything a plan depends on except the total rate (see ``price``)."""

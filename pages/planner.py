@@ -1,0 +1,202 @@
+"""Capacity planner: from a model, traffic and SLOs to GPU type, replicas and cost, with every number explained."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import streamlit as st
+import yaml
+
+from pages._shared import SAMPLE_DIR, fail, guarded
+from servebench.capacity import ACCELERATORS, DEFAULT_GPUS, PlanRequest, Workload, plan
+from servebench.capacity.interview import QUESTION, QUESTION_RATE_RPS, interview_request, interview_step
+from servebench.capacity.planner import MAX_NUM_SEQS, TENSOR_PARALLEL, Evaluation, Plan
+from servebench.errors import InputFormatError
+from servebench.figures.planner import cost_vs_traffic
+from servebench.figures.summary import fmt
+from servebench.kv import dtype_bytes
+from servebench.model_presets import PRESETS, get_preset
+from servebench.scenario import load_scenario, parse_scenario
+from servebench.summary import SLO
+from servebench.walkthrough import score_prediction
+
+SCENARIO_DIR = SAMPLE_DIR / "scenarios"
+HELP = {
+    "capacity": "Highest arrival rate one replica serves with the SLO target met: the roofline step model goes "
+                "into the simulator and the load sweep's capacity search bisects between a load that meets the "
+                "SLOs and one that misses (never above the engine's throughput bound).",
+    "replicas": "ceil(traffic / (capacity per replica × (1 − headroom))).",
+    "gpus": "replicas × tensor-parallel degree.",
+    "cost": "GPUs × hourly price (the price table below; defaults are dated public list prices).",
+    "per_token": "cost per hour / (traffic × mean output tokens × 3600 / 1,000,000).",
+    "limit": "What binds first as load grows, in the diagnosis's words: kv_memory, queueing (the max_num_seqs cap), "
+             "prefill, decode, or none.",
+}
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def _interview(requests: int) -> tuple[Evaluation, Plan]:
+    return plan(interview_request(requests), QUESTION_RATE_RPS)
+
+
+def _read_scenario_workload(upload, sample: str) -> Workload:
+    if upload is None:
+        return Workload.from_scenario(guarded(load_scenario, SCENARIO_DIR / sample))
+    try:
+        data = yaml.safe_load(upload.getvalue().decode("utf-8"))
+    except (UnicodeDecodeError, yaml.YAMLError) as exc:
+        fail(InputFormatError(f"{upload.name}: not YAML or JSON: {exc}"))
+    if not isinstance(data, dict):
+        fail(InputFormatError(f"{upload.name}: a scenario must be a mapping"))
+    return guarded(Workload.from_scenario, guarded(parse_scenario, data, upload.name))
+
+
+st.title("Capacity planner")
+st.caption("How many GPUs of which kind a workload needs within its SLOs, and what a million output tokens costs. "
+           "Step times come from each GPU's public figures (a roofline); a simulated server finds how much load "
+           "one replica sustains. An estimate, not a hardware guarantee: see docs/planner.md.")
+
+st.subheader("Model and traffic")
+c = st.columns(4)
+model_name = c[0].selectbox("Model", list(PRESETS), index=list(PRESETS).index("llama-3.1-8b"), key="plan_model")
+weights = c[1].radio("Weights", ["bf16", "fp8"], horizontal=True, key="plan_weights",
+                     help="bytes per parameter read every step; fp8 also runs at the GPU's fp8 throughput")
+rate = c[2].number_input("Traffic (requests/s)", min_value=0.001, value=10.0, step=1.0, key="plan_rate")
+traffic_how = c[3].radio("Requests", ["Fixed lengths", "A scenario's mix"], key="plan_traffic_how")
+if traffic_how == "Fixed lengths":
+    c = st.columns(2)
+    prompt = int(c[0].number_input("Prompt tokens", min_value=1, value=1000, step=100, key="plan_prompt"))
+    output = int(c[1].number_input("Output tokens", min_value=1, value=200, step=50, key="plan_output"))
+    workload = guarded(Workload.fixed, prompt, output)
+else:
+    c = st.columns(2)
+    samples = sorted(p.name for p in SCENARIO_DIR.glob("*.y*ml"))
+    sample = c[0].selectbox("Sample scenario", samples, key="plan_scenario")
+    up = c[1].file_uploader("…or upload one (YAML or JSON)", type=["yaml", "yml", "json"], key="plan_upload")
+    workload = _read_scenario_workload(up, sample)
+    st.caption("The scenario's request classes, arrival process and scheduler settings; its rate, KV budget, "
+               "max_num_seqs and step model are the planner's.")
+
+st.subheader("SLOs")
+c = st.columns(4)
+slo_ttft = c[0].number_input("TTFT (s)", min_value=0.0, value=2.0, step=0.5, key="plan_slo_ttft")
+slo_tpot = c[1].number_input("Request TPOT (s)", min_value=0.0, value=0.05, step=0.01, format="%.3f",
+                             key="plan_slo_tpot")
+slo_latency = c[2].number_input("Latency (s)", min_value=0.0, value=None, step=1.0, key="plan_slo_latency",
+                                placeholder="no limit")
+target = c[3].number_input("Share of requests that must meet them", min_value=0.51, max_value=1.0, value=0.95,
+                           step=0.01, key="plan_target")
+
+st.subheader("Hardware and prices")
+c = st.columns(3)
+gpus = c[0].multiselect("GPU types", list(ACCELERATORS), default=list(DEFAULT_GPUS), key="plan_gpus")
+tps = c[1].multiselect("Tensor parallelism", list(TENSOR_PARALLEL), default=list(TENSOR_PARALLEL), key="plan_tp")
+seqs = c[2].multiselect("max_num_seqs", [8, 16, 32, 64, 128, 256, 512], default=list(MAX_NUM_SEQS), key="plan_seqs")
+prices = st.data_editor(
+    pd.DataFrame([{"GPU": a.name, "USD per GPU-hour": a.price_usd_per_hour, "as of": a.price_date,
+                   "source": a.price_source} for a in ACCELERATORS.values()]),
+    hide_index=True, disabled=["GPU", "as of", "source"], key="plan_prices",
+    column_config={"USD per GPU-hour": st.column_config.NumberColumn(min_value=0.0, format="%.2f")})
+c = st.columns(2)
+requests = int(c[0].number_input("Requests per simulation", min_value=20, value=200, step=50, key="plan_requests",
+                                 help="More requests: a steadier capacity estimate, slower planning."))
+headroom = c[1].slider("Headroom (share of capacity left unused)", 0.0, 0.5, 0.2, 0.05, key="plan_headroom")
+
+st.subheader("What if")
+c = st.columns(3)
+double = c[0].toggle("Double the traffic", key="plan_double")
+halve = c[1].toggle("Halve the prompt", key="plan_halve")
+c[2].toggle("Enable prefix caching", disabled=True, key="plan_prefix",
+            help="Not modelled yet: the simulator has no prefix cache.")
+if halve:
+    workload = guarded(workload.with_prompt_scale, 0.5)
+planned_rate = rate * (2 if double else 1)
+
+price_map = {row["GPU"]: float(row["USD per GPU-hour"]) for row in prices.to_dict("records")}
+request = guarded(lambda: PlanRequest(
+    model=get_preset(model_name), weight_bytes_per_parameter=dtype_bytes(weights), workload=workload,
+    slo=SLO(ttft_s=slo_ttft or None, tpot_s=slo_tpot or None, latency_s=slo_latency or None), slo_target=target,
+    gpus=gpus, prices=price_map, tensor_parallel=tps, max_num_seqs=seqs, headroom=headroom,
+    requests_per_simulation=requests))
+settings = json.dumps({"request": request.model_dump(mode="json"), "rate": planned_rate}, sort_keys=True)
+
+if st.button("Plan", type="primary", key="plan_run"):
+    bar = st.progress(0.0, text="Screening configurations…")
+
+    def on_progress(done: int, total: int, label: str) -> None:
+        bar.progress(min(1.0, done / max(total, 1)), text=f"{done} of {total}: {label}")
+
+    evaluation, result = guarded(plan, request, planned_rate, on_progress)
+    bar.progress(1.0, text=f"Done: {evaluation.simulations} simulations")
+    st.session_state["plan_result"] = (settings, evaluation, result)
+
+stored = st.session_state.get("plan_result")
+if stored is None:
+    st.info("Set the model, traffic and SLOs, then plan.")
+else:
+    stored_settings, evaluation, result = stored
+    if stored_settings != settings:
+        st.warning("The settings changed since this plan ran; plan again to update it.")
+    best = result.best
+    c = st.columns(4)
+    c[0].metric("Cheapest: configuration",
+                f"{best.replicas} × {best.gpu} ×{best.tensor_parallel}" if best else "none",
+                help="replicas × GPU type × tensor-parallel degree. " + HELP["replicas"])
+    c[1].metric("Cheapest: GPUs in all", fmt(best.gpus_total if best else None), help=HELP["gpus"])
+    c[2].metric("Cost per hour (USD)", fmt(best.cost_per_hour_usd if best else None), help=HELP["cost"])
+    c[3].metric("Per million output tokens (USD)", fmt(best.cost_per_million_output_tokens_usd if best else None),
+                help=HELP["per_token"])
+    (st.success if best else st.error)(result.reason or "")
+    st.dataframe(pd.DataFrame([{
+        "GPU": o.gpu, "TP": o.tensor_parallel, "max_num_seqs": o.max_num_seqs,
+        "capacity/replica (req/s)": o.capacity_rps_per_replica, "replicas": o.replicas, "GPUs": o.gpus_total,
+        "meets SLOs": o.meets_slo, "$/hour": o.cost_per_hour_usd, "$/M output tokens": o.cost_per_million_output_tokens_usd,
+        "limit": o.limit, "how": d.note} for o, d in zip(result.options, result.details)]),
+        hide_index=True, column_config={
+            "capacity/replica (req/s)": st.column_config.NumberColumn(help=HELP["capacity"], format="%.3g"),
+            "replicas": st.column_config.NumberColumn(help=HELP["replicas"]),
+            "GPUs": st.column_config.NumberColumn(help=HELP["gpus"]),
+            "$/hour": st.column_config.NumberColumn(help=HELP["cost"], format="%.2f"),
+            "$/M output tokens": st.column_config.NumberColumn(help=HELP["per_token"], format="%.3f"),
+            "limit": st.column_config.TextColumn(help=HELP["limit"])})
+    st.caption(f"{evaluation.simulations} simulations; {evaluation.pruned} configurations ruled out without "
+               f"simulating (no fit, or SLOs missed with no load); {len(evaluation.skipped)} not simulated because "
+               "even at their throughput bound they cost more than the cheapest found.")
+    rates = [planned_rate * f for f in (0.25, 0.5, 0.75, 1, 1.25, 1.5, 2, 3, 4)]
+    st.plotly_chart(cost_vs_traffic(evaluation, rates, planned_rate), key="plan_cost_chart")
+    st.caption("Replicas are recomputed from the capacities found at each traffic level; configurations skipped "
+               "by the cost bound at the planned traffic are not drawn.")
+    if best is not None:
+        d = result.details[0]
+        with st.expander("How the cheapest option's numbers were computed"):
+            step = d.step_model
+            st.markdown(
+                f"**Memory.** Weights {d.weights_gib_per_gpu:.1f} GiB per GPU; KV budget "
+                f"{fmt(d.kv_budget_gib_per_gpu)} GiB = {fmt(d.kv_budget_tokens)} tokens (the KV calculator, after "
+                f"{request.memory_utilization:.0%} of memory and {request.overhead_gib:g} GiB overhead).\n\n"
+                "**Step model (roofline).** " + "; ".join(
+                    f"`{k}` = {fmt(getattr(step, k))} s: {v}" for k, v in d.how.items()) +
+                f"\n\n**Efficiency factors:** {d.efficiency_source}.\n\n"
+                f"**Alone on the server:** TTFT {fmt(d.unloaded_ttft_s)} s, TPOT {fmt(d.unloaded_tpot_s)} s.\n\n"
+                f"**Capacity search:** {d.note}.\n\n**Price:** ${d.price_usd_per_hour:.2f} per GPU-hour, "
+                f"{d.price_source}.")
+
+st.divider()
+st.subheader("Interview practice: predict, then reveal")
+st.markdown(QUESTION)
+guess = st.number_input("Your prediction: H100 GPUs in all", min_value=0, value=None, step=1, key="plan_quiz_guess",
+                        placeholder="your prediction")
+st.text_area("Your reasoning (not scored)", key="plan_quiz_notes", height=80)
+if st.button("Reveal the planner's answer", key="plan_quiz_reveal"):
+    st.session_state["plan_quiz_revealed"] = True
+if st.session_state.get("plan_quiz_revealed"):
+    with st.spinner("Planning the question on H100s…"):
+        q_eval, q_plan = _interview(150)
+    step = guarded(lambda: interview_step(q_eval, q_plan))
+    score = score_prediction(step, {"h100s": guess})
+    s = score.scores[0]
+    verdict = ("no prediction" if s.predicted is None else
+               "within 25%: well reasoned" if s.within else f"off by {fmt(s.error)} GPUs")
+    st.success(f"The planner's answer: **{fmt(s.expected)} H100s** ({verdict}).")
+    st.info(step.explanation)
