@@ -254,6 +254,8 @@ def test_every_bad_request_gets_an_openai_style_4xx(server, method, path, body, 
 def test_a_bad_request_names_the_field(server):
     r = httpx.post(f"{server}/v1/completions", json={"prompt": "hi", "max_tokens": "3"}, trust_env=False)
     assert r.json()["error"]["param"] == "max_tokens" and "max_tokens" in r.json()["error"]["message"]
+    r = httpx.post(f"{server}/v1/chat/completions", json=_chat([{"type": "text", "text": 5}]), trust_env=False)
+    assert r.json()["error"]["param"] == "messages.0.content.0.text"
 
 
 # --------------------------------------------------------------------------- API fidelity
