@@ -5,7 +5,6 @@ Errors that servebench raises on purpose become a one-line message and exit code
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -62,7 +61,7 @@ def summarize(
         status.update(f"summarizing {len(table):,} records")
         report = build_report(table, ws, we, SLO(ttft_s=slo_ttft, tpot_s=slo_tpot, latency_s=slo_latency))
     if as_json:
-        out = json.loads(report.model_dump_json())
+        out = report.model_dump(mode="json")  # emit_json applies the strict JSON rule
         unavailable = list(loaded.metadata.get("unavailable_metrics") or [])
         # a metric the file cannot support is "no data" (null), not a number that looks measured
         summary = {k: (None if k in unavailable else v) for k, v in out.pop("summary").items()}

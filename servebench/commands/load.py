@@ -179,7 +179,7 @@ def load(
     result, table, ws, we = _run_one(url, spec, seed, out, cfg_kwargs, show_progress=not as_json)
     report = build_report(table, ws, we, slo)
     if as_json:
-        doc = json.loads(report.model_dump_json())  # infinities become "Infinity", as in summarize
+        doc = report.model_dump(mode="json")  # emit_json writes infinities as "Infinity", as in summarize
         emit_json({"summary": doc.pop("summary"), **doc, "generator": result.stats.model_dump(mode="json"),
                    "model": result.model, "out": str(out)})
         return
@@ -250,7 +250,7 @@ def _sweep(url: str, rates_text: str, out: Path, requests: int, arrival: str, cv
                         "kv_budget_tokens are server-side; a client cannot measure them (null)",
     }) + "\n", encoding="utf-8")
     if as_json:
-        emit_json({**json.loads(result.model_dump_json()), "runs": runs,
+        emit_json({**result.model_dump(mode="json"), "runs": runs,
                    "files": [str(out / "sweep.json"), str(out / "sweep.csv")]})
         return
     t = Table(title=safe_markup(f"Measured sweep of {model[0]} at {url}"))
