@@ -454,7 +454,9 @@ def sampling_params(body: CompletionBody, vocab: int) -> SamplingParams:
 
 
 REJECT_STATUS = {"queue_full": 503}  # "try later"; any other rejection means the request can never fit
-OUTCOME_STATUS = {"timeout": 504, "cancelled": 503}  # a deadline passed; the engine stopped (or the client left)
+# an admitted request that did not succeed: a deadline is 504; anything else (preempted into a full queue,
+# the engine stopping) is 500, never 503, which clients read as a refusal to admit
+OUTCOME_STATUS = {"timeout": 504}
 
 
 # --------------------------------------------------------------------------- the request body, bounded

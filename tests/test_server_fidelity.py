@@ -451,3 +451,12 @@ def test_stalled_headers_are_closed_and_an_abandoned_body_logs_one_line(server, 
     assert sum("headers" in m for m in messages) == 1 and sum("left before" in m for m in messages) == 1, messages
     assert not any(r.exc_info for r in server_log)
     assert httpx.get(f"{server}/health", trust_env=False).status_code == 200  # still serving
+
+
+def test_a_server_deadline_is_504_with_a_json_error_not_a_refusal():
+    with serve_in_background(create_app(_service(timeout_s=0.2))) as url:
+        r = httpx.post(f"{url}/v1/completions", json={"prompt": "long", "max_tokens": 2000, "ignore_eos": True},
+                       trust_env=False, timeout=60)
+        state = _idle(url)
+    assert r.status_code == 504 and r.json()["error"]["code"] == "deadline_exceeded"
+    assert state["kv_tokens_held"] == 0
