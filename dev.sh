@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # servebench developer entry point.
-#   ./dev.sh app    set up (once) and open the dashboard on the sample data
+#   ./dev.sh app    set up (once) and open the dashboard on the sample data, on 127.0.0.1 only
+#                   (.streamlit/config.toml); extra args go to streamlit: --server.address 0.0.0.0 shares it
 #   ./dev.sh test   set up (once) and run the whole test suite (extra args go to pytest)
 # Setup is idempotent: the virtual environment is rebuilt only when requirements.txt or pyproject.toml change.
 set -euo pipefail

@@ -7,12 +7,15 @@ page (and a timing run that hands over its records) loads it through the same ``
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, NoReturn, TypeVar
 
 import streamlit as st
+from streamlit import config as st_config
 
+from servebench.appsafety import Sharing, upload_size_error
 from servebench.errors import ServebenchError
 from servebench.render import fmt_window
 from servebench.importers import FORMATS as FOREIGN_FORMATS
@@ -161,9 +164,27 @@ def cached_report(key: str, window_start: float, window_end: float, slo: tuple[f
     return build_report(_table, window_start, window_end, SLO(ttft_s=ttft_s, tpot_s=tpot_s, latency_s=latency_s))
 
 
+def sharing() -> Sharing:
+    """Return where the dashboard listens (Streamlit's server.address) and whether remote work is allowed."""
+    return Sharing.of(st_config.get_option("server.address"), os.environ)
+
+
+def upload_limit_mb() -> int:
+    """Return the largest upload the dashboard takes, in MB (server.maxUploadSize, .streamlit/config.toml)."""
+    return int(st_config.get_option("server.maxUploadSize"))
+
+
+def upload_error(up: Any, hint: str = "") -> str | None:
+    """Return the message naming the size limit when an uploaded file is over it, else None."""
+    return None if up is None else upload_size_error(up.name, up.size, upload_limit_mb(), hint)
+
+
+RECORDS_UPLOAD_HINT = "Summarize larger files with `servebench summarize FILE`."
+
+
 def _on_upload() -> None:
     up = st.session_state.get("records_upload")
-    if up is not None:
+    if up is not None and upload_error(up) is None:
         set_source(RecordSource.of(up.name, up.getvalue(), "upload"))
 
 
@@ -185,7 +206,11 @@ def records_sidebar() -> Dataset:
     with st.sidebar:
         st.subheader("Record set")
         st.file_uploader("Upload records", key="records_upload", on_change=_on_upload,
-                         help="CSV, JSON, JSONL or Parquet with canonical fields, or another tool's export.")
+                         help="CSV, JSON, JSONL or Parquet with canonical fields, or another tool's export, "
+                              f"up to {upload_limit_mb():,} MB.")
+        too_big = upload_error(st.session_state.get("records_upload"), RECORDS_UPLOAD_HINT)
+        if too_big:
+            st.error(too_big, icon="🚫")
         samples = sample_files()
         src = current_source()
         index = samples.index(src.name) if src.origin == "sample" and src.name in samples else None

@@ -8,7 +8,8 @@ import pandas as pd
 import streamlit as st
 import yaml
 
-from pages._shared import SAMPLE_DIR, fail, guarded
+from pages._shared import SAMPLE_DIR, fail, guarded, sharing, upload_error
+from servebench.appsafety import SHARED_SWEEP_MAX_REQUESTS, is_long_sweep, sweep_requests_bound
 from servebench.errors import ConfigError, InputFormatError
 from servebench.figures import sweep as sweep_figs
 from servebench.figures.summary import fmt, fmt_share
@@ -24,6 +25,8 @@ STEP_TRACE_KEY = "timing_run_steps"  # written by the Timing run page: (name, li
 
 
 def _read_scenario(upload) -> Scenario:
+    if (too_big := upload_error(upload)) is not None:
+        fail(InputFormatError(too_big))
     if upload is None:
         name = st.session_state.get("sweep_sample") or "profile_b.yaml"
         return guarded(load_scenario, SCENARIO_DIR / name)
@@ -37,6 +40,8 @@ def _read_scenario(upload) -> Scenario:
 
 
 def _read_trace(upload) -> list[dict]:
+    if (too_big := upload_error(upload)) is not None:
+        fail(InputFormatError(too_big))
     return guarded(rows_from_bytes, upload.getvalue(), upload.name)
 
 
@@ -169,7 +174,13 @@ slo = SLO(ttft_s=slo_ttft or None, tpot_s=slo_tpot or None, latency_s=slo_latenc
 settings = json.dumps({"scenario": scenario.model_dump(mode="json"), "loads": loads, "requests": requests,
                        "search": search, "slo": slo.model_dump(), "target": target}, sort_keys=True)
 
-if st.button("Run the sweep", type="primary", key="run_sweep"):
+share = sharing()
+if not share.may_start_work and is_long_sweep(len(set(loads)), requests, search):
+    bound = sweep_requests_bound(len(set(loads)), requests, search)
+    st.warning(share.opt_in_message(f"a sweep of up to {bound:,} simulated requests (more than "
+                                    f"{SHARED_SWEEP_MAX_REQUESTS:,})") +
+               " Fewer loads or requests per point make a short sweep, which runs.", icon=":material/lock:")
+elif st.button("Run the sweep", type="primary", key="run_sweep"):
     bar = st.progress(0.0, text="Starting…")
 
     def on_point(done: int, total: int, point) -> None:

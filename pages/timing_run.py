@@ -10,7 +10,7 @@ from pathlib import Path
 import streamlit as st
 import yaml
 
-from pages._shared import SAMPLE_DIR, RecordSource, fail, guarded, set_source
+from pages._shared import SAMPLE_DIR, RecordSource, fail, guarded, set_source, sharing, upload_error
 from servebench.commands.run import execute_run
 from servebench.engine.model import PRESETS as ENGINE_PRESETS
 from servebench.engine.model import device_name, pick_device
@@ -32,6 +32,8 @@ c1, c2 = st.columns(2)
 sample = c1.selectbox("Scenario", samples, index=samples.index("tiny_cpu.yaml") if "tiny_cpu.yaml" in samples else 0,
                       key="run_sample")
 up = c2.file_uploader("…or upload one (YAML or JSON)", type=["yaml", "yml", "json"], key="run_upload")
+if (too_big := upload_error(up)) is not None:
+    fail(InputFormatError(too_big))
 if up is None:
     scenario = guarded(load_scenario, SCENARIO_DIR / sample)
 else:
@@ -58,7 +60,10 @@ st.info(f"Runs on **{device_name(dev)}** ({str(dtype).removeprefix('torch.')}) �
         f"{shape.layers} layers, {shape.heads} heads ({shape.kv_heads} KV), {shape.param_count:,} parameters",
         icon=":material/memory:")
 
-if st.button("Start the timing run", type="primary", key="run_start"):
+share = sharing()
+if not share.may_start_work:  # shared on a network: no button, so nobody else starts work on this machine
+    st.warning(share.opt_in_message("a timing run"), icon=":material/lock:")
+elif st.button("Start the timing run", type="primary", key="run_start"):
     workload = scenario.workload.model_copy(update={"num_requests": requests, "duration_s": None})
     run_scenario_doc = scenario.model_copy(update={"workload": workload}).model_dump(mode="json", exclude_none=True)
     bar = st.progress(0.0, text="Warming up…")

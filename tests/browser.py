@@ -63,12 +63,15 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def streamlit_server(script: str = "app.py", timeout_s: float = 90) -> Iterator[str]:
-    """Run ``streamlit run`` on a free loopback port and yield its URL; stop it afterwards."""
+    """Run ``streamlit run`` on a free port and yield its URL; stop it afterwards.
+
+    The address (127.0.0.1), usage statistics (off) and toolbar come from the project's .streamlit/config.toml,
+    as with `./dev.sh app`, so the browser tests check what users get.
+    """
     port = free_port()
     streamlit = shutil.which("streamlit", path=str(Path(sys.executable).parent)) or "streamlit"
     proc = subprocess.Popen(
         [streamlit, "run", str(REPO / script), "--server.headless", "true", "--server.port", str(port),
-         "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
          "--server.fileWatcherType", "none"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )

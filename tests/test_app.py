@@ -310,3 +310,109 @@ def test_timing_run_shows_device_then_opens_its_records_on_summary() -> None:
     at.radio(key="step_how:profile_b").set_value("fitted from a timing run").run()
     assert not at.exception and not at.error
     assert int(_metrics(at)["Steps fitted"].replace(",", "")) > 0
+
+
+# --- local by default: shared mode (server.address beyond loopback) -------------------------------------------
+
+SHARED = {"server.address": "0.0.0.0"}
+
+
+def _buttons(at: AppTest) -> set[str]:
+    return {b.key for b in at.button if b.key}
+
+
+def test_local_dashboard_shows_no_sharing_banner() -> None:
+    from streamlit.testing.v1.util import patch_config_options
+
+    with patch_config_options({"server.address": "127.0.0.1"}):
+        at = _app()
+        assert not any("Shared on the network" in w.value for w in at.warning)
+
+
+def test_shared_dashboard_shows_the_banner(monkeypatch: pytest.MonkeyPatch) -> None:
+    """app.py draws the banner above whichever page runs (AppTest reruns and switch_page run a page without app.py,
+    so each case here starts a fresh app)."""
+    from streamlit.testing.v1.util import patch_config_options
+
+    monkeypatch.delenv("SERVEBENCH_ALLOW_REMOTE_WORK", raising=False)
+    with patch_config_options(SHARED):
+        at = _app()
+        banner = at.warning[0].value
+        assert banner.startswith("**Shared on the network** (listening on 0.0.0.0)")
+        assert "timing runs and long sweeps stay off unless it is started with SERVEBENCH_ALLOW_REMOTE_WORK=1" in banner
+        assert at.title[0].value == "Summary"
+        monkeypatch.setenv("SERVEBENCH_ALLOW_REMOTE_WORK", "1")
+        at = _app()
+        assert "remote users may start timing runs and long sweeps here" in at.warning[0].value
+
+
+def test_shared_timing_run_needs_the_opt_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    from streamlit.testing.v1.util import patch_config_options
+
+    monkeypatch.delenv("SERVEBENCH_ALLOW_REMOTE_WORK", raising=False)
+    with patch_config_options(SHARED):
+        at = _app()
+        at.switch_page("pages/timing_run.py").run()
+        assert not at.exception and not at.error
+        assert "run_start" not in _buttons(at)
+        assert any("SERVEBENCH_ALLOW_REMOTE_WORK=1" in w.value and "a timing run does not start" in w.value
+                   for w in at.warning)
+        monkeypatch.setenv("SERVEBENCH_ALLOW_REMOTE_WORK", "1")
+        at.run()
+        assert not at.exception and not at.error
+        assert "run_start" in _buttons(at)
+        assert not any("does not start" in w.value for w in at.warning)
+
+
+@pytest.mark.slow
+def test_shared_timing_run_with_the_opt_in_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    from streamlit.testing.v1.util import patch_config_options
+
+    monkeypatch.setenv("SERVEBENCH_ALLOW_REMOTE_WORK", "1")
+    with patch_config_options(SHARED):
+        at = _app()
+        at.switch_page("pages/timing_run.py").run()
+        at.number_input(key="run_requests:tiny_cpu").set_value(4)
+        at.button(key="run_start").click().run()
+        assert not at.exception and not at.error
+        assert at.title[0].value == "Summary" and _metrics(at)["Requests"] == "4"
+
+
+def test_shared_long_sweep_needs_the_opt_in_and_a_short_one_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    from streamlit.testing.v1.util import patch_config_options
+
+    monkeypatch.delenv("SERVEBENCH_ALLOW_REMOTE_WORK", raising=False)
+    with patch_config_options(SHARED):
+        at = _app()
+        at.switch_page("pages/sweep.py").run()
+        assert "run_sweep" in _buttons(at)  # the default sweep (7 loads x 300 requests) is short
+        at.number_input(key="sweep_requests").set_value(20_000).run()
+        assert not at.exception and not at.error
+        assert "run_sweep" not in _buttons(at)
+        assert any("simulated requests (more than 50,000) does not start" in w.value for w in at.warning)
+        at.number_input(key="sweep_requests").set_value(100)
+        at.text_input(key="loads").set_value("0.5, 1")
+        at.run()
+        at.button(key="run_sweep").click().run()
+        assert not at.exception and not at.error
+        assert "Usable capacity" in _metrics(at)
+        monkeypatch.setenv("SERVEBENCH_ALLOW_REMOTE_WORK", "1")
+        at.number_input(key="sweep_requests").set_value(20_000).run()
+        assert "run_sweep" in _buttons(at)
+
+
+def test_upload_over_the_limit_names_the_limit_and_keeps_the_records(monkeypatch: pytest.MonkeyPatch) -> None:
+    from streamlit.testing.v1.util import patch_config_options
+
+    with patch_config_options({"server.maxUploadSize": 1}):  # 1 MB, so the test file stays small
+        at = _app()
+        big = b"start,end,status\n" + b"0,1,timeout\n" * 100_000  # 1.1 MB
+        at.file_uploader(key="records_upload").set_value(("big.csv", big, "text/csv")).run()
+        assert not at.exception
+        (err,) = at.error
+        assert err.value.startswith("big.csv is 1.1 MB: the dashboard takes uploads up to 1 MB (server.maxUploadSize).")
+        assert _metrics(at)["Requests"] == "3,000"  # the sample stays on screen
+        at.switch_page("pages/timing_run.py").run()
+        at.file_uploader(key="run_upload").set_value(("big.yaml", big, "application/yaml")).run()
+        assert not at.exception
+        assert "big.yaml is 1.1 MB" in at.error[0].value

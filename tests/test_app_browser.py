@@ -70,3 +70,66 @@ def test_summary_upload_renders_contract_and_charts() -> None:
         assert _metric(page, "Max concurrent sequences") == "8"  # the spec's profile B
         assert page.locator('[data-testid="stException"]').count() == 0
         screenshot(page, "kv_profile_b")
+
+
+def _same_origin(url: str, origin: str) -> bool:
+    """Return whether ``url`` is the app's own origin (its WebSocket included) or data the page made itself."""
+    from urllib.parse import urlsplit
+
+    if url.startswith(("data:", "blob:", "about:")):
+        return True
+    app, got = urlsplit(origin), urlsplit(url)
+    scheme = {"ws": "http", "wss": "https"}.get(got.scheme, got.scheme)
+    return (scheme, got.hostname, got.port) == (app.scheme, app.hostname, app.port)
+
+
+PAGES = {  # link text in the sidebar -> heading it opens
+    "Percentile explorer": "Percentile explorer", "Diagnosis": "Diagnosis", "KV calculator": "KV calculator",
+    "Load sweep": "Load sweep", "Timing run": "Timing run", "Summary": "Summary",
+}
+
+
+def test_every_page_loads_only_from_the_apps_own_origin() -> None:
+    """Record every request the pages make (the browser's, workers', WebSocket); none leaves the app's origin."""
+    require_chromium()
+    with streamlit_server() as url, browser_page(viewport=(1400, 1600)) as page:
+        page.set_default_timeout(TIMEOUT_MS)
+        seen: list[str] = []
+        outside: list[str] = []
+
+        def record(route) -> None:
+            seen.append(route.request.url)
+            if _same_origin(route.request.url, url):
+                route.continue_()
+            else:  # recorded, and stopped here so the test never reaches the network
+                outside.append(route.request.url)
+                route.abort()
+
+        page.context.route("**/*", record)
+        page.context.on("request", lambda r: seen.append(r.url))
+        page.on("websocket", lambda ws: seen.append(ws.url))
+        page.goto(url, wait_until="networkidle")
+        page.get_by_role("heading", name="Summary").first.wait_for()
+        page.locator('[data-testid="stPlotlyChart"] .main-svg').first.wait_for()
+        _wait_idle(page)
+        assert page.get_by_text("Shared on the network").count() == 0  # local: no banner
+        assert page.locator('[data-testid="stAppDeployButton"]').count() == 0
+        assert page.get_by_role("button", name="Deploy").count() == 0
+        for link, heading in PAGES.items():
+            page.get_by_role("link", name=link).click()
+            page.get_by_role("heading", name=heading).first.wait_for()
+            _wait_idle(page)
+            page.wait_for_load_state("networkidle")
+            assert page.locator('[data-testid="stException"]').count() == 0, link
+        page.get_by_role("link", name="Load sweep").click()  # charts drawn from a result, not only empty pages
+        page.get_by_role("heading", name="Load sweep").first.wait_for()
+        _wait_idle(page)
+        page.get_by_role("button", name="Run the sweep").click()
+        page.locator('[data-testid="stPlotlyChart"] .main-svg').first.wait_for()
+        _wait_idle(page)
+        page.wait_for_load_state("networkidle")
+        screenshot(page, "sweep_local_only")
+    assert any(u.startswith(url) for u in seen), "no request was recorded at all"
+    assert any(u.startswith("ws://") for u in seen), "the app's WebSocket was not recorded"
+    assert not outside, f"requests outside {url}: {sorted(set(outside))}"
+    assert all(_same_origin(u, url) for u in seen), sorted({u for u in seen if not _same_origin(u, url)})

@@ -7,6 +7,7 @@ from typing import Optional
 import typer
 
 from ..cli import app, console, emit_json
+from ..appsafety import is_loopback
 from ..errors import ConfigError
 
 
@@ -34,6 +35,9 @@ def serve_engine(
     from ..scheduler import SchedulerConfig
     from ..server import bind_socket, create_app
 
+    if not is_loopback(host):  # stderr, so --json output on stdout stays one object
+        typer.echo(f"warning: --host {host} serves the engine beyond this machine: anyone who can reach "
+                   "this address can send it requests. Leave --host out to keep it on 127.0.0.1.", err=True)
     if policy not in ("paged", "reserve"):
         raise ConfigError(f"--policy {policy!r}: expected paged or reserve")
     sched = SchedulerConfig(kv_budget_tokens=kv_budget_tokens, policy=policy, max_num_seqs=max_num_seqs,
