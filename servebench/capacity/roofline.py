@@ -218,6 +218,11 @@ def calibrate(fitted: StepModel, shape: ModelShape, acc: Accelerator, *, weight_
             notes.append(f"{name} efficiency {value:.3g} is above 1: the {acc.name} preset understates this "
                          "device (or the model fits in cache); the factor is kept as measured")
     notes.append(f"interconnect efficiency stays at {base.interconnect:g} (a one-device run has no all-reduce)")
+    predicted_seq_s = ideal.per_decode_seq_s / compute
+    if fitted.per_decode_seq_s > 0 and not 0.5 <= fitted.per_decode_seq_s / predicted_seq_s <= 2:
+        notes.append(f"the fitted cost per decoding sequence ({fitted.per_decode_seq_s:.3g} s) is "
+                     f"{fitted.per_decode_seq_s / predicted_seq_s:.3g}x what the calibrated roofline predicts "
+                     f"({predicted_seq_s:.3g} s): per-sequence overhead the roofline does not model")
     return Calibration(accelerator=acc.name, source=source, fitted=fitted, ideal=ideal,
                        efficiency=Efficiency(bandwidth=bandwidth, compute=compute, interconnect=base.interconnect),
                        notes=notes)
