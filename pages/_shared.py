@@ -17,6 +17,7 @@ from streamlit import config as st_config
 
 from servebench.appsafety import Sharing, upload_size_error
 from servebench.errors import ServebenchError
+from servebench.extra_columns import extra_columns_note, slice_by as sliced
 from servebench.render import fmt_window
 from servebench.importers import FORMATS as FOREIGN_FORMATS
 from servebench.loaders import LoadedRecords, read_bytes, to_table
@@ -24,6 +25,7 @@ from servebench.records import RecordTable, default_window
 from servebench.report.inputs import RunInput
 from servebench.report.pages import SiteOptions
 from servebench.report.site import build_site, site_zip_bytes
+from servebench.safetext import safe_text
 from servebench.summary import SLO, Report, build_report
 
 REPO = Path(__file__).resolve().parent.parent
@@ -70,7 +72,7 @@ class Dataset:
 
 def fail(exc: ServebenchError) -> NoReturn:
     """Show a servebench error as one message (it names file, row and field) and stop the page."""
-    st.error(str(exc), icon="🚫")
+    st.error(safe_text(exc, multiline=True), icon="🚫")  # user text in it shows as written, never as controls
     st.stop()
     raise AssertionError("unreachable")  # st.stop raises; this keeps type checkers honest
 
@@ -158,10 +160,11 @@ def _validate(key: str, window_start: float, window_end: float, _loaded: LoadedR
 
 @st.cache_resource(max_entries=16, show_spinner="Building the report…")
 def cached_report(key: str, window_start: float, window_end: float, slo: tuple[float | None, ...],
-                  _table: RecordTable) -> Report:
-    """Return the full report for the current records, window and SLO (cached per combination)."""
+                  _table: RecordTable, slice_by: str = "slice") -> Report:
+    """Return the full report for the current records, window, SLO and slicing column (cached per combination)."""
     ttft_s, tpot_s, latency_s = slo
-    return build_report(_table, window_start, window_end, SLO(ttft_s=ttft_s, tpot_s=tpot_s, latency_s=latency_s))
+    return build_report(sliced(_table, slice_by), window_start, window_end,
+                        SLO(ttft_s=ttft_s, tpot_s=tpot_s, latency_s=latency_s))
 
 
 def sharing() -> Sharing:
@@ -216,7 +219,7 @@ def records_sidebar() -> Dataset:
         index = samples.index(src.name) if src.origin == "sample" and src.name in samples else None
         st.selectbox("…or a sample", samples, index=index, key="records_sample", on_change=_on_sample,
                      placeholder="choose a sample file")
-        st.caption(f"Showing **{src.name}** ({src.origin}, {len(src.data):,} bytes)")
+        st.caption(f"Showing **{safe_text(src.name)}** ({src.origin}, {len(src.data):,} bytes)")
     loaded, fmt = _import_options(src)
     key = f"{src.digest}:{fmt}"  # the same bytes read another way are another record set
     default_ws, default_we = guarded(default_window, loaded.rows)
@@ -232,19 +235,22 @@ def records_sidebar() -> Dataset:
     return Dataset(src, loaded, table, float(ws), float(we), key)
 
 
-def site_zip(ds: Dataset, slo: SLO | None) -> bytes:
+def site_zip(ds: Dataset, slo: SLO | None, slice_by: str | None = None) -> bytes:
     """Return the static report site for the records on screen, zipped (built only when downloaded)."""
     kind = "timing run" if ds.source.metadata else "records"
     run = RunInput(name=ds.source.name, path=ds.source.name, kind=kind, table=ds.table,
                    window_start=ds.window_start, window_end=ds.window_end, format=ds.loaded.format,
                    warnings=list(ds.loaded.warnings), metadata=ds.source.metadata or dict(ds.loaded.metadata) or None,
                    steps=ds.source.steps)
-    files = build_site([run], SiteOptions(title=f"servebench: {ds.source.name}", slo=slo))
+    files = build_site([run], SiteOptions(title=f"servebench: {ds.source.name}", slo=slo, slice_by=slice_by))
     return site_zip_bytes(files)
 
 
 def show_reader_warnings(ds: Dataset) -> None:
-    """Show what an importer could not carry over from another tool's file."""
+    """Show what an importer could not carry over from another tool's file, and the file's extra columns."""
+    extra = extra_columns_note(ds.table.extra, slice_hint="'Break down by' on the Summary page")
+    if extra:
+        st.info(safe_text(extra), icon=":material/view_column:")
     notes = ds.loaded.warnings
     if not notes:
         return
@@ -252,4 +258,4 @@ def show_reader_warnings(ds: Dataset) -> None:
             "could not be carried over"
     with st.expander(label, expanded=len(notes) <= 2, icon=":material/warning:"):
         for w in notes:
-            st.warning(w)
+            st.warning(safe_text(w, multiline=True))

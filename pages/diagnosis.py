@@ -10,6 +10,7 @@ from servebench import diagnosis, kv
 from servebench.errors import InputFormatError
 from servebench.figures.summary import fmt, fmt_share
 from servebench.render import fmt_window
+from servebench.safetext import safe_text
 from servebench.model_presets import PRESETS, get_preset
 
 LIMIT_TITLES = {"kv_memory": "KV memory", "queueing": "Queueing", "prefill": "Prefill", "decode": "Decode",
@@ -19,7 +20,7 @@ LIMIT_TITLES = {"kv_memory": "KV memory", "queueing": "Queueing", "prefill": "Pr
 def render_verdict(v: diagnosis.Verdict) -> None:
     """Show one verdict: the limit, the numbers behind it, its evidence and the experiment that would check it."""
     box = st.success if v.limit == "none" else st.warning
-    box(f"**Profile {v.profile}: {LIMIT_TITLES.get(v.limit, v.limit)}** (`{v.limit}`). {v.summary}")
+    box(safe_text(f"**Profile {v.profile}: {LIMIT_TITLES.get(v.limit, v.limit)}** (`{v.limit}`). {v.summary}"))
     c = st.columns(4)
     c[0].metric("Max concurrent sequences", fmt(v.max_concurrent_sequences),
                 help=f"{fmt(v.budget_tokens)} tokens in the budget / {fmt(v.tokens_per_request)} per request.")
@@ -75,7 +76,7 @@ mode = st.radio("Mode", ["Guided A/B walk-through", "Diagnose the records in use
 if mode == "Diagnose the records in use":
     ds = records_sidebar()
     show_reader_warnings(ds)
-    st.caption(f"{ds.source.name} · {len(ds.table):,} records · window {fmt_window(ds.window_start, ds.window_end)}. "
+    st.caption(f"{safe_text(ds.source.name)} · {len(ds.table):,} records · window {fmt_window(ds.window_start, ds.window_end)}. "
                "Needs `admitted` (queue wait vs prefill) and `prompt_tokens` (the KV limit).")
     shape, budget, policy, cap = _shape_inputs()
     verdict = guarded(diagnosis.diagnose_records, ds.table, ds.window_start, ds.window_end, shape=shape,

@@ -5,26 +5,36 @@ from __future__ import annotations
 import streamlit as st
 
 from pages._shared import cached_report, guarded, records_sidebar, show_reader_warnings, site_zip
+from servebench.extra_columns import SLICE_COLUMN, slice_choices
 from servebench.figures import records as record_figs
 from servebench.render import fmt_window
 from servebench.figures.summary import (cause_frame, contract_cells, distribution_frame, fmt, fmt_share,
                                         fmt_share_of, slice_frame, status_frame)
 from servebench.loaders import encode_records
+from servebench.safetext import safe_text
 
 st.title("Summary")
 ds = records_sidebar()
 show_reader_warnings(ds)
-st.caption(f"{ds.source.name} · {len(ds.table):,} records · window {fmt_window(ds.window_start, ds.window_end)}")
+st.caption(f"{safe_text(ds.source.name)} · {len(ds.table):,} records · "
+           f"window {fmt_window(ds.window_start, ds.window_end)}")
+slice_by = SLICE_COLUMN
+if ds.table.extra:  # columns the schema does not know (gpu, model): any can be the breakdown
+    slice_by = st.selectbox("Break down by", slice_choices(ds.table), key=f"slice_by:{ds.key}",
+                            format_func=safe_text,
+                            help="The column whose values split the report into slices: 'slice', or any "
+                                 "column of the file the schema does not know.")
 no_clock = ds.unavailable  # metrics an importer could not give (a file without timestamps)
 
 meta = ds.source.metadata
 if meta:
     run = meta.get("run", {})
-    st.success(f"Timing run of **{meta.get('model', {}).get('name')}** on **{meta.get('runtime', {}).get('device_name')}**"
-               f" ({meta.get('runtime', {}).get('dtype')}): {fmt(run.get('offered_requests'))} requests in "
-               f"{fmt(run.get('wall_s'))} s, {fmt(run.get('steps'))} engine steps.", icon=":material/timer:")
+    st.success(safe_text(
+        f"Timing run of **{meta.get('model', {}).get('name')}** on **{meta.get('runtime', {}).get('device_name')}**"
+        f" ({meta.get('runtime', {}).get('dtype')}): {fmt(run.get('offered_requests'))} requests in "
+        f"{fmt(run.get('wall_s'))} s, {fmt(run.get('steps'))} engine steps."), icon=":material/timer:")
     for note in run.get("notes", []):
-        st.warning(note)
+        st.warning(safe_text(note, multiline=True))
     with st.expander("The frozen benchmark contract (metadata.json)"):
         st.json(meta, expanded=1)
 contract_box = st.container()
@@ -37,7 +47,7 @@ slo_ttft = c1.number_input("TTFT limit (s)", value=None, min_value=0.0, step=0.1
 slo_tpot = c2.number_input("Request TPOT limit (s)", value=None, min_value=0.0, step=0.01, placeholder="no limit")
 slo_latency = c3.number_input("Latency limit (s)", value=None, min_value=0.0, step=0.5, placeholder="no limit")
 slo = tuple(v if v else None for v in (slo_ttft, slo_tpot, slo_latency))
-report = guarded(cached_report, ds.key, ds.window_start, ds.window_end, slo, ds.table)
+report = guarded(cached_report, ds.key, ds.window_start, ds.window_end, slo, ds.table, slice_by)
 slo_box = st.container()
 
 with contract_box:
@@ -61,12 +71,12 @@ with outcome_box:
     cause_fig = record_figs.cause_figure(report.by_cause)
     if cause_fig is not None:
         right.plotly_chart(cause_fig, key="cause_fig")
-        right.dataframe(cause_frame(report), hide_index=True)
+        right.dataframe(cause_frame(report).assign(cause=lambda f: f["cause"].map(safe_text)), hide_index=True)
     else:
         right.info("Every request succeeded: no causes to break down.")
     if report.duplicate_request_ids:
-        st.warning(f"{report.duplicate_request_ids} duplicate request IDs, e.g. "
-                   f"{', '.join(report.duplicate_request_id_examples)}: a request may be counted twice.")
+        st.warning(safe_text(f"{report.duplicate_request_ids} duplicate request IDs, e.g. "
+                             f"{', '.join(report.duplicate_request_id_examples)}: a request may be counted twice."))
 
     st.subheader("Work and concurrency")
     c = st.columns(4)
@@ -128,8 +138,8 @@ with slo_box:
             col.metric(label, "n/a" if key in no_clock else fmt(value))
 
 if report.slices:
-    st.subheader("Slices")
-    st.dataframe(slice_frame(report), hide_index=True)
+    st.subheader("Slices" if slice_by == SLICE_COLUMN else f"Slices by {safe_text(slice_by)}")
+    st.dataframe(slice_frame(report).assign(slice=lambda f: f["slice"].map(safe_text)), hide_index=True)
 
 st.subheader("Downloads")
 stem = ds.source.name.rsplit(".", 1)[0]
@@ -140,6 +150,8 @@ for col, fmt_name, mime in zip(c, ("csv", "parquet", "jsonl"),
                         file_name=f"{stem}.normalized.{fmt_name}", mime=mime, on_click="ignore")
 c[3].download_button("Report (JSON)", lambda: report.model_dump_json(indent=2),
                      file_name=f"{stem}.report.json", mime="application/json", on_click="ignore")
-c[4].download_button("Report site (ZIP)", lambda: site_zip(ds, report.slo.slo if report.slo else None),
+c[4].download_button("Report site (ZIP)",
+                     lambda: site_zip(ds, report.slo.slo if report.slo else None,
+                                      None if slice_by == SLICE_COLUMN else slice_by),
                      file_name=f"{stem}.report-site.zip", mime="application/zip", on_click="ignore",
                      help="A static HTML site that works offline from file://.")

@@ -11,9 +11,9 @@ from typing import Any, Optional
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 
 from .errors import ServebenchError
+from .safetext import safe_text
 
 app = typer.Typer(help="Honest LLM-serving benchmarks: summaries, KV memory, diagnosis, simulation, timing runs.",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
@@ -47,31 +47,42 @@ def summarize(
     format: str = typer.Option("auto", "--format", help="Input format (auto-detected by default): csv, json, jsonl, "
                                "parquet, or another tool's export: guidellm, vllm, genai-perf, aiperf, llmperf "
                                "(options: NAME:run=N,outside_window=drop)."),
+    slice_by: Optional[str] = typer.Option(None, "--slice-by", metavar="COLUMN",
+                                           help="Break the report down by this column's values instead of "
+                                                "'slice': any column the schema does not know (gpu, model)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
 ) -> None:
     """Summarize a record file: the spec's eight fields, then the full failure-aware report."""
+    from .extra_columns import extra_columns_note, slice_by as sliced
     from .loaders import read_path, to_table
+    from .render import user_text
     from .summary import SLO, build_report
 
     # a spinner on stderr while large files are read and summarized; stdout stays clean for --json
-    with Console(stderr=True).status(f"reading {escape(file.name)}") as status:
+    with Console(stderr=True).status(f"reading {user_text(file.name)}") as status:
         loaded = read_path(file, format)
         status.update(f"validating {loaded.rows.n:,} records")
         table, ws, we = to_table(loaded, window_start, window_end)
+        if slice_by is not None:
+            table = sliced(table, slice_by)
         status.update(f"summarizing {len(table):,} records")
         report = build_report(table, ws, we, SLO(ttft_s=slo_ttft, tpot_s=slo_tpot, latency_s=slo_latency))
+    note = extra_columns_note(table.extra)
     if as_json:
         out = report.model_dump(mode="json")  # emit_json applies the strict JSON rule
         unavailable = list(loaded.metadata.get("unavailable_metrics") or [])
         # a metric the file cannot support is "no data" (null), not a number that looks measured
         summary = {k: (None if k in unavailable else v) for k, v in out.pop("summary").items()}
-        out = {"summary": summary, **out, "warnings": loaded.warnings, "unavailable_metrics": unavailable}
+        out = {"summary": summary, **out, "warnings": loaded.warnings, "unavailable_metrics": unavailable,
+               "slice_by": slice_by, "extra_columns": list(table.extra), "notes": [note] if note else []}
         emit_json(out)
         return
     from .render import print_report
     for w in loaded.warnings:
-        console.print(f"[yellow]warning:[/] {escape(w)}")
-    print_report(console, report, frozenset(loaded.metadata.get("unavailable_metrics") or []))
+        console.print(f"[yellow]warning:[/] {user_text(w)}")
+    if note:
+        console.print(f"[cyan]note:[/] {user_text(note)}")
+    print_report(console, report, frozenset(loaded.metadata.get("unavailable_metrics") or []), slice_by=slice_by)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -82,7 +93,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         app(args=argv, prog_name="servebench")
     except ServebenchError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(f"error: {safe_text(exc)}", err=True)  # user text in it cannot drive the terminal
         sys.exit(2)
 
 

@@ -129,21 +129,18 @@ def _objects(docs: list[Any], source: str) -> ParsedRows:
     first = next((d for d in docs if isinstance(d, dict)), None)
     if first is not None:
         _check_columns(list(first), source)
-    return parse_objects(docs, source, strict_keys=True)
+    return parse_objects(docs, source, keep_extra=True)
 
 
 def parse_parquet(data: bytes | BinaryIO | pa.NativeFile, source: str) -> ParsedRows:
-    """Parse Parquet, reading only the canonical columns it has."""
+    """Parse Parquet: the canonical columns, and any others as extra columns."""
     try:
         pf = pq.ParquetFile(io.BytesIO(data) if isinstance(data, bytes) else data)
     except (pa.ArrowInvalid, OSError) as exc:
         raise InputFormatError(f"{source}: not a readable Parquet file: {exc}") from None
     names = pf.schema_arrow.names
     _check_columns(names, source)
-    unknown = [n for n in names if canonical_name(n) is None]
-    if unknown:
-        raise InputFormatError(f"{source}: unknown column '{unknown[0]}'; expected some of {', '.join(FIELDS)}")
-    table = pf.read()
+    table = pf.read()  # columns the schema does not know are kept as extra columns
     if table.num_rows == 0:
         raise InputFormatError(f"{source}: no records")
     return parse_arrow(table, source)

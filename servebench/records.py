@@ -7,10 +7,12 @@ the first failing row is found with one ``argmax``, and only that row is explain
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field as dataclass_field
 from functools import cached_property
+from types import MappingProxyType
 from typing import Any, Callable, Literal
 
 import numpy as np
@@ -37,6 +39,8 @@ MSG_ADMITTED = "Invalid admission time"
 MSG_OUTPUT = "Invalid output tokens"
 MSG_PROMPT = "Invalid prompt tokens"
 MSG_TEXT = "Invalid text field"
+MSG_EXTRA = "Invalid extra field"
+NO_EXTRA: Mapping[str, Any] = MappingProxyType({})  # no columns beyond the schema
 
 FIELDS: tuple[str, ...] = (
     "request_id", "start", "admitted", "first_token", "end", "status",
@@ -124,6 +128,7 @@ class ParsedRows:
     columns: dict[str, Column]
     not_object: np.ndarray
     source: str | None
+    extra: Mapping[str, Any] = dataclass_field(default_factory=lambda: NO_EXTRA)  # unknown columns, by name
 
 
 def _is_number(v: Any) -> bool:
@@ -141,14 +146,17 @@ def canonical_name(key: str) -> str | None:
     return ALIASES.get(key)
 
 
-def parse_objects(records: Sequence[Any], source: str | None = None, *, strict_keys: bool = False) -> ParsedRows:
+def parse_objects(records: Sequence[Any], source: str | None = None, *, strict_keys: bool = False,
+                  keep_extra: bool = False) -> ParsedRows:
     """Parse a list of mappings (or TimingRecord models) without changing them.
 
-    ``strict_keys`` rejects unknown keys (files); the spec's ``summarize`` ignores them.
+    ``keep_extra`` keeps unknown keys as extra columns (files); else ``strict_keys`` rejects them
+    (servebench's own records); the spec's ``summarize`` ignores them.
     """
     n = len(records)
     not_object = np.zeros(n, dtype=bool)
     rows: list[Mapping[str, Any]] = []
+    extra_names: dict[str, None] = {}  # an ordered set
     for i, rec in enumerate(records):
         if isinstance(rec, BaseModel):
             rec = rec.model_dump()
@@ -156,7 +164,9 @@ def parse_objects(records: Sequence[Any], source: str | None = None, *, strict_k
             not_object[i] = True
             rows.append({})
             continue
-        if strict_keys:
+        if keep_extra:
+            extra_names.update((key, None) for key in rec if canonical_name(key) is None)
+        elif strict_keys:
             for key in rec:
                 if canonical_name(key) is None:
                     raise RecordValidationError(
@@ -209,7 +219,35 @@ def parse_objects(records: Sequence[Any], source: str | None = None, *, strict_k
                 else:
                     bad[i] = True
         columns[name] = Column(vals, present, bad, raw=lambda i, rv=raw_vals: rv[i])
-    return ParsedRows(n, columns, not_object, source)
+    extra = {key: _extra_from_objects(key, [r.get(key) for r in rows], source) for key in extra_names}
+    return ParsedRows(n, columns, not_object, source, MappingProxyType(extra) if extra else NO_EXTRA)
+
+
+def _extra_from_objects(name: str, values: list[Any], source: str | None) -> pa.Array:
+    """Return one extra column's values as an Arrow array; any scalar goes, None means absent.
+
+    Values of mixed types (text in one row, a number in another) are kept as their JSON text.
+    """
+    for i, v in enumerate(values):
+        if isinstance(v, (Mapping, list, tuple)):
+            raise RecordValidationError(
+                f"{MSG_EXTRA}: {'an object' if isinstance(v, Mapping) else 'a list'} is not a scalar; "
+                "a column the schema does not know must hold text, numbers or booleans",
+                source=source, row=i + 1, field=name, rule=MSG_EXTRA)
+    try:
+        return pa.array(values, from_pandas=False)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, UnicodeError):
+        pass
+    text: list[str | None] = []
+    for i, v in enumerate(values):
+        if isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                raise RecordValidationError(f"{MSG_EXTRA}: {v!r} is not valid Unicode text (a lone surrogate)",
+                                            source=source, row=i + 1, field=name, rule=MSG_EXTRA) from None
+        text.append(v if v is None or isinstance(v, str) else json.dumps(v))
+    return pa.array(text, pa.string())
 
 
 _FLOAT_RE = r"^\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*$"
@@ -297,11 +335,14 @@ def _arrow_category(arr: pa.ChunkedArray, name: str, raw: Callable[[int], Any]) 
 def parse_arrow(table: pa.Table, source: str | None = None) -> ParsedRows:
     """Parse an Arrow table whose columns are canonical names or aliases (typed, or text from CSV)."""
     names: dict[str, str] = {}
-    for col in table.column_names:
+    extra: dict[str, Any] = {}
+    for i, col in enumerate(table.column_names):
         canon = canonical_name(col)
-        if canon is None:
-            raise InputFormatError(
-                f"{source or 'input'}: unknown column '{col}'; expected some of {', '.join(FIELDS)}")
+        if canon is None:  # a column the schema does not know (gpu, model, note): kept as it is
+            if col in extra:
+                raise InputFormatError(f"{source or 'input'}: two columns are named '{col}'")
+            extra[col] = _extra_from_arrow(col, table.column(i), source)
+            continue
         if canon in names:
             raise InputFormatError(f"{source or 'input'}: columns '{names[canon]}' and '{col}' both mean '{canon}'")
         names[canon] = col
@@ -316,7 +357,20 @@ def parse_arrow(table: pa.Table, source: str | None = None) -> ParsedRows:
                           np.full(n, -1, dtype=np.int64) if name in INT_FIELDS else
                           np.full(n, -1, dtype=np.int8) if name == "status" else pa.nulls(n, pa.string()))
             columns[name] = Column(empty_vals, np.zeros(n, dtype=bool), np.zeros(n, dtype=bool), raw=lambda i: None)
-    return ParsedRows(n, columns, np.zeros(n, dtype=bool), source)
+    return ParsedRows(n, columns, np.zeros(n, dtype=bool), source, MappingProxyType(extra) if extra else NO_EXTRA)
+
+
+def _extra_from_arrow(name: str, arr: pa.ChunkedArray, source: str | None) -> pa.ChunkedArray:
+    """Return an extra column as read, blank text as absent; refuse one whose values are not scalars."""
+    typ = arr.type.value_type if pa.types.is_dictionary(arr.type) else arr.type
+    if pa.types.is_nested(typ):
+        raise InputFormatError(f"{source or 'input'}, field '{name}': {MSG_EXTRA}: its values are {typ}, not "
+                               "scalars; a column the schema does not know must hold text, numbers or booleans")
+    if arr.type in (pa.string(), pa.large_string()):  # an empty CSV cell means absent, as in any column
+        blank = blank_mask(arr)
+        if np.count_nonzero(blank) > arr.null_count:
+            return pc.if_else(pa.array(blank), pa.scalar(None, pa.string()), text_array(arr))
+    return arr
 
 
 # --------------------------------------------------------------------------- validation
@@ -342,10 +396,13 @@ class RecordTable:
     slice_arrow: pa.DictionaryArray  # int32 codes into distinct non-blank names, null where absent
     error_arrow: pa.DictionaryArray
     source: str | None = None
+    # columns the schema does not know (gpu, model), by name: Arrow arrays as read
+    extra: Mapping[str, Any] = dataclass_field(default_factory=lambda: NO_EXTRA)
 
     @classmethod
     def from_columns(cls, *, request_id: Any = None, slice: Any = None, error: Any = None,
-                     source: str | None = None, **numeric: np.ndarray) -> "RecordTable":
+                     source: str | None = None, extra: Mapping[str, Any] = NO_EXTRA,
+                     **numeric: np.ndarray) -> "RecordTable":
         """Build a table from numeric arrays and text given as object arrays, lists or Arrow arrays."""
         n = int(np.asarray(numeric["start"]).size)
 
@@ -353,13 +410,13 @@ class RecordTable:
             return pa.nulls(n, pa.string()) if values is None else values
 
         return cls(**numeric, request_id_arrow=text_array(text(request_id)), slice_arrow=categorical(text(slice)),
-                   error_arrow=categorical(text(error)), source=source)
+                   error_arrow=categorical(text(error)), source=source, extra=extra)
 
     def with_columns(self, **changes: Any) -> "RecordTable":
         """Return a copy with some columns (canonical names, text as objects or Arrow) or the source replaced."""
         current: dict[str, Any] = {f: getattr(self, f) for f in _NUMERIC_FIELDS}
         current.update(request_id=self.request_id_arrow, slice=self.slice_arrow, error=self.error_arrow,
-                       source=self.source)
+                       source=self.source, extra=self.extra)
         unknown = set(changes) - set(current)
         if unknown:
             raise TypeError(f"not RecordTable columns: {', '.join(sorted(unknown))}")
@@ -405,13 +462,16 @@ class RecordTable:
         return RecordTable(**{f: getattr(self, f)[index] for f in _NUMERIC_FIELDS},
                            request_id_arrow=take_rows(self.request_id_arrow, index),
                            slice_arrow=take_rows(self.slice_arrow, index),
-                           error_arrow=take_rows(self.error_arrow, index), source=self.source)
+                           error_arrow=take_rows(self.error_arrow, index), source=self.source,
+                           extra=MappingProxyType({k: take_rows(v, index) for k, v in self.extra.items()})
+                           if self.extra else NO_EXTRA)
 
     def to_dicts(self) -> list[dict[str, Any]]:
         """Return the records as canonical dicts, leaving out absent optional fields."""
         out = []
         status_names = np.array(STATUSES, dtype=object)[self.status]
         ids, slices, errors = self.request_id, self.slice, self.error
+        extra = {name: [_json_value(v) for v in values.to_pylist()] for name, values in self.extra.items()}
         for i in range(len(self)):
             rec: dict[str, Any] = {}
             if ids[i] is not None:
@@ -431,6 +491,7 @@ class RecordTable:
                 rec["slice"] = slices[i]
             if errors[i] is not None:
                 rec["error"] = errors[i]
+            rec.update((name, values[i]) for name, values in extra.items() if values[i] is not None)
             out.append(rec)
         return out
 
@@ -448,7 +509,12 @@ class RecordTable:
             "slice": text_array(self.slice_arrow),
             "error": text_array(self.error_arrow),
         }
-        return pa.table(cols)
+        return pa.table({**cols, **self.extra})
+
+
+def _json_value(value: Any) -> Any:
+    """Return an extra column's value as JSON can hold it: text, numbers and booleans as they are."""
+    return value if value is None or isinstance(value, (str, int, float, bool)) else str(value)
 
 
 _NUMERIC_FIELDS = ("start", "end", "status", "first_token", "output_tokens", "admitted", "prompt_tokens")
@@ -588,6 +654,7 @@ def build_table(rows: ParsedRows, codes: np.ndarray) -> RecordTable:
         slice=c["slice"].values,
         error=c["error"].values,
         source=rows.source,
+        extra=rows.extra,
     )
 
 

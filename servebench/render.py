@@ -6,10 +6,12 @@ from datetime import datetime, timezone
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
+from .safetext import safe_markup
 from .summary import Distribution, Report
+
+user_text = safe_markup  # every user-supplied string in a table or line goes through this
 
 
 def fmt(value: Any, digits: int = 4) -> str:
@@ -84,9 +86,13 @@ def distribution_table(rows: dict[str, Distribution | None], title: str) -> Tabl
     return t
 
 
-def print_report(console: Console, report: Report, unavailable: frozenset[str] = frozenset()) -> None:
-    """Print a report as a few tables; metrics an importer marked ``unavailable`` show as n/a."""
-    console.print(f"[bold]{escape(report.source or 'records')}[/]  window "
+def print_report(console: Console, report: Report, unavailable: frozenset[str] = frozenset(),
+                 *, slice_by: str | None = None) -> None:
+    """Print a report as a few tables; metrics an importer marked ``unavailable`` show as n/a.
+
+    ``slice_by`` names the column the slices come from, when it is not ``slice``.
+    """
+    console.print(f"[bold]{user_text(report.source or 'records')}[/]  window "
                   f"{fmt_window(report.window_start, report.window_end)}")
     console.print(summary_table(report.summary, unavailable=unavailable))
     counts = Table(title="Outcomes")
@@ -104,7 +110,7 @@ def print_report(console: Console, report: Report, unavailable: frozenset[str] =
         causes.add_column("cause")
         causes.add_column("count", justify="right")
         for k, v in report.by_cause.items():
-            causes.add_row(escape(k), str(v))
+            causes.add_row(user_text(k), str(v))
         console.print(causes)
     console.print(distribution_table({
         "latency_s": report.latency_s, "ttft_s": report.ttft_s, "request_tpot_s": report.request_tpot_s,
@@ -129,6 +135,7 @@ def print_report(console: Console, report: Report, unavailable: frozenset[str] =
                       f"attainment {s.attainment:.1%}, goodput {fmt(s.goodput_requests_per_second)} req/s")
     if report.duplicate_request_ids:
         console.print(f"[red]data quality:[/] {report.duplicate_request_ids} duplicate request IDs, "
-                      f"e.g. {escape(', '.join(report.duplicate_request_id_examples))}")
+                      f"e.g. {user_text(', '.join(report.duplicate_request_id_examples))}")
     for name, sub in report.slices.items():
-        console.print(summary_table(sub.summary, title=escape(f"Slice {name!r}")))
+        title = f"Slice '{name}'" if slice_by is None else f"{slice_by} = '{name}'"
+        console.print(summary_table(sub.summary, title=user_text(title)))

@@ -140,6 +140,29 @@ def test_upload_replaces_the_records_on_every_page() -> None:
     assert _metrics(at)["Requests"] == "3,000"
 
 
+def test_extra_columns_are_noted_once_and_break_the_summary_down() -> None:
+    at = _app()
+    data = ("request_id,start,first_token,end,status,output_tokens,error,gpu,first_tokn\n"
+            "a,0,0.5,1,success,3,,A100,\n"
+            "a,1,,2,failed,,boom\u202e[x],H100\x1b[31m,1.5\n"
+            "c,2,2.5,3,success,2,,A100,\n").encode()
+    at.file_uploader(key="records_upload").set_value(("export.csv", data, "text/csv")).run()
+    assert not at.exception and not at.error
+    (note,) = [i.value for i in at.info if "schema does not know" in i.value]
+    assert "'gpu'" in note and "did you mean 'first_token'" in note
+    box = next(s for s in at.selectbox if s.label == "Break down by")
+    assert list(box.options) == ["slice", "gpu", "first_tokn"]
+    box.set_value("gpu").run()
+    assert not at.exception and not at.error
+    assert "Slices by gpu" in [h.value for h in at.subheader]
+    slices = next(d.value for d in at.dataframe if "slice" in d.value.columns)
+    assert sorted(slices["slice"]) == ["A100", "H100\\x1b[31m"]  # the escape shown, not sent to the page
+    causes = next(d.value for d in at.dataframe if "cause" in d.value.columns)
+    assert list(causes["cause"]) == ["boom<U+202E>[x]"]
+    shown = [e.value for e in (*at.markdown, *at.caption, *at.warning, *at.info, *at.subheader)]
+    assert not [s for s in shown if any(ch in str(s) for ch in "\x1b\u202e")]
+
+
 def test_percentile_explorer_any_percentile_and_failure_aware() -> None:
     at = _app()
     at.selectbox(key="records_sample").select("r1_r4.json").run()

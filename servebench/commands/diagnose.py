@@ -8,7 +8,6 @@ from typing import Any, Optional
 
 import typer
 from pydantic import ValidationError
-from rich.markup import escape
 from rich.table import Table
 
 from ..cli import app, console, emit_json
@@ -17,6 +16,7 @@ from ..errors import ConfigError, InputFormatError
 from ..kv import GIB
 from ..model_presets import resolve_shape
 from ..render import fmt
+from ..safetext import safe_markup
 
 
 def _read_profile_table(path: Path) -> ProfileTable | None:
@@ -38,8 +38,8 @@ def _read_profile_table(path: Path) -> ProfileTable | None:
 
 
 def _print_verdict(v: Verdict) -> None:
-    console.rule(f"[bold]{escape(v.profile)}[/]: limit = [bold]{v.limit}[/]")
-    console.print(escape(v.summary))
+    console.rule(f"[bold]{safe_markup(v.profile)}[/]: limit = [bold]{v.limit}[/]")
+    console.print(safe_markup(v.summary))
     t = Table(show_header=False, box=None)
     for label, value in (("KV bytes per token", v.bytes_per_token), ("tokens in the budget", v.budget_tokens),
                          ("tokens per request", v.tokens_per_request),
@@ -55,13 +55,13 @@ def _print_verdict(v: Verdict) -> None:
     for col in ("measurement", "value", "rule", "threshold", "met", "note"):
         e.add_column(col)
     for ev in v.evidence:
-        e.add_row(ev.measurement, fmt(ev.value), escape(ev.rule), fmt(ev.threshold),
-                  "-" if ev.crossed is None else ("yes" if ev.crossed else "no"), escape(ev.note))
+        e.add_row(ev.measurement, fmt(ev.value), safe_markup(ev.rule), fmt(ev.threshold),
+                  "-" if ev.crossed is None else ("yes" if ev.crossed else "no"), safe_markup(ev.note))
     console.print(e)
-    console.print(f"[bold]prefill:[/] {escape(v.prefill)}")
-    console.print(f"[bold]experiment:[/] {escape(v.experiment.action)}")
-    console.print(f"  confirms if: {escape(v.experiment.confirm)}")
-    console.print(f"  refuted if: {escape(v.experiment.refute)}")
+    console.print(f"[bold]prefill:[/] {safe_markup(v.prefill)}")
+    console.print(f"[bold]experiment:[/] {safe_markup(v.experiment.action)}")
+    console.print(f"  confirms if: {safe_markup(v.experiment.confirm)}")
+    console.print(f"  refuted if: {safe_markup(v.experiment.refute)}")
 
 
 @app.command("diagnose")

@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
 from ..cli import app, console, emit_json
@@ -14,6 +13,7 @@ from ..errors import ConfigError
 from ..kv import GIB, KVReport, ModelShape, analyze, bytes_per_token, dtype_bytes, kv_budget_bytes, weight_bytes
 from ..model_presets import PRESETS, resolve_shape
 from ..render import fmt
+from ..safetext import safe_markup
 
 
 def _shape_row(s: ModelShape) -> list[str]:
@@ -26,7 +26,7 @@ def _shape_row(s: ModelShape) -> list[str]:
         kinds.append("MHA")
     if s.sliding_window:
         kinds.append(f"window {s.sliding_window} on {s.local_layers}/{s.layers} layers")
-    return [escape(s.name or "-"), str(s.layers), str(s.kv_heads), str(s.head_dim), ", ".join(kinds),
+    return [safe_markup(s.name or "-"), str(s.layers), str(s.kv_heads), str(s.head_dim), ", ".join(kinds),
             f"{bytes_per_token(s):,}"]
 
 
@@ -43,7 +43,7 @@ def _list_models(as_json: bool) -> None:
     console.print(t)
     console.print("Sources:")
     for s in PRESETS.values():
-        console.print(escape(f"  {s.name}: {s.source}"), soft_wrap=True)
+        console.print(safe_markup(f"  {s.name}: {s.source}"), soft_wrap=True)
 
 
 def _print_report(r: KVReport) -> None:
@@ -53,7 +53,7 @@ def _print_report(r: KVReport) -> None:
     else:
         formula = (f"2 x {s.layers} layers x {max(1, s.kv_heads // r.tensor_parallel)} KV heads x {s.head_dim} "
                    f"x {fmt(s.bytes_per_element)} B")
-    t = Table(title=f"KV cache: {escape(s.name or 'model')}" + (f" (per GPU, tp={r.tensor_parallel})" if r.tensor_parallel > 1 else ""))
+    t = Table(title=f"KV cache: {safe_markup(s.name or 'model')}" + (f" (per GPU, tp={r.tensor_parallel})" if r.tensor_parallel > 1 else ""))
     t.add_column("quantity")
     t.add_column("value", justify="right")
     t.add_column("how")

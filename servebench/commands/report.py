@@ -38,11 +38,15 @@ def report(
                                                             "(default: each run's min start)."),
     window_end: Optional[float] = typer.Option(None, help="Observation window end, s (default: max end)."),
     format: str = typer.Option("auto", "--format", help="Input format of record files (auto-detected)."),
+    slice_by: Optional[str] = typer.Option(None, "--slice-by", metavar="COLUMN",
+                                           help="Break each run down by this column's values instead of 'slice': "
+                                                "any column the schema does not know (gpu, model)."),
     zip_path: Optional[Path] = typer.Option(None, "--zip", help="Also write the site as a zip file here."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object describing the site."),
 ) -> None:
     """Write a static HTML report site: index.html compares the runs, one page per run, sweep charts."""
     from ..report import KvOptions, SiteOptions, build_site, load_runs, site_zip_bytes, write_site
+    from ..safetext import safe_text
     from ..summary import SLO
 
     try:
@@ -59,7 +63,7 @@ def report(
         resolve_shape(model=kv.model, config=kv.config, layers=kv.layers, kv_heads=kv.kv_heads,
                       head_dim=kv.head_dim, bytes_per_element=kv.bytes_per_element)
     loaded = [run for p in runs for run in load_runs(p, format, window_start, window_end)]
-    options = SiteOptions(title=title, slo=slo if slo.any else None,
+    options = SiteOptions(title=title, slo=slo if slo.any else None, slice_by=slice_by,
                           kv=kv if kv.has_shape or budget_gib is not None else None,
                           generated_at=datetime.now(timezone.utc).strftime("generated %Y-%m-%d %H:%M UTC"))
     files = build_site(loaded, options)
@@ -72,14 +76,15 @@ def report(
             "site": str(out), "index": str(out / "index.html"), "pages": pages,
             "files": len(written), "bytes": sum(len(b) for b in files.values()),
             "zip": str(zip_path) if zip_path is not None else None,
-            "runs": [{"name": r.name, "path": r.path, "kind": r.kind, "warnings": r.warnings} for r in loaded],
+            "runs": [{"name": r.name, "path": r.path, "kind": r.kind, "warnings": r.warnings,
+                      "extra_columns": list(r.table.extra) if r.table is not None else []} for r in loaded],
         })
         return
     for r in loaded:
         if r.warnings:
-            console.print(f"warning: {r.name}: {len(r.warnings)} import warning(s), listed on its page",
+            console.print(f"warning: {safe_text(r.name)}: {len(r.warnings)} import warning(s), listed on its page",
                           style="yellow", markup=False, highlight=False)
-    console.print(f"Wrote {len(pages)} pages for {len(loaded)} run(s) to {out}/ "
-                  f"(open {out / 'index.html'}; it works offline).", markup=False, highlight=False)
+    console.print(f"Wrote {len(pages)} pages for {len(loaded)} run(s) to {safe_text(out)}/ "
+                  f"(open {safe_text(out / 'index.html')}; it works offline).", markup=False, highlight=False)
     if zip_path is not None:
-        console.print(f"Zipped the site to {zip_path}.", markup=False, highlight=False)
+        console.print(f"Zipped the site to {safe_text(zip_path)}.", markup=False, highlight=False)

@@ -7,12 +7,12 @@ from typing import Any, Optional
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from ..cli import app, console, emit_json
 from ..errors import ConfigError
 from ..render import fmt
+from ..safetext import safe_markup
 
 
 def execute_run(scenario_path: Path, out: Path, *, model: str = "tiny", device: str = "auto", threads: int = 1,
@@ -89,12 +89,12 @@ def run(
         return
     from ..render import print_report
     r = meta["run"]
-    console.print(f"[bold]{escape(meta['model']['name'])}[/] ({meta['model']['parameters']:,} parameters, "
-                  f"{meta['runtime']['dtype']}) on {escape(meta['runtime']['device_name'])}: {r['offered_requests']} "
+    console.print(f"[bold]{safe_markup(meta['model']['name'])}[/] ({meta['model']['parameters']:,} parameters, "
+                  f"{meta['runtime']['dtype']}) on {safe_markup(meta['runtime']['device_name'])}: {r['offered_requests']} "
                   f"requests in {fmt(r['wall_s'])} s, {r['steps']} steps, arrival lag p99 "
-                  f"{fmt(r['arrival_lag_p99_s'])} s; wrote {escape(str(out))}/records.jsonl, steps.jsonl, metadata.json")
+                  f"{fmt(r['arrival_lag_p99_s'])} s; wrote {safe_markup(str(out))}/records.jsonl, steps.jsonl, metadata.json")
     for note in r["notes"]:
-        console.print(f"[yellow]note:[/] {escape(note)}")
+        console.print(f"[yellow]note:[/] {safe_markup(note)}")
     print_report(console, report)
 
 
@@ -136,9 +136,9 @@ def print_validation(out: Console, result: Any) -> None:
     out.print("outcomes measured / simulated: " + ", ".join(
         f"{s} {result.measured_status[s]}/{result.simulated_status.get(s, 0)}" for s in statuses))
     state = "saturated" if result.saturated else "below saturation"
-    out.print(f"{state}: {escape(result.saturation_evidence)}")
+    out.print(f"{state}: {safe_markup(result.saturation_evidence)}")
     for note in result.notes:
-        out.print(f"[yellow]note:[/] {escape(note)}")
+        out.print(f"[yellow]note:[/] {safe_markup(note)}")
     if result.passed is None:
         out.print("verdict: not judged (the run is saturated or has no comparable values)")
     else:

@@ -54,9 +54,9 @@ def serve_engine(
     if as_json:
         emit_json(info)
     else:
-        from rich.markup import escape
+        from ..safetext import safe_markup
 
-        console.print(f"serving [bold]{escape(model_id)}[/] on {escape(str(info['url']))} ({info['device']}; "
+        console.print(f"serving [bold]{safe_markup(model_id)}[/] on {safe_markup(str(info['url']))} ({info['device']}; "
                       f"KV {kv_budget_tokens} tokens, {max_num_seqs} seqs, queue {max_waiting}); Ctrl-C stops")
     try:
         uvicorn.Server(uvicorn.Config(application, host=host, port=port, log_level="warning")).run(sockets=[sock])

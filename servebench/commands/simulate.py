@@ -9,7 +9,6 @@ from typing import Any, Optional
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -17,6 +16,7 @@ from .. import strict_json
 from ..cli import app, console, emit_json
 from ..errors import ConfigError
 from ..render import fmt
+from ..safetext import safe_markup
 
 
 def _out_dir(out: Path) -> Path:
@@ -112,7 +112,7 @@ def simulate(
     if as_json:
         emit_json(doc)
         return
-    t = Table(title=f"Simulated {escape(sc.name)} ({sc.server.policy}, prefill lane {sc.server.prefill_lane})")
+    t = Table(title=f"Simulated {safe_markup(sc.name)} ({sc.server.policy}, prefill lane {sc.server.prefill_lane})")
     t.add_column("quantity")
     t.add_column("value", justify="right")
     for key in ("offered", "kv_budget_tokens", "peak_running", "peak_waiting", "max_kv_tokens_used",
@@ -123,7 +123,7 @@ def simulate(
     console.print(t)
     from ..render import print_report
     print_report(console, report)
-    console.print(escape(f"wrote {', '.join(files.values())}"))
+    console.print(safe_markup(f"wrote {', '.join(files.values())}"))
 
 
 @app.command()
@@ -162,11 +162,11 @@ def sweep(
     err = Console(stderr=True)
     with Progress(TextColumn("[bold]sweep[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=err, transient=True, disable=as_json) as bar:
-        task = bar.add_task(escape(sc.name), total=len(loads))
+        task = bar.add_task(safe_markup(sc.name), total=len(loads))
 
         def progress(done: int, total: int, point: Any) -> None:
             bar.update(task, completed=done, total=max(total, done),
-                       description=f"{escape(sc.name)}: {point.load:g} -> {point.slo_attainment:.0%} within SLOs")
+                       description=f"{safe_markup(sc.name)}: {point.load:g} -> {point.slo_attainment:.0%} within SLOs")
 
         result = run_sweep(sc, loads, mode=mode, slo=slo, slo_target=slo_target,
                            requests=requests or None, search=search, progress=progress)
@@ -182,7 +182,7 @@ def sweep(
     if as_json:
         emit_json({**result.model_dump(mode="json"), "files": files})
         return
-    t = Table(title=f"Sweep of {escape(sc.name)} by {'arrival rate' if mode == 'rate' else 'users'}")
+    t = Table(title=f"Sweep of {safe_markup(sc.name)} by {'arrival rate' if mode == 'rate' else 'users'}")
     t.add_column("load", justify="right", no_wrap=True)
     for col in ("offered/s", "done/s", "rejected", "timeout", "TTFT p95", "TPOT p95", "latency p95",
                 "queue p95", "within SLOs", "peak run"):
@@ -197,7 +197,7 @@ def sweep(
     cap = result.capacity
     console.print(f"usable capacity: [bold]{fmt(cap.load)}[/] ({cap.note}); knee at {fmt(result.knee_load)}; "
                   f"* = found by search; red = misses the SLOs (target {slo_target:.0%})")
-    console.print(escape(f"wrote {', '.join(files)}"))
+    console.print(safe_markup(f"wrote {', '.join(files)}"))
 
 
 @app.command("fit-steps")

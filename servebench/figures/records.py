@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 
 from ..percentiles import nearest_rank, percentile
 from ..records import STATUSES, RecordTable
+from ..safetext import safe_text
 from ..summary import success_metrics
 from ..timeline import active_counts
 from ..render import epoch_utc
@@ -39,7 +40,7 @@ def plot_label(text: object) -> str:
     >>> plot_label("<script>alert(1)</script>")
     '&lt;script&gt;alert(1)&lt;/script&gt;'
     """
-    return html.escape(str(text), quote=False)
+    return html.escape(safe_text(text), quote=False)  # controls and bidi overrides shown, not applied
 
 
 def _layout(fig: go.Figure, title: str, height: int = 360, top: int = 60) -> go.Figure:

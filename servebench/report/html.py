@@ -1,25 +1,32 @@
 """HTML building blocks for the static site: escaping, tables, figure embeds and the page shell.
 
 Everything a user supplied (file names, titles, request IDs, slice names, error texts, metadata) is
-escaped on the way in: a plain ``str`` is always escaped, only :class:`Markup` built here passes as is.
+escaped on the way in: a plain ``str`` is always escaped, only :class:`Markup` built here passes as is,
+and control characters and bidi overrides in it become visible escapes (``safetext``).
 Figure JSON lives inside ``<script type="application/json">``, where HTML escaping does not apply, so
 :func:`json_for_script` escapes ``<``, ``>`` and ``&`` as JSON unicode escapes instead (a ``</script>``
-in a slice name can then never close the tag early).
+in a slice name can then never close the tag early), and makes controls and bidi overrides visible.
 """
 
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..render import fmt
+from ..safetext import safe_text
 
 PLOTLY_JS = "assets/plotly.min.js"
 SITE_JS = "assets/servebench.js"
 SITE_CSS = "assets/servebench.css"
 
 _SCRIPT_UNSAFE = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+# in JSON text: an escaped backslash (skipped); the \u escape of a control (C0 but tab and line breaks,
+# DEL, C1) or of a bidi control; a raw DEL, C1 or bidi control
+_SCRIPT_CONTROL = re.compile(r"\\\\|\\u(00(?:0[0-8bcefBCEF]|1[0-9a-fA-F]|7[fF]|[89][0-9a-fA-F])"
+                             r"|061[cC]|200[eEfF]|202[a-eA-E]|206[6-9])|[\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 class Markup(str):
@@ -36,7 +43,7 @@ def esc(value: object) -> str:
     """
     if isinstance(value, Markup):
         return value
-    return html.escape(str(value), quote=True)
+    return html.escape(safe_text(value, multiline=True), quote=True)
 
 
 def join(parts: Iterable[object], sep: str = "") -> Markup:
@@ -59,9 +66,19 @@ def json_for_script(text: str) -> str:
     >>> json_for_script('{"name": "</script><script>alert(1)</script>"}')
     '{"name": "\\\\u003c/script\\\\u003e\\\\u003cscript\\\\u003ealert(1)\\\\u003c/script\\\\u003e"}'
     """
+    text = _SCRIPT_CONTROL.sub(_visible_in_json, text)
     for ch, rep in _SCRIPT_UNSAFE.items():
         text = text.replace(ch, rep)
     return text
+
+
+def _visible_in_json(match: re.Match[str]) -> str:
+    """Turn a control or bidi character in JSON text into JSON for its visible escape."""
+    token = match.group()
+    if token == "\\\\":
+        return token
+    char = chr(int(token[2:], 16)) if token.startswith("\\u") else token
+    return safe_text(char).replace("\\", "\\\\")  # the escape's backslash, as JSON text
 
 
 def cell(value: object, digits: int = 4) -> object:

@@ -16,8 +16,9 @@ import plotly.graph_objects as go
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .. import __version__
+from ..extra_columns import extra_columns_note, slice_by
 from ..figures import records as rfig
-from ..records import STATUSES
+from ..records import STATUSES, RecordTable
 from ..render import fmt, fmt_window
 from ..summary import CONTRACT_FIELDS, CONTRACT_LABELS, SLO, Distribution, Report, build_report
 from .html import Markup, figure, join, key_values, nested, note, page, section, table, tag
@@ -41,6 +42,7 @@ class SiteOptions(BaseModel):
     title: str = Field("servebench report", description="Shown on every page (escaped).")
     slo: SLO | None = None
     kv: KvOptions | None = None
+    slice_by: str | None = Field(None, description="Break each run down by this column instead of 'slice'.")
     generated_at: str | None = Field(None, description="Timestamp text for the index; None leaves it out.")
 
 
@@ -52,6 +54,7 @@ class RunView:
     page: str
     report: Report | None = None
     kv: KvView | None = None
+    table: RecordTable | None = None  # the run's records, sliced as the options say
     figures: list[tuple[str, go.Figure]] = field(default_factory=list)
 
 
@@ -73,7 +76,8 @@ def compute_views(runs: Sequence[RunInput], options: SiteOptions) -> list[RunVie
         view = RunView(run=run, page=f"{prefix}-{i:02d}-{slug(run.name)}.html")
         if run.table is not None:
             assert run.window_start is not None and run.window_end is not None
-            view.report = build_report(run.table, run.window_start, run.window_end, options.slo)
+            view.table = run.table if options.slice_by is None else slice_by(run.table, options.slice_by)
+            view.report = build_report(view.table, run.window_start, run.window_end, options.slo)
             view.kv = kv_view(run, view.report, options.kv)
         views.append(view)
     return views
@@ -206,13 +210,14 @@ def run_page(view: RunView, options: SiteOptions) -> str:
     run, report = view.run, view.report
     assert report is not None and run.table is not None
     figs = _Figures("fig")
-    t = run.table
+    t = view.table if view.table is not None else run.table
     head = key_values([
         ("kind", _kind(run)), ("source", run.path), ("files", ", ".join(run.files) or "-"),
         ("format", run.format or "-"),
         ("window", fmt_window(report.window_start, report.window_end)),
     ])
-    parts: list[object] = [head, _warnings(run)]
+    extra = extra_columns_note(t.extra)
+    parts: list[object] = [head, _warnings(run), note(extra, "info") if extra else Markup("")]
     missing = unavailable(run)
     summary_rows = [[CONTRACT_LABELS[k][0], _value(report, k, missing)] for k in CONTRACT_FIELDS]
     parts.append(section(
@@ -266,8 +271,9 @@ def run_page(view: RunView, options: SiteOptions) -> str:
         parts.append(section("Step trace", figs(step_figure(run)), id_="steps"))
     if report.slices:
         names = list(report.slices)
-        parts.append(section("Slices", table(["field", *names], _contract_rows(list(report.slices.values()))),
-                             id_="slices"))
+        parts.append(section("Slices" if options.slice_by is None else f"Slices by {options.slice_by}",
+                             table(["field", *names],
+                                   _contract_rows(list(report.slices.values()))), id_="slices"))
     parts.append(kv_section(view.kv))
     if run.metadata:
         origin = ("The benchmark contract, as frozen beside the records." if run.kind in ("timing run", "load run")
