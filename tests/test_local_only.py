@@ -5,6 +5,7 @@ Also the pure rules behind it (servebench.appsafety) and serve-engine's warning 
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import os
 import socket
@@ -78,10 +79,18 @@ def _non_loopback_address() -> str | None:
     return None if ipaddress.ip_address(address).is_loopback else address
 
 
+def _dev_sh_is_set_up() -> bool:
+    """Return whether `./dev.sh app` would start at once: this is its .venv and its stamp is current (no pip run)."""
+    stamp = REPO / ".venv" / ".servebench-stamp"
+    want = hashlib.sha256((REPO / "requirements.txt").read_bytes() + (REPO / "pyproject.toml").read_bytes())
+    return (Path(os.path.abspath(sys.executable)).parent == REPO / ".venv" / "bin" and stamp.exists()
+            and stamp.read_text().strip() == want.hexdigest())
+
+
 def _readme_app_command(port: int) -> list[str]:
-    """Return `./dev.sh app` with a free port; its exact `streamlit run` where dev.sh has not set up .venv."""
+    """Return `./dev.sh app` with a free port; its exact `streamlit run` where dev.sh's setup is not current."""
     args = ["--server.headless", "true", "--server.port", str(port)]
-    if (REPO / ".venv" / ".servebench-stamp").exists() and Path(sys.executable).parent == REPO / ".venv" / "bin":
+    if _dev_sh_is_set_up():
         return [str(REPO / "dev.sh"), "app", *args]
     return [str(Path(sys.executable).parent / "streamlit"), "run", "app.py", *args]
 
