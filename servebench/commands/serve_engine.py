@@ -26,14 +26,18 @@ def serve_engine(
     seed: int = typer.Option(0, help="Seed of the weights and of drawn prompt ids."),
     device: str = typer.Option("auto", help="auto, cpu or cuda."),
     threads: Optional[int] = typer.Option(None, min=1, help="torch CPU threads."),
-    as_json: bool = typer.Option(False, "--json", help="Print the server's address and limits as JSON."),
+    read_timeout: float = typer.Option(30.0, min=0.001, help="A request's headers, then its body, must "
+                                       "arrive within this many seconds (else 408 and the connection closes)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the server's address and limits as JSON, once "
+                                 "it accepts requests."),
 ) -> None:
-    """Serve the local engine on /v1/completions and /v1/chat/completions (SSE, one token per chunk)."""
-    import uvicorn
+    """Serve the local engine on /v1/completions and /v1/chat/completions (SSE, one token per chunk).
 
+    The address is printed once the engine has warmed up and the socket listens.
+    """
     from ..engine.service import EngineService
     from ..scheduler import SchedulerConfig
-    from ..server import bind_socket, create_app
+    from ..server import bind_socket, create_app, make_server
 
     if not is_loopback(host):  # stderr, so --json output on stdout stays one object
         typer.echo(f"warning: --host {host} serves the engine beyond this machine: anyone who can reach "
@@ -44,21 +48,25 @@ def serve_engine(
                             max_num_batched_tokens=max_num_batched_tokens, max_waiting=max_waiting,
                             timeout_s=timeout)  # type: ignore[arg-type]
     service = EngineService(preset, scheduler=sched, seed=seed, device=device, threads=threads)
-    application = create_app(service)
+    application = create_app(service, body_timeout_s=read_timeout)
     sock = bind_socket(host, port)  # bound now, so --port 0 prints the port it got
     port = sock.getsockname()[1]
     model_id = f"servebench-{service.model.config.name}"
     info = {"url": f"http://{host}:{port}", "model": model_id, "device": str(service.model.device),
             "kv_budget_tokens": kv_budget_tokens, "max_num_seqs": max_num_seqs, "max_waiting": max_waiting,
-            "max_num_batched_tokens": max_num_batched_tokens, "policy": policy, "timeout_s": timeout}
-    if as_json:
-        emit_json(info)
-    else:
+            "max_num_batched_tokens": max_num_batched_tokens, "policy": policy, "timeout_s": timeout,
+            "read_timeout_s": read_timeout}
+
+    def announce() -> None:  # called once the engine is warm and the socket listens
+        if as_json:
+            emit_json(info)
+            return
         from ..safetext import safe_markup
 
         console.print(f"serving [bold]{safe_markup(model_id)}[/] on {safe_markup(str(info['url']))} ({info['device']}; "
                       f"KV {kv_budget_tokens} tokens, {max_num_seqs} seqs, queue {max_waiting}); Ctrl-C stops")
+
     try:
-        uvicorn.Server(uvicorn.Config(application, host=host, port=port, log_level="warning")).run(sockets=[sock])
+        make_server(application, sock, read_timeout_s=read_timeout, on_ready=announce).run(sockets=[sock])
     finally:
         sock.close()
