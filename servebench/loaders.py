@@ -6,7 +6,9 @@ import csv
 import io
 import json
 import math
+import re
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, BinaryIO, Callable
 
@@ -15,9 +17,9 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from .errors import InputFormatError, RecordValidationError
+from .errors import InputFormatError, RecordValidationError, ServebenchError
 from .records import FIELDS, ParsedRows, RecordTable, canonical_name, default_window, parse_arrow, \
-    parse_objects, validate
+    parse_objects, printable_key, shown, validate
 
 REQUIRED_COLUMNS = ("start", "end", "status")
 
@@ -74,11 +76,16 @@ def _check_columns(names: list[str], source: str) -> None:
 def parse_csv(data: bytes, source: str) -> ParsedRows:
     """Parse CSV with every column read as text, so nothing is coerced before validation."""
     text = _decode(data, source)
-    header_line = text.split("\n", 1)[0].strip("\r")
+    header_line = _LINE_BREAK.split(text, 1)[0]  # CR-only line ends too
     if not header_line.strip():
         raise InputFormatError(f"{source}: no header row")
-    names = next(csv.reader([header_line]))
+    try:
+        names = next(csv.reader([header_line]))
+    except csv.Error as exc:
+        raise InputFormatError(f"{source}: unreadable header row: {exc}") from None
     _check_columns([n.strip() for n in names], source)
+    if text.count('"') % 2:  # an odd number of quotes: maybe a quoted field that never closes
+        _refuse_unterminated_quote(text, [n.strip() for n in names], source)
     try:
         table = pacsv.read_csv(
             io.BytesIO(text.encode()),
@@ -86,19 +93,102 @@ def parse_csv(data: bytes, source: str) -> ParsedRows:
                                                  strings_can_be_null=False, quoted_strings_can_be_null=False),
         )
     except pa.ArrowInvalid as exc:
-        raise InputFormatError(f"{source}: malformed CSV: {exc}") from None
+        _refuse_ragged_row(text, len(names), source)
+        raise InputFormatError(f"{source}: malformed CSV: {_one_line(exc)}") from None
     if table.num_rows == 0:
         raise InputFormatError(f"{source}: no records after the header")
     return parse_arrow(table.rename_columns([n.strip() for n in table.column_names]), source)  # "a, b" headers
 
 
+# A quoted field: from a quote at the start of a field to its closing quote ("" inside is a quote),
+# or to the end of the text when it never closes (group 1 empty).
+_QUOTED_FIELD = re.compile(r'(?:^|(?<=[,\r\n]))"(?:[^"]|"")*("|\Z)')
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+def _refuse_ragged_row(text: str, columns: int, source: str) -> None:
+    """Raise naming the first row whose number of values differs from the header's (blank lines skipped)."""
+    rows = (r for r in csv.reader(io.StringIO(text, newline="")) if r)
+    next(rows, None)
+    try:
+        for i, values in enumerate(rows, start=1):
+            if len(values) != columns:
+                raise RecordValidationError(f"{len(values)} values where the header has {columns} columns",
+                                            source=source, row=i, rule="wrong number of values")
+    except csv.Error:
+        return  # the caller reports what Arrow found
+
+
+def _refuse_unterminated_quote(text: str, names: list[str], source: str) -> None:
+    """Raise naming the row and field of a quoted field that is never closed (it would swallow the rest)."""
+    quoted_breaks = 0
+    for m in _QUOTED_FIELD.finditer(text):
+        if m.group(1):
+            quoted_breaks += len(_LINE_BREAK.findall(m.group()))
+            continue
+        line_start = max(text.rfind("\n", 0, m.start()), text.rfind("\r", 0, m.start())) + 1
+        row = len(_LINE_BREAK.findall(text, 0, line_start)) - quoted_breaks  # the header is line 0
+        column = text.count(",", line_start, m.start())
+        name = names[column] if column < len(names) else f"column {column + 1}"
+        raise RecordValidationError("a quoted value opens here and is never closed (a missing '\"'), so it "
+                                    "would swallow the rest of the file", source=source, row=max(row, 1),
+                                    field=name, rule="unterminated quote")
+
+
+class _DuplicateKeys(dict):  # type: ignore[type-arg]
+    """A JSON object that names some key twice; ``duplicate`` is the first such key."""
+
+    duplicate: str = ""
+
+
+def _object_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """Build a JSON object, marking one that repeats a key (json.loads would silently keep the last value)."""
+    obj = dict(pairs)
+    if len(obj) == len(pairs):
+        return obj
+    seen: set[str] = set()
+    marked = _DuplicateKeys(obj)
+    marked.duplicate = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+    return marked
+
+
+def _exact_int(digits: str) -> int:
+    """Read an integer of any length (int() refuses strings past 4300 digits; Decimal does not)."""
+    return int(Decimal(digits))
+
+
+def _load_json(text: str, where: str, *, one_line: bool = False) -> Any:
+    """Parse JSON text; ``where`` (file, or file and row for ``one_line``) starts every error message."""
+    try:
+        try:
+            return json.loads(text, object_pairs_hook=_object_pairs)
+        except json.JSONDecodeError:
+            raise
+        except ValueError:  # an integer of more than 4300 digits: read it, and let validation refuse it
+            return json.loads(text, object_pairs_hook=_object_pairs, parse_int=_exact_int)
+    except json.JSONDecodeError as exc:
+        at = f"column {exc.colno}" if one_line else f"line {exc.lineno}, column {exc.colno}"
+        raise InputFormatError(f"{where}: invalid JSON at {at}: {exc.msg}") from None
+    except RecursionError:
+        raise InputFormatError(f"{where}: JSON nested too deeply to read; a record is one flat object") from None
+
+
+def _refuse_duplicate_keys(docs: list[Any], source: str) -> None:
+    """Raise naming the row and key of the first record that gives a key twice."""
+    for i, doc in enumerate(docs):
+        if type(doc) is _DuplicateKeys:
+            raise RecordValidationError("the key appears twice in one record; JSON would keep only the last value",
+                                        source=source, row=i + 1, field=printable_key(doc.duplicate),
+                                        rule="duplicate key")
+
+
 def parse_json(data: bytes, source: str) -> ParsedRows:
     """Parse a JSON array of records, or an object whose ``records`` key holds one."""
     text = _decode(data, source)
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputFormatError(f"{source}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    doc = _load_json(text, source)
+    if type(doc) is _DuplicateKeys:
+        raise InputFormatError(f"{source}: the key {printable_key(doc.duplicate)!r} appears twice in the top-level "
+                               "object; JSON would keep only the last value")
     if isinstance(doc, dict) and "records" in doc:
         doc = doc["records"]
     if not isinstance(doc, list):
@@ -116,16 +206,12 @@ def parse_jsonl(data: bytes, source: str) -> ParsedRows:
         lines.pop()
     if not lines:
         raise InputFormatError(f"{source}: no records")
-    docs = []
-    for i, line in enumerate(lines, start=1):
-        try:
-            docs.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise InputFormatError(f"{source}: row {i}: invalid JSON at column {exc.colno}: {exc.msg}") from None
+    docs = [_load_json(line, f"{source}: row {i}", one_line=True) for i, line in enumerate(lines, start=1)]
     return _objects(docs, source)
 
 
 def _objects(docs: list[Any], source: str) -> ParsedRows:
+    _refuse_duplicate_keys(docs, source)
     first = next((d for d in docs if isinstance(d, dict)), None)
     if first is not None:
         _check_columns(list(first), source)
@@ -134,16 +220,73 @@ def _objects(docs: list[Any], source: str) -> ParsedRows:
 
 def parse_parquet(data: bytes | BinaryIO | pa.NativeFile, source: str) -> ParsedRows:
     """Parse Parquet: the canonical columns, and any others as extra columns."""
-    try:
-        pf = pq.ParquetFile(io.BytesIO(data) if isinstance(data, bytes) else data)
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise InputFormatError(f"{source}: not a readable Parquet file: {exc}") from None
-    names = pf.schema_arrow.names
+    try:  # page checksums, where the writer stored them, are verified
+        pf = pq.ParquetFile(io.BytesIO(data) if isinstance(data, bytes) else data, page_checksum_verification=True)
+        names = pf.schema_arrow.names
+    except (pa.ArrowException, OSError) as exc:
+        raise InputFormatError(f"{source}: not a readable Parquet file: {_one_line(exc)}") from None
     _check_columns(names, source)
-    table = pf.read()  # columns the schema does not know are kept as extra columns
+    try:
+        table = pf.read()  # columns the schema does not know are kept as extra columns
+    except (pa.ArrowException, OSError) as exc:
+        raise _corrupt_parquet(pf, source, exc) from None
+    _refuse_invalid_utf8(table, source)
     if table.num_rows == 0:
         raise InputFormatError(f"{source}: no records")
     return parse_arrow(table, source)
+
+
+def _one_line(exc: BaseException, limit: int = 200) -> str:
+    """Return an exception's message on one line, shortened."""
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _corrupt_parquet(pf: pq.ParquetFile, source: str, exc: BaseException) -> ServebenchError:
+    """Return an error naming the rows and column whose data pages cannot be read (the footer was fine)."""
+    first_row = 0
+    for group in range(pf.metadata.num_row_groups):
+        rows = pf.metadata.row_group(group).num_rows
+        for name in pf.schema_arrow.names:
+            try:
+                pf.read_row_group(group, columns=[name])
+            except (pa.ArrowException, OSError) as col_exc:
+                return RecordValidationError(
+                    f"corrupt Parquet data in rows {first_row + 1}-{first_row + rows} (row group {group}): "
+                    f"{_one_line(col_exc)}", source=source, row=first_row + 1, field=name, rule="corrupt file")
+        first_row += rows
+    return InputFormatError(f"{source}: corrupt Parquet data: {_one_line(exc)}")
+
+
+_UTF8_AT = re.compile(r"string index (\d+)")
+
+
+def _refuse_invalid_utf8(table: pa.Table, source: str) -> None:
+    """Raise naming the row and column of a text value that is not UTF-8 (Parquet readers do not check)."""
+    for name, column in zip(table.column_names, table.columns):
+        typ = column.type.value_type if pa.types.is_dictionary(column.type) else column.type
+        if not (pa.types.is_string(typ) or pa.types.is_large_string(typ)):
+            continue
+        first_row = 0
+        for chunk in column.chunks:
+            strings = chunk.dictionary if pa.types.is_dictionary(chunk.type) else chunk
+            try:
+                strings.validate(full=True)
+            except pa.ArrowInvalid as exc:
+                found = _UTF8_AT.search(str(exc))
+                at = int(found.group(1)) if found else None
+                if at is not None and strings is not chunk:  # a dictionary entry: the first row using it
+                    hits = np.flatnonzero(chunk.indices.fill_null(-1).to_numpy(zero_copy_only=False) == at)
+                    at = int(hits[0]) if hits.size else None
+                raise RecordValidationError(
+                    "not valid UTF-8 text", source=source, field=name, rule="invalid text",
+                    row=None if at is None else first_row + at + 1) from None
+            first_row += len(chunk)
+
+
+def _loaded(rows: ParsedRows, fmt: str) -> LoadedRecords:
+    """Wrap a canonical reader's rows, with what reading changed as warnings."""
+    return LoadedRecords(rows, fmt, list(rows.notes))
 
 
 READERS: dict[str, Callable[..., ParsedRows]] = {
@@ -158,17 +301,20 @@ def read_bytes(data: bytes, name: str, fmt: str = "auto") -> LoadedRecords:
     if fmt == "auto":
         fmt = detect_format(name, data[:4096])
         try:
-            return LoadedRecords(READERS[fmt](data, name), fmt)
+            return _loaded(READERS[fmt](data, name), fmt)
         except (InputFormatError, RecordValidationError):
             from .importers import detect, import_bytes  # not canonical: maybe another tool's export
-            foreign = None if fmt == "parquet" else detect(data, name)
+            try:
+                foreign = None if fmt == "parquet" else detect(data, name)
+            except RecursionError:  # JSON nested too deeply for any reader: the canonical error says so
+                foreign = None
             if foreign is None:
                 raise
             return import_bytes(data, name, foreign)
     if fmt not in READERS:
         from .importers import import_bytes  # e.g. "vllm", "guidellm:run=1,outside_window=drop"
         return import_bytes(data, name, fmt)
-    return LoadedRecords(READERS[fmt](data, name), fmt)
+    return _loaded(READERS[fmt](data, name), fmt)
 
 
 RUN_FOLDER_RECORDS = ("records.jsonl", "records.parquet", "records.csv", "records.json")
@@ -184,10 +330,14 @@ def read_path(path: str | Path, fmt: str = "auto") -> LoadedRecords:
         p = found
     if not p.is_file():
         raise InputFormatError(f"{p}: no such file")
-    if fmt == "parquet" or (fmt == "auto" and p.suffix.lower() in (".parquet", ".pq")):
-        with pa.memory_map(str(p)) as mapped:  # no copy through Python file objects
-            return LoadedRecords(parse_parquet(mapped, p.name), "parquet")
-    return read_bytes(p.read_bytes(), p.name, fmt)
+    try:
+        if fmt == "parquet" or (fmt == "auto" and p.suffix.lower() in (".parquet", ".pq")):
+            with pa.memory_map(str(p)) as mapped:  # no copy through Python file objects
+                return _loaded(parse_parquet(mapped, p.name), "parquet")
+        data = p.read_bytes()
+    except OSError as exc:
+        raise InputFormatError(f"{p}: cannot read ({exc.strerror or _one_line(exc)})") from None
+    return read_bytes(data, p.name, fmt)
 
 
 def to_table(loaded: LoadedRecords, window_start: float | None = None,
@@ -200,9 +350,12 @@ def to_table(loaded: LoadedRecords, window_start: float | None = None,
         dws, dwe = default_window(loaded.rows)
         ws = dws if ws is None else ws
         we = dwe if we is None else we
-    if not (we > ws):
-        raise RecordValidationError(f"Invalid observation window: end {we} must be after start {ws}",
-                                    source=loaded.rows.source, rule="Invalid observation window")
+        if not (we > ws):  # e.g. one record that ends before it starts: name its row and field
+            validate(loaded.rows, -math.inf, math.inf)
+    if not (math.isfinite(ws) and math.isfinite(we) and we > ws):
+        raise RecordValidationError(
+            f"Invalid observation window: start {shown(ws)} and end {shown(we)} must be finite, end after start",
+            source=loaded.rows.source, rule="Invalid observation window")
     return validate(loaded.rows, ws, we), float(ws), float(we)
 
 
@@ -221,7 +374,7 @@ def encode_records(table: RecordTable, fmt: str) -> bytes:
     """Return records as the bytes of a canonical file: ``csv``, ``parquet``, ``json`` or ``jsonl``."""
     if fmt == "parquet":
         buf = pa.BufferOutputStream()
-        pq.write_table(table.to_arrow(), buf)
+        pq.write_table(table.to_arrow(), buf, write_page_checksum=True)  # readers can tell corrupt pages
         return buf.getvalue().to_pybytes()
     if fmt == "csv":
         buf = pa.BufferOutputStream()

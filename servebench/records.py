@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import reprlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field as dataclass_field
 from functools import cached_property
@@ -36,6 +38,7 @@ MSG_TIMES = "Invalid request times"
 MSG_STATUS = "Invalid status"
 MSG_SUCCESS = "Invalid successful output"
 MSG_ADMITTED = "Invalid admission time"
+MSG_FIRST_TOKEN = "Invalid first token time"  # on a non-success that has one
 MSG_OUTPUT = "Invalid output tokens"
 MSG_PROMPT = "Invalid prompt tokens"
 MSG_TEXT = "Invalid text field"
@@ -96,6 +99,9 @@ class TimingRecord(BaseModel):
             ft, out = self.first_token, self.output_tokens
             if ft is None or not math.isfinite(ft) or not (self.start <= ft <= self.end) or out is None or out < 1:
                 raise ValueError(MSG_SUCCESS)
+        if self.status != "success" and self.first_token is not None:
+            if not (math.isfinite(self.first_token) and self.start <= self.first_token <= self.end):
+                raise ValueError(MSG_FIRST_TOKEN)
         if self.admitted is not None:
             upper = self.first_token if self.status == "success" else self.end
             if not (math.isfinite(self.admitted) and self.start <= self.admitted <= upper):
@@ -129,14 +135,60 @@ class ParsedRows:
     not_object: np.ndarray
     source: str | None
     extra: Mapping[str, Any] = dataclass_field(default_factory=lambda: NO_EXTRA)  # unknown columns, by name
+    notes: tuple[str, ...] = ()  # what reading changed and the user should know (integer IDs read as text)
 
 
 def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
 
 
+# Token counts at or above this are refused as too large: they hold in int64, and so do sums of a few.
+INT_LIMIT = 10**18
+
+
 def _is_int(v: Any) -> bool:
-    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) and abs(int(v)) < 2**62
+    return _is_whole(v) and abs(int(v)) < INT_LIMIT
+
+
+def _is_whole(v: Any) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _as_float(v: Any) -> float:
+    """Return a number as a float; an integer too large for one (10**400) becomes +/-infinity."""
+    try:
+        return float(v)
+    except OverflowError:
+        return math.inf if v > 0 else -math.inf
+
+
+def _is_utf8(text: str) -> bool:
+    """Whether a string can be written as UTF-8 (a lone surrogate such as JSON's "\\ud800" cannot)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxstring, _SHORT.maxlong, _SHORT.maxother, _SHORT.maxlevel = 80, 40, 80, 3
+
+
+def shown(value: Any) -> str:
+    """Return a value as an error message shows it: Python's repr, plain for numpy numbers, shortened.
+
+    >>> shown(np.float64(2.5)), shown(10**400)[:8], shown("x")
+    ('2.5', '10000000', "'x'")
+    """
+    if isinstance(value, np.generic):
+        value = value.item()
+    if _is_whole(value) and value.bit_length() > 4000:  # repr() refuses ints past 4300 digits
+        digits = int(value.bit_length() * math.log10(2))  # the count, or one fewer
+        return f"an integer of {digits + (abs(value) >= 10**digits):,} digits"
+    return _SHORT.repr(value)
 
 
 def canonical_name(key: str) -> str | None:
@@ -171,8 +223,15 @@ def parse_objects(records: Sequence[Any], source: str | None = None, *, strict_k
                 if canonical_name(key) is None:
                     raise RecordValidationError(
                         f"unknown field; expected some of {', '.join(FIELDS)}",
-                        source=source, row=i + 1, field=str(key), rule="unknown field")
+                        source=source, row=i + 1, field=printable_key(key), rule="unknown field")
+        if (keep_extra or strict_keys) and not _ALIAS_KEYS.isdisjoint(rec):
+            _check_one_value_per_field(rec, i, source)
         rows.append(rec)
+    for key in extra_names:
+        if not (isinstance(key, str) and _is_utf8(key)):
+            row = next(i for i, r in enumerate(rows) if key in r)
+            raise RecordValidationError("a field name that is not valid Unicode text (a lone surrogate)",
+                                        source=source, row=row + 1, field=printable_key(key), rule="unknown field")
 
     def get(row: Mapping[str, Any], name: str) -> Any:
         if name in row:
@@ -183,6 +242,7 @@ def parse_objects(records: Sequence[Any], source: str | None = None, *, strict_k
         return None
 
     columns: dict[str, Column] = {}
+    int_id_rows: list[int] = []
     for name in FIELDS:
         raw_vals = [get(r, name) for r in rows]
         present = np.array([v is not None for v in raw_vals], dtype=bool)
@@ -193,7 +253,7 @@ def parse_objects(records: Sequence[Any], source: str | None = None, *, strict_k
                 if v is None:
                     continue
                 if _is_number(v):
-                    vals[i] = float(v)
+                    vals[i] = _as_float(v)
                 else:
                     bad[i] = True
         elif name in INT_FIELDS:
@@ -212,15 +272,49 @@ def parse_objects(records: Sequence[Any], source: str | None = None, *, strict_k
             for i, v in enumerate(raw_vals):
                 if v is None:
                     continue
-                if isinstance(v, str):
+                if isinstance(v, str) and _is_utf8(v):
                     vals[i] = v
                 elif name == "request_id" and _is_int(v):
                     vals[i] = str(v)
+                    int_id_rows.append(i)
                 else:
                     bad[i] = True
         columns[name] = Column(vals, present, bad, raw=lambda i, rv=raw_vals: rv[i])
+    notes = (_int_ids_note(len(int_id_rows), int_id_rows[0]),) if int_id_rows else ()
     extra = {key: _extra_from_objects(key, [r.get(key) for r in rows], source) for key in extra_names}
-    return ParsedRows(n, columns, not_object, source, MappingProxyType(extra) if extra else NO_EXTRA)
+    return ParsedRows(n, columns, not_object, source, MappingProxyType(extra) if extra else NO_EXTRA, notes=notes)
+
+
+_ALIAS_KEYS = frozenset(ALIASES)
+
+
+def printable_key(key: Any) -> str:
+    """Return a field name as an error message can print it (a lone surrogate escaped)."""
+    text = str(key)
+    return text if _is_utf8(text) else text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _check_one_value_per_field(rec: Mapping[str, Any], i: int, source: str | None) -> None:
+    """Refuse a record that gives one field under two names (output_tokens and outputTokens) with different values."""
+    seen: dict[str, str] = {}
+    for key in rec:
+        canon = canonical_name(key)
+        if canon is None:
+            continue
+        if canon in seen:
+            a, b = rec[seen[canon]], rec[key]
+            if type(a) is not type(b) or a != b:
+                raise RecordValidationError(
+                    f"given twice, as '{seen[canon]}' ({shown(a)}) and as '{key}' ({shown(b)}); keep one",
+                    source=source, row=i + 1, field=canon, rule="field given twice")
+        else:
+            seen[canon] = key
+
+
+def _int_ids_note(count: int, first_row: int) -> str:
+    """Say that integer request IDs were read as text: the schema's IDs are strings."""
+    return (f"request_id: {count:,} integer ID{'s' if count > 1 else ''} (first in row {first_row + 1}) "
+            "read as text, e.g. 7 as '7'; the schema's request IDs are strings")
 
 
 def _extra_from_objects(name: str, values: list[Any], source: str | None) -> pa.Array:
@@ -251,7 +345,8 @@ def _extra_from_objects(name: str, values: list[Any], source: str | None) -> pa.
 
 
 _FLOAT_RE = r"^\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*$"
-_INT_RE = r"^\s*[+-]?\d+\s*$"
+_INT_RE = r"^\s*[+-]?0*\d{1,18}\s*$"  # at most 18 digits: below INT_LIMIT, so the cast to int64 cannot fail
+_WHOLE_TEXT = re.compile(r"\s*[+-]?\d+\s*")
 
 
 def _arrow_column(arr: pa.ChunkedArray, name: str, optional_nan_is_missing: bool) -> Column:
@@ -283,15 +378,23 @@ def _arrow_column(arr: pa.ChunkedArray, name: str, optional_nan_is_missing: bool
             bad = present.copy()
             nums = pa.nulls(n, pa.int64() if is_int_field else pa.float64())
         elif is_int_field and not pa.types.is_integer(typ):
-            floats = pc.cast(arr, pa.float64()).to_numpy(zero_copy_only=False)
+            floats = pc.cast(arr, pa.float64(), safe=False).to_numpy(zero_copy_only=False)
             nan = np.isnan(np.where(present, floats, 0.0))
             if optional_nan_is_missing:
                 present = present & ~nan
             bad = present.copy()
             nums = pa.nulls(n, pa.int64())
         else:
-            nums = pc.cast(arr, pa.int64() if is_int_field else pa.float64())
             bad = np.zeros(n, dtype=bool)
+            if is_int_field and typ in (pa.int64(), pa.uint64()):  # uint64 max does not fit; 10**18 is too large
+                too_big = pc.greater_equal(arr, pa.scalar(INT_LIMIT, typ))
+                if typ == pa.int64():
+                    too_big = pc.or_(too_big, pc.less_equal(arr, pa.scalar(-INT_LIMIT, typ)))
+                bad = bool_values(too_big, null_as=False)
+                if bad.any():
+                    arr = pc.if_else(too_big, pa.scalar(None, typ), arr)
+            # unsafe: an integer past 2**53 becomes the nearest float, as Python's float() does
+            nums = pc.cast(arr, pa.int64() if is_int_field else pa.float64(), safe=False)
         # nulls are filled with the absent marker in Arrow; a numpy pass only where some value is bad
         absent: Any = -1 if is_int_field else np.nan
         filled = pc.fill_null(nums, absent) if nums.null_count else nums
@@ -357,7 +460,12 @@ def parse_arrow(table: pa.Table, source: str | None = None) -> ParsedRows:
                           np.full(n, -1, dtype=np.int64) if name in INT_FIELDS else
                           np.full(n, -1, dtype=np.int8) if name == "status" else pa.nulls(n, pa.string()))
             columns[name] = Column(empty_vals, np.zeros(n, dtype=bool), np.zeros(n, dtype=bool), raw=lambda i: None)
-    return ParsedRows(n, columns, np.zeros(n, dtype=bool), source, MappingProxyType(extra) if extra else NO_EXTRA)
+    notes: tuple[str, ...] = ()
+    ids = columns["request_id"]
+    if "request_id" in names and pa.types.is_integer(table.column(names["request_id"]).type) and ids.present.any():
+        notes = (_int_ids_note(int(ids.present.sum()), int(np.argmax(ids.present))),)
+    return ParsedRows(n, columns, np.zeros(n, dtype=bool), source, MappingProxyType(extra) if extra else NO_EXTRA,
+                      notes=notes)
 
 
 def _extra_from_arrow(name: str, arr: pa.ChunkedArray, source: str | None) -> pa.ChunkedArray:
@@ -533,7 +641,8 @@ class Violation:
 def check_window(window_start: Any, window_end: Any) -> None:
     """Raise ValueError("Invalid observation window") unless both bounds are finite and end > start."""
     if not (_is_number(window_start) and _is_number(window_end)
-            and math.isfinite(window_start) and math.isfinite(window_end) and window_end > window_start):
+            and math.isfinite(_as_float(window_start)) and math.isfinite(_as_float(window_end))
+            and window_end > window_start):
         raise ValueError(MSG_WINDOW)
 
 
@@ -560,6 +669,7 @@ def first_violation(rows: ParsedRows, window_start: float, window_end: float,
         ft_bad = success & (~ft.present | ft.bad | ~np.isfinite(f) | (f < s) | (f > e))
         out_bad = success & (~out.present | out.bad | (out.values < 1))
         # servebench's rules for optional fields, checked after the spec's
+        nonsuccess_ft_bad = ~success & ft.present & (ft.bad | ~np.isfinite(f) | (f < s) | (f > e))
         nonsuccess_out_bad = ~success & out.present & (out.bad | (out.values < 0))
         adm = c["admitted"]
         a = adm.values
@@ -569,32 +679,36 @@ def first_violation(rows: ParsedRows, window_start: float, window_end: float,
         prompt_bad = prompt.present & (prompt.bad | (prompt.values < 0))
         text_bad = c["request_id"].bad | c["slice"].bad | c["error"].bad
     if not optional_rules:
-        nonsuccess_out_bad = adm_bad = prompt_bad = text_bad = np.zeros(rows.n, dtype=bool)
-    any_bad = (rows.not_object | times_bad | status_bad | ft_bad | out_bad | nonsuccess_out_bad
-               | adm_bad | prompt_bad | text_bad)
+        nonsuccess_ft_bad = nonsuccess_out_bad = adm_bad = prompt_bad = text_bad = np.zeros(rows.n, dtype=bool)
+    any_bad = (rows.not_object | times_bad | status_bad | ft_bad | out_bad | nonsuccess_ft_bad
+               | nonsuccess_out_bad | adm_bad | prompt_bad | text_bad)
     if not any_bad.any():
         return None, codes
     i = int(np.argmax(any_bad))
 
     def show(col: Column) -> str:
-        return repr(col.raw(i)) if col.present[i] else "missing"
+        return shown(col.raw(i)) if col.present[i] else "missing"
 
     if rows.not_object[i]:
         return Violation(i, None, MSG_OBJECT, "the record is not an object"), codes
     if start_bad[i]:
-        return Violation(i, "start", MSG_TIMES, _number_detail(start, i, f">= window start {window_start}")), codes
+        return Violation(i, "start", MSG_TIMES,
+                         _number_detail(start, i, f">= window start {shown(window_start)}")), codes
     if end_bad[i]:
-        return Violation(i, "end", MSG_TIMES, _number_detail(end, i, f"<= window end {window_end}")), codes
+        return Violation(i, "end", MSG_TIMES, _number_detail(end, i, f"<= window end {shown(window_end)}")), codes
     if order_bad[i]:
-        return Violation(i, "end", MSG_TIMES, f"end {e[i]!r} is before start {s[i]!r}"), codes
+        return Violation(i, "end", MSG_TIMES, f"end {shown(e[i])} is before start {shown(s[i])}"), codes
     if status_bad[i]:
-        return Violation(i, "status", MSG_STATUS,
-                         f"{show(c['status'])} is not one of {', '.join(STATUSES)}"), codes
+        what = f"{show(c['status'])} is not one of" if c["status"].present[i] else "missing; expected one of"
+        return Violation(i, "status", MSG_STATUS, f"{what} {', '.join(STATUSES)}"), codes
     if ft_bad[i]:
         return Violation(i, "first_token", MSG_SUCCESS,
-                         _number_detail(ft, i, f"between start {s[i]!r} and end {e[i]!r}")), codes
+                         _number_detail(ft, i, f"between start {shown(s[i])} and end {shown(e[i])}")), codes
     if out_bad[i]:
         return Violation(i, "output_tokens", MSG_SUCCESS, _int_detail(out, i, "at least 1 on success")), codes
+    if nonsuccess_ft_bad[i]:
+        return Violation(i, "first_token", MSG_FIRST_TOKEN,
+                         _number_detail(ft, i, f"between start {shown(s[i])} and end {shown(e[i])}")), codes
     if nonsuccess_out_bad[i]:
         return Violation(i, "output_tokens", MSG_OUTPUT, _int_detail(out, i, "at least 0")), codes
     if adm_bad[i]:
@@ -605,7 +719,9 @@ def first_violation(rows: ParsedRows, window_start: float, window_end: float,
         return Violation(i, "prompt_tokens", MSG_PROMPT, _int_detail(prompt, i, "at least 0")), codes
     for name in TEXT_FIELDS:
         if c[name].bad[i]:
-            return Violation(i, name, MSG_TEXT, f"{show(c[name])} is not text"), codes
+            v = c[name].raw(i)
+            what = "valid Unicode text (a lone surrogate)" if isinstance(v, str) else "text"
+            return Violation(i, name, MSG_TEXT, f"{show(c[name])} is not {what}"), codes
     raise AssertionError("unreachable: a row failed but no rule explains it")
 
 
@@ -614,10 +730,12 @@ def _number_detail(col: Column, i: int, bound: str) -> str:
         return "missing"
     v = col.raw(i)
     if col.bad[i]:
-        return f"{v!r} is not a number"
+        return f"{shown(v)} is not a number"
     if not math.isfinite(col.values[i]):
-        return f"{v!r} is not a finite number"
-    return f"{v!r} must be {bound}"
+        if _is_whole(v) or (isinstance(v, str) and _WHOLE_TEXT.fullmatch(v)):
+            return f"{shown(v)} is too large for a time in seconds"
+        return f"{shown(v)} is not a finite number"
+    return f"{shown(v)} must be {bound}"
 
 
 def _int_detail(col: Column, i: int, bound: str) -> str:
@@ -625,8 +743,10 @@ def _int_detail(col: Column, i: int, bound: str) -> str:
         return "missing"
     v = col.raw(i)
     if col.bad[i]:
-        return f"{v!r} is not an integer"
-    return f"{v!r} must be {bound}"
+        if _is_whole(v) or (isinstance(v, str) and _WHOLE_TEXT.fullmatch(v)):
+            return f"{shown(v)} is too large (a token count must be below 10**18)"
+        return f"{shown(v)} is not an integer"
+    return f"{shown(v)} must be {bound}"
 
 
 def validate(rows: ParsedRows, window_start: float, window_end: float) -> RecordTable:

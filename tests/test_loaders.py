@@ -191,6 +191,12 @@ def test_vectorised_validation_reports_the_spec_order_first_error(rows):
         except ValueError as exc:
             expected = (i, str(exc))
             break
+        # servebench's rules for optional fields, checked after the spec's: first_token, then output_tokens
+        ft = rec.get("first_token")
+        if rec["status"] != "success" and ft is not None and not (
+                isinstance(ft, float) and rec["start"] <= ft <= rec["end"]):
+            expected = (i, "Invalid first token time")
+            break
         out = rec.get("output_tokens")
         if rec["status"] != "success" and out is not None and not (isinstance(out, int) and out >= 0):
             expected = (i, "Invalid output tokens")  # servebench's rule, checked after the spec's
@@ -227,3 +233,132 @@ def test_large_parquet_round_trip_keeps_every_row(tmp_path):
     table, ws, we = load_table(p)
     assert len(table) == n and ws == start.min() and we == end.max()
     assert int((table.status == 0).sum()) == int((status == "success").sum())
+
+
+# --------------------------------------------------------------------------- issue 14: hostile values
+
+
+def _error(data: bytes | str, name: str, **window) -> str:
+    with pytest.raises((InputFormatError, RecordValidationError)) as info:
+        load(data, name, **window) if window else to_table(read_bytes(
+            data.encode() if isinstance(data, str) else data, name))
+    return str(info.value)
+
+
+@pytest.mark.parametrize("data, name, expected", [
+    ("start,end,status,output_tokens\n0,1,failed,99999999999999999999\n", "big.csv",
+     "big.csv, row 1, field 'output_tokens': Invalid output tokens: '99999999999999999999' is too large"),
+    ('[{"start": %s, "end": 1, "status": "failed"}]' % ("1" + "0" * 400), "big.json",
+     "big.json, row 1, field 'start': Invalid request times: 100000000000000000...0000000000000000000 is too large"),
+    ('[{"start": 0, "end": 1, "status": "failed", "output_tokens": %s}]' % ("9" * 5000), "longer.json",
+     "longer.json, row 1, field 'output_tokens': Invalid output tokens: an integer of 5,000 digits is too large"),
+    ("[" * 100_000 + "]" * 100_000, "deep.json", "deep.json: JSON nested too deeply to read"),
+    ('{"start": 0, "end": 1, "status": "failed"}\n{"start": 0, "end": 1, "status": "failed", "error": "\\ud800"}\n',
+     "lone.jsonl", "lone.jsonl, row 2, field 'error': Invalid text field: '\\ud800' is not valid Unicode text"),
+    ('start,end,status,error\n0,1,failed,ok\n0,2,failed,"oops\n', "quote.csv",
+     "quote.csv, row 2, field 'error': a quoted value opens here and is never closed"),
+    ('start,end,status\n0,1,failed\n"0,2,failed\n1,3,failed\n', "swallow.csv",
+     "swallow.csv, row 2, field 'start': a quoted value opens here"),
+    ("start,end,status,first_token\n0,1,failed,abc\n", "ft.csv",
+     "ft.csv, row 1, field 'first_token': Invalid first token time: 'abc' is not a number"),
+    ('[{"start": 0, "end": 1, "status": "timeout", "first_token": 1.5}]', "ft.json",
+     "ft.json, row 1, field 'first_token': Invalid first token time: 1.5 must be between start 0.0 and end 1.0"),
+    ('[{"start": 0, "end": 1, "status": "failed"}, {"start": 0, "end": 2, "end": 1, "status": "failed"}]', "dup.json",
+     "dup.json, row 2, field 'end': the key appears twice in one record"),
+    ('{"start": 0, "end": 1, "status": "failed", "status": "success"}\n', "dup.jsonl",
+     "dup.jsonl, row 1, field 'status': the key appears twice"),
+    ('[{"start": 0, "first_token": 0.5, "end": 1, "status": "success", "output_tokens": 3, "outputTokens": 4}]',
+     "alias.json", "alias.json, row 1, field 'output_tokens': given twice, as 'output_tokens' (3) and as "
+                   "'outputTokens' (4); keep one"),
+    ("start,end,status,output_tokens\n0,1,failed,1\n0,2,failed\n", "short.csv",
+     "short.csv, row 2: 3 values where the header has 4 columns"),
+])
+def test_hostile_values_get_one_line_naming_file_row_and_field(data, name, expected):
+    message = _error(data, name)
+    assert message.startswith(expected), message
+    assert "\n" not in message
+
+
+def test_a_one_record_file_that_ends_before_it_starts_names_row_and_field_not_the_window():
+    assert _error("start,end,status\n2.5,1,failed\n", "one.csv") == \
+        "one.csv, row 1, field 'end': Invalid request times: end 1.0 is before start 2.5"
+
+
+def test_messages_show_plain_numbers_not_numpy_reprs():
+    message = _error("start,first_token,end,status,output_tokens\n2.5,3,1,success,2\n", "plain.csv", ws=0.0, we=10.0)
+    assert "end 1.0 is before start 2.5" in message and "np.float" not in message
+    message = _error(json.dumps([{"start": 0.5, "first_token": 3, "end": 1.5, "status": "success",
+                                  "output_tokens": 2}]), "plain.json", ws=0.0, we=10.0)
+    assert "between start 0.5 and end 1.5" in message and "np.float" not in message
+
+
+def test_an_infinite_window_is_refused():
+    with pytest.raises(RecordValidationError, match="Invalid observation window: start 0.0 and end inf"):
+        load(CSV_R1_R4, ws=0.0, we=math.inf)
+
+
+def test_non_success_times_are_checked_in_files_but_the_spec_contract_needs_only_start_and_end():
+    records = [{"start": 0, "end": 1, "status": "timeout", "first_token": "abc"}]
+    assert summarize(records, 0, 10)["requests"] == 1  # the spec: non-success records need only start and end
+    with pytest.raises(RecordValidationError, match="row 1, field 'first_token': Invalid first token time"):
+        load(json.dumps(records), "t.json")
+    TimingRecord.model_validate({"start": 0, "end": 1, "status": "timeout", "first_token": 0.5})
+    with pytest.raises(ValueError, match="Invalid first token time"):
+        TimingRecord.model_validate({"start": 0, "end": 1, "status": "timeout", "first_token": 2})
+
+
+def test_integer_request_ids_are_read_as_text_and_said_so(tmp_path):
+    loaded = read_bytes(b'[{"request_id": 7, "start": 0, "end": 1, "status": "failed"},'
+                        b' {"request_id": "x", "start": 0, "end": 1, "status": "failed"}]', "ids.json")
+    assert loaded.warnings == ["request_id: 1 integer ID (first in row 1) read as text, e.g. 7 as '7'; "
+                               "the schema's request IDs are strings"]
+    assert to_table(loaded)[0].request_id.tolist() == ["7", "x"]
+    p = tmp_path / "ids.parquet"
+    pq.write_table(pa.table({"request_id": pa.array([None, 8], pa.int64()), "start": [0.0, 0.0], "end": [1.0, 1.0],
+                             "status": ["failed", "failed"]}), p)
+    loaded = read_path(p)
+    assert "1 integer ID (first in row 2)" in loaded.warnings[0]
+    assert read_bytes(CSV_R1_R4.encode(), "r.csv").warnings == []
+
+
+def test_same_value_under_both_names_is_accepted():
+    table, _, _ = load('[{"start": 0, "first_token": 0.5, "end": 1, "status": "success", "output_tokens": 3, '
+                       '"outputTokens": 3}]', "same.json")
+    assert table.output_tokens.tolist() == [3]
+
+
+def test_parquet_out_of_range_integers_and_invalid_utf8_name_row_and_field(tmp_path):
+    p = tmp_path / "u64.parquet"
+    pq.write_table(pa.table({"start": pa.array([0, 2**64 - 1], pa.uint64()), "end": [1.0, 2.0],
+                             "status": ["failed", "failed"],
+                             "output_tokens": pa.array([1, 2**64 - 1], pa.uint64())}), p)
+    with pytest.raises(RecordValidationError, match=r"u64.parquet, row 2, field 'end': .*end 2.0 is before start "
+                                                    r"1.8446744073709552e\+19"):
+        load_table(p)
+    pq.write_table(pa.table({"start": [0.0, 1.0], "end": [1.0, 2.0], "status": ["failed", "failed"],
+                             "output_tokens": pa.array([1, 2**64 - 1], pa.uint64())}), p)
+    with pytest.raises(RecordValidationError, match="row 2, field 'output_tokens'.*18446744073709551615 is too large"):
+        load_table(p)
+    offsets = np.array([0, 1, 3], dtype=np.int32).tobytes()
+    bad_text = pa.Array.from_buffers(pa.string(), 2, [None, pa.py_buffer(offsets), pa.py_buffer(b"a\xff\xfe")])
+    q = tmp_path / "utf8.parquet"
+    pq.write_table(pa.table({"request_id": bad_text, "start": [0.0, 0.0], "end": [1.0, 1.0],
+                             "status": ["failed", "failed"]}), q)
+    with pytest.raises(RecordValidationError, match="utf8.parquet, row 2, field 'request_id': not valid UTF-8 text"):
+        load_table(q)
+
+
+def test_corrupt_parquet_pages_name_the_rows_and_column(tmp_path):
+    n = 2000
+    table, _, _ = load("start,end,status\n" + "".join(f"{i},{i + 1},failed\n" for i in range(n)), "big.csv",
+                       ws=0.0, we=float(n + 1))
+    p = tmp_path / "records.parquet"
+    write_records(table, p)  # servebench writes page checksums
+    data = bytearray(p.read_bytes())
+    meta = pq.ParquetFile(p).metadata.row_group(0)
+    start_col = meta.column(table.to_arrow().column_names.index("start"))
+    data[start_col.data_page_offset + 200] ^= 0x01  # one bit inside the start column's values
+    p.write_bytes(bytes(data))
+    with pytest.raises(RecordValidationError, match=r"records.parquet, row 1, field 'start': corrupt Parquet data "
+                                                    r"in rows 1-2000 .*CRC"):
+        load_table(p)
