@@ -552,3 +552,16 @@ def test_llmperf_and_vllm_errors_follow_the_status_table(code, msg, status):
     res["errors"][3] = msg or {429: "Too Many Requests", 504: "Gateway Timeout"}[code]
     t, _, _ = to_table(import_bytes(json.dumps(res).encode(), "v.json"))
     assert t.to_dicts()[3]["status"] == status
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+@pytest.mark.parametrize("name, data", [
+    ("deep.json", b"[" * 100_000 + b"]" * 100_000),
+    ("deep.jsonl", b'{"a": 1}\n' + b"[" * 100_000 + b"\n"),
+    ("bigint.json", b'{"benchmarks": [' + b"9" * 5000 + b"]}"),
+    ("bigint.jsonl", b'{"a": 1}\n{"b": ' + b"9" * 5000 + b"}\n"),
+])
+def test_unreadable_json_is_one_clear_error_for_every_importer(fmt: str, name: str, data: bytes) -> None:
+    """Nesting past Python's recursion limit and integers past 4300 digits are input errors, not tracebacks."""
+    with pytest.raises(InputFormatError, match=rf"^{name}: (line 2: )?(unreadable JSON|JSON nested too deeply)"):
+        import_bytes(data, name, fmt)

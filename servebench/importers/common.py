@@ -56,6 +56,8 @@ def parse_document(data: bytes, source: str) -> Document:
     text = decode_text(data, source)
     try:
         return Document(json.loads(text), lines=False)
+    except RecursionError:
+        raise InputFormatError(f"{source}: JSON nested too deeply to read") from None
     except json.JSONDecodeError as whole_exc:
         lines = [ln for ln in text.split("\n") if ln.strip()]
         if len(lines) < 2:
@@ -67,7 +69,12 @@ def parse_document(data: bytes, source: str) -> Document:
                 values.append(json.loads(line))
             except json.JSONDecodeError as exc:
                 raise InputFormatError(f"{source}: line {i}: invalid JSON at column {exc.colno}: {exc.msg}") from None
+            except (RecursionError, ValueError) as exc:  # nested too deeply; an integer past 4300 digits
+                why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc).split(";")[0]
+                raise InputFormatError(f"{source}: line {i}: unreadable JSON: {why}") from None
         return Document(values, lines=True)
+    except ValueError as exc:  # an integer of more than 4300 digits
+        raise InputFormatError(f"{source}: unreadable JSON: {str(exc).split(';')[0]}") from None
 
 
 def try_parse_document(data: bytes, source: str) -> Document | None:
