@@ -98,13 +98,19 @@ class StepModelSpec(BaseModel):
     per_prefill_token_s: float = Field(0.0, ge=0)
     per_decode_seq_s: float = Field(0.0, ge=0)
     per_kv_token_s: float = Field(0.0, ge=0)
+    per_prefill_seq_s: float = Field(0.0, ge=0, description="Cost per sequence prefilling in a step, s.")
+    arrival_lag_s: float = Field(0.0, ge=0, description="Arrival to the scheduler seeing the request, s.")
+    emit_lead_s: float = Field(0.0, ge=0, description="Tokens come out this long before their step ends, s.")
 
     def to_model(self) -> StepModel:
         """Return the step model."""
         if self.flat is not None:
-            return StepModel.flat(self.flat.prefill_s, self.flat.prompt_tokens, self.flat.tpot_s)
+            flat = StepModel.flat(self.flat.prefill_s, self.flat.prompt_tokens, self.flat.tpot_s)
+            return flat.model_copy(update={"arrival_lag_s": self.arrival_lag_s, "emit_lead_s": self.emit_lead_s})
         return StepModel(base_s=self.base_s, per_prefill_token_s=self.per_prefill_token_s,
-                         per_decode_seq_s=self.per_decode_seq_s, per_kv_token_s=self.per_kv_token_s)
+                         per_decode_seq_s=self.per_decode_seq_s, per_kv_token_s=self.per_kv_token_s,
+                         per_prefill_seq_s=self.per_prefill_seq_s, arrival_lag_s=self.arrival_lag_s,
+                         emit_lead_s=self.emit_lead_s)
 
 
 class CancelSpec(BaseModel):

@@ -13,6 +13,11 @@ Two server shapes (``prefill_lane``):
   whole prompt (no per-step token budget); decode steps take ``step_s(0, decoders, kv)``. This
   reproduces the spec's flat timings.
 
+The step model places requests in time too: a request reaches the scheduler ``arrival_lag_s``
+after it arrives (its record still starts at its arrival, so the lag is inside its TTFT), and a
+step's tokens (first tokens, ends) are stamped ``emit_lead_s`` before the step ends, as the real
+engine emits them when the model finishes and then does its bookkeeping. Both default to 0.
+
 A request the scheduler drops while planning (preempted while the waiting queue is full: ``failed``,
 ``preempted_queue_full``) ends at that step's start, like any other terminal outcome.
 
@@ -41,7 +46,8 @@ PRIO_RUN, PRIO_PREFILL, PRIO_CANCEL, PRIO_DEADLINE, PRIO_ARRIVAL = 0, 1, 2, 3, 4
 EV_RUN, EV_PREFILL, EV_CANCEL, EV_ARRIVAL = 0, 1, 2, 3
 LANES: tuple[str, ...] = ("step", "decode", "prefill")
 TRACE_COLUMNS: tuple[str, ...] = ("time", "duration", "steps", "lane", "active", "waiting", "kv_tokens_used",
-                                  "kv_tokens_read", "prefill_tokens", "decode_seqs", "kv_tokens_held")
+                                  "kv_tokens_read", "prefill_tokens", "decode_seqs", "kv_tokens_held",
+                                  "prefill_seqs")
 _STATUS_CODE = {s: i for i, s in enumerate(STATUSES)}
 
 
@@ -53,7 +59,8 @@ class StepTrace:
     ``kv_tokens_used`` are after the step's admissions and allocations (``kv_tokens_used`` is the
     most the run holds); ``kv_tokens_read`` is what its first step's decoders attend over;
     ``kv_tokens_held`` is KV actually computed before the step (below ``kv_tokens_used`` by what
-    ``reserve`` sets aside for outputs not yet generated, or ``paged`` rounds up to blocks).
+    ``reserve`` sets aside for outputs not yet generated, or ``paged`` rounds up to blocks);
+    ``prefill_seqs`` counts the sequences with a prompt chunk in the step.
     """
 
     time: np.ndarray
@@ -67,6 +74,7 @@ class StepTrace:
     prefill_tokens: np.ndarray
     decode_seqs: np.ndarray
     kv_tokens_held: np.ndarray
+    prefill_seqs: np.ndarray
 
     def __len__(self) -> int:
         return int(self.time.size)
@@ -185,7 +193,10 @@ def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workl
     cancel = None if cancel_after_s is None else cancel_after_s.tolist()
     heap: list[tuple[float, int, int, int, Any]] = []
     counter = 0
-    trace: list[tuple[float, float, int, int, int, int, int, int, int, int, int]] = []
+    trace: list[tuple[float, float, int, int, int, int, int, int, int, int, int, int]] = []
+    lag = model.arrival_lag_s  # a request reaches the scheduler this long after its arrival
+    lead = model.emit_lead_s  # a step's tokens are stamped this long before it ends
+    intended = np.full(n, np.nan)  # each request's arrival (closed loop: set when it is scheduled)
     busy = False  # the (decode) engine loop is running a step or run
     engine_steps = 0
     events = 0
@@ -207,7 +218,8 @@ def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workl
             rec.add(o)
             if closed and next_request < n:
                 assert think is not None
-                push(now + think[next_request], PRIO_ARRIVAL, EV_ARRIVAL, next_request)
+                intended[next_request] = now + think[next_request]
+                push(intended[next_request] + lag, PRIO_ARRIVAL, EV_ARRIVAL, next_request)
                 next_request += 1
 
     def start_run(now: float, plan: StepPlan, lane: int) -> None:
@@ -215,7 +227,7 @@ def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workl
         nonlocal busy, engine_steps
         d = len(plan.decode)
         if plan.prefill or d == 0:
-            end = now + model.step_s(plan.prefill_tokens, d, plan.kv_tokens_read)
+            end = now + model.step_s(plan.prefill_tokens, d, plan.kv_tokens_read, len(plan.prefill))
         else:
             kmax = sched.max_decode_steps(plan) if decode_runs else 1
             one = model.step_s(0, d, plan.kv_tokens_read)
@@ -233,7 +245,7 @@ def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workl
         engine_steps += plan.steps
         busy = True
         trace.append((now, end - now, plan.steps, lane, plan.running, plan.waiting, plan.kv_tokens_used,
-                      plan.kv_tokens_read, plan.prefill_tokens, d, sched.kv_tokens_held))
+                      plan.kv_tokens_read, plan.prefill_tokens, d, sched.kv_tokens_held, len(plan.prefill)))
         push(end, PRIO_RUN, EV_RUN, plan)
 
     def kick(now: float) -> None:
@@ -255,7 +267,7 @@ def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workl
                     longest = max(longest, dur)
                     push(now + dur, PRIO_PREFILL, EV_PREFILL, plan.only({rid}))
                 trace.append((now, longest, 1, 2, plan.running, plan.waiting, plan.kv_tokens_used, 0,
-                              plan.prefill_tokens, 0, sched.kv_tokens_held))
+                              plan.prefill_tokens, 0, sched.kv_tokens_held, len(plan.prefill)))
         if not busy and sched.num_running:
             plan = sched.step(now, prefill=False)
             finish(plan.ended, now)
@@ -263,21 +275,24 @@ def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workl
                 start_run(now, plan, 1)
 
     def arrive(i: int, now: float) -> None:
-        rec.arrival[i] = now
+        start = float(intended[i]) if lag else now  # the record starts at the arrival, not when it was seen
+        rec.arrival[i] = start
         timeout = class_timeouts[cls[i]]
-        out = sched.add_request(Request(str(i), now, prompt[i], cap[i], output[i], timeout, names[cls[i]]), now)
+        out = sched.add_request(Request(str(i), start, prompt[i], cap[i], output[i], timeout, names[cls[i]]), now)
         if out is not None:
             finish([out], now)
         elif cancel is not None and cancel[i] == cancel[i]:  # not NaN
-            push(now + cancel[i], PRIO_CANCEL, EV_CANCEL, str(i))
+            push(max(now, start + cancel[i]), PRIO_CANCEL, EV_CANCEL, str(i))
 
     if closed:
         for _ in range(min(workload.users, n)):  # type: ignore[union-attr]
-            push(0.0, PRIO_ARRIVAL, EV_ARRIVAL, next_request)
+            intended[next_request] = 0.0
+            push(0.0 + lag, PRIO_ARRIVAL, EV_ARRIVAL, next_request)
             next_request += 1
     elif n:
         arrivals = reqs.arrival_s.tolist()
-        push(arrivals[0], PRIO_ARRIVAL, EV_ARRIVAL, 0)
+        intended[:] = reqs.arrival_s
+        push(arrivals[0] + lag, PRIO_ARRIVAL, EV_ARRIVAL, 0)
         next_request = 1
 
     while True:
@@ -287,7 +302,8 @@ def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workl
             events += 1
             if kind == EV_RUN:
                 busy = False
-                finish(sched.on_step_done(payload, now), now)
+                stamp = max(payload.now_s, now - lead) if lead else now  # tokens out before the bookkeeping
+                finish(sched.on_step_done(payload, stamp), now)
             elif kind == EV_PREFILL:
                 finish(sched.on_step_done(payload, now), now)
             elif kind == EV_CANCEL:
@@ -296,7 +312,7 @@ def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workl
                     finish([out], now)
             else:
                 if not closed and next_request < n:
-                    push(arrivals[next_request], PRIO_ARRIVAL, EV_ARRIVAL, next_request)
+                    push(arrivals[next_request] + lag, PRIO_ARRIVAL, EV_ARRIVAL, next_request)
                     next_request += 1
                 arrive(payload, now)
             kick(now)
@@ -320,11 +336,11 @@ def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workl
                      events, rec.preemptions)
 
 
-def _trace(rows: list[tuple[float, float, int, int, int, int, int, int, int, int, int]]) -> StepTrace:
+def _trace(rows: list[tuple[float, float, int, int, int, int, int, int, int, int, int, int]]) -> StepTrace:
     if not rows:
         z = np.zeros(0)
         zi = np.zeros(0, dtype=np.int64)
-        return StepTrace(z, z, zi, zi.astype(np.int8), zi, zi, zi, zi, zi, zi, zi)
+        return StepTrace(z, z, zi, zi.astype(np.int8), zi, zi, zi, zi, zi, zi, zi, zi)
     a = np.array(rows, dtype=np.float64)
     i = a[:, 2:].astype(np.int64)
-    return StepTrace(a[:, 0], a[:, 1], i[:, 0], i[:, 1].astype(np.int8), *(i[:, c] for c in range(2, 9)))
+    return StepTrace(a[:, 0], a[:, 1], i[:, 0], i[:, 1].astype(np.int8), *(i[:, c] for c in range(2, 10)))

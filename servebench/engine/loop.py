@@ -54,7 +54,8 @@ class StepRow:
 
     ``duration_s`` runs from this step's planning to the next step's planning when the engine
     went straight on (else to the end of its own iteration): the cycle the simulator models as
-    one step, scheduling and bookkeeping included. ``compute_s`` is the model's share of it.
+    one step, scheduling and bookkeeping included. ``compute_s`` is the model's share of it, from
+    ``compute_start``; tokens are emitted at ``compute_start + compute_s``, before the step's bookkeeping.
     """
 
     start: float
@@ -68,6 +69,9 @@ class StepRow:
     running: int
     waiting: int
     preempted: int
+    prefill_seqs: int = 0  # sequences with a prompt chunk in this step (per-sequence set-up in the step model)
+    admitted: int = 0  # requests admitted by this step's plan
+    compute_start: float | None = None  # when the model started computing (after planning and set-up)
 
 
 def cache_capacity_tokens(config: SchedulerConfig) -> int:
@@ -263,7 +267,8 @@ class EngineLoop:
                           decode_seqs=len(plan.decode), kv_tokens=plan.kv_tokens_read,
                           kv_tokens_used=self.scheduler.kv_tokens_used, kv_tokens_held=self.cache.used_tokens,
                           running=self.scheduler.num_running, waiting=self.scheduler.num_waiting,
-                          preempted=len(plan.preempted))
+                          preempted=len(plan.preempted), prefill_seqs=len(plan.prefill),
+                          admitted=len(plan.admitted), compute_start=started)
             self.steps += 1
         self._dispatch([(listener, token, end) for listener, token in tokens], finished)
         self._open_row = (row, self.clock())
