@@ -32,3 +32,7 @@ class RecordValidationError(ServebenchError, ValueError):
 
 class ConfigError(ServebenchError, ValueError):
     """A model shape, budget, scenario or option is missing or inconsistent."""
+
+
+class WorkerError(ServebenchError):
+    """A load-generator worker or a Ray cluster failed, or cannot be reached."""

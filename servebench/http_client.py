@@ -51,6 +51,7 @@ class Outcome:
     done_marker: bool = False
     reported_output_tokens: int | None = None
     warning: str | None = None
+    worker: int | None = None  # which of several load-generator workers sent it (None: one generator)
 
     @property
     def lag_s(self) -> float | None:

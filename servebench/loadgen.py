@@ -92,6 +92,31 @@ class LagStats(BaseModel):
     mean_s: float | None
 
 
+class WorkerStats(BaseModel):
+    """One of several workers: its share of the schedule, its own send lag, its clock against the coordinator's.
+
+    ``clock_offset_s`` is the coordinator's monotonic clock minus the worker's, measured by pings
+    before the run (``clock_uncertainty_s`` is half the best ping's round trip) and again after it.
+    """
+
+    worker: int
+    host: str
+    pid: int
+    planned: int
+    offered: int
+    sent: int
+    completed: int
+    peak_in_flight: int
+    waited_for_slot: int
+    schedule_lag_s: LagStats
+    start_late_s: float = Field(description="How far past the common origin the worker began (0: on time).")
+    clock_offset_s: float = Field(description="Coordinator minus worker clock at the start, s.")
+    clock_uncertainty_s: float = Field(description="Half the round trip of the best start ping, s.")
+    clock_offset_end_s: float = Field(description="Coordinator minus worker clock after the run, s.")
+    clock_uncertainty_end_s: float
+    clock_drift_s: float = Field(description="End offset minus start offset, s.")
+
+
 class GeneratorStats(BaseModel):
     """Offered, accepted, completed and rejected work, and the generator's own limits."""
 
@@ -115,6 +140,8 @@ class GeneratorStats(BaseModel):
                                                   "(above max_tokens or the text received); what arrived was kept.")
     warnings: list[str] = Field(default_factory=list, description="Everything the run should not hide, one line each.")
     run_s: float = Field(description="From t0 to the last outcome.")
+    workers: list[WorkerStats] | None = Field(None, description="Per worker, when several shared the schedule "
+                                                                "(None: one generator).")
 
 
 @dataclass
@@ -244,10 +271,16 @@ def request_body(config: LoadConfig, model: str, req: PlannedRequest) -> dict[st
 
 
 def to_record(o: Outcome) -> dict[str, Any]:
-    """Return the canonical timing record of an outcome (``start`` is the intended send time)."""
-    return record_dict(request_id=o.request_id, start=o.intended_s, first_token=o.first_token_s, end=o.end_s,
-                       status=o.status, prompt_tokens=o.prompt_tokens, output_tokens=o.output_tokens,
-                       slice=o.slice, error=o.error)
+    """Return the canonical timing record of an outcome (``start`` is the intended send time).
+
+    With several workers the record also names its ``worker`` (an extra column, e.g. for ``--slice-by worker``).
+    """
+    rec = record_dict(request_id=o.request_id, start=o.intended_s, first_token=o.first_token_s, end=o.end_s,
+                      status=o.status, prompt_tokens=o.prompt_tokens, output_tokens=o.output_tokens,
+                      slice=o.slice, error=o.error)
+    if o.worker is not None:
+        rec["worker"] = o.worker
+    return rec
 
 
 def to_send_row(o: Outcome) -> dict[str, Any]:
@@ -258,7 +291,7 @@ def to_send_row(o: Outcome) -> dict[str, Any]:
         "requested_output_tokens": o.requested_output_tokens, "output_tokens_source": o.output_tokens_source,
         "token_level_chunks": o.token_level_chunks, "reported_output_tokens": o.reported_output_tokens,
         "warning": o.warning, "chunk_times_s": o.chunk_times_s,
-    }
+    } | ({} if o.worker is None else {"worker": o.worker})
 
 
 def lag_stats(outcomes: Sequence[Outcome]) -> LagStats:
@@ -410,7 +443,7 @@ def _client(config: LoadConfig, longest_deadline_s: float) -> httpx.AsyncClient:
 
 async def run_load(config: LoadConfig, plan: Sequence[PlannedRequest],
                    on_outcome: Callable[[Outcome], None] | None = None,
-                   state: RunState | None = None) -> LoadResult:
+                   state: RunState | None = None, start_at: float | None = None) -> LoadResult:
     """Send ``plan`` to the endpoint, open loop (by intended times) or closed loop (``config.users``).
 
     The run ends by itself: at most ``len(plan)`` requests, each bounded by its deadline, and
@@ -418,6 +451,8 @@ async def run_load(config: LoadConfig, plan: Sequence[PlannedRequest],
     interrupted midway (Ctrl-C cancels in-flight requests into "cancelled" outcomes) can still
     build the result with :func:`result_from_state`. Raises
     :class:`~servebench.http_client.LoadError` when the endpoint is unreachable or lists no model.
+    ``start_at`` fixes the run's origin t0 on this process's ``time.monotonic`` clock (asyncio's
+    ``loop.time()``): several workers given one common instant share one schedule.
     """
     if not plan:
         raise ConfigError("the load plan has no requests")
@@ -428,12 +463,25 @@ async def run_load(config: LoadConfig, plan: Sequence[PlannedRequest],
         state.model = config.model or await discover_model(client, config.url, headers)
         loop = asyncio.get_running_loop()
         state.started_utc = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-        runner = _Runner(config, state.model, client, loop.time(), on_outcome, state)
+        runner = _Runner(config, state.model, client, loop.time() if start_at is None else start_at, on_outcome,
+                         state)
         if config.users is None:
             await _open_loop(runner, plan)
         else:
             await _closed_loop(runner, plan, config.users)
     return result_from_state(config, len(plan), state)
+
+
+def discover_model_sync(config: LoadConfig) -> str:
+    """Return ``config.model``, or the first model the endpoint lists (one question for every worker)."""
+    if config.model:
+        return config.model
+
+    async def ask() -> str:
+        headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
+        async with _client(config, config.deadline_s) as client:
+            return await discover_model(client, config.url, headers)
+    return asyncio.run(ask())
 
 
 def result_from_state(config: LoadConfig, planned: int, state: RunState) -> LoadResult:
@@ -501,7 +549,8 @@ def records_table(outcomes: Sequence[Outcome], source: str = "load") -> tuple[Re
     """Validate the outcomes as canonical records over [first start, last end]."""
     if not outcomes:
         raise ConfigError("the run produced no records (every planned arrival came after the duration limit)")
-    rows = parse_objects([to_record(o) for o in outcomes], source, strict_keys=True)
+    workers = any(o.worker is not None for o in outcomes)  # the one extra column a load run writes
+    rows = parse_objects([to_record(o) for o in outcomes], source, strict_keys=not workers, keep_extra=workers)
     ws, we = default_window(rows)
     if not we > ws:
         we = ws + 1e-9  # one instant request: a window of zero length has no rate
@@ -528,13 +577,22 @@ def run_metadata(result: LoadResult, workload: WorkloadSpec, seed: int, model_so
         "deadline_s": cfg.deadline_s,
         "duration_s": cfg.duration_s,
         "max_in_flight": cfg.max_in_flight,
-        "clock": "time.monotonic in seconds since the run's origin t0 (one clock, one process)",
+        "clock": ("time.monotonic in seconds since the run's origin t0 (one clock, one process)"
+                  if worker_count(result) is None else
+                  "each worker's time.monotonic in seconds since the common origin t0, which the coordinator "
+                  "placed on each worker's clock through the offset its pings measured; a record's times come "
+                  "from one worker's clock; across workers they agree within generator.workers[].clock_uncertainty_s"),
         "record_start": "intended send time; actual send time and lag per request are in sends.jsonl",
         "end": "arrival of [DONE] (or the whole body when not streaming); timeouts end at the deadline",
         "started_utc": result.started_utc,
         "generator": result.stats.model_dump(mode="json"),
         "files": {"records": "records.jsonl", "sends": "sends.jsonl"},
     }
+
+
+def worker_count(result: LoadResult) -> int | None:
+    """Return how many workers shared the run's schedule (None: one generator)."""
+    return None if result.stats.workers is None else len(result.stats.workers)
 
 
 def write_run(out_dir: str | Path, result: LoadResult, metadata: dict[str, Any]) -> Path:

@@ -11,6 +11,11 @@ A point *meets the SLOs* when the share of offered requests that succeed within 
 that meets them: the grid brackets it (last meeting point below the first failing one; the
 bracket widens by doubling or halving when the grid does not straddle it) and bisection narrows
 the bracket to ``tolerance``. Capacity is the bracket's meeting end, never an extrapolation.
+
+With several seeds the whole sweep (grid and search) is repeated per seed; the first seed's
+points are the result and :class:`SeedSpread` reports the range over seeds of each grid point and
+of the capacity. A :class:`PointRunner` evaluates the points: :class:`SerialRunner` here, one
+after another; :mod:`servebench.ray_runner` runs them as Ray tasks with identical results.
 """
 
 from __future__ import annotations
@@ -18,8 +23,11 @@ from __future__ import annotations
 import csv
 import io
 import math
-from collections.abc import Callable, Sequence
-from typing import Any, Literal
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -84,6 +92,42 @@ class Capacity(BaseModel):
     note: str
 
 
+class Interval(BaseModel):
+    """The smallest and largest value over seeds, and how many seeds had a value."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    min: float | None
+    max: float | None
+    n: int = Field(description="Seeds with a value (a percentile of no successes has none).")
+
+
+class PointSpread(BaseModel):
+    """One grid load over every seed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    load: float
+    seeds_meeting_slo: int
+    slo_attainment: Interval
+    goodput_rps: Interval
+    throughput_rps: Interval
+    ttft_p95_s: Interval
+    latency_p95_s: Interval
+
+
+class SeedSpread(BaseModel):
+    """The sweep repeated over several seeds: the range of each grid point and of the capacity."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    seeds: list[int]
+    capacity_by_seed: list[float | None] = Field(description="Each seed's capacity (None: no load met the SLOs).")
+    capacity: Interval = Field(description="Lowest and highest capacity over seeds; min is None when some seed "
+                                           "found none.")
+    points: list[PointSpread] = Field(description="Grid loads (every seed ran them), by load.")
+
+
 class SweepResult(BaseModel):
     """A sweep: its settings, its points by load, the capacity and the knee."""
 
@@ -100,6 +144,98 @@ class SweepResult(BaseModel):
     knee_load: float | None = Field(description="Lowest load whose p95 latency or p95 TTFT is over twice the lowest "
                                                 "load's (None: none).")
     kv_budget_tokens: int | None = Field(description="The server's KV budget (None: a measured server's is unknown).")
+    spread: SeedSpread | None = Field(None, description="The range over seeds (None: one seed was run).")
+
+
+def interval(values: Sequence[float | None]) -> Interval:
+    """Return the range of the values that are not None.
+
+    >>> interval([2.0, None, 1.5])
+    Interval(min=1.5, max=2.0, n=2)
+    """
+    known = [v for v in values if v is not None]
+    return Interval(min=min(known) if known else None, max=max(known) if known else None, n=len(known))
+
+
+def seed_spread(seeds: Sequence[int], grid: Sequence[float], points: dict[int, dict[float, SweepPoint]],
+                capacities: Sequence[Capacity]) -> SeedSpread:
+    """Return the range over seeds of each grid point's outcome and of the capacity."""
+    rows = []
+    for x in grid:
+        at = [points[s][x] for s in seeds]
+        rows.append(PointSpread(
+            load=x, seeds_meeting_slo=sum(p.meets_slo for p in at),
+            slo_attainment=interval([p.slo_attainment for p in at]),
+            goodput_rps=interval([p.goodput_rps for p in at]),
+            throughput_rps=interval([p.throughput_rps for p in at]),
+            ttft_p95_s=interval([p.ttft_s["p95"] for p in at]),
+            latency_p95_s=interval([p.latency_s["p95"] for p in at])))
+    loads = [c.load for c in capacities]
+    cap = interval(loads)
+    if any(v is None for v in loads):
+        cap = cap.model_copy(update={"min": None})
+    return SeedSpread(seeds=list(seeds), capacity_by_seed=loads, capacity=cap, points=rows)
+
+
+@dataclass(frozen=True)
+class PointTask:
+    """One simulation of a sweep: a load under one seed."""
+
+    load: float
+    seed: int
+    source: Literal["grid", "search"] = "grid"
+
+
+@dataclass(frozen=True)
+class SweepJob:
+    """What every point of a sweep shares; ``evaluate`` runs one :class:`PointTask` (picklable, for Ray)."""
+
+    scenario: Scenario
+    mode: Mode
+    slo: SLO
+    slo_target: float
+    requests: int | None
+
+    def evaluate(self, task: PointTask) -> tuple[SweepPoint, int]:
+        """Simulate one task; return its point and the server's KV budget in tokens."""
+        sc = self.scenario
+        if task.seed != sc.seed:
+            sc = sc.model_copy(update={"seed": task.seed})
+        point, sim = evaluate(sc, task.load, self.mode, self.slo, self.slo_target, self.requests, task.source)
+        return point, sim.kv_budget_tokens
+
+
+class PointRunner(Protocol):
+    """Evaluates sweep points; ``parallel`` runners get the seeds' searches at once."""
+
+    parallel: bool
+
+    def run(self, job: SweepJob, tasks: Sequence[PointTask]) -> Iterator[tuple[PointTask, SweepPoint, int]]:
+        """Yield (task, point, KV budget tokens) for every task, each as soon as it is done."""
+        ...
+
+
+class SerialRunner:
+    """Evaluate points one after another in this process."""
+
+    parallel = False
+
+    def run(self, job: SweepJob, tasks: Sequence[PointTask]) -> Iterator[tuple[PointTask, SweepPoint, int]]:
+        """Yield each task's point in order."""
+        for task in tasks:
+            point, kv = job.evaluate(task)
+            yield task, point, kv
+
+
+def seed_list(base_seed: int, seeds: int) -> list[int]:
+    """Return the seeds of a sweep repeated ``seeds`` times: the scenario's, then the next ones.
+
+    >>> seed_list(7, 3)
+    [7, 8, 9]
+    """
+    if seeds < 1:
+        raise ConfigError(f"--seeds {seeds}: a sweep needs at least one seed")
+    return [base_seed + i for i in range(seeds)]
 
 
 def default_rates(scenario: Scenario, points: int = 10) -> list[float]:
@@ -205,8 +341,12 @@ def point_from(sim: SimResult, load: float, mode: Mode, slo: SLO, slo_target: fl
 
 def sweep(scenario: Scenario, loads: Sequence[float], *, mode: Mode = "rate", slo: SLO | None = None,
           slo_target: float = 0.95, requests: int | None = None, search: bool = True, tolerance: float = 0.02,
-          max_search: int = 10, progress: ProgressCallback | None = None) -> SweepResult:
-    """Simulate each load, then search for the usable capacity (see the module docstring)."""
+          max_search: int = 10, progress: ProgressCallback | None = None, seeds: int = 1,
+          runner: PointRunner | None = None) -> SweepResult:
+    """Simulate each load under each seed, then search each seed's usable capacity (see the module docstring).
+
+    ``runner`` evaluates the points (default: :class:`SerialRunner`); every runner gives the same result.
+    """
     if not loads:
         raise ConfigError("a sweep needs at least one load")
     if any(not (x > 0 and math.isfinite(x)) for x in loads):
@@ -214,33 +354,51 @@ def sweep(scenario: Scenario, loads: Sequence[float], *, mode: Mode = "rate", sl
     if not 0 < slo_target <= 1:
         raise ConfigError(f"slo_target {slo_target} must be in (0, 1]")
     slo = slo or SLO()
+    runner = runner if runner is not None else SerialRunner()
+    seeds_run = seed_list(scenario.seed, seeds)
+    job = SweepJob(scenario, mode, slo, slo_target, requests)
     grid = sorted(set(float(x) for x in loads))
     # a bisection usually needs about log2(1 / tolerance) simulations; the last call fixes the total
-    total = len(grid) + (max(1, math.ceil(math.log2(1 / tolerance))) if search else 0)
-    points: dict[float, SweepPoint] = {}
-    kv_budget = 0
+    total = (len(grid) + (max(1, math.ceil(math.log2(1 / tolerance))) if search else 0)) * len(seeds_run)
+    points: dict[int, dict[float, SweepPoint]] = {s: {} for s in seeds_run}
+    kv_budget = [0]
+    lock = threading.Lock()  # the seeds' searches may record points from several threads
 
-    def run(load: float, source: Literal["grid", "search"]) -> SweepPoint:
-        nonlocal kv_budget
-        if load in points:
-            return points[load]
-        p, sim = evaluate(scenario, load, mode, slo, slo_target, requests, source)
-        kv_budget = sim.kv_budget_tokens
-        points[load] = p
-        if progress is not None:
-            progress(len(points), total, p)
-        return p
+    def record(task: PointTask, point: SweepPoint, kv: int) -> SweepPoint:
+        with lock:
+            kv_budget[0] = kv
+            points[task.seed][task.load] = point
+            if progress is not None:
+                progress(sum(map(len, points.values())), total, point)
+        return point
 
-    for x in grid:
-        run(x, "grid")
-    capacity = (search_capacity(run, grid, points, mode, tolerance, max_search) if search
-                else capacity_from_grid(grid, points))
-    ordered = [points[k] for k in sorted(points)]
+    for task, point, kv in runner.run(job, [PointTask(x, s, "grid") for s in seeds_run for x in grid]):
+        record(task, point, kv)
+
+    def find_capacity(seed: int) -> Capacity:
+        def run(load: float, source: Literal["grid", "search"]) -> SweepPoint:
+            if load in points[seed]:
+                return points[seed][load]
+            (task, point, kv), = runner.run(job, [PointTask(load, seed, source)])
+            return record(task, point, kv)
+        if not search:
+            return capacity_from_grid(grid, points[seed])
+        return search_capacity(run, grid, points[seed], mode, tolerance, max_search)
+
+    if runner.parallel and len(seeds_run) > 1:  # each search is sequential; the seeds' run side by side
+        with ThreadPoolExecutor(max_workers=len(seeds_run), thread_name_prefix="sweep-seed") as pool:
+            capacities = list(pool.map(find_capacity, seeds_run))
+    else:
+        capacities = [find_capacity(s) for s in seeds_run]
+    base = points[seeds_run[0]]
+    ordered = [base[k] for k in sorted(base)]
+    done = sum(map(len, points.values()))
     if progress is not None and ordered:
-        progress(len(points), len(points), ordered[-1])
+        progress(done, done, ordered[-1])
+    spread = seed_spread(seeds_run, grid, points, capacities) if len(seeds_run) > 1 else None
     return SweepResult(scenario=scenario.name, mode=mode, seed=scenario.seed, requests_per_point=requests,
-                       slo=slo, slo_target=slo_target, points=ordered, capacity=capacity,
-                       knee_load=knee(ordered), kv_budget_tokens=kv_budget)
+                       slo=slo, slo_target=slo_target, points=ordered, capacity=capacities[0],
+                       knee_load=knee(ordered), kv_budget_tokens=kv_budget[0], spread=spread)
 
 
 def _bracket(grid: list[float], points: dict[float, SweepPoint]) -> tuple[float | None, float | None]:

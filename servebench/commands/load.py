@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any, Optional
@@ -87,11 +88,56 @@ def _generator_table(stats: Any) -> Table:
     return t
 
 
+def _worker_table(stats: Any) -> Table:
+    """Return each worker's share, send lag and clock offset against the coordinator."""
+    t = Table(title="Workers (one shared schedule)")
+    for col in ("worker", "host", "sent", "lag p50 / p99 / max, ms", "clock offset ± uncertainty, ms", "drift, ms"):
+        t.add_column(col, justify="right")
+
+    def ms(v: float | None) -> str:
+        return "-" if v is None else f"{v * 1e3:.3g}"
+    for w in stats.workers:
+        lag = w.schedule_lag_s
+        t.add_row(str(w.worker), safe_markup(w.host), f"{w.sent} / {w.planned}",
+                  f"{ms(lag.p50_s)} / {ms(lag.p99_s)} / {ms(lag.max_s)}",
+                  f"{ms(w.clock_offset_s)} ± {ms(w.clock_uncertainty_s)}", ms(w.clock_drift_s))
+    lag = stats.schedule_lag_s
+    t.add_row("all", "", f"{stats.sent} / {stats.planned}", f"{ms(lag.p50_s)} / {ms(lag.p99_s)} / {ms(lag.max_s)}",
+              "", "", style="bold")
+    return t
+
+
+def _run_workers(config: Any, plan: list[Any], spec: Any, seed: int, out_dir: Path, workers: int,
+                 ray_address: str | None, use_ray: bool, show_progress: bool, source: str) -> Any:
+    """Send the plan from several workers (processes, or Ray actors) sharing its schedule; write the run."""
+    from ..loadgen import discover_model_sync, run_metadata, write_run
+
+    model = discover_model_sync(config)
+    where = "Ray actors" if use_ray else "processes"
+    status = Console(stderr=True).status(f"{len(plan)} requests from {workers} worker {where}")
+    with status if show_progress else contextlib.nullcontext():
+        try:
+            if use_ray:
+                from ..ray_runner import ray_session, run_with_actors
+                with ray_session(ray_address) as cluster:
+                    result = run_with_actors(config, plan, workers, model, cluster)
+            else:
+                from ..workers import run_with_processes
+                result = run_with_processes(config, plan, workers, model)
+        except KeyboardInterrupt:
+            console.print("[yellow]interrupted:[/] the workers were stopped; nothing was written")
+            raise SystemExit(130) from None
+    write_run(out_dir, result, run_metadata(result, spec, seed, source))
+    return result
+
+
 def _run_one(url: str, spec: Any, seed: int, out_dir: Path, cfg_kwargs: dict[str, Any], show_progress: bool,
-             label: str = "requests") -> tuple[Any, Any, float, float]:
+             label: str = "requests", workers: int = 1, ray_address: str | None = None,
+             use_ray: bool = False) -> tuple[Any, Any, float, float]:
     """Plan, send, write the run directory; return (result, table, window start, window end).
 
     Ctrl-C cancels the requests in flight; what was gathered is still written, then exit 130.
+    With ``workers`` > 1 or ``use_ray`` the plan is shared by several workers (:mod:`servebench.workers`).
     """
     from ..loadgen import (LoadConfig, RunState, records_table, result_from_state, run_load_sync, run_metadata,
                            workload_plan, write_run)
@@ -100,6 +146,14 @@ def _run_one(url: str, spec: Any, seed: int, out_dir: Path, cfg_kwargs: dict[str
     users = spec.closed_loop.users if spec.closed_loop is not None else None
     config = LoadConfig(url=url, users=users, duration_s=spec.duration_s, **cfg_kwargs)
     source = "--model" if cfg_kwargs.get("model") else "/v1/models"
+    if workers > 1 or use_ray:
+        if users is not None:
+            raise ConfigError("--workers and --ray share one open-loop schedule; closed loop (--users) runs in "
+                              "one process")
+        result = _run_workers(config, plan, spec, seed, out_dir, workers, ray_address, use_ray, show_progress,
+                              source)
+        table, ws, we = records_table(result.outcomes, str(out_dir / "records.jsonl"))
+        return result, table, ws, we
     state = RunState()
     progress = Progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(),
                         TextColumn("{task.fields[bad]} not ok"), TimeElapsedColumn(),
@@ -149,7 +203,13 @@ def load(
     model: Optional[str] = typer.Option(None, help="Model name (default: the first one /v1/models lists)."),
     stream: bool = typer.Option(True, "--stream/--no-stream", help="Stream tokens (SSE) or wait for the body."),
     ignore_eos: bool = typer.Option(True, "--ignore-eos/--no-ignore-eos", help="Ask for exactly max_tokens."),
-    max_in_flight: int = typer.Option(256, min=1, help="Generator capacity: connections open at once."),
+    max_in_flight: int = typer.Option(256, min=1, help="Generator capacity: connections open at once (per worker)."),
+    workers: int = typer.Option(1, min=1, max=1024, help="Open-loop workers sharing one arrival schedule: OS "
+                                "processes here, or Ray actors with --ray."),
+    ray: bool = typer.Option(False, "--ray", help="Run the workers as Ray actors (a local Ray, or --ray-address)."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", metavar="ADDRESS",
+                                              help="An existing Ray cluster (auto, HOST:PORT or ray://HOST:PORT); "
+                                                   "implies --ray."),
     api_key: Optional[str] = typer.Option(None, envvar="OPENAI_API_KEY", help="Bearer token, if the server wants one."),
     slo_ttft: Optional[float] = typer.Option(None, help="SLO on TTFT, s."),
     slo_tpot: Optional[float] = typer.Option(None, help="SLO on request TPOT, s."),
@@ -167,16 +227,22 @@ def load(
         raise ConfigError(f"--arrival {arrival!r}: expected poisson, gamma or constant")
     cfg_kwargs = dict(api=api, model=model, stream=stream, ignore_eos=ignore_eos, deadline_s=deadline,
                       max_in_flight=max_in_flight, api_key=api_key)
+    use_ray = ray or ray_address is not None
+    spread = dict(workers=workers, ray_address=ray_address, use_ray=use_ray)
     slo = SLO(ttft_s=slo_ttft, tpot_s=slo_tpot, latency_s=slo_latency)
     if sweep is not None:
         if users is not None or replay is not None:
             raise ConfigError("--sweep sweeps open-loop rates; it cannot be combined with --users or --replay")
-        _sweep(url, sweep, out, requests, arrival, cv, workload, prompt_tokens, output_tokens, duration, seed,
-               cfg_kwargs, slo, slo_target, search, as_json)
+        with contextlib.ExitStack() as stack:
+            if use_ray:  # one Ray for every rate of the sweep
+                from ..ray_runner import ray_session
+                stack.enter_context(ray_session(ray_address))
+            _sweep(url, sweep, out, requests, arrival, cv, workload, prompt_tokens, output_tokens, duration, seed,
+                   cfg_kwargs, slo, slo_target, search, as_json, spread)
         return
     spec = _workload(rate, requests, users, arrival, cv, replay, duration, prompt_tokens, output_tokens, think,
                      workload)
-    result, table, ws, we = _run_one(url, spec, seed, out, cfg_kwargs, show_progress=not as_json)
+    result, table, ws, we = _run_one(url, spec, seed, out, cfg_kwargs, show_progress=not as_json, **spread)
     report = build_report(table, ws, we, slo)
     if as_json:
         doc = report.model_dump(mode="json")  # emit_json writes infinities as "Infinity", as in summarize
@@ -186,6 +252,8 @@ def load(
     from ..render import print_report
     print_report(console, report)
     console.print(_generator_table(result.stats))
+    if result.stats.workers is not None:
+        console.print(_worker_table(result.stats))
     for warning in result.stats.warnings:
         console.print(f"[yellow]warning:[/] {safe_markup(warning)}")
     console.print(f"model {safe_markup(repr(result.model))}; wrote {safe_markup(str(out))}/records.jsonl, sends.jsonl, "
@@ -204,7 +272,7 @@ def _parse_rates(text: str) -> list[float]:
 
 def _sweep(url: str, rates_text: str, out: Path, requests: int, arrival: str, cv: float, workload: Optional[Path],
            prompt_tokens: int, output_tokens: int, duration: Optional[float], seed: int, cfg_kwargs: dict[str, Any],
-           slo: Any, slo_target: float, search: bool, as_json: bool) -> None:
+           slo: Any, slo_target: float, search: bool, as_json: bool, spread: dict[str, Any] | None = None) -> None:
     """Run one open-loop load per rate into OUT/rate_<r>/, then write the simulator's sweep output into OUT."""
     from ..loadgen import measured_point
     from ..render import fmt
@@ -225,7 +293,7 @@ def _sweep(url: str, rates_text: str, out: Path, requests: int, arrival: str, cv
             return points[rate]
         d = out / f"rate_{rate:g}"
         result, _, _, _ = _run_one(url, base.with_rate(rate), seed, d, cfg_kwargs, show_progress=not as_json,
-                                   label=f"rate {rate:g}/s")
+                                   label=f"rate {rate:g}/s", **(spread or {}))
         model[0] = result.model
         point = measured_point(result.outcomes, rate, slo, slo_target)
         point.source = source

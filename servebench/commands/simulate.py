@@ -139,6 +139,13 @@ def sweep(
     slo_latency: Optional[float] = typer.Option(None, help="SLO on latency, s."),
     slo_target: float = typer.Option(0.95, help="Share of offered requests that must meet every SLO."),
     search: bool = typer.Option(True, "--search/--no-search", help="Bisect for the capacity between grid points."),
+    seeds: int = typer.Option(1, min=1, max=1000, help="Repeat the sweep over this many seeds (the scenario's and "
+                              "the next ones) and report the range of each point and of the capacity."),
+    ray: bool = typer.Option(False, "--ray", help="Run each point as a Ray task: on a local Ray started for the "
+                             "call, or on --ray-address."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", metavar="ADDRESS",
+                                              help="An existing Ray cluster (auto, HOST:PORT or ray://HOST:PORT); "
+                                                   "implies --ray."),
     figures: bool = typer.Option(False, "--figures", help="Also write the sweep figures as HTML."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
 ) -> None:
@@ -168,8 +175,18 @@ def sweep(
             bar.update(task, completed=done, total=max(total, done),
                        description=f"{safe_markup(sc.name)}: {point.load:g} -> {point.slo_attainment:.0%} within SLOs")
 
-        result = run_sweep(sc, loads, mode=mode, slo=slo, slo_target=slo_target,
-                           requests=requests or None, search=search, progress=progress)
+        def run(runner: Any = None) -> Any:
+            return run_sweep(sc, loads, mode=mode, slo=slo, slo_target=slo_target, requests=requests or None,
+                             search=search, progress=progress, seeds=seeds, runner=runner)
+
+        if ray or ray_address is not None:
+            from ..ray_runner import RayRunner, ray_session
+            bar.update(task, description=f"{safe_markup(sc.name)}: starting Ray")
+            with ray_session(ray_address) as cluster:
+                bar.update(task, description=f"{safe_markup(sc.name)}: Ray with {cluster.cpus:g} CPUs")
+                result = run(RayRunner())
+        else:
+            result = run()
     d = _out_dir(out)
     (d / "sweep.json").write_text(result.model_dump_json(indent=2), encoding="utf-8")
     (d / "sweep.csv").write_text(sweep_csv(result), encoding="utf-8")
@@ -197,7 +214,30 @@ def sweep(
     cap = result.capacity
     console.print(f"usable capacity: [bold]{fmt(cap.load)}[/] ({cap.note}); knee at {fmt(result.knee_load)}; "
                   f"* = found by search; red = misses the SLOs (target {slo_target:.0%})")
+    if result.spread is not None:
+        _print_spread(result.spread)
     console.print(safe_markup(f"wrote {', '.join(files)}"))
+
+
+def _print_spread(spread: Any) -> None:
+    """Print each grid point's range over seeds and the capacity's."""
+    def span(iv: Any, pct: bool = False) -> str:
+        if iv.min is None:
+            return "-"
+        f = (lambda v: f"{v:.1%}") if pct else fmt
+        return f(iv.min) if iv.min == iv.max else f"{f(iv.min)} - {f(iv.max)}"
+    n = len(spread.seeds)
+    t = Table(title=f"Range over {n} seeds ({spread.seeds[0]} to {spread.seeds[-1]})")
+    for col in ("load", "seeds meeting", "within SLOs", "goodput/s", "TTFT p95", "latency p95"):
+        t.add_column(col, justify="right")
+    for p in spread.points:
+        t.add_row(f"{p.load:g}", f"{p.seeds_meeting_slo}/{n}", span(p.slo_attainment, True), span(p.goodput_rps),
+                  span(p.ttft_p95_s), span(p.latency_p95_s))
+    console.print(t)
+    cap = spread.capacity
+    low = "below the lowest load tried" if cap.min is None and cap.max is not None else fmt(cap.min)
+    console.print(f"capacity over {n} seeds: [bold]{low} to {fmt(cap.max)}[/] (per seed: "
+                  f"{', '.join(fmt(c) for c in spread.capacity_by_seed)})")
 
 
 @app.command("fit-steps")
