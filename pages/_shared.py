@@ -16,13 +16,16 @@ import streamlit as st
 from streamlit import config as st_config
 
 from servebench.appsafety import Sharing, upload_size_error
-from servebench.errors import ServebenchError
+from servebench.errors import RecordValidationError, ServebenchError
 from servebench.extra_columns import extra_columns_note, slice_by as sliced
 from servebench.render import fmt_window
 from servebench.importers import FORMATS as FOREIGN_FORMATS
 from servebench.loaders import LoadedRecords, read_bytes, to_table
-from servebench.records import RecordTable, default_window
-from servebench.report.inputs import RunInput
+from servebench.plain import export_label, for_people
+from servebench.records import RecordTable
+from servebench.validation_report import bad_rows_text
+from servebench.window_zoom import TrimmedRecords, full_table, trim
+from servebench.report.inputs import RunInput, unique_names
 from servebench.report.pages import SiteOptions
 from servebench.report.site import build_site, site_zip_bytes
 from servebench.safetext import safe_text
@@ -63,6 +66,8 @@ class Dataset:
     window_start: float
     window_end: float
     key: str = ""  # the file's digest and the format it was read with: the cache key of anything built from it
+    zoom: TrimmedRecords | None = None  # what the window kept and left out
+    fmt: str = "auto"
 
     @property
     def unavailable(self) -> frozenset[str]:
@@ -72,7 +77,8 @@ class Dataset:
 
 def fail(exc: ServebenchError) -> NoReturn:
     """Show a servebench error as one message (it names file, row and field) and stop the page."""
-    st.error(safe_text(exc, multiline=True), icon="🚫")  # user text in it shows as written, never as controls
+    # user text in it shows as written, never as controls; numpy reprs and CLI syntax become plain words
+    st.error(safe_text(for_people(str(exc)), multiline=True), icon="🚫")
     st.stop()
     raise AssertionError("unreachable")  # st.stop raises; this keeps type checkers honest
 
@@ -96,16 +102,49 @@ def sample_source(name: str) -> RecordSource:
     return RecordSource.of(name, (SAMPLE_DIR / name).read_bytes(), "sample")
 
 
+RUNS_KEY = "held_runs"  # digest -> RecordSource: every record set held at once (what Compare offers)
+LAST_GOOD_KEY = "last_good"  # (RecordSource, format) of the last record set that loaded and validated
+READ_AS_KEY = "read_as"  # digest -> the format string that record set was last read with
+
+
+def held_runs() -> dict[str, RecordSource]:
+    """Return the record sets held at once (uploads, samples picked, timing runs), oldest first."""
+    return st.session_state.setdefault(RUNS_KEY, {})
+
+
+def hold(source: RecordSource) -> None:
+    """Keep ``source`` among the held record sets (and in the upload store, so a reload finds it)."""
+    held_runs()[source.digest] = source
+    if source.origin != "sample":
+        _upload_store()[source.digest] = source
+
+
+@st.cache_resource(show_spinner=False)
+def _upload_store() -> dict[str, RecordSource]:
+    """Uploads and timing runs by digest, for this server's lifetime: ``?run=DIGEST`` reopens one after a reload."""
+    return {}
+
+
 def current_source() -> RecordSource:
-    """Return the record set in use, starting with the default sample."""
+    """Return the record set in use: the URL's ``run``, else the default sample."""
     if SOURCE_KEY not in st.session_state:
-        st.session_state[SOURCE_KEY] = sample_source(DEFAULT_SAMPLE)
+        wanted = st.query_params.get("run")
+        stored = _upload_store().get(wanted or "")
+        if stored is not None:
+            src = stored
+        elif wanted and wanted in sample_files():
+            src = sample_source(wanted)
+        else:
+            src = sample_source(DEFAULT_SAMPLE)
+        st.session_state[SOURCE_KEY] = src
+        hold(src)
     return st.session_state[SOURCE_KEY]
 
 
 def set_source(source: RecordSource) -> None:
     """Make ``source`` the record set every page shows (callbacks and other pages only: it resets the sample picker)."""
     st.session_state[SOURCE_KEY] = source
+    hold(source)
     if source.origin != "sample":
         st.session_state["records_sample"] = None  # so picking the previous sample again is a change
 
@@ -129,15 +168,14 @@ def _import_format(loaded_format: str, run: int | None, drop_outside: bool) -> s
 def _import_options(src: RecordSource) -> tuple[LoadedRecords, str]:
     """Read the record set with the sidebar's format override and, for another tool's export, its options.
 
-    Return the records and the format string they were read with. Errors show on the page, not inside
-    the (collapsed) expander.
+    Return the records and the format string they were read with; a ServebenchError propagates.
     """
     box = st.sidebar.expander("Import options")
     fmt = box.selectbox("Read as", READ_AS, key=f"fmt:{src.digest}",
                         help="auto-detects servebench records and the exports of " + ", ".join(FOREIGN_FORMATS))
-    loaded = guarded(_load, src.digest, src.name, fmt, src.data)
+    loaded = _load(src.digest, src.name, fmt, src.data)
     if loaded.format not in FOREIGN_FORMATS:
-        box.caption(f"Read as servebench records ({loaded.format}).")
+        box.caption(f"Read as {export_label(loaded.format)}.")
         return loaded, fmt
     runs = int(loaded.metadata.get("runs") or 1)
     run = None
@@ -150,12 +188,18 @@ def _import_options(src: RecordSource) -> tuple[LoadedRecords, str]:
     again = _import_format(loaded.format, run, drop)
     if again is None:
         return loaded, fmt
-    return guarded(_load, src.digest, src.name, again, src.data), again
+    return _load(src.digest, src.name, again, src.data), again
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)
-def _validate(key: str, window_start: float, window_end: float, _loaded: LoadedRecords) -> RecordTable:
-    return to_table(_loaded, window_start, window_end)[0]
+def _validate(key: str, _loaded: LoadedRecords) -> RecordTable:
+    """Validate every record once per file and format, with no window (the window only zooms)."""
+    return full_table(_loaded)
+
+
+@st.cache_resource(max_entries=32, show_spinner=False)
+def _trim(key: str, window_start: float, window_end: float, _table: RecordTable) -> TrimmedRecords:
+    return trim(_table, window_start, window_end)
 
 
 @st.cache_resource(max_entries=16, show_spinner="Building the report…")
@@ -185,10 +229,44 @@ def upload_error(up: Any, hint: str = "") -> str | None:
 RECORDS_UPLOAD_HINT = "Summarize larger files with `servebench summarize FILE`."
 
 
+def _uploads() -> list[Any]:
+    ups = st.session_state.get("records_upload")
+    return [] if ups is None else list(ups) if isinstance(ups, (list, tuple)) else [ups]
+
+
 def _on_upload() -> None:
-    up = st.session_state.get("records_upload")
-    if up is not None and upload_error(up) is None:
-        set_source(RecordSource.of(up.name, up.getvalue(), "upload"))
+    """Hold every uploaded file; show the newest; a file removed with its x is let go (back to the last good set)."""
+    held = held_runs()
+    present: set[str] = set()
+    newest = None
+    for up in _uploads():
+        if upload_error(up) is not None:
+            continue
+        src = RecordSource.of(up.name, up.getvalue(), "upload")
+        present.add(src.digest)
+        if src.digest not in held:
+            newest = src
+            hold(src)
+    for digest, src in list(held.items()):
+        if src.origin == "upload" and digest not in present:
+            del held[digest]
+    if newest is not None:
+        set_source(newest)
+        return
+    current = st.session_state.get(SOURCE_KEY)
+    if current is not None and current.digest not in held:
+        st.session_state[SOURCE_KEY] = _fallback_source()
+
+
+def _fallback_source() -> RecordSource:
+    """Return the last good record set if still held, else the newest held one, else the default sample."""
+    held = held_runs()
+    last = st.session_state.get(LAST_GOOD_KEY)
+    if last is not None and (last[0].digest in held or last[0].origin == "sample"):
+        return last[0]
+    if held:
+        return list(held.values())[-1]
+    return sample_source(DEFAULT_SAMPLE)
 
 
 def _on_sample() -> None:
@@ -201,49 +279,179 @@ def _on_window(key: str) -> None:
     st.session_state[f"window:{key}"] = (st.session_state[f"ws:{key}"], st.session_state[f"we:{key}"])
 
 
-def records_sidebar() -> Dataset:
-    """Render the record picker (upload, sample, window) in the sidebar and return the validated records.
+def _query_float(name: str) -> float | None:
+    try:
+        return float(st.query_params[name]) if name in st.query_params else None
+    except ValueError:
+        return None
 
-    A file that cannot be read or validated shows one error naming file, row and field, then stops the page.
+
+def _window(key: str, default_ws: float, default_we: float) -> tuple[float, float]:
+    """Return the window chosen for a record set: set in the sidebar, else from the URL, else the data's span."""
+    chosen = st.session_state.get(f"window:{key}")
+    if chosen is None:
+        # the URL's window belongs to the record set the session opened with, so it is read once
+        qs, qe = (None, None) if st.session_state.get("url_window_read") else (_query_float("ws"), _query_float("we"))
+        st.session_state["url_window_read"] = True
+        chosen = (default_ws if qs is None else qs, default_we if qe is None else qe)
+        st.session_state[f"window:{key}"] = chosen
+    return float(chosen[0]), float(chosen[1])
+
+
+def _show_load_error(exc: ServebenchError, src: RecordSource) -> None:
+    """Show why a record set cannot be used: the message, and for a record defect the first bad rows (up to 10)."""
+    text = for_people(str(exc))
+    if isinstance(exc, RecordValidationError):
+        try:
+            listed = bad_rows_text(_load(src.digest, src.name, st.session_state.get(f"fmt:{src.digest}", "auto"),
+                                         src.data).rows)
+        except ServebenchError:
+            listed = None
+        if listed and listed.count("\n- ") > 1:  # more than one bad row: list them so one pass fixes them all
+            text = f"{text}\n\n{listed}"
+    st.error(safe_text(text, multiline=True), icon="🚫")
+
+
+def _dataset(src: RecordSource, loaded: LoadedRecords, fmt: str, window: tuple[float, float] | None,
+             widgets: bool) -> Dataset:
+    """Validate a record set once, then zoom to the window (the sidebar's inputs when ``widgets``)."""
+    key = f"{src.digest}:{fmt}"  # the same bytes read another way are another record set
+    full = _validate(key, loaded)
+    default_ws, default_we = float(full.start.min()), float(full.end.max())
+    ws, we = window if window is not None else _window(key, default_ws, default_we)
+    if widgets:
+        with st.sidebar:  # one input per line: epoch clocks need the width
+            st.number_input("Window start (s)", value=ws, key=f"ws:{key}", format="%.3f",
+                            on_change=_on_window, args=(key,))
+            st.number_input("Window end (s)", value=we, key=f"we:{key}", format="%.3f",
+                            on_change=_on_window, args=(key,))
+            st.caption(f"The data spans {fmt_window(default_ws, default_we)}. The window zooms: records not wholly "
+                       "inside it are left out and counted.")
+        ws, we = _window(key, default_ws, default_we)
+    zoom = _trim(key, ws, we, full)
+    return Dataset(src, loaded, zoom.table, ws, we, key, zoom=zoom, fmt=fmt)
+
+
+def records_sidebar() -> Dataset:
+    """Render the record picker (upload, samples, window) in the sidebar and return the records to show.
+
+    A file that cannot be read or validated shows one error naming file, row and field (and the first bad
+    rows); the page then goes on with the last record set that loaded, so a bad file never wipes it.
     """
     with st.sidebar:
-        st.subheader("Record set")
-        st.file_uploader("Upload records", key="records_upload", on_change=_on_upload,
-                         help="CSV, JSON, JSONL or Parquet with canonical fields, or another tool's export, "
-                              f"up to {upload_limit_mb():,} MB.")
-        too_big = upload_error(st.session_state.get("records_upload"), RECORDS_UPLOAD_HINT)
-        if too_big:
-            st.error(too_big, icon="🚫")
+        st.subheader("Record sets")
+        st.file_uploader("Upload records", key="records_upload", on_change=_on_upload, accept_multiple_files=True,
+                         help="One or more files: CSV, JSON, JSONL or Parquet with canonical fields, or another "
+                              f"tool's export, up to {upload_limit_mb():,} MB each. Every file is kept for Compare.")
+        for up in _uploads():
+            too_big = upload_error(up, RECORDS_UPLOAD_HINT)
+            if too_big:
+                st.error(too_big, icon="🚫")
         samples = sample_files()
         src = current_source()
         index = samples.index(src.name) if src.origin == "sample" and src.name in samples else None
         st.selectbox("…or a sample", samples, index=index, key="records_sample", on_change=_on_sample,
                      placeholder="choose a sample file")
+        held = held_runs()
+        if len(held) > 1:
+            names = {d: f"{s.name} ({s.origin})" for d, s in held.items()}
+            st.selectbox("Showing", list(names), index=list(names).index(src.digest) if src.digest in names else 0,
+                         format_func=lambda d: safe_text(names[d]), key=f"showing:{src.digest}",
+                         on_change=_on_showing, args=(f"showing:{src.digest}",),
+                         help="Every record set you uploaded or opened is kept; Compare shows them side by side.")
         st.caption(f"Showing **{safe_text(src.name)}** ({src.origin}, {len(src.data):,} bytes)")
-    loaded, fmt = _import_options(src)
-    key = f"{src.digest}:{fmt}"  # the same bytes read another way are another record set
-    default_ws, default_we = guarded(default_window, loaded.rows)
-    ws, we = st.session_state.get(f"window:{key}", (default_ws, default_we))
-    with st.sidebar:  # one input per line: epoch clocks need the width
-        st.number_input("Window start (s)", value=float(ws), key=f"ws:{key}", format="%.3f",
-                        on_change=_on_window, args=(key,))
-        st.number_input("Window end (s)", value=float(we), key=f"we:{key}", format="%.3f",
-                        on_change=_on_window, args=(key,))
-        st.caption(f"The data spans {fmt_window(default_ws, default_we)}; every record must lie in the window.")
-    ws, we = st.session_state.get(f"window:{key}", (default_ws, default_we))
-    table = guarded(_validate, key, float(ws), float(we), loaded)
-    return Dataset(src, loaded, table, float(ws), float(we), key)
+    try:
+        loaded, fmt = _import_options(src)
+        ds = _dataset(src, loaded, fmt, None, widgets=True)
+    except ServebenchError as exc:
+        _show_load_error(exc, src)
+        last = st.session_state.get(LAST_GOOD_KEY)
+        if last is None:
+            st.stop()
+        good, good_fmt, good_window = last
+        st.info(safe_text(f"Still showing **{good.name}**, the last record set that loaded. Fix the file, or remove "
+                          "it with its x, to go on."), icon=":material/history:")
+        ds = guarded(lambda: _dataset(good, _load(good.digest, good.name, good_fmt, good.data), good_fmt,
+                                      good_window, widgets=False))
+    else:
+        st.session_state[LAST_GOOD_KEY] = (src, fmt, (ds.window_start, ds.window_end))
+        st.session_state.setdefault(READ_AS_KEY, {})[src.digest] = fmt
+        _share_state(ds)
+    if ds.zoom is not None and ds.zoom.left_out:
+        if not len(ds.table):
+            st.warning(f"The window {fmt_window(ds.window_start, ds.window_end)} keeps none of the "
+                       f"{ds.zoom.total:,} records: widen it in the sidebar.", icon=":material/zoom_out:")
+            st.stop()
+        st.info(ds.zoom.note() or "", icon=":material/zoom_in:")
+    return ds
 
 
-def site_zip(ds: Dataset, slo: SLO | None, slice_by: str | None = None) -> bytes:
-    """Return the static report site for the records on screen, zipped (built only when downloaded)."""
+def _on_showing(widget_key: str) -> None:
+    digest = st.session_state.get(widget_key)
+    if digest in held_runs():
+        set_source(held_runs()[digest])
+
+
+def _share_state(ds: Dataset) -> None:
+    """Put the record set and window in the URL, so a link (or a reload) reopens this view."""
+    st.query_params["run"] = ds.source.digest if ds.source.origin != "sample" else ds.source.name
+    st.query_params["ws"] = f"{ds.window_start:.6g}"
+    st.query_params["we"] = f"{ds.window_end:.6g}"
+
+
+def dataset_of(src: RecordSource) -> Dataset:
+    """Return a held record set read as it was last read, over its last window (for Compare; raises ServebenchError)."""
+    fmt = st.session_state.get(READ_AS_KEY, {}).get(src.digest, "auto")
+    loaded = _load(src.digest, src.name, fmt, src.data)
+    key = f"{src.digest}:{fmt}"
+    window = st.session_state.get(f"window:{key}")
+    if window is None:
+        full = _validate(key, loaded)
+        window = (float(full.start.min()), float(full.end.max()))
+    return _dataset(src, loaded, fmt, (float(window[0]), float(window[1])), widgets=False)
+
+
+def _run_input(ds: Dataset) -> RunInput:
     kind = "timing run" if ds.source.metadata else "records"
-    run = RunInput(name=ds.source.name, path=ds.source.name, kind=kind, table=ds.table,
-                   window_start=ds.window_start, window_end=ds.window_end, format=ds.loaded.format,
-                   warnings=list(ds.loaded.warnings), metadata=ds.source.metadata or dict(ds.loaded.metadata) or None,
-                   steps=ds.source.steps)
-    files = build_site([run], SiteOptions(title=f"servebench: {ds.source.name}", slo=slo, slice_by=slice_by))
+    return RunInput(name=ds.source.name, path=ds.source.name, kind=kind, table=ds.table,
+                    window_start=ds.window_start, window_end=ds.window_end, format=ds.loaded.format,
+                    warnings=list(ds.loaded.warnings), metadata=ds.source.metadata or dict(ds.loaded.metadata) or None,
+                    steps=ds.source.steps)
+
+
+def held_datasets() -> list[Dataset]:
+    """Return every held record set that loads, as last read and zoomed (those that fail are left out)."""
+    out = []
+    for src in held_runs().values():
+        try:
+            out.append(dataset_of(src))
+        except ServebenchError:
+            continue
+    return out
+
+
+def site_zip(ds: Dataset | list[Dataset], slo: SLO | None, slice_by: str | None = None) -> bytes:
+    """Return the static report site for the record sets in use, zipped (built only when downloaded).
+
+    Given one dataset, the site holds it and every other held record set that loads (like
+    ``servebench report RUN...``), the one on screen first.
+    """
+    if isinstance(ds, Dataset):
+        others = [d for d in held_datasets() if d.source.digest != ds.source.digest] if _in_streamlit() else []
+        runs = [ds, *others]
+    else:
+        runs = list(ds)
+    inputs = [_run_input(d) for d in runs]
+    unique_names(inputs)
+    title = f"servebench: {runs[0].source.name}" + (f" and {len(runs) - 1} more" if len(runs) > 1 else "")
+    files = build_site(inputs, SiteOptions(title=title, slo=slo, slice_by=slice_by))
     return site_zip_bytes(files)
+
+
+def _in_streamlit() -> bool:
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    return get_script_run_ctx() is not None
 
 
 def show_reader_warnings(ds: Dataset) -> None:
@@ -254,8 +462,27 @@ def show_reader_warnings(ds: Dataset) -> None:
     notes = ds.loaded.warnings
     if not notes:
         return
-    label = f"Read as a **{ds.loaded.format}** export: {len(notes)} note{'s' if len(notes) > 1 else ''} on what " \
-            "could not be carried over"
+    label = f"Read as {export_label(ds.loaded.format)}: {len(notes)} note{'s' if len(notes) > 1 else ''} on " \
+            "what could not be carried over"
     with st.expander(label, expanded=len(notes) <= 2, icon=":material/warning:"):
         for w in notes:
-            st.warning(safe_text(w, multiline=True))
+            st.warning(safe_text(for_people(w), multiline=True))
+
+
+SLO_FIELDS = (("slo_ttft", "TTFT limit (s)", 0.1), ("slo_tpot", "Request TPOT limit (s)", 0.01),
+              ("slo_latency", "Latency limit (s)", 0.5))
+
+
+def slo_inputs() -> tuple[float | None, float | None, float | None]:
+    """Render the three SLO limits in a row (seeded once from the URL, written back to it); return them."""
+    values = []
+    for col, (name, text, step) in zip(st.columns(3), SLO_FIELDS):
+        if name not in st.session_state:
+            st.session_state[name] = _query_float(name)
+        v = col.number_input(text, min_value=0.0, step=step, placeholder="no limit", key=name)
+        values.append(v if v else None)
+        if v:
+            st.query_params[name] = f"{v:g}"
+        elif name in st.query_params:
+            del st.query_params[name]
+    return values[0], values[1], values[2]

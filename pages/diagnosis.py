@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
+from pydantic import ValidationError
 
 from pages._shared import SAMPLE_DIR, fail, guarded, records_sidebar, show_reader_warnings
 from servebench import diagnosis, kv
 from servebench.errors import InputFormatError
+from servebench.plain import validation_text
 from servebench.figures.summary import fmt, fmt_share
 from servebench.render import fmt_window
 from servebench.safetext import safe_text
@@ -58,8 +60,8 @@ def _profile_table(upload) -> tuple[str, diagnosis.ProfileTable]:
                   else ("profiles_ab.json", (SAMPLE_DIR / "profiles_ab.json").read_bytes()))
     try:
         return name, diagnosis.ProfileTable.model_validate_json(data)
-    except ValueError as exc:  # pydantic's ValidationError, which also covers malformed JSON
-        fail(InputFormatError(f"{name}: not a profile table: {exc}"))
+    except ValidationError as exc:  # malformed JSON too: one plain sentence per problem, no links
+        fail(InputFormatError(validation_text(name, "a profile table", exc)))
 
 
 def _profiles_frame(table: diagnosis.ProfileTable) -> pd.DataFrame:
@@ -117,8 +119,8 @@ else:
                 cols = st.columns(2)
                 for i, a in enumerate(step.numbers):
                     given[a.name] = cols[i % 2].number_input(
-                        a.label + (f" ({a.unit})" if a.unit else ""), value=None, format="%.4g",
-                        key=f"wt_{a.name}", placeholder="your prediction")
+                        a.prompt_label, value=None, format="%.4g", key=f"wt_{a.name}",
+                        placeholder="your prediction")
                 for i, c in enumerate(step.choices):
                     given[c.name] = cols[i % 2].selectbox(c.label, c.options, index=None, key=f"wt_{c.name}",
                                                           placeholder="pick one")
@@ -135,7 +137,7 @@ else:
             st.markdown(f"**{score.correct} of {score.total} right**")
             st.dataframe(pd.DataFrame([{"answer": s.label, "your prediction": fmt(s.predicted),
                                         "computed": fmt(s.expected), "off by": fmt(s.error),
-                                        "relative": fmt_share(s.relative_error),
+                                        "how close": s.closeness, "tolerance": s.tolerance,
                                         "within tolerance": "no prediction" if s.predicted is None
                                         else "yes" if s.within else "no"} for s in score.scores]),
                          hide_index=True)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import streamlit as st
 
-from pages._shared import cached_report, guarded, records_sidebar, show_reader_warnings, site_zip
+from pages._shared import cached_report, guarded, records_sidebar, show_reader_warnings, site_zip, slo_inputs
 from servebench.extra_columns import SLICE_COLUMN, slice_choices
 from servebench.figures import records as record_figs
 from servebench.render import fmt_window
 from servebench.figures.summary import (cause_frame, contract_cells, distribution_frame, fmt, fmt_share,
-                                        fmt_share_of, slice_frame, status_frame)
+                                        fmt_share_of, outcome_cells, slice_frame, status_frame)
+from servebench.plain import label
 from servebench.loaders import encode_records
 from servebench.safetext import safe_text
 
@@ -37,18 +38,14 @@ if meta:
         st.warning(safe_text(note, multiline=True))
     with st.expander("The frozen benchmark contract (metadata.json)"):
         st.json(meta, expanded=1)
-contract_box = st.container()
-outcome_box = st.container()
-
 st.subheader("Service-level objective")
-st.caption("A success counts as good when it meets every limit you set; failures always count as misses.")
-c1, c2, c3 = st.columns(3)
-slo_ttft = c1.number_input("TTFT limit (s)", value=None, min_value=0.0, step=0.1, placeholder="no limit")
-slo_tpot = c2.number_input("Request TPOT limit (s)", value=None, min_value=0.0, step=0.01, placeholder="no limit")
-slo_latency = c3.number_input("Latency limit (s)", value=None, min_value=0.0, step=0.5, placeholder="no limit")
-slo = tuple(v if v else None for v in (slo_ttft, slo_tpot, slo_latency))
+st.caption("The limits change what the page shows (SLO attainment and goodput). A success counts as good when it "
+           "meets every limit you set; failures always count as misses.")
+slo = slo_inputs()
 report = guarded(cached_report, ds.key, ds.window_start, ds.window_end, slo, ds.table, slice_by)
 slo_box = st.container()
+contract_box = st.container()
+outcome_box = st.container()
 
 with contract_box:
     st.subheader("The contract: eight fields")
@@ -60,11 +57,10 @@ with contract_box:
 
 with outcome_box:
     st.subheader("Outcomes")
-    cols = st.columns(5)
-    for col, (label, value) in zip(cols, (("Offered", report.offered), ("Accepted", report.accepted),
-                                          ("Completed", report.completed), ("Rejected", report.rejected),
-                                          ("Timed out", report.timed_out))):
-        col.metric(label, fmt(value))
+    st.caption("Offered = completed + failed + timed out + cancelled + rejected: every request is counted once.")
+    cells = outcome_cells(report)
+    for col, cell in zip(st.columns(len(cells)), cells):
+        col.metric(cell.label, fmt(cell.count), help=cell.help)
     left, right = st.columns(2)
     left.plotly_chart(record_figs.status_figure(report.by_status), key="status_fig")
     left.dataframe(status_frame(report), hide_index=True)
@@ -139,7 +135,8 @@ with slo_box:
 
 if report.slices:
     st.subheader("Slices" if slice_by == SLICE_COLUMN else f"Slices by {safe_text(slice_by)}")
-    st.dataframe(slice_frame(report).assign(slice=lambda f: f["slice"].map(safe_text)), hide_index=True)
+    st.dataframe(slice_frame(report).assign(slice=lambda f: f["slice"].map(safe_text)).rename(columns=label),
+                 hide_index=True)
 
 st.subheader("Downloads")
 stem = ds.source.name.rsplit(".", 1)[0]

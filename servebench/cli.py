@@ -50,6 +50,10 @@ def summarize(
     slice_by: Optional[str] = typer.Option(None, "--slice-by", metavar="COLUMN",
                                            help="Break the report down by this column's values instead of "
                                                 "'slice': any column the schema does not know (gpu, model)."),
+    trim_to_window: bool = typer.Option(False, "--trim-to-window",
+                                        help="Keep only the records inside the window and say how many were left "
+                                             "out (as the dashboard does), instead of refusing a window that cuts "
+                                             "a request."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
 ) -> None:
     """Summarize a record file: the spec's eight fields, then the full failure-aware report."""
@@ -62,7 +66,13 @@ def summarize(
     with Console(stderr=True).status(f"reading {user_text(file.name)}") as status:
         loaded = read_path(file, format)
         status.update(f"validating {loaded.rows.n:,} records")
-        table, ws, we = to_table(loaded, window_start, window_end)
+        trim_note = None
+        if trim_to_window:
+            from .window_zoom import trim_to_window as trimmed
+            kept = trimmed(loaded, window_start, window_end)
+            table, ws, we, trim_note = kept.table, kept.window_start, kept.window_end, kept.note()
+        else:
+            table, ws, we = to_table(loaded, window_start, window_end)
         if slice_by is not None:
             table = sliced(table, slice_by)
         status.update(f"summarizing {len(table):,} records")
@@ -74,14 +84,16 @@ def summarize(
         # a metric the file cannot support is "no data" (null), not a number that looks measured
         summary = {k: (None if k in unavailable else v) for k, v in out.pop("summary").items()}
         out = {"summary": summary, **out, "warnings": loaded.warnings, "unavailable_metrics": unavailable,
-               "slice_by": slice_by, "extra_columns": list(table.extra), "notes": [note] if note else []}
+               "slice_by": slice_by, "extra_columns": list(table.extra),
+               "notes": [n for n in (note, trim_note) if n]}
         emit_json(out)
         return
     from .render import print_report
     for w in loaded.warnings:
         console.print(f"[yellow]warning:[/] {user_text(w)}")
-    if note:
-        console.print(f"[cyan]note:[/] {user_text(note)}")
+    for n in (note, trim_note):
+        if n:
+            console.print(f"[cyan]note:[/] {user_text(n)}")
     print_report(console, report, frozenset(loaded.metadata.get("unavailable_metrics") or []), slice_by=slice_by)
 
 

@@ -276,8 +276,11 @@ def weight_bytes(parameters: int, bytes_per_parameter: float = 2, *, tensor_para
 
 
 def kv_budget_bytes(device_memory_bytes: int | float, *, memory_utilization: float = 0.9,
-                    weights_bytes: int = 0, overhead_bytes: int | float = 0) -> int:
+                    weights_bytes: int = 0, overhead_bytes: int | float = 0,
+                    tensor_parallel: int | None = None) -> int:
     """Return bytes left for KV on one GPU: memory x utilization - weights - overhead.
+
+    ``tensor_parallel`` (the GPUs the weights are already split over) only words the fix when nothing is left.
 
     >>> kv_budget_bytes(80 * GIB, memory_utilization=0.9, weights_bytes=16 * GIB, overhead_bytes=4 * GIB) // GIB
     52
@@ -287,10 +290,34 @@ def kv_budget_bytes(device_memory_bytes: int | float, *, memory_utilization: flo
     usable = Fraction(device_memory_bytes) * Fraction(str(memory_utilization))
     left = math.floor(usable - weights_bytes - Fraction(overhead_bytes))
     if left <= 0:
-        raise ConfigError(
-            f"no memory left for the KV cache: {device_memory_bytes} bytes x {memory_utilization} "
-            f"- weights {weights_bytes} - overhead {overhead_bytes} = {left} bytes")
+        raise ConfigError(_no_memory_message(device_memory_bytes, memory_utilization, weights_bytes,
+                                             overhead_bytes, tensor_parallel))
     return left
+
+
+def _gib(n: float | Fraction) -> str:
+    return f"{float(n) / GIB:,.1f} GiB"
+
+
+def _no_memory_message(device_memory_bytes: float, memory_utilization: float, weights_bytes: int,
+                       overhead_bytes: float, tensor_parallel: int | None) -> str:
+    """Say in GiB why no KV memory is left, and the smallest change that leaves some."""
+    usable = Fraction(device_memory_bytes) * Fraction(str(memory_utilization))
+    left = usable - weights_bytes - Fraction(overhead_bytes)
+    text = (f"no memory left for the KV cache: {_gib(device_memory_bytes)} x {memory_utilization:.0%} usable = "
+            f"{_gib(usable)}, but the weights take {_gib(weights_bytes)} per GPU"
+            + (f" and the overhead {_gib(overhead_bytes)}" if overhead_bytes else "")
+            + f", leaving {_gib(left)}.")
+    room = usable - Fraction(overhead_bytes)
+    if room <= 0:
+        return text + " The overhead alone takes the usable memory: lower it or raise the memory utilization."
+    tp = tensor_parallel or 1
+    split = next((k for k in (2, 4, 8, 16, 32, 64) if Fraction(weights_bytes) / k < room), None)
+    if split is None:
+        return text + " Use a GPU with more memory or store the weights in fewer bytes per parameter."
+    how = (f"raise tensor parallelism to {tp * split}" if tensor_parallel is not None
+           else f"split the weights over {split} times as many GPUs (tensor parallelism x {split})")
+    return text + f" Fix: {how}, use a GPU with more memory, or store the weights in fewer bytes per parameter."
 
 
 # --------------------------------------------------------------------------- Little's law

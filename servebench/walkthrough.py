@@ -14,14 +14,45 @@ from . import kv
 from .diagnosis import LIMITS, ProfileTable, Verdict, diagnose_table
 
 
+SHARE = "share"  # the unit of an answer that is a fraction: typed as 92 (percent) or 0.92 (fraction)
+
+
+def _num(x: float) -> str:
+    return f"{x:,.0f}" if float(x).is_integer() else f"{x:,.4g}"
+
+
 class NumericAnswer(BaseModel):
     """A number the reader predicts before the reveal; right when within ``tolerance``."""
 
     name: str = Field(description="Key in the answers mapping, e.g. 'max_concurrent_sequences[B]'.")
     label: str
     value: float
-    tolerance: float = Field(ge=0, description="Absolute; 0 means exact.")
+    tolerance: float = Field(ge=0, description="Absolute (a fraction for shares); 0 means exact.")
     unit: str = ""
+
+    @property
+    def tolerance_text(self) -> str:
+        """Say how close counts as right, in the answer's unit.
+
+        >>> NumericAnswer(name="u", label="u", value=0.92, tolerance=0.025, unit="share").tolerance_text
+        'within ±2.5 percentage points'
+        >>> NumericAnswer(name="t", label="t", value=8000, tolerance=0, unit="tokens").tolerance_text
+        'exact'
+        """
+        if not self.tolerance:
+            return "exact"
+        if self.unit == SHARE:
+            return f"within ±{self.tolerance * 100:g} percentage points"
+        return f"within ±{_num(self.tolerance)}" + (f" {self.unit}" if self.unit else "")
+
+    @property
+    def prompt_label(self) -> str:
+        """Return the input's label with its unit and tolerance, e.g. 'B: share of the limit (%, within ±2.5 points)'."""
+        if self.unit == SHARE:
+            unit = "% or fraction"
+        else:
+            unit = self.unit or "count"
+        return f"{self.label} ({unit}; {self.tolerance_text})"
 
 
 class ChoiceAnswer(BaseModel):
@@ -54,6 +85,8 @@ class AnswerScore(BaseModel):
     error: float | None = Field(description="predicted - expected for numbers; None for choices or no answer.")
     relative_error: float | None = None
     within: bool
+    tolerance: str = ""
+    closeness: str = Field(default="", description="How close the guess was, in words.")
 
 
 class StepScore(BaseModel):
@@ -106,7 +139,7 @@ def walkthrough(table: ProfileTable) -> list[WalkthroughStep]:
         if v.max_concurrent_sequences is not None:
             kv_numbers.append(NumericAnswer(name=f"max_concurrent_sequences[{v.profile}]", tolerance=0,
                                             label=f"{v.profile}: maximum concurrent sequences",
-                                            value=v.max_concurrent_sequences))
+                                            value=v.max_concurrent_sequences, unit="sequences"))
     shape = table.model
     formula = ""
     if shape is not None and v_first.bytes_per_token:
@@ -139,10 +172,10 @@ def walkthrough(table: ProfileTable) -> list[WalkthroughStep]:
     for v in verdicts:
         if v.in_service is not None:
             lit.append(NumericAnswer(name=f"in_service[{v.profile}]", label=f"{v.profile}: average in service",
-                                     value=round(v.in_service, 4), tolerance=0.05))
+                                     value=round(v.in_service, 4), tolerance=0.05, unit="requests"))
         if v.utilization is not None:
             lit.append(NumericAnswer(name=f"utilization[{v.profile}]", label=f"{v.profile}: share of the limit",
-                                     value=round(v.utilization, 4), tolerance=0.02))
+                                     value=round(v.utilization, 4), tolerance=0.025, unit=SHARE))
     littles = "; ".join(
         f"{v.profile}: {v.measurements.arrival_rate_per_s:g}/s x ({v.measurements.prefill_p50_s:g} + "
         f"{v.measurements.output_tokens - 1} x {v.measurements.tpot_p50_s:g}) = {v.in_service:.2f} in service"
@@ -160,10 +193,10 @@ def walkthrough(table: ProfileTable) -> list[WalkthroughStep]:
     for v in verdicts:
         if v.limit != "none" and v.queue_share_of_ttft is not None and v.prefill_share_of_ttft is not None:
             shares += [NumericAnswer(name=f"queue_share_of_ttft[{v.profile}]", tolerance=0.03,
-                                     label=f"{v.profile}: queue wait p95 / TTFT p95",
+                                     label=f"{v.profile}: queue wait p95 / TTFT p95", unit=SHARE,
                                      value=round(v.queue_share_of_ttft, 4)),
                        NumericAnswer(name=f"prefill_share_of_ttft[{v.profile}]", tolerance=0.03,
-                                     label=f"{v.profile}: prefill p95 / TTFT p95",
+                                     label=f"{v.profile}: prefill p95 / TTFT p95", unit=SHARE,
                                      value=round(v.prefill_share_of_ttft, 4))]
     steps.append(WalkthroughStep(
         number=4, title="The verdict",
@@ -179,11 +212,11 @@ def walkthrough(table: ProfileTable) -> list[WalkthroughStep]:
         doubled = kv.max_sequences_in_budget(2 * int(table.kv_budget_gib * kv.GIB), shape, target.tokens_per_request)
         exp_numbers.append(NumericAnswer(name=f"doubled_budget_max_sequences[{target.profile}]", tolerance=0,
                                          label=f"{target.profile}: max sequences with twice the KV budget",
-                                         value=doubled))
+                                         value=doubled, unit="sequences"))
         if target.in_service is not None and doubled:
             exp_numbers.append(NumericAnswer(name=f"doubled_budget_utilization[{target.profile}]", tolerance=0.03,
                                              label=f"{target.profile}: share of that limit in service",
-                                             value=round(target.in_service / doubled, 4)))
+                                             value=round(target.in_service / doubled, 4), unit=SHARE))
     steps.append(WalkthroughStep(
         number=5, title="The experiment",
         question=f"Propose one experiment that would confirm the diagnosis of {target.profile}, and the result "
@@ -194,24 +227,63 @@ def walkthrough(table: ProfileTable) -> list[WalkthroughStep]:
     return steps
 
 
+def read_prediction(answer: NumericAnswer, raw: float | str | None) -> float | None:
+    """Return the prediction as a number in the answer's unit; a share typed as a percent (92) becomes 0.92.
+
+    A share is read as a percent when that is nearer the answer than the number as typed.
+
+    >>> a = NumericAnswer(name="u", label="u", value=0.92, tolerance=0.025, unit="share")
+    >>> read_prediction(a, 92), read_prediction(a, 0.9), read_prediction(a, "x")
+    (0.92, 0.9, None)
+    """
+    try:
+        pred = float(raw) if raw is not None and raw != "" else None
+    except (TypeError, ValueError):
+        return None
+    if pred is None or answer.unit != SHARE:
+        return pred
+    as_percent = pred / 100
+    return as_percent if abs(as_percent - answer.value) < abs(pred - answer.value) else pred
+
+
+def closeness_text(answer: NumericAnswer, pred: float | None) -> str:
+    """Say how far a prediction was from the answer, in its unit.
+
+    >>> a = NumericAnswer(name="u", label="u", value=0.9211, tolerance=0.025, unit="share")
+    >>> closeness_text(a, 0.9)
+    '2.1 points low (92.1% computed)'
+    >>> closeness_text(NumericAnswer(name="t", label="t", value=8000, tolerance=0, unit="tokens"), 7800)
+    '200 tokens low (2.5%)'
+    """
+    if pred is None:
+        return "no prediction"
+    err = pred - answer.value
+    if abs(err) <= 1e-9 * max(1.0, abs(answer.value)):
+        return "exact"
+    side = "high" if err > 0 else "low"
+    if answer.unit == SHARE:
+        return f"{abs(err) * 100:.2g} points {side} ({answer.value * 100:.3g}% computed)"
+    rel = f" ({abs(err) / abs(answer.value) * 100:.2g}%)" if answer.value else ""
+    unit = f" {answer.unit}" if answer.unit else ""
+    return f"{_num(abs(err))}{unit} {side}{rel}"
+
+
 def score_prediction(step: WalkthroughStep, answers: dict[str, float | str | None]) -> StepScore:
     """Score predicted answers (by name) against a step's; a missing answer counts as wrong."""
     scores: list[AnswerScore] = []
     for a in step.numbers:
-        raw = answers.get(a.name)
-        pred: float | None
-        try:
-            pred = float(raw) if raw is not None and raw != "" else None
-        except (TypeError, ValueError):
-            pred = None
+        pred = read_prediction(a, answers.get(a.name))
         err = None if pred is None else pred - a.value
         scores.append(AnswerScore(
             name=a.name, label=a.label, expected=a.value, predicted=pred, error=err,
             relative_error=abs(err) / abs(a.value) if err is not None and a.value else None,
-            within=err is not None and abs(err) <= a.tolerance + 1e-9 * max(1.0, abs(a.value))))
+            within=err is not None and abs(err) <= a.tolerance + 1e-9 * max(1.0, abs(a.value)),
+            tolerance=a.tolerance_text, closeness=closeness_text(a, pred)))
     for c in step.choices:
         picked = answers.get(c.name)
+        right = picked is not None and str(picked) == c.correct
         scores.append(AnswerScore(name=c.name, label=c.label, expected=c.correct,
                                   predicted=None if picked is None else str(picked), error=None,
-                                  within=picked is not None and str(picked) == c.correct))
+                                  within=right, tolerance="exact",
+                                  closeness="no prediction" if picked is None else "right" if right else "wrong"))
     return StepScore(step=step.number, scores=scores, correct=sum(s.within for s in scores), total=len(scores))

@@ -79,6 +79,7 @@ def test_bad_upload_shows_file_row_and_field_not_a_traceback() -> None:
     assert not at.exception
     (err,) = at.error
     assert "bad.csv" in err.value and "row 2" in err.value and "output_tokens" in err.value
+    assert "Still showing **requests_sample.csv**" in at.info[-1].value or _metrics(at)["Requests"] == "3,000"
 
 
 def test_other_tools_export_is_imported_with_its_warnings() -> None:
@@ -116,13 +117,58 @@ def test_import_options_drop_cooldown_and_override_the_format() -> None:
     assert "does not look like a vLLM" in at.error[0].value
 
 
-def test_window_that_cuts_records_is_an_error_naming_the_row() -> None:
+def test_window_is_a_zoom_that_keeps_the_records_inside_and_says_what_it_left_out() -> None:
     at = _app()
     at.selectbox(key="records_sample").select("r1_r4.json").run()
     _number(at, "Window end (s)").set_value(5.0)
     at.run()
+    assert not at.exception and not at.error
+    m = _metrics(at)
+    assert m["Requests"] == "3"  # R3 ends at 7, past the window: left out, the rest still on the page
+    assert m["Successful requests/s"] == "0.4"  # 2 successes over the 5 s window
+    (note,) = [i.value for i in at.info if "left out" in i.value]
+    assert "keeps 3 of 4 records" in note and "1 ended after its end" in note
+    assert at.query_params["we"] == "5"  # the zoom is in the URL
+
+
+def test_bad_upload_keeps_the_last_good_records_and_removing_it_returns_to_them() -> None:
+    at = _app()
+    at.selectbox(key="records_sample").select("r1_r4.json").run()
+    bad = b"start,end,status,first_token,output_tokens\n0,1,success,0.5,9.0\n2,1,timeout,,\n0,1,sucess,,\n"
+    at.file_uploader(key="records_upload").set_value(("bad.csv", bad, "text/csv")).run()
     assert not at.exception
-    assert "row 3" in at.error[0].value and "Invalid request times" in at.error[0].value
+    (err,) = at.error
+    assert "3 bad rows" in err.value  # every bad row listed, so one pass fixes them all
+    assert "row 2, field 'end'" in err.value and "row 3, field 'status'" in err.value
+    assert any("Still showing **r1_r4.json**" in i.value for i in at.info)
+    assert _metrics(at)["Requests"] == "4"  # the previous good record set stays on screen
+    at.file_uploader(key="records_upload").set_value([]).run()  # the file removed with its x
+    assert not at.exception and not at.error
+    assert _metrics(at)["Requests"] == "4"
+    assert not any("Still showing" in i.value for i in at.info)
+
+
+def test_outcomes_add_up_to_offered() -> None:
+    at = _app()
+    at.selectbox(key="records_sample").select("r1_r4.json").run()
+    _number(at, "Window end (s)").set_value(10.0)
+    at.run()
+    m = _metrics(at)
+    parts = ("Completed", "Failed", "Timed out", "Cancelled", "Rejected")
+    assert sum(int(m[p]) for p in parts) == int(m["Offered"]) == 4
+    assert m["Accepted"] == "3"
+
+
+def test_query_params_reproduce_the_view() -> None:
+    at = AppTest.from_file(APP, default_timeout=90)
+    at.query_params.update(run="r1_r4.json", ws="0", we="10", slo_ttft="0.4")
+    at.run()
+    assert not at.exception and not at.error
+    m = _metrics(at)
+    assert m["Requests"] == "4" and m["Successful requests/s"] == "0.2"  # the window 0-10 from the URL
+    assert m["SLO attainment"] == "25%"
+    _number(at, "Latency limit (s)").set_value(3.0).run()
+    assert at.query_params["slo_latency"] == "3"
 
 
 def test_upload_replaces_the_records_on_every_page() -> None:
@@ -155,8 +201,8 @@ def test_extra_columns_are_noted_once_and_break_the_summary_down() -> None:
     box.set_value("gpu").run()
     assert not at.exception and not at.error
     assert "Slices by gpu" in [h.value for h in at.subheader]
-    slices = next(d.value for d in at.dataframe if "slice" in d.value.columns)
-    assert sorted(slices["slice"]) == ["A100", "H100\\x1b[31m"]  # the escape shown, not sent to the page
+    slices = next(d.value for d in at.dataframe if "Slice" in d.value.columns)
+    assert sorted(slices["Slice"]) == ["A100", "H100\\x1b[31m"]  # the escape shown, not sent to the page
     causes = next(d.value for d in at.dataframe if "cause" in d.value.columns)
     assert list(causes["cause"]) == ["boom<U+202E>[x]"]
     shown = [e.value for e in (*at.markdown, *at.caption, *at.warning, *at.info, *at.subheader)]
@@ -263,6 +309,8 @@ def test_diagnosis_walkthrough_asks_then_reveals_and_scores() -> None:
     assert scores.loc["B: maximum concurrent sequences", "within tolerance"] == "yes"
     assert scores.loc["B: tokens reserved per request", "computed"] == "8,000"
     assert scores.loc["B: tokens reserved per request", "off by"] == "-200"
+    assert scores.loc["B: tokens reserved per request", "how close"] == "200 tokens low (2.5%)"
+    assert scores.loc["B: tokens reserved per request", "tolerance"] == "exact"
     assert scores.loc["A: maximum concurrent sequences", "your prediction"] == "—"
     for n in (3, 4, 5):
         at.button(key=f"wt_reveal_{n}").click().run()

@@ -343,3 +343,14 @@ def test_cli_kv_errors_are_one_line() -> None:
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.strip() == "error: explicit shapes need all of --layers, --kv-heads and --head-dim"
+
+
+def test_no_memory_message_is_in_gib_with_the_fix() -> None:
+    with pytest.raises(ConfigError) as no_room:  # a 70B model's weights on one 80 GiB GPU
+        kv_budget_bytes(80 * GIB, memory_utilization=0.9, weights_bytes=141_100_000_000, tensor_parallel=1)
+    text = str(no_room.value)
+    assert text.startswith("no memory left for the KV cache: 80.0 GiB x 90% usable = 72.0 GiB, but the weights "
+                           "take 131.4 GiB per GPU, leaving -59.4 GiB.")
+    assert "Fix: raise tensor parallelism to 2" in text and "bytes" not in text.replace("bytes per parameter", "")
+    with pytest.raises(ConfigError, match="The overhead alone takes the usable memory"):
+        kv_budget_bytes(16 * GIB, memory_utilization=0.5, weights_bytes=GIB, overhead_bytes=9 * GIB)

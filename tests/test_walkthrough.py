@@ -64,3 +64,19 @@ def test_diagnosis_still_exports_the_walkthrough() -> None:
     assert diagnosis.walkthrough is walkthrough and diagnosis.score_prediction is score_prediction
     with pytest.raises(AttributeError, match="no attribute"):
         diagnosis.no_such_name  # noqa: B018
+
+
+def test_share_answers_state_tolerance_and_accept_percent_or_fraction() -> None:
+    table = ProfileTable.model_validate_json((Path(__file__).resolve().parent.parent / "sample_data"
+                                              / "profiles_ab.json").read_bytes())
+    step = walkthrough(table)[2]  # Little's law: in service and share of the limit
+    share = next(a for a in step.numbers if a.name == "utilization[B]")
+    assert share.unit == "share" and "within ±2.5 percentage points" in share.prompt_label
+    assert "% or fraction" in share.prompt_label
+    for typed in (share.value * 100, share.value, 90.0, 0.9):  # 92.11 %, 0.9211, 90 %, 0.9 all within 2.5 points
+        s = next(x for x in score_prediction(step, {"utilization[B]": typed}).scores if x.name == "utilization[B]")
+        assert s.within, typed
+        assert s.predicted == pytest.approx(typed / 100 if typed > 1.5 else typed)
+    s = next(x for x in score_prediction(step, {"utilization[B]": 20}).scores if x.name == "utilization[B]")
+    assert not s.within and s.predicted == pytest.approx(0.2) and s.closeness.endswith("% computed)")
+    assert "points low" in s.closeness

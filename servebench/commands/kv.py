@@ -134,7 +134,7 @@ def kv_command(
         else:
             raise ConfigError(f"{shape.name or 'this shape'} has no parameter count: give --weights-gib")
         budget = kv_budget_bytes(gpu_memory_gib * GIB, memory_utilization=memory_utilization,
-                                 weights_bytes=weights, overhead_bytes=overhead_gib * GIB)
+                                 weights_bytes=weights, overhead_bytes=overhead_gib * GIB, tensor_parallel=tp)
     w = time_in_service_s
     if w is None and prefill_s is not None and tpot_s is not None:
         n = output_tokens if output_tokens is not None else output_cap

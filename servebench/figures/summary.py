@@ -239,3 +239,31 @@ def concurrency_figure(shape: kv.ModelShape, budget_bytes: int, prompt_tokens: i
                       height=380, margin={"l": 10, "r": 10, "t": 40, "b": 10}, showlegend=False,
                       template="plotly_white")
     return fig
+
+
+@dataclass(frozen=True)
+class OutcomeCell:
+    """One outcome count to show: label, count, and what it counts."""
+
+    label: str
+    count: int
+    help: str
+
+
+def outcome_cells(report: Report) -> list[OutcomeCell]:
+    """Return Offered then every status, so the row adds up: offered = completed + failed + timed out + ...
+
+    Accepted (offered minus rejected) is not a status, so it is returned last, apart from the sum.
+    """
+    s = report.by_status
+    parts = [("Completed", s.get("success", 0), "Succeeded."),
+             ("Failed", s.get("failed", 0), "Ended with an error after being accepted."),
+             ("Timed out", s.get("timeout", 0), "Hit a deadline before finishing."),
+             ("Cancelled", s.get("cancelled", 0), "Abandoned by the client before finishing."),
+             ("Rejected", s.get("rejected", 0), "Refused by the server (never admitted).")]
+    total = sum(n for _, n, _ in parts)
+    return [OutcomeCell("Offered", report.offered,
+                        f"Every request that arrived: {' + '.join(f'{n:,} {lab.lower()}' for lab, n, _ in parts)} "
+                        f"= {total:,}."),
+            *(OutcomeCell(lab, n, h) for lab, n, h in parts),
+            OutcomeCell("Accepted", report.accepted, "Offered minus rejected: what the server took on.")]
