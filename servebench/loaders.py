@@ -378,13 +378,22 @@ def encode_records(table: RecordTable, fmt: str) -> bytes:
         return buf.getvalue().to_pybytes()
     if fmt == "csv":
         buf = pa.BufferOutputStream()
-        pacsv.write_csv(table.to_arrow(), buf)
+        pacsv.write_csv(_lists_as_json(table.to_arrow()), buf)
         return buf.getvalue().to_pybytes()
     if fmt == "json":
         return json.dumps(table.to_dicts(), indent=1).encode()
     if fmt == "jsonl":
         return "".join(json.dumps(d) + "\n" for d in table.to_dicts()).encode()
     raise InputFormatError(f"unknown output format '{fmt}'; expected one of {', '.join(CANONICAL_FORMATS)}")
+
+
+def _lists_as_json(arrow: pa.Table) -> pa.Table:
+    """Return a table whose list columns (token_times, token_counts) hold JSON text, as CSV cells do."""
+    from .token_times import as_json_text
+    for i, name in enumerate(arrow.column_names):
+        if pa.types.is_list(arrow.schema.field(i).type):
+            arrow = arrow.set_column(i, name, as_json_text(arrow.column(i).combine_chunks()))
+    return arrow
 
 
 def write_records(table: RecordTable, path: str | Path) -> None:

@@ -25,6 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, Stric
 from .arrow_masks import bool_values, null_mask
 from .errors import InputFormatError, RecordValidationError
 from .textcolumns import blank_mask, categorical, category_codes, take as take_rows, text_array, to_objects
+from . import token_times as tt
+from .token_times import LIST_ALIASES, LIST_FIELDS, MSG_TOKEN_COUNTS, MSG_TOKEN_TIMES, ListColumn
 
 STATUSES: tuple[str, ...] = ("success", "failed", "timeout", "cancelled", "rejected")
 SUCCESS = 0  # index of "success" in STATUSES
@@ -64,10 +66,10 @@ def record_dict(**fields: Any) -> dict[str, Any]:
     >>> record_dict(status="timeout", end=7.0, start=2.0, first_token=None)
     {'start': 2.0, 'end': 7.0, 'status': 'timeout'}
     """
-    unknown = set(fields) - set(FIELDS)
+    unknown = set(fields) - set(FIELDS) - set(LIST_FIELDS)
     if unknown:
         raise TypeError(f"not record fields: {', '.join(sorted(unknown))}")
-    return {name: fields[name] for name in FIELDS if fields.get(name) is not None}
+    return {name: fields[name] for name in FIELDS + LIST_FIELDS if fields.get(name) is not None}
 
 
 class TimingRecord(BaseModel):
@@ -89,6 +91,15 @@ class TimingRecord(BaseModel):
         description="Output tokens: at least 1 on success; on a non-success, tokens generated before it ended (wasted work).")
     slice: StrictStr | None = Field(None, description="Workload class or tenant.")
     error: StrictStr | None = Field(None, description="Cause of a non-success.")
+    token_times: list[StrictFloat | StrictInt] | None = Field(
+        None, alias="tokenTimes",
+        description="Arrival of each output token (or streamed chunk), seconds: non-decreasing, the first equal to "
+                    "first_token, the last at or before end; on success one per output token, or one per chunk "
+                    "with token_counts.")
+    token_counts: list[StrictInt] | None = Field(
+        None, alias="tokenCounts",
+        description="Tokens each arrival in token_times carried (each at least 1; same length; on success they "
+                    "sum to output_tokens). Absent: one token per arrival.")
 
     @model_validator(mode="after")
     def _check_order(self) -> "TimingRecord":
@@ -106,6 +117,8 @@ class TimingRecord(BaseModel):
             upper = self.first_token if self.status == "success" else self.end
             if not (math.isfinite(self.admitted) and self.start <= self.admitted <= upper):
                 raise ValueError(MSG_ADMITTED)
+        if self.token_times is not None or self.token_counts is not None:
+            _check_model_token_times(self)
         return self
 
 
@@ -136,6 +149,7 @@ class ParsedRows:
     source: str | None
     extra: Mapping[str, Any] = dataclass_field(default_factory=lambda: NO_EXTRA)  # unknown columns, by name
     notes: tuple[str, ...] = ()  # what reading changed and the user should know (integer IDs read as text)
+    lists: Mapping[str, ListColumn] = dataclass_field(default_factory=lambda: NO_EXTRA)  # token_times, token_counts
 
 
 def _is_number(v: Any) -> bool:
@@ -193,9 +207,9 @@ def shown(value: Any) -> str:
 
 def canonical_name(key: str) -> str | None:
     """Return the canonical field name for ``key`` (accepting camelCase aliases), or None if unknown."""
-    if key in FIELDS:
+    if key in FIELDS or key in LIST_FIELDS:
         return key
-    return ALIASES.get(key)
+    return ALIASES.get(key) or LIST_ALIASES.get(key)
 
 
 def parse_objects(records: Sequence[Any], source: str | None = None, *, strict_keys: bool = False,
@@ -282,7 +296,36 @@ def parse_objects(records: Sequence[Any], source: str | None = None, *, strict_k
         columns[name] = Column(vals, present, bad, raw=lambda i, rv=raw_vals: rv[i])
     notes = (_int_ids_note(len(int_id_rows), int_id_rows[0]),) if int_id_rows else ()
     extra = {key: _extra_from_objects(key, [r.get(key) for r in rows], source) for key in extra_names}
-    return ParsedRows(n, columns, not_object, source, MappingProxyType(extra) if extra else NO_EXTRA, notes=notes)
+    lists: dict[str, ListColumn] = {}
+    for name in LIST_FIELDS:
+        raw_list = [_list_value(r, name) for r in rows]
+        if any(v is not None for v in raw_list):
+            lists[name] = tt.column_from_objects(name, raw_list)
+    return ParsedRows(n, columns, not_object, source, MappingProxyType(extra) if extra else NO_EXTRA, notes=notes,
+                      lists=MappingProxyType(lists) if lists else NO_EXTRA)
+
+
+def _list_value(row: Mapping[str, Any], name: str) -> Any:
+    """Return a record's token_times or token_counts under its name or its camelCase alias."""
+    if name in row:
+        return row[name]
+    return next((row[alias] for alias, canon in LIST_ALIASES.items() if canon == name and alias in row), None)
+
+
+def _check_model_token_times(rec: "TimingRecord") -> None:
+    """Apply the token-time rules to one model record (the same rules as for files)."""
+    one = np.array
+    times = tt.column_from_objects("token_times", [rec.token_times])
+    counts = tt.column_from_objects("token_counts", [rec.token_counts])
+    rules = tt.check(times, counts, start=one([float(rec.start)]), end=one([float(rec.end)]),
+                     first_token=one([np.nan if rec.first_token is None else float(rec.first_token)]),
+                     first_token_present=one([rec.first_token is not None]),
+                     output_tokens=one([-1 if rec.output_tokens is None else rec.output_tokens]),
+                     output_present=one([rec.output_tokens is not None]),
+                     success=one([rec.status == "success"]), shown=shown)
+    if rules is not None and rules.bad[0]:
+        _, message, detail = rules.explain(0)
+        raise ValueError(f"{message}: {detail}")
 
 
 _ALIAS_KEYS = frozenset(ALIASES)
@@ -439,8 +482,14 @@ def parse_arrow(table: pa.Table, source: str | None = None) -> ParsedRows:
     """Parse an Arrow table whose columns are canonical names or aliases (typed, or text from CSV)."""
     names: dict[str, str] = {}
     extra: dict[str, Any] = {}
+    lists: dict[str, ListColumn] = {}
     for i, col in enumerate(table.column_names):
         canon = canonical_name(col)
+        if canon in LIST_FIELDS:
+            if canon in lists:
+                raise InputFormatError(f"{source or 'input'}: two columns mean '{canon}'")
+            lists[canon] = tt.column_from_arrow(canon, table.column(i))
+            continue
         if canon is None:  # a column the schema does not know (gpu, model, note): kept as it is
             if col in extra:
                 raise InputFormatError(f"{source or 'input'}: two columns are named '{col}'")
@@ -465,7 +514,7 @@ def parse_arrow(table: pa.Table, source: str | None = None) -> ParsedRows:
     if "request_id" in names and pa.types.is_integer(table.column(names["request_id"]).type) and ids.present.any():
         notes = (_int_ids_note(int(ids.present.sum()), int(np.argmax(ids.present))),)
     return ParsedRows(n, columns, np.zeros(n, dtype=bool), source, MappingProxyType(extra) if extra else NO_EXTRA,
-                      notes=notes)
+                      notes=notes, lists=MappingProxyType(lists) if lists else NO_EXTRA)
 
 
 def _extra_from_arrow(name: str, arr: pa.ChunkedArray, source: str | None) -> pa.ChunkedArray:
@@ -504,27 +553,43 @@ class RecordTable:
     slice_arrow: pa.DictionaryArray  # int32 codes into distinct non-blank names, null where absent
     error_arrow: pa.DictionaryArray
     source: str | None = None
+    # arrival of each token or chunk, and tokens per chunk: Arrow list arrays (flat values + offsets), or None
+    token_times: pa.Array | None = None
+    token_counts: pa.Array | None = None
     # columns the schema does not know (gpu, model), by name: Arrow arrays as read
     extra: Mapping[str, Any] = dataclass_field(default_factory=lambda: NO_EXTRA)
 
     @classmethod
     def from_columns(cls, *, request_id: Any = None, slice: Any = None, error: Any = None,
                      source: str | None = None, extra: Mapping[str, Any] = NO_EXTRA,
+                     token_times: Any = None, token_counts: Any = None,
                      **numeric: np.ndarray) -> "RecordTable":
-        """Build a table from numeric arrays and text given as object arrays, lists or Arrow arrays."""
+        """Build a table from numeric arrays and text given as object arrays, lists or Arrow arrays.
+
+        ``token_times`` and ``token_counts`` are Arrow list arrays, or per-row lists (None where absent).
+        """
         n = int(np.asarray(numeric["start"]).size)
 
         def text(values: Any) -> Any:
             return pa.nulls(n, pa.string()) if values is None else values
 
+        def listed(values: Any, value_type: pa.DataType) -> pa.Array | None:
+            if values is None or isinstance(values, pa.Array):
+                return values
+            if isinstance(values, pa.ChunkedArray):
+                return values.combine_chunks()
+            return tt.from_lists(list(values), value_type)
+
         return cls(**numeric, request_id_arrow=text_array(text(request_id)), slice_arrow=categorical(text(slice)),
-                   error_arrow=categorical(text(error)), source=source, extra=extra)
+                   error_arrow=categorical(text(error)), source=source, extra=extra,
+                   token_times=listed(token_times, pa.float64()), token_counts=listed(token_counts, pa.int64()))
 
     def with_columns(self, **changes: Any) -> "RecordTable":
         """Return a copy with some columns (canonical names, text as objects or Arrow) or the source replaced."""
         current: dict[str, Any] = {f: getattr(self, f) for f in _NUMERIC_FIELDS}
         current.update(request_id=self.request_id_arrow, slice=self.slice_arrow, error=self.error_arrow,
-                       source=self.source, extra=self.extra)
+                       source=self.source, extra=self.extra, token_times=self.token_times,
+                       token_counts=self.token_counts)
         unknown = set(changes) - set(current)
         if unknown:
             raise TypeError(f"not RecordTable columns: {', '.join(sorted(unknown))}")
@@ -572,7 +637,9 @@ class RecordTable:
                            slice_arrow=take_rows(self.slice_arrow, index),
                            error_arrow=take_rows(self.error_arrow, index), source=self.source,
                            extra=MappingProxyType({k: take_rows(v, index) for k, v in self.extra.items()})
-                           if self.extra else NO_EXTRA)
+                           if self.extra else NO_EXTRA,
+                           token_times=None if self.token_times is None else take_rows(self.token_times, index),
+                           token_counts=None if self.token_counts is None else take_rows(self.token_counts, index))
 
     def to_dicts(self) -> list[dict[str, Any]]:
         """Return the records as canonical dicts, leaving out absent optional fields."""
@@ -580,6 +647,8 @@ class RecordTable:
         status_names = np.array(STATUSES, dtype=object)[self.status]
         ids, slices, errors = self.request_id, self.slice, self.error
         extra = {name: [_json_value(v) for v in values.to_pylist()] for name, values in self.extra.items()}
+        lists = {name: arr.to_pylist() for name, arr in (("token_times", self.token_times),
+                                                          ("token_counts", self.token_counts)) if arr is not None}
         for i in range(len(self)):
             rec: dict[str, Any] = {}
             if ids[i] is not None:
@@ -599,6 +668,9 @@ class RecordTable:
                 rec["slice"] = slices[i]
             if errors[i] is not None:
                 rec["error"] = errors[i]
+            for name, values in lists.items():
+                if values[i] is not None:
+                    rec[name] = values[i]
             rec.update((name, values[i]) for name, values in extra.items() if values[i] is not None)
             out.append(rec)
         return out
@@ -617,6 +689,10 @@ class RecordTable:
             "slice": text_array(self.slice_arrow),
             "error": text_array(self.error_arrow),
         }
+        if self.token_times is not None:
+            cols["token_times"] = self.token_times
+        if self.token_counts is not None:
+            cols["token_counts"] = self.token_counts
         return pa.table({**cols, **self.extra})
 
 
@@ -682,6 +758,9 @@ def first_violation(rows: ParsedRows, window_start: float, window_end: float,
         nonsuccess_ft_bad = nonsuccess_out_bad = adm_bad = prompt_bad = text_bad = np.zeros(rows.n, dtype=bool)
     any_bad = (rows.not_object | times_bad | status_bad | ft_bad | out_bad | nonsuccess_ft_bad
                | nonsuccess_out_bad | adm_bad | prompt_bad | text_bad)
+    tokens = _token_rules(rows, codes) if optional_rules and rows.lists else None
+    if tokens is not None:
+        any_bad = any_bad | tokens.bad
     if not any_bad.any():
         return None, codes
     i = int(np.argmax(any_bad))
@@ -722,7 +801,21 @@ def first_violation(rows: ParsedRows, window_start: float, window_end: float,
             v = c[name].raw(i)
             what = "valid Unicode text (a lone surrogate)" if isinstance(v, str) else "text"
             return Violation(i, name, MSG_TEXT, f"{show(c[name])} is not {what}"), codes
+    if tokens is not None and tokens.bad[i]:
+        field, message, detail = tokens.explain(i)
+        return Violation(i, field, message, detail), codes
     raise AssertionError("unreachable: a row failed but no rule explains it")
+
+
+def _token_rules(rows: ParsedRows, codes: np.ndarray) -> tt.TokenRules | None:
+    """Return the token-time rules' masks over parsed rows (see ``token_times.check``)."""
+    c = rows.columns
+    return tt.check(rows.lists.get("token_times"), rows.lists.get("token_counts"), start=c["start"].values,
+                    end=c["end"].values, first_token=c["first_token"].values,
+                    first_token_present=c["first_token"].present & ~c["first_token"].bad,
+                    output_tokens=c["output_tokens"].values,
+                    output_present=c["output_tokens"].present & ~c["output_tokens"].bad,
+                    success=codes == SUCCESS, shown=shown)
 
 
 def _number_detail(col: Column, i: int, bound: str) -> str:
@@ -775,7 +868,15 @@ def build_table(rows: ParsedRows, codes: np.ndarray) -> RecordTable:
         error=c["error"].values,
         source=rows.source,
         extra=rows.extra,
+        token_times=_valid_list(rows, "token_times"),
+        token_counts=_valid_list(rows, "token_counts"),
     )
+
+
+def _valid_list(rows: ParsedRows, name: str) -> pa.Array | None:
+    """Return a validated list column as Arrow, or None when no record has it."""
+    col = rows.lists.get(name)
+    return col.array if col is not None and col.present.any() else None
 
 
 def default_window(rows: ParsedRows) -> tuple[float, float]:

@@ -1,0 +1,177 @@
+"""Token-level timing: the token_times field, its rules, the gaps between tokens and what reports make of them."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from servebench import summarize
+from servebench.errors import RecordValidationError
+from servebench.loaders import encode_records, read_bytes, to_table
+from servebench.records import TimingRecord
+from servebench.token_times import flat, gaps
+
+
+def streamed(start: float, first: float, steps: list[float], **extra: Any) -> dict[str, Any]:
+    """A success whose tokens arrive at ``first`` and then after each gap in ``steps``."""
+    times = [first]
+    for gap in steps:
+        times.append(times[-1] + gap)
+    return {"start": start, "first_token": first, "end": times[-1], "status": "success",
+            "output_tokens": len(times), "token_times": times, **extra}
+
+
+# One request streams steadily, one has a single 2 s stall, one is a one-token answer, one times out.
+STALL_FIXTURE = [
+    streamed(0.0, 0.5, [0.05] * 9),
+    streamed(1.0, 1.2, [0.05, 0.05, 2.0, 0.05, 0.05]),
+    streamed(2.0, 2.1, []),
+    {"start": 3.0, "end": 7.0, "status": "timeout"},
+]
+
+
+def jsonl(records: list[dict[str, Any]]) -> bytes:
+    return "".join(json.dumps(r) + "\n" for r in records).encode()
+
+
+def load(records: list[dict[str, Any]], name: str = "t.jsonl"):
+    return to_table(read_bytes(jsonl(records), name))[0]
+
+
+def error_of(records: list[dict[str, Any]]) -> str:
+    with pytest.raises(RecordValidationError) as info:
+        load(records)
+    return str(info.value)
+
+
+# --------------------------------------------------------------------------- records and validation
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "json", "csv", "parquet"])
+def test_token_times_survive_every_format(fmt):
+    table = load(STALL_FIXTURE)
+    again = to_table(read_bytes(encode_records(table, fmt), f"x.{fmt}"))[0]
+    assert again.token_times.to_pylist() == [r.get("token_times") for r in STALL_FIXTURE]
+    assert again.token_counts is None
+
+
+def test_csv_cell_holds_a_json_list():
+    data = b'start,first_token,end,status,output_tokens,token_times\n0,0.5,1,success,2,"[0.5, 1]"\n2,,3,timeout,,\n'
+    table = to_table(read_bytes(data, "t.csv"))[0]
+    assert table.token_times.to_pylist() == [[0.5, 1.0], None]
+
+
+def test_parquet_list_column_is_kept_as_arrow_lists_not_python_lists(tmp_path):
+    arrow = pa.table({"start": [0.0, 1.0], "first_token": [0.5, 1.5], "end": [1.0, 2.0],
+                      "status": ["success", "success"], "output_tokens": [2, 2],
+                      "token_times": pa.array([[0.5, 1.0], [1.5, 2.0]], pa.list_(pa.float32()))})
+    path = tmp_path / "r.parquet"
+    pq.write_table(arrow, path)
+    table = to_table(read_bytes(path.read_bytes(), "r.parquet"))[0]
+    assert isinstance(table.token_times, pa.ListArray) and table.token_times.type == pa.list_(pa.float64())
+    f = flat(table.token_times)
+    assert f.offsets.tolist() == [0, 2, 4] and f.values.dtype == np.float64
+
+
+def test_files_without_token_times_load_none():
+    assert load([STALL_FIXTURE[3]]).token_times is None
+
+
+def test_camel_case_alias_and_taking_rows():
+    rec = dict(STALL_FIXTURE[0])
+    rec["tokenTimes"] = rec.pop("token_times")
+    table = load([rec, STALL_FIXTURE[3], STALL_FIXTURE[1]])
+    assert table.take(np.array([2, 1])).token_times.to_pylist() == [STALL_FIXTURE[1]["token_times"], None]
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"token_times": [0.5, 0.7, 0.6, 0.8]},
+     "row 2, field 'token_times': Invalid token times: token 3 (0.6) comes before token 2 (0.7); "
+     "times must not decrease"),
+    ({"token_times": [0.4, 0.6, 0.7, 0.8]},
+     "row 2, field 'token_times': Invalid token times: the first token time 0.4 must equal first_token 0.5"),
+    ({"token_times": [0.5, 0.6, 0.7, 0.9]},
+     "row 2, field 'token_times': Invalid token times: the last token time 0.9 is after end 0.8"),
+    ({"token_times": [0.5, 0.6, 0.8]},
+     "row 2, field 'token_times': Invalid token times: 3 token times for output_tokens 4; a success has one time "
+     "per output token, or token_counts summing to output_tokens"),
+    ({"token_times": [0.5, True, 0.7, 0.8]},
+     "row 2, field 'token_times': Invalid token times: element 2 (True) is not a number; expected a list of numbers"),
+    ({"token_times": "0.5 0.6"},
+     "row 2, field 'token_times': Invalid token times: '0.5 0.6' is not a list of numbers"),
+    ({"token_times": [0.5, 0.8], "token_counts": [1, 2]},
+     "row 2, field 'token_times': Invalid token times: token_counts summing to 3 for output_tokens 4"),
+    ({"token_times": [0.5, 0.8], "token_counts": [4]},
+     "row 2, field 'token_counts': Invalid token counts: 1 counts for 2 token times; give one count per arrival"),
+    ({"token_times": [0.5, 0.8], "token_counts": [4, 0]},
+     "row 2, field 'token_counts': Invalid token counts: count 2 is 0; each arrival carries at least 1 token"),
+    ({"token_times": None, "token_counts": [4]},
+     "row 2, field 'token_counts': Invalid token counts: given without token_times"),
+    ({"token_times": [0.5, 0.6, 0.7, 0.8], "token_counts": [1, 1, 1.0, 1]},
+     "row 2, field 'token_counts': Invalid token counts: element 3 (1.0) is not an integer below 10**18"),
+])
+def test_each_rule_names_file_row_field_and_value(change, message):
+    good = {"start": 0.0, "first_token": 0.5, "end": 0.8, "status": "success", "output_tokens": 4,
+            "token_times": [0.5, 0.6, 0.7, 0.8]}
+    text = error_of([good, {k: v for k, v in {**good, **change}.items() if v is not None}])
+    assert text.startswith("t.jsonl, " + message)
+
+
+def test_a_non_success_may_carry_the_tokens_it_streamed_but_not_more():
+    partial = {"start": 0.0, "first_token": 0.5, "end": 3.0, "status": "timeout", "output_tokens": 2,
+               "token_times": [0.5, 0.6]}
+    assert load([partial]).token_times.to_pylist() == [[0.5, 0.6]]
+    text = error_of([{**partial, "output_tokens": 1}])
+    assert "2 token times, more than output_tokens 1 says it generated" in text
+    text = error_of([{k: v for k, v in partial.items() if k != "first_token"}])
+    assert "token times but no first_token" in text
+
+
+def test_a_chunk_may_carry_several_tokens():
+    rec = {"start": 0.0, "first_token": 0.5, "end": 0.8, "status": "success", "output_tokens": 5,
+           "token_times": [0.5, 0.8], "token_counts": [2, 3]}
+    table = load([rec])
+    assert table.token_counts.to_pylist() == [[2, 3]]
+    again = to_table(read_bytes(encode_records(table, "csv"), "x.csv"))[0]
+    assert again.token_counts.to_pylist() == [[2, 3]]
+
+
+def test_csv_cell_that_is_not_json_is_named():
+    data = b'start,first_token,end,status,output_tokens,token_times\n0,0.5,1,success,2,"0.5;1"\n'
+    with pytest.raises(RecordValidationError, match=r"t.csv, row 1, field 'token_times': Invalid token times: "
+                                                    r"'0.5;1' is not a JSON list"):
+        to_table(read_bytes(data, "t.csv"))
+
+
+def test_the_model_applies_the_same_rules():
+    TimingRecord(**STALL_FIXTURE[1])
+    with pytest.raises(ValueError, match="token 2 \(0.4\) comes before token 1"):
+        TimingRecord(**{**STALL_FIXTURE[0], "token_times": [0.5, 0.4] + STALL_FIXTURE[0]["token_times"][2:]})
+
+
+def test_the_spec_summarize_ignores_token_times_and_keeps_its_messages(r1_r4):
+    with_times = [dict(r) for r in r1_r4]
+    with_times[0]["token_times"] = "not even a list"
+    assert summarize(with_times, 0, 10) == summarize(r1_r4, 0, 10)
+    bad = [dict(r) for r in r1_r4]
+    bad[2]["status"] = "lost"
+    with pytest.raises(ValueError) as info:
+        summarize(bad, 0, 10)
+    assert str(info.value) == "Invalid status"
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.lists(st.floats(0, 5, allow_nan=False), min_size=1, max_size=6), min_size=1, max_size=6))
+def test_gaps_equal_per_row_differences(rows):
+    times = [list(np.cumsum(r)) for r in rows]
+    g = gaps(pa.array(times, pa.list_(pa.float64())))
+    expected = [b - a for t in times for a, b in zip(t, t[1:])]
+    assert g.values.tolist() == pytest.approx(expected)
+    assert g.max_gap.tolist() == pytest.approx([max(np.diff(t)) if len(t) > 1 else np.nan for t in times],
+                                               nan_ok=True)
