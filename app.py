@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from pages._shared import sharing
+from pages._shared import glossary, sharing
 
 st.set_page_config(page_title="servebench", page_icon="⏱️", layout="wide")
 banner = sharing().banner()  # on every page while the dashboard listens beyond this machine
@@ -15,6 +15,7 @@ PAGES = {
     "Measure": [
         st.Page("pages/summary.py", title="Summary", icon=":material/summarize:", default=True),
         st.Page("pages/percentiles.py", title="Percentile explorer", icon=":material/percent:"),
+        st.Page("pages/compare.py", title="Compare runs", icon=":material/compare_arrows:"),
         st.Page("pages/diagnosis.py", title="Diagnosis", icon=":material/troubleshoot:"),
     ],
     "Capacity": [
@@ -25,4 +26,5 @@ PAGES = {
     ],
 }
 
+glossary()
 st.navigation(PAGES).run()

@@ -21,7 +21,7 @@ from servebench.extra_columns import extra_columns_note, slice_by as sliced
 from servebench.render import fmt_window
 from servebench.importers import FORMATS as FOREIGN_FORMATS
 from servebench.loaders import LoadedRecords, read_bytes, to_table
-from servebench.plain import export_label, for_people
+from servebench.plain import GLOSSARY, export_label, for_people
 from servebench.records import RecordTable
 from servebench.validation_report import bad_rows_text
 from servebench.window_zoom import TrimmedRecords, full_table, trim
@@ -486,3 +486,19 @@ def slo_inputs() -> tuple[float | None, float | None, float | None]:
         elif name in st.query_params:
             del st.query_params[name]
     return values[0], values[1], values[2]
+
+
+def unit_choice() -> tuple[str, float]:
+    """Render the ms / s toggle (kept in the URL) and return the unit and the factor from seconds."""
+    if "unit" not in st.session_state:
+        st.session_state["unit"] = "ms" if st.query_params.get("unit") == "ms" else "s"
+    unit = st.segmented_control("Time unit", ["ms", "s"], key="unit", help="GuideLLM reports milliseconds.") or "s"
+    st.query_params["unit"] = unit
+    return unit, 1000.0 if unit == "ms" else 1.0
+
+
+def glossary() -> None:
+    """Explain the metrics in plain words (a sidebar panel on every page)."""
+    with st.sidebar.expander("Glossary", icon=":material/menu_book:"):
+        for term, text in GLOSSARY.items():
+            st.markdown(f"**{term}**: {text}")

@@ -7,11 +7,13 @@ import streamlit as st
 from pages._shared import cached_report, guarded, records_sidebar, show_reader_warnings, site_zip, slo_inputs
 from servebench.extra_columns import SLICE_COLUMN, slice_choices
 from servebench.figures import records as record_figs
+from servebench.figures.compare import over_time
 from servebench.render import fmt_window
 from servebench.figures.summary import (cause_frame, contract_cells, distribution_frame, fmt, fmt_share,
                                         fmt_share_of, outcome_cells, slice_frame, status_frame)
 from servebench.plain import label
 from servebench.loaders import encode_records
+from servebench.multirun import rate_curve, runs_table
 from servebench.safetext import safe_text
 
 st.title("Summary")
@@ -27,6 +29,12 @@ if ds.table.extra:  # columns the schema does not know (gpu, model): any can be 
                                  "column of the file the schema does not know.")
 no_clock = ds.unavailable  # metrics an importer could not give (a file without timestamps)
 
+if int(ds.loaded.metadata.get("runs") or 1) > 1:  # several benchmarks in one export: all of them at a glance
+    with st.expander(f"All {ds.loaded.metadata['runs']} runs in this file (pick one under Import options)",
+                     expanded=True, icon=":material/stacked_line_chart:"):
+        runs = guarded(runs_table, ds.source.data, ds.source.name, ds.loaded.format)
+        st.dataframe(runs, hide_index=True)
+        st.plotly_chart(rate_curve(runs), key="rate_curve")
 meta = ds.source.metadata
 if meta:
     run = meta.get("run", {})
@@ -99,6 +107,8 @@ with outcome_box:
         c[2].caption("No `admitted` times: in-service concurrency and queue wait are unknown.")
     if "active_requests" not in no_clock:
         st.plotly_chart(record_figs.timeline_figure(ds.table, ds.window_start, ds.window_end), key="timeline_fig")
+        with st.expander("Throughput, TTFT and latency over time (warm-up, drift, bursts)"):
+            st.plotly_chart(over_time(ds.table, ds.window_start, ds.window_end), key="over_time_fig")
 
     st.subheader("Percentiles with 95% confidence intervals")
     st.caption("Nearest rank. A '—' bound means the sample is too small to bound that side. "

@@ -487,3 +487,24 @@ def test_upload_over_the_limit_names_the_limit_and_keeps_the_records(monkeypatch
         at.file_uploader(key="run_upload").set_value(("big.yaml", big, "application/yaml")).run()
         assert not at.exception
         assert "big.yaml is 1.1 MB" in at.error[0].value
+
+
+def test_several_uploads_are_held_and_compared_side_by_side() -> None:
+    at = _app()
+    a = (REPO / "sample_data" / "r1_r4.json").read_bytes()
+    b = b'{"start": 0, "end": 2, "status": "timeout"}\n{"start": 1, "first_token": 1.5, "end": 3, ' \
+        b'"status": "success", "output_tokens": 5}\n'
+    at.file_uploader(key="records_upload").set_value([("r1_r4.json", a, "application/json"),
+                                                      ("mine.jsonl", b, "application/jsonl")]).run()
+    assert not at.exception and not at.error
+    assert _metrics(at)["Requests"] == "2"  # the newest upload is on screen
+    at.switch_page("pages/compare.py").run()
+    assert not at.exception and not at.error
+    contract = at.dataframe[0].value.set_index("field")
+    assert contract.loc["Requests", "requests_sample.csv"] == "3,000"  # the sample opened first is the baseline
+    assert contract.loc["Requests", "r1_r4.json"] == "4" and contract.loc["Requests", "mine.jsonl"] == "2"
+    assert contract.loc["Requests", "mine.jsonl vs requests_sample.csv"] == "-2,998 (-100%)"
+    outcomes = next(d.value for d in at.dataframe if "Offered" in d.value.columns).set_index("run")
+    statuses = ["Completed", "Failed", "Timed out", "Cancelled", "Rejected"]
+    assert (outcomes[statuses].sum(axis=1) == outcomes["Offered"]).all()
+    assert len(at.get("plotly_chart")) == 4  # three overlaid CDFs and the percentile bars

@@ -84,7 +84,7 @@ def _same_origin(url: str, origin: str) -> bool:
 
 
 PAGES = {  # link text in the sidebar -> heading it opens
-    "Percentile explorer": "Percentile explorer", "Diagnosis": "Diagnosis", "KV calculator": "KV calculator",
+    "Percentile explorer": "Percentile explorer", "Compare runs": "Compare runs", "Diagnosis": "Diagnosis", "KV calculator": "KV calculator",
     "Load sweep": "Load sweep", "Timing run": "Timing run", "Summary": "Summary",
 }
 
@@ -133,3 +133,29 @@ def test_every_page_loads_only_from_the_apps_own_origin() -> None:
     assert any(u.startswith("ws://") for u in seen), "the app's WebSocket was not recorded"
     assert not outside, f"requests outside {url}: {sorted(set(outside))}"
     assert all(_same_origin(u, url) for u in seen), sorted({u for u in seen if not _same_origin(u, url)})
+
+
+def test_several_files_uploaded_at_once_are_compared() -> None:
+    require_chromium()
+    with streamlit_server() as url, browser_page(viewport=(1400, 2400)) as page:
+        page.set_default_timeout(TIMEOUT_MS)
+        page.goto(url, wait_until="domcontentloaded")
+        page.get_by_role("heading", name="Summary").first.wait_for()
+        _wait_idle(page)
+        upload = page.locator('[data-testid="stFileUploader"] input[type="file"]').first
+        upload.set_input_files([str(REPO / "sample_data" / "r1_r4.json"),
+                                str(REPO / "tests" / "data" / "importers" / "guidellm-0.8.1-errors.json")])
+        page.get_by_text("guidellm-0.8.1-errors.json (upload").first.wait_for()
+        _wait_idle(page)
+        assert _metric(page, "Requests") == "41"
+        page.get_by_role("link", name="Compare runs").click()
+        page.get_by_role("heading", name="Compare runs").first.wait_for()
+        page.get_by_text("Is it noise?").first.wait_for()
+        page.locator('[data-testid="stPlotlyChart"] .main-svg').nth(3).wait_for()
+        _wait_idle(page)
+        assert page.locator('[data-testid="stException"]').count() == 0
+        grid = page.locator('[data-testid="stDataFrame"]').first
+        assert grid.bounding_box()["width"] <= 1400  # no wider than the page
+        text = page.locator('[data-testid="stMain"]').inner_text()
+        assert "requests_sample.csv" in text and "r1_r4.json" in text and "guidellm-0.8.1-errors.json" in text
+        screenshot(page, "compare_three_runs")

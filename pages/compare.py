@@ -1,0 +1,66 @@
+"""Compare: several record sets side by side (contract, CDFs, percentiles, outcomes, and whether it is noise)."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from pages._shared import SLO_FIELDS, held_datasets, records_sidebar, site_zip, cached_report, unit_choice
+from servebench.compare import contract_table, outcome_table, overlap_table, percentiles_by_run
+from servebench.figures import records as record_figs
+from servebench.figures.compare import overlaid_cdfs
+from servebench.safetext import safe_text
+
+st.title("Compare runs")
+ds = records_sidebar()  # the sidebar's picker: upload several files, or open samples and timing runs
+datasets = held_datasets()
+names = {d.source.digest: safe_text(d.source.name) for d in datasets}
+if len(datasets) < 2:
+    st.info("Compare needs two record sets or more. Upload several files at once in the sidebar, pick a sample, or "
+            "start a timing run: every record set you open is kept here.", icon=":material/compare_arrows:")
+    st.stop()
+chosen = st.multiselect("Runs to compare (the first is the baseline)", list(names), default=list(names)[:4],
+                        format_func=lambda d: names[d], key="compare_runs")
+if len(chosen) < 2:
+    st.info("Pick two runs or more.")
+    st.stop()
+by_digest = {d.source.digest: d for d in datasets}
+picked = [by_digest[d] for d in chosen]
+shown = []
+for d in picked:  # runs that share a name get a suffix, so every column is told apart
+    base, n = names[d.source.digest], 2
+    name = base
+    while name in shown:
+        name, n = f"{base} ({n})", n + 1
+    shown.append(name)
+slo = tuple(st.session_state.get(k) or None for k, _, _ in SLO_FIELDS)
+reports = {n: cached_report(d.key, d.window_start, d.window_end, slo, d.table) for n, d in zip(shown, picked)}
+tables = {n: d.table for n, d in zip(shown, picked)}
+for n, d in zip(shown, picked):
+    if d.zoom is not None and d.zoom.left_out:
+        st.caption(safe_text(f"{n}: {d.zoom.note()}"))
+
+st.subheader("The contract: eight fields side by side")
+st.caption(f"Each later run against the baseline, **{shown[0]}**: the difference and the relative change.")
+st.dataframe(contract_table(reports), hide_index=True)
+
+st.subheader("Is it noise? 95% confidence intervals")
+st.caption("Distribution-free intervals of each percentile (successes only). Intervals apart: the runs likely "
+           "differ. Intervals overlapping: the difference may be noise; collect more requests to tell.")
+st.dataframe(overlap_table(reports), hide_index=True)
+
+st.subheader("Distributions")
+unit, scale = unit_choice()
+cols = st.columns(3)
+for col, metric in zip(cols, ("latency", "ttft", "tpot")):
+    col.plotly_chart(overlaid_cdfs(tables, metric, scale, unit), key=f"cmp_cdf_{metric}")
+bars = record_figs.comparison_figure(percentiles_by_run(reports))
+if bars is not None:
+    st.plotly_chart(bars, key="cmp_bars")
+
+st.subheader("Outcomes")
+st.caption("Every status, so each row adds up to offered.")
+st.dataframe(outcome_table(reports), hide_index=True)
+
+st.download_button("Report site with every run (ZIP)", lambda: site_zip(picked, None), file_name="compare.report-site.zip",
+                   mime="application/zip", on_click="ignore",
+                   help="A static HTML site with a page per run and their comparison, like `servebench report RUN...`.")
