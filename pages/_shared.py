@@ -395,8 +395,8 @@ def _on_showing(widget_key: str) -> None:
 def _share_state(ds: Dataset) -> None:
     """Put the record set and window in the URL, so a link (or a reload) reopens this view."""
     st.query_params["run"] = ds.source.digest if ds.source.origin != "sample" else ds.source.name
-    st.query_params["ws"] = f"{ds.window_start:.6g}"
-    st.query_params["we"] = f"{ds.window_end:.6g}"
+    st.query_params["ws"] = repr(ds.window_start)  # full precision: epoch clocks need every digit
+    st.query_params["we"] = repr(ds.window_end)
 
 
 def dataset_of(src: RecordSource) -> Dataset:

@@ -128,7 +128,7 @@ def test_window_is_a_zoom_that_keeps_the_records_inside_and_says_what_it_left_ou
     assert m["Successful requests/s"] == "0.4"  # 2 successes over the 5 s window
     (note,) = [i.value for i in at.info if "left out" in i.value]
     assert "keeps 3 of 4 records" in note and "1 ended after its end" in note
-    assert at.query_params["we"] == "5"  # the zoom is in the URL
+    assert at.query_params["we"] == "5.0"  # the zoom is in the URL
 
 
 def test_bad_upload_keeps_the_last_good_records_and_removing_it_returns_to_them() -> None:

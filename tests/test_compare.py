@@ -1,0 +1,48 @@
+"""Comparing record sets (contract, outcomes, CI overlap) and exports with several runs."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+from servebench.compare import contract_table, outcome_table, overlap_table
+from servebench.loaders import load_table
+from servebench.multirun import rate_curve, runs_table
+from servebench.summary import build_report
+
+from conftest import SAMPLE_DATA, REPO
+
+
+def _report(name: str):
+    table, ws, we = load_table(SAMPLE_DATA / name)
+    return build_report(table, ws, we)
+
+
+def test_contract_side_by_side_with_differences_and_outcomes_that_add_up() -> None:
+    reports = {"sample": _report("requests_sample.csv"), "r1_r4": _report("r1_r4.json")}
+    t = contract_table(reports).set_index("field")
+    assert t.loc["Requests", "sample"] == "3,000" and t.loc["Requests", "r1_r4"] == "4"
+    assert t.loc["Successes", "r1_r4 vs sample"] == "-2,699 (-100%)"
+    o = outcome_table(reports).set_index("run")
+    assert (o[["Completed", "Failed", "Timed out", "Cancelled", "Rejected"]].sum(axis=1) == o["Offered"]).all()
+    hints = overlap_table(reports)
+    assert len(hints) == 9 and set(hints["run"]) == {"r1_r4"}
+
+
+def test_a_run_against_itself_overlaps_everywhere() -> None:
+    r = _report("requests_sample.csv")
+    hints = overlap_table({"a": r, "b": r})
+    assert set(hints["95% intervals"]) == {"intervals overlap: may be noise"}
+    assert set(hints["change"]) == {"same"}
+
+
+def test_export_with_several_benchmarks_is_one_row_per_run(tmp_path) -> None:
+    doc = json.loads((REPO / "tests" / "data" / "importers" / "guidellm-0.8.1-errors.json").read_text())
+    second = copy.deepcopy(doc["benchmarks"][0])
+    second["config"]["strategy"]["rate"] = 8.0
+    doc["benchmarks"].append(second)
+    frame = runs_table(json.dumps(doc).encode(), "two.json")
+    assert list(frame["rate (req/s)"]) == [4.0, 8.0]
+    assert frame["run"].tolist() == ["run 0: constant at 4 req/s", "run 1: constant at 8 req/s"]
+    assert (frame["requests"] == 41).all()
+    assert len(rate_curve(frame).data) == 3
