@@ -17,6 +17,7 @@ from servebench.model_presets import PRESETS, get_preset
 from servebench.rows import rows_from_bytes
 from servebench.scenario import Scenario, load_scenario, parse_scenario
 from servebench.stepmodel import COEFFICIENTS, StepFit, fit_step_model
+from servebench.cautions import fit_warning
 from servebench.summary import SLO
 from servebench.sweep import SweepResult, evaluate, sweep, sweep_csv, sweep_rows
 
@@ -146,6 +147,9 @@ elif step_how == "fitted from a timing run":
     c[2].metric("Mean abs. relative error", fmt_share(fit.mean_abs_pct_error))
     c[3].metric("R²", fmt(fit.r2))
     st.caption("Fitted: " + ", ".join(f"{k} = {fmt(v)}" for k, v in fit.model.model_dump().items()))
+    poor_fit = fit_warning(fit)
+    if poor_fit:
+        st.warning(poor_fit, icon=":material/report:")
 scenario = guarded(parse_scenario, doc, base.name)
 
 st.subheader("Sweep")

@@ -14,6 +14,7 @@ from pages._shared import SAMPLE_DIR, RecordSource, fail, guarded, set_source, s
 from servebench.commands.run import execute_run
 from servebench.engine.model import PRESETS as ENGINE_PRESETS
 from servebench.engine.model import device_name, pick_device
+from servebench.cautions import cpu_model_warning
 from servebench.engine.rundir import METADATA, RECORDS, STEPS, read_run
 from servebench.errors import InputFormatError
 from servebench.figures.summary import fmt
@@ -59,6 +60,9 @@ shape = ENGINE_PRESETS[model]
 st.info(f"Runs on **{device_name(dev)}** ({str(dtype).removeprefix('torch.')}) · model **{model}**: "
         f"{shape.layers} layers, {shape.heads} heads ({shape.kv_heads} KV), {shape.param_count:,} parameters",
         icon=":material/memory:")
+too_big = cpu_model_warning(model, shape.param_count, dev.type)
+if too_big:
+    st.warning(too_big, icon=":material/warning:")
 
 share = sharing()
 if not share.may_start_work:  # shared on a network: no button, so nobody else starts work on this machine
