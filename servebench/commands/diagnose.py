@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from rich.table import Table
 
 from ..cli import app, console, emit_json
-from ..diagnosis import ProfileTable, Thresholds, Verdict, diagnose_records, diagnose_table
+from ..diagnosis import PRECEDENCE, ProfileTable, Thresholds, Verdict, diagnose_records, diagnose_table
 from ..errors import ConfigError, InputFormatError
 from ..kv import GIB
 from ..model_presets import resolve_shape
@@ -58,10 +58,55 @@ def _print_verdict(v: Verdict) -> None:
         e.add_row(ev.measurement, fmt(ev.value), safe_markup(ev.rule), fmt(ev.threshold),
                   "-" if ev.crossed is None else ("yes" if ev.crossed else "no"), safe_markup(ev.note))
     console.print(e)
+    console.print(f"[bold]why:[/] {safe_markup(v.explanation)}")
+    r = Table(title=f"rules, in precedence order ({' > '.join(PRECEDENCE)}; the first that holds wins)")
+    for col in ("limit", "holds", "conditions"):
+        r.add_column(col)
+    for rule in v.rules:
+        conds = "; ".join(f"{c.measurement} {c.rule} {fmt(c.threshold)}: "
+                          + ("-" if c.crossed is None else ("yes" if c.crossed else "no")) for c in rule.conditions)
+        r.add_row(rule.limit, "yes" if rule.holds else "no", safe_markup(conds))
+    console.print(r)
+    if v.bindings:
+        b = Table(title="where each limit binds as load grows")
+        for col in ("limit", "rate /s", "in service", "x measured rate", "how"):
+            b.add_column(col)
+        for bind in v.bindings:
+            first = " (first)" if v.first_to_bind is not None and bind.limit == v.first_to_bind.limit else ""
+            b.add_row(bind.limit + first, fmt(bind.rate_per_s), fmt(bind.in_service), fmt(bind.headroom),
+                      safe_markup(bind.basis))
+        console.print(b)
+    for gap in v.cannot_tell:
+        console.print(f"[yellow]cannot tell:[/] {safe_markup(gap)}")
     console.print(f"[bold]prefill:[/] {safe_markup(v.prefill)}")
     console.print(f"[bold]experiment:[/] {safe_markup(v.experiment.action)}")
     console.print(f"  confirms if: {safe_markup(v.experiment.confirm)}")
     console.print(f"  refuted if: {safe_markup(v.experiment.refute)}")
+
+
+def _timing_run_server(path: Path, records: Any, use_budget: bool) -> dict[str, Any]:
+    """Return a timing run folder's server limits and fitted step model ({} for anything else).
+
+    A folder written by ``servebench run`` knows its KV budget in tokens (used when no shape and
+    budget are given), its policy, its cap on running sequences and its step trace; the step
+    model is used only when its fit is good enough to predict from.
+    """
+    from ..engine.rundir import METADATA, STEPS, read_run
+    if not (path.is_dir() and (path / STEPS).is_file() and (path / METADATA).is_file()):
+        return {}
+    from ..engine.validation import fit_trace
+    folder = read_run(path)
+    config = folder.scenario.server.scheduler_config()
+    out: dict[str, Any] = {"policy": config.policy, "max_num_seqs": config.max_num_seqs}
+    if use_budget:
+        out["budget_tokens"] = config.kv_budget_tokens
+    try:
+        fit = fit_trace(folder.steps, folder.records)
+    except ConfigError:
+        return out
+    if fit.quality is not None and fit.quality.usable:
+        out["step_model"] = fit.model
+    return out
 
 
 @app.command("diagnose")
@@ -111,11 +156,14 @@ def diagnose_command(
         loaded = read_path(file, format)
         records, ws, we = to_table(loaded, window_start, window_end)
         th = Thresholds(ttft_objective_s=ttft_objective_s) if ttft_objective_s is not None else None
+        server = _timing_run_server(file, records, shape is None and budget_gib is None)
         verdicts = [diagnose_records(records, ws, we, shape=shape,
                                      budget_bytes=int(budget_gib * GIB) if budget_gib is not None else None,
-                                     policy=policy or "reserve",  # type: ignore[arg-type]
+                                     policy=policy or server.get("policy") or "reserve",  # type: ignore[arg-type]
                                      output_cap=output_cap, expected_output_tokens=expected_output_tokens,
-                                     deadline_s=deadline_s, thresholds=th, name=name or file.name)]
+                                     deadline_s=deadline_s, thresholds=th, name=name or file.name,
+                                     budget_tokens=server.get("budget_tokens"),
+                                     max_num_seqs=server.get("max_num_seqs"), step_model=server.get("step_model"))]
         kind = "records"
     if as_json:
         emit_json({"source": str(file), "input": kind,

@@ -101,6 +101,11 @@ def run(
 @app.command()
 def validate(
     run_dir: Path = typer.Argument(..., help="Folder written by servebench run."),
+    allow_poor_fit: bool = typer.Option(False, "--allow-poor-fit", help="Predict even when the step model fits "
+                                        "too poorly (mean relative error over 35%, or R² under 0.30 while step "
+                                        "sizes vary); the result says so."),
+    least_squares: bool = typer.Option(False, "--least-squares", help="Fit by plain least squares instead of "
+                                       "the Huber-robust fit (slow outliers then pull the coefficients)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
 ) -> None:
     """Fit the step model to a timing run, simulate its scenario, and compare p50/p95 TTFT, TPOT and latency."""
@@ -108,7 +113,8 @@ def validate(
     from ..engine.validation import validate_run
 
     folder = read_run(run_dir)
-    result = validate_run(folder.records, folder.steps, folder.scenario)
+    result = validate_run(folder.records, folder.steps, folder.scenario, allow_poor_fit=allow_poor_fit,
+                          method="least_squares" if least_squares else "huber")
     if as_json:
         emit_json(result.model_dump(mode="json"))
         return
@@ -119,11 +125,10 @@ def print_validation(out: Console, result: Any) -> None:
     """Print a validation as tables."""
     fit = result.fit
     m = fit.model
-    r2 = "-" if fit.r2 is None else f"{fit.r2:.3f}"
-    mape = "-" if fit.mean_abs_pct_error is None else f"{fit.mean_abs_pct_error:.1%}"
-    out.print(f"step model fitted to {fit.steps} steps: base {fmt(m.base_s)} s + {fmt(m.per_prefill_token_s)} s/prefill "
-              f"token + {fmt(m.per_decode_seq_s)} s/decoding seq + {fmt(m.per_kv_token_s)} s/KV token read "
-              f"(R² {r2}, mean abs error {mape})")
+    out.print(f"{safe_markup(fit.summary)}: base {fmt(m.base_s)} s + {fmt(m.per_prefill_token_s)} s/prefill token + "
+              f"{fmt(m.per_prefill_seq_s)} s/prefilling seq + {fmt(m.per_decode_seq_s)} s/decoding seq + "
+              f"{fmt(m.per_kv_token_s)} s/KV token read; arrival lag {fmt(m.arrival_lag_s)} s, tokens out "
+              f"{fmt(m.emit_lead_s)} s before a step ends")
     t = Table(title=f"Measured vs simulated (target within {result.target_rel_error:.0%})")
     for col in ("metric", "measured s", "simulated s", "rel. error", "ok"):
         t.add_column(col, justify="left" if col == "metric" else "right")

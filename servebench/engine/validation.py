@@ -3,8 +3,14 @@ simulate the same scenario with it, and compare p50/p95 of TTFT, request TPOT an
 
 The simulated server is the one the engine is: the same scheduler limits, the same workload
 drawn from the same seed, prompts computed inside the batched step (``prefill_lane: shared``).
-The target is a relative error within 10% below saturation; above it, small differences in
-step time compound through the queue and the comparison says so instead of passing.
+Besides the step time, ``fit_trace`` measures what happens around the steps, from the run's own
+trace and records: the arrival lag (a request that arrives at an idle engine is admitted this
+long after its arrival: the arrival thread's wake-up and the engine's) and the emit lead (tokens
+come out when the model finishes, before the step's bookkeeping and the next plan).
+
+The target is a relative error within 5% below saturation; above it, small differences in
+step time compound through the queue and the comparison says so instead of passing. A fit too
+poor to predict from (``stepmodel.judge``) is refused unless ``allow_poor_fit``.
 """
 
 from __future__ import annotations
@@ -20,12 +26,13 @@ from ..percentiles import percentile
 from ..records import STATUSES, RecordTable
 from ..scenario import Scenario, StepModelSpec
 from ..simulate import simulate
-from ..stepmodel import StepFit, fit_step_model
+from ..stepmodel import FitMethod, StepFit, fit_step_model, require_usable
 from ..summary import metric_values
 
 METRICS: tuple[str, ...] = ("ttft", "tpot", "latency")
 QUANTILES: tuple[int, ...] = (50, 95)
-TARGET_REL_ERROR = 0.10
+TARGET_REL_ERROR = 0.05
+MIN_IDLE_ARRIVALS = 5  # arrivals at an idle engine needed to measure the arrival lag
 SATURATED_QUEUE_SHARE = 0.2  # share of busy time with requests waiting above which a run is saturated
 SPEED_WINDOW_S = 0.5  # window over which measured step time is compared with the fitted model
 
@@ -59,11 +66,17 @@ class Validation(BaseModel):
     max_abs_rel_error: float | None
     target_rel_error: float = TARGET_REL_ERROR
     passed: bool | None = Field(description="Every comparison within target (None when saturated: not judged).")
+    fit_summary: str = Field("", description="The fit's quality in one line, shown beside the prediction.")
     notes: list[str] = Field(default_factory=list)
 
 
-def fit_trace(steps: Sequence[Mapping[str, Any]]) -> StepFit:
-    """Fit the step model to a timing run's step trace (rows of ``servebench run``'s steps.jsonl)."""
+def fit_trace(steps: Sequence[Mapping[str, Any]], records: RecordTable | None = None, *,
+              method: FitMethod = "huber") -> StepFit:
+    """Fit the step model to a timing run's step trace (rows of ``servebench run``'s steps.jsonl).
+
+    With the run's ``records`` the arrival lag is measured too; the emit lead needs the trace's
+    ``compute_start`` (written since the trace has it; older traces leave both at 0).
+    """
     if not steps:
         raise ConfigError("the step trace is empty: the run computed nothing")
     try:
@@ -76,14 +89,49 @@ def fit_trace(steps: Sequence[Mapping[str, Any]]) -> StepFit:
     except KeyError as exc:
         raise ConfigError(f"step trace rows need duration_s, prefill_tokens, decode_seqs and kv_tokens; "
                           f"missing {exc.args[0]!r}") from None
-    return fit_step_model(cols)
+    if all(r.get("prefill_seqs") is not None for r in steps):
+        cols["prefill_seqs"] = [float(r["prefill_seqs"]) for r in steps]
+    fit = fit_step_model(cols, method=method)
+    timing = {"emit_lead_s": emit_lead_s(steps) or 0.0}
+    if records is not None:
+        timing["arrival_lag_s"] = arrival_lag_s(records, steps) or 0.0
+    fit.model = fit.model.model_copy(update=timing)
+    return fit
+
+
+def emit_lead_s(steps: Sequence[Mapping[str, Any]]) -> float | None:
+    """Return the median time from the model finishing a step to the step's end (None: not traced)."""
+    trailing = [float(r["start"]) + float(r["duration_s"]) - float(r["compute_start"]) - float(r["compute_s"])
+                for r in steps if r.get("compute_start") is not None and r.get("compute_s") is not None]
+    if not trailing:
+        return None
+    return max(0.0, float(np.median(trailing)))
+
+
+def idle_arrival_lags(records: RecordTable, steps: Sequence[Mapping[str, Any]]) -> np.ndarray:
+    """Return admitted - start of the requests that arrived while the engine was idle (no step running)."""
+    start = np.array([float(r["start"]) for r in steps])
+    end = start + np.array([float(r["duration_s"]) for r in steps])
+    order = np.argsort(start, kind="stable")
+    start, end = start[order], np.maximum.accumulate(end[order])
+    ok = np.isfinite(records.admitted)
+    arrival, admitted = records.start[ok], records.admitted[ok]
+    i = np.searchsorted(start, arrival, side="right") - 1
+    busy = (i >= 0) & (end[np.maximum(i, 0)] > arrival)
+    return admitted[~busy] - arrival[~busy]
+
+
+def arrival_lag_s(records: RecordTable, steps: Sequence[Mapping[str, Any]]) -> float | None:
+    """Return the median lag from arrival to admission at an idle engine (None: too few idle arrivals)."""
+    lags = idle_arrival_lags(records, steps)
+    if lags.size < MIN_IDLE_ARRIVALS:
+        return None
+    return max(0.0, float(np.median(lags)))
 
 
 def simulation_scenario(scenario: Scenario, fit: StepFit) -> Scenario:
     """Return the scenario as the engine ran it, timed by the fitted step model."""
-    m = fit.model
-    step_model = StepModelSpec(base_s=m.base_s, per_prefill_token_s=m.per_prefill_token_s,
-                               per_decode_seq_s=m.per_decode_seq_s, per_kv_token_s=m.per_kv_token_s)
+    step_model = StepModelSpec(**fit.model.model_dump())
     server = scenario.server.model_copy(update={"prefill_lane": "shared"})
     return scenario.model_copy(update={"step_model": step_model, "server": server})
 
@@ -105,8 +153,8 @@ def speed_ratios(steps: Sequence[Mapping[str, Any]], fit: StepFit,
     m = fit.model
     start = np.array([float(r["start"]) for r in steps])
     measured = np.array([float(r["duration_s"]) for r in steps])
-    predicted = np.array([m.step_s(int(r["prefill_tokens"]), int(r["decode_seqs"]), int(r["kv_tokens"]))
-                          for r in steps])
+    predicted = np.array([m.step_s(int(r["prefill_tokens"]), int(r["decode_seqs"]), int(r["kv_tokens"]),
+                                   int(r.get("prefill_seqs") or 0)) for r in steps])
     window = np.floor(start / window_s).astype(np.int64)
     window -= window.min(initial=0)
     num = np.bincount(window, weights=measured)
@@ -133,9 +181,11 @@ def compare(measured: RecordTable, simulated: RecordTable) -> list[MetricCompari
     return out
 
 
-def validate_run(records: RecordTable, steps: Sequence[Mapping[str, Any]], scenario: Scenario) -> Validation:
-    """Fit, simulate and compare; see the module docstring."""
-    fit = fit_trace(steps)
+def validate_run(records: RecordTable, steps: Sequence[Mapping[str, Any]], scenario: Scenario, *,
+                 allow_poor_fit: bool = False, method: FitMethod = "huber") -> Validation:
+    """Fit, simulate and compare; see the module docstring. Raises ``PoorFitError`` on a poor fit."""
+    fit = fit_trace(steps, records, method=method)
+    require_usable(fit, allow_poor_fit=allow_poor_fit, what="the run's step trace")
     sim = simulate(simulation_scenario(scenario, fit))
     comparisons = compare(records, sim.records)
     measured_status = _status_counts(records)
@@ -151,6 +201,12 @@ def validate_run(records: RecordTable, steps: Sequence[Mapping[str, Any]], scena
         notes.append(f"the machine's speed drifted during the run: over {SPEED_WINDOW_S:g} s windows, measured step "
                      f"time ran from {lo:.2f}x to {hi:.2f}x of the fitted model (5th to 95th percentile); "
                      "the tails of a shared or throttled machine cannot be replayed by a fitted model")
+    if fit.quality is not None and not fit.quality.usable:
+        notes.append(f"predicted from a poor fit (--allow-poor-fit): {fit.quality.reason}")
+    if fit.excess_share is not None and fit.excess_share > 0.05:
+        notes.append(f"steps took {fit.excess_share:.0%} longer in total than the robust fit predicts: time the fit "
+                     "leaves to slow outliers (another process on the machine), so the run's tails exceed the "
+                     "simulation's")
     if scenario.server.prefill_lane != "shared":
         notes.append("the scenario asks for a separate prefill lane; the engine computes prompts inside the "
                      "batched step, so the simulation uses prefill_lane: shared")
@@ -160,4 +216,4 @@ def validate_run(records: RecordTable, steps: Sequence[Mapping[str, Any]], scena
                       simulated_status=sim.status_counts(), queue_share=share, speed_ratio_p5=lo,
                       speed_ratio_p95=hi, saturated=saturated,
                       saturation_evidence=evidence, max_abs_rel_error=max(errors) if errors else None,
-                      passed=passed, notes=notes)
+                      passed=passed, fit_summary=fit.summary, notes=notes)
