@@ -43,20 +43,21 @@ MSG_ADMITTED = "Invalid admission time"
 MSG_FIRST_TOKEN = "Invalid first token time"  # on a non-success that has one
 MSG_OUTPUT = "Invalid output tokens"
 MSG_PROMPT = "Invalid prompt tokens"
+MSG_CACHED = "Invalid cached prompt tokens"
 MSG_TEXT = "Invalid text field"
 MSG_EXTRA = "Invalid extra field"
 NO_EXTRA: Mapping[str, Any] = MappingProxyType({})  # no columns beyond the schema
 
 FIELDS: tuple[str, ...] = (
     "request_id", "start", "admitted", "first_token", "end", "status",
-    "prompt_tokens", "output_tokens", "slice", "error",
+    "prompt_tokens", "output_tokens", "slice", "error", "cached_prompt_tokens",
 )
 ALIASES: dict[str, str] = {
     "firstToken": "first_token", "outputTokens": "output_tokens", "requestId": "request_id",
-    "promptTokens": "prompt_tokens", "id": "request_id",
+    "promptTokens": "prompt_tokens", "id": "request_id", "cachedPromptTokens": "cached_prompt_tokens",
 }
 FLOAT_FIELDS = ("start", "end", "first_token", "admitted")
-INT_FIELDS = ("output_tokens", "prompt_tokens")
+INT_FIELDS = ("output_tokens", "prompt_tokens", "cached_prompt_tokens")
 TEXT_FIELDS = ("request_id", "slice", "error")
 
 
@@ -100,6 +101,9 @@ class TimingRecord(BaseModel):
         None, alias="tokenCounts",
         description="Tokens each arrival in token_times carried (each at least 1; same length; on success they "
                     "sum to output_tokens). Absent: one token per arrival.")
+    cached_prompt_tokens: StrictInt | None = Field(
+        None, alias="cachedPromptTokens", ge=0,
+        description="Prompt tokens served from the server's prefix cache (at most prompt_tokens).")
 
     @model_validator(mode="after")
     def _check_order(self) -> "TimingRecord":
@@ -119,6 +123,9 @@ class TimingRecord(BaseModel):
                 raise ValueError(MSG_ADMITTED)
         if self.token_times is not None or self.token_counts is not None:
             _check_model_token_times(self)
+        if (self.cached_prompt_tokens is not None and self.prompt_tokens is not None
+                and self.cached_prompt_tokens > self.prompt_tokens):
+            raise ValueError(MSG_CACHED)
         return self
 
 
@@ -558,6 +565,16 @@ class RecordTable:
     token_counts: pa.Array | None = None
     # columns the schema does not know (gpu, model), by name: Arrow arrays as read
     extra: Mapping[str, Any] = dataclass_field(default_factory=lambda: NO_EXTRA)
+    cached_prompt_tokens: np.ndarray = None  # type: ignore[assignment]  # -1 where absent; from_columns fills it
+
+    def __post_init__(self) -> None:
+        if self.cached_prompt_tokens is None:  # tables built before the field existed, or without it
+            object.__setattr__(self, "cached_prompt_tokens", np.full(self.start.size, -1, dtype=np.int64))
+
+    @property
+    def has_cached_prompt_tokens(self) -> bool:
+        """Return True when some record says how many prompt tokens the prefix cache served."""
+        return bool((self.cached_prompt_tokens >= 0).any())
 
     @classmethod
     def from_columns(cls, *, request_id: Any = None, slice: Any = None, error: Any = None,
@@ -668,6 +685,8 @@ class RecordTable:
                 rec["slice"] = slices[i]
             if errors[i] is not None:
                 rec["error"] = errors[i]
+            if self.cached_prompt_tokens[i] >= 0:
+                rec["cached_prompt_tokens"] = int(self.cached_prompt_tokens[i])
             for name, values in lists.items():
                 if values[i] is not None:
                     rec[name] = values[i]
@@ -689,6 +708,8 @@ class RecordTable:
             "slice": text_array(self.slice_arrow),
             "error": text_array(self.error_arrow),
         }
+        if self.has_cached_prompt_tokens:
+            cols["cached_prompt_tokens"] = pa.array(self.cached_prompt_tokens, mask=self.cached_prompt_tokens < 0)
         if self.token_times is not None:
             cols["token_times"] = self.token_times
         if self.token_counts is not None:
@@ -701,7 +722,8 @@ def _json_value(value: Any) -> Any:
     return value if value is None or isinstance(value, (str, int, float, bool)) else str(value)
 
 
-_NUMERIC_FIELDS = ("start", "end", "status", "first_token", "output_tokens", "admitted", "prompt_tokens")
+_NUMERIC_FIELDS = ("start", "end", "status", "first_token", "output_tokens", "admitted", "prompt_tokens",
+                   "cached_prompt_tokens")
 
 
 @dataclass(frozen=True)
@@ -753,11 +775,15 @@ def first_violation(rows: ParsedRows, window_start: float, window_end: float,
         adm_bad = adm.present & (adm.bad | ~np.isfinite(a) | (a < s) | (a > upper))
         prompt = c["prompt_tokens"]
         prompt_bad = prompt.present & (prompt.bad | (prompt.values < 0))
+        cached = c["cached_prompt_tokens"]
+        cached_bad = cached.present & (cached.bad | (cached.values < 0)
+                                       | (prompt.present & ~prompt_bad & (cached.values > prompt.values)))
         text_bad = c["request_id"].bad | c["slice"].bad | c["error"].bad
     if not optional_rules:
         nonsuccess_ft_bad = nonsuccess_out_bad = adm_bad = prompt_bad = text_bad = np.zeros(rows.n, dtype=bool)
+        cached_bad = prompt_bad
     any_bad = (rows.not_object | times_bad | status_bad | ft_bad | out_bad | nonsuccess_ft_bad
-               | nonsuccess_out_bad | adm_bad | prompt_bad | text_bad)
+               | nonsuccess_out_bad | adm_bad | prompt_bad | text_bad | cached_bad)
     tokens = _token_rules(rows, codes) if optional_rules and rows.lists else None
     if tokens is not None:
         any_bad = any_bad | tokens.bad
@@ -801,6 +827,9 @@ def first_violation(rows: ParsedRows, window_start: float, window_end: float,
             v = c[name].raw(i)
             what = "valid Unicode text (a lone surrogate)" if isinstance(v, str) else "text"
             return Violation(i, name, MSG_TEXT, f"{show(c[name])} is not {what}"), codes
+    if cached_bad[i]:
+        bound = (f"between 0 and prompt_tokens {shown(prompt.values[i])}" if prompt.present[i] else "at least 0")
+        return Violation(i, "cached_prompt_tokens", MSG_CACHED, _int_detail(cached, i, bound)), codes
     if tokens is not None and tokens.bad[i]:
         field, message, detail = tokens.explain(i)
         return Violation(i, field, message, detail), codes
@@ -863,6 +892,7 @@ def build_table(rows: ParsedRows, codes: np.ndarray) -> RecordTable:
         output_tokens=c["output_tokens"].values,
         admitted=c["admitted"].values,
         prompt_tokens=c["prompt_tokens"].values,
+        cached_prompt_tokens=c["cached_prompt_tokens"].values,
         request_id=c["request_id"].values,
         slice=c["slice"].values,
         error=c["error"].values,

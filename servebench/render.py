@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .safetext import safe_markup
-from .summary import Distribution, Report
+from .summary import Distribution, PrefixCacheReport, Report
 
 user_text = safe_markup  # every user-supplied string in a table or line goes through this
 
@@ -129,6 +129,8 @@ def print_report(console: Console, report: Report, unavailable: frozenset[str] =
                  f"{report.active_requests.share_of_window_at_peak:.1%}",
                  str(ins.peak) if ins else "-", f"{ins.share_of_window_at_peak:.1%}" if ins else "-")
     console.print(work)
+    if report.prefix_cache is not None:
+        print_prefix_cache(console, report.prefix_cache)
     if report.slo is not None:
         s = report.slo
         console.print(f"SLO {s.slo.model_dump(exclude_none=True)}: {s.good_requests} good requests, "
@@ -139,3 +141,15 @@ def print_report(console: Console, report: Report, unavailable: frozenset[str] =
     for name, sub in report.slices.items():
         title = f"Slice '{name}'" if slice_by is None else f"{slice_by} = '{name}'"
         console.print(summary_table(sub.summary, title=user_text(title)))
+
+
+def print_prefix_cache(console: Console, pc: PrefixCacheReport) -> None:
+    """Print the prefix-cache section: hit rate, TTFT and prefill with and without a hit, prefill saved."""
+    rate = "-" if pc.token_hit_rate is None else f"{pc.token_hit_rate:.1%}"
+    saved = "-" if pc.estimated_prefill_saved_s is None else f"{fmt(pc.estimated_prefill_saved_s)} s"
+    console.print(f"[bold]Prefix cache[/]: {pc.cached_prompt_tokens:,} of {pc.prompt_tokens:,} prompt tokens "
+                  f"from the cache (token hit rate {rate}); {pc.requests_with_hit:,} of {pc.requests:,} requests "
+                  f"had a hit; estimated prefill saved {saved}")
+    console.print(distribution_table({"ttft_hit_s": pc.ttft_hit_s, "ttft_miss_s": pc.ttft_miss_s,
+                                      "prefill_hit_s": pc.prefill_hit_s, "prefill_miss_s": pc.prefill_miss_s},
+                                     "Prefix cache: requests with and without a hit (successes)"))

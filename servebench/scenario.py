@@ -52,6 +52,8 @@ class ServerSpec(BaseModel):
         "shared", description="shared: prompts are computed inside the batched step (continuous batching); "
                               "separate: each whole prefill runs beside the decode batch (the spec's flat timings; "
                               "max_num_batched_tokens does not apply).")
+    prefix_caching: bool = Field(False, description="Reuse cached full prompt blocks shared with earlier requests "
+                                                    "(vLLM's automatic prefix caching); off by default.")
 
     @model_validator(mode="after")
     def _check(self) -> "ServerSpec":
@@ -75,7 +77,8 @@ class ServerSpec(BaseModel):
         return SchedulerConfig(
             kv_budget_tokens=self.budget_tokens(), policy=self.policy, max_num_seqs=self.max_num_seqs,
             max_num_batched_tokens=self.max_num_batched_tokens, chunked_prefill=self.chunked_prefill,
-            max_waiting=self.max_waiting, block_size_tokens=self.block_size_tokens, timeout_s=self.timeout_s)
+            max_waiting=self.max_waiting, block_size_tokens=self.block_size_tokens, timeout_s=self.timeout_s,
+            prefix_caching=self.prefix_caching)
 
 
 class FlatStep(BaseModel):

@@ -57,6 +57,18 @@ Semantics:
   callers with separate prefill and decode lanes. State for traces and event loops:
   ``num_waiting``, ``num_running``, ``kv_tokens_used`` (reserved or whole blocks),
   ``kv_tokens_held`` (KV actually computed), ``has_work``, ``next_deadline()``.
+* Prefix caching (``prefix_caching=True``; see :mod:`servebench.prefix_cache`): a request whose
+  ``content`` gives block keys reuses, at admission, the longest run of cached full prompt blocks
+  from its start (at most all but its last prompt token); only the rest is prefilled, and
+  ``Outcome.cached_prompt_tokens`` says how many tokens it reused (at the admission whose prefill
+  gave its first token). Each full prompt block it computes is cached when its chunk is
+  committed. A cached block is counted once however many requests hold it: under ``paged`` as
+  one block, under ``reserve`` as ``block_size_tokens`` tokens outside any request's
+  reservation (a request reserves its uncached prompt plus its output cap). Blocks no running
+  request holds stay cached, counted as free in ``kv_tokens_used``, until admission or growth
+  needs their space: then the least recently released are evicted. With ``block_events=True``
+  the scheduler lists what the engine must mirror in its physical cache: ``registered`` (request
+  id, block index, key) and ``evicted`` (key, payload); the caller drains both after each call.
 """
 
 from __future__ import annotations
@@ -69,6 +81,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .errors import ConfigError
+from .prefix_cache import PrefixCache, PromptContent
 from .records import record_dict
 
 Policy = Literal["reserve", "paged"]
@@ -94,6 +107,7 @@ class SchedulerConfig:
     max_waiting: int | None = None  # bounded waiting queue (>= 1); None: unbounded
     block_size_tokens: int = 16
     timeout_s: float | None = None  # default deadline after arrival; None: none
+    prefix_caching: bool = False  # reuse cached full prompt blocks (see the module docstring)
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -132,6 +146,7 @@ class Request:
     output_tokens: int | None = None  # tokens it will generate (>= 1; simulation); None: until the cap or EOS
     timeout_s: float | None = None  # deadline after arrival; None: the config's
     slice: str | None = None
+    content: PromptContent | None = None  # the prompt's block keys, for prefix caching; None: never cached
 
 
 @dataclass(frozen=True)
@@ -149,13 +164,14 @@ class Outcome:
     slice: str | None
     error: str | None
     preemptions: int = 0
+    cached_prompt_tokens: int | None = None  # prompt tokens reused from the prefix cache; None: caching off or never admitted
 
     def to_record(self) -> dict[str, Any]:
         """Return the canonical record dict, leaving out absent optional fields."""
         return record_dict(request_id=self.request_id, start=self.start, admitted=self.admitted,
                            first_token=self.first_token, end=self.end, status=self.status,
                            prompt_tokens=self.prompt_tokens, output_tokens=self.output_tokens,
-                           slice=self.slice, error=self.error)
+                           slice=self.slice, error=self.error, cached_prompt_tokens=self.cached_prompt_tokens)
 
 
 @dataclass
@@ -174,6 +190,7 @@ class StepPlan:
     running: int = 0  # running sequences (in flight or not) after this step's admissions
     steps: int = 1  # identical decode steps this plan stands for (see Scheduler.extend)
     max_steps: int | None = None  # set by Scheduler.max_decode_steps
+    cached: dict[str, int] = field(default_factory=dict)  # admitted id -> prompt tokens reused from the cache
 
     @property
     def prefill_tokens(self) -> int:
@@ -195,14 +212,16 @@ class StepPlan:
         return StepPlan(self.now_s, [r for r in self.admitted if r in request_ids],
                         [(r, n) for r, n in self.prefill if r in request_ids],
                         [r for r in self.decode if r in request_ids], [], [], self.kv_tokens_used,
-                        self.kv_tokens_read, self.waiting, self.running, self.steps)
+                        self.kv_tokens_read, self.waiting, self.running, self.steps,
+                        cached={r: n for r, n in self.cached.items() if r in request_ids})
 
 
 class _Seq:
     """A request's mutable state inside the scheduler."""
 
     __slots__ = ("req", "target", "deadline", "computed", "generated", "decoding", "admitted_s",
-                 "first_token_s", "blocks", "reserved", "preemptions", "in_flight", "running", "alive", "key")
+                 "first_token_s", "blocks", "reserved", "preemptions", "in_flight", "running", "alive", "key",
+                 "keys", "shared", "cached_tokens", "registering")
 
     def __init__(self, req: Request, target: int, deadline: float, key: int) -> None:
         self.req = req
@@ -214,18 +233,22 @@ class _Seq:
         self.decoding = False
         self.admitted_s: float | None = None
         self.first_token_s: float | None = None
-        self.blocks = 0
-        self.reserved = 0
+        self.blocks = 0  # blocks it holds alone (paged)
+        self.reserved = 0  # tokens it reserves alone (reserve)
         self.preemptions = 0
         self.in_flight = False
         self.running = False
         self.alive = True
+        self.keys: list[int] | None = None  # its full prompt blocks' keys (prefix caching), made at first admission try
+        self.shared = 0  # leading prompt blocks it holds in the prefix cache
+        self.cached_tokens: int | None = None  # prompt tokens reused at the admission that gives the first token
+        self.registering = True  # False once a block it computed was cached already by another request
 
 
 class Scheduler:
     """Continuous-batching scheduler: see the module docstring for the protocol."""
 
-    def __init__(self, config: SchedulerConfig) -> None:
+    def __init__(self, config: SchedulerConfig, *, block_events: bool = False) -> None:
         self.config = config
         self._seqs: dict[str, _Seq] = {}
         self._waiting: deque[_Seq] = deque()
@@ -234,7 +257,12 @@ class Scheduler:
         self._counter = 0
         self._free_blocks = config.num_blocks
         self._reserved_tokens = 0
-        self._held_tokens = 0  # tokens whose KV is computed, over running sequences
+        self._held_tokens = 0  # tokens whose KV is computed, over running sequences (outside the prefix cache)
+        self.cache: PrefixCache | None = PrefixCache() if config.prefix_caching else None
+        self.block_events = block_events
+        self.registered: list[tuple[str, int, int]] = []  # (request id, block index, key) newly cached
+        self.evicted: list[tuple[int, Any]] = []  # (key, payload) evicted from the prefix cache
+        self.evictions = 0  # blocks evicted from the prefix cache so far
 
     # ------------------------------------------------------------------ state
     @property
@@ -250,14 +278,27 @@ class Scheduler:
     @property
     def kv_tokens_used(self) -> int:
         """Return KV tokens taken: reserved (reserve) or held in whole blocks (paged)."""
+        bs = self.config.block_size_tokens
         if self.config.policy == "reserve":
-            return self._reserved_tokens
-        return (self.config.num_blocks - self._free_blocks) * self.config.block_size_tokens
+            return self._reserved_tokens + self._held_cache_blocks() * bs
+        return (self.config.num_blocks - self._free_blocks - self._num_evictable()) * bs
 
     @property
     def kv_tokens_held(self) -> int:
         """Return tokens whose KV is computed and kept (less than ``kv_tokens_used`` by what is reserved or rounded)."""
-        return self._held_tokens
+        return self._held_tokens + self._held_cache_blocks() * self.config.block_size_tokens
+
+    @property
+    def kv_tokens_cached(self) -> int:
+        """Return tokens in prefix-cache blocks, held or not (0 with caching off)."""
+        return 0 if self.cache is None else self.cache.num_cached * self.config.block_size_tokens
+
+    def _num_evictable(self) -> int:
+        return 0 if self.cache is None else self.cache.num_evictable
+
+    def _held_cache_blocks(self) -> int:
+        c = self.cache
+        return 0 if c is None else c.num_cached - c.num_evictable
 
     @property
     def has_work(self) -> bool:
@@ -344,14 +385,19 @@ class Scheduler:
         del self._seqs[seq.req.request_id]
         req = seq.req
         return Outcome(req.request_id, req.arrival_s, seq.admitted_s, seq.first_token_s, now, status,
-                       req.prompt_tokens, seq.generated, req.slice, error, seq.preemptions)
+                       req.prompt_tokens, seq.generated, req.slice, error, seq.preemptions, seq.cached_tokens)
 
     def _release(self, seq: _Seq) -> None:
-        self._held_tokens -= seq.computed
+        bs = self.config.block_size_tokens
+        self._held_tokens -= seq.computed - seq.shared * bs
         self._free_blocks += seq.blocks
         seq.blocks = 0
         self._reserved_tokens -= seq.reserved
         seq.reserved = 0
+        if seq.shared:
+            assert self.cache is not None and seq.keys is not None
+            self.cache.release(seq.keys[:seq.shared])
+            seq.shared = 0
 
     # ------------------------------------------------------------------ scheduling
     def step(self, now: float, *, prefill: bool = True, decode: bool = True) -> StepPlan:
@@ -381,7 +427,7 @@ class Scheduler:
                 if chunk == 0:
                     continue
             if paged:
-                need = -(-(seq.computed + chunk) // bs) - seq.blocks
+                need = -(-(seq.computed + chunk) // bs) - seq.blocks - seq.shared
                 if need > 0:
                     if not self._make_room(need, seq, plan):
                         starved = True
@@ -404,7 +450,10 @@ class Scheduler:
 
     def _chunk(self, seq: _Seq, budget: float) -> int:
         """Return the prefill tokens ``seq`` can compute in a step with ``budget`` tokens left."""
-        left = seq.req.prompt_tokens + seq.generated - seq.computed
+        return self._chunk_of(seq.req.prompt_tokens + seq.generated - seq.computed, budget)
+
+    def _chunk_of(self, left: int, budget: float) -> int:
+        """Return the prefill tokens of ``left`` to compute that fit a step with ``budget`` tokens left."""
         if left <= budget:
             return left
         cap = self.config.max_num_batched_tokens
@@ -418,26 +467,39 @@ class Scheduler:
         paged = cfg.policy == "paged"
         bs = cfg.block_size_tokens
         waiting = self._waiting
+        cache = self.cache
         while waiting and len(self._running) < cfg.max_num_seqs:
             seq = waiting[0]
-            chunk = self._chunk(seq, budget)
             total = seq.req.prompt_tokens + seq.generated
-            if chunk == 0 and total > 0:
+            hit = 0 if cache is None else self._lookup(seq, total)
+            left = total - hit * bs
+            chunk = self._chunk_of(left, budget)
+            if chunk == 0 and left > 0:
                 break
+            reused = cache.unheld(seq.keys[:hit]) if hit else 0  # type: ignore[union-attr, index]
             if paged:
                 need = -(-chunk // bs)
-                if need > self._free_blocks:
+                if need > self._free_blocks + self._num_evictable() - reused:
                     break
             else:
-                need = seq.req.prompt_tokens + seq.req.max_output_tokens
-                if need > cfg.kv_budget_tokens - self._reserved_tokens:
+                need = seq.req.prompt_tokens + seq.req.max_output_tokens - hit * bs
+                cached = 0 if cache is None else cache.num_cached - cache.num_evictable + reused
+                if need > cfg.kv_budget_tokens - self._reserved_tokens - cached * bs:
                     break
             waiting.popleft()
+            if cache is not None:
+                if hit:
+                    cache.acquire(seq.keys[:hit])  # type: ignore[index]
+                    seq.shared = hit
+                    seq.computed = hit * bs
+                seq.registering = True
+                if seq.first_token_s is None:
+                    seq.cached_tokens = hit * bs
+                plan.cached[seq.req.request_id] = hit * bs
             if paged:
                 self._alloc(seq, need)
             else:
-                seq.reserved = need
-                self._reserved_tokens += need
+                self._reserve(seq, need)
             seq.running = True
             self._running.append(seq)
             if seq.admitted_s is None:
@@ -448,14 +510,69 @@ class Scheduler:
             budget -= chunk
         return budget
 
+    def _lookup(self, seq: _Seq, total: int) -> int:
+        """Return the leading prompt blocks of ``seq`` cached now (leaving at least one token to compute)."""
+        bs = self.config.block_size_tokens
+        if seq.keys is None:
+            content = seq.req.content
+            seq.keys = [] if content is None else content.block_keys(bs)[:seq.req.prompt_tokens // bs]
+        if not seq.keys or total < 1:
+            return 0
+        assert self.cache is not None
+        return self.cache.match(seq.keys, (total - 1) // bs)
+
+    def _reserve(self, seq: _Seq, tokens: int) -> None:
+        """Reserve ``tokens`` for ``seq`` (reserve policy), evicting unheld cached blocks if the budget needs it."""
+        if self.cache is not None:
+            bs = self.config.block_size_tokens
+            over = self._reserved_tokens + tokens + self.cache.num_cached * bs - self.config.kv_budget_tokens
+            if over > 0:
+                self._evict(-(-over // bs))
+        seq.reserved = tokens
+        self._reserved_tokens += tokens
+
     def _alloc(self, seq: _Seq, blocks: int) -> None:
         if blocks > 0:
+            if blocks > self._free_blocks:
+                self._evict(blocks - self._free_blocks)
             seq.blocks += blocks
             self._free_blocks -= blocks
 
+    def _evict(self, blocks: int) -> None:
+        """Evict ``blocks`` unheld cached blocks, least recently released first (their space becomes free)."""
+        assert self.cache is not None
+        gone = self.cache.evict(blocks)
+        self.evictions += blocks
+        if self.config.policy == "paged":
+            self._free_blocks += blocks
+        if self.block_events:
+            self.evicted.extend(gone)
+
+    def _register(self, seq: _Seq) -> None:
+        """Cache the full prompt blocks ``seq`` has computed beyond those it holds in the cache already."""
+        cache, keys, bs = self.cache, seq.keys, self.config.block_size_tokens
+        assert cache is not None and keys is not None
+        full = min(min(seq.computed, seq.req.prompt_tokens) // bs, len(keys))
+        added = 0
+        for j in range(seq.shared, full):
+            if not cache.insert(keys[j]):
+                seq.registering = False  # another request computed it first: keep ours private from here
+                break
+            added += 1
+            if self.block_events:
+                self.registered.append((seq.req.request_id, j, keys[j]))
+        if added:
+            seq.shared += added
+            self._held_tokens -= added * bs
+            if self.config.policy == "paged":
+                seq.blocks -= added
+            else:
+                seq.reserved -= added * bs
+                self._reserved_tokens -= added * bs
+
     def _make_room(self, need: int, seq: _Seq, plan: StepPlan) -> bool:
-        """Preempt the newest running sequences not in flight until ``need`` blocks are free."""
-        while self._free_blocks < need:
+        """Preempt the newest running sequences not in flight until ``need`` blocks are free (or evictable)."""
+        while self._free_blocks + self._num_evictable() < need:
             victim = None
             for cand in reversed(self._running):
                 if not cand.in_flight:
@@ -499,6 +616,8 @@ class Scheduler:
             seq.in_flight = False
             seq.computed += chunk
             self._held_tokens += chunk
+            if seq.registering and self.cache is not None and seq.keys:
+                self._register(seq)
             if seq.computed >= seq.req.prompt_tokens + seq.generated:
                 seq.decoding = True
                 seq.generated += 1
@@ -543,10 +662,10 @@ class Scheduler:
         if self.config.policy != "paged":
             return max(k, 1)
         bs = self.config.block_size_tokens
-        free = self._free_blocks
+        free = self._free_blocks + self._num_evictable()
 
         def extra(steps: int) -> int:
-            return sum(-(-(s.computed + steps) // bs) - s.blocks for s in seqs)
+            return sum(-(-(s.computed + steps) // bs) - s.blocks - s.shared for s in seqs)
 
         if extra(k) <= free:
             return max(k, 1)
@@ -572,9 +691,44 @@ class Scheduler:
             for rid in plan.decode:
                 seq = self._seqs.get(rid)
                 if seq is not None and seq.in_flight:
-                    self._alloc(seq, -(-(seq.computed + steps) // bs) - seq.blocks)
+                    self._alloc(seq, -(-(seq.computed + steps) // bs) - seq.blocks - seq.shared)
         plan.steps = steps
         plan.kv_tokens_used = self.kv_tokens_used
+
+    def check_accounting(self) -> None:
+        """Raise AssertionError if the KV accounting is inconsistent (for tests and debugging).
+
+        Each cached block is counted once: its references equal the running requests holding it,
+        and private blocks (or reservations) plus cached blocks never exceed the budget.
+        """
+        cfg, bs = self.config, self.config.block_size_tokens
+        running = self._running
+        cached = 0 if self.cache is None else self.cache.num_cached
+        if self.cache is not None:
+            held: dict[int, int] = {}
+            for seq in running:
+                for k in (seq.keys or [])[:seq.shared]:
+                    held[k] = held.get(k, 0) + 1
+            self.cache.check(held)
+        if any(seq.shared for seq in self._waiting):
+            raise AssertionError("a waiting request holds cached blocks")
+        if cfg.policy == "paged":
+            private = sum(seq.blocks for seq in running)
+            if any(seq.blocks for seq in self._waiting):
+                raise AssertionError("a waiting request holds KV blocks")
+            if private + cached + self._free_blocks != cfg.num_blocks:
+                raise AssertionError(f"blocks: {private} private + {cached} cached + {self._free_blocks} free "
+                                     f"!= {cfg.num_blocks}")
+        else:
+            if self._reserved_tokens != sum(seq.reserved for seq in running):
+                raise AssertionError("reserved tokens differ from the running requests' reservations")
+            if self._reserved_tokens + cached * bs > cfg.kv_budget_tokens:
+                raise AssertionError(f"KV over budget: {self._reserved_tokens} reserved + {cached} cached blocks "
+                                     f"> {cfg.kv_budget_tokens} tokens")
+        if self.kv_tokens_used > cfg.kv_budget_tokens:
+            raise AssertionError(f"kv_tokens_used {self.kv_tokens_used} > budget {cfg.kv_budget_tokens}")
+        if self._held_tokens != sum(seq.computed - seq.shared * bs for seq in running):
+            raise AssertionError("held tokens differ from the running requests' computed tokens")
 
     def snapshot(self) -> dict[str, int]:
         """Return counts for a trace row: running, waiting, kv_tokens_used."""

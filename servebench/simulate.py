@@ -18,6 +18,11 @@ after it arrives (its record still starts at its arrival, so the lag is inside i
 step's tokens (first tokens, ends) are stamped ``emit_lead_s`` before the step ends, as the real
 engine emits them when the model finishes and then does its bookkeeping. Both default to 0.
 
+With ``prefix_caching`` on, each request carries its prompt's content (``Workload.prompt_contents``)
+so the scheduler can reuse cached blocks, and its record says how many prompt tokens it reused
+(``cached_prompt_tokens``). A conversation's later turns arrive when the previous turn ends plus
+its think time, whatever the previous turn's status.
+
 A request the scheduler drops while planning (preempted while the waiting queue is full: ``failed``,
 ``preempted_queue_full``) ends at that step's start, like any other terminal outcome.
 
@@ -104,6 +109,7 @@ class SimResult:
     engine_steps: int  # steps simulated (a decode run counts each of its steps)
     events: int  # heap events handled
     preemptions: int
+    prefix_evictions: int = 0  # prefix-cache blocks evicted to make room (caching on)
 
     def status_counts(self) -> dict[str, int]:
         """Return how many records ended in each status (every status present, 0 if none)."""
@@ -124,6 +130,7 @@ class _Recorder:
     status: np.ndarray = field(init=False)
     output: np.ndarray = field(init=False)
     error: np.ndarray = field(init=False)
+    cached: np.ndarray = field(init=False)
     preemptions: int = 0
 
     def __post_init__(self) -> None:
@@ -134,6 +141,7 @@ class _Recorder:
         self.status = np.full(self.n, -1, dtype=np.int8)
         self.output = np.full(self.n, -1, dtype=np.int64)
         self.error = np.full(self.n, None, dtype=object)
+        self.cached = np.full(self.n, -1, dtype=np.int64)
 
     def add(self, o: Outcome) -> int:
         i = int(o.request_id)
@@ -147,6 +155,8 @@ class _Recorder:
         self.status[i] = _STATUS_CODE[o.status]
         self.output[i] = o.output_tokens
         self.error[i] = o.error
+        if o.cached_prompt_tokens is not None:
+            self.cached[i] = o.cached_prompt_tokens
         self.preemptions += o.preemptions
         return i
 
@@ -190,6 +200,11 @@ def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workl
     cap = reqs.max_output_tokens.tolist()
     cls = reqs.class_index.tolist()
     names, class_timeouts = reqs.class_names, reqs.class_timeout_s
+    contents = reqs.prompt_contents() if config.prefix_caching else None
+    turns = reqs.has_turns and not closed
+    next_turn = reqs.next_turns().tolist() if turns else None
+    turn_think = reqs.turn_think_s.tolist() if turns else None  # type: ignore[union-attr]
+    firsts = np.flatnonzero(reqs.prev_turn < 0).tolist() if turns else range(n)  # type: ignore[operator]
     cancel = None if cancel_after_s is None else cancel_after_s.tolist()
     heap: list[tuple[float, int, int, int, Any]] = []
     counter = 0
@@ -215,7 +230,11 @@ def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workl
     def finish(outs: list[Outcome], now: float) -> None:
         nonlocal next_request
         for o in outs:
-            rec.add(o)
+            i = rec.add(o)
+            if next_turn is not None and next_turn[i] >= 0:  # the conversation's next turn, after think time
+                j = next_turn[i]
+                intended[j] = now + turn_think[j]  # type: ignore[index]
+                push(intended[j] + lag, PRIO_ARRIVAL, EV_ARRIVAL, j)
             if closed and next_request < n:
                 assert think is not None
                 intended[next_request] = now + think[next_request]
@@ -278,7 +297,8 @@ def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workl
         start = float(intended[i]) if lag else now  # the record starts at the arrival, not when it was seen
         rec.arrival[i] = start
         timeout = class_timeouts[cls[i]]
-        out = sched.add_request(Request(str(i), start, prompt[i], cap[i], output[i], timeout, names[cls[i]]), now)
+        out = sched.add_request(Request(str(i), start, prompt[i], cap[i], output[i], timeout, names[cls[i]],
+                                        None if contents is None else contents[i]), now)
         if out is not None:
             finish([out], now)
         elif cancel is not None and cancel[i] == cancel[i]:  # not NaN
@@ -292,8 +312,8 @@ def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workl
     elif n:
         arrivals = reqs.arrival_s.tolist()
         intended[:] = reqs.arrival_s
-        push(arrivals[0] + lag, PRIO_ARRIVAL, EV_ARRIVAL, 0)
-        next_request = 1
+        push(arrivals[firsts[0]] + lag, PRIO_ARRIVAL, EV_ARRIVAL, firsts[0])
+        next_request = 1  # position in firsts: the requests that arrive at drawn times
 
     while True:
         d = sched.next_deadline()
@@ -311,8 +331,8 @@ def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workl
                 if out is not None:
                     finish([out], now)
             else:
-                if not closed and next_request < n:
-                    push(arrivals[next_request] + lag, PRIO_ARRIVAL, EV_ARRIVAL, next_request)
+                if not closed and next_request < len(firsts) and payload == firsts[next_request - 1]:
+                    push(arrivals[firsts[next_request]] + lag, PRIO_ARRIVAL, EV_ARRIVAL, firsts[next_request])
                     next_request += 1
                 arrive(payload, now)
             kick(now)
@@ -330,10 +350,10 @@ def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workl
         admitted=rec.admitted, prompt_tokens=reqs.prompt_tokens.astype(np.int64),
         request_id=np.array([str(i) for i in range(n)], dtype=object),
         slice=np.array(names, dtype=object)[reqs.class_index] if n else np.array([], dtype=object),
-        error=rec.error, source=name)
+        error=rec.error, source=name, cached_prompt_tokens=rec.cached)
     end = float(rec.end.max()) if n else 0.0
     return SimResult(name, table, _trace(trace), 0.0, max(end, 0.0), config.kv_budget_tokens, engine_steps,
-                     events, rec.preemptions)
+                     events, rec.preemptions, sched.evictions)
 
 
 def _trace(rows: list[tuple[float, float, int, int, int, int, int, int, int, int, int, int]]) -> StepTrace:

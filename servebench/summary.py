@@ -234,6 +234,27 @@ class Concurrency(BaseModel):
     time_at_peak_s: float
 
 
+class PrefixCacheReport(BaseModel):
+    """What a prefix cache served, over the records that say (``cached_prompt_tokens``), and what it saved."""
+
+    model_config = ConfigDict(ser_json_inf_nan="strings")
+    requests: int = Field(description="Records with cached_prompt_tokens (requests the server admitted).")
+    prompt_tokens: int = Field(description="Prompt tokens of those records.")
+    cached_prompt_tokens: int = Field(description="Prompt tokens served from the cache, not computed.")
+    token_hit_rate: float | None = Field(description="cached_prompt_tokens / prompt_tokens; None with no prompt tokens.")
+    requests_with_hit: int = Field(description="Records that reused at least one cached token.")
+    ttft_hit_s: Distribution = Field(description="TTFT of successes with a hit.")
+    ttft_miss_s: Distribution = Field(description="TTFT of successes without a hit.")
+    prefill_hit_s: Distribution | None = Field(None, description="first_token - admitted, successes with a hit.")
+    prefill_miss_s: Distribution | None = Field(None, description="first_token - admitted, successes without a hit.")
+    prefill_s_per_prompt_token: float | None = Field(
+        None, description="Prefill seconds per computed prompt token: summed prefill of successes without a hit "
+                          "over their prompt tokens. None without such requests.")
+    estimated_prefill_saved_s: float | None = Field(
+        None, description="cached_prompt_tokens x prefill_s_per_prompt_token: compute the cache spared, "
+                          "an estimate that assumes prefill time grows linearly with prompt tokens.")
+
+
 class Report(BaseModel):
     """Everything servebench says about one set of records over one window."""
 
@@ -268,6 +289,8 @@ class Report(BaseModel):
     duplicate_request_ids: int
     duplicate_request_id_examples: list[str]
     records_without_request_id: int
+    prefix_cache: PrefixCacheReport | None = Field(
+        None, description="Prefix-cache hits and their effect; None when no record has cached_prompt_tokens.")
     slices: dict[str, "Report"] = Field(default_factory=dict)
 
 
@@ -300,12 +323,13 @@ class _Rows:
     prompt_tokens: np.ndarray
     error_code: np.ndarray  # int32 into the error names, -1 where absent
     missing_request_id: np.ndarray  # bool
+    cached_prompt_tokens: np.ndarray  # int64, -1 where absent
 
     @classmethod
     def of(cls, table: RecordTable, error_code: np.ndarray) -> "_Rows":
         """Take the table's columns as they are (views, no copies), with its error codes."""
         return cls(table.start, table.end, table.admitted, table.first_token, table.status, table.output_tokens,
-                   table.prompt_tokens, error_code, null_mask(table.request_id_arrow))
+                   table.prompt_tokens, error_code, null_mask(table.request_id_arrow), table.cached_prompt_tokens)
 
     def take(self, rows: np.ndarray) -> "_Rows":
         """Return the rows at these indices."""
@@ -467,4 +491,42 @@ def _report(rows: _Rows, *, source: str | None, window_start: float, window_end:
         in_service=in_service,
         duplicate_request_ids=0, duplicate_request_id_examples=[],
         records_without_request_id=int(np.count_nonzero(rows.missing_request_id)),
+        prefix_cache=_prefix_cache(rows, ok),
     )
+
+
+def _sorted_distribution(values: np.ndarray) -> Distribution:
+    values = np.sort(values)
+    return _distribution(values)
+
+
+def _prefix_cache(rows: _Rows, ok: np.ndarray) -> PrefixCacheReport | None:
+    """Return the prefix-cache section over records with ``cached_prompt_tokens``, or None if none has it."""
+    cached = rows.cached_prompt_tokens
+    has = cached >= 0
+    if not has.any():
+        return None
+    prompt = rows.prompt_tokens
+    with_prompt = has & (prompt >= 0)
+    prompt_total = token_sum(prompt[with_prompt])
+    cached_total = token_sum(cached[has])
+    hit = has & (cached > 0)
+    ok_hit, ok_miss = ok & hit, ok & has & (cached == 0)
+    ttft = rows.first_token - rows.start
+    adm = np.isfinite(rows.admitted)
+    prefill = rows.first_token - rows.admitted
+    prefill_hit = _sorted_distribution(prefill[ok_hit & adm]) if (ok_hit & adm).any() else None
+    miss_adm = ok_miss & adm
+    prefill_miss = _sorted_distribution(prefill[miss_adm]) if miss_adm.any() else None
+    per_token = saved = None
+    miss_tokens = token_sum(prompt[miss_adm & (prompt > 0)])
+    if miss_tokens > 0:
+        per_token = float(prefill[miss_adm & (prompt > 0)].sum()) / miss_tokens
+        saved = per_token * cached_total
+    return PrefixCacheReport(
+        requests=int(np.count_nonzero(has)), prompt_tokens=prompt_total, cached_prompt_tokens=cached_total,
+        token_hit_rate=token_sum(cached[with_prompt]) / prompt_total if prompt_total > 0 else None,
+        requests_with_hit=int(np.count_nonzero(hit)),
+        ttft_hit_s=_sorted_distribution(ttft[ok_hit]), ttft_miss_s=_sorted_distribution(ttft[ok_miss]),
+        prefill_hit_s=prefill_hit, prefill_miss_s=prefill_miss,
+        prefill_s_per_prompt_token=per_token, estimated_prefill_saved_s=saved)

@@ -14,7 +14,22 @@ Closed loop (N users, each sends its next request a think time after its last on
     # request i goes to the first free user; it arrives plan.think_s[i] after that user's last end
 
 The order of draws is fixed (arrival gaps, then class choices, then lengths class by class, then
-think times), so a seed gives the same workload on every machine. Classes are mixed by weight.
+shared-prefix groups and the content salt when a class shares prefixes or holds conversations,
+then think times), so a seed gives the same workload on every machine. Classes are mixed by weight.
+
+Prompt content, for prefix caching (``Workload.prompt_contents``; token ids from
+:mod:`servebench.prefix_cache`, the same for the simulator and the engine):
+
+* by default every prompt is its own tokens: nothing is shared (cold prompts);
+* ``shared_prefix: {tokens: N, groups: G, zipf: s}``: a prompt begins with one of G documents of
+  N tokens (uniform, or Zipf-skewed with exponent s), then its own tokens; ``prompt`` is the
+  total, so it must never draw fewer than N. One group whose N is the whole (fixed) prompt gives
+  repeated identical prompts;
+* ``conversation: {turns: T, think_s: S}``: the class's requests, in arrival order, are taken T at
+  a time as one chat; the first arrives at its drawn time, each later turn S seconds after the
+  previous turn ends (whatever its status), and its prompt is the previous prompt plus the
+  previous answer (its drawn output length) plus a new message (the drawn prompt less any
+  shared prefix). Only open-loop arrivals take conversations.
 
 Output lengths are at least 1 token: a server samples the first token when the prefill completes,
 so there is no request that generates nothing. An output distribution that can draw 0 (``fixed``
@@ -24,13 +39,14 @@ ConfigError naming the class, never clamped to 1 behind the user's back. Prompts
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .errors import ConfigError
+from .prefix_cache import SegmentPrompt, segment_id
 
 MAX_GENERATED = 10_000_000  # refuse workloads larger than this many requests
 
@@ -104,6 +120,36 @@ class LengthSpec(BaseModel):
         return np.asarray(self.values, dtype=np.int64)[rng.integers(0, len(self.values), size=n)]
 
 
+class SharedPrefixSpec(BaseModel):
+    """Prompts that begin with one of ``groups`` shared documents of ``tokens`` tokens."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tokens: int = Field(ge=1, description="Shared prefix length, tokens (part of the class's prompt length).")
+    groups: int = Field(1, ge=1, description="Distinct prefixes; each request takes one.")
+    zipf: float | None = Field(None, gt=0, description="Zipf exponent of the group choice; None: uniform.")
+
+    def group_weights(self) -> np.ndarray:
+        """Return each group's probability.
+
+        >>> SharedPrefixSpec(tokens=10, groups=3, zipf=1.0).group_weights().round(3).tolist()
+        [0.545, 0.273, 0.182]
+        """
+        if self.zipf is None:
+            return np.full(self.groups, 1.0 / self.groups)
+        w = 1.0 / np.arange(1, self.groups + 1, dtype=np.float64) ** self.zipf
+        return w / w.sum()
+
+
+class ConversationSpec(BaseModel):
+    """Multi-turn chats: each turn resends the whole history plus a new message."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    turns: int = Field(ge=1, description="Turns per conversation.")
+    think_s: float = Field(0.0, ge=0, description="Time from a turn's end to the next turn's arrival, s.")
+
+
 class ClassSpec(BaseModel):
     """One workload class (e.g. short hints, long reviews), mixed with the others by weight."""
 
@@ -116,6 +162,15 @@ class ClassSpec(BaseModel):
     max_output_tokens: int | None = Field(
         None, ge=1, description="Output cap (KV reservation); default: the largest output drawn.")
     timeout_s: float | None = Field(None, gt=0, description="Deadline after arrival; default: the scenario's.")
+    shared_prefix: SharedPrefixSpec | None = Field(None, description="Prompts begin with a shared document.")
+    conversation: ConversationSpec | None = Field(None, description="Requests form multi-turn chats.")
+
+    @model_validator(mode="after")
+    def _prefix_fits(self) -> "ClassSpec":
+        problem = _short_prompt(self)
+        if problem:
+            raise ValueError(problem)
+        return self
 
     @field_validator("output")
     @classmethod
@@ -175,6 +230,8 @@ class WorkloadSpec(BaseModel):
             raise ValueError("give exactly one of 'arrival' (open loop) and 'closed_loop'")
         if self.closed_loop is not None and self.num_requests is None:
             raise ValueError("a closed loop needs 'num_requests'")
+        if self.closed_loop is not None and any(c.conversation is not None for c in self.classes):
+            raise ValueError("a conversation needs open-loop 'arrival' (its later turns follow the earlier ones' ends)")
         if self.arrival is not None and self.arrival.kind != "replay" and \
                 self.num_requests is None and self.duration_s is None:
             raise ValueError("give 'num_requests' or 'duration_s'")
@@ -223,6 +280,47 @@ class Workload:
     class_index: np.ndarray  # int64 into class_names
     class_names: tuple[str, ...]
     class_timeout_s: tuple[float | None, ...]
+    # prompt content (see the module docstring); None: every prompt is its own, every request independent
+    prefix_tokens: np.ndarray | None = None  # int64, shared prefix length (0: none)
+    prefix_group: np.ndarray | None = None  # int64, which shared prefix (-1: none)
+    prev_turn: np.ndarray | None = None  # int64, index of the previous turn of its conversation (-1: first turn)
+    turn_think_s: np.ndarray | None = None  # float64, previous turn's end to this arrival, s
+    content_salt: int = 0  # makes one seed's documents and messages differ from another's
+
+    @property
+    def has_turns(self) -> bool:
+        """Return True when some requests arrive after an earlier turn ends, not at a drawn time."""
+        return self.prev_turn is not None and bool((self.prev_turn >= 0).any())
+
+    def next_turns(self) -> np.ndarray:
+        """Return each request's next turn index (-1: none)."""
+        nxt = np.full(len(self), -1, dtype=np.int64)
+        if self.prev_turn is not None:
+            later = np.flatnonzero(self.prev_turn >= 0)
+            nxt[self.prev_turn[later]] = later
+        return nxt
+
+    def prompt_contents(self) -> list[SegmentPrompt]:
+        """Return each prompt as segments: shared documents, messages and previous answers."""
+        n = len(self)
+        salt = self.content_salt
+        prompt = self.prompt_tokens.tolist()
+        out_len = self.output_tokens.tolist()
+        cls = self.class_index.tolist()
+        pre = self.prefix_tokens.tolist() if self.prefix_tokens is not None else [0] * n
+        group = self.prefix_group.tolist() if self.prefix_group is not None else [-1] * n
+        prev = self.prev_turn.tolist() if self.prev_turn is not None else [-1] * n
+        contents: list[SegmentPrompt] = []
+        for i in range(n):
+            p = prev[i]
+            if p < 0:
+                head: tuple[tuple[int, int], ...] = ((segment_id(3, salt, cls[i], group[i]), pre[i]),) if pre[i] else ()
+                own = prompt[i] - pre[i]
+            else:  # the history, the previous answer, then this turn's message
+                head = contents[p].segments + ((segment_id(2, salt, p), out_len[p]),)
+                own = prompt[i] - prompt[p] - out_len[p]
+            contents.append(SegmentPrompt(head + ((segment_id(1, salt, i), own),) if own else head))
+        return contents
 
     def __len__(self) -> int:
         return int(self.arrival_s.size)
@@ -308,13 +406,25 @@ def _zero_output(output: LengthSpec) -> str | None:
             f"completes), but this {output.kind} length can draw {lower}: raise {where} to 1 or more")
 
 
+def _short_prompt(c: ClassSpec) -> str | None:
+    """Say why a class's prompt can be shorter than its shared prefix, or return None when it cannot."""
+    if c.shared_prefix is None:
+        return None
+    lower = c.prompt.lower_tokens
+    if lower is None or lower >= c.shared_prefix.tokens:
+        return None
+    return (f"the prompt length includes the shared prefix of {c.shared_prefix.tokens} tokens, but this "
+            f"{c.prompt.kind} length can draw {lower}: make every prompt at least {c.shared_prefix.tokens} tokens")
+
+
 def draw_requests(classes: list[ClassSpec], n: int, rng: np.random.Generator) -> Workload:
     """Draw classes by weight, then each class's prompt and output lengths (arrivals left NaN).
 
-    Raises ConfigError if a class's output lengths can be 0 (values loaded from a file after validation).
+    Raises ConfigError if a class's output lengths can be 0 or its prompts shorter than its shared
+    prefix (values loaded from a file after validation).
     """
     for c in classes:
-        problem = _zero_output(c.output)
+        problem = _zero_output(c.output) or _short_prompt(c)
         if problem:
             raise ConfigError(f"workload class {c.name!r}: {problem}")
     w = np.array([c.weight for c in classes], dtype=np.float64)
@@ -331,18 +441,54 @@ def draw_requests(classes: list[ClassSpec], n: int, rng: np.random.Generator) ->
             limit = int(out.max()) if out.size else 1
         output[sel] = np.minimum(out, limit)
         cap[sel] = limit
-    return Workload(np.full(n, np.nan), prompt, output, cap, idx.astype(np.int64),
-                    tuple(c.name for c in classes), tuple(c.timeout_s for c in classes))
+    wl = Workload(np.full(n, np.nan), prompt, output, cap, idx.astype(np.int64),
+                  tuple(c.name for c in classes), tuple(c.timeout_s for c in classes))
+    if any(c.shared_prefix is not None or c.conversation is not None for c in classes):
+        wl = _draw_content(classes, wl, rng)
+    return wl
+
+
+def _draw_content(classes: list[ClassSpec], wl: Workload, rng: np.random.Generator) -> Workload:
+    """Draw shared-prefix groups and a content salt; chain conversation turns (prompts grow with history)."""
+    n = len(wl)
+    idx = wl.class_index
+    prefix = np.zeros(n, dtype=np.int64)
+    group = np.full(n, -1, dtype=np.int64)
+    prev = np.full(n, -1, dtype=np.int64)
+    think = np.zeros(n, dtype=np.float64)
+    prompt = wl.prompt_tokens.copy()
+    for k, c in enumerate(classes):
+        sel = np.flatnonzero(idx == k)
+        sp = c.shared_prefix
+        if sp is not None:
+            prefix[sel] = sp.tokens
+            group[sel] = rng.choice(sp.groups, size=sel.size, p=sp.group_weights()) if sp.groups > 1 else 0
+        conv = c.conversation
+        if conv is not None and conv.turns > 1:
+            turn = np.arange(sel.size) % conv.turns
+            later = sel[turn > 0]
+            before = sel[np.flatnonzero(turn > 0) - 1]
+            prev[later] = before
+            think[later] = conv.think_s
+            group[later] = group[before]  # one document for the whole chat (the first turn's)
+    salt = int(rng.integers(1, 2**62))
+    out = wl.output_tokens
+    for i in np.flatnonzero(prev >= 0).tolist():  # in index order: a turn's history is final before it
+        p = int(prev[i])
+        prompt[i] = prompt[p] + out[p] + prompt[i] - prefix[i]
+    return replace(wl, prompt_tokens=prompt, prefix_tokens=prefix, prefix_group=group, prev_turn=prev,
+                   turn_think_s=think, content_salt=salt)
 
 
 def generate_workload(spec: WorkloadSpec, rng: np.random.Generator) -> Workload:
-    """Return an open-loop workload as columns sorted by arrival."""
+    """Return an open-loop workload as columns sorted by arrival (later conversation turns: NaN)."""
     if spec.arrival is None:
         raise ConfigError("generate_workload needs an open-loop 'arrival'; use closed_loop_plan for users")
     t = arrival_times(spec.arrival, spec.num_requests, spec.duration_s, rng)
     wl = draw_requests(spec.classes, t.size, rng)
-    return Workload(t, wl.prompt_tokens, wl.output_tokens, wl.max_output_tokens, wl.class_index,
-                    wl.class_names, wl.class_timeout_s)
+    if wl.prev_turn is not None:
+        t = np.where(wl.prev_turn >= 0, np.nan, t)
+    return replace(wl, arrival_s=t)
 
 
 def generate_arrivals(spec: WorkloadSpec, rng: np.random.Generator) -> list[RequestSpec]:
