@@ -158,17 +158,15 @@ def choose_native(plans: Sequence[PartPlan]) -> list[PartPlan]:
 # --------------------------------------------------------------------------- the parsed view, native and staged
 
 
-@lru_cache(maxsize=1)
-def _space_chars() -> str:
-    """The characters a blank value may consist of (those ``servebench.textcolumns.blank_mask`` treats as space)."""
-    import pyarrow.compute as pc
-    chars = pa.array([chr(i) for i in range(0x3001)])
-    return "".join(c for c, s in zip(chars.to_pylist(), pc.utf8_is_space(chars).to_pylist()) if s)
+# The characters a blank value may consist of: those ``textcolumns.blank_mask`` counts as space
+# (Arrow's utf8_is_space; tests/test_duckdb_report.py checks every character up to U+3000, the last).
+SPACE_CHARS = "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) \
+    + "\u2028\u2029\u202f\u205f\u3000"
 
 
 def _blank(expr: str) -> str:
     """SQL: the text is null, empty or only spaces (trimmed only when its first character is one)."""
-    chars = text_lit(_space_chars())
+    chars = text_lit(SPACE_CHARS)
     return (f"({expr} IS NULL OR {expr} = '' OR (strpos({chars}, left({expr}, 1)) > 0 "
             f"AND trim({expr}, {chars}) = ''))")
 
@@ -538,16 +536,15 @@ def _timeline(con: duckdb.DuckDBPyConnection, begin: str, where: str, grouped: b
               window_end: float) -> dict[int | None, Concurrency]:
     """Peak open intervals [begin, end) and the time held at it, per group, as ``timeline.active_timeline``.
 
-    Events are summed per time (departures and arrivals at one time net out, as a departure comes
-    first there), streamed in time order, and walked by a running sum in numpy; a span at the peak
-    lasts until the next event time.
+    Events are streamed in time order, a departure before an arrival at the same time, and walked by
+    a running sum in numpy; a span at the peak lasts until the next event (always a departure).
     """
     g = "g" if grouped else "CAST(NULL AS INTEGER)"
     cond = f"({where}) AND g IS NOT NULL" if grouped else where
-    sql = f"""SELECT g, t, CAST(sum(d) AS BIGINT) AS d FROM (
-                SELECT {g} AS g, {begin} AS t, 1 AS d FROM records WHERE {cond}
-                UNION ALL SELECT {g} AS g, "end" AS t, -1 AS d FROM records WHERE {cond})
-              GROUP BY g, t ORDER BY g, t"""
+    sql = f"""SELECT g, t, d FROM (
+                SELECT {g} AS g, {begin} AS t, CAST(1 AS TINYINT) AS d FROM records WHERE {cond}
+                UNION ALL SELECT {g} AS g, "end" AS t, CAST(-1 AS TINYINT) AS d FROM records WHERE {cond})
+              ORDER BY g, t, d"""
     walks: dict[int | None, _PeakWalk] = {}
     for batch in con.sql(sql).to_arrow_reader(BATCH_ROWS):
         t = batch.column(1).to_numpy(zero_copy_only=False)
@@ -563,7 +560,7 @@ def _timeline(con: duckdb.DuckDBPyConnection, begin: str, where: str, grouped: b
 
 
 class _PeakWalk:
-    """A running sum over one group's event times in order: the peak, and the spans [time, next time) at it."""
+    """A running sum over one group's events in order: the peak, and the spans [event, next event) at it."""
 
     def __init__(self) -> None:
         self.level = 0
@@ -573,7 +570,7 @@ class _PeakWalk:
         self.pending = False  # the last time seen was at the peak; its span ends at the next time
 
     def feed(self, t: np.ndarray, d: np.ndarray) -> None:
-        level = np.cumsum(d)
+        level = np.cumsum(d, dtype=np.int64)
         level += self.level
         self.level = int(level[-1])
         top = int(level.max())
@@ -849,8 +846,8 @@ def summarize_set(record_set: RecordSet, fmt: str = "auto", window_start: float 
     from .extra_columns import extra_columns_note
     with tempfile.TemporaryDirectory(prefix="servebench-duckdb-") as tmp:
         stage = Path(tmp)
-        # a database file, so tables larger than the memory limit live on disk
-        con = duckdb.connect(str(stage / "work.duckdb"), config={"temp_directory": str(stage / "spill")})
+        # tables past the memory limit spill to the temporary folder
+        con = duckdb.connect(":memory:", config={"temp_directory": str(stage / "spill")})
         try:
             if memory_limit is not None:
                 from .recordset import parse_size
@@ -858,6 +855,7 @@ def summarize_set(record_set: RecordSet, fmt: str = "auto", window_start: float 
             if threads is not None:
                 con.sql(f"SET threads = {int(threads)}")
             con.sql("SET preserve_insertion_order = false")
+            con.sql("SET enable_progress_bar = false")
             try:
                 scan = _scan(con, record_set, fmt, stage, progress)
                 progress("validating records with DuckDB")

@@ -66,6 +66,14 @@ def test_streamed_sum_at_a_million_values_in_uneven_chunks():
     assert sink.total() / arr.size == float(arr.mean())
 
 
+def test_space_chars_are_the_ones_blank_mask_counts():
+    from servebench.duckdb_report import SPACE_CHARS
+    from servebench.textcolumns import blank_mask
+    chars = [chr(i) for i in range(0x3100) if not 0xD800 <= i < 0xE000]
+    blank = blank_mask(pa.array(chars))
+    assert "".join(c for c, b in zip(chars, blank) if b) == SPACE_CHARS
+
+
 # --------------------------------------------------------------------------- the same report, field by field
 
 
