@@ -86,6 +86,17 @@ def distribution_table(rows: dict[str, Distribution | None], title: str) -> Tabl
     return t
 
 
+def print_token_timing(console: Console, report: Report) -> None:
+    """Print inter-token latency, each request's longest stall, and the share of requests that stalled."""
+    console.print(distribution_table({"itl_s": report.itl_s, "max_stall_s": report.max_stall_s,
+                                      "request_tpot_s": report.request_tpot_s},
+                                     "Token timing (successes with token_times): every gap, the longest per request"))
+    st = report.stalls
+    if st is not None and st.share is not None:
+        console.print(f"Stalls over {fmt(st.threshold_s)} s ({st.threshold_rule}): {st.stalled:,} of "
+                      f"{st.requests:,} requests ({st.share:.1%})")
+
+
 def print_report(console: Console, report: Report, unavailable: frozenset[str] = frozenset(),
                  *, slice_by: str | None = None) -> None:
     """Print a report as a few tables; metrics an importer marked ``unavailable`` show as n/a.
@@ -119,6 +130,8 @@ def print_report(console: Console, report: Report, unavailable: frozenset[str] =
     console.print(distribution_table({
         "latency_s": report.failure_aware_latency_s, "ttft_s": report.failure_aware_ttft_s,
     }, "Failure-aware (every non-success counts as +inf)"))
+    if report.itl_s is not None:
+        print_token_timing(console, report)
     work = Table(title="Work and concurrency")
     for col in ("output tokens", "successful", "wasted", "peak active", "share at peak", "peak in service",
                 "share at peak"):

@@ -15,11 +15,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .arrow_masks import null_mask
 from .errors import ConfigError
-from .percentiles import PercentileEstimate, estimate_sorted, nearest_rank, percentile
+from .percentiles import PercentileEstimate, estimate_sorted, nearest_rank, percentile, ranks_needed
 from .records import (MSG_EMPTY, STATUSES, SUCCESS, RecordTable, check_window, first_violation,
                       build_table, parse_objects)
 from .textcolumns import category_codes, duplicates
 from .timeline import Timeline, active_timeline
+from .token_times import Gaps, gaps as token_gaps
 
 CONTRACT_FIELDS: tuple[str, ...] = (
     "requests", "successes", "non_success_fraction", "successful_requests_per_second",
@@ -210,10 +211,16 @@ class SLO(BaseModel):
     ttft_s: float | None = Field(None, gt=0)
     tpot_s: float | None = Field(None, gt=0)
     latency_s: float | None = Field(None, gt=0)
+    itl_p99_s: float | None = Field(
+        None, gt=0, description="Limit on a request's own p99 gap between tokens (needs token_times; a success "
+                                "without them misses, one with a single arrival meets it).")
+    stall_s: float | None = Field(
+        None, gt=0, description="Not a goodput limit: a gap between tokens longer than this counts as a stall "
+                                "(default: 4x the whole file's median ITL).")
 
     @property
     def any(self) -> bool:
-        return any(v is not None for v in (self.ttft_s, self.tpot_s, self.latency_s))
+        return any(v is not None for v in (self.ttft_s, self.tpot_s, self.latency_s, self.itl_p99_s))
 
 
 class SLOResult(BaseModel):
@@ -255,6 +262,16 @@ class PrefixCacheReport(BaseModel):
                           "an estimate that assumes prefill time grows linearly with prompt tokens.")
 
 
+class Stalls(BaseModel):
+    """Requests whose longest gap between tokens exceeds a threshold: what a reader sees as the stream freezing."""
+
+    threshold_s: float
+    threshold_rule: str = Field(description="'--stall-s' when given, else '4x median ITL' of the whole file.")
+    requests: int = Field(description="Successes with at least two token arrivals.")
+    stalled: int = Field(description="Those whose max_stall_s exceeds threshold_s.")
+    share: float | None = Field(description="stalled / requests; None without such requests.")
+
+
 class Report(BaseModel):
     """Everything servebench says about one set of records over one window."""
 
@@ -274,6 +291,11 @@ class Report(BaseModel):
     latency_s: Distribution
     ttft_s: Distribution
     request_tpot_s: Distribution
+    itl_s: Distribution | None = Field(
+        None, description="Every gap between consecutive token arrivals of successes with token_times (the "
+                          "inter-token latency); None when no record has token_times.")
+    max_stall_s: Distribution | None = Field(None, description="Each such success's longest gap between tokens.")
+    stalls: Stalls | None = Field(None, description="Share of those successes with a stall over a threshold.")
     queue_wait_s: Distribution | None = Field(None, description="admitted - start, successes with admitted.")
     prefill_s: Distribution | None = Field(None, description="first_token - admitted, successes with admitted.")
     failure_aware_latency_s: Distribution = Field(
@@ -351,8 +373,12 @@ def _slice_rows(table: RecordTable) -> dict[str, np.ndarray]:
 
 
 def _slo_result(rows: _Rows, ok: np.ndarray, latency: np.ndarray, ttft: np.ndarray, tpot: np.ndarray,
-                slo: SLO, window_s: float) -> SLOResult:
+                slo: SLO, window_s: float, itl_p99: tuple[np.ndarray, np.ndarray] | None = None) -> SLOResult:
     good = ok.copy()
+    if slo.itl_p99_s is not None and itl_p99 is not None:
+        has_times, p99 = itl_p99  # a success without token times cannot show it met the limit
+        with np.errstate(invalid="ignore"):
+            good &= (has_times & ~(p99 > slo.itl_p99_s)) | (rows.output_tokens <= 1)
     with np.errstate(invalid="ignore"):
         if slo.ttft_s is not None:
             good &= ttft <= slo.ttft_s
@@ -412,11 +438,12 @@ def build_report(table: RecordTable, window_start: float, window_end: float, slo
     slice_rows = _slice_rows(table) if by_slice else {}
     error_code, error_names = category_codes(table.error_arrow)
     all_rows = _Rows.of(table, error_code)
+    tokens, whole_itl = _tokens(table, slo)
     common = dict(source=table.source, window_start=window_start, window_end=window_end, slo=slo,
-                  error_names=error_names)
+                  error_names=error_names, tokens=tokens)
 
     def slice_report(name: str) -> Report:
-        return _report(all_rows.take(slice_rows[name]), **common)
+        return _report(all_rows.take(slice_rows[name]), row_index=slice_rows[name], **common)
 
     def check_duplicates() -> list[tuple[str, int]]:
         # duplicates are a property of the whole file: slices skip the hashing
@@ -427,7 +454,7 @@ def build_report(table: RecordTable, window_start: float, window_end: float, slo
         (name, partial(slice_report, name)) for name in sorted(slice_rows, key=lambda k: -slice_rows[k].size)]
     jobs.append((None, check_duplicates))
     parallel = len(table) >= _PARALLEL_MIN_ROWS and (os.cpu_count() or 1) > 1
-    whole, results = _run_beside(lambda: _report(all_rows, **common), jobs, parallel)
+    whole, results = _run_beside(lambda: _report(all_rows, itl=whole_itl, **common), jobs, parallel)
     dups = results.pop(None)
     slices = {name: results[name] for name in slice_rows}
     return whole.model_copy(update=dict(
@@ -435,9 +462,73 @@ def build_report(table: RecordTable, window_start: float, window_end: float, slo
         duplicate_request_id_examples=sorted(rid for rid, _ in dups)[:5], slices=slices))
 
 
+@dataclass(frozen=True)
+class _Tokens:
+    """Token gaps of the whole table, the stall threshold, and each row's p99 gap when an SLO needs it."""
+
+    gaps: Gaps
+    threshold_s: float | None
+    threshold_rule: str
+    itl_p99: np.ndarray | None
+
+
+def _tokens(table: RecordTable, slo: SLO | None) -> tuple[_Tokens | None, Distribution | None]:
+    """Return the token gaps and the whole file's ITL distribution, or (None, None) without token_times."""
+    stall_s = None if slo is None else slo.stall_s
+    if table.token_times is None:
+        if slo is not None and slo.itl_p99_s is not None:
+            raise ConfigError("an ITL SLO (--slo-itl) needs token_times in the records; this file has none")
+        return None, None
+    g = token_gaps(table.token_times)
+    itl = _partitioned_distribution(g.select(table.is_success))
+    median = itl.at(50)
+    if stall_s is not None:
+        threshold, rule = stall_s, "--stall-s"
+    else:
+        threshold, rule = (None if median is None else 4 * median), "4x median ITL"
+    p99 = g.row_percentile(99) if slo is not None and slo.itl_p99_s is not None else None
+    return _Tokens(g, threshold, rule, p99), itl
+
+
+def _partitioned_distribution(values: np.ndarray) -> Distribution:
+    """Summarize a fresh array of values, partitioned in place at the ranks read (O(n), no full sort)."""
+    if values.size:
+        values.partition(ranks_needed(REPORT_QUANTILES, values.size))
+    return _distribution(values)
+
+
+def _token_fields(tokens: _Tokens, ok: np.ndarray, row_index: np.ndarray | None,
+                  itl: Distribution | None) -> dict[str, Any]:
+    """Return the report's itl_s, max_stall_s and stalls over these rows' successes."""
+    g = tokens.gaps
+    if row_index is None:
+        chosen = ok
+        max_gap = g.max_gap
+    else:
+        chosen = np.zeros(g.max_gap.size, dtype=bool)
+        chosen[row_index[ok]] = True
+        max_gap = g.max_gap[row_index]
+    if itl is None:
+        itl = _partitioned_distribution(g.select(chosen))
+    stalls = max_gap[ok & ~np.isnan(max_gap)]
+    stalls.sort()
+    counted = None
+    if tokens.threshold_s is not None:
+        stalled = int(stalls.size - np.searchsorted(stalls, tokens.threshold_s, side="right"))
+        counted = Stalls(threshold_s=tokens.threshold_s, threshold_rule=tokens.threshold_rule,
+                         requests=int(stalls.size), stalled=stalled,
+                         share=stalled / stalls.size if stalls.size else None)
+    return {"itl_s": itl, "max_stall_s": _distribution(stalls), "stalls": counted}
+
+
 def _report(rows: _Rows, *, source: str | None, window_start: float, window_end: float, slo: SLO | None,
-            error_names: list[str]) -> Report:
-    """Return one report (no slices, no duplicate check) over rows in any order."""
+            error_names: list[str], tokens: "_Tokens | None" = None, row_index: np.ndarray | None = None,
+            itl: Distribution | None = None) -> Report:
+    """Return one report (no slices, no duplicate check) over rows in any order.
+
+    ``row_index``: the table rows these are (a slice's), for the token gaps; ``itl``: the ITL
+    distribution when already known (the whole file's, computed for the stall threshold).
+    """
     window_s = window_end - window_start
     n = rows.start.size
     ok = rows.status == SUCCESS
@@ -446,7 +537,15 @@ def _report(rows: _Rows, *, source: str | None, window_start: float, window_end:
     failures = n - by_status["success"]
     out = rows.output_tokens
     latency, ttft, tpot = request_times(rows.start, rows.end, rows.first_token, out)
-    slo_result = _slo_result(rows, ok, latency, ttft, tpot, slo, window_s) if slo is not None and slo.any else None
+    token_fields: dict[str, Any] = {}
+    itl_p99 = None
+    if tokens is not None:
+        token_fields = _token_fields(tokens, ok, row_index, itl)
+        if tokens.itl_p99 is not None:
+            pick = slice(None) if row_index is None else row_index
+            itl_p99 = (tokens.gaps.has_times[pick], tokens.itl_p99[pick])
+    slo_result = (_slo_result(rows, ok, latency, ttft, tpot, slo, window_s, itl_p99)
+                  if slo is not None and slo.any else None)
     # masked copies are fresh arrays, so each is sorted in place (memory at 10M records)
     m = _success_values(ok, out, latency, ttft, tpot)
     del latency, ttft, tpot
@@ -480,7 +579,7 @@ def _report(rows: _Rows, *, source: str | None, window_start: float, window_end:
         rejected=by_status["rejected"], timed_out=by_status["timeout"],
         by_status=by_status, by_cause=_causes(rows.error_code[~ok], error_names),
         latency_s=_distribution(m["latency"]), ttft_s=_distribution(m["ttft"]),
-        request_tpot_s=_distribution(m["tpot"]), queue_wait_s=wait, prefill_s=prefill,
+        request_tpot_s=_distribution(m["tpot"]), queue_wait_s=wait, prefill_s=prefill, **token_fields,
         failure_aware_latency_s=_distribution(m["latency"], infinite=failures),
         failure_aware_ttft_s=_distribution(m["ttft"], infinite=failures),
         slo=slo_result,

@@ -12,7 +12,11 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from servebench import summarize
-from servebench.errors import RecordValidationError
+from servebench.cli import app
+from servebench.errors import ConfigError, RecordValidationError
+from servebench.percentiles import estimate, percentile
+from servebench.summary import SLO, build_report
+from typer.testing import CliRunner
 from servebench.loaders import encode_records, read_bytes, to_table
 from servebench.records import TimingRecord
 from servebench.token_times import flat, gaps
@@ -28,10 +32,12 @@ def streamed(start: float, first: float, steps: list[float], **extra: Any) -> di
 
 
 # One request streams steadily, one has a single 2 s stall, one is a one-token answer, one times out.
+# Times are binary fractions, so every gap is exact.
+STEADY_GAP_S = 0.0625
 STALL_FIXTURE = [
-    streamed(0.0, 0.5, [0.05] * 9),
-    streamed(1.0, 1.2, [0.05, 0.05, 2.0, 0.05, 0.05]),
-    streamed(2.0, 2.1, []),
+    streamed(0.0, 0.5, [STEADY_GAP_S] * 9),
+    streamed(1.0, 1.25, [STEADY_GAP_S, STEADY_GAP_S, 2.0, STEADY_GAP_S, STEADY_GAP_S]),
+    streamed(2.0, 2.125, []),
     {"start": 3.0, "end": 7.0, "status": "timeout"},
 ]
 
@@ -151,7 +157,7 @@ def test_csv_cell_that_is_not_json_is_named():
 
 def test_the_model_applies_the_same_rules():
     TimingRecord(**STALL_FIXTURE[1])
-    with pytest.raises(ValueError, match="token 2 \(0.4\) comes before token 1"):
+    with pytest.raises(ValueError, match=r"token 2 \(0.4\) comes before token 1"):
         TimingRecord(**{**STALL_FIXTURE[0], "token_times": [0.5, 0.4] + STALL_FIXTURE[0]["token_times"][2:]})
 
 
@@ -175,3 +181,87 @@ def test_gaps_equal_per_row_differences(rows):
     assert g.values.tolist() == pytest.approx(expected)
     assert g.max_gap.tolist() == pytest.approx([max(np.diff(t)) if len(t) > 1 else np.nan for t in times],
                                                nan_ok=True)
+
+
+# --------------------------------------------------------------------------- the report
+
+
+def report_of(records: list[dict[str, Any]], slo: SLO | None = None):
+    table, ws, we = to_table(read_bytes(jsonl(records), "t.jsonl"))
+    return build_report(table, ws, we, slo)
+
+
+def test_itl_is_every_gap_between_consecutive_tokens_of_successes():
+    report = report_of(STALL_FIXTURE)
+    hand = sorted([STEADY_GAP_S] * 9 + [STEADY_GAP_S, STEADY_GAP_S, 2.0, STEADY_GAP_S, STEADY_GAP_S])
+    assert report.itl_s.n == len(hand) == 14
+    for q in (50, 90, 95, 99):
+        assert report.itl_s.at(q) == percentile(hand, q)
+    assert report.itl_s.max == 2.0 and report.itl_s.mean == pytest.approx(sum(hand) / len(hand))
+    assert report.itl_s.percentiles[0].ci_low is not None  # intervals as for TTFT
+    assert report.max_stall_s.n == 2 and report.max_stall_s.max == 2.0 and report.max_stall_s.at(50) == STEADY_GAP_S
+
+
+def test_one_2s_stall_moves_itl_p99_while_request_tpot_stays_modest():
+    report = report_of(STALL_FIXTURE)
+    stalled_tpot = (STALL_FIXTURE[1]["end"] - STALL_FIXTURE[1]["first_token"]) / 5
+    assert report.request_tpot_s.max == pytest.approx(stalled_tpot) == pytest.approx(0.45)
+    assert report.itl_s.at(99) == 2.0  # the stall itself, which no per-request average shows
+    assert report.stalls.threshold_s == 4 * STEADY_GAP_S and report.stalls.threshold_rule == "4x median ITL"
+    assert (report.stalls.requests, report.stalls.stalled, report.stalls.share) == (2, 1, 0.5)
+
+
+def test_stall_threshold_given_and_itl_slo_joins_goodput():
+    report = report_of(STALL_FIXTURE, SLO(itl_p99_s=1.0, stall_s=3.0))
+    assert report.stalls.stalled == 0 and report.stalls.threshold_rule == "--stall-s"
+    # the steady stream and the one-token answer meet it; the stalled one and the timeout miss
+    assert report.slo.good_requests == 2 and report.slo.attainment == 0.5
+    lenient = report_of(STALL_FIXTURE, SLO(itl_p99_s=2.0))
+    assert lenient.slo.good_requests == 3
+
+
+def test_a_success_without_token_times_misses_an_itl_slo():
+    records = [STALL_FIXTURE[0], {k: v for k, v in STALL_FIXTURE[0].items() if k != "token_times"}]
+    assert report_of(records, SLO(itl_p99_s=1.0)).slo.good_requests == 1
+
+
+def test_no_token_times_no_itl_and_an_itl_slo_is_refused(r1_r4):
+    table, ws, we = to_table(read_bytes(jsonl(r1_r4), "r.jsonl"))
+    report = build_report(table, 0, 10)
+    assert report.itl_s is None and report.max_stall_s is None and report.stalls is None
+    with pytest.raises(ConfigError, match="needs token_times"):
+        build_report(table, 0, 10, SLO(itl_p99_s=0.1))
+
+
+def test_slices_count_their_own_gaps():
+    records = [dict(r, slice="a" if i == 1 else "b") for i, r in enumerate(STALL_FIXTURE)]
+    report = report_of(records)
+    assert report.slices["a"].itl_s.n == 5 and report.slices["a"].itl_s.max == 2.0
+    assert report.slices["b"].itl_s.n == 9 and report.slices["b"].itl_s.max == STEADY_GAP_S
+    assert report.slices["b"].stalls.stalled == 0  # the whole file's threshold applies to every slice
+
+
+def test_itl_percentiles_match_a_full_sort_on_many_values():
+    rng = np.random.default_rng(7)
+    records = []
+    for i in range(300):
+        gaps_s = rng.exponential(0.03, size=int(rng.integers(1, 40))).tolist()
+        records.append(streamed(float(i), float(i) + 0.25, gaps_s))
+    report = report_of(records)
+    every = np.concatenate([np.diff(r["token_times"]) for r in records])
+    expected = estimate(every, [50, 90, 95, 99])
+    assert [(p.value, p.ci_low, p.ci_high) for p in report.itl_s.percentiles] == \
+        [(e.value, e.ci_low, e.ci_high) for e in expected]
+
+
+def test_summarize_json_has_itl_at_top_level_like_ttft(tmp_path):
+    path = tmp_path / "stall.jsonl"
+    path.write_bytes(jsonl(STALL_FIXTURE))
+    result = CliRunner().invoke(app, ["summarize", str(path), "--json", "--slo-itl", "1"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["itl_s"].keys() == out["ttft_s"].keys()
+    assert out["itl_s"]["percentiles"][3]["value"] == 2.0
+    assert out["stalls"]["stalled"] == 1 and out["slo"]["good_requests"] == 2
+    bad = CliRunner().invoke(app, ["summarize", str(path), "--stall-s", "-1"])
+    assert bad.exit_code == 2 and "--stall-s" in bad.output
