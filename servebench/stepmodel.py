@@ -33,7 +33,7 @@ from .errors import ConfigError
 COEFFICIENTS: tuple[str, ...] = ("base_s", "per_prefill_token_s", "per_prefill_seq_s", "per_decode_seq_s",
                                  "per_kv_token_s")
 FitMethod = Literal["huber", "least_squares"]
-HUBER_K = 1.345  # Huber's tuning constant: 95% efficiency when the noise is normal
+HUBER_K = 3.0  # residuals beyond 3 robust standard deviations count less: stalls, not ordinary jitter
 MAD_TO_SIGMA = 1.4826  # median absolute deviation -> standard deviation for normal noise
 MAX_MEAN_REL_ERROR = 0.35  # a fit whose steps are off by more than this on average is refused
 MIN_R2 = 0.30  # ... and one explaining less of the step-time variation than this, when the steps vary
@@ -207,8 +207,10 @@ def _fit(x: np.ndarray, y: np.ndarray, steps: np.ndarray, method: FitMethod,
          max_iter: int = 50) -> tuple[np.ndarray, np.ndarray]:
     """Return non-negative coefficients and each row's robust weight (1 everywhere for least squares).
 
-    Huber by iteratively reweighted NNLS: a row whose residual r exceeds c = 1.345 sigma gets
-    weight c / |r|, sigma re-estimated each round as 1.4826 x the median absolute residual.
+    Huber by iteratively reweighted NNLS: a row whose residual r exceeds c = HUBER_K x sigma gets
+    weight c / |r|, sigma re-estimated each round as 1.4826 x the median absolute deviation of the
+    residuals. HUBER_K is 3, not the textbook 1.345: a request's TPOT averages its steps, so the
+    ordinary jitter must keep full weight (the fitted step is the mean step); only stalls count less.
     """
     scale = np.maximum(np.abs(x).max(axis=0), 1e-300)
     xs = x / scale

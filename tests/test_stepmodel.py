@@ -9,7 +9,7 @@ from pydantic import ValidationError
 from servebench.errors import ConfigError
 from servebench.scenario import parse_scenario
 from servebench.simulate import simulate
-from servebench.stepmodel import StepModel, fit_step_model
+from servebench.stepmodel import MIN_R2, PoorFitError, StepModel, fit_step_model, require_usable
 
 TRUE = StepModel(base_s=0.012, per_prefill_token_s=8e-5, per_decode_seq_s=3e-4, per_kv_token_s=2e-8)
 FITTED = ("base_s", "per_prefill_token_s", "per_decode_seq_s", "per_kv_token_s")  # the synthetic trace's columns
@@ -99,3 +99,95 @@ def test_bad_inputs() -> None:
         fit_step_model(synthetic_trace(10, 0, 0), ["gamma"])
     with pytest.raises(ConfigError, match="at least that many"):
         fit_step_model({k: v[:2] for k, v in synthetic_trace(10, 0, 0).items()})
+
+
+# --------------------------------------------------------------------------- robust fit, quality, overhead terms
+
+
+def with_slow_outliers(trace: dict[str, np.ndarray], share: float, factor: float, seed: int) -> dict[str, np.ndarray]:
+    """Return the trace with ``share`` of its steps made ``factor`` times slower (another process stole the core)."""
+    rng = np.random.default_rng(seed)
+    out = dict(trace)
+    slow = rng.random(trace["duration"].size) < share
+    out["duration"] = np.where(slow, trace["duration"] * factor, trace["duration"])
+    return out
+
+
+def test_huber_fit_with_slow_outliers_stays_near_the_clean_fit() -> None:
+    clean_trace = synthetic_trace(2000, 0.0005, 5)
+    dirty = with_slow_outliers(clean_trace, 0.08, 6.0, 6)
+    clean = fit_step_model(clean_trace)
+    robust = fit_step_model(dirty)
+    plain = fit_step_model(dirty, method="least_squares")
+    names = ("base_s", "per_prefill_token_s", "per_decode_seq_s")
+
+    def worst_rel_distance(fit: object) -> float:
+        return max(abs(getattr(fit.model, c) / getattr(clean.model, c) - 1) for c in names)
+
+    assert worst_rel_distance(robust) < 0.05
+    assert worst_rel_distance(plain) > 0.2  # least squares is dragged up by the stalls
+    assert robust.outlier_share > 0.05 and plain.outlier_share == 0
+    assert robust.excess_share is not None and robust.excess_share > 0.2  # the stolen time, reported
+
+
+def test_quality_refuses_a_poor_fit_and_the_override_allows_it() -> None:
+    rng = np.random.default_rng(7)
+    noise = synthetic_trace(500, 0.0, 8)
+    noise["duration"] = rng.exponential(0.05, size=500)  # step times unrelated to the work done
+    fit = fit_step_model(noise)
+    assert fit.quality is not None and not fit.quality.usable
+    assert "mean relative error" in fit.quality.reason or "R²" in fit.quality.reason
+    with pytest.raises(PoorFitError, match="--allow-poor-fit"):
+        require_usable(fit, what="x.jsonl")
+    require_usable(fit, allow_poor_fit=True)
+    good = fit_step_model(synthetic_trace(500, 0.0005, 9))
+    assert good.quality is not None and good.quality.usable and good.quality.r2_judged
+    require_usable(good)
+    assert "R² " in good.summary and "mean relative error" in good.summary
+
+
+def test_r2_is_not_judged_when_every_step_is_alike() -> None:
+    # identical decode steps with 1% jitter: R² is about 0 (nothing to explain), yet the fit predicts well
+    rng = np.random.default_rng(10)
+    n = 400
+    trace = {"duration": 0.01 * (1 + 0.01 * rng.standard_normal(n)), "prefill_tokens": np.zeros(n),
+             "decode_seqs": np.full(n, 4), "kv_tokens_read": np.full(n, 400)}
+    fit = fit_step_model(trace)
+    assert fit.r2 is not None and fit.r2 < MIN_R2
+    assert fit.quality is not None and fit.quality.usable and not fit.quality.r2_judged
+
+
+def test_per_prefill_seq_cost_is_fitted_when_traced() -> None:
+    rng = np.random.default_rng(11)
+    n = 600
+    seqs = rng.integers(0, 4, size=n)
+    prefill = seqs * rng.integers(10, 200, size=n)
+    decode = rng.integers(0, 16, size=n)
+    true = StepModel(base_s=0.001, per_prefill_token_s=1e-5, per_prefill_seq_s=0.0012, per_decode_seq_s=1e-4)
+    duration = np.array([true.step_s(int(p), int(d), 0, int(s)) for p, d, s in zip(prefill, decode, seqs)])
+    cols = {"duration": duration, "prefill_tokens": prefill, "decode_seqs": decode, "kv_tokens_read": np.zeros(n),
+            "prefill_seqs": seqs}
+    fit = fit_step_model(cols)
+    assert fit.model.per_prefill_seq_s == pytest.approx(0.0012, rel=1e-6)
+    without = fit_step_model({k: v for k, v in cols.items() if k != "prefill_seqs"})
+    assert without.model.per_prefill_seq_s == 0  # an older trace: the term stays pinned
+
+
+def _one_request_scenario(step: dict) -> object:
+    return parse_scenario({
+        "seed": 1, "server": {"kv_budget_tokens": 10_000, "max_num_batched_tokens": 512}, "step_model": step,
+        "workload": {"arrival": {"kind": "poisson", "rate_rps": 0.5}, "num_requests": 20,
+                     "classes": [{"prompt": {"value": 100}, "output": {"value": 10}}]}})
+
+
+def test_simulator_applies_the_arrival_lag_and_the_emit_lead() -> None:
+    # 2 s between arrivals, 0.03 s of work each: every request finds the engine idle
+    step = {"base_s": 0.001, "per_prefill_token_s": 1e-5, "per_prefill_seq_s": 0.002}
+    plain = simulate(_one_request_scenario(step)).records
+    lagged = simulate(_one_request_scenario(step | {"arrival_lag_s": 0.0007, "emit_lead_s": 0.0001})).records
+    np.testing.assert_array_equal(plain.start, lagged.start)  # records start at the arrival, not when seen
+    ttft = plain.first_token - plain.start
+    np.testing.assert_allclose(ttft, 0.001 + 100 * 1e-5 + 0.002, rtol=1e-9)  # one prefill step, with its set-up
+    np.testing.assert_allclose(lagged.first_token - lagged.start, ttft + 0.0007 - 0.0001, rtol=1e-9)
+    np.testing.assert_allclose(lagged.admitted - lagged.start, 0.0007, rtol=1e-9)
+    np.testing.assert_allclose(lagged.end - plain.end, 0.0007 - 0.0001, atol=1e-9)
