@@ -11,8 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from servebench.cli import app
-from servebench.diagnosis import (ProfileMeasurements, ProfileTable, Thresholds, diagnose, diagnose_records,
-                                  diagnose_table, measure, tpot_by_load)
+from servebench.diagnosis import (PRECEDENCE, ProfileMeasurements, ProfileTable, Thresholds, diagnose,
+                                  diagnose_records, diagnose_table, measure, tpot_by_load)
 from servebench.errors import ConfigError
 from servebench.kv import GIB, ModelShape
 from servebench.loaders import read_bytes, to_table
@@ -336,3 +336,145 @@ def test_simulated_prefill_limit() -> None:
     v = _synthetic({"flat": {"prefill_s": 3.0, "prompt_tokens": 4000, "tpot_s": 0.02}}, "separate", 0.5, 4000, 50)
     assert v.limit == "prefill", v.summary
     assert v.measurements.queue_wait_p95_s == 0.0 and v.prefill_share_of_ttft == pytest.approx(1.0)
+
+
+# --------------------------------------------------------------------------- load-aware verdicts
+
+
+def test_ab_rules_precedence_explanation_and_first_to_bind() -> None:
+    a, b = diagnose_table(ab())
+    assert [r.limit for r in b.rules] == list(PRECEDENCE)
+    holding = {r.limit: r.holds for r in b.rules}
+    assert holding == {"kv_memory": True, "decode": False, "queueing": False, "prefill": False}
+    assert b.explanation.startswith("kv_memory because its whole pattern holds")
+    assert a.limit == "none" and "nothing limits it" in a.explanation
+    assert (a.first_to_bind.limit, a.first_to_bind.in_service) == ("kv_memory", 54)
+    assert a.first_to_bind.rate_per_s == pytest.approx(54 / 6.12)  # Little's law: limit / time in service
+    assert a.first_to_bind.headroom == pytest.approx(54 / 6.12)  # at 1 request/s
+    assert "binds first, at about 8.82" in a.summary
+
+
+def burst_records() -> list[dict]:
+    """Lone requests at 10 ms TPOT, and 40 pairs arriving together that decode at 14 ms (TPOT grows 1.4x)."""
+    recs = fifo([i * 1.0 for i in range(200)], cap=1000, prefill_s=0.01, tpot_s=0.010, n_out=40, prompt=200)
+    for k, start in enumerate(300.0 + 2 * (i // 2) + 0.001 * (i % 2) for i in range(80)):
+        recs.append({"request_id": f"b{k}", "start": start, "admitted": start, "first_token": start + 0.01,
+                     "end": start + 0.01 + 39 * 0.014, "status": "success", "prompt_tokens": 200,
+                     "output_tokens": 40})
+    return recs
+
+
+def test_tpot_growth_in_bursts_is_not_a_limit_below_saturation() -> None:
+    # like the tiny CPU run: TPOT grows with the batch (top vs bottom quarter crosses 1.25), but the
+    # typical request decodes alone, so nothing limits the server at this load
+    t, ws, we = as_table(burst_records())
+    v = diagnose_records(t, ws, we, budget_tokens=8192, max_num_seqs=64, policy="paged")
+    assert v.tpot_growth is not None and v.tpot_growth >= 1.25
+    assert v.tpot_growth_at_load is not None and v.tpot_growth_at_load < 1.25
+    assert v.limit == "none", v.summary
+    decode = next(r for r in v.rules if r.limit == "decode")
+    assert not decode.holds and [c.crossed for c in decode.conditions] == [True, False]
+    assert v.first_to_bind is not None and v.first_to_bind.rate_per_s > v.measurements.arrival_rate_per_s
+    assert {b.limit for b in v.bindings} == {"kv_memory", "decode"}  # max_num_seqs 64 is above the KV limit
+    assert v.max_concurrent_sequences == 8192 // 240  # paged: 200 + 40 tokens, a whole number of 16-token blocks
+
+
+def test_first_to_bind_is_the_cap_on_running_sequences_when_it_is_lowest() -> None:
+    recs = fifo([float(i) for i in range(100)], cap=1000, prefill_s=0.1, tpot_s=0.02, n_out=20, prompt=1000)
+    t, ws, we = as_table(recs)
+    v = diagnose_records(t, ws, we, shape=SPEC, budget_bytes=8 * GIB, max_num_seqs=4)
+    assert v.limit == "none"
+    assert v.first_to_bind.limit == "queueing" and v.first_to_bind.in_service == 4
+    assert v.first_to_bind.rate_per_s == pytest.approx(4 / (0.1 + 19 * 0.02))
+    kv_bind = next(b for b in v.bindings if b.limit == "kv_memory")
+    assert kv_bind.rate_per_s == pytest.approx(64 / (0.1 + 19 * 0.02))
+
+
+def test_a_fitted_step_model_gives_decode_its_binding_rate() -> None:
+    from servebench.stepmodel import StepModel
+    recs = fifo([float(i) for i in range(100)], cap=1000, prefill_s=0.1, tpot_s=0.02, n_out=20, prompt=1000)
+    t, ws, we = as_table(recs)
+    step = StepModel(base_s=0.02, per_decode_seq_s=0.001)  # TPOT 21 ms alone, +1 ms per sequence
+    v = diagnose_records(t, ws, we, shape=SPEC, budget_bytes=8 * GIB, step_model=step)
+    dec = next(b for b in v.bindings if b.limit == "decode")
+    n = 1 + 0.25 * 0.021 / 0.001  # TPOT reaches 1.25x at this many in service
+    assert dec.in_service == pytest.approx(n)
+    assert dec.rate_per_s == pytest.approx(n / (0.1 + 19 * (0.021 + 0.001 * (n - 1))))
+    assert v.first_to_bind.limit == "decode" and "fitted step model" in dec.basis
+
+
+def without_admitted(recs: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if k != "admitted"} for r in recs]
+
+
+def test_records_without_admitted_below_saturation_are_none() -> None:
+    recs = fifo([float(i) for i in range(100)], cap=1000, prefill_s=0.1, tpot_s=0.02, n_out=20, prompt=1000)
+    v = run(without_admitted(recs))
+    assert v.limit == "none" and not v.measurements.has_admitted
+    assert v.measurements.queue_wait_p95_s is None and v.measurements.prefill_p95_s is None
+    assert any("no admitted times" in c for c in v.cannot_tell)
+    assert v.time_in_service_s == pytest.approx(0.1 + 19 * 0.02)  # TTFT p50 stands in for prefill
+
+
+def test_records_without_admitted_still_show_decode() -> None:
+    arrivals = [i * 2.0 for i in range(60)] + [120 + i * 0.5 for i in range(120)]
+    recs = fifo(arrivals, cap=1000, prefill_s=0.1, tpot_s=[0.02] * 60 + [0.08] * 120, n_out=50, prompt=1000)
+    v = run(without_admitted(recs))
+    assert v.limit == "decode", v.summary
+    assert v.cannot_tell  # it still says what it cannot split
+
+
+def test_records_without_admitted_with_a_queue_are_undetermined() -> None:
+    recs = fifo([i * 0.8 for i in range(150)], cap=8, prefill_s=1.0, tpot_s=0.031, n_out=200, prompt=7800)
+    with_adm = run(recs)
+    assert with_adm.limit == "kv_memory"
+    v = run(without_admitted(recs))
+    assert v.limit == "undetermined", v.summary
+    assert "cannot be told apart" in v.summary and "admitted" in v.experiment.action
+    assert not any(r.holds for r in v.rules if r.limit in ("kv_memory", "queueing", "prefill"))
+
+
+def test_every_crossed_rule_is_shown_and_the_first_wins() -> None:
+    # a queue behind 4 slots with long prompts: queueing holds; prefill does not (the queue dominates)
+    recs = fifo([i / 0.6 for i in range(100)], cap=4, prefill_s=1.0, tpot_s=0.031, n_out=200, prompt=7800)
+    v = run(recs)
+    assert v.limit == "queueing"
+    assert [r.limit for r in v.rules if r.holds] == ["queueing"]
+    assert "queueing because its whole pattern holds" in v.explanation
+    # the walkthrough's choices still offer the five limits the spec names
+    from servebench.diagnosis import LIMITS
+    assert "undetermined" not in LIMITS
+
+
+def test_cli_diagnose_a_timing_run_folder_uses_its_server(tmp_path: Path) -> None:
+    """A run folder brings its KV budget in tokens, its cap on running sequences and its step trace."""
+    from servebench.engine.rundir import write_run
+    from servebench.engine.loop import StepRow
+
+    recs = fifo([float(i) for i in range(60)], cap=1000, prefill_s=0.01, tpot_s=0.01, n_out=20, prompt=100)
+    steps = [StepRow(start=i * 0.01, duration_s=0.002 + 0.00001 * (i % 4) + 1e-5 * (100 if i % 7 == 0 else 0),
+                     compute_s=0.0019, prefill_tokens=100 if i % 7 == 0 else 0, decode_seqs=i % 4,
+                     kv_tokens=100 * (i % 4), kv_tokens_used=0, kv_tokens_held=0, running=1, waiting=0, preempted=0)
+             for i in range(200)]
+    scenario = {"name": "r", "seed": 1, "step_model": {"base_s": 0.001},
+                "server": {"policy": "paged", "kv_budget_tokens": 2048, "max_num_seqs": 4},
+                "workload": {"arrival": {"kind": "poisson", "rate_rps": 1}, "num_requests": 60,
+                             "classes": [{"prompt": {"value": 100}, "output": {"value": 20}}]}}
+    write_run(tmp_path / "run", recs, steps, {"scenario": scenario})
+    res = runner.invoke(app, ["diagnose", str(tmp_path / "run"), "--json"])
+    assert res.exit_code == 0, res.output
+    v = json.loads(res.stdout)["profiles"]["run"]
+    assert v["limit"] == "none" and v["budget_tokens"] == 2048 and v["max_concurrent_sequences"] == 2048 // 128
+    assert v["first_to_bind"]["limit"] == "queueing" and v["first_to_bind"]["in_service"] == 4
+    human = runner.invoke(app, ["diagnose", str(tmp_path / "run")])
+    assert human.exit_code == 0 and "rules, in precedence order" in human.output and "binds first" in human.output
+
+
+def test_simulated_a_and_b_know_the_load() -> None:
+    a, b = simulated("profile_a"), simulated("profile_b")
+    assert a.limit == "none" and a.first_to_bind is not None and a.first_to_bind.limit == "kv_memory"
+    assert a.first_to_bind.rate_per_s == pytest.approx(54 / a.time_in_service_s, rel=0.05)
+    assert a.first_to_bind.headroom > 5  # A runs far below its KV limit
+    assert b.limit == "kv_memory" and [r.limit for r in b.rules if r.holds][0] == "kv_memory"
+    assert b.first_to_bind.limit == "kv_memory" and b.first_to_bind.headroom < 1.2  # B is at its limit
+    assert "kv_memory because" in b.explanation
