@@ -27,7 +27,7 @@ salted), so keys are reproducible; two different prompts share a key with probab
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -92,6 +92,9 @@ class SegmentPrompt:
     def block_keys(self, block_size: int) -> list[int]:
         """Return chained block keys, each over the (segment, offset, length) pieces the block spans.
 
+        A block inside one segment is keyed by the key before the segment and its offset in it,
+        which names the same content as chaining block by block (the segment's ids are fixed).
+
         >>> doc = (11, 40)
         >>> a = SegmentPrompt((doc, (1, 30))).block_keys(16)
         >>> b = SegmentPrompt((doc, (2, 30))).block_keys(16)
@@ -113,10 +116,12 @@ class SegmentPrompt:
                     parent = hash((parent, tuple(pieces)))
                     keys.append(parent)
                     pieces, fill = [], 0
-            while length - offset >= block_size:  # whole blocks inside this segment
-                parent = hash((parent, seg, offset))
-                keys.append(parent)
-                offset += block_size
+            whole = (length - offset) // block_size
+            if whole:  # whole blocks inside this segment
+                base = parent
+                keys.extend([hash((base, seg, o)) for o in range(offset, offset + whole * block_size, block_size)])
+                parent = keys[-1]
+                offset += whole * block_size
             if offset < length:
                 pieces = [(seg, offset, length - offset)]
                 fill = length - offset
@@ -161,12 +166,18 @@ class PrefixCache:
     to cached blocks a new request reuses; ``release`` drops references, and a block at 0 becomes
     evictable (most recent last); ``evict(n)`` drops the n least recent evictable blocks and
     returns them with their payloads (the engine's physical block ids; None in the simulator).
+
+    The order is a queue of (key, release stamp) with lazy deletion: a block reused and released
+    again gets a new entry and its old one is skipped, which keeps every operation O(1) per block.
+    A block at 0 references stores minus its stamp in place of its count.
     """
 
     def __init__(self) -> None:
-        self._refs: dict[int, int] = {}
+        self._refs: dict[int, int] = {}  # key -> references (> 0), or -stamp when evictable
         self._payload: dict[int, Any] = {}
-        self._evictable: OrderedDict[int, None] = OrderedDict()  # keys at 0 references, oldest first
+        self._queue: deque[tuple[int, int]] = deque()  # (key, stamp) in release order, stale entries included
+        self._stamp = 0
+        self._evictable = 0
 
     @property
     def num_cached(self) -> int:
@@ -176,14 +187,14 @@ class PrefixCache:
     @property
     def num_evictable(self) -> int:
         """Return how many cached blocks no request holds."""
-        return len(self._evictable)
+        return self._evictable
 
     def __contains__(self, key: int) -> bool:
         return key in self._refs
 
     def refs(self, key: int) -> int:
         """Return the references to ``key`` (0 when evictable or absent)."""
-        return self._refs.get(key, 0)
+        return max(self._refs.get(key, 0), 0)
 
     def payload(self, key: int) -> Any:
         """Return what was stored with ``key`` (None if absent)."""
@@ -205,17 +216,19 @@ class PrefixCache:
 
     def unheld(self, keys: Iterable[int]) -> int:
         """Return how many of these cached keys no request holds (reusing them takes them off the evictable list)."""
-        ev = self._evictable
-        return sum(1 for k in keys if k in ev)
+        refs = self._refs
+        return sum(1 for k in keys if refs[k] <= 0)
 
     def acquire(self, keys: Iterable[int]) -> None:
         """Add one reference to each cached key."""
-        refs, ev = self._refs, self._evictable
+        refs = self._refs
         for k in keys:
             r = refs[k]
-            if r == 0:
-                del ev[k]
-            refs[k] = r + 1
+            if r <= 0:
+                refs[k] = 1
+                self._evictable -= 1
+            else:
+                refs[k] = r + 1
 
     def insert(self, key: int, payload: Any = None) -> bool:
         """Cache a block its computing request holds; False (nothing changed) if ``key`` is cached already."""
@@ -226,31 +239,66 @@ class PrefixCache:
             self._payload[key] = payload
         return True
 
+    def insert_run(self, keys: Sequence[int], start: int, stop: int) -> int:
+        """Insert ``keys[start:stop]`` in order, stopping at the first cached already; return how many were inserted."""
+        refs = self._refs
+        for j in range(start, stop):
+            k = keys[j]
+            if k in refs:
+                return j - start
+            refs[k] = 1
+        return stop - start
+
     def release(self, keys: Sequence[int]) -> None:
         """Drop one reference to each key, last key first, so a chain's tail is evicted before its head."""
-        refs, ev = self._refs, self._evictable
-        for k in reversed(keys):
+        refs, append = self._refs, self._queue.append
+        stamp = self._stamp
+        freed = 0
+        for k in keys[::-1]:
             r = refs[k] - 1
-            refs[k] = r
-            if r == 0:
-                ev[k] = None
+            if r:
+                refs[k] = r
+            else:
+                stamp += 1
+                refs[k] = -stamp
+                append((k, stamp))
+                freed += 1
+        self._stamp = stamp
+        self._evictable += freed
+        if len(self._queue) > 2 * len(refs) + 4096:
+            self._compact()
 
-    def evict(self, n: int) -> list[tuple[int, Any]]:
-        """Drop the ``n`` least recently released unheld blocks; return (key, payload) for each."""
-        if n > len(self._evictable):
-            raise ValueError(f"cannot evict {n} blocks: only {len(self._evictable)} are unheld")
-        out = []
-        refs, ev, payload = self._refs, self._evictable, self._payload
-        for _ in range(n):
-            k, _ = ev.popitem(last=False)
+    def _compact(self) -> None:
+        """Drop stale queue entries (blocks reused or evicted since)."""
+        refs = self._refs
+        self._queue = deque(e for e in self._queue if refs.get(e[0]) == -e[1])
+
+    def evict(self, n: int, *, report: bool = True) -> list[tuple[int, Any]]:
+        """Drop the ``n`` least recently released unheld blocks; return (key, payload) for each (none unless ``report``)."""
+        if n > self._evictable:
+            raise ValueError(f"cannot evict {n} blocks: only {self._evictable} are unheld")
+        refs, pop, payload = self._refs, self._queue.popleft, self._payload
+        out: list[tuple[int, Any]] = []
+        left = n
+        while left:
+            k, stamp = pop()
+            if refs.get(k) != -stamp:
+                continue  # reused (or evicted) since this release
             del refs[k]
-            out.append((k, payload.pop(k, None)))
-        return out
+            left -= 1
+            if report or payload:
+                out.append((k, payload.pop(k, None)))
+        self._evictable -= n
+        return out if report else []
 
     def check(self, held: dict[int, int]) -> None:
-        """Raise AssertionError unless the reference counts equal ``held`` (key -> holders) and the evictable set is right."""
-        live = {k: r for k, r in self._refs.items() if r}
+        """Raise AssertionError unless the reference counts equal ``held`` (key -> holders) and the evictable count is right."""
+        live = {k: r for k, r in self._refs.items() if r > 0}
         if live != {k: r for k, r in held.items() if r}:
             raise AssertionError("prefix cache reference counts differ from the requests holding blocks")
-        if set(self._evictable) != {k for k, r in self._refs.items() if r == 0}:
-            raise AssertionError("prefix cache evictable list differs from the blocks at 0 references")
+        unheld = [k for k, r in self._refs.items() if r <= 0]
+        if len(unheld) != self._evictable:
+            raise AssertionError("prefix cache evictable count differs from the blocks at 0 references")
+        queued = {k for k, stamp in self._queue if self._refs.get(k) == -stamp}
+        if queued != set(unheld):
+            raise AssertionError("prefix cache release order misses an evictable block")

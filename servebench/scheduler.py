@@ -541,7 +541,7 @@ class Scheduler:
     def _evict(self, blocks: int) -> None:
         """Evict ``blocks`` unheld cached blocks, least recently released first (their space becomes free)."""
         assert self.cache is not None
-        gone = self.cache.evict(blocks)
+        gone = self.cache.evict(blocks, report=self.block_events)
         self.evictions += blocks
         if self.config.policy == "paged":
             self._free_blocks += blocks
@@ -553,14 +553,14 @@ class Scheduler:
         cache, keys, bs = self.cache, seq.keys, self.config.block_size_tokens
         assert cache is not None and keys is not None
         full = min(min(seq.computed, seq.req.prompt_tokens) // bs, len(keys))
-        added = 0
-        for j in range(seq.shared, full):
-            if not cache.insert(keys[j]):
-                seq.registering = False  # another request computed it first: keep ours private from here
-                break
-            added += 1
-            if self.block_events:
-                self.registered.append((seq.req.request_id, j, keys[j]))
+        if full <= seq.shared:
+            return
+        added = cache.insert_run(keys, seq.shared, full)
+        if added < full - seq.shared:
+            seq.registering = False  # another request computed the next block first: keep ours private from here
+        if self.block_events:
+            rid = seq.req.request_id
+            self.registered.extend((rid, j, keys[j]) for j in range(seq.shared, seq.shared + added))
         if added:
             seq.shared += added
             self._held_tokens -= added * bs
@@ -601,10 +601,13 @@ class Scheduler:
         self._waiting.appendleft(seq)
 
     # ------------------------------------------------------------------ commits
-    def on_step_done(self, plan: StepPlan, now: float, finished: Iterable[str] = ()) -> list[Outcome]:
+    def on_step_done(self, plan: StepPlan, now: float, finished: Iterable[str] = (),
+                     tokens: list[tuple[str, int]] | None = None) -> list[Outcome]:
         """Commit ``plan`` (all of its ``steps``) as finished at ``now``; return successes ended by it.
 
-        ``finished`` names sequences that produced EOS in this step.
+        ``finished`` names sequences that produced EOS in this step. ``tokens``, when given, receives
+        (request ID, tokens emitted) for every sequence that emitted output: 1 for a completed prefill,
+        ``steps`` for a decoder, one per step (the callers stamp them with their step ends).
         """
         steps = plan.steps
         done: list[Outcome] = []
@@ -621,6 +624,8 @@ class Scheduler:
             if seq.computed >= seq.req.prompt_tokens + seq.generated:
                 seq.decoding = True
                 seq.generated += 1
+                if tokens is not None:
+                    tokens.append((rid, 1))
                 if seq.first_token_s is None:
                     seq.first_token_s = now
                 if seq.generated >= seq.target:
@@ -633,6 +638,8 @@ class Scheduler:
             seq.computed += steps
             self._held_tokens += steps
             seq.generated += steps
+            if tokens is not None:
+                tokens.append((rid, steps))
             if seq.generated >= seq.target:
                 done.append(self._finish(seq, now, "success", None))
         for rid in finished:
