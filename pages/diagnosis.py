@@ -16,7 +16,7 @@ from servebench.safetext import safe_text
 from servebench.model_presets import PRESETS, get_preset
 
 LIMIT_TITLES = {"kv_memory": "KV memory", "queueing": "Queueing", "prefill": "Prefill", "decode": "Decode",
-                "none": "Nothing limits it"}
+                "none": "Nothing limits it", "undetermined": "Cannot tell which limit"}
 
 
 def render_verdict(v: diagnosis.Verdict) -> None:
@@ -38,6 +38,23 @@ def render_verdict(v: diagnosis.Verdict) -> None:
                                 "threshold": fmt(e.threshold),
                                 "crossed": {True: "yes", False: "no", None: "not measured"}[e.crossed],
                                 "note": e.note} for e in v.evidence]), hide_index=True)
+    st.markdown(f"**Why this verdict.** {v.explanation}")
+    for gap in v.cannot_tell:
+        st.info(f"Cannot tell: {gap}")
+    st.caption("Every rule, in precedence order (" + " > ".join(diagnosis.PRECEDENCE) +
+               "): with a symptom, the first rule whose every condition holds wins.")
+    st.dataframe(pd.DataFrame([{"limit": r.limit, "holds": "yes" if r.holds else "no",
+                                "conditions": "; ".join(
+                                    f"{c.measurement} {c.rule} {fmt(c.threshold)}: "
+                                    + {True: "yes", False: "no", None: "not measured"}[c.crossed]
+                                    for c in r.conditions)} for r in v.rules]), hide_index=True)
+    if v.bindings:
+        first = v.first_to_bind.limit if v.first_to_bind is not None else None
+        st.markdown("**Where each limit binds as load grows**" +
+                    (f": **{first}** first." if first else " (none estimated from this data)."))
+        st.dataframe(pd.DataFrame([{"limit": b.limit, "rate (requests/s)": fmt(b.rate_per_s),
+                                    "in service": fmt(b.in_service), "× the measured rate": fmt(b.headroom),
+                                    "how": b.basis} for b in v.bindings]), hide_index=True)
     st.markdown(f"**What prefill contributes.** {v.prefill}")
     st.markdown(f"**Experiment.** {v.experiment.action}  \n**Confirms:** {v.experiment.confirm}  \n"
                 f"**Refutes:** {v.experiment.refute}")
@@ -79,7 +96,8 @@ if mode == "Diagnose the records in use":
     ds = records_sidebar()
     show_reader_warnings(ds)
     st.caption(f"{safe_text(ds.source.name)} · {len(ds.table):,} records · window {fmt_window(ds.window_start, ds.window_end)}. "
-               "Needs `admitted` (queue wait vs prefill) and `prompt_tokens` (the KV limit).")
+               "`admitted` splits TTFT into queue wait and prefill (without it the verdict says what it cannot "
+               "tell); `prompt_tokens` gives the KV limit.")
     shape, budget, policy, cap = _shape_inputs()
     verdict = guarded(diagnosis.diagnose_records, ds.table, ds.window_start, ds.window_end, shape=shape,
                       budget_bytes=budget, policy=policy, output_cap=cap, name=ds.source.name)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import streamlit as st
@@ -11,7 +12,9 @@ import yaml
 from pages._shared import SAMPLE_DIR, fail, guarded, sharing, upload_error
 from servebench.appsafety import SHARED_SWEEP_MAX_REQUESTS, is_long_sweep, sweep_requests_bound
 from servebench.errors import ConfigError, InputFormatError
+from servebench.engine.sweep_validation import read_sweep_validation, sweep_validation_doc
 from servebench.figures import sweep as sweep_figs
+from servebench.figures.validate_sweep import measured_vs_simulated
 from servebench.figures.summary import fmt, fmt_share
 from servebench.model_presets import PRESETS, get_preset
 from servebench.rows import rows_from_bytes
@@ -140,6 +143,10 @@ elif step_how == "fitted from a timing run":
         st.info("Upload a step trace, or do a timing run first (Timing run page): its steps are used here.")
         st.stop()
     fit = guarded(fit_step_model, rows)
+    if fit.quality is not None and not fit.quality.usable:
+        st.error(f"The step model fits too poorly to predict from: {fit.quality.reason}.")
+        if not st.checkbox("Predict anyway (the sweep then rests on a poor fit)", key="allow_poor_fit"):
+            st.stop()
     doc["step_model"] = fit.model.model_dump()
     c = st.columns(4)
     c[0].metric("Steps fitted", fmt(fit.steps), help=f"From {trace_name}.")
@@ -195,6 +202,42 @@ elif st.button("Run the sweep", type="primary", key="run_sweep"):
                      search=search, progress=on_point)
     bar.progress(1.0, text=f"Done: {len(result.points)} simulations")
     st.session_state["sweep_result"] = (settings, result)
+
+with st.expander("Measured vs simulated: load a `servebench validate-sweep` result", expanded=False):
+    st.caption("validate-sweep runs the real engine at each offered rate, fits the step model on the traces and "
+               "simulates the same rates on the same seeds. Load its output folder (on this machine) or upload its "
+               "validate_sweep.json to overlay the measured and simulated curves.")
+    c = st.columns(2)
+    vs_upload = c[0].file_uploader("validate_sweep.json", type=["json"], key="validate_sweep_upload")
+    vs_folder = c[1].text_input("…or its output folder", key="validate_sweep_folder",
+                                placeholder="out/validate_sweep", disabled=not sharing().may_start_work,
+                                help="Read from this machine's disk; off on a shared dashboard.")
+    vs_doc = None
+    if vs_upload is not None:
+        if (too_big := upload_error(vs_upload)) is not None:
+            fail(InputFormatError(too_big))
+        try:
+            raw = json.loads(vs_upload.getvalue().decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            fail(InputFormatError(f"{vs_upload.name}: not JSON: {exc}"))
+        vs_doc = guarded(sweep_validation_doc, raw, vs_upload.name)
+    elif vs_folder and sharing().may_start_work:
+        vs_doc = guarded(read_sweep_validation, Path(vs_folder))
+    if vs_doc is not None:
+        c = st.columns(3)
+        c[0].metric("Measured knee (requests/s)", fmt(vs_doc.get("measured_knee_rps")))
+        c[1].metric("Simulated knee (requests/s)", fmt(vs_doc.get("simulated_knee_rps")))
+        err = vs_doc.get("knee_relative_error")
+        c[2].metric("Knee error", "-" if not isinstance(err, (int, float)) else f"{err:+.1%}")
+        if vs_doc.get("fit_summary"):
+            st.caption(f"Simulated with the {vs_doc['fit_summary']}.")
+        st.plotly_chart(measured_vs_simulated(vs_doc), key="validate_sweep_overlay")
+        st.dataframe(pd.DataFrame([{"rate": p["rate_rps"], **{f"{k} measured": fmt(p["measured"].get(k))
+                                                              for k in ("ttft_p95_s", "latency_p95_s")},
+                                    **{f"{k} simulated": fmt(p["simulated"].get(k))
+                                       for k in ("ttft_p95_s", "latency_p95_s")},
+                                    "below knee": p.get("below_knee")} for p in vs_doc["points"]]),
+                     hide_index=True)
 
 stored = st.session_state.get("sweep_result")
 if stored is None:
