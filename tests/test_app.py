@@ -284,15 +284,15 @@ def test_diagnosis_profile_table_names_kv_memory_for_b() -> None:
     assert values == ["54", "8"]
 
 
-def test_diagnosis_of_records_needs_admitted_times() -> None:
+def test_diagnosis_of_records_without_admitted_times_says_what_it_cannot_tell() -> None:
     at = _app()
     at.switch_page("pages/diagnosis.py").run()
     at.radio(key="diag_mode").set_value("Diagnose the records in use").run()
     assert not at.exception and not at.error
     assert at.warning or at.success  # a verdict for the sample
     at.selectbox(key="records_sample").select("r1_r4.json").run()
-    assert not at.exception
-    assert "no 'admitted' times" in at.error[0].value
+    assert not at.exception and not at.error
+    assert any("no admitted times" in i.value for i in at.info)  # the verdict the data supports, and its gaps
 
 
 def test_diagnosis_walkthrough_asks_then_reveals_and_scores() -> None:
