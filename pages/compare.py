@@ -40,7 +40,7 @@ for n, d in zip(shown, picked):
         st.caption(safe_text(f"{n}: {d.zoom.note()}"))
 
 st.subheader("The contract: eight fields side by side")
-st.caption(f"Each later run against the baseline, **{shown[0]}**: the difference and the relative change.")
+st.caption(f"Each later run against the baseline, **{shown[0]}**: Δ is the difference and the relative change.")
 st.dataframe(contract_table(reports), hide_index=True)
 
 st.subheader("Is it noise? 95% confidence intervals")

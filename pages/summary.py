@@ -115,12 +115,12 @@ with outcome_box:
                "Failure-aware rows count every non-success as ∞, so a tail made of failures shows as ∞.")
     st.markdown("**Success-only**")
     st.dataframe(distribution_frame({
-        "latency_s": report.latency_s, "ttft_s": report.ttft_s, "request_tpot_s": report.request_tpot_s,
-        "queue_wait_s": report.queue_wait_s, "prefill_s": report.prefill_s,
+        "Latency (s)": report.latency_s, "TTFT (s)": report.ttft_s, "Request TPOT (s)": report.request_tpot_s,
+        "Queue wait (s)": report.queue_wait_s, "Prefill (s)": report.prefill_s,
     }), hide_index=True)
     st.markdown("**Failure-aware** (all requests)")
     st.dataframe(distribution_frame({
-        "latency_s": report.failure_aware_latency_s, "ttft_s": report.failure_aware_ttft_s,
+        "Latency (s)": report.failure_aware_latency_s, "TTFT (s)": report.failure_aware_ttft_s,
     }), hide_index=True)
     figs = record_figs.record_cdfs(ds.table)
     for col, key in zip(st.columns(3), ("latency", "ttft", "tpot")):

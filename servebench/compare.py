@@ -42,7 +42,7 @@ def _diff(base: float | int | None, other: float | int | None) -> str:
 
 
 def contract_table(reports: Mapping[str, Report]) -> pd.DataFrame:
-    """Return the eight contract fields, one column per run, and each later run's difference from the first."""
+    """Return the eight contract fields, one column per run, then each later run's difference from the first (Δ)."""
     names = list(reports)
     rows = []
     for key, (label, _) in CONTRACT_LABELS.items():
@@ -51,7 +51,7 @@ def contract_table(reports: Mapping[str, Report]) -> pd.DataFrame:
         for n, v in zip(names, values):
             row[n] = _num(v)
         for n, v in zip(names[1:], values[1:]):
-            row[f"{n} vs {names[0]}"] = _diff(values[0], v)
+            row[f"Δ {n}"] = _diff(values[0], v)
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -503,7 +503,7 @@ def test_several_uploads_are_held_and_compared_side_by_side() -> None:
     contract = at.dataframe[0].value.set_index("field")
     assert contract.loc["Requests", "requests_sample.csv"] == "3,000"  # the sample opened first is the baseline
     assert contract.loc["Requests", "r1_r4.json"] == "4" and contract.loc["Requests", "mine.jsonl"] == "2"
-    assert contract.loc["Requests", "mine.jsonl vs requests_sample.csv"] == "-2,998 (-100%)"
+    assert contract.loc["Requests", "Δ mine.jsonl"] == "-2,998 (-100%)"
     outcomes = next(d.value for d in at.dataframe if "Offered" in d.value.columns).set_index("run")
     statuses = ["Completed", "Failed", "Timed out", "Cancelled", "Rejected"]
     assert (outcomes[statuses].sum(axis=1) == outcomes["Offered"]).all()

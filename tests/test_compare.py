@@ -22,7 +22,7 @@ def test_contract_side_by_side_with_differences_and_outcomes_that_add_up() -> No
     reports = {"sample": _report("requests_sample.csv"), "r1_r4": _report("r1_r4.json")}
     t = contract_table(reports).set_index("field")
     assert t.loc["Requests", "sample"] == "3,000" and t.loc["Requests", "r1_r4"] == "4"
-    assert t.loc["Successes", "r1_r4 vs sample"] == "-2,699 (-100%)"
+    assert t.loc["Successes", "Δ r1_r4"] == "-2,699 (-100%)"
     o = outcome_table(reports).set_index("run")
     assert (o[["Completed", "Failed", "Timed out", "Cancelled", "Rejected"]].sum(axis=1) == o["Offered"]).all()
     hints = overlap_table(reports)

@@ -1,0 +1,135 @@
+"""Measure the dashboard in a real browser: first page load, and interactions on a 100,000-record file.
+
+Each time runs from navigation (or the widget change) until Streamlit is idle, every chart on the page is
+drawn and the expected value is on screen. The baseline, measured in the same run on the same machine, is a
+bare Streamlit page (a title and one line of text): its first load is the floor any Streamlit page pays.
+
+Cases:
+  hello first load     a bare Streamlit page (baseline)
+  first load           the dashboard opening on Summary with the 3,000-record sample
+  upload 100k          uploading a 100,000-record CSV until Summary shows it (read, validate, report, draw)
+  SLO change 100k      setting a TTFT limit on that file (a new report; the file is cached)
+  window change 100k   narrowing the window end (the zoom: a new report over the kept records)
+  page switch 100k     opening the Percentile explorer on that file
+
+Results: benchmarks/results/dashboard.json and dashboard.md.
+
+    python benchmarks/dashboard.py [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+from browser import browser_page, streamlit_server  # noqa: E402
+
+RESULTS = REPO / "benchmarks" / "results"
+TIMEOUT_MS = 120_000
+IDLE = """(want) => {
+  if (document.querySelector('[data-testid="stStatusWidget"]')) return false;
+  const charts = [...document.querySelectorAll('[data-testid="stPlotlyChart"]')];
+  if (charts.some(c => !c.querySelector('.main-svg'))) return false;
+  return !want || document.body.innerText.includes(want);
+}"""
+
+
+def write_records(path: Path, n: int, seed: int = 18) -> None:
+    """Write n synthetic records (90% success) to a CSV file."""
+    rng = np.random.default_rng(seed)
+    start = np.sort(rng.uniform(0, n / 50, n))
+    ttft = rng.lognormal(-1.5, 0.5, n)
+    out = rng.integers(2, 400, n)
+    end = start + ttft + out * rng.uniform(0.01, 0.04, n)
+    status = np.where(rng.uniform(size=n) < 0.9, "success", "timeout")
+    with path.open("w") as f:
+        f.write("start,first_token,end,status,output_tokens\n")
+        for s, t, e, st, o in zip(start, ttft, end, status, out):
+            ok = st == "success"
+            f.write(f"{s:.6f},{(s + t):.6f}," if ok else f"{s:.6f},,")
+            f.write(f"{e:.6f},{st},{o if ok else ''}\n")
+
+
+def timed(page, action, want: str | None = None) -> float:
+    """Run action, then return seconds until the page is idle, its charts are drawn and ``want`` is shown."""
+    t0 = time.perf_counter()
+    action()
+    page.wait_for_timeout(50)  # let the rerun start, so 'idle' is not the state before it
+    page.wait_for_function(IDLE, arg=want, timeout=TIMEOUT_MS, polling=25)
+    return time.perf_counter() - t0  # the 50 ms wait counts: the user waits through it too
+
+
+def first_load(url: str, want: str) -> float:
+    with browser_page(viewport=(1400, 1000)) as page:
+        return timed(page, lambda: page.goto(url, wait_until="commit"), want)
+
+
+def measure(repeat: int) -> dict[str, list[float]]:
+    times: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        hello = Path(tmp) / "hello.py"
+        hello.write_text("import streamlit as st\nst.title('Hello')\nst.write('A bare Streamlit page.')\n")
+        big = Path(tmp) / "records_100k.csv"
+        write_records(big, 100_000)
+        with streamlit_server(str(hello)) as url:
+            first_load(url, "A bare Streamlit page.")  # warm the server, as the dashboard is warmed below
+            times["hello first load"] = [first_load(url, "A bare Streamlit page.") for _ in range(repeat)]
+        with streamlit_server() as url:
+            first_load(url, "The contract")
+            times["first load"] = [first_load(url, "The contract") for _ in range(repeat)]
+            for case in ("upload 100k", "SLO change 100k", "window change 100k", "page switch 100k"):
+                times[case] = []
+            for i in range(repeat):
+                with browser_page(viewport=(1400, 1000)) as page:
+                    page.set_default_timeout(TIMEOUT_MS)
+                    timed(page, lambda: page.goto(url, wait_until="commit"), "The contract")
+                    upload = page.locator('[data-testid="stFileUploader"] input[type="file"]').first
+                    times["upload 100k"].append(timed(page, lambda: upload.set_input_files(str(big)), "100,000"))
+                    ttft = page.get_by_label("TTFT limit (s)")
+                    times["SLO change 100k"].append(
+                        timed(page, lambda: (ttft.fill(f"{0.5 + i / 10:g}"), ttft.press("Enter")), "SLO attainment"))
+                    end = page.get_by_label("Window end (s)")
+                    times["window change 100k"].append(
+                        timed(page, lambda: (end.fill(f"{1500 - i:g}"), end.press("Enter")), "left out"))
+                    times["page switch 100k"].append(
+                        timed(page, lambda: page.get_by_role("link", name="Percentile explorer").click(),
+                              "Records counted"))
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    times = measure(args.repeat)
+    base = statistics.median(times["hello first load"])
+    rows = {case: {"median_s": statistics.median(ts), "runs_s": ts,
+                   "ratio_to_hello": statistics.median(ts) / base} for case, ts in times.items()}
+    doc = {"machine": {"python": platform.python_version(), "cpus": __import__("os").cpu_count(),
+                       "platform": platform.platform()},
+           "targets": {"first load": 3.0, "each interaction on 100k": 1.0}, "cases": rows}
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "dashboard.json").write_text(json.dumps(doc, indent=2) + "\n")
+    lines = ["# Dashboard in a real browser (headless Chromium)", "",
+             "Seconds from navigation or widget change until Streamlit is idle and every chart is drawn; the "
+             "ratio is to a bare Streamlit page's first load measured in the same run.", "",
+             "| case | median (s) | runs (s) | x bare page |", "|---|---:|---|---:|"]
+    for case, r in rows.items():
+        lines.append(f"| {case} | {r['median_s']:.2f} | {', '.join(f'{t:.2f}' for t in r['runs_s'])} | "
+                     f"{r['ratio_to_hello']:.1f} |")
+    (RESULTS / "dashboard.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
