@@ -702,6 +702,11 @@ class Scheduler:
         plan.steps = steps
         plan.kv_tokens_used = self.kv_tokens_used
 
+    def cached_keys(self, request_id: str) -> list[int]:
+        """Return the keys of the prefix-cache blocks a running request holds, first block first."""
+        seq = self._seqs.get(request_id)
+        return [] if seq is None or not seq.keys else seq.keys[:seq.shared]
+
     def check_accounting(self) -> None:
         """Raise AssertionError if the KV accounting is inconsistent (for tests and debugging).
 

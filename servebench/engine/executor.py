@@ -107,6 +107,15 @@ class Executor:
         self.sequences.pop(seq_id, None)
         return self.cache.free(seq_id)
 
+    def adopt(self, seq_id: str, blocks: list[int], tokens: int) -> None:
+        """Start a sequence's KV from cached blocks holding its first ``tokens`` prompt tokens (prefix caching)."""
+        state = self._state(seq_id)
+        if tokens > state.prompt_tokens or tokens >= len(state.tokens) or state.computed:
+            raise ServebenchError(f"sequence '{seq_id}' cannot adopt {tokens} cached tokens "
+                                  f"({state.prompt_tokens} prompt tokens, {state.computed} computed)")
+        self.cache.adopt(seq_id, blocks, tokens)
+        state.computed = tokens
+
     def preempt(self, seq_id: str) -> int:
         """Free a sequence's KV but keep its tokens, to be recomputed by a later prefill."""
         state = self.sequences[seq_id]

@@ -5,6 +5,11 @@ KV heads, head dim). A sequence holds a list of blocks; its token at position p 
 ``table[p // block_size] * block_size + p % block_size``. Blocks are taken as tokens are
 written and all returned when the sequence is freed (finished, timed out, cancelled or
 preempted), so sequences of any lengths share one pool.
+
+With prefix caching, blocks are shared: each block counts its holders (the sequences whose
+tables list it, plus one ``pin`` while the prefix cache keeps it), a sequence can start from
+cached blocks (``adopt``) instead of computing them, and a block returns to the pool only when
+its last holder lets go.
 """
 
 from __future__ import annotations
@@ -44,6 +49,8 @@ class PagedKVCache:
         self._tables: dict[str, list[int]] = {}
         self._lengths: dict[str, int] = {}
         self._slot_maps: dict[str, Tensor] = {}  # position -> slot, grown by doubling
+        self._adopted: dict[str, int] = {}  # tokens a sequence started from cached blocks
+        self._refs: dict[int, int] = {}  # holders of each block in use (tables and pins)
         self._used = 0
 
     # ------------------------------------------------------------------ accounting
@@ -54,7 +61,7 @@ class PagedKVCache:
 
     @property
     def used_tokens(self) -> int:
-        """Return tokens stored across all sequences."""
+        """Return tokens the sequences computed and stored (tokens adopted from cached blocks not counted again)."""
         return self._used
 
     @property
@@ -96,7 +103,9 @@ class PagedKVCache:
                                    f"tokens but only {len(self._free)} are free")
         table = self._tables.setdefault(seq_id, [])
         for _ in range(need):
-            table.append(self._free.pop())
+            block = self._free.pop()
+            self._refs[block] = 1
+            table.append(block)
         self._lengths[seq_id] = new_length
         self._used += new_length - old
         slot_map = self._slot_maps.get(seq_id)
@@ -122,11 +131,52 @@ class PagedKVCache:
         return self._slot_maps[seq_id][start:stop]
 
     def free(self, seq_id: str) -> int:
-        """Return every block of ``seq_id`` to the pool; return the tokens it held (0 if none)."""
+        """Let go of every block of ``seq_id`` (shared ones stay with their other holders); return the tokens it held."""
         table = self._tables.pop(seq_id, None)
         held = self._lengths.pop(seq_id, 0)
         self._slot_maps.pop(seq_id, None)
-        self._used -= held
+        self._used -= held - self._adopted.pop(seq_id, 0)
         if table:
-            self._free.extend(reversed(table))
+            for block in reversed(table):
+                self._drop(block)
         return held
+
+    def _drop(self, block: int) -> None:
+        r = self._refs[block] - 1
+        if r:
+            self._refs[block] = r
+        else:
+            del self._refs[block]
+            self._free.append(block)
+
+    # ------------------------------------------------------------------ sharing (prefix caching)
+
+    def block_of(self, seq_id: str, index: int) -> int:
+        """Return the physical block at ``index`` of ``seq_id``'s table."""
+        return self._tables[seq_id][index]
+
+    def pin(self, block: int) -> None:
+        """Keep a block in use for the prefix cache, beyond the sequences that hold it."""
+        self._refs[block] += 1
+
+    def unpin(self, block: int) -> None:
+        """Let the prefix cache go of a block; it returns to the pool if no sequence holds it."""
+        self._drop(block)
+
+    def adopt(self, seq_id: str, blocks: list[int], length: int) -> None:
+        """Start ``seq_id`` from cached blocks holding its first ``length`` tokens (a whole number of blocks)."""
+        if seq_id in self._tables:
+            raise ServebenchError(f"sequence '{seq_id}' already holds KV blocks; it cannot adopt cached ones")
+        if length != len(blocks) * self.block_size:
+            raise ServebenchError(f"sequence '{seq_id}': {len(blocks)} cached blocks do not hold {length} tokens")
+        for block in blocks:
+            self._refs[block] += 1
+        self._tables[seq_id] = list(blocks)
+        self._lengths[seq_id] = length
+        self._adopted[seq_id] = length
+        bs = self.block_size
+        slot_map = torch.empty(max(2 * length, 64), dtype=torch.long)
+        if length:
+            slot_map[:length] = (torch.tensor(blocks, dtype=torch.long).repeat_interleave(bs) * bs
+                                 + torch.arange(bs).repeat(len(blocks)))
+        self._slot_maps[seq_id] = slot_map

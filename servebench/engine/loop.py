@@ -7,6 +7,12 @@ arrivals queue up in real time during a step (the scheduler keeps a step's seque
 flight" until it is committed). Cancelled sequences give their KV back to the cache before the
 next step is planned, so the scheduler's accounting and the physical cache never disagree.
 
+With prefix caching (``SchedulerConfig.prefix_caching``) the scheduler's
+:class:`~servebench.prefix_cache.PrefixCache` decides what is shared and the physical cache
+follows it: a block the scheduler caches is pinned (its payload is the physical block id), a
+request admitted with a hit starts from those blocks instead of computing them, and an evicted
+block is unpinned before the step that needs its space runs.
+
 Listeners get token events and exactly one terminal :class:`~servebench.scheduler.Outcome` per
 request, always outside the lock.
 """
@@ -24,6 +30,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
+from ..prefix_cache import TokenPrompt
 from ..scheduler import Outcome, Request, Scheduler, SchedulerConfig
 from .executor import ComputePlan, Executor
 from .kvcache import PagedKVCache
@@ -85,7 +92,8 @@ def cache_capacity_tokens(config: SchedulerConfig) -> int:
     if config.policy == "paged":
         return config.num_blocks * bs
     seqs = min(config.max_num_seqs, config.kv_budget_tokens)
-    return config.kv_budget_tokens + seqs * (bs - 1)
+    # a request's own tokens start on a block boundary after its cached blocks: one partial block each
+    return config.kv_budget_tokens + seqs * (bs if config.prefix_caching else bs - 1)
 
 
 class EngineLoop:
@@ -97,7 +105,7 @@ class EngineLoop:
         self.model = model
         self.config = config
         self.clock = clock
-        self.scheduler = Scheduler(config)
+        self.scheduler = Scheduler(config, block_events=config.prefix_caching)
         self.cache = PagedKVCache(model.config, cache_capacity_tokens(config), block_size=config.block_size_tokens,
                                   device=model.device, dtype=model.dtype)
         self.executor = Executor(model, self.cache)
@@ -138,6 +146,10 @@ class EngineLoop:
         with self._cv:
             if self._stopped:
                 raise ConfigError("the engine loop is stopped")
+            if self.config.prefix_caching and request.content is None:  # cache by the prompt's token ids
+                if prompt_ids is None:
+                    prompt_ids = self._rng.integers(0, vocab, size=request.prompt_tokens).tolist()
+                request = dataclasses.replace(request, content=TokenPrompt(tuple(prompt_ids)))
             outcome = self.scheduler.add_request(request, self.clock())
             if outcome is None:
                 if prompt_ids is None:
@@ -229,6 +241,7 @@ class EngineLoop:
             for outcome in self.scheduler.expire(now):
                 finished.append(self._close(outcome))
             plan = self.scheduler.step(now)
+            self._unpin_evicted()
             for outcome in plan.ended:  # preempted into a full queue: ended at once, KV freed
                 finished.append(self._close(outcome))
             closed = self._close_row(None if plan.is_empty else now)
@@ -245,6 +258,10 @@ class EngineLoop:
                     if rid not in self.executor.sequences:
                         prompt_ids, target, sampling = self._pending[rid]
                         self.executor.add(rid, prompt_ids, target, sampling)
+                    if plan.cached.get(rid):
+                        prefix = self.scheduler.cache  # type: ignore[union-attr]
+                        blocks = [prefix.payload(k) for k in self.scheduler.cached_keys(rid)]
+                        self.executor.adopt(rid, blocks, plan.cached[rid])
         if plan.is_empty:
             self._dispatch([], finished)
             self._emit(closed)
@@ -261,7 +278,9 @@ class EngineLoop:
                 listener = self._listeners.get(rid)
                 if listener is not None:  # not cancelled while the step ran
                     tokens.append((listener, token))
-            for outcome in self.scheduler.on_step_done(plan, end, result.finished):
+            done = self.scheduler.on_step_done(plan, end, result.finished)
+            self._pin_registered()  # before a finished request's blocks are let go
+            for outcome in done:
                 finished.append(self._close(outcome))
             row = StepRow(start=now, duration_s=end - now, compute_s=end - started, prefill_tokens=plan.prefill_tokens,
                           decode_seqs=len(plan.decode), kv_tokens=plan.kv_tokens_read,
@@ -291,6 +310,24 @@ class EngineLoop:
     def _emit(self, row: StepRow | None) -> None:
         if row is not None and self.on_step is not None:
             self.on_step(row)
+
+    def _pin_registered(self) -> None:
+        """Pin the physical blocks of prompt blocks the scheduler just cached (under the lock)."""
+        sched = self.scheduler
+        if sched.cache is None:
+            return
+        for rid, index, key in sched.registered:
+            block = self.cache.block_of(rid, index)
+            self.cache.pin(block)
+            sched.cache.set_payload(key, block)
+        sched.registered.clear()
+
+    def _unpin_evicted(self) -> None:
+        """Return the physical blocks of evicted cache entries to the pool (under the lock)."""
+        for _, block in self.scheduler.evicted:
+            if block is not None:
+                self.cache.unpin(block)
+        self.scheduler.evicted.clear()
 
     def _apply_frees(self) -> None:
         """Free cancelled sequences' KV (engine thread only, between steps)."""
