@@ -10,7 +10,11 @@ from servebench.engine.executor import ComputePlan, Executor  # noqa: E402
 from servebench.engine.kvcache import PagedKVCache  # noqa: E402
 from servebench.engine.loop import EngineLoop  # noqa: E402
 from servebench.engine.model import Decoder, preset  # noqa: E402
+from servebench.engine.runner import run_workload  # noqa: E402
+from servebench.errors import ConfigError  # noqa: E402
 from servebench.scheduler import Request, SchedulerConfig  # noqa: E402
+from servebench.workload import (ArrivalSpec, ClassSpec, ConversationSpec, LengthSpec, SharedPrefixSpec,  # noqa: E402
+                                 WorkloadSpec)
 
 torch.set_num_threads(1)
 TINY = preset("tiny")
@@ -109,3 +113,21 @@ def test_loop_evicts_and_returns_physical_blocks_under_pressure(model: Decoder) 
     assert loop.scheduler.evictions > 0
     again = _serve(loop, "again", _ids(24, 4 * BS + 2), 3).outcome
     assert again.cached_prompt_tokens == 4 * BS  # the most recent prompt is still there
+
+
+def _shared_workload(n: int, conversation: bool = False) -> WorkloadSpec:
+    cls = ClassSpec(name="rag", prompt=LengthSpec(kind="fixed", value=5 * BS + 10),
+                    output=LengthSpec(kind="fixed", value=4), shared_prefix=SharedPrefixSpec(tokens=5 * BS, groups=2),
+                    conversation=ConversationSpec(turns=2) if conversation else None)
+    return WorkloadSpec(arrival=ArrivalSpec(kind="poisson", rate_rps=40.0), num_requests=n, classes=[cls])
+
+
+def test_run_sends_the_workloads_shared_prompts_and_records_cached_tokens(model: Decoder) -> None:
+    cfg = SchedulerConfig(kv_budget_tokens=2048, policy="paged", prefix_caching=True, max_num_batched_tokens=128)
+    run = run_workload(model, cfg, _shared_workload(16), seed=5, warmup_steps=0)
+    cached = [r["cached_prompt_tokens"] for r in run.records if r["status"] == "success"]
+    assert len(cached) == 16
+    assert sum(c == 5 * BS for c in cached) >= 12  # both documents are computed once, then reused
+    assert all(c in (0, 5 * BS) for c in cached)
+    with pytest.raises(ConfigError, match="conversations"):
+        run_workload(model, cfg, _shared_workload(4, conversation=True), seed=5, warmup_steps=0)

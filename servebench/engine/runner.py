@@ -30,7 +30,7 @@ from ..errors import ConfigError
 from ..percentiles import percentile
 from ..scenario import CancelSpec, Scenario
 from ..scheduler import Outcome, Request, SchedulerConfig
-from ..workload import RequestSpec, WorkloadSpec, closed_loop_plan, generate_arrivals
+from ..workload import RequestSpec, WorkloadSpec, closed_loop_plan, generate_workload
 from .loop import EngineLoop, StepRow, warm_up
 from .model import Decoder, denormals_flushed
 
@@ -102,6 +102,7 @@ class _Producer(threading.Thread):
         self.cv = threading.Condition()
         self.heap: list[tuple[float, int, int]] = []  # (due, kind, request index); cancels sort first
         self.cancel_after_s: list[float] | None = None
+        self.prompt_ids: list[list[int] | None] | None = None  # each request's prompt (prefix caching)
         self.stopping = False
         self.sent = 0
         self.lags: list[float] = []
@@ -144,7 +145,8 @@ class _Producer(threading.Thread):
             self.sent += 1
             if self.cancel_after_s is not None and self.cancel_after_s[index] == self.cancel_after_s[index]:
                 self.schedule(due + self.cancel_after_s[index], index, CANCEL)  # this client gives up then
-            self.loop.submit(_request(index, self.specs[index], due), listener=self.collector)
+            self.loop.submit(_request(index, self.specs[index], due),
+                             None if self.prompt_ids is None else self.prompt_ids[index], listener=self.collector)
 
 
 @contextlib.contextmanager
@@ -191,12 +193,14 @@ def _run_workload(model: Decoder, scheduler: SchedulerConfig, workload: Workload
                   progress: Progress | None, on_step: Callable[[StepRow], None] | None) -> TimingRun:
     rng = np.random.default_rng(seed)
     if workload.arrival is not None:
-        specs = generate_arrivals(workload, rng)
+        drawn = generate_workload(workload, rng)
+        specs = drawn.to_specs()
         think = None
         users = 0
     else:
         plan = closed_loop_plan(workload, rng)
-        specs = plan.requests.to_specs()
+        drawn = plan.requests
+        specs = drawn.to_specs()
         think = plan.think_s
         users = plan.users
     if not specs:
@@ -237,6 +241,13 @@ def _run_workload(model: Decoder, scheduler: SchedulerConfig, workload: Workload
     collector = _Collector(on_end if think is not None else None)
     producer = _Producer(loop, collector, specs)
     producer.cancel_after_s = cancel_after
+    if drawn.has_turns:
+        raise ConfigError("servebench run does not send conversations yet (a later turn waits for the previous "
+                          "answer): simulate this workload, or drop 'conversation' from its classes")
+    if scheduler.prefix_caching:  # the workload's token ids, so the engine sees the simulator's sharing
+        vocab = model.config.vocab
+        producer.prompt_ids = [content.token_ids(vocab) if s.prompt_tokens else None
+                               for content, s in zip(drawn.prompt_contents(), specs)]
     producer_ref.append(producer)
     if think is None:
         producer.heap = [(s.arrival_s, ARRIVE, i) for i, s in enumerate(specs)]
