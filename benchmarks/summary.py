@@ -290,12 +290,27 @@ def _timed(name: str, path: Path) -> tuple[float, float]:
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
+def _peak_rss_bytes() -> int:
+    """This process's peak resident memory since it started (exec'd).
+
+    Linux's VmHWM starts afresh at exec; ru_maxrss does not (a child started by a large parent reports
+    the parent's peak), so it is only the fallback.
+    """
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 def run_case(name: str, path: Path, repeat: int) -> dict:
     """Run one case in a fresh interpreter; return its best wall time, the least CPU time and peak RSS."""
     code = (f"import sys; sys.path.insert(0, {str(HERE)!r}); import summary as b, resource, json;"
             f"from pathlib import Path; runs = [b._timed({name!r}, Path({str(path)!r})) for _ in range({repeat})];"
             "print(json.dumps({'seconds': min(w for w, _ in runs), 'cpu_seconds': min(c for _, c in runs),"
-            " 'peak_rss_bytes': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))")
+            " 'peak_rss_bytes': b._peak_rss_bytes()}))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
