@@ -39,6 +39,7 @@ class Outcome:
     first_token_s: float | None = None
     end_s: float = math.nan
     prompt_tokens: int | None = None
+    cached_prompt_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens (prefix cache hits)
     output_tokens: int | None = None
     output_tokens_source: Literal["usage", "chunks", "bound"] | None = None
     http_status: int | None = None
@@ -104,12 +105,20 @@ def chunk_text(doc: dict[str, Any]) -> str:
 
 
 def apply_usage(out: Outcome, usage: Any) -> None:
-    """Copy prompt and completion token counts from an OpenAI ``usage`` object, if well formed."""
+    """Copy prompt, cached prompt and completion token counts from an OpenAI ``usage`` object, if well formed.
+
+    ``prompt_tokens_details.cached_tokens`` (OpenAI's and vLLM's prefix-cache hits) is kept only when
+    it is between 0 and ``prompt_tokens``.
+    """
     if not isinstance(usage, dict):
         return
     prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
     if isinstance(prompt, int) and not isinstance(prompt, bool) and prompt >= 0:
         out.prompt_tokens = prompt
+        details = usage.get("prompt_tokens_details")
+        cached = details.get("cached_tokens") if isinstance(details, dict) else None
+        if isinstance(cached, int) and not isinstance(cached, bool) and 0 <= cached <= prompt:
+            out.cached_prompt_tokens = cached
     if isinstance(completion, int) and not isinstance(completion, bool) and completion >= 0:
         out.output_tokens = completion
         out.output_tokens_source = "usage"

@@ -37,7 +37,7 @@ from .http_client import API_PATHS, Outcome, count_partial_tokens, discover_mode
 from .percentiles import percentile
 from .records import RecordTable, default_window, parse_objects, record_dict, validate
 from .statuses import failure_status
-from .workload import WorkloadSpec, closed_loop_plan, generate_workload
+from .workload import Workload, WorkloadSpec, closed_loop_plan, generate_workload
 
 # Common English words that most tokenizers keep as one token each (with a leading space).
 PROMPT_WORDS = (
@@ -182,8 +182,9 @@ def plan_requests(intended_s: Sequence[float] | np.ndarray, prompt_words: Sequen
                   output_tokens: Sequence[int] | np.ndarray, rng: np.random.Generator,
                   slices: Sequence[str | None] | None = None, id_prefix: str = "req",
                   think_s: Sequence[float] | np.ndarray | None = None,
-                  deadline_s: Sequence[float | None] | None = None) -> list[PlannedRequest]:
-    """Pair arrival times with prompt and output lengths; prompts are drawn with ``rng``.
+                  deadline_s: Sequence[float | None] | None = None,
+                  prompts: Sequence[str] | None = None) -> list[PlannedRequest]:
+    """Pair arrival times with prompt and output lengths; prompts are drawn with ``rng`` unless given.
 
     A closed-loop plan passes NaN arrival times (users decide when to send) and ``think_s``.
     """
@@ -202,7 +203,8 @@ def plan_requests(intended_s: Sequence[float] | np.ndarray, prompt_words: Sequen
             raise ConfigError(f"plan: request {i}: output length {out} must be at least 1")
         words = int(prompt_words[i])
         plan.append(PlannedRequest(
-            request_id=f"{id_prefix}-{i:06d}", intended_s=float(times[i]), prompt=make_prompt(words, rng),
+            request_id=f"{id_prefix}-{i:06d}", intended_s=float(times[i]),
+            prompt=make_prompt(words, rng) if prompts is None else prompts[i],
             prompt_words=words, max_tokens=out, slice=None if slices is None else slices[i],
             think_s=0.0 if think_s is None else float(think_s[i]),
             deadline_s=None if deadline_s is None else deadline_s[i]))
@@ -230,8 +232,23 @@ def workload_plan(spec: WorkloadSpec, rng: np.random.Generator) -> list[PlannedR
     names = [wl.class_names[c] for c in wl.class_index.tolist()]
     slices = names if len(wl.class_names) > 1 else None
     deadlines = [wl.class_timeout_s[c] for c in wl.class_index.tolist()]
+    if wl.has_turns:
+        raise ConfigError("servebench load does not send conversations yet (a later turn waits for the previous "
+                          "answer): simulate this workload, or drop 'conversation' from its classes")
+    prompts = shared_prompts(wl) if wl.prefix_tokens is not None else None
     return plan_requests(wl.arrival_s, np.maximum(wl.prompt_tokens, 1), wl.output_tokens, rng,
-                         slices=slices, think_s=think, deadline_s=deadlines)
+                         slices=slices, think_s=think, deadline_s=deadlines, prompts=prompts)
+
+
+def shared_prompts(wl: Workload) -> list[str]:
+    """Return prompts that share what the workload's prompts share (a document is the same words every time).
+
+    Token id t becomes common word t mod the word list, so prefix caching on the server sees the
+    sharing the simulator models (exactly on ``serve-engine``, one token per word).
+    """
+    words = PROMPT_WORDS
+    return [" ".join(words[t % len(words)] for t in content.token_ids(2**31)) or words[0]
+            for content in wl.prompt_contents()]
 
 
 def unsent_warning(planned: int, offered: int, duration_s: float | None, interrupted: bool = False) -> str | None:
@@ -277,7 +294,7 @@ def to_record(o: Outcome) -> dict[str, Any]:
     """
     rec = record_dict(request_id=o.request_id, start=o.intended_s, first_token=o.first_token_s, end=o.end_s,
                       status=o.status, prompt_tokens=o.prompt_tokens, output_tokens=o.output_tokens,
-                      slice=o.slice, error=o.error)
+                      slice=o.slice, error=o.error, cached_prompt_tokens=o.cached_prompt_tokens)
     if o.worker is not None:
         rec["worker"] = o.worker
     return rec

@@ -664,9 +664,13 @@ class _Shape:
             obj = "text_completion"
         return {"id": self.rid, "object": obj, "created": self.created, "model": self.model, "choices": [choice]}
 
-    def usage(self, completion_tokens: int) -> dict[str, int]:
-        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": completion_tokens,
-                "total_tokens": self.prompt_tokens + completion_tokens}
+    def usage(self, completion_tokens: int, cached_tokens: int | None = None) -> dict[str, Any]:
+        """Return OpenAI's usage object; with prefix caching on, ``prompt_tokens_details.cached_tokens`` too."""
+        usage: dict[str, Any] = {"prompt_tokens": self.prompt_tokens, "completion_tokens": completion_tokens,
+                                 "total_tokens": self.prompt_tokens + completion_tokens}
+        if cached_tokens is not None:
+            usage["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
+        return usage
 
 
 def _sse(doc: Any) -> str:
@@ -707,7 +711,7 @@ async def _stream(handle: RequestHandle, shape: _Shape, reply: ReplyText, includ
                 if include_usage:
                     doc = shape.chunk(None, None)
                     doc["choices"] = []
-                    doc["usage"] = shape.usage(outcome.output_tokens)
+                    doc["usage"] = shape.usage(outcome.output_tokens, outcome.cached_prompt_tokens)
                     yield _sse(doc)
             yield "data: [DONE]\n\n"
             return
@@ -751,7 +755,7 @@ async def _whole(handle: RequestHandle, shape: _Shape, reply: ReplyText, receive
                 choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
             return {"id": shape.rid, "object": "chat.completion" if shape.chat else "text_completion",
                     "created": shape.created, "model": shape.model, "choices": [choice],
-                    "usage": shape.usage(outcome.output_tokens)}
+                    "usage": shape.usage(outcome.output_tokens, outcome.cached_prompt_tokens)}
     finally:
         watcher.cancel()
         _cancel_if_live(handle)

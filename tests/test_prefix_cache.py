@@ -242,3 +242,38 @@ def test_prompt_shorter_than_its_shared_prefix_is_refused() -> None:
     data["workload"]["classes"][0]["prompt"] = {"kind": "uniform", "low": 1000, "high": 2000}
     with pytest.raises(ConfigError, match="at least 1500 tokens"):
         parse_scenario(data)
+
+
+# ---------------------------------------------------------------- records and importers
+
+
+def test_records_take_cached_prompt_tokens_up_to_the_prompt(tmp_path) -> None:
+    from servebench.errors import RecordValidationError
+    from servebench.loaders import load_table
+
+    path = tmp_path / "r.csv"
+    path.write_text("start,end,first_token,status,output_tokens,prompt_tokens,cached_prompt_tokens\n"
+                    "0,1,0.5,success,3,100,96\n0,1,,failed,0,50,\n", encoding="utf-8")
+    table, _, _ = load_table(path)
+    assert table.cached_prompt_tokens.tolist() == [96, -1]
+    assert table.to_dicts()[0]["cached_prompt_tokens"] == 96 and "cached_prompt_tokens" not in table.to_dicts()[1]
+    path.write_text("start,end,status,prompt_tokens,cached_prompt_tokens\n0,1,failed,50,51\n", encoding="utf-8")
+    with pytest.raises(RecordValidationError, match=r"row 1, field 'cached_prompt_tokens': Invalid cached prompt "
+                                                    r"tokens: '51' must be between 0 and prompt_tokens 50"):
+        load_table(path)
+
+
+def test_genai_perf_export_carries_the_usage_cached_tokens() -> None:
+    from pathlib import Path
+
+    from servebench.importers import import_bytes
+    from servebench.loaders import to_table
+
+    raw = (Path(__file__).parent / "data" / "importers" / "genai-perf-profile_export.json").read_text()
+    old = '\\"usage\\":{\\"prompt_tokens\\":12,'
+    assert old in raw
+    raw = raw.replace(old, '\\"usage\\":{\\"prompt_tokens_details\\":{\\"cached_tokens\\":8},\\"prompt_tokens\\":12,')
+    table, ws, we = to_table(import_bytes(raw.encode(), "g.json", "genai-perf"))
+    row = table.to_dicts()[0]
+    assert (row["prompt_tokens"], row["cached_prompt_tokens"]) == (12, 8)
+    assert build_report(table, ws, we).prefix_cache.token_hit_rate is not None

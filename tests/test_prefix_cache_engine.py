@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -131,3 +132,39 @@ def test_run_sends_the_workloads_shared_prompts_and_records_cached_tokens(model:
     assert all(c in (0, 5 * BS) for c in cached)
     with pytest.raises(ConfigError, match="conversations"):
         run_workload(model, cfg, _shared_workload(4, conversation=True), seed=5, warmup_steps=0)
+
+
+def test_server_reports_cached_tokens_and_the_load_generator_records_them() -> None:
+    openai = pytest.importorskip("openai")
+    import httpx
+
+    from servebench.engine.service import EngineService
+    from servebench.loadgen import LoadConfig, records_table, run_load_sync, workload_plan
+    from servebench.server import create_app, serve_in_background
+    from servebench.summary import build_report
+
+    service = EngineService("tiny", scheduler=SchedulerConfig(kv_budget_tokens=4096, max_num_seqs=8, max_waiting=64,
+                                                              policy="paged", prefix_caching=True),
+                            device="cpu", threads=1, warmup_steps=1)
+    doc = " ".join(f"w{i}" for i in range(3 * BS))
+    with serve_in_background(create_app(service)) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=30,
+                               http_client=httpx.Client(trust_env=False))
+        first = client.completions.create(model="servebench-tiny", prompt=doc + " first question", max_tokens=2)
+        second = client.completions.create(model="servebench-tiny", prompt=doc + " second one", max_tokens=2)
+        assert first.usage.prompt_tokens_details.cached_tokens == 0
+        assert second.usage.prompt_tokens_details.cached_tokens == 3 * BS  # the shared words, in whole blocks
+        stream = client.completions.create(model="servebench-tiny", prompt=doc + " streamed", max_tokens=2,
+                                           stream=True, stream_options={"include_usage": True})
+        assert list(stream)[-1].usage.prompt_tokens_details.cached_tokens == 3 * BS
+        client.close()
+
+        plan = workload_plan(_shared_workload(10), np.random.default_rng(3))
+        result = run_load_sync(LoadConfig(url=url, deadline_s=30), plan)
+        table, ws, we = records_table(result.outcomes)
+    assert [o.status for o in result.outcomes] == ["success"] * 10
+    cached = table.cached_prompt_tokens.tolist()
+    assert all(0 <= c <= p for c, p in zip(cached, table.prompt_tokens.tolist()))
+    assert sum(c >= 5 * BS for c in cached) >= 6  # the workload's two documents were sent as the same words
+    pc = build_report(table, ws, we).prefix_cache
+    assert pc is not None and pc.token_hit_rate > 0.4

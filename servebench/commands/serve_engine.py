@@ -22,6 +22,9 @@ def serve_engine(
     max_num_batched_tokens: Optional[int] = typer.Option(None, min=1, help="Token budget per step "
                                                          "(prompts are chunked to fit); default: none."),
     policy: str = typer.Option("paged", help="KV admission policy: paged or reserve."),
+    prefix_caching: bool = typer.Option(False, "--prefix-caching/--no-prefix-caching",
+                                        help="Reuse the KV of cached full prompt blocks shared with earlier requests; "
+                                             "usage.prompt_tokens_details.cached_tokens says how many."),
     timeout: Optional[float] = typer.Option(None, min=0.001, help="Server-side deadline per request, s."),
     seed: int = typer.Option(0, help="Seed of the weights and of drawn prompt ids."),
     device: str = typer.Option("auto", help="auto, cpu or cuda."),
@@ -46,7 +49,7 @@ def serve_engine(
         raise ConfigError(f"--policy {policy!r}: expected paged or reserve")
     sched = SchedulerConfig(kv_budget_tokens=kv_budget_tokens, policy=policy, max_num_seqs=max_num_seqs,
                             max_num_batched_tokens=max_num_batched_tokens, max_waiting=max_waiting,
-                            timeout_s=timeout)  # type: ignore[arg-type]
+                            timeout_s=timeout, prefix_caching=prefix_caching)  # type: ignore[arg-type]
     service = EngineService(preset, scheduler=sched, seed=seed, device=device, threads=threads)
     application = create_app(service, body_timeout_s=read_timeout)
     sock = bind_socket(host, port)  # bound now, so --port 0 prints the port it got
@@ -55,7 +58,7 @@ def serve_engine(
     info = {"url": f"http://{host}:{port}", "model": model_id, "device": str(service.model.device),
             "kv_budget_tokens": kv_budget_tokens, "max_num_seqs": max_num_seqs, "max_waiting": max_waiting,
             "max_num_batched_tokens": max_num_batched_tokens, "policy": policy, "timeout_s": timeout,
-            "read_timeout_s": read_timeout}
+            "read_timeout_s": read_timeout, "prefix_caching": prefix_caching}
 
     def announce() -> None:  # called once the engine is warm and the socket listens
         if as_json:

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..errors import InputFormatError
 from ..statuses import failure_status
-from .common import Document, ImportOptions, count, finish, number, require_list, require_mapping
+from .common import Document, ImportOptions, cached_tokens, count, finish, number, require_list, require_mapping
 
 FORMAT = "aiperf"
 TOOL = "AIPerf"
@@ -199,6 +199,8 @@ def _record(line: Mapping[str, Any], source: str, where: str, notes: dict[str, A
     if stream is not None and stream.usage is not None and prompt is None:
         prompt = count(stream.usage.get("prompt_tokens"), source, f"{where}: usage.prompt_tokens")
         rec["prompt_tokens"] = prompt
+    if stream is not None and isinstance(stream.usage, dict):
+        rec["cached_prompt_tokens"] = cached_tokens(stream.usage, source, where)
     if error is None and not md.get("was_cancelled"):
         ttft = _metric_s(metrics, "time_to_first_token", source, where)
         out = _metric_count(metrics, ("output_sequence_length", "output_token_count"), source, where)

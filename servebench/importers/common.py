@@ -117,6 +117,14 @@ def count(value: Any, source: str, where: str) -> int | None:
     return int(v)
 
 
+def cached_tokens(usage: Mapping[str, Any], source: str, where: str) -> int | None:
+    """Return OpenAI's ``usage.prompt_tokens_details.cached_tokens`` (prefix-cache hits), None when absent."""
+    details = usage.get("prompt_tokens_details")
+    if not isinstance(details, Mapping):
+        return None
+    return count(details.get("cached_tokens"), source, f"{where}: usage.prompt_tokens_details.cached_tokens")
+
+
 def require_mapping(value: Any, source: str, where: str) -> Mapping[str, Any]:
     """Return ``value`` if it is a JSON object, else raise naming file and field."""
     if not isinstance(value, Mapping):

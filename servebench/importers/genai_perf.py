@@ -18,7 +18,8 @@ from typing import Any
 
 from ..errors import InputFormatError
 from ..statuses import failure_status
-from .common import Document, ImportOptions, count, finish, number, pick_run, require_list, require_mapping
+from .common import (Document, ImportOptions, cached_tokens, count, finish, number, pick_run, require_list,
+                     require_mapping)
 
 FORMAT = "genai-perf"
 TOOL = "GenAI-Perf"
@@ -203,6 +204,7 @@ def _record(req: Mapping[str, Any], kind: str, source: str, where: str, notes: d
     usage = next((u for _, u in reversed(events) if u), None)
     if usage:
         rec["prompt_tokens"] = count(usage.get("prompt_tokens"), source, f"{where}: usage.prompt_tokens")
+        rec["cached_prompt_tokens"] = cached_tokens(usage, source, where)
     if not content_times:
         notes["no_content"] += 1
         if not times:
