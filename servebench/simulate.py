@@ -45,6 +45,7 @@ from .records import STATUSES, RecordTable
 from .scenario import Scenario
 from .scheduler import Outcome, Request, Scheduler, SchedulerConfig, StepPlan
 from .stepmodel import StepModel
+from .token_times import TokenLog
 from .workload import ClosedLoopPlan, Workload, closed_loop_plan, generate_workload
 
 PRIO_RUN, PRIO_PREFILL, PRIO_CANCEL, PRIO_DEADLINE, PRIO_ARRIVAL = 0, 1, 2, 3, 4
@@ -195,6 +196,8 @@ def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workl
         config = replace(config, max_num_batched_tokens=None)
     sched = Scheduler(config)
     rec = _Recorder(n, reqs.class_names)
+    token_log = TokenLog()  # every output token's emission time: the records' token_times
+    run_ends: dict[int, np.ndarray] = {}  # a decode run's step ends, by id(plan), until the run ends
     prompt = reqs.prompt_tokens.tolist()
     output = reqs.output_tokens.tolist()
     cap = reqs.max_output_tokens.tolist()
@@ -260,6 +263,8 @@ def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workl
                 k = max(1, min(kmax, int(np.searchsorted(ends, horizon, side="right"))))
                 end = float(ends[k - 1])
                 if k > 1:
+                    run_ends[id(plan)] = ends[:k]
+                if k > 1:
                     sched.extend(plan, k)
         engine_steps += plan.steps
         busy = True
@@ -323,9 +328,18 @@ def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workl
             if kind == EV_RUN:
                 busy = False
                 stamp = max(payload.now_s, now - lead) if lead else now  # tokens out before the bookkeeping
-                finish(sched.on_step_done(payload, stamp), now)
+                emitted: list[tuple[str, int]] = []
+                finish(sched.on_step_done(payload, stamp, tokens=emitted), now)
+                ends = run_ends.pop(id(payload), None)
+                rows = [int(rid) for rid, _ in emitted]
+                if ends is None:
+                    token_log.add_step(rows, stamp)
+                else:  # a decode run: every decoder gets one token per step, each stamped like the run's last
+                    token_log.add_run(rows, np.maximum(ends - lead, payload.now_s) if lead else ends)
             elif kind == EV_PREFILL:
-                finish(sched.on_step_done(payload, now), now)
+                emitted = []
+                finish(sched.on_step_done(payload, now, tokens=emitted), now)
+                token_log.add_step([int(rid) for rid, _ in emitted], now)
             elif kind == EV_CANCEL:
                 out = sched.cancel(payload, now)
                 if out is not None:
@@ -350,7 +364,7 @@ def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workl
         admitted=rec.admitted, prompt_tokens=reqs.prompt_tokens.astype(np.int64),
         request_id=np.array([str(i) for i in range(n)], dtype=object),
         slice=np.array(names, dtype=object)[reqs.class_index] if n else np.array([], dtype=object),
-        error=rec.error, source=name, cached_prompt_tokens=rec.cached)
+        error=rec.error, source=name, cached_prompt_tokens=rec.cached, token_times=token_log.to_arrow(n))
     end = float(rec.end.max()) if n else 0.0
     return SimResult(name, table, _trace(trace), 0.0, max(end, 0.0), config.kv_budget_tokens, engine_steps,
                      events, rec.preemptions, sched.evictions)

@@ -441,3 +441,76 @@ def as_json_text(array: pa.Array) -> pa.Array:
     ['[0.5, 0.75]', None]
     """
     return pa.array([None if v is None else json.dumps(v) for v in array.to_pylist()], pa.string())
+
+
+class TokenLog:
+    """Token arrivals as a server emits them, by row, turned into one list array at the end.
+
+    Each step (or decode run of several steps) is one append: the rows that received a token, and
+    the step end(s) at which each of them received one. Nothing per token is done in Python.
+    """
+
+    def __init__(self) -> None:
+        self._rows: list[list[int]] = []
+        self._times: list[np.ndarray] = []
+
+    def add_step(self, rows: list[int], t: float) -> None:
+        """Record that every row in ``rows`` received one token at ``t``."""
+        if rows:
+            self._rows.append(rows)
+            self._times.append(np.array([t]))
+
+    def add_run(self, rows: list[int], times: np.ndarray) -> None:
+        """Record that every row in ``rows`` received a token at each of ``times`` (non-decreasing)."""
+        if rows and times.size:
+            self._rows.append(rows)
+            self._times.append(times)
+
+    def to_arrow(self, n: int) -> pa.Array:
+        """Return every row's arrivals in time order as a list array (null for a row with none).
+
+        >>> log = TokenLog(); log.add_step([1], 0.5); log.add_run([1, 2], np.array([0.6, 0.7])); log.add_step([0], 0.8)
+        >>> log.to_arrow(4).to_pylist()
+        [[0.8], [0.5, 0.6, 0.7], [0.6, 0.7], None]
+        """
+        per_step = np.fromiter((len(r) for r in self._rows), dtype=np.int64, count=len(self._rows))
+        steps = np.fromiter((t.size for t in self._times), dtype=np.int64, count=len(self._times))
+        entries = np.fromiter((row for rows in self._rows for row in rows), dtype=np.int64, count=int(per_step.sum()))
+        all_times = np.concatenate([np.zeros(0), *self._times])
+        first = np.zeros(steps.size, dtype=np.int64)
+        np.cumsum(steps[:-1], out=first[1:])
+        entry_steps = np.repeat(steps, per_step)  # each (append, row) pair gets that append's times
+        entry_first = np.repeat(first, per_step)
+        total = int(entry_steps.sum())
+        rows = np.repeat(entries, entry_steps)
+        starts = np.zeros(entry_steps.size, dtype=np.int64)
+        np.cumsum(entry_steps[:-1], out=starts[1:])
+        times = all_times[np.repeat(entry_first - starts, entry_steps) + np.arange(total)]
+        order = np.argsort(rows, kind="stable")  # each row's arrivals stay in the order they happened
+        counts = np.bincount(rows, minlength=n)
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        return from_flat(times[order], offsets, counts > 0)
+
+
+def fits(times: Sequence[float], record: dict[str, Any], counts: Sequence[int] | None = None) -> bool:
+    """Whether ``times`` (and ``counts``) obey the record's token-time rules, so a writer may attach them.
+
+    >>> fits([0.5, 0.6], {"start": 0, "first_token": 0.5, "end": 1, "status": "success", "output_tokens": 2})
+    True
+    >>> fits([0.5], {"start": 0, "first_token": 0.5, "end": 1, "status": "success", "output_tokens": 2})
+    False
+    """
+    if not times:
+        return False
+    first, end, out = record.get("first_token"), record.get("end"), record.get("output_tokens")
+    if first is None or end is None or times[0] != first or times[-1] > end:
+        return False
+    if any(b < a for a, b in zip(times, times[1:])) or not all(math.isfinite(t) for t in times):
+        return False
+    if counts is not None and (len(counts) != len(times) or any(c < 1 for c in counts)):
+        return False
+    tokens = len(times) if counts is None else sum(counts)
+    if record.get("status") == "success":
+        return tokens == out
+    return out is None or tokens <= out

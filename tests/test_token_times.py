@@ -19,6 +19,8 @@ from servebench.summary import SLO, build_report
 from typer.testing import CliRunner
 from servebench.loaders import encode_records, read_bytes, to_table
 from servebench.records import TimingRecord
+from servebench.scenario import Scenario, parse_scenario
+from servebench.simulate import simulate
 from servebench.token_times import flat, gaps
 
 
@@ -265,3 +267,73 @@ def test_summarize_json_has_itl_at_top_level_like_ttft(tmp_path):
     assert out["stalls"]["stalled"] == 1 and out["slo"]["good_requests"] == 2
     bad = CliRunner().invoke(app, ["summarize", str(path), "--stall-s", "-1"])
     assert bad.exit_code == 2 and "--stall-s" in bad.output
+
+
+# --------------------------------------------------------------------------- writers: simulator and engine
+
+
+def small_scenario(policy: str = "reserve", **server: Any) -> Scenario:
+    return parse_scenario({
+        "name": "tokens", "seed": 5,
+        "server": {"policy": policy, "kv_budget_tokens": 4000, "max_num_batched_tokens": 256,
+                   "chunked_prefill": True, **server},
+        "step_model": {"base_s": 0.01, "per_prefill_token_s": 2e-5, "per_decode_seq_s": 1e-4},
+        "workload": {"arrival": {"kind": "poisson", "rate_rps": 8.0}, "num_requests": 60,
+                     "classes": [{"prompt": {"kind": "uniform", "low": 50, "high": 600},
+                                  "output": {"kind": "uniform", "low": 1, "high": 60}}]}})
+
+
+def test_simulator_token_times_are_its_step_ends():
+    sc = small_scenario()
+    slow = simulate(sc, decode_runs=False)  # one trace row per engine step
+    step_ends = set((slow.trace.time + slow.trace.duration).tolist())
+    table = slow.records
+    f = flat(table.token_times)
+    assert set(f.values.tolist()) <= step_ends
+    ok = table.is_success
+    assert (f.lengths[ok] == table.output_tokens[ok]).all()
+    # the fast path (decode runs committed at once) stamps the same tokens at the same times
+    assert simulate(sc).records.token_times.to_pylist() == table.token_times.to_pylist()
+    again = to_table(read_bytes(encode_records(table, "jsonl"), "sim.jsonl"))[0]  # and they pass validation
+    assert again.token_times.to_pylist() == table.token_times.to_pylist()
+
+
+def test_simulator_preemption_shows_as_a_stall_in_the_preempted_stream():
+    tight = dict(kv_budget_tokens=1024, max_num_batched_tokens=512)
+    doc = {"classes": [{"prompt": {"value": 100}, "output": {"value": 300}}],
+           "arrival": {"kind": "constant", "rate_rps": 20}, "num_requests": 40}
+
+    def run(policy: str):
+        sc = parse_scenario({"name": "p", "seed": 3, "server": {"policy": policy, **tight},
+                             "step_model": {"base_s": 0.01, "per_prefill_token_s": 1e-5}, "workload": doc})
+        result = simulate(sc)
+        return result, build_report(result.records, result.window_start_s, result.window_end_s)
+
+    paged, paged_report = run("paged")
+    reserve, reserve_report = run("reserve")
+    assert paged.preemptions > 0 and reserve.preemptions == 0
+    step_s = reserve_report.itl_s.at(50)
+    assert reserve_report.max_stall_s.max < 3 * step_s  # no preemption: no stream waits more than a step or two
+    assert paged_report.max_stall_s.max > 10 * step_s  # a preempted stream waits for its recompute
+
+
+def test_engine_token_times_are_its_step_ends_and_preemption_stalls():
+    torch = pytest.importorskip("torch")
+    from servebench.engine.model import Decoder, preset
+    from servebench.engine.runner import run_workload
+    from servebench.scheduler import SchedulerConfig
+    from servebench.workload import ArrivalSpec, ClassSpec, LengthSpec, WorkloadSpec
+    torch.manual_seed(0)
+    model = Decoder(preset("tiny"), seed=7)
+    cfg = SchedulerConfig(kv_budget_tokens=128, policy="paged", max_num_seqs=4)
+    wl = WorkloadSpec(arrival=ArrivalSpec(kind="constant", rate_rps=1e6), num_requests=4, classes=[
+        ClassSpec(prompt=LengthSpec(kind="fixed", value=20), output=LengthSpec(kind="fixed", value=40))])
+    run = run_workload(model, cfg, wl, seed=6, warmup_steps=0)
+    emitted_at = {s.compute_start + s.compute_s for s in run.steps if s.compute_start is not None}
+    for rec in run.records:
+        assert rec["status"] == "success" and len(rec["token_times"]) == rec["output_tokens"] == 40
+        assert set(rec["token_times"]) <= emitted_at
+    assert sum(s.preempted for s in run.steps) >= 1
+    stalls = sorted(float(np.diff(r["token_times"]).max()) for r in run.records)
+    steps = sorted(float(np.diff(r["token_times"]).min()) for r in run.records)
+    assert stalls[-1] > 3 * max(steps)  # the preempted stream waited out its recompute

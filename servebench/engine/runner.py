@@ -30,6 +30,7 @@ from ..errors import ConfigError
 from ..percentiles import percentile
 from ..scenario import CancelSpec, Scenario
 from ..scheduler import Outcome, Request, SchedulerConfig
+from ..token_times import fits
 from ..workload import RequestSpec, WorkloadSpec, closed_loop_plan, generate_workload
 from .loop import EngineLoop, StepRow, warm_up
 from .model import Decoder, denormals_flushed
@@ -63,6 +64,11 @@ class _Collector:
         self.lock = threading.Lock()
         self.outcomes: list[Outcome] = []
         self._on_end = on_end
+        self.token_times: dict[str, list[float]] = {}  # each ended request's token emission times (step ends)
+
+    def for_request(self, request_id: str) -> "_RequestTokens":
+        """Return a listener for one request that keeps its token times and reports its outcome here."""
+        return _RequestTokens(self, request_id)
 
     def on_token(self, token_id: int, time_s: float) -> None:
         pass
@@ -89,6 +95,32 @@ def _request_id(i: int) -> str:
 def _request(i: int, spec: RequestSpec, arrival_s: float) -> Request:
     return Request(_request_id(i), arrival_s, max(1, spec.prompt_tokens), spec.max_output_tokens,
                    output_tokens=spec.output_tokens, timeout_s=spec.timeout_s, slice=spec.slice)
+
+
+class _RequestTokens:
+    """One request's listener: the time of each token it was sent (the engine's step end), then its outcome."""
+
+    __slots__ = ("collector", "request_id", "times")
+
+    def __init__(self, collector: _Collector, request_id: str) -> None:
+        self.collector = collector
+        self.request_id = request_id
+        self.times: list[float] = []
+
+    def on_token(self, token_id: int, time_s: float) -> None:
+        self.times.append(time_s)
+
+    def on_outcome(self, outcome: Outcome) -> None:
+        with self.collector.lock:
+            self.collector.token_times[outcome.request_id] = self.times
+        self.collector.on_outcome(outcome)
+
+
+def _with_token_times(record: dict[str, Any], times: list[float] | None) -> dict[str, Any]:
+    """Add the request's token times to its record when they obey the record's rules."""
+    if times and fits(times, record):
+        record["token_times"] = times
+    return record
 
 
 class _Producer(threading.Thread):
@@ -146,7 +178,8 @@ class _Producer(threading.Thread):
             if self.cancel_after_s is not None and self.cancel_after_s[index] == self.cancel_after_s[index]:
                 self.schedule(due + self.cancel_after_s[index], index, CANCEL)  # this client gives up then
             self.loop.submit(_request(index, self.specs[index], due),
-                             None if self.prompt_ids is None else self.prompt_ids[index], listener=self.collector)
+                             None if self.prompt_ids is None else self.prompt_ids[index],
+                             listener=self.collector.for_request(_request_id(index)))
 
 
 @contextlib.contextmanager
@@ -286,7 +319,8 @@ def _run_workload(model: Decoder, scheduler: SchedulerConfig, workload: Workload
     end_state = loop.snapshot()
     if progress is not None:
         progress(collector.ended, producer.sent, total)
-    records = sorted((o.to_record() for o in collector.outcomes), key=lambda r: (r["start"], r["request_id"]))
+    records = sorted((_with_token_times(o.to_record(), collector.token_times.get(o.request_id))
+                      for o in collector.outcomes), key=lambda r: (r["start"], r["request_id"]))
     lag_p99 = percentile(producer.lags, 99)
     note = arrival_lag_note(lag_p99, max(producer.lags, default=None), records)
     if note is not None:
