@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# The prepared GPU check: a timing run of a real-model-shaped preset on CUDA, its summary, and the
-# simulator's validation against it. One command, under 5 minutes on one modern GPU:
+# The prepared GPU check: a timing run of a real-model-shaped preset on CUDA, its summary, the
+# simulator's validation against it, and a measured-vs-simulated sweep. One command, about 6 minutes
+# on one modern GPU; the figures go to benchmarks/results/gpu_check_*.json:
 #
 #   bash benchmarks/gpu_check.sh                     # llama-3.2-1b shape, bf16, ~60 s of load
 #
 # Steps: (1) cached decode vs full recompute on the GPU (bf16, so agreement is reported, not
 # asserted); (2) servebench run of an open-loop Poisson chat workload below saturation;
-# (3) servebench validate (fit the step model to the trace, simulate, compare p50/p95).
+# (3) servebench validate (fit the step model to the trace, simulate, compare p50/p95);
+# (4) servebench validate-sweep at SWEEP_RATES, SWEEP_REQUESTS each (the knee both ways).
 # Overrides (environment): MODEL, DEVICE, RATE, REQUESTS, PROMPT_LOW, PROMPT_HIGH, OUT_LOW,
-# OUT_HIGH, KV_TOKENS, OUT. A CPU dry run of the same script:
-#   MODEL=tiny DEVICE=cpu RATE=8 REQUESTS=30 PROMPT_HIGH=400 OUT_HIGH=64 bash benchmarks/gpu_check.sh
+# OUT_HIGH, KV_TOKENS, OUT, SWEEP_RATES, SWEEP_REQUESTS, RESULTS. A CPU dry run of the same script:
+#   MODEL=tiny DEVICE=cpu RATE=8 REQUESTS=30 PROMPT_HIGH=400 OUT_HIGH=64 SWEEP_RATES=5,20 SWEEP_REQUESTS=20 \
+#     RESULTS=/tmp/gpu_check_dry bash benchmarks/gpu_check.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,6 +28,10 @@ OUT_LOW=${OUT_LOW:-32}
 OUT_HIGH=${OUT_HIGH:-256}
 KV_TOKENS=${KV_TOKENS:-131072}
 OUT=${OUT:-out/gpu_check}
+SWEEP_RATES=${SWEEP_RATES:-5,10,20,40}
+SWEEP_REQUESTS=${SWEEP_REQUESTS:-150}
+RESULTS=${RESULTS:-benchmarks/results}
+mkdir -p "$RESULTS"
 SCENARIO=$(mktemp -t servebench_gpu_XXXXXX.yaml)
 trap 'rm -f "$SCENARIO"' EXIT
 
@@ -33,7 +40,7 @@ T=""
 command -v timeout >/dev/null 2>&1 && T="timeout"
 
 command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L || true
-echo "== 1/3 cached decode vs full recompute ($MODEL on $DEVICE)"
+echo "== 1/4 cached decode vs full recompute ($MODEL on $DEVICE)"
 ${T:+$T 120} "$PY" - <<EOF
 import torch
 print(f"torch {torch.__version__}, CUDA available: {torch.cuda.is_available()}")
@@ -83,8 +90,14 @@ workload:
       max_output_tokens: $OUT_HIGH
 EOF
 
-echo "== 2/3 timing run: $REQUESTS Poisson requests at $RATE/s"
+echo "== 2/4 timing run: $REQUESTS Poisson requests at $RATE/s"
 ${T:+$T 260} "$PY" -m servebench run "$SCENARIO" -o "$OUT" --model "$MODEL" --device "$DEVICE" --max-wall-s 180
-echo "== 3/3 validation: the simulator with the step model fitted to this run"
-${T:+$T 90} "$PY" -m servebench validate "$OUT"
-echo "records, step trace and contract: $OUT/"
+echo "== 3/4 validation: the simulator with the step model fitted to this run"
+${T:+$T 90} "$PY" -m servebench validate "$OUT" --allow-poor-fit
+${T:+$T 90} "$PY" -m servebench validate "$OUT" --allow-poor-fit --json > "$RESULTS/gpu_check_validate.json"
+echo "== 4/4 validate-sweep: $SWEEP_REQUESTS requests at each of $SWEEP_RATES requests/s"
+${T:+$T 300} "$PY" -m servebench validate-sweep "$SCENARIO" --rates "$SWEEP_RATES" --requests "$SWEEP_REQUESTS" \
+  --long --model "$MODEL" --device "$DEVICE" --allow-poor-fit -o "$OUT/sweep"
+cp "$OUT/sweep/validate_sweep.json" "$RESULTS/gpu_check_validate_sweep.json"
+cp "$OUT/metadata.json" "$RESULTS/gpu_check_metadata.json"
+echo "records, step trace and contract: $OUT/; figures: $RESULTS/gpu_check_*.json"

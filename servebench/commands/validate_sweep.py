@@ -39,7 +39,7 @@ def validate_sweep_command(
     out: Path = typer.Option(..., "-o", "--out", help="Output folder: validate_sweep.json, validate_sweep.html and "
                              "one run folder per rate."),
     long: bool = typer.Option(False, "--long", help="The scenario's full request count per rate and up to 300 s "
-                              "per rate (default: CPU-sized, 100 requests and at most 20 s per rate)."),
+                              "per rate (default: CPU-sized, at most 200 requests and 30 s per rate)."),
     requests: Optional[int] = typer.Option(None, min=10, help="Requests per rate (overrides the default)."),
     model: str = typer.Option("tiny", help="Model preset (seeded random weights)."),
     device: str = typer.Option("auto", help="auto, cpu or cuda."),

@@ -29,8 +29,8 @@ from .validation import fit_trace, idle_arrival_lags, simulation_scenario
 KNEE_FACTOR = 2.0  # the knee: TTFT p95 at least this many times its value at the lowest rate
 TARGET_KNEE_REL_ERROR = 0.10
 TARGET_BELOW_KNEE_REL_ERROR = 0.10
-CPU_REQUESTS_PER_RATE = 100  # the CPU-sized default: about two minutes for five rates on 2 cores
-CPU_MAX_WALL_S_PER_RATE = 20.0
+CPU_REQUESTS_PER_RATE = 200  # the CPU-sized default: about a minute for five rates of tiny_cpu on 2 cores
+CPU_MAX_WALL_S_PER_RATE = 30.0
 LONG_MAX_WALL_S_PER_RATE = 300.0
 METRICS: tuple[str, ...] = ("ttft_p50_s", "ttft_p95_s", "latency_p50_s", "latency_p95_s", "throughput_rps",
                             "queue_wait_p50_s", "queue_wait_p95_s")
