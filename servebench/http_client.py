@@ -48,6 +48,8 @@ class Outcome:
     requested_prompt_words: int = 0
     requested_output_tokens: int = 0
     chunk_times_s: list[float] = field(default_factory=list)
+    # usage.completion_tokens carried by each content chunk itself (continuous usage stats), else None
+    chunk_usage_tokens: list[int | None] = field(default_factory=list)
     text_bytes: int = 0
     done_marker: bool = False
     reported_output_tokens: int | None = None
@@ -65,6 +67,31 @@ class Outcome:
         if self.output_tokens_source != "usage":
             return None
         return self.output_tokens == len(self.chunk_times_s)
+
+    def token_timing(self) -> tuple[list[float] | None, list[int] | None]:
+        """Return the record's token_times (each content chunk's arrival) and token_counts, or (None, None).
+
+        One token per chunk when the output count equals the chunks received; else the tokens each
+        chunk carried, from the running ``usage.completion_tokens`` that every chunk reported (vLLM's
+        continuous usage stats). Chunks whose sizes the server never said get no token times at all,
+        rather than a guess.
+
+        >>> o = Outcome("r", 0.0, chunk_times_s=[0.5, 0.75], output_tokens=5, chunk_usage_tokens=[2, 5])
+        >>> o.token_timing()
+        ([0.5, 0.75], [2, 3])
+        """
+        times = self.chunk_times_s
+        if not times or self.output_tokens is None:
+            return None, None
+        if self.output_tokens == len(times):
+            return list(times), None
+        running = self.chunk_usage_tokens
+        if len(running) != len(times) or any(not isinstance(r, int) for r in running):
+            return None, None
+        counts = [running[0]] + [b - a for a, b in zip(running, running[1:])]  # type: ignore[operator]
+        if min(counts) < 1 or running[-1] != self.output_tokens:
+            return None, None
+        return list(times), counts  # type: ignore[return-value]
 
 
 def parse_sse_line(line: str) -> dict[str, Any] | Literal["done"] | None:
@@ -186,6 +213,9 @@ async def _read_stream(resp: httpx.Response, out: Outcome, now: Callable[[], flo
         if text:
             t = now()
             out.chunk_times_s.append(t)
+            usage = event.get("usage")
+            running = usage.get("completion_tokens") if isinstance(usage, dict) else None
+            out.chunk_usage_tokens.append(running if type(running) is int else None)
             out.text_bytes += len(text.encode("utf-8"))
             if out.first_token_s is None:
                 out.first_token_s = t

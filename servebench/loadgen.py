@@ -37,6 +37,7 @@ from .http_client import API_PATHS, Outcome, count_partial_tokens, discover_mode
 from .percentiles import percentile
 from .records import RecordTable, default_window, parse_objects, record_dict, validate
 from .statuses import failure_status
+from .token_times import fits
 from .workload import Workload, WorkloadSpec, closed_loop_plan, generate_workload
 
 # Common English words that most tokenizers keep as one token each (with a leading space).
@@ -295,6 +296,11 @@ def to_record(o: Outcome) -> dict[str, Any]:
     rec = record_dict(request_id=o.request_id, start=o.intended_s, first_token=o.first_token_s, end=o.end_s,
                       status=o.status, prompt_tokens=o.prompt_tokens, output_tokens=o.output_tokens,
                       slice=o.slice, error=o.error, cached_prompt_tokens=o.cached_prompt_tokens)
+    times, counts = o.token_timing()  # each streamed chunk's arrival, and its tokens when it carried several
+    if times is not None and fits(times, rec, counts):
+        rec["token_times"] = times
+        if counts is not None:
+            rec["token_counts"] = counts
     if o.worker is not None:
         rec["worker"] = o.worker
     return rec

@@ -9,6 +9,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from fastapi import FastAPI, Request
+from fastapi.responses import StreamingResponse
 from hypothesis import given, settings, strategies as st
 
 from servebench import summarize
@@ -337,3 +339,69 @@ def test_engine_token_times_are_its_step_ends_and_preemption_stalls():
     stalls = sorted(float(np.diff(r["token_times"]).max()) for r in run.records)
     steps = sorted(float(np.diff(r["token_times"]).min()) for r in run.records)
     assert stalls[-1] > 3 * max(steps)  # the preempted stream waited out its recompute
+
+
+# --------------------------------------------------------------------------- writers: the load generator
+
+
+def test_load_generator_token_times_against_the_local_server_count_the_streamed_tokens():
+    pytest.importorskip("torch")
+    from servebench.engine.service import EngineService
+    from servebench.loadgen import LoadConfig, plan_requests, records_table, run_load_sync, to_record
+    from servebench.scheduler import SchedulerConfig
+    from servebench.server import create_app, serve_in_background
+    service = EngineService("tiny", scheduler=SchedulerConfig(kv_budget_tokens=8192, max_num_seqs=8),
+                            device="cpu", threads=1, warmup_steps=1)
+    plan = plan_requests(np.arange(6) / 50.0, [6] * 6, [7] * 6, np.random.default_rng(0))
+    with serve_in_background(create_app(service)) as url:
+        result = run_load_sync(LoadConfig(url=url, deadline_s=30), plan)
+    for o in result.outcomes:
+        rec = to_record(o)
+        times = rec["token_times"]
+        assert rec["status"] == "success" and len(times) == len(o.chunk_times_s) == rec["output_tokens"] == 7
+        assert times == o.chunk_times_s and times[0] == rec["first_token"] and times[-1] <= rec["end"]
+        assert all(b >= a for a, b in zip(times, times[1:]))
+    table, ws, we = records_table(result.outcomes)
+    assert build_report(table, ws, we).itl_s.n == 6 * 6
+
+
+def chunky_app(running_usage: bool):
+    """A server streaming 2 tokens per chunk; with ``running_usage`` every chunk reports usage so far."""
+    app = FastAPI()
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        return {"object": "list", "data": [{"id": "chunky", "object": "model"}]}
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> object:
+        out = int((await request.json())["max_tokens"])
+
+        async def events():
+            for sent in range(2, out + 1, 2):
+                doc: dict[str, Any] = {"choices": [{"index": 0, "text": " x x"}]}
+                if running_usage or sent == out:
+                    doc["usage"] = {"prompt_tokens": 5, "completion_tokens": sent, "total_tokens": 5 + sent}
+                yield f"data: {json.dumps(doc)}\n\n"
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    return app
+
+
+@pytest.mark.parametrize("running_usage", [True, False])
+def test_chunks_of_several_tokens_get_counts_only_when_the_server_says_them(running_usage):
+    from servebench.loadgen import LoadConfig, plan_requests, records_table, run_load_sync, to_record
+    from servebench.server import serve_in_background
+    plan = plan_requests(np.arange(3) / 50.0, [5] * 3, [6] * 3, np.random.default_rng(0))
+    with serve_in_background(chunky_app(running_usage)) as url:
+        result = run_load_sync(LoadConfig(url=url), plan)
+    for o in result.outcomes:
+        rec = to_record(o)
+        assert rec["output_tokens"] == 6 and len(o.chunk_times_s) == 3
+        if running_usage:
+            assert rec["token_times"] == o.chunk_times_s and rec["token_counts"] == [2, 2, 2]
+        else:  # the chunk sizes are unknown: no token times rather than a guess
+            assert "token_times" not in rec and "token_counts" not in rec
+    records_table(result.outcomes)  # and they pass validation
