@@ -23,6 +23,7 @@ PAGES = {
         st.Page("pages/sweep.py", title="Load sweep", icon=":material/ssid_chart:"),
         st.Page("pages/timing_run.py", title="Timing run", icon=":material/timer:"),
         st.Page("pages/planner.py", title="Capacity planner", icon=":material/calculate:"),
+        st.Page("pages/cache.py", title="Cache experiments", icon=":material/cached:"),
     ],
 }
 

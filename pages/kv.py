@@ -126,3 +126,20 @@ if res.max_concurrent_sequences:
                     key="kv_curve")
 else:
     st.error("Not one request of this size fits in the budget.")
+
+st.subheader("Shared prefix held once (prefix caching)")
+st.caption("When prompts begin with the same document or system prompt, a prefix cache keeps its full blocks once; "
+           "each request then holds only the rest of its prompt and its output.")
+c1, c2 = st.columns(2)
+shared = int(c1.number_input("Shared prefix (tokens)", min_value=0, max_value=prompt, value=min(7000, prompt),
+                             step=100, key="shared_prefix"))
+groups = int(c2.number_input("Distinct shared prefixes held", min_value=1, value=1, step=1, key="shared_groups"))
+fit = guarded(kv.shared_prefix_concurrency, res.budget_tokens, prompt, cap, shared, groups=groups, policy=policy,
+              expected_output_tokens=expected, block_size=kv.DEFAULT_BLOCK_SIZE if policy == "reserve" else block_size)
+c = st.columns(3)
+c[0].metric("Max concurrent sequences, prefix per request", fmt(fit.max_sequences_unshared))
+c[1].metric("Max concurrent sequences, prefix held once", fmt(fit.max_sequences_shared),
+            delta=fit.max_sequences_shared - fit.max_sequences_unshared)
+c[2].metric("Tokens per request beyond the shared blocks", fmt(fit.tokens_per_request_shared),
+            help=f"{fmt(fit.shared_tokens_held)} tokens of shared blocks held once "
+                 f"(full {kv.DEFAULT_BLOCK_SIZE if policy == 'reserve' else block_size}-token blocks only).")

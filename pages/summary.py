@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from pages._prefix_cache import show_prefix_cache
 from pages._shared import cached_report, guarded, records_sidebar, show_reader_warnings, site_zip, slo_inputs
 from servebench.extra_columns import SLICE_COLUMN, slice_choices
 from servebench.figures import records as record_figs
@@ -128,6 +129,9 @@ with outcome_box:
     stage_fig = record_figs.stage_figure(ds.table)
     if stage_fig is not None:
         st.plotly_chart(stage_fig, key="stage_fig")
+    if report.prefix_cache is not None:
+        st.subheader("Prefix cache")
+        show_prefix_cache(report.prefix_cache)
 
 with slo_box:
     if report.slo is None:

@@ -24,6 +24,7 @@ full attention); ``max_sequences_in_budget`` is window-aware and is what to use 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
 
@@ -249,6 +250,44 @@ def max_concurrent_sequences(budget_tokens: int, tokens_per_request: int) -> int
     if budget_tokens < 0:
         raise ConfigError(f"budget_tokens must be non-negative, got {budget_tokens}")
     return budget_tokens // tokens_per_request
+
+
+@dataclass(frozen=True)
+class SharedPrefixFit:
+    """How many sequences fit when a shared prompt prefix is held once (prefix caching) instead of per request."""
+
+    shared_tokens_held: int  # the cached prefixes' full blocks, held once per group
+    tokens_per_request_unshared: int
+    tokens_per_request_shared: int  # what each request holds beyond the shared blocks
+    max_sequences_unshared: int
+    max_sequences_shared: int
+
+
+def shared_prefix_concurrency(budget_tokens: int, prompt_tokens: int, output_cap: int, shared_prefix_tokens: int, *,
+                              groups: int = 1, policy: Policy = "reserve", expected_output_tokens: int | None = None,
+                              block_size: int = DEFAULT_BLOCK_SIZE) -> SharedPrefixFit:
+    """Return the most concurrent sequences with and without holding ``groups`` shared prefixes once.
+
+    Only full blocks of a prefix are shared (as vLLM caches them), so a request still holds its
+    prefix's partial last block, its own prompt tokens and its output.
+
+    >>> fit = shared_prefix_concurrency(65536, 7800, 200, 7000)
+    >>> fit.max_sequences_unshared, fit.shared_tokens_held, fit.tokens_per_request_shared, fit.max_sequences_shared
+    (8, 6992, 1008, 58)
+    """
+    if not 0 <= shared_prefix_tokens <= prompt_tokens:
+        raise ConfigError(f"shared_prefix_tokens must be between 0 and prompt_tokens {prompt_tokens}, "
+                          f"got {shared_prefix_tokens}")
+    if groups < 1 or block_size < 1:
+        raise ConfigError(f"groups and block_size must be at least 1, got {groups} and {block_size}")
+    unshared = tokens_per_request(prompt_tokens, output_cap, policy, expected_output_tokens, block_size)
+    cached = shared_prefix_tokens // block_size * block_size
+    own = tokens_per_request(prompt_tokens - cached, output_cap, policy, expected_output_tokens, block_size)
+    held = groups * cached
+    return SharedPrefixFit(
+        shared_tokens_held=held, tokens_per_request_unshared=unshared, tokens_per_request_shared=own,
+        max_sequences_unshared=max_concurrent_sequences(budget_tokens, unshared),
+        max_sequences_shared=max_concurrent_sequences(max(budget_tokens - held, 0), own) if own else 0)
 
 
 def max_sequences_in_budget(budget_bytes: int | float, shape: ModelShape, tokens_per_request: int, *,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -277,3 +279,67 @@ def test_genai_perf_export_carries_the_usage_cached_tokens() -> None:
     row = table.to_dicts()[0]
     assert (row["prompt_tokens"], row["cached_prompt_tokens"]) == (12, 8)
     assert build_report(table, ws, we).prefix_cache.token_hit_rate is not None
+
+
+def test_html_report_and_summarize_json_show_the_prefix_cache(tmp_path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from servebench.cli import app
+    from servebench.loaders import write_records
+    from servebench.report import RunInput, build_site
+
+    result = simulate(parse_scenario(_scenario(caching=True, n=60)))
+    path = tmp_path / "records.jsonl"
+    write_records(result.records, path)
+    out = CliRunner().invoke(app, ["summarize", str(path), "--json"])
+    assert out.exit_code == 0, out.output
+    pc = json.loads(out.stdout)["prefix_cache"]
+    assert set(pc) >= {"prompt_tokens", "cached_prompt_tokens", "token_hit_rate", "requests_with_hit", "ttft_hit_s",
+                       "ttft_miss_s", "estimated_prefill_saved_s"}
+    assert pc["ttft_hit_s"]["percentiles"][0]["q"] == 50 and pc["token_hit_rate"] > 0.8
+    text = CliRunner().invoke(app, ["summarize", str(path)]).output
+    assert "Prefix cache" in text and "token hit rate" in text
+    run = RunInput(name="sim", path=str(path), kind="records", table=result.records,
+                   window_start=result.window_start_s, window_end=result.window_end_s)
+    html = next(v.decode() for k, v in build_site([run]).items() if k.startswith("run-"))
+    assert '<section id="prefix_cache">' in html and "token hit rate (cached / prompt)" in html
+    off = simulate(parse_scenario(_scenario(caching=False, n=20)))
+    write_records(off.records, path)
+    assert json.loads(CliRunner().invoke(app, ["summarize", str(path), "--json"]).stdout)["prefix_cache"] is None
+
+
+# ---------------------------------------------------------------- the dashboard
+
+
+def test_cache_experiment_shows_both_runs_and_reveals_the_answer() -> None:
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(Path(__file__).resolve().parent.parent / "app.py"), default_timeout=120)
+    at.run()
+    at.switch_page("pages/cache.py").run()
+    assert not at.exception
+    labels = {m.label: m.value for m in at.metric}
+    assert labels["Token hit rate"].endswith("%") and labels["Best the workload allows"] == "80%"
+    at.number_input(key="cache_quiz_ttft").set_value(-60.0)
+    at.button(key="cache_quiz_reveal").click().run()
+    assert not at.exception
+    assert any("TTFT p50" in s.value and "TPOT p50" in s.value for s in at.success)
+    at.radio(key="cache_workload").set_value("cold").run()
+    assert not at.exception
+    cold = {m.label: m.value for m in at.metric}
+    assert cold["Best the workload allows"] == "0%"
+    assert float(cold["Token hit rate"].rstrip("%")) < 1  # only preempted requests finding their own blocks
+
+
+def test_kv_calculator_shows_concurrency_with_the_prefix_held_once() -> None:
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(Path(__file__).resolve().parent.parent / "app.py"), default_timeout=120)
+    at.run()
+    at.switch_page("pages/kv.py").run()
+    assert not at.exception
+    labels = {m.label: m.value for m in at.metric}
+    assert labels["Max concurrent sequences, prefix per request"] == "8"
+    assert labels["Max concurrent sequences, prefix held once"] == "58"

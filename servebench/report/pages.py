@@ -20,7 +20,7 @@ from ..extra_columns import extra_columns_note, slice_by
 from ..figures import records as rfig
 from ..records import STATUSES, RecordTable
 from ..render import fmt, fmt_window
-from ..summary import CONTRACT_FIELDS, CONTRACT_LABELS, SLO, Distribution, Report, build_report
+from ..summary import CONTRACT_FIELDS, CONTRACT_LABELS, SLO, Distribution, PrefixCacheReport, Report, build_report
 from .html import Markup, figure, join, key_values, nested, note, page, section, table, tag
 from .inputs import RunInput
 from .kvview import KvOptions, KvView, kv_section, kv_view
@@ -29,7 +29,7 @@ from .kvview import KvOptions, KvView, kv_section, kv_view
 
 SECTION_TITLES: tuple[tuple[str, str], ...] = (
     ("warnings", "warnings"), ("summary", "summary"), ("outcomes", "outcomes"), ("work", "work"),
-    ("percentiles", "percentiles"), ("cdfs", "CDFs"), ("timeline", "concurrency"), ("stages", "stages"),
+    ("percentiles", "percentiles"), ("prefix_cache", "prefix cache"), ("cdfs", "CDFs"), ("timeline", "concurrency"), ("stages", "stages"),
     ("steps", "step trace"), ("slices", "slices"), ("kv", "KV and diagnosis"), ("contract", "contract"),
     ("quality", "data quality"),
 )
@@ -152,6 +152,25 @@ def _distribution_table(rows: dict[str, Distribution | None], caption: str) -> M
     return table(headers, body, caption=caption)
 
 
+def prefix_cache_section(pc: PrefixCacheReport) -> Markup:
+    """Return the prefix-cache section: hit rate, what it saved, TTFT and prefill with and without a hit."""
+    rate = "-" if pc.token_hit_rate is None else share(pc.token_hit_rate)
+    saved = "-" if pc.estimated_prefill_saved_s is None else f"{fmt(pc.estimated_prefill_saved_s)} s"
+    per_token = "-" if pc.prefill_s_per_prompt_token is None else f"{fmt(pc.prefill_s_per_prompt_token)} s"
+    return section("Prefix cache", key_values([
+        ("requests that say (cached_prompt_tokens)", pc.requests), ("prompt tokens", pc.prompt_tokens),
+        ("served from the cache", pc.cached_prompt_tokens), ("token hit rate (cached / prompt)", rate),
+        ("requests with a hit", pc.requests_with_hit),
+        ("prefill per computed prompt token (requests without a hit)", per_token),
+        ("estimated prefill saved (cached tokens x that)", saved)]),
+        _distribution_table({"TTFT with a hit, s": pc.ttft_hit_s, "TTFT without, s": pc.ttft_miss_s,
+                             "prefill with a hit, s": pc.prefill_hit_s, "prefill without, s": pc.prefill_miss_s},
+                            "Successful requests with and without a prefix-cache hit"),
+        tag("p", "A hit skips recomputing the prompt's cached part: it shortens prefill and TTFT, not the time "
+                 "to generate the answer (TPOT).", class_="muted"),
+        id_="prefix_cache")
+
+
 def _slo_rows(report: Report, missing: frozenset[str] | set[str] = frozenset()) -> list[tuple[object, object]]:
     s = report.slo
     if s is None:
@@ -247,6 +266,8 @@ def run_page(view: RunView, options: SiteOptions) -> str:
         _distribution_table({"latency, s": report.failure_aware_latency_s, "TTFT, s": report.failure_aware_ttft_s},
                             "Failure-aware: every non-success counts as +infinity"),
         id_="percentiles"))
+    if report.prefix_cache is not None:
+        parts.append(prefix_cache_section(report.prefix_cache))
     cdfs = rfig.record_cdfs(t)
     parts.append(section("Distributions", tag("div", join(figs(f) for f in cdfs.values()), class_="grid2"),
                          id_="cdfs"))
