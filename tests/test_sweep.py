@@ -161,7 +161,7 @@ def test_simulate_command_writes_records_trace_summary(tmp_path: Path, capsys: p
     assert len(lines) == 300 and json.loads(lines[0])["slice"] == "review"
     header = (tmp_path / "steps.csv").read_text().splitlines()[0]
     assert header == ("time,duration,steps,lane,active,waiting,kv_tokens_used,kv_tokens_read,prefill_tokens,"
-                      "decode_seqs,kv_tokens_held")
+                      "decode_seqs,kv_tokens_held,prefill_seqs")
     assert json.loads((tmp_path / "summary.json").read_text())["simulation"]["scenario"] == "profile_b"
     # the trace fits back to the scenario's flat timings
     code, out, err = run_cli(capsys, "fit-steps", str(tmp_path / "steps.csv"), "--json")
