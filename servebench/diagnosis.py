@@ -120,6 +120,9 @@ class ProfileMeasurements(BaseModel):
     tpot_line: TpotLine | None = Field(None, description="TPOT against the number in service (records).")
     decode_load: float | None = Field(None, ge=0, description="Mean number in service while requests decode.")
     max_num_seqs: int | None = Field(None, ge=1, description="The server's cap on running sequences, if known.")
+    shared_prefix_share: float | None = Field(
+        None, ge=0, le=1, description="Share of prompt tokens prompts share with earlier ones (a prefix cache's "
+                                      "reachable hit rate; from records, their cached_prompt_tokens hit rate).")
 
 
 class ProfileTable(BaseModel):
@@ -319,6 +322,7 @@ def measure(table: RecordTable, window_start: float, window_end: float, *, name:
         output_cap=output_cap if output_cap is not None else (int(produced.max()) if produced.size else None),
         deadline_s=deadline_s, duration_s=report.window_s, has_admitted=has_adm,
         ttft_p50_s=report.ttft_s.at(50), tpot_line=line, decode_load=decode_load,
+        shared_prefix_share=None if report.prefix_cache is None else report.prefix_cache.token_hit_rate,
     )
 
 
@@ -626,6 +630,9 @@ def _experiment(v: Verdict, shape: kv.ModelShape | None, budget_bytes: int | Non
             action=f"Cap active sequences at half of {m.peak_active} (or halve the arrival rate).",
             confirm=f"TPOT p50 falls back toward {_s(m.tpot_baseline_s)}.",
             refute=f"TPOT stays near {_s(m.tpot_high_load_s or m.tpot_p50_s)}: decode speed is not load-bound.")
+    prefix = _prefix_cache_experiment(v)
+    if prefix is not None:
+        return prefix
     if v.limit == "prefill":
         return Experiment(
             action="Halve the prompt length (or enable prefix caching or chunked prefill) at the same arrival rate.",
@@ -647,6 +654,27 @@ def _experiment(v: Verdict, shape: kv.ModelShape | None, budget_bytes: int | Non
         action=f"Raise the arrival rate of {m.name} stepwise from {m.arrival_rate_per_s:.3g}/s{rate}.",
         confirm="Queue wait and TTFT stay flat until in service nears the limit, then rise sharply.",
         refute="Queue wait or TTFT rise well below that rate: a limit is already close at the current load.")
+
+
+PREFIX_SHARE_MIN = 0.2  # prompts sharing at least this share of their tokens make prefix caching worth trying
+PREFILL_DOMINATES = 0.5  # prefill at least this share of TTFT p95
+
+
+def _prefix_cache_experiment(v: Verdict) -> Experiment | None:
+    """Name prefix caching as the experiment when prefill dominates TTFT and prompts share prefixes; else None."""
+    m = v.measurements
+    share = m.shared_prefix_share
+    if (share is None or share < PREFIX_SHARE_MIN or v.limit not in ("prefill", "none")
+            or (v.prefill_share_of_ttft or 0) < PREFILL_DOMINATES):
+        return None
+    return Experiment(
+        action=(f"Turn prefix caching on (vLLM --enable-prefix-caching; scenario server.prefix_caching: true) for "
+                f"{m.name} at the same arrival rate and prompts: {share:.0%} of prompt tokens are shared with "
+                "earlier prompts, and prefill is most of TTFT."),
+        confirm=(f"Token hit rate near {share:.0%}, prefill p50 and TTFT p95 fall roughly by that share "
+                 f"(from {_s(m.ttft_p95_s)} toward {_s((m.ttft_p95_s or 0) * (1 - share))}), TPOT unchanged."),
+        refute="Hit rate well below the shared share (prompts differ in their first tokens, or the cache evicts "
+               "documents before reuse), or TTFT barely moves: the time is not in recomputing the shared part.")
 
 
 # --------------------------------------------------------------------------- whole inputs

@@ -343,3 +343,18 @@ def test_kv_calculator_shows_concurrency_with_the_prefix_held_once() -> None:
     labels = {m.label: m.value for m in at.metric}
     assert labels["Max concurrent sequences, prefix per request"] == "8"
     assert labels["Max concurrent sequences, prefix held once"] == "58"
+
+
+def test_diagnosis_names_prefix_caching_when_prefill_dominates_and_prompts_share() -> None:
+    from servebench.diagnosis import diagnose_records
+
+    # prefill-heavy: long prompts, light load, caching on shows how much the prompts share
+    data = _scenario(caching=True, rate=0.5, n=120)
+    result = simulate(parse_scenario(data))
+    verdict = diagnose_records(result.records, result.window_start_s, result.window_end_s)
+    assert verdict.measurements.shared_prefix_share > 0.8
+    assert verdict.prefill_share_of_ttft > 0.5
+    assert "prefix caching" in verdict.experiment.action
+    cold = simulate(parse_scenario(_scenario(caching=True, shared=False, rate=0.5, n=120)))
+    other = diagnose_records(cold.records, cold.window_start_s, cold.window_end_s)
+    assert "Turn prefix caching on" not in other.experiment.action  # nothing shared: not the experiment
