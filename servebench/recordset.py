@@ -229,7 +229,8 @@ def concat_tables(tables: Sequence[RecordTable], source: str) -> RecordTable:
     if len(tables) == 1:
         return tables[0] if tables[0].source == source else tables[0].with_columns(source=source)
     numeric = {name: np.concatenate([getattr(t, name) for t in tables]) for name in
-               ("start", "end", "status", "first_token", "output_tokens", "admitted", "prompt_tokens")}
+               ("start", "end", "status", "first_token", "output_tokens", "admitted", "prompt_tokens",
+                "cached_prompt_tokens")}
 
     def text(attr: str) -> pa.Array:
         return pa.concat_arrays([text_array(getattr(t, attr)) for t in tables])

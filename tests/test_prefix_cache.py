@@ -358,3 +358,14 @@ def test_diagnosis_names_prefix_caching_when_prefill_dominates_and_prompts_share
     cold = simulate(parse_scenario(_scenario(caching=True, shared=False, rate=0.5, n=120)))
     other = diagnose_records(cold.records, cold.window_start_s, cold.window_end_s)
     assert "Turn prefix caching on" not in other.experiment.action  # nothing shared: not the experiment
+
+
+def test_a_folder_of_record_files_keeps_cached_prompt_tokens(tmp_path) -> None:
+    from servebench.loaders import write_records
+    from servebench.recordset import find_parts, read_set, table_of_set
+
+    result = simulate(parse_scenario(_scenario(caching=True, n=40)))
+    write_records(result.records.take(np.arange(20)), tmp_path / "a.jsonl")
+    write_records(result.records.take(np.arange(20, 40)), tmp_path / "b.jsonl")
+    table = table_of_set(read_set(find_parts(tmp_path)), "set")[0]
+    assert sorted(table.cached_prompt_tokens.tolist()) == sorted(result.records.cached_prompt_tokens.tolist())
