@@ -514,3 +514,28 @@ def fits(times: Sequence[float], record: dict[str, Any], counts: Sequence[int] |
     if record.get("status") == "success":
         return tokens == out
     return out is None or tokens <= out
+
+
+def times_from_gaps(first_s: float, gaps_s: Sequence[float], end_s: float,
+                    tolerance_s: float = 1e-6) -> list[float] | None:
+    """Return arrival times from the first arrival and the gaps after it (an exporter's ITL list), or None.
+
+    Summing gaps can overshoot ``end`` by rounding: an overshoot within ``tolerance_s`` is clamped
+    to ``end``; a negative or non-finite gap, or a real overshoot, gives None.
+
+    >>> times_from_gaps(0.5, [0.25, 0.25], 1.0)
+    [0.5, 0.75, 1.0]
+    >>> times_from_gaps(0.5, [0.25, -0.1], 1.0) is None
+    True
+    """
+    offset, times = 0.0, [first_s]
+    for gap in gaps_s:  # summed as small offsets, then added once: no rounding at the clock's scale per gap
+        if not (_number(gap) and math.isfinite(gap) and gap >= 0):
+            return None
+        offset += float(gap)
+        times.append(first_s + offset)
+    if times[-1] > end_s:
+        if times[-1] - end_s > max(tolerance_s, 8 * math.ulp(end_s)):
+            return None
+        times = [min(t, end_s) for t in times]
+    return times

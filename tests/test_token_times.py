@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,7 @@ from hypothesis import given, settings, strategies as st
 from servebench import summarize
 from servebench.cli import app
 from servebench.errors import ConfigError, RecordValidationError
+from servebench.importers import import_bytes
 from servebench.percentiles import estimate, percentile
 from servebench.summary import SLO, build_report
 from typer.testing import CliRunner
@@ -405,3 +407,51 @@ def test_chunks_of_several_tokens_get_counts_only_when_the_server_says_them(runn
         else:  # the chunk sizes are unknown: no token times rather than a guess
             assert "token_times" not in rec and "token_counts" not in rec
     records_table(result.outcomes)  # and they pass validation
+
+
+# --------------------------------------------------------------------------- importers
+
+IMPORTERS_DATA = Path(__file__).resolve().parent / "data" / "importers"
+
+
+def imported(name: str, fmt: str):
+    loaded = import_bytes((IMPORTERS_DATA / name).read_bytes(), name, fmt)
+    table, ws, we = to_table(loaded)
+    return loaded, build_report(table, ws, we)
+
+
+def test_vllm_itls_become_token_times_and_agree_with_its_mean_itl():
+    doc = json.loads((IMPORTERS_DATA / "vllm-serve-detailed.json").read_text())
+    loaded, report = imported("vllm-serve-detailed.json", "vllm")
+    ok = [i for i, e in enumerate(doc["errors"]) if not e]
+    carried = sum(len(doc["itls"][i]) for i in ok)
+    assert report.itl_s.n == carried
+    assert report.itl_s.mean * 1000 == pytest.approx(doc["mean_itl_ms"], abs=1e-6)
+
+
+def test_aiperf_inter_chunk_latency_agrees_with_its_own_summary_up_to_the_percentile_definition():
+    # aiperf-0.13.0-clean-icl.jsonl: the real export's 40 records, keeping metadata and the metrics read
+    # (inter_chunk_latency included); its aggregate is aiperf-0.13.0-clean-profile_export_aiperf.json.
+    agg = json.loads((IMPORTERS_DATA / "aiperf-0.13.0-clean-profile_export_aiperf.json").read_text())
+    icl = agg["inter_chunk_latency"]
+    raw_ms = np.concatenate([json.loads(line)["metrics"]["inter_chunk_latency"]["value"]
+                             for line in (IMPORTERS_DATA / "aiperf-0.13.0-clean-icl.jsonl").read_text().splitlines()])
+    loaded, report = imported("aiperf-0.13.0-clean-icl.jsonl", "aiperf:tokens=server")
+    assert report.itl_s.n == icl["count"] == raw_ms.size == 2498
+    assert report.itl_s.mean * 1000 == pytest.approx(icl["avg"], abs=1e-3)
+    for q in (50, 90, 95, 99):
+        ours_ms = report.itl_s.at(q) * 1000
+        # servebench: nearest rank; AIPerf: linear interpolation between the two order statistics around it
+        assert ours_ms == pytest.approx(np.percentile(raw_ms, q, method="inverted_cdf"), abs=1e-3)
+        assert icl[f"p{q}"] == pytest.approx(np.percentile(raw_ms, q, method="linear"), abs=1e-9)
+        ordered = np.sort(raw_ms)
+        k = (q / 100) * (raw_ms.size - 1)
+        assert ordered[int(np.floor(k))] - 1e-3 <= ours_ms <= ordered[int(np.ceil(k)) + 1] + 1e-3
+    # AIPerf counts output tokens with its client tokenizer: by default the chunks do not fit them
+    default, default_report = imported("aiperf-0.13.0-clean-icl.jsonl", "aiperf")
+    assert default_report.itl_s is None and any("tokens=server" in w for w in default.warnings)
+
+
+def test_guidellm_0_8_1_has_no_per_token_times_to_carry():
+    _, report = imported("guidellm-0.8.1-clean.json", "guidellm")
+    assert report.itl_s is None

@@ -60,6 +60,7 @@ def parse_format(fmt: str) -> tuple[str, ImportOptions]:
     name = ALIASES.get(name.strip().lower(), name.strip().lower())
     run: int | None = None
     outside = "mark"
+    tokens = "client"
     for part in filter(None, (p.strip() for p in opts.split(","))):
         key, eq, value = part.partition("=")
         key, value = key.strip(), value.strip()
@@ -74,9 +75,13 @@ def parse_format(fmt: str) -> tuple[str, ImportOptions]:
                 raise InputFormatError(f"format option outside_window={value!r} must be one of "
                                        f"{', '.join(OUTSIDE_WINDOW_CHOICES)}")
             outside = value
+        elif key == "tokens":
+            if value not in ("client", "server"):
+                raise InputFormatError(f"format option tokens={value!r} must be client or server")
+            tokens = value
         else:
-            raise InputFormatError(f"unknown format option {key!r}; expected run or outside_window")
-    return name, ImportOptions(run=run, outside_window=outside)  # type: ignore[arg-type]
+            raise InputFormatError(f"unknown format option {key!r}; expected run, outside_window or tokens")
+    return name, ImportOptions(run=run, outside_window=outside, tokens=tokens)  # type: ignore[arg-type]
 
 
 def _sniff_document(doc: Document) -> str | None:
@@ -150,4 +155,5 @@ def _override(options: ImportOptions, run: int | None, outside_window: str | Non
     if outside_window is not None and outside_window not in OUTSIDE_WINDOW_CHOICES:
         raise InputFormatError(f"outside_window={outside_window!r} must be one of {', '.join(OUTSIDE_WINDOW_CHOICES)}")
     outside = options.outside_window if outside_window is None else outside_window
-    return ImportOptions(run=options.run if run is None else run, outside_window=outside)  # type: ignore[arg-type]
+    return ImportOptions(run=options.run if run is None else run, outside_window=outside,  # type: ignore[arg-type]
+                         tokens=options.tokens)

@@ -18,6 +18,7 @@ from typing import Any
 
 from ..errors import InputFormatError
 from ..statuses import failure_status
+from ..token_times import fits, times_from_gaps
 from .common import Document, ImportOptions, cached_tokens, count, finish, number, require_list, require_mapping
 
 FORMAT = "aiperf"
@@ -56,10 +57,12 @@ def import_document(doc: Document, source: str, options: ImportOptions = ImportO
     lines = doc.value if doc.lines else [doc.value]
     records, phases = [], []
     notes = {"cancelled": 0, "failed": 0, "osl_server_diff": 0, "osl_client": 0, "osl_pairs": 0,
-             "credit_gap_s": 0.0, "credit_n": 0, "end_gap_s": 0.0, "no_ttft": 0, "error_event": 0, "short": 0}
+             "credit_gap_s": 0.0, "credit_n": 0, "end_gap_s": 0.0, "no_ttft": 0, "error_event": 0, "short": 0,
+             "icl_carried": 0, "icl_left_out": 0}
     for i, line in enumerate(lines, start=1):
         where = f"line {i}"
         rec, phase = _record(require_mapping(line, source, where), source, where, notes)
+        _add_token_times(rec, require_mapping(line, source, where), source, where, notes, options)
         records.append(rec)
         phases.append(phase)
     outside = sum(p != PROFILING for p in phases)
@@ -84,6 +87,32 @@ def _metric_s(metrics: Mapping[str, Any], name: str, source: str, where: str) ->
                                f"({', '.join(TIME_UNITS_S)})")
     v = number(m.get("value"), source, f"{where}: metrics.{name}.value", required=False)
     return None if v is None else v * TIME_UNITS_S[unit]
+
+
+def _add_token_times(rec: dict[str, Any], line: Mapping[str, Any], source: str, where: str, notes: dict[str, Any],
+                     options: ImportOptions) -> None:
+    """Carry a success's inter_chunk_latency list (ms between streamed chunks) as token_times, where it fits.
+
+    AIPerf counts output tokens with its client tokenizer, while each chunk is one server token: the
+    arrivals fit only where the two counts agree, or with ``tokens=server`` (output tokens from the
+    server's usage, as many as the chunks).
+    """
+    metrics = line.get("metrics")
+    icl = metrics.get("inter_chunk_latency") if isinstance(metrics, Mapping) else None
+    if rec.get("status") != "success" or not isinstance(icl, Mapping) or rec.get("first_token") is None:
+        return
+    gaps_ms = require_list(icl.get("value"), source, f"{where}: metrics.inter_chunk_latency.value")
+    if options.tokens == "server":
+        server = _metric_count(metrics, ("usage_completion_tokens",), source, where)  # type: ignore[arg-type]
+        if server is not None:
+            rec["output_tokens"] = server
+    gaps_s = [g / 1000 if isinstance(g, (int, float)) and not isinstance(g, bool) else g for g in gaps_ms]
+    times = times_from_gaps(rec["first_token"], gaps_s, rec["end"])
+    if times is not None and fits(times, rec):
+        rec["token_times"] = times
+        notes["icl_carried"] += 1
+    else:
+        notes["icl_left_out"] += 1
 
 
 def _metric_count(metrics: Mapping[str, Any], names: tuple[str, ...], source: str, where: str) -> int | None:
@@ -273,7 +302,15 @@ def _warnings(notes: dict[str, Any], outside: int, options: ImportOptions) -> li
          "start + request_latency (its last response; request_end_ns, when the connection finished, was up to "
          f"{1000 * notes['end_gap_s']:.3f} ms later); failures end at request_end_ns",
          f"{TOOL}'s inter_token_latency is (request_latency - TTFT) / (output tokens - 1), the same definition "
-         "as servebench's request TPOT; its inter_chunk_latency lists are not carried over"]
+         "as servebench's request TPOT; its inter_chunk_latency lists (gaps between streamed chunks) become "
+         "token_times where the chunks match the output tokens one to one"]
+    if notes["icl_left_out"]:
+        w.append(f"{TOOL}: the inter_chunk_latency of {notes['icl_left_out']} success(es) is not carried over: their "
+                 "chunks (one server token each) do not match AIPerf's client-tokenizer output count; "
+                 "--format aiperf:tokens=server counts the server's tokens instead and carries them")
+    if options.tokens == "server":
+        w.append(f"{TOOL}: tokens=server: a success's output tokens are the server's usage_completion_tokens, "
+                 "not AIPerf's client-tokenizer count")
     if notes["failed"]:
         w.append(f"{TOOL}: its {notes['failed']} non-successful request(s) keep only their input length "
                  "(error_isl); their TTFT and any streamed tokens are not in the export")
@@ -292,7 +329,7 @@ def _warnings(notes: dict[str, Any], outside: int, options: ImportOptions) -> li
     if notes["cancelled"]:
         w.append(f"{TOOL} discards the partial stream of cancelled requests: the TTFT and tokens of "
                  f"{notes['cancelled']} cancelled request(s) are unknown, so wasted tokens are undercounted")
-    if notes["osl_pairs"] and notes["osl_server_diff"]:
+    if notes["osl_pairs"] and notes["osl_server_diff"] and options.tokens == "client":
         pct = 100 * notes["osl_server_diff"] / max(1, notes["osl_client"])
         w.append(f"{TOOL}: output tokens are AIPerf's client-tokenizer counts (output_sequence_length); the "
                  f"server's usage report (usage_completion_tokens) differs by {notes['osl_server_diff']:+d} "

@@ -40,6 +40,7 @@ class ImportOptions:
 
     run: int | None = None
     outside_window: OutsideWindow = "mark"
+    tokens: Literal["client", "server"] = "client"  # AIPerf: whose output token count a success keeps
 
 
 def decode_text(data: bytes, source: str) -> str:

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..errors import InputFormatError
 from ..statuses import failure_status
+from ..token_times import fits, times_from_gaps
 from .common import CLOCK_METRICS, Document, ImportOptions, count, finish, number, pick_run, \
     require_list, require_mapping
 
@@ -123,6 +124,10 @@ def _import_result(res: Any, idx: int, n_runs: int, source: str) -> Any:
     if notes["no_ttft"]:
         warnings.append(f"{TOOL}: {notes['no_ttft']} successful request(s) have no TTFT (a non-streaming endpoint): "
                         "their first token is set to their end, when the client received the whole response")
+    if notes.get("itl_left_out"):
+        warnings.append(f"{TOOL}: the itls of {notes['itl_left_out']} request(s) are not carried over as token_times: "
+                        "their streamed chunks do not match output_lens one to one (chunks of several tokens, "
+                        "whose sizes the file does not give), so their inter-token latency is not in the report")
     if notes["traceback"]:
         warnings.append(f"{TOOL}: {notes['traceback']} error(s) are Python tracebacks; the error text kept is "
                         "their last line (the exception)")
@@ -166,6 +171,7 @@ def _record(arr: dict[str, list[Any] | None], i: int, source: str, where: str,
         if ttft <= 0:  # non-streaming endpoint: the client saw every token at the end
             notes["no_ttft"] += 1
         rec.update(first_token=start + ttft if ttft > 0 else end, end=end, status="success", output_tokens=out_len)
+        _add_token_times(rec, itls, notes)
         return rec
     if not error:
         notes["empty_error"] += 1
@@ -183,7 +189,25 @@ def _record(arr: dict[str, list[Any] | None], i: int, source: str, where: str,
         error = last_line  # a traceback ends with the exception: keep that line so causes group
     rec.update(end=start + end_offset, error=error,
                status=failure_status(None, last_line))  # an HTTP failure's text is its reason phrase
+    if "first_token" in rec:
+        _add_token_times(rec, itls, notes)
     return rec
+
+
+def _add_token_times(rec: dict[str, Any], itls: list[Any], notes: dict[str, int]) -> None:
+    """Carry vLLM's inter-token latencies (gaps between streamed chunks) as token_times, where they fit.
+
+    A success needs one arrival per output token; chunks that carried several tokens (fewer arrivals
+    than output_lens says) have no per-chunk counts in the file, so their times are left out.
+    """
+    if rec.get("first_token") is None or (not itls and rec.get("output_tokens") != 1):
+        return
+    times = times_from_gaps(rec["first_token"], itls, rec["end"])
+    if times is not None and fits(times, rec):
+        rec["token_times"] = times
+        notes["itl_carried"] = notes.get("itl_carried", 0) + 1
+    else:
+        notes["itl_left_out"] = notes.get("itl_left_out", 0) + 1
 
 
 def _summary_checks(res: Mapping[str, Any], records: list[dict[str, Any]], warnings: list[str]) -> None:
