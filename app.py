@@ -15,6 +15,7 @@ PAGES = {
     "Measure": [
         st.Page("pages/summary.py", title="Summary", icon=":material/summarize:", default=True),
         st.Page("pages/percentiles.py", title="Percentile explorer", icon=":material/percent:"),
+        st.Page("pages/token_timing.py", title="Token timing", icon=":material/timeline:"),
         st.Page("pages/compare.py", title="Compare runs", icon=":material/compare_arrows:"),
         st.Page("pages/diagnosis.py", title="Diagnosis", icon=":material/troubleshoot:"),
     ],

@@ -6,8 +6,9 @@ import streamlit as st
 
 from pages._shared import guarded, records_sidebar, show_reader_warnings
 from servebench.figures.summary import METRIC_LABELS, fmt, percentile_cdf, percentile_histogram
+from servebench.figures.tokens import TOKEN_METRIC_LABELS
 from servebench.percentiles import estimate
-from servebench.summary import RECORD_METRICS, metric_values
+from servebench.summary import RECORD_METRICS, TOKEN_METRICS, metric_values, token_metric_values
 
 st.title("Percentile explorer")
 ds = records_sidebar()
@@ -28,7 +29,9 @@ def _from_input() -> None:
 
 slices = sorted({s for s in ds.table.slice.tolist() if s is not None})
 c1, c2, c3 = st.columns([2, 2, 3])
-metric = c1.selectbox("Metric", RECORD_METRICS, format_func=METRIC_LABELS.get, key="metric")
+labels = {**METRIC_LABELS, **TOKEN_METRIC_LABELS}  # ITL and stalls when the records have token_times
+metrics = RECORD_METRICS + (TOKEN_METRICS if ds.table.token_times is not None else ())
+metric = c1.selectbox("Metric", metrics, format_func=labels.get, key="metric")
 chosen_slice = c2.selectbox("Slice", ["all records", *slices], key="slice")
 view = c3.radio("Count", ["success-only", "failure-aware"], horizontal=True, key="view",
                 help="Failure-aware counts every non-success as ∞, so the percentile is ∞ when failures reach it.")
@@ -39,19 +42,23 @@ c2.number_input("Exact percentile", min_value=0.001, max_value=100.0, step=0.1, 
 q = float(st.session_state.q_input)
 
 table = ds.table if chosen_slice == "all records" else ds.table.take(ds.table.slice == chosen_slice)
-ok_values, ok_index = guarded(metric_values, table, metric)
-fa_values, fa_index = guarded(metric_values, table, metric, failure_aware=True)
+values_of = token_metric_values if metric in TOKEN_METRICS else metric_values
+ok_values, ok_index = guarded(values_of, table, metric)
+fa_values, fa_index = guarded(values_of, table, metric, failure_aware=True)
 (ok_est,) = guarded(estimate, ok_values, [q])
 (fa_est,) = guarded(estimate, fa_values, [q])
 est, counted = (ok_est, ok_index) if view == "success-only" else (fa_est, fa_index)
-label = METRIC_LABELS[metric]
+label = labels[metric]
 
 st.subheader(f"p{q:g} of {label.lower()}")
 c = st.columns(4)
 c[0].metric(f"p{q:g} ({view})", fmt(est.value), help="Nearest rank: sorted[ceil(q n / 100) - 1].")
 c[1].metric("95% CI low", fmt(est.ci_low), help="— : too few values to bound it from below.")
 c[2].metric("95% CI high", fmt(est.ci_high), help="— : too few values to bound it from above.")
-c[3].metric("Records counted", f"{est.n:,} of {len(table):,}")
+if metric == "itl":  # one value per gap between tokens, not per record
+    c[3].metric("Gaps counted", f"{est.n:,}", help=f"Between the tokens of {len(table):,} records.")
+else:
+    c[3].metric("Records counted", f"{est.n:,} of {len(table):,}")
 other = fa_est if view == "success-only" else ok_est
 st.caption(f"The other view: p{q:g} {'failure-aware' if view == 'success-only' else 'success-only'} = "
            f"{fmt(other.value)} over {other.n:,} records.")

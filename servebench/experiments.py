@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .records import RecordTable
 from .scenario import Scenario
 from .simulate import simulate
 from .summary import Report, build_report
@@ -11,10 +12,11 @@ from .summary import Report, build_report
 
 @dataclass(frozen=True)
 class PrefillSide:
-    """One side of the chunked-vs-whole prefill comparison: its scenario and the report of its records."""
+    """One side of the chunked-vs-whole prefill comparison: its scenario, its records and their report."""
 
     label: str
     scenario: Scenario
+    records: RecordTable
     report: Report
 
 
@@ -38,6 +40,6 @@ def compare_prefill(scenario: Scenario) -> tuple[PrefillSide, PrefillSide]:
     sides = []
     for label, variant in zip(("chunked prefill", "whole-prompt prefill"), prefill_variants(scenario)):
         result = simulate(variant)
-        sides.append(PrefillSide(label, variant, build_report(result.records, result.window_start_s,
-                                                              result.window_end_s)))
+        sides.append(PrefillSide(label, variant, result.records,
+                                 build_report(result.records, result.window_start_s, result.window_end_s)))
     return sides[0], sides[1]

@@ -133,6 +133,37 @@ def metric_values(table: RecordTable, metric: str, *, failure_aware: bool = Fals
     return vals[index].astype(np.float64), index
 
 
+TOKEN_METRICS: tuple[str, ...] = ("itl", "max_stall")
+
+
+def token_metric_values(table: RecordTable, metric: str, *,
+                        failure_aware: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Return ``itl`` (every gap between tokens) or ``max_stall`` (each request's longest gap) values and rows.
+
+    The rows name each value's record (for ``itl`` a record appears once per gap). Success-only
+    counts successes with token_times; failure-aware adds every non-success once, as +infinity.
+    No token_times: nothing is counted.
+    """
+    if metric not in TOKEN_METRICS:
+        raise ConfigError(f"unknown token metric '{metric}'; expected one of {', '.join(TOKEN_METRICS)}")
+    if table.token_times is None:
+        return np.empty(0), np.empty(0, dtype=np.int64)
+    g = token_gaps(table.token_times)
+    ok = table.is_success
+    if metric == "itl":
+        rows = np.repeat(np.arange(len(table)), g.counts)
+        keep = ok[rows]
+        vals, index = g.values[keep], rows[keep]
+    else:
+        index = np.flatnonzero(ok & ~np.isnan(g.max_gap))
+        vals = g.max_gap[index]
+    if failure_aware:
+        bad = np.flatnonzero(~ok)
+        vals = np.concatenate([vals, np.full(bad.size, np.inf)])
+        index = np.concatenate([index, bad])
+    return vals.astype(np.float64), index
+
+
 def contract_summary(table: RecordTable, window_start: float, window_end: float,
                      metrics: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
     """Compute the eight contract fields from a validated table (``metrics``: success_metrics, if known)."""

@@ -24,6 +24,7 @@ from typer.testing import CliRunner
 from servebench.loaders import encode_records, read_bytes, to_table
 from servebench.records import TimingRecord
 from servebench.experiments import compare_prefill
+from servebench.figures.tokens import itl_cdf, stall_histogram, token_timeline
 from servebench.scenario import Scenario, load_scenario, parse_scenario
 from servebench.simulate import simulate
 from servebench.token_times import flat, gaps
@@ -500,3 +501,59 @@ def test_engine_whole_prompt_prefill_stalls_running_streams_more_than_chunked():
         return max(float(np.diff(r["token_times"]).max()) for r in chats)
 
     assert worst_chat_stall(chunked=True) < worst_chat_stall(chunked=False)
+
+
+# --------------------------------------------------------------------------- figures, report site, dashboard
+
+
+def test_figures_show_itl_stalls_and_the_slowest_requests_ticks():
+    table = load(STALL_FIXTURE)
+    cdf = itl_cdf(table)
+    assert cdf.data[0].x.max() == 2.0 and "p99 2 s" in cdf.layout.title.text
+    hist = stall_histogram(table, threshold_s=0.25)
+    assert sorted(hist.data[0].x) == [STEADY_GAP_S, 2.0] and "1 (50.0%) stalled over 0.25 s" in hist.layout.title.text
+    ticks = token_timeline(table, count=2)
+    rows = {trace.y[0] for trace in ticks.data}
+    assert len(rows) == 2 and max(len(t.x) for t in ticks.data) == 10  # the slowest has 10 tokens
+    assert itl_cdf(load([STALL_FIXTURE[3]])) is None
+
+
+def test_report_site_has_a_token_timing_section(tmp_path):
+    path = tmp_path / "stall.jsonl"
+    path.write_bytes(jsonl(STALL_FIXTURE))
+    result = CliRunner().invoke(app, ["report", str(path), "-o", str(tmp_path / "site")])
+    assert result.exit_code == 0, result.output
+    page = next((tmp_path / "site").glob("run-*.html")).read_text()
+    assert 'id="tokens"' in page and "Token timing" in page and "requests stalled over" in page
+
+
+def test_dashboard_token_timing_page_and_percentile_explorer_offer_itl():
+    from streamlit.testing.v1 import AppTest
+    at = AppTest.from_file(str(Path(__file__).resolve().parent.parent / "app.py"), default_timeout=120)
+    at.run()
+    at.switch_page("pages/token_timing.py").run()
+    assert not at.exception
+    assert any("no `token_times`" in i.value for i in at.info)  # the sample records have none
+    at.radio(key="tok_q1").set_value("chunked")
+    at.radio(key="tok_q2").set_value("chunked").run()
+    at.button(key="tok_reveal").click().run()
+    assert not at.exception
+    text = " ".join(m.value for m in at.markdown)
+    assert "Stalls: **chunked** (right)" in text and "**whole-prompt** (not what you predicted)" in text
+
+
+def test_dashboard_shows_uploaded_token_times_and_the_percentile_explorer_offers_itl():
+    from streamlit.testing.v1 import AppTest
+    at = AppTest.from_file(str(Path(__file__).resolve().parent.parent / "app.py"), default_timeout=120)
+    at.run()
+    at.file_uploader(key="records_upload").set_value(("stall.jsonl", jsonl(STALL_FIXTURE), "application/jsonl")).run()
+    at.switch_page("pages/token_timing.py").run()
+    assert not at.exception
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["ITL p99"] == "2" and metrics["Requests stalled"] == "50.0%"
+    at.switch_page("pages/percentiles.py").run()
+    at.selectbox(key="metric").select("itl").run()
+    at.number_input(key="q_input").set_value(99.0).run()
+    assert not at.exception
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Gaps counted"] == "14" and metrics["p99 (success-only)"] == "2"

@@ -24,12 +24,13 @@ from ..summary import CONTRACT_FIELDS, CONTRACT_LABELS, SLO, Distribution, Prefi
 from .html import Markup, figure, join, key_values, nested, note, page, section, table, tag
 from .inputs import RunInput
 from .kvview import KvOptions, KvView, kv_section, kv_view
+from .tokens import token_section
 
 
 
 SECTION_TITLES: tuple[tuple[str, str], ...] = (
     ("warnings", "warnings"), ("summary", "summary"), ("outcomes", "outcomes"), ("work", "work"),
-    ("percentiles", "percentiles"), ("prefix_cache", "prefix cache"), ("cdfs", "CDFs"), ("timeline", "concurrency"), ("stages", "stages"),
+    ("percentiles", "percentiles"), ("prefix_cache", "prefix cache"), ("cdfs", "CDFs"), ("tokens", "token timing"), ("timeline", "concurrency"), ("stages", "stages"),
     ("steps", "step trace"), ("slices", "slices"), ("kv", "KV and diagnosis"), ("contract", "contract"),
     ("quality", "data quality"),
 )
@@ -271,6 +272,8 @@ def run_page(view: RunView, options: SiteOptions) -> str:
     cdfs = rfig.record_cdfs(t)
     parts.append(section("Distributions", tag("div", join(figs(f) for f in cdfs.values()), class_="grid2"),
                          id_="cdfs"))
+    if report.itl_s is not None:
+        parts.append(token_section(report, t, figs))
     ins = report.in_service
     conc = [("peak active (start to end)", report.active_requests.peak),
             ("share of the window at that peak", share(report.active_requests.share_of_window_at_peak))]

@@ -1,0 +1,81 @@
+"""Token timing: inter-token latency and stalls beside TTFT, token ticks of the slowest requests, and the
+chunked-vs-whole prefill experiment with a predict-then-reveal question."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import streamlit as st
+
+from pages._shared import guarded, records_sidebar, show_reader_warnings
+from servebench.experiments import compare_prefill
+from servebench.figures import tokens as tfig
+from servebench.figures.records import record_cdfs
+from servebench.figures.summary import fmt
+from servebench.scenario import load_scenario
+from servebench.summary import build_report
+
+SCENARIO = Path(__file__).resolve().parent.parent / "sample_data" / "scenarios" / "prefill_interference.yaml"
+
+st.title("Token timing")
+ds = records_sidebar()
+show_reader_warnings(ds)
+
+if ds.table.token_times is None:
+    st.info("These records have no `token_times` (the arrival of each token or streamed chunk), so there is no "
+            "inter-token latency to show. `servebench simulate`, `run` and `load` write them, and the vLLM and "
+            "AIPerf importers carry them over; the experiment below simulates records that have them.")
+else:
+    report = guarded(build_report, ds.table, ds.window_start, ds.window_end, by_slice=False)
+    itl, stall, stalls = report.itl_s, report.max_stall_s, report.stalls
+    c = st.columns(5)
+    c[0].metric("ITL p50", fmt(itl.at(50) if itl else None), help="Every gap between consecutive tokens of successes.")
+    c[1].metric("ITL p99", fmt(itl.at(99) if itl else None))
+    c[2].metric("Longest stall p95", fmt(stall.at(95) if stall else None), help="Each success's longest gap.")
+    c[3].metric("Requests stalled", "-" if stalls is None or stalls.share is None else f"{stalls.share:.1%}",
+                help="" if stalls is None else f"Longest gap over {fmt(stalls.threshold_s)} s ({stalls.threshold_rule}).")
+    c[4].metric("Request TPOT p95", fmt(report.request_tpot_s.at(95)),
+                help="A per-request average: one long stall barely moves it.")
+    cols = st.columns(3)
+    cols[0].plotly_chart(record_cdfs(ds.table)["ttft"], key="tok_ttft")
+    cols[1].plotly_chart(tfig.itl_cdf(ds.table), key="tok_itl")
+    cols[2].plotly_chart(tfig.stall_histogram(ds.table, stalls.threshold_s if stalls else None), key="tok_stall")
+    timeline = tfig.token_timeline(ds.table)
+    if timeline is not None:
+        st.plotly_chart(timeline, key="tok_timeline")
+
+
+@st.cache_resource(show_spinner="Simulating both prefill policies...")
+def _experiment() -> tuple:
+    return compare_prefill(load_scenario(SCENARIO))
+
+
+st.header("Experiment: chunked vs whole-prompt prefill")
+st.markdown("Chat requests stream while 6,000-token documents arrive now and then, all in one shared "
+            "continuous-batching step (`sample_data/scenarios/prefill_interference.yaml`). With **chunked** "
+            "prefill a document is split into 512-token pieces beside the decodes; with **whole-prompt** prefill one "
+            "step computes it all. Same seed, same arrivals, same lengths.")
+q1 = st.radio("Predict: which policy gives running streams the lower p95 of their longest stall?",
+              ["chunked", "whole-prompt", "about the same"], index=None, key="tok_q1")
+q2 = st.radio("Predict: which policy gives the documents the lower TTFT p95?",
+              ["chunked", "whole-prompt", "about the same"], index=None, key="tok_q2")
+if st.button("Reveal", key="tok_reveal", disabled=q1 is None or q2 is None):
+    st.session_state["tok_revealed"] = True
+if st.session_state.get("tok_revealed"):
+    chunked, whole = _experiment()
+    c, w = chunked.report, whole.report
+    right1 = q1 == "chunked"
+    right2 = q2 == "whole-prompt"
+    st.markdown(f"Stalls: **chunked** ({'right' if right1 else 'not what you predicted'}): longest stall p95 "
+                f"{fmt(c.max_stall_s.at(95))} s vs {fmt(w.max_stall_s.at(95))} s. TTFT of documents: "
+                f"**whole-prompt** ({'right' if right2 else 'not what you predicted'}): p95 "
+                f"{fmt(w.slices['document'].ttft_s.at(95))} s vs {fmt(c.slices['document'].ttft_s.at(95))} s chunked. "
+                "Chunking spreads a long prompt over many steps, so running streams keep ticking but the prompt "
+                "itself finishes later; whole prompts do the opposite. Request TPOT p95 hardly differs "
+                f"({fmt(c.request_tpot_s.at(95))} s vs {fmt(w.request_tpot_s.at(95))} s): an average hides stalls.")
+    st.plotly_chart(tfig.prefill_comparison(c, w), key="tok_compare")
+    cols = st.columns(2)
+    for col, side in zip(cols, (chunked, whole)):
+        col.caption(side.label)
+        col.plotly_chart(tfig.stall_histogram(side.records, side.report.stalls.threshold_s),
+                         key=f"tok_hist_{side.label}")
