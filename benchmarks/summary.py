@@ -37,7 +37,15 @@ thread beside it and finish at about the same time, so the two cores are both bu
 
 Results: benchmarks/results/summary.json and summary.md.
 
-    python benchmarks/summary.py [--sizes 1000000,10000000] [--repeat 5] [--no-loop]
+Token times (issue 21, ``--token-times``): the report on the same 1M records with and without
+token_times and token_counts (each success streamed in chunks of 16 tokens: about 11.7M arrivals).
+Where the extra time goes (quiet-ish machine, best of 3): Parquet decoding the two list columns about
+0.58 s (the records' own columns read in 0.07 s; dictionary pages, which servebench no longer writes
+for list columns, doubled it), validating every arrival about 0.3 s, the gaps and their sorted ITL
+distributions (whole file and each slice) about 0.5 s. It grows with the arrivals, not the records.
+Results: benchmarks/results/summary_token_times.json and .md.
+
+    python benchmarks/summary.py [--sizes 1000000,10000000] [--repeat 5] [--no-loop] [--token-times]
 """
 
 from __future__ import annotations
@@ -97,6 +105,51 @@ def make_file(n: int, seed: int = 1) -> Path:
     })
     pq.write_table(table, path, row_group_size=1 << 20)
     return path
+
+
+CHUNK_TOKENS = 16  # tokens per streamed chunk in the token-times file (the last chunk of a request may carry fewer)
+
+
+def make_token_file(n: int, seed: int = 2, chunk_tokens: int = CHUNK_TOKENS) -> Path:
+    """Write the n records of ``make_file`` plus token_times and token_counts for every success, once.
+
+    Each success streams its output in chunks of ``chunk_tokens`` tokens (about 13 arrivals for the
+    file's mean of 200 output tokens), at increasing random times from first_token to at most end.
+    """
+    path = DATA / f"records_{n}_tokens{chunk_tokens}.parquet"
+    if path.exists():
+        return path
+    base = pq.read_table(make_file(n))
+    rng = np.random.default_rng(seed)
+    ok = base.column("status").to_numpy(zero_copy_only=False).astype(str) == "success"
+    first = base.column("first_token").to_numpy(zero_copy_only=False)
+    end = base.column("end").to_numpy()
+    out = base.column("output_tokens").to_numpy(zero_copy_only=False)
+    arrivals = np.where(ok, -(-np.nan_to_num(out).astype(np.int64) // chunk_tokens), 0)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(arrivals, out=offsets[1:])
+    rows = np.repeat(np.arange(n), arrivals)
+    steps = np.cumsum(rng.exponential(1.0, offsets[-1]))  # random increasing times, rescaled per request
+    lo, hi = steps[offsets[:-1][rows]], steps[offsets[1:][rows] - 1]
+    share = np.divide(steps - lo, hi - lo, out=np.zeros_like(steps), where=hi > lo)
+    span = (end - first) * rng.uniform(0.8, 1.0, n)
+    times = first[rows] + span[rows] * share
+    counts = np.full(offsets[-1], chunk_tokens, dtype=np.int64)
+    last = offsets[1:][ok] - 1
+    counts[last] = out[ok].astype(np.int64) - chunk_tokens * (arrivals[ok] - 1)
+    mask = pa.array(~ok)
+    table = base.append_column("token_times", pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)),
+                                                                       pa.array(times), mask=mask))
+    table = table.append_column("token_counts", pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)),
+                                                                         pa.array(counts), mask=mask))
+    # as servebench writes them (loaders.encode_records): no dictionary pages for the distinct token times
+    pq.write_table(table, path, row_group_size=1 << 20, use_dictionary=COLUMNS)
+    return path
+
+
+def case_report_tokens(path: Path) -> None:
+    """The report on the same records with token times: loading and validating them, ITL and stalls too."""
+    case_report(path)
 
 
 def case_floor(path: Path) -> None:
@@ -279,7 +332,8 @@ def case_loop(path: Path) -> None:
 
 
 CASES = {"floor": case_floor, "one_sweep": case_one_sweep, "bare_minimum": case_bare_minimum, "report": case_report,
-         "loop": case_loop, "duckdb": case_duckdb, "polars": case_polars, "duckdb_report": case_duckdb_report}
+         "loop": case_loop, "duckdb": case_duckdb, "polars": case_polars, "duckdb_report": case_duckdb_report,
+         "report_tokens": case_report_tokens}
 
 
 def _timed(name: str, path: Path) -> tuple[float, float]:
@@ -320,7 +374,14 @@ def main() -> None:
     ap.add_argument("--sizes", default="1000000,10000000")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--no-loop", action="store_true", help="skip the per-record Python loop (minutes at 1M)")
+    ap.add_argument("--token-times", action="store_true",
+                    help="only the report with token times vs without (issue 21; default size 1M): "
+                         "results/summary_token_times.json and .md")
     args = ap.parse_args()
+    if args.token_times:
+        token_times_main([int(s) for s in args.sizes.split(",")] if args.sizes != ap.get_default("sizes")
+                         else [1_000_000], args.repeat)
+        return
     results = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}, "runs": []}
     for n in (int(s) for s in args.sizes.split(",")):
         path = make_file(n)
@@ -368,6 +429,38 @@ def main() -> None:
               "that sweep and the five sorted distributions, whole file only, no validation: what any exact report",
               "must at least do. Both are measured in the same run; see the docstring of benchmarks/summary.py."]
     (RESULTS / "summary.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def token_times_main(sizes: list[int], repeat: int) -> None:
+    """Time the report on records with and without token times (goal: under 2x); write the results files."""
+    runs = []
+    for n in sizes:
+        plain, tokens = make_file(n), make_token_file(n)
+        arrivals = pq.read_table(tokens, columns=["token_times"]).column("token_times")
+        row = {"records": n, "arrivals": int(pa.compute.sum(pa.compute.list_value_length(arrivals)).as_py()),
+               "tokens_per_arrival": CHUNK_TOKENS, "parquet_bytes": plain.stat().st_size,
+               "parquet_bytes_with_tokens": tokens.stat().st_size,
+               "report": run_case("report", plain, repeat), "report_tokens": run_case("report_tokens", tokens, repeat)}
+        row["tokens_vs_report"] = row["report_tokens"]["seconds"] / row["report"]["seconds"]
+        row["tokens_vs_report_cpu"] = row["report_tokens"]["cpu_seconds"] / row["report"]["cpu_seconds"]
+        print(row, flush=True)
+        runs.append(row)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "summary_token_times.json").write_text(json.dumps(
+        {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}, "runs": runs}, indent=2))
+    lines = ["| records | arrivals (chunks of 16 tokens) | report | report with token times | ratio (wall, CPU) | "
+             "peak RSS without, with |", "|---|---|---|---|---|---|"]
+    for r in runs:
+        a, b = r["report"], r["report_tokens"]
+        lines.append(f"| {r['records']:,} | {r['arrivals']:,} | {a['seconds']:.2f} s | {b['seconds']:.2f} s | "
+                     f"{r['tokens_vs_report']:.2f}x, {r['tokens_vs_report_cpu']:.2f}x | "
+                     f"{a['peak_rss_bytes'] / 1e9:.2f} GB, {b['peak_rss_bytes'] / 1e9:.2f} GB |")
+    lines += ["", "Goal (issue 21): the report with token times under 2x the report without them, on 1M records.",
+              "Both read the same records from Parquet; with token times the report also reads the list columns,",
+              "validates every arrival (order, first == first_token, last <= end, counts summing to output_tokens)",
+              "and adds itl_s, max_stall_s and the stalled share. Time grows with the arrivals, not the records."]
+    (RESULTS / "summary_token_times.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

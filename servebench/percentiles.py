@@ -160,20 +160,3 @@ def estimate_sorted(ordered: np.ndarray, qs: Sequence[float | int], confidence: 
                                       ci_high=at(ri.upper_rank), n=n))
     return out
 
-
-def ranks_needed(qs: Sequence[float | int], n: int, confidence: float = 0.95) -> list[int]:
-    """Return the 0-based positions ``estimate_sorted`` reads for ``qs`` over n values, and the last (the max).
-
-    Partitioning an array at these positions (``numpy.partition``) puts the right order statistic at
-    each, so ``estimate_sorted`` can read a partitioned array as if it were sorted: O(n), not a sort.
-
-    >>> ranks_needed([50], 10)
-    [1, 4, 8, 9]
-    """
-    if n < 1:
-        return []
-    ranks = {n}
-    for q in qs:
-        ri = rank_interval(q, n, confidence)
-        ranks.update(r for r in (nearest_rank(q, n), ri.lower_rank, ri.upper_rank) if r is not None)
-    return sorted(r - 1 for r in ranks)

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .arrow_masks import null_mask
 from .errors import ConfigError
-from .percentiles import PercentileEstimate, estimate_sorted, nearest_rank, percentile, ranks_needed
+from .percentiles import PercentileEstimate, estimate_sorted, nearest_rank, percentile
 from .records import (MSG_EMPTY, STATUSES, SUCCESS, RecordTable, check_window, first_violation,
                       build_table, parse_objects)
 from .textcolumns import category_codes, duplicates
@@ -511,7 +511,7 @@ def _tokens(table: RecordTable, slo: SLO | None) -> tuple[_Tokens | None, Distri
             raise ConfigError("an ITL SLO (--slo-itl) needs token_times in the records; this file has none")
         return None, None
     g = token_gaps(table.token_times)
-    itl = _partitioned_distribution(g.select(table.is_success))
+    itl = _sorted_values_distribution(g.select(table.is_success))
     median = itl.at(50)
     if stall_s is not None:
         threshold, rule = stall_s, "--stall-s"
@@ -521,10 +521,9 @@ def _tokens(table: RecordTable, slo: SLO | None) -> tuple[_Tokens | None, Distri
     return _Tokens(g, threshold, rule, p99), itl
 
 
-def _partitioned_distribution(values: np.ndarray) -> Distribution:
-    """Summarize a fresh array of values, partitioned in place at the ranks read (O(n), no full sort)."""
-    if values.size:
-        values.partition(ranks_needed(REPORT_QUANTILES, values.size))
+def _sorted_values_distribution(values: np.ndarray) -> Distribution:
+    """Summarize a fresh array of values, sorted in place (numpy's SIMD sort beats a partition at a dozen ranks)."""
+    values.sort()
     return _distribution(values)
 
 
@@ -540,7 +539,7 @@ def _token_fields(tokens: _Tokens, ok: np.ndarray, row_index: np.ndarray | None,
         chosen[row_index[ok]] = True
         max_gap = g.max_gap[row_index]
     if itl is None:
-        itl = _partitioned_distribution(g.select(chosen))
+        itl = _sorted_values_distribution(g.select(chosen))
     stalls = max_gap[ok & ~np.isnan(max_gap)]
     stalls.sort()
     counted = None

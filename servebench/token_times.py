@@ -276,9 +276,8 @@ def check(times: ListColumn | None, counts: ListColumn | None, *, start: np.ndar
         lengths = t.lengths
         v = t.values
         ok_rows = t.present & ~times_bad
-        finite = np.isfinite(v)
-        if not finite.all():
-            nonfinite[_rows_of(np.flatnonzero(~finite), t.offsets)] = True
+        if not np.isfinite(v.sum()):  # a finite sum means every value is finite: one pass, no mask
+            nonfinite[_rows_of(np.flatnonzero(~np.isfinite(v)), t.offsets)] = True
         nonempty = ok_rows & (lengths > 0)
         firsts = np.full(n, np.nan)
         lasts = np.full(n, np.nan)
@@ -288,7 +287,7 @@ def check(times: ListColumn | None, counts: ListColumn | None, *, start: np.ndar
         with np.errstate(invalid="ignore"):
             first_differs = nonempty & first_token_present & ~nonfinite & (firsts != first_token)
             if v.size > 1:
-                drop = np.diff(v) < 0
+                drop = v[1:] < v[:-1]
                 starts = t.offsets[1:-1]
                 drop[starts[(starts > 0) & (starts < v.size)] - 1] = False  # gaps from one row to the next
                 if drop.any():
@@ -299,12 +298,13 @@ def check(times: ListColumn | None, counts: ListColumn | None, *, start: np.ndar
         ok_counts = c.present & ~counts_bad
         if has_times:
             count_length = ok_counts & t.present & ~times_bad & (c.lengths != t.lengths)
-        small = c.values < 1
-        if small.any():
-            count_small[_rows_of(np.flatnonzero(small), c.offsets)] = True
+        if c.values.size and c.values.min() < 1:
+            count_small[_rows_of(np.flatnonzero(c.values < 1), c.offsets)] = True
             count_small &= ok_counts
         sums = np.zeros(c.values.size + 1, dtype=np.int64)
-        np.cumsum(np.minimum(c.values, _COUNT_LIMIT // max(1, c.values.size)), out=sums[1:])  # cannot wrap
+        cap = _COUNT_LIMIT // max(1, c.values.size)
+        big = c.values.size and c.values.max() > cap
+        np.cumsum(np.minimum(c.values, cap) if big else c.values, out=sums[1:])  # a capped sum cannot wrap
         chunk_tokens = sums[c.offsets[1:]] - sums[c.offsets[:-1]]
         if has_times:
             tokens = np.where(ok_counts, chunk_tokens, tokens)
