@@ -54,7 +54,7 @@ def parse_format(fmt: str) -> tuple[str, ImportOptions]:
     """Split ``name[:key=value,...]`` into the importer name and its options.
 
     >>> parse_format("guidellm:run=1,outside_window=drop")
-    ('guidellm', ImportOptions(run=1, outside_window='drop'))
+    ('guidellm', ImportOptions(run=1, outside_window='drop', tokens='client'))
     """
     name, _, opts = fmt.partition(":")
     name = ALIASES.get(name.strip().lower(), name.strip().lower())
