@@ -335,7 +335,7 @@ def _check_model_token_times(rec: "TimingRecord") -> None:
         raise ValueError(f"{message}: {detail}")
 
 
-_ALIAS_KEYS = frozenset(ALIASES)
+_ALIAS_KEYS = frozenset(ALIASES) | frozenset(LIST_ALIASES)
 
 
 def printable_key(key: Any) -> str:

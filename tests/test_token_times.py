@@ -557,3 +557,8 @@ def test_dashboard_shows_uploaded_token_times_and_the_percentile_explorer_offers
     assert not at.exception
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Gaps counted"] == "14" and metrics["p99 (success-only)"] == "2"
+
+
+def test_token_times_given_under_both_names_with_different_values_is_refused():
+    rec = {**STALL_FIXTURE[2], "tokenTimes": [2.0]}
+    assert "given twice, as 'token_times' ([2.125]) and as 'tokenTimes' ([2.0])" in error_of([rec])
