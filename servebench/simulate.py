@@ -163,10 +163,12 @@ class _Recorder:
 
 
 def simulate(scenario: Scenario, *, workload: Workload | ClosedLoopPlan | None = None,
-             rng: np.random.Generator | None = None, decode_runs: bool = True) -> SimResult:
+             rng: np.random.Generator | None = None, decode_runs: bool = True,
+             token_times: bool = True) -> SimResult:
     """Simulate a scenario; the workload (and cancellations) come from ``rng`` (default: its seed).
 
     ``decode_runs=False`` turns off the fast path (one event per step: the baseline to check against).
+    ``token_times=False`` leaves the records without token times (a sweep that reports no ITL saves the work).
     """
     rng = scenario.rng() if rng is None else rng
     if workload is None:
@@ -179,13 +181,13 @@ def simulate(scenario: Scenario, *, workload: Workload | ClosedLoopPlan | None =
         cancel_after = np.where(hit, rng.exponential(scenario.cancel.after_s, size=n), np.nan)
     return simulate_workload(scenario.server.scheduler_config(), scenario.step_model.to_model(), workload,
                              prefill_lane=scenario.server.prefill_lane, cancel_after_s=cancel_after,
-                             name=scenario.name, decode_runs=decode_runs)
+                             name=scenario.name, decode_runs=decode_runs, token_times=token_times)
 
 
 def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workload | ClosedLoopPlan, *,
                       prefill_lane: Literal["shared", "separate"] = "shared",
                       cancel_after_s: np.ndarray | None = None, name: str = "simulation",
-                      decode_runs: bool = True) -> SimResult:
+                      decode_runs: bool = True, token_times: bool = True) -> SimResult:
     """Run the event loop over a drawn workload; see the module docstring for the semantics."""
     closed = isinstance(workload, ClosedLoopPlan)
     reqs = workload.requests if isinstance(workload, ClosedLoopPlan) else workload
@@ -196,7 +198,7 @@ def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workl
         config = replace(config, max_num_batched_tokens=None)
     sched = Scheduler(config)
     rec = _Recorder(n, reqs.class_names)
-    token_log = TokenLog()  # every output token's emission time: the records' token_times
+    token_log = TokenLog() if token_times else None  # each output token's emission time: records' token_times
     run_ends: dict[int, np.ndarray] = {}  # a decode run's step ends, by id(plan), until the run ends
     prompt = reqs.prompt_tokens.tolist()
     output = reqs.output_tokens.tolist()
@@ -262,7 +264,7 @@ def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workl
                 ends = model.decode_run_ends(now, d, plan.kv_tokens_read, kmax)
                 k = max(1, min(kmax, int(np.searchsorted(ends, horizon, side="right"))))
                 end = float(ends[k - 1])
-                if k > 1:
+                if k > 1 and token_log is not None:
                     run_ends[id(plan)] = ends[:k]
                 if k > 1:
                     sched.extend(plan, k)
@@ -329,17 +331,19 @@ def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workl
                 busy = False
                 stamp = max(payload.now_s, now - lead) if lead else now  # tokens out before the bookkeeping
                 emitted: list[tuple[str, int]] = []
-                finish(sched.on_step_done(payload, stamp, tokens=emitted), now)
-                ends = run_ends.pop(id(payload), None)
-                rows = [int(rid) for rid, _ in emitted]
-                if ends is None:
-                    token_log.add_step(rows, stamp)
-                else:  # a decode run: every decoder gets one token per step, each stamped like the run's last
-                    token_log.add_run(rows, np.maximum(ends - lead, payload.now_s) if lead else ends)
+                finish(sched.on_step_done(payload, stamp, tokens=None if token_log is None else emitted), now)
+                if token_log is not None:
+                    ends = run_ends.pop(id(payload), None)
+                    rows = [int(rid) for rid, _ in emitted]
+                    if ends is None:
+                        token_log.add_step(rows, stamp)
+                    else:  # a decode run: every decoder gets one token per step, each stamped like the run's last
+                        token_log.add_run(rows, np.maximum(ends - lead, payload.now_s) if lead else ends)
             elif kind == EV_PREFILL:
                 emitted = []
-                finish(sched.on_step_done(payload, now, tokens=emitted), now)
-                token_log.add_step([int(rid) for rid, _ in emitted], now)
+                finish(sched.on_step_done(payload, now, tokens=None if token_log is None else emitted), now)
+                if token_log is not None:
+                    token_log.add_step([int(rid) for rid, _ in emitted], now)
             elif kind == EV_CANCEL:
                 out = sched.cancel(payload, now)
                 if out is not None:
@@ -364,7 +368,8 @@ def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workl
         admitted=rec.admitted, prompt_tokens=reqs.prompt_tokens.astype(np.int64),
         request_id=np.array([str(i) for i in range(n)], dtype=object),
         slice=np.array(names, dtype=object)[reqs.class_index] if n else np.array([], dtype=object),
-        error=rec.error, source=name, cached_prompt_tokens=rec.cached, token_times=token_log.to_arrow(n))
+        error=rec.error, source=name, cached_prompt_tokens=rec.cached,
+        token_times=None if token_log is None else token_log.to_arrow(n))
     end = float(rec.end.max()) if n else 0.0
     return SimResult(name, table, _trace(trace), 0.0, max(end, 0.0), config.kv_budget_tokens, engine_steps,
                      events, rec.preemptions, sched.evictions)

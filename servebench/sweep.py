@@ -289,7 +289,7 @@ def _quantiles(d: Distribution | None) -> dict[str, float | None]:
 def evaluate(scenario: Scenario, load: float, mode: Mode, slo: SLO, slo_target: float,
              requests: int | None = None, source: Literal["grid", "search"] = "grid") -> tuple[SweepPoint, SimResult]:
     """Simulate one load and summarize it as a sweep point."""
-    sim = simulate(scenario_at(scenario, load, mode, requests))
+    sim = simulate(scenario_at(scenario, load, mode, requests), token_times=False)  # a point reports no ITL
     return point_from(sim, load, mode, slo, slo_target, source), sim
 
 
