@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -562,3 +565,20 @@ def test_dashboard_shows_uploaded_token_times_and_the_percentile_explorer_offers
 def test_token_times_given_under_both_names_with_different_values_is_refused():
     rec = {**STALL_FIXTURE[2], "tokenTimes": [2.0]}
     assert "given twice, as 'token_times' ([2.125]) and as 'tokenTimes' ([2.0])" in error_of([rec])
+
+
+def test_simulate_both_prefill_policies_and_report_them_side_by_side(tmp_path):
+    scenario = str(SCENARIOS / "prefill_interference.yaml")
+    runner = CliRunner()
+    for policy in ("chunked", "whole"):
+        result = runner.invoke(app, ["simulate", scenario, "--prefill", policy, "--requests", "150",
+                                     "-o", str(tmp_path / policy)])
+        assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["report", str(tmp_path / "chunked"), str(tmp_path / "whole"), "-o", str(tmp_path / "site")])
+    assert result.exit_code == 0, result.output
+    index = (tmp_path / "site" / "index.html").read_text()
+    row = re.search(r"longest stall p95, s</td><td>([\d.]+)</td><td>([\d.]+)</td>", index)
+    assert row is not None and float(row.group(1)) < float(row.group(2))
+    bad = subprocess.run([sys.executable, "-m", "servebench", "simulate", scenario, "--prefill", "halfway",
+                          "-o", str(tmp_path / "x")], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.strip() == "error: --prefill 'halfway': expected chunked or whole"

@@ -61,6 +61,9 @@ def simulate(
     requests: Optional[int] = typer.Option(None, help="Override the number of requests."),
     trace_format: str = typer.Option("jsonl", help="Step trace format: jsonl or csv."),
     figures: bool = typer.Option(False, "--figures", help="Also write trace.html: running, waiting and KV over time."),
+    prefill: Optional[str] = typer.Option(None, "--prefill", metavar="chunked|whole",
+                                          help="Override the prefill policy: chunked (the scenario's step budget, "
+                                               "or 512 tokens) or whole (whole prompts, no step budget)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
 ) -> None:
     """Simulate a continuous-batching server on a scenario; write records, step trace and summary."""
@@ -73,6 +76,11 @@ def simulate(
     if trace_format not in ("jsonl", "csv"):
         raise ConfigError(f"--trace-format {trace_format!r}: expected jsonl or csv")
     sc = load_scenario(scenario)
+    if prefill is not None:
+        from ..experiments import prefill_variants
+        if prefill not in ("chunked", "whole"):
+            raise ConfigError(f"--prefill {prefill!r}: expected chunked or whole")
+        sc = prefill_variants(sc)[prefill == "whole"]
     if seed is not None:
         sc = sc.model_copy(update={"seed": seed})
     if rate is not None or requests is not None:

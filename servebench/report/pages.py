@@ -433,6 +433,11 @@ def index_page(views: Sequence[RunView], options: SiteOptions) -> str:
                          r.slo.goodput_requests_per_second if r.slo else None for r in reports])],
                      ["goodput, output tokens/s", *per_run("slo.goodput_output_tokens_per_second", [
                          r.slo.goodput_output_tokens_per_second if r.slo else None for r in reports])]]
+        if any(r.itl_s is not None for r in reports):  # token timing, where the records have token_times
+            rows += [["ITL p99, s", *[fmt(r.itl_s.at(99)) if r.itl_s else "-" for r in reports]],
+                     ["longest stall p95, s", *[fmt(r.max_stall_s.at(95)) if r.max_stall_s else "-" for r in reports]],
+                     ["requests stalled", *[share(r.stalls.share) if r.stalls and r.stalls.share is not None else "-"
+                                            for r in reports]]]
         rows.append(["diagnosis", *[tag("span", v.kv.verdict, class_="verdict") if v.kv and v.kv.verdict else "-"
                                     for v in record_views]])
         rows.append(["importer warnings", *[len(v.run.warnings) for v in record_views]])
