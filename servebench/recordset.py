@@ -235,10 +235,19 @@ def concat_tables(tables: Sequence[RecordTable], source: str) -> RecordTable:
     def text(attr: str) -> pa.Array:
         return pa.concat_arrays([text_array(getattr(t, attr)) for t in tables])
 
+    def lists(attr: str, value_type: pa.DataType) -> pa.Array | None:  # token_times, token_counts
+        if all(getattr(t, attr) is None for t in tables):
+            return None
+        typ = pa.list_(value_type)
+        return pa.concat_arrays([pa.nulls(len(t), typ) if getattr(t, attr) is None else getattr(t, attr).cast(typ)
+                                 for t in tables])
+
     names = extra_names(list(t.extra) for t in tables)
     extra = {name: _concat_extra([t.extra.get(name) for t in tables], [len(t) for t in tables]) for name in names}
     return RecordTable.from_columns(request_id=text("request_id_arrow"), slice=text("slice_arrow"),
-                                    error=text("error_arrow"), source=source, extra=extra, **numeric)
+                                    error=text("error_arrow"), source=source, extra=extra,
+                                    token_times=lists("token_times", pa.float64()),
+                                    token_counts=lists("token_counts", pa.int64()), **numeric)
 
 
 def extra_names(per_part: Iterable[Iterable[str]]) -> list[str]:

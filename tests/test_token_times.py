@@ -582,3 +582,11 @@ def test_simulate_both_prefill_policies_and_report_them_side_by_side(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "servebench", "simulate", scenario, "--prefill", "halfway",
                           "-o", str(tmp_path / "x")], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.strip() == "error: --prefill 'halfway': expected chunked or whole"
+
+
+def test_a_record_set_of_parts_keeps_every_parts_token_times(tmp_path):
+    (tmp_path / "a.jsonl").write_bytes(jsonl(STALL_FIXTURE[:2]))
+    (tmp_path / "b.jsonl").write_bytes(jsonl(STALL_FIXTURE[2:]))
+    result = CliRunner().invoke(app, ["summarize", str(tmp_path), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["itl_s"]["n"] == 14
