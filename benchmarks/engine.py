@@ -22,10 +22,10 @@ from pathlib import Path
 
 import torch
 
-from servebench.engine.model import Decoder, configure_cpu, device_name, pick_device, preset
-from servebench.engine.runner import run_workload
-from servebench.scheduler import SchedulerConfig
-from servebench.workload import ClassSpec, ClosedLoopSpec, LengthSpec, WorkloadSpec
+from servebench.serving.engine.model import Decoder, configure_cpu, device_name, pick_device, preset
+from servebench.serving.engine.runner import run_workload
+from servebench.serving.scheduler import SchedulerConfig
+from servebench.serving.workload import ClassSpec, ClosedLoopSpec, LengthSpec, WorkloadSpec
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"

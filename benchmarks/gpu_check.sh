@@ -44,9 +44,9 @@ echo "== 1/4 cached decode vs full recompute ($MODEL on $DEVICE)"
 ${T:+$T 120} "$PY" - <<EOF
 import torch
 print(f"torch {torch.__version__}, CUDA available: {torch.cuda.is_available()}")
-from servebench.engine.model import Decoder, configure_cpu, pick_device, preset
-from servebench.engine.executor import Executor, ComputePlan
-from servebench.engine.kvcache import PagedKVCache
+from servebench.serving.engine.model import Decoder, configure_cpu, pick_device, preset
+from servebench.serving.engine.executor import Executor, ComputePlan
+from servebench.serving.engine.kvcache import PagedKVCache
 configure_cpu(1)
 dev, dtype = pick_device("$DEVICE")
 cfg = preset("$MODEL")

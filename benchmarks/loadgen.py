@@ -69,8 +69,8 @@ def free_port() -> int:
 
 def measure(url: str, rate: float, seconds: float, workers: int = 1) -> dict:
     """Run one open-loop constant-rate load from ``workers`` workers and return its lag and send-rate figures."""
-    from servebench.loadgen import LoadConfig, plan_requests, run_load_sync
-    from servebench.workers import run_with_processes
+    from servebench.load.generator import LoadConfig, plan_requests, run_load_sync
+    from servebench.load.workers import run_with_processes
 
     n = max(2, int(rate * seconds))
     plan = plan_requests(np.arange(n) / rate, [8] * n, [4] * n, np.random.default_rng(0))

@@ -25,9 +25,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from servebench.capacity import PlanRequest, Workload, evaluate_configurations, plan, planned_point
-from servebench.model_presets import get_preset
-from servebench.summary import SLO
+from servebench.planning import PlanRequest, Workload, evaluate_configurations, plan, planned_point
+from servebench.capacity.model_presets import get_preset
+from servebench.analysis.summary import SLO
 
 RESULTS = Path(__file__).resolve().parent / "results"
 RATE_RPS = 20.0

@@ -23,10 +23,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from servebench.scenario import Scenario, load_scenario
-from servebench.simulate import SimResult, simulate
-from servebench.summary import SLO
-from servebench.sweep import default_rates, point_from, scenario_at, sweep
+from servebench.serving.scenario import Scenario, load_scenario
+from servebench.serving.simulate import SimResult, simulate
+from servebench.analysis.summary import SLO
+from servebench.serving.sweep import default_rates, point_from, scenario_at, sweep
 
 HERE = Path(__file__).resolve().parent
 SCENARIOS = HERE.parent / "sample_data" / "scenarios"

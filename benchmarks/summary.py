@@ -179,13 +179,13 @@ def case_bare_minimum(path: Path) -> None:
 
 def case_sweep(start: np.ndarray, end: np.ndarray) -> int:
     """Peak active requests, by servebench's own sweep (the fastest exact method it has)."""
-    from servebench.timeline import active_timeline
+    from servebench.analysis.timeline import active_timeline
     return active_timeline(start, end, float(start.min()), float(end.max())).peak
 
 
 def case_report(path: Path) -> None:
-    from servebench.loaders import load_table
-    from servebench.summary import SLO, build_report
+    from servebench.records.loaders import load_table
+    from servebench.analysis.summary import SLO, build_report
     table, ws, we = load_table(path)
     build_report(table, ws, we, SLO(ttft_s=1.0, tpot_s=0.05))
 
@@ -241,15 +241,15 @@ def case_polars(path: Path) -> None:
 
 
 def case_duckdb_report(path: Path) -> None:
-    from servebench.duckdb_report import summarize_set
-    from servebench.recordset import find_parts
-    from servebench.summary import SLO
+    from servebench.analysis.duckdb_report import summarize_set
+    from servebench.records.recordset import find_parts
+    from servebench.analysis.summary import SLO
     summarize_set(find_parts(path), slo=SLO(ttft_s=1.0, tpot_s=0.05))
 
 
 def _loop_report(rows: list[dict], ws: float, we: float, with_duplicates: bool) -> dict:
     """Every metric of servebench's report, one record at a time, written without thinking of speed."""
-    from servebench.percentiles import rank_interval
+    from servebench.analysis.percentiles import rank_interval
 
     def dist(vals):
         if not vals:

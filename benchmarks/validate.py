@@ -41,9 +41,9 @@ def load() -> dict[str, Any]:
 
 def one_run(scenario: Path, out: Path, model: str, device: str) -> dict[str, Any]:
     """Run the scenario on the engine, validate it, and return the comparison with the machine's load."""
-    from servebench.commands.run import execute_run
-    from servebench.engine.rundir import read_run
-    from servebench.engine.validation import validate_run
+    from servebench.cli.run import execute_run
+    from servebench.serving.engine.rundir import read_run
+    from servebench.serving.engine.validation import validate_run
 
     before = load()
     t0 = time.monotonic()
@@ -61,9 +61,9 @@ def one_run(scenario: Path, out: Path, model: str, device: str) -> dict[str, Any
 
 def sweep(scenario: Path, rates: list[float], model: str, device: str) -> dict[str, Any]:
     """Run validate-sweep at the CPU-sized default and return its knee and errors with the machine's load."""
-    from servebench.engine.model import Decoder, configure_cpu, pick_device, preset
-    from servebench.engine.sweep_validation import CPU_MAX_WALL_S_PER_RATE, CPU_REQUESTS_PER_RATE, validate_sweep
-    from servebench.scenario import load_scenario
+    from servebench.serving.engine.model import Decoder, configure_cpu, pick_device, preset
+    from servebench.serving.engine.sweep_validation import CPU_MAX_WALL_S_PER_RATE, CPU_REQUESTS_PER_RATE, validate_sweep
+    from servebench.serving.scenario import load_scenario
 
     sc = load_scenario(scenario)
     dev, dtype = pick_device(device)

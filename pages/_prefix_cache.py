@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from servebench.figures.summary import distribution_frame, fmt, fmt_share
-from servebench.summary import PrefixCacheReport
+from servebench.output.figures.summary import distribution_frame, fmt, fmt_share
+from servebench.analysis.summary import PrefixCacheReport
 
 
 def show_prefix_cache(pc: PrefixCacheReport, *, key: str = "pc") -> None:

@@ -15,21 +15,21 @@ from typing import Any, Callable, NoReturn, TypeVar
 import streamlit as st
 from streamlit import config as st_config
 
-from servebench.appsafety import Sharing, upload_size_error
+from servebench.output.appsafety import Sharing, upload_size_error
 from servebench.errors import RecordValidationError, ServebenchError
-from servebench.extra_columns import extra_columns_note, slice_by as sliced
-from servebench.render import fmt_window
-from servebench.importers import FORMATS as FOREIGN_FORMATS
-from servebench.loaders import LoadedRecords, read_bytes, to_table
-from servebench.plain import GLOSSARY, export_label, for_people
-from servebench.records import RecordTable
-from servebench.validation_report import bad_rows_text
-from servebench.window_zoom import TrimmedRecords, full_table, trim
-from servebench.report.inputs import RunInput, unique_names
-from servebench.report.pages import SiteOptions
-from servebench.report.site import build_site, site_zip_bytes
-from servebench.safetext import safe_text
-from servebench.summary import SLO, Report, build_report
+from servebench.records.extra_columns import extra_columns_note, slice_by as sliced
+from servebench.output.terminal import fmt_window
+from servebench.records.importers import FORMATS as FOREIGN_FORMATS
+from servebench.records.loaders import LoadedRecords, read_bytes
+from servebench.output.plain import GLOSSARY, export_label, for_people
+from servebench.records.table import RecordTable
+from servebench.records.validation_report import bad_rows_text
+from servebench.records.window_zoom import TrimmedRecords, full_table, trim
+from servebench.output.site.inputs import RunInput, unique_names
+from servebench.output.site.pages import SiteOptions
+from servebench.output.site.site import build_site, site_zip_bytes
+from servebench.output.safetext import safe_text
+from servebench.analysis.summary import SLO, Report, build_report
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE_DIR = REPO / "sample_data"

@@ -6,8 +6,8 @@ import pandas as pd
 import streamlit as st
 
 from pages._shared import guarded
-from servebench.cache_experiment import WORKLOADS, CacheExperiment, run_cache_experiment
-from servebench.figures.summary import fmt, fmt_share
+from servebench.serving.cache_experiment import WORKLOADS, CacheExperiment, run_cache_experiment
+from servebench.output.figures.summary import fmt, fmt_share
 
 st.title("Cache experiments")
 st.caption("Prefix caching keeps the KV of full prompt blocks that earlier requests computed and reuses the "
@@ -25,7 +25,7 @@ def _compare(exp_json: str) -> dict:
 
 
 def _comparison(exp: CacheExperiment):
-    from servebench.cache_experiment import CacheComparison
+    from servebench.serving.cache_experiment import CacheComparison
     return CacheComparison.model_validate(guarded(_compare, exp.model_dump_json()))
 
 

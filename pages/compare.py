@@ -5,10 +5,10 @@ from __future__ import annotations
 import streamlit as st
 
 from pages._shared import SLO_FIELDS, held_datasets, records_sidebar, site_zip, cached_report, unit_choice
-from servebench.compare import contract_table, outcome_table, overlap_table, percentiles_by_run
-from servebench.figures import records as record_figs
-from servebench.figures.compare import overlaid_cdfs
-from servebench.safetext import safe_text
+from servebench.analysis.compare import contract_table, outcome_table, overlap_table, percentiles_by_run
+from servebench.output.figures import records as record_figs
+from servebench.output.figures.compare import overlaid_cdfs
+from servebench.output.safetext import safe_text
 
 st.title("Compare runs")
 ds = records_sidebar()  # the sidebar's picker: upload several files, or open samples and timing runs

@@ -7,13 +7,14 @@ import streamlit as st
 from pydantic import ValidationError
 
 from pages._shared import SAMPLE_DIR, fail, guarded, records_sidebar, show_reader_warnings
-from servebench import diagnosis, kv
+from servebench.analysis import diagnosis, walkthrough
+from servebench.capacity import kv
 from servebench.errors import InputFormatError
-from servebench.plain import validation_text
-from servebench.figures.summary import fmt, fmt_share
-from servebench.render import fmt_window
-from servebench.safetext import safe_text
-from servebench.model_presets import PRESETS, get_preset
+from servebench.output.plain import validation_text
+from servebench.output.figures.summary import fmt, fmt_share
+from servebench.output.terminal import fmt_window
+from servebench.output.safetext import safe_text
+from servebench.capacity.model_presets import PRESETS, get_preset
 
 LIMIT_TITLES = {"kv_memory": "KV memory", "queueing": "Queueing", "prefill": "Prefill", "decode": "Decode",
                 "none": "Nothing limits it", "undetermined": "Cannot tell which limit"}
@@ -115,7 +116,7 @@ elif mode == "Diagnose a profile table":
 
 else:
     name, table = _profile_table(None)
-    steps = guarded(diagnosis.walkthrough, table)
+    steps = guarded(walkthrough.walkthrough, table)
     answers: dict[int, dict] = st.session_state.setdefault("wt_answers", {})
     st.caption("The spec's exercise, *Diagnose two load profiles*, in five steps. For each step write down your "
                "prediction first, then reveal the computed answer and see how close you were.")
@@ -150,7 +151,7 @@ else:
             break
         if revealed["notes"]:
             st.markdown(f"**Your reasoning:** {revealed['notes']}")
-        score = diagnosis.score_prediction(step, revealed["given"])
+        score = walkthrough.score_prediction(step, revealed["given"])
         if score.total:
             st.markdown(f"**{score.correct} of {score.total} right**")
             st.dataframe(pd.DataFrame([{"answer": s.label, "your prediction": fmt(s.predicted),

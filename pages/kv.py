@@ -7,11 +7,11 @@ import json
 import streamlit as st
 
 from pages._shared import SAMPLE_DIR, fail, guarded
-from servebench import kv
+from servebench.capacity import kv
 from servebench.errors import InputFormatError
-from servebench.figures.summary import concurrency_figure, fmt, fmt_share
-from servebench.hf_config import shape_from_config
-from servebench.model_presets import PRESETS, get_preset
+from servebench.output.figures.summary import concurrency_figure, fmt, fmt_share
+from servebench.capacity.hf_config import shape_from_config
+from servebench.capacity.model_presets import PRESETS, get_preset
 
 st.title("KV calculator")
 st.caption("KV bytes ≈ 2 × layers × KV heads × head dimension × cached tokens × bytes per element "

@@ -5,10 +5,10 @@ from __future__ import annotations
 import streamlit as st
 
 from pages._shared import guarded, records_sidebar, show_reader_warnings
-from servebench.figures.summary import METRIC_LABELS, fmt, percentile_cdf, percentile_histogram
-from servebench.figures.tokens import TOKEN_METRIC_LABELS
-from servebench.percentiles import estimate
-from servebench.summary import RECORD_METRICS, TOKEN_METRICS, metric_values, token_metric_values
+from servebench.output.figures.summary import METRIC_LABELS, fmt, percentile_cdf, percentile_histogram
+from servebench.output.figures.tokens import TOKEN_METRIC_LABELS
+from servebench.analysis.percentiles import estimate
+from servebench.analysis.summary import RECORD_METRICS, TOKEN_METRICS, metric_values, token_metric_values
 
 st.title("Percentile explorer")
 ds = records_sidebar()

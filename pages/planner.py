@@ -9,17 +9,18 @@ import streamlit as st
 import yaml
 
 from pages._shared import SAMPLE_DIR, fail, guarded
-from servebench.capacity import ACCELERATORS, DEFAULT_GPUS, PlanRequest, Workload, plan
-from servebench.capacity.interview import QUESTION, QUESTION_RATE_RPS, interview_request, interview_step
-from servebench.capacity.planner import MAX_NUM_SEQS, TENSOR_PARALLEL, Evaluation, Plan
+from servebench.capacity import ACCELERATORS, DEFAULT_GPUS
+from servebench.planning import PlanRequest, Workload, plan
+from servebench.planning.interview import QUESTION, QUESTION_RATE_RPS, interview_request, interview_step
+from servebench.planning.planner import MAX_NUM_SEQS, TENSOR_PARALLEL, Evaluation, Plan
 from servebench.errors import InputFormatError
-from servebench.figures.planner import cost_vs_traffic
-from servebench.figures.summary import fmt
-from servebench.kv import dtype_bytes
-from servebench.model_presets import PRESETS, get_preset
-from servebench.scenario import load_scenario, parse_scenario
-from servebench.summary import SLO
-from servebench.walkthrough import score_prediction
+from servebench.output.figures.planner import cost_vs_traffic
+from servebench.output.figures.summary import fmt
+from servebench.capacity.kv import dtype_bytes
+from servebench.capacity.model_presets import PRESETS, get_preset
+from servebench.serving.scenario import load_scenario, parse_scenario
+from servebench.analysis.summary import SLO
+from servebench.analysis.walkthrough import score_prediction
 
 SCENARIO_DIR = SAMPLE_DIR / "scenarios"
 HELP = {

@@ -6,16 +6,16 @@ import streamlit as st
 
 from pages._prefix_cache import show_prefix_cache
 from pages._shared import cached_report, guarded, records_sidebar, show_reader_warnings, site_zip, slo_inputs
-from servebench.extra_columns import SLICE_COLUMN, slice_choices
-from servebench.figures import records as record_figs
-from servebench.figures.compare import over_time
-from servebench.render import fmt_window
-from servebench.figures.summary import (cause_frame, contract_cells, distribution_frame, fmt, fmt_share,
+from servebench.records.extra_columns import SLICE_COLUMN, slice_choices
+from servebench.output.figures import records as record_figs
+from servebench.output.figures.compare import over_time
+from servebench.output.terminal import fmt_window
+from servebench.output.figures.summary import (cause_frame, contract_cells, distribution_frame, fmt, fmt_share,
                                         fmt_share_of, outcome_cells, slice_frame, status_frame)
-from servebench.plain import label
-from servebench.loaders import encode_records
-from servebench.multirun import rate_curve, runs_table
-from servebench.safetext import safe_text
+from servebench.output.plain import label
+from servebench.records.loaders import encode_records
+from servebench.analysis.multirun import rate_curve, runs_table
+from servebench.output.safetext import safe_text
 
 st.title("Summary")
 ds = records_sidebar()

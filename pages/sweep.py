@@ -10,19 +10,19 @@ import streamlit as st
 import yaml
 
 from pages._shared import SAMPLE_DIR, fail, guarded, sharing, upload_error
-from servebench.appsafety import SHARED_SWEEP_MAX_REQUESTS, is_long_sweep, sweep_requests_bound
+from servebench.output.appsafety import SHARED_SWEEP_MAX_REQUESTS, is_long_sweep, sweep_requests_bound
 from servebench.errors import ConfigError, InputFormatError
-from servebench.engine.sweep_validation import read_sweep_validation, sweep_validation_doc
-from servebench.figures import sweep as sweep_figs
-from servebench.figures.validate_sweep import measured_vs_simulated
-from servebench.figures.summary import fmt, fmt_share
-from servebench.model_presets import PRESETS, get_preset
-from servebench.rows import rows_from_bytes
-from servebench.scenario import Scenario, load_scenario, parse_scenario
-from servebench.stepmodel import COEFFICIENTS, StepFit, fit_step_model
-from servebench.cautions import fit_warning
-from servebench.summary import SLO
-from servebench.sweep import SweepResult, evaluate, sweep, sweep_csv, sweep_rows
+from servebench.serving.engine.sweep_validation import read_sweep_validation, sweep_validation_doc
+from servebench.output.figures import sweep as sweep_figs
+from servebench.output.figures.validate_sweep import measured_vs_simulated
+from servebench.output.figures.summary import fmt, fmt_share
+from servebench.capacity.model_presets import PRESETS, get_preset
+from servebench.records.rows import rows_from_bytes
+from servebench.serving.scenario import Scenario, load_scenario, parse_scenario
+from servebench.capacity.stepmodel import COEFFICIENTS, StepFit, fit_step_model
+from servebench.output.cautions import fit_warning
+from servebench.analysis.summary import SLO
+from servebench.serving.sweep import SweepResult, evaluate, sweep, sweep_csv, sweep_rows
 
 SCENARIO_DIR = SAMPLE_DIR / "scenarios"
 STEP_TRACE_KEY = "timing_run_steps"  # written by the Timing run page: (name, list of step rows)

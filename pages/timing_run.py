@@ -11,14 +11,14 @@ import streamlit as st
 import yaml
 
 from pages._shared import SAMPLE_DIR, RecordSource, fail, guarded, set_source, sharing, upload_error
-from servebench.commands.run import execute_run
-from servebench.engine.model import PRESETS as ENGINE_PRESETS
-from servebench.engine.model import device_name, pick_device
-from servebench.cautions import cpu_model_warning
-from servebench.engine.rundir import METADATA, RECORDS, STEPS, read_run
+from servebench.cli.run import execute_run
+from servebench.serving.engine.model import PRESETS as ENGINE_PRESETS
+from servebench.serving.engine.model import device_name, pick_device
+from servebench.output.cautions import cpu_model_warning
+from servebench.serving.engine.rundir import METADATA, RECORDS, STEPS, read_run
 from servebench.errors import InputFormatError
-from servebench.figures.summary import fmt
-from servebench.scenario import load_scenario, parse_scenario
+from servebench.output.figures.summary import fmt
+from servebench.serving.scenario import load_scenario, parse_scenario
 
 SCENARIO_DIR = SAMPLE_DIR / "scenarios"
 STEP_TRACE_KEY = "timing_run_steps"  # read by the Load sweep page to fit its step model

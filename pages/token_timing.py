@@ -8,12 +8,12 @@ from pathlib import Path
 import streamlit as st
 
 from pages._shared import guarded, records_sidebar, show_reader_warnings
-from servebench.experiments import compare_prefill
-from servebench.figures import tokens as tfig
-from servebench.figures.records import record_cdfs
-from servebench.figures.summary import fmt
-from servebench.scenario import load_scenario
-from servebench.summary import build_report
+from servebench.serving.experiments import compare_prefill
+from servebench.output.figures import tokens as tfig
+from servebench.output.figures.records import record_cdfs
+from servebench.output.figures.summary import fmt
+from servebench.serving.scenario import load_scenario
+from servebench.analysis.summary import build_report
 
 SCENARIO = Path(__file__).resolve().parent.parent / "sample_data" / "scenarios" / "prefill_interference.yaml"
 

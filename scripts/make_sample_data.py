@@ -13,10 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
-from servebench.loaders import write_records
-from servebench.records import STATUSES, SUCCESS
-from servebench.scenario import load_scenario
-from servebench.simulate import simulate
+from servebench.records.loaders import write_records
+from servebench.records.table import STATUSES, SUCCESS
+from servebench.serving.scenario import load_scenario
+from servebench.serving.simulate import simulate
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = ROOT / "sample_data" / "scenarios" / "sample_day.yaml"

@@ -1,10 +1,10 @@
 """servebench: honest LLM-serving benchmarks with every failure kept in the counts."""
 
-from .errors import ConfigError, InputFormatError, RecordValidationError, ServebenchError
-from .loaders import load_table, read_path
-from .percentiles import nearest_rank, percentile
-from .records import STATUSES, RecordTable, TimingRecord
-from .summary import CONTRACT_FIELDS, SLO, ContractError, Report, build_report, summarize
+from servebench.errors import ConfigError, InputFormatError, RecordValidationError, ServebenchError
+from servebench.records.loaders import load_table, read_path
+from servebench.analysis.percentiles import nearest_rank, percentile
+from servebench.records.table import STATUSES, RecordTable, TimingRecord
+from servebench.analysis.summary import CONTRACT_FIELDS, SLO, ContractError, Report, build_report, summarize
 
 __version__ = "0.1.0"
 

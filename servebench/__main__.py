@@ -1,5 +1,5 @@
 """Run the servebench CLI: ``python -m servebench ...``."""
 
-from .cli import main
+from servebench.cli.core import main
 
 main()

@@ -8,7 +8,7 @@ import threading
 
 import numpy as np
 
-from servebench.loadgen import LoadConfig, LoadResult, plan_requests, run_load_sync
+from servebench.load.generator import LoadConfig, LoadResult, plan_requests, run_load_sync
 
 
 class FaultyServer:

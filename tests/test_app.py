@@ -31,7 +31,7 @@ def test_opens_on_summary_with_sample_loaded() -> None:
     at = _app()
     assert at.title[0].value == "Summary"
     m = _metrics(at)
-    from servebench.loaders import load_table
+    from servebench.records.loaders import load_table
     sample, _, _ = load_table(REPO / "sample_data" / "requests_sample.csv")
     assert m["Requests"] == f"{len(sample):,}"
     assert m["Successes"] == f"{int(sample.is_success.sum()):,}"
@@ -238,7 +238,7 @@ def test_percentile_explorer_slices() -> None:
     at.switch_page("pages/percentiles.py").run()
     at.selectbox(key="slice").select("review").run()
     assert not at.exception
-    from servebench.loaders import load_table
+    from servebench.records.loaders import load_table
     sample, _, _ = load_table(REPO / "sample_data" / "requests_sample.csv")
     review = sample.take(sample.slice == "review")
     # the review slice's successes, out of all its requests
@@ -344,7 +344,7 @@ def test_report_site_zip_for_the_records_on_screen() -> None:
 
     sys.path.insert(0, str(REPO))
     from pages._shared import Dataset, RecordSource, site_zip
-    from servebench.loaders import read_bytes, to_table
+    from servebench.records.loaders import read_bytes, to_table
 
     src = RecordSource.of("r1_r4.json", (REPO / "sample_data" / "r1_r4.json").read_bytes(), "sample")
     loaded = read_bytes(src.data, src.name)
@@ -379,7 +379,11 @@ def test_timing_run_shows_device_then_opens_its_records_on_summary() -> None:
     assert _metrics(at)["Requests"] == "12"
     at.switch_page("pages/sweep.py").run()
     at.radio(key="step_how:profile_b").set_value("fitted from a timing run").run()
-    assert not at.exception and not at.error
+    assert not at.exception
+    if at.error:  # a 12-request run on a busy machine can fit too poorly: the page refuses, then offers the override
+        assert "fits too poorly to predict from" in at.error[0].value
+        at.checkbox(key="allow_poor_fit").check().run()
+        assert not at.exception
     assert int(_metrics(at)["Steps fitted"].replace(",", "")) > 0
 
 

@@ -3,7 +3,7 @@
 import pyarrow as pa
 from hypothesis import given, settings, strategies as st
 
-from servebench.arrow_masks import bool_values, null_mask
+from servebench.records.arrow_masks import bool_values, null_mask
 
 values = st.lists(st.one_of(st.none(), st.booleans()), max_size=40)
 

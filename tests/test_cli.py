@@ -8,8 +8,8 @@ import sys
 
 import typer.main
 
-from servebench.cli import app
-from servebench.summary import CONTRACT_FIELDS
+from servebench.cli.core import app
+from servebench.analysis.summary import CONTRACT_FIELDS
 
 from conftest import SAMPLE_DATA
 

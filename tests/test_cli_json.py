@@ -1,6 +1,6 @@
 """Every command's ``--json`` is strict JSON: no NaN or Infinity tokens, even when requests fail.
 
-The rule (``servebench.strict_json``): +/-infinity is the string "Infinity"/"-Infinity", NaN is null.
+The rule (``servebench.output.strict_json``): +/-infinity is the string "Infinity"/"-Infinity", NaN is null.
 Each command runs through its real entry point and its stdout goes through a parser that refuses
 the non-standard tokens Python's ``json`` module would otherwise accept.
 """
@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict
 
-from servebench.strict_json import dumps, jsonable
+from servebench.output.strict_json import dumps, jsonable
 
 from conftest import SAMPLE_DATA
 from processes import stop

@@ -5,10 +5,10 @@ from __future__ import annotations
 import copy
 import json
 
-from servebench.compare import contract_table, outcome_table, overlap_table
-from servebench.loaders import load_table
-from servebench.multirun import rate_curve, runs_table
-from servebench.summary import build_report
+from servebench.analysis.compare import contract_table, outcome_table, overlap_table
+from servebench.records.loaders import load_table
+from servebench.analysis.multirun import rate_curve, runs_table
+from servebench.analysis.summary import build_report
 
 from conftest import SAMPLE_DATA, REPO
 

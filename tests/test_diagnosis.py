@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from servebench.cli import app
-from servebench.diagnosis import (PRECEDENCE, ProfileMeasurements, ProfileTable, Thresholds, diagnose,
+from servebench.cli.core import app
+from servebench.analysis.diagnosis import (PRECEDENCE, ProfileMeasurements, ProfileTable, Thresholds, diagnose,
                                   diagnose_records, diagnose_table, measure, tpot_by_load)
 from servebench.errors import ConfigError
-from servebench.kv import GIB, ModelShape
-from servebench.loaders import read_bytes, to_table
-from servebench.percentiles import percentile
-from servebench.records import RecordTable
+from servebench.capacity.kv import GIB, ModelShape
+from servebench.records.loaders import read_bytes, to_table
+from servebench.analysis.percentiles import percentile
+from servebench.records.table import RecordTable
 
 AB = Path(__file__).resolve().parent.parent / "sample_data" / "profiles_ab.json"
 SPEC = ModelShape(layers=32, kv_heads=8, head_dim=128)
@@ -248,8 +248,8 @@ def test_thresholds_and_unknowns() -> None:
 
 def test_simulated_profiles_a_and_b() -> None:
     """The simulator's spec scenarios, diagnosed from their records, give the spec's verdicts."""
-    from servebench.scenario import load_scenario
-    from servebench.simulate import simulate
+    from servebench.serving.scenario import load_scenario
+    from servebench.serving.simulate import simulate
 
     scenarios = Path(__file__).resolve().parent.parent / "sample_data" / "scenarios"
     verdicts = {}
@@ -270,8 +270,8 @@ def test_simulated_profiles_a_and_b() -> None:
 
 def simulated(name: str, seed: int | None = None, **server: object) -> object:
     """Diagnose a shipped scenario's simulated records, with server limits changed."""
-    from servebench.scenario import load_scenario
-    from servebench.simulate import simulate
+    from servebench.serving.scenario import load_scenario
+    from servebench.serving.simulate import simulate
 
     sc = load_scenario(Path(__file__).resolve().parent.parent / "sample_data" / "scenarios" / f"{name}.yaml")
     sc = sc.model_copy(update={"server": sc.server.model_copy(update=server)})
@@ -296,8 +296,8 @@ def test_simulated_cap_below_the_kv_limit_is_queueing() -> None:
 def test_simulated_rejections_are_a_symptom() -> None:
     # A behind 3 slots and a 1-place queue: about half the arrivals are turned away. Even with a TTFT
     # objective nothing crosses, the rejections alone make it a queueing limit, not 'none'.
-    from servebench.scenario import load_scenario
-    from servebench.simulate import simulate
+    from servebench.serving.scenario import load_scenario
+    from servebench.serving.simulate import simulate
 
     sc = load_scenario(Path(__file__).resolve().parent.parent / "sample_data" / "scenarios" / "profile_a.yaml")
     r = simulate(sc.model_copy(update={"server": sc.server.model_copy(update={"max_num_seqs": 3, "max_waiting": 1})}))
@@ -310,8 +310,8 @@ def test_simulated_rejections_are_a_symptom() -> None:
 
 
 def _synthetic(step: dict, lane: str, rate: float, prompt: int, output: int) -> object:
-    from servebench.scenario import parse_scenario
-    from servebench.simulate import simulate
+    from servebench.serving.scenario import parse_scenario
+    from servebench.serving.simulate import simulate
 
     sc = parse_scenario({
         "name": "synthetic", "seed": 1,
@@ -391,7 +391,7 @@ def test_first_to_bind_is_the_cap_on_running_sequences_when_it_is_lowest() -> No
 
 
 def test_a_fitted_step_model_gives_decode_its_binding_rate() -> None:
-    from servebench.stepmodel import StepModel
+    from servebench.capacity.stepmodel import StepModel
     recs = fifo([float(i) for i in range(100)], cap=1000, prefill_s=0.1, tpot_s=0.02, n_out=20, prompt=1000)
     t, ws, we = as_table(recs)
     step = StepModel(base_s=0.02, per_decode_seq_s=0.001)  # TPOT 21 ms alone, +1 ms per sequence
@@ -442,14 +442,14 @@ def test_every_crossed_rule_is_shown_and_the_first_wins() -> None:
     assert [r.limit for r in v.rules if r.holds] == ["queueing"]
     assert "queueing because its whole pattern holds" in v.explanation
     # the walkthrough's choices still offer the five limits the spec names
-    from servebench.diagnosis import LIMITS
+    from servebench.analysis.diagnosis import LIMITS
     assert "undetermined" not in LIMITS
 
 
 def test_cli_diagnose_a_timing_run_folder_uses_its_server(tmp_path: Path) -> None:
     """A run folder brings its KV budget in tokens, its cap on running sequences and its step trace."""
-    from servebench.engine.rundir import write_run
-    from servebench.engine.loop import StepRow
+    from servebench.serving.engine.rundir import write_run
+    from servebench.serving.engine.loop import StepRow
 
     recs = fifo([float(i) for i in range(60)], cap=1000, prefill_s=0.01, tpot_s=0.01, n_out=20, prompt=100)
     steps = [StepRow(start=i * 0.01, duration_s=0.002 + 0.00001 * (i % 4) + 1e-5 * (100 if i % 7 == 0 else 0),

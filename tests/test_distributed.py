@@ -17,14 +17,14 @@ from fastapi.responses import StreamingResponse
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servebench.cli import main
+from servebench.cli.core import main
 from servebench.errors import ConfigError, WorkerError
-from servebench.loadgen import LoadConfig, LagStats, PlannedRequest, WorkerStats, plan_requests
-from servebench.scenario import Scenario, parse_scenario
-from servebench.server import serve_in_background
-from servebench.summary import SLO
-from servebench.sweep import sweep
-from servebench.workers import (ClockOffset, WorkerRun, clock_offset, clock_warnings, merge_runs, partition,
+from servebench.load.generator import LoadConfig, LagStats, PlannedRequest, WorkerStats, plan_requests
+from servebench.serving.scenario import Scenario, parse_scenario
+from servebench.serving.engine.http_api import serve_in_background
+from servebench.analysis.summary import SLO
+from servebench.serving.sweep import sweep
+from servebench.load.workers import (ClockOffset, WorkerRun, clock_offset, clock_warnings, merge_runs, partition,
                                 run_with_processes)
 
 pytestmark = pytest.mark.timeout(180)
@@ -46,7 +46,7 @@ def tiny_scenario() -> Scenario:
 def local_ray() -> Iterator[object]:
     """A local Ray with 2 CPUs for this module, shut down (and its temporary directory removed) at the end."""
     pytest.importorskip("ray")
-    from servebench.ray_runner import ray_session
+    from servebench.load.ray_runner import ray_session
 
     with ray_session(None, num_cpus=2) as cluster:
         yield cluster
@@ -131,8 +131,8 @@ def check_conserved(result: object, plan: list[PlannedRequest], workers: int, se
 def test_the_default_path_never_imports_ray(tmp_path: Path) -> None:
     code = (
         "import sys\n"
-        "import servebench, servebench.workers\n"
-        "from servebench.cli import main\n"
+        "import servebench, servebench.load.workers\n"
+        "from servebench.cli.core import main\n"
         "try:\n"
         f"    main(['sweep', {str(ROOT / 'sample_data/scenarios/profile_b.yaml')!r}, '--rates', '0.5', "
         f"'--requests', '30', '--seeds', '2', '--no-search', '--json', '-o', {str(tmp_path)!r}])\n"
@@ -186,7 +186,7 @@ def test_zero_seeds_is_refused_in_one_line(tmp_path: Path, capsys: pytest.Captur
 
 
 def test_a_ray_sweep_equals_the_serial_sweep_field_for_field(local_ray: object) -> None:
-    from servebench.ray_runner import RayRunner
+    from servebench.load.ray_runner import RayRunner
 
     sc = tiny_scenario()
     calls: list[tuple[int, int]] = []
@@ -216,8 +216,8 @@ def test_sweep_ray_command_writes_what_the_serial_command_writes(local_ray: obje
 
 
 def test_an_error_inside_a_ray_task_is_servebench_s_own_one_line(local_ray: object) -> None:
-    from servebench.ray_runner import RayRunner
-    from servebench.sweep import PointTask, SweepJob
+    from servebench.load.ray_runner import RayRunner
+    from servebench.serving.sweep import PointTask, SweepJob
 
     job = SweepJob(tiny_scenario(), "users", SLO(), 0.95, 10)
     with pytest.raises(ConfigError, match="whole number of users"):
@@ -306,7 +306,7 @@ def test_two_worker_processes_share_one_schedule_and_conserve_every_request() ->
 
 
 def test_two_ray_actors_share_one_schedule_and_conserve_every_request(local_ray: object) -> None:
-    from servebench.ray_runner import run_with_actors
+    from servebench.load.ray_runner import run_with_actors
 
     seen = Counting()
     plan = make_plan(30)

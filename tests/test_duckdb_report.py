@@ -14,12 +14,13 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from servebench.duckdb_report import SortedSink, pairwise_sum, summarize_set
+from servebench.analysis.duckdb_report import SortedSink, pairwise_sum, summarize_set
 from servebench.errors import ConfigError, RecordValidationError, ServebenchError
-from servebench.loaders import write_records
-from servebench.records import RecordTable, STATUSES
-from servebench.recordset import choose_engine, find_parts, summarize_path
-from servebench.summary import SLO
+from servebench.records.loaders import write_records
+from servebench.records.table import RecordTable, STATUSES
+from servebench.analysis.record_sets import summarize_path
+from servebench.records.recordset import choose_engine, find_parts
+from servebench.analysis.summary import SLO
 
 
 def report_json(path: Path | str, engine: str, **kw) -> dict:
@@ -67,8 +68,8 @@ def test_streamed_sum_at_a_million_values_in_uneven_chunks():
 
 
 def test_space_chars_are_the_ones_blank_mask_counts():
-    from servebench.duckdb_report import SPACE_CHARS
-    from servebench.textcolumns import blank_mask
+    from servebench.analysis.duckdb_report import SPACE_CHARS
+    from servebench.records.textcolumns import blank_mask
     chars = [chr(i) for i in range(0x3100) if not 0xD800 <= i < 0xE000]
     blank = blank_mask(pa.array(chars))
     assert "".join(c for c, b in zip(chars, blank) if b) == SPACE_CHARS
@@ -327,8 +328,8 @@ def test_cli_bad_part_is_one_line_exit_2(tmp_path):
 
 def test_the_default_path_imports_neither_duckdb_nor_polars_nor_ray(tmp_path):
     path = write_parquet(sample_records(), tmp_path / "r.parquet")
-    code = ("import sys, servebench, servebench.cli\n"
-            f"try:\n    servebench.cli.main(['summarize', {str(path)!r}, '--json'])\nexcept SystemExit:\n    pass\n"
+    code = ("import sys, servebench, servebench.cli.core\n"
+            f"try:\n    servebench.cli.core.main(['summarize', {str(path)!r}, '--json'])\nexcept SystemExit:\n    pass\n"
             "print(sorted(m for m in ('duckdb', 'polars', 'ray') if m in sys.modules))")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr

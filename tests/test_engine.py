@@ -6,9 +6,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from servebench.engine.executor import Executor, ComputePlan  # noqa: E402
-from servebench.engine.kvcache import KVCacheFullError, PagedKVCache  # noqa: E402
-from servebench.engine.model import PRESETS, Decoder, ModelConfig, preset  # noqa: E402
+from servebench.serving.engine.executor import Executor, ComputePlan  # noqa: E402
+from servebench.serving.engine.kvcache import KVCacheFullError, PagedKVCache  # noqa: E402
+from servebench.serving.engine.model import PRESETS, Decoder, ModelConfig, preset  # noqa: E402
 from servebench.errors import ConfigError, ServebenchError  # noqa: E402
 
 torch.set_num_threads(1)  # the machine is shared; two threads thrash under load
@@ -186,12 +186,12 @@ def test_executor_rejects_bad_plans(model: Decoder) -> None:
 import threading  # noqa: E402
 from collections import Counter  # noqa: E402
 
-from servebench.engine.loop import EngineLoop, cache_capacity_tokens  # noqa: E402
-from servebench.engine.runner import run_workload  # noqa: E402
-from servebench.engine.service import EngineService, RequestRejected  # noqa: E402
-from servebench.records import parse_objects, validate  # noqa: E402
-from servebench.scheduler import Request, SchedulerConfig  # noqa: E402
-from servebench.workload import ArrivalSpec, ClassSpec, ClosedLoopSpec, LengthSpec, WorkloadSpec  # noqa: E402
+from servebench.serving.engine.loop import EngineLoop, cache_capacity_tokens  # noqa: E402
+from servebench.serving.engine.runner import run_workload  # noqa: E402
+from servebench.serving.engine.service import EngineService, RequestRejected  # noqa: E402
+from servebench.records.table import parse_objects, validate  # noqa: E402
+from servebench.serving.scheduler import Request, SchedulerConfig  # noqa: E402
+from servebench.serving.workload import ArrivalSpec, ClassSpec, ClosedLoopSpec, LengthSpec, WorkloadSpec  # noqa: E402
 
 
 def _workload(n: int, rate_rps: float, prompt: tuple[int, int] = (8, 64), output: tuple[int, int] = (4, 24),
@@ -317,8 +317,8 @@ import json  # noqa: E402
 
 from typer.testing import CliRunner  # noqa: E402
 
-from servebench.cli import app, main  # noqa: E402
-from servebench.summary import CONTRACT_FIELDS  # noqa: E402
+from servebench.cli.core import app, main  # noqa: E402
+from servebench.analysis.summary import CONTRACT_FIELDS  # noqa: E402
 
 SCENARIO = """
 name: cli_test
@@ -381,7 +381,7 @@ def test_validate_of_a_folder_that_is_not_a_run_exits_2(tmp_path, capsys) -> Non
 
 
 def test_validation_fits_the_trace_the_runner_writes() -> None:
-    from servebench.engine.validation import fit_trace
+    from servebench.serving.engine.validation import fit_trace
     rows = [{"start": i * 0.01, "duration_s": 0.001 + 1e-5 * p + 2e-4 * d, "prefill_tokens": p, "decode_seqs": d,
              "kv_tokens": 10 * d} for i, (p, d) in enumerate([(0, 1), (100, 0), (0, 5), (50, 3), (0, 8), (200, 2)])]
     model = fit_trace(rows).model
@@ -404,8 +404,8 @@ def test_paged_preemption_recomputes_and_every_request_still_succeeds(model: Dec
 
 
 def test_clients_that_give_up_are_cancelled_and_free_their_kv(model: Decoder) -> None:
-    from servebench.engine.runner import run_scenario
-    from servebench.scenario import parse_scenario
+    from servebench.serving.engine.runner import run_scenario
+    from servebench.serving.scenario import parse_scenario
     scenario = parse_scenario({
         "seed": 2, "server": {"policy": "paged", "kv_budget_tokens": 2048, "max_num_seqs": 4},
         "step_model": {"base_s": 0.001}, "cancel": {"probability": 1.0, "after_s": 0.002},
@@ -439,7 +439,7 @@ def test_a_kv_cache_larger_than_memory_is_a_config_error() -> None:
 
 
 def test_denormal_flushing_is_scoped_and_restores_the_callers_mode() -> None:
-    from servebench.engine.model import denormals_flushed, flushing_denormals
+    from servebench.serving.engine.model import denormals_flushed, flushing_denormals
     assert not flushing_denormals()
     with denormals_flushed():
         assert flushing_denormals()
@@ -466,7 +466,7 @@ def test_a_run_that_fails_to_start_leaves_the_collector_unfrozen(model: Decoder)
 
 def test_a_callers_own_gc_freeze_is_left_alone(model: Decoder) -> None:
     import gc
-    from servebench.engine.runner import gc_frozen
+    from servebench.serving.engine.runner import gc_frozen
     gc.freeze()
     try:
         frozen = gc.get_freeze_count()
@@ -480,8 +480,8 @@ def test_a_callers_own_gc_freeze_is_left_alone(model: Decoder) -> None:
 def test_records_start_at_the_intended_arrivals_and_the_lag_is_reported(model: Decoder) -> None:
     import numpy as np
 
-    from servebench.engine.runner import arrival_lag_note
-    from servebench.workload import generate_arrivals
+    from servebench.serving.engine.runner import arrival_lag_note
+    from servebench.serving.workload import generate_arrivals
     wl = _workload(8, 100.0)
     run = run_workload(model, SchedulerConfig(kv_budget_tokens=2048, policy="paged"), wl, seed=9, warmup_steps=0)
     expected = [s.arrival_s for s in generate_arrivals(wl, np.random.default_rng(9))]

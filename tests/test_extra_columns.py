@@ -16,10 +16,10 @@ from hypothesis import given, settings, strategies as st
 
 from servebench import summarize
 from servebench.errors import ConfigError, InputFormatError, RecordValidationError
-from servebench.extra_columns import MAX_SLICE_VALUES, extra_columns_note, near_misses, slice_by, slice_choices
-from servebench.loaders import encode_records, load_table, read_bytes, to_table
-from servebench.report import RunInput, SiteOptions, build_site
-from servebench.summary import build_report
+from servebench.records.extra_columns import MAX_SLICE_VALUES, extra_columns_note, near_misses, slice_by, slice_choices
+from servebench.records.loaders import encode_records, load_table, read_bytes, to_table
+from servebench.output.site import RunInput, SiteOptions, build_site
+from servebench.analysis.summary import build_report
 
 EXPORT_CSV = (
     "request_id,start,first_token,end,status,output_tokens,gpu,model,note\n"

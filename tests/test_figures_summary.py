@@ -10,14 +10,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from servebench.errors import ConfigError, InputFormatError
-from servebench.figures.records import cdf_figure, timeline_figure
-from servebench.render import epoch_utc, fmt_window
-from servebench.figures.summary import (contract_cells, distribution_frame, fmt, fmt_share, fmt_share_of,
+from servebench.output.figures.records import cdf_figure, timeline_figure
+from servebench.output.terminal import epoch_utc, fmt_window
+from servebench.output.figures.summary import (contract_cells, distribution_frame, fmt, fmt_share, fmt_share_of,
                                         percentile_cdf,
                                         percentile_histogram, slice_frame, status_frame)
-from servebench.loaders import encode_records, read_bytes, to_table
-from servebench.records import parse_objects, validate
-from servebench.summary import SLO, build_report, metric_values
+from servebench.records.loaders import encode_records, read_bytes, to_table
+from servebench.records.table import parse_objects, validate
+from servebench.analysis.summary import SLO, build_report, metric_values
 
 
 @pytest.fixture
@@ -155,8 +155,8 @@ def test_percentile_figures_mark_the_value() -> None:
 
 
 def test_concurrency_figure_marks_profile_b_at_8_and_never_rises() -> None:
-    from servebench.figures.summary import concurrency_figure
-    from servebench.kv import GIB, ModelShape
+    from servebench.output.figures.summary import concurrency_figure
+    from servebench.capacity.kv import GIB, ModelShape
 
     fig = concurrency_figure(ModelShape(layers=32, kv_heads=8, head_dim=128), 8 * GIB, 7800, 200)
     curve, mark = fig.data

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from servebench.cli import main
+from servebench.cli.core import main
 from servebench.errors import ServebenchError
-from servebench.loaders import read_path, to_table
-from servebench.summary import SLO, build_report
+from servebench.records.loaders import read_path, to_table
+from servebench.analysis.summary import SLO, build_report
 
 from hostile import FILE, Case, corpus, write_corpus
 

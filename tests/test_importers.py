@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 from faulty_server import faulty_run
 
 from servebench.errors import InputFormatError
-from servebench.importers import FORMATS, detect, import_bytes, import_runs, parse_format
-from servebench.loaders import read_bytes, read_path, to_table
-from servebench.records import STATUSES
+from servebench.records.importers import FORMATS, detect, import_bytes, import_runs, parse_format
+from servebench.records.loaders import read_bytes, read_path, to_table
+from servebench.records.table import STATUSES
 
 DATA = Path(__file__).resolve().parent / "data" / "importers"
 SAMPLE = Path(__file__).resolve().parent.parent / "sample_data"
@@ -402,7 +402,7 @@ def test_every_sample_validates_and_keeps_every_request(name):
 def test_cli_summarize_imports_with_format_and_shows_warnings():
     from typer.testing import CliRunner
 
-    from servebench.cli import app
+    from servebench.cli.core import app
     result = CliRunner().invoke(app, ["summarize", str(DATA / "guidellm-0.8.1-errors.json"),
                                       "--format", "guidellm:outside_window=drop", "--json"])
     assert result.exit_code == 0, result.output

@@ -18,12 +18,12 @@ from hypothesis import strategies as st
 from faulty_server import FaultyServer, faulty_run
 
 from servebench.errors import ConfigError
-from servebench.http_client import LoadError, chunk_text, normalize_url, parse_sse_line
-from servebench.loadgen import (LoadConfig, Outcome, generator_stats, plan_requests, request_body, run_load_sync,
+from servebench.load.client import LoadError, chunk_text, normalize_url, parse_sse_line
+from servebench.load.generator import (LoadConfig, Outcome, generator_stats, plan_requests, request_body, run_load_sync,
                                 to_record, to_send_row)
-from servebench.records import STATUSES, TimingRecord, parse_objects, validate
-from servebench.server import serve_in_background
-from servebench.summary import build_report
+from servebench.records.table import STATUSES, TimingRecord, parse_objects, validate
+from servebench.serving.engine.http_api import serve_in_background
+from servebench.analysis.summary import build_report
 
 
 class FakeState:
@@ -355,7 +355,7 @@ def test_unreachable_server():
 def test_load_command_writes_the_run_and_prints_the_summary(tmp_path):
     from typer.testing import CliRunner
 
-    from servebench.cli import app
+    from servebench.cli.core import app
 
     state = FakeState()
     out = tmp_path / "run"
@@ -374,7 +374,7 @@ def test_load_command_writes_the_run_and_prints_the_summary(tmp_path):
     assert meta["workload"]["classes"][0]["output"]["value"] == 3
     sends = [json.loads(line) for line in (out / "sends.jsonl").read_text().splitlines()]
     assert len(sends) == 6 and all(s["lag_s"] >= 0 for s in sends)
-    from servebench.loaders import load_table
+    from servebench.records.loaders import load_table
     table, _, _ = load_table(out / "records.jsonl")
     assert len(table) == 6 and sorted(table.prompt_tokens.tolist()) == [-1] + [4] * 5  # no usage on a 503
 
@@ -382,7 +382,7 @@ def test_load_command_writes_the_run_and_prints_the_summary(tmp_path):
 def test_load_command_closed_loop_and_errors(tmp_path):
     from typer.testing import CliRunner
 
-    from servebench.cli import app, main
+    from servebench.cli.core import app, main
 
     state = FakeState()
     with serve_in_background(fake_app(state)) as url:
@@ -400,8 +400,8 @@ def test_load_command_closed_loop_and_errors(tmp_path):
 def test_load_sweep_writes_the_simulator_sweep_format(tmp_path):
     from typer.testing import CliRunner
 
-    from servebench.cli import app
-    from servebench.sweep import CSV_SCALARS, SweepPoint, SweepResult
+    from servebench.cli.core import app
+    from servebench.serving.sweep import CSV_SCALARS, SweepPoint, SweepResult
 
     state = FakeState()
     out = tmp_path / "sweep"
@@ -425,10 +425,10 @@ def test_load_sweep_writes_the_simulator_sweep_format(tmp_path):
 
 
 def test_measured_points_feed_the_sweep_figures():
-    from servebench.figures.sweep import latency_vs_load, outcomes_vs_load
-    from servebench.loadgen import measured_point
-    from servebench.summary import SLO
-    from servebench.sweep import Capacity, SweepResult, knee
+    from servebench.output.figures.sweep import latency_vs_load, outcomes_vs_load
+    from servebench.load.generator import measured_point
+    from servebench.analysis.summary import SLO
+    from servebench.serving.sweep import Capacity, SweepResult, knee
 
     def outs(load: float, slow: float) -> list[Outcome]:
         return [Outcome(request_id=f"{load}-{i}", intended_s=i / load, status="success", sent_s=i / load,
@@ -491,7 +491,7 @@ def test_one_user_reuses_one_connection():
 def test_replay_sends_at_the_recorded_start_times(tmp_path):
     from typer.testing import CliRunner
 
-    from servebench.cli import app
+    from servebench.cli.core import app
 
     src = tmp_path / "old.jsonl"
     src.write_text("".join(json.dumps({"start": s, "end": s + 1, "status": "timeout"}) + "\n"
@@ -564,14 +564,14 @@ def test_an_impossible_usage_count_keeps_what_arrived_and_warns(tmp_path):
     (4, 20, "abc", None),                        # 3 one-byte tokens and an end-of-sequence token
 ])
 def test_usage_problem_bounds(reported, max_tokens, text, expected):
-    from servebench.http_client import usage_problem
+    from servebench.load.client import usage_problem
     assert usage_problem(reported, max_tokens, len(text.encode())) == expected
 
 
 def test_an_impossible_usage_count_is_reported_by_the_cli(tmp_path):
     from typer.testing import CliRunner
 
-    from servebench.cli import app
+    from servebench.cli.core import app
 
     with FaultyServer("lying_usage", chunks=3) as url:
         r = CliRunner().invoke(app, ["load", url, "--model", "m", "--rate", "100", "--requests", "2",
@@ -587,7 +587,7 @@ def test_an_impossible_usage_count_is_reported_by_the_cli(tmp_path):
 def test_duration_cut_counts_the_requests_never_sent(tmp_path):
     from typer.testing import CliRunner
 
-    from servebench.cli import app
+    from servebench.cli.core import app
 
     out = tmp_path / "d"
     with serve_in_background(fake_app(FakeState())) as url:
@@ -612,10 +612,10 @@ def test_duration_cut_counts_the_requests_never_sent(tmp_path):
 @settings(max_examples=30, deadline=None, derandomize=True)
 @given(st.integers(1, 40), st.floats(0.05, 5.0), st.floats(1.0, 50.0))
 def test_workload_plan_keeps_every_requested_arrival_under_a_duration(requests, duration_s, rate):
-    from servebench.loadgen import workload_plan
-    from servebench.workload import ArrivalSpec, WorkloadSpec
+    from servebench.load.generator import workload_plan
+    from servebench.serving.workload import ArrivalSpec, WorkloadSpec
 
-    from servebench.workload import ClassSpec, LengthSpec
+    from servebench.serving.workload import ClassSpec, LengthSpec
 
     one = ClassSpec(prompt=LengthSpec(kind="fixed", value=3), output=LengthSpec(kind="fixed", value=2))
     spec = WorkloadSpec(arrival=ArrivalSpec(kind="poisson", rate_rps=rate), classes=[one], num_requests=requests,
@@ -630,7 +630,7 @@ def test_workload_plan_keeps_every_requested_arrival_under_a_duration(requests, 
 
 
 def test_unsent_warning_names_what_stopped_the_run():
-    from servebench.loadgen import unsent_warning
+    from servebench.load.generator import unsent_warning
 
     assert unsent_warning(10, 10, 5.0) is None
     assert unsent_warning(100, 20, 5.0).startswith("stopped at the 5 s duration limit: 80 of 100 planned")

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from scipy.stats import binom
 
 from servebench.errors import ConfigError
-from servebench.percentiles import estimate, nearest_rank, percentile, rank_interval
+from servebench.analysis.percentiles import estimate, nearest_rank, percentile, rank_interval
 
 
 def test_p95_of_one_to_twenty_is_nineteen():

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from servebench.capacity import PlanRequest, Workload, evaluate_configurations, plan, planned_point, price
-from servebench.capacity.planner import cost_curve, plan_document
-from servebench.cli import app
-from servebench.model_presets import get_preset
-from servebench.summary import SLO
+from servebench.planning import PlanRequest, Workload, evaluate_configurations, plan, planned_point, price
+from servebench.planning.planner import cost_curve, plan_document
+from servebench.cli.core import app
+from servebench.capacity.model_presets import get_preset
+from servebench.analysis.summary import SLO
 
 REPO = Path(__file__).resolve().parent.parent
 OPTION_KEYS = {"gpu", "tensor_parallel", "max_num_seqs", "capacity_rps_per_replica", "replicas", "gpus_total",
@@ -137,7 +137,7 @@ def test_plan_table_for_people() -> None:
     (["--model", "llama-3.1-8b", "--slo-target", "2"], "plan option 'slo-target'"),
 ])
 def test_plan_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:
-    from servebench.cli import main
+    from servebench.cli.core import main
     import subprocess
     import sys
 
@@ -168,7 +168,7 @@ def test_plan_calibrated_on_this_cpu_says_which_factors_it_used(tmp_path: Path) 
 
 
 def test_plan_document_is_strict_json() -> None:
-    from servebench.strict_json import dumps
+    from servebench.output.strict_json import dumps
 
     evaluation, result = plan(_request(gpus=("L4",), slo=SLO(ttft_s=0.01)), rate_rps=1)
     assert _strict(dumps(plan_document(evaluation, result)))["best"] is None

@@ -10,12 +10,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from servebench.errors import ConfigError
-from servebench.prefix_cache import PrefixCache, SegmentPrompt, TokenPrompt, segment_id, segment_tokens
-from servebench.scenario import parse_scenario
-from servebench.scheduler import Request, Scheduler, SchedulerConfig
-from servebench.simulate import simulate
-from servebench.summary import build_report
-from servebench.workload import generate_workload
+from servebench.serving.prefix_cache import PrefixCache, SegmentPrompt, TokenPrompt, segment_id, segment_tokens
+from servebench.serving.scenario import parse_scenario
+from servebench.serving.scheduler import Request, Scheduler, SchedulerConfig
+from servebench.serving.simulate import simulate
+from servebench.analysis.summary import build_report
+from servebench.serving.workload import generate_workload
 
 BS = 16
 
@@ -251,7 +251,7 @@ def test_prompt_shorter_than_its_shared_prefix_is_refused() -> None:
 
 def test_records_take_cached_prompt_tokens_up_to_the_prompt(tmp_path) -> None:
     from servebench.errors import RecordValidationError
-    from servebench.loaders import load_table
+    from servebench.records.loaders import load_table
 
     path = tmp_path / "r.csv"
     path.write_text("start,end,first_token,status,output_tokens,prompt_tokens,cached_prompt_tokens\n"
@@ -268,8 +268,8 @@ def test_records_take_cached_prompt_tokens_up_to_the_prompt(tmp_path) -> None:
 def test_genai_perf_export_carries_the_usage_cached_tokens() -> None:
     from pathlib import Path
 
-    from servebench.importers import import_bytes
-    from servebench.loaders import to_table
+    from servebench.records.importers import import_bytes
+    from servebench.records.loaders import to_table
 
     raw = (Path(__file__).parent / "data" / "importers" / "genai-perf-profile_export.json").read_text()
     old = '\\"usage\\":{\\"prompt_tokens\\":12,'
@@ -286,9 +286,9 @@ def test_html_report_and_summarize_json_show_the_prefix_cache(tmp_path) -> None:
 
     from typer.testing import CliRunner
 
-    from servebench.cli import app
-    from servebench.loaders import write_records
-    from servebench.report import RunInput, build_site
+    from servebench.cli.core import app
+    from servebench.records.loaders import write_records
+    from servebench.output.site import RunInput, build_site
 
     result = simulate(parse_scenario(_scenario(caching=True, n=60)))
     path = tmp_path / "records.jsonl"
@@ -346,7 +346,7 @@ def test_kv_calculator_shows_concurrency_with_the_prefix_held_once() -> None:
 
 
 def test_diagnosis_names_prefix_caching_when_prefill_dominates_and_prompts_share() -> None:
-    from servebench.diagnosis import diagnose_records
+    from servebench.analysis.diagnosis import diagnose_records
 
     # prefill-heavy: long prompts, light load, caching on shows how much the prompts share
     data = _scenario(caching=True, rate=0.5, n=120)
@@ -361,8 +361,8 @@ def test_diagnosis_names_prefix_caching_when_prefill_dominates_and_prompts_share
 
 
 def test_a_folder_of_record_files_keeps_cached_prompt_tokens(tmp_path) -> None:
-    from servebench.loaders import write_records
-    from servebench.recordset import find_parts, read_set, table_of_set
+    from servebench.records.loaders import write_records
+    from servebench.records.recordset import find_parts, read_set, table_of_set
 
     result = simulate(parse_scenario(_scenario(caching=True, n=40)))
     write_records(result.records.take(np.arange(20)), tmp_path / "a.jsonl")

@@ -7,14 +7,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from servebench.engine.executor import ComputePlan, Executor  # noqa: E402
-from servebench.engine.kvcache import PagedKVCache  # noqa: E402
-from servebench.engine.loop import EngineLoop  # noqa: E402
-from servebench.engine.model import Decoder, preset  # noqa: E402
-from servebench.engine.runner import run_workload  # noqa: E402
+from servebench.serving.engine.executor import ComputePlan, Executor  # noqa: E402
+from servebench.serving.engine.kvcache import PagedKVCache  # noqa: E402
+from servebench.serving.engine.loop import EngineLoop  # noqa: E402
+from servebench.serving.engine.model import Decoder, preset  # noqa: E402
+from servebench.serving.engine.runner import run_workload  # noqa: E402
 from servebench.errors import ConfigError  # noqa: E402
-from servebench.scheduler import Request, SchedulerConfig  # noqa: E402
-from servebench.workload import (ArrivalSpec, ClassSpec, ConversationSpec, LengthSpec, SharedPrefixSpec,  # noqa: E402
+from servebench.serving.scheduler import Request, SchedulerConfig  # noqa: E402
+from servebench.serving.workload import (ArrivalSpec, ClassSpec, ConversationSpec, LengthSpec, SharedPrefixSpec,  # noqa: E402
                                  WorkloadSpec)
 
 torch.set_num_threads(1)
@@ -138,10 +138,10 @@ def test_server_reports_cached_tokens_and_the_load_generator_records_them() -> N
     openai = pytest.importorskip("openai")
     import httpx
 
-    from servebench.engine.service import EngineService
-    from servebench.loadgen import LoadConfig, records_table, run_load_sync, workload_plan
-    from servebench.server import create_app, serve_in_background
-    from servebench.summary import build_report
+    from servebench.serving.engine.service import EngineService
+    from servebench.load.generator import LoadConfig, records_table, run_load_sync, workload_plan
+    from servebench.serving.engine.http_api import create_app, serve_in_background
+    from servebench.analysis.summary import build_report
 
     service = EngineService("tiny", scheduler=SchedulerConfig(kv_budget_tokens=4096, max_num_seqs=8, max_waiting=64,
                                                               policy="paged", prefix_caching=True),

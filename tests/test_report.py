@@ -13,15 +13,15 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from servebench.cli import app
+from servebench.cli.core import app
 from servebench.errors import ConfigError, InputFormatError
-from servebench.figures import records as rfig
-from servebench.loaders import load_table
-from servebench.percentiles import percentile
-from servebench.records import parse_objects, validate
-from servebench.report import KvOptions, RunInput, SiteOptions, build_site, load_run, site_zip_bytes, write_site
-from servebench.report.html import esc, json_for_script
-from servebench.summary import SLO
+from servebench.output.figures import records as rfig
+from servebench.records.loaders import load_table
+from servebench.analysis.percentiles import percentile
+from servebench.records.table import parse_objects, validate
+from servebench.output.site import KvOptions, RunInput, SiteOptions, build_site, load_run, site_zip_bytes, write_site
+from servebench.output.site.html import esc, json_for_script
+from servebench.analysis.summary import SLO
 
 EVIL = "<script>alert(1)</script>"
 EVIL_ID = "<img src=x onerror=alert(2)>"
@@ -376,7 +376,7 @@ def test_cli_report_writes_a_site(tmp_path: Path) -> None:
 
 
 def test_cli_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from servebench.cli import main
+    from servebench.cli.core import main
 
     for args in (["report", str(tmp_path / "nope"), "-o", str(tmp_path / "s")],
                  ["report", str(tmp_path), "-o", str(tmp_path / "s"), "--layers", "3"],
@@ -415,9 +415,9 @@ def test_foreign_export_shows_its_warnings_and_what_it_cannot_give() -> None:
 
 
 def test_simulated_profile_b_folder_is_diagnosed_kv_memory(tmp_path: Path) -> None:
-    from servebench.loaders import write_records
-    from servebench.scenario import load_scenario
-    from servebench.simulate import simulate
+    from servebench.records.loaders import write_records
+    from servebench.serving.scenario import load_scenario
+    from servebench.serving.simulate import simulate
 
     scenario = Path(__file__).resolve().parent.parent / "sample_data" / "scenarios" / "profile_b.yaml"
     result = simulate(load_scenario(scenario))
@@ -438,8 +438,8 @@ def test_simulated_profile_b_folder_is_diagnosed_kv_memory(tmp_path: Path) -> No
 
 
 def test_sweep_json_from_servebench_sweep_uses_its_figures(tmp_path: Path) -> None:
-    from servebench.scenario import load_scenario
-    from servebench.sweep import sweep
+    from servebench.serving.scenario import load_scenario
+    from servebench.serving.sweep import sweep
 
     scenario = load_scenario(Path(__file__).resolve().parent.parent / "sample_data" / "scenarios" / "profile_a.yaml")
     result = sweep(scenario, [0.5, 2.0], slo=SLO(ttft_s=2.0), requests=60, search=False)
@@ -457,8 +457,8 @@ def test_sweep_json_from_servebench_sweep_uses_its_figures(tmp_path: Path) -> No
 
 
 def test_sweep_files_themselves_are_runs(tmp_path: Path) -> None:
-    from servebench.scenario import load_scenario
-    from servebench.sweep import sweep, sweep_csv
+    from servebench.serving.scenario import load_scenario
+    from servebench.serving.sweep import sweep, sweep_csv
 
     scenario = load_scenario(Path(__file__).resolve().parent.parent / "sample_data" / "scenarios" / "profile_a.yaml")
     result = sweep(scenario, [0.5, 2.0], slo=SLO(ttft_s=2.0), requests=40, search=False)
@@ -476,7 +476,7 @@ def test_sweep_files_themselves_are_runs(tmp_path: Path) -> None:
 
 
 def test_multi_run_export_gives_one_run_per_benchmark_unless_one_is_named() -> None:
-    from servebench.report import load_runs
+    from servebench.output.site import load_runs
 
     data = Path(__file__).resolve().parent / "data" / "importers"
     runs = load_runs(data / "vllm-append-result.json")
@@ -490,7 +490,7 @@ def test_multi_run_export_gives_one_run_per_benchmark_unless_one_is_named() -> N
 
 
 def test_rows_from_bytes_reads_csv_json_jsonl_and_names_the_bad_line() -> None:
-    from servebench.rows import rows_from_bytes
+    from servebench.records.rows import rows_from_bytes
 
     assert rows_from_bytes(b"a,b\n1,x\n2.5,\n", "t.csv") == [{"a": 1, "b": "x"}, {"a": 2.5, "b": None}]
     assert rows_from_bytes(b'{"steps": [{"a": 1}]}', "t.json") == [{"a": 1}]
@@ -529,7 +529,7 @@ def test_index_chart_bars_are_the_reports_percentiles(r1_r4: list[dict]) -> None
 
 
 def test_report_zip_bytes_is_the_zipped_site(r1_r4: list[dict]) -> None:
-    from servebench.report import report_zip_bytes
+    from servebench.output.site import report_zip_bytes
 
     runs = [run_from(r1_r4)]
     assert report_zip_bytes(runs) == site_zip_bytes(build_site(runs))

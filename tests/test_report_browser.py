@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from browser import browser_page, require_chromium, screenshot
-from servebench.loaders import read_path, to_table
-from servebench.records import parse_objects, validate
-from servebench.report import RunInput, SiteOptions, build_site, load_run, write_site
-from servebench.summary import SLO
+from servebench.records.loaders import read_path, to_table
+from servebench.records.table import parse_objects, validate
+from servebench.output.site import RunInput, SiteOptions, build_site, load_run, write_site
+from servebench.analysis.summary import SLO
 
 EVIL = "<script>alert(1)</script>"
 SAMPLE = Path(__file__).resolve().parent.parent / "sample_data"
@@ -40,8 +40,8 @@ def _site(tmp_path: Path) -> Path:
 
 
 def _sweep(tmp_path: Path) -> RunInput:
-    from servebench.scenario import load_scenario
-    from servebench.sweep import sweep
+    from servebench.serving.scenario import load_scenario
+    from servebench.serving.sweep import sweep
 
     result = sweep(load_scenario(SAMPLE / "scenarios" / "profile_a.yaml"), [0.5, 2.0], slo=SLO(ttft_s=2.0),
                    requests=60, search=False)

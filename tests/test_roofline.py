@@ -7,16 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from servebench import kv
+from servebench.capacity import kv
 from servebench.capacity import Efficiency, calibrate, get_accelerator, roofline
 from servebench.capacity.gpus import accelerator_for_device, parse_prices
-from servebench.capacity.planner import load_calibration
+from servebench.planning.planner import load_calibration
 from servebench.capacity.roofline import estimate_parameters, unloaded_times_s
 from servebench.errors import ConfigError
-from servebench.loaders import write_records
-from servebench.model_presets import get_preset
-from servebench.scenario import parse_scenario
-from servebench.simulate import simulate
+from servebench.records.loaders import write_records
+from servebench.capacity.model_presets import get_preset
+from servebench.serving.scenario import parse_scenario
+from servebench.serving.simulate import simulate
 
 REPO = Path(__file__).resolve().parent.parent
 H100 = get_accelerator("H100")

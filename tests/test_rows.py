@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from servebench.errors import InputFormatError
-from servebench.rows import rows_from_bytes
+from servebench.records.rows import rows_from_bytes
 
 
 @pytest.mark.parametrize("data, name, fragment", [

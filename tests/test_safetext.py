@@ -10,10 +10,10 @@ from pathlib import Path
 
 from hypothesis import given, settings, strategies as st
 
-from servebench.loaders import load_table
-from servebench.report import RunInput, SiteOptions, build_site
-from servebench.report.html import json_for_script
-from servebench.safetext import safe_markup, safe_text
+from servebench.records.loaders import load_table
+from servebench.output.site import RunInput, SiteOptions, build_site
+from servebench.output.site.html import json_for_script
+from servebench.output.safetext import safe_markup, safe_text
 
 ESC_RED = "\x1b[31m"  # CSI by ESC [
 TITLE = "\x1b]0;owned\x07"  # OSC: retitles the terminal window

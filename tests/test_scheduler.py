@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from servebench.errors import ConfigError
-from servebench.records import parse_objects, validate
-from servebench.scheduler import (ERR_CANCELLED, ERR_DEADLINE, ERR_PREEMPTED_QUEUE_FULL, ERR_QUEUE_FULL, ERR_TOO_LARGE,
+from servebench.records.table import parse_objects, validate
+from servebench.serving.scheduler import (ERR_CANCELLED, ERR_DEADLINE, ERR_PREEMPTED_QUEUE_FULL, ERR_QUEUE_FULL, ERR_TOO_LARGE,
                                   Outcome, Request, Scheduler, SchedulerConfig)
 
 

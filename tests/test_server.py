@@ -16,11 +16,11 @@ import pytest
 pytest.importorskip("torch")
 
 from processes import stop  # noqa: E402
-from servebench.engine.service import EngineService  # noqa: E402
-from servebench.loadgen import LoadConfig, plan_requests, records_table, run_load_sync  # noqa: E402
-from servebench.scheduler import SchedulerConfig  # noqa: E402
-from servebench.server import create_app, encode, serve_in_background  # noqa: E402
-from servebench.summary import build_report  # noqa: E402
+from servebench.serving.engine.service import EngineService  # noqa: E402
+from servebench.load.generator import LoadConfig, plan_requests, records_table, run_load_sync  # noqa: E402
+from servebench.serving.scheduler import SchedulerConfig  # noqa: E402
+from servebench.serving.engine.http_api import create_app, encode, serve_in_background  # noqa: E402
+from servebench.analysis.summary import build_report  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -181,7 +181,7 @@ def test_serve_engine_command_and_load_command_end_to_end(tmp_path):
 def test_sweep_against_the_engine(server, tmp_path):
     from typer.testing import CliRunner
 
-    from servebench.cli import app
+    from servebench.cli.core import app
 
     url, _ = server
     r = CliRunner().invoke(app, ["load", url, "--sweep", "10,40", "--requests", "6", "--output-tokens", "4",

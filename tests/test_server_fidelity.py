@@ -26,12 +26,12 @@ openai = pytest.importorskip("openai")
 
 import torch  # noqa: E402
 from processes import stop as stop_process  # noqa: E402
-from servebench.engine.executor import ComputePlan, Executor  # noqa: E402
-from servebench.engine.kvcache import PagedKVCache  # noqa: E402
-from servebench.engine.model import Decoder, SamplingParams, preset, sample_tokens  # noqa: E402
-from servebench.engine.service import EngineService  # noqa: E402
-from servebench.scheduler import SchedulerConfig  # noqa: E402
-from servebench.server import create_app, decode, serve_in_background  # noqa: E402
+from servebench.serving.engine.executor import ComputePlan, Executor  # noqa: E402
+from servebench.serving.engine.kvcache import PagedKVCache  # noqa: E402
+from servebench.serving.engine.model import Decoder, SamplingParams, preset, sample_tokens  # noqa: E402
+from servebench.serving.engine.service import EngineService  # noqa: E402
+from servebench.serving.scheduler import SchedulerConfig  # noqa: E402
+from servebench.serving.engine.http_api import create_app, decode, serve_in_background  # noqa: E402
 
 MODEL = "servebench-tiny"
 EOS = preset("tiny").eos_token_id

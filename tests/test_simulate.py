@@ -11,10 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from servebench.errors import ConfigError
-from servebench.records import STATUSES, parse_objects, validate
-from servebench.scenario import Scenario, load_scenario, parse_scenario
-from servebench.simulate import SimResult, simulate
-from servebench.summary import build_report
+from servebench.records.table import STATUSES, parse_objects, validate
+from servebench.serving.scenario import Scenario, load_scenario, parse_scenario
+from servebench.serving.simulate import SimResult, simulate
+from servebench.analysis.summary import build_report
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "sample_data" / "scenarios"
 

@@ -1,4 +1,4 @@
-"""The one status mapping every source uses (servebench.statuses), and the docs table that shows it."""
+"""The one status mapping every source uses (servebench.records.statuses), and the docs table that shows it."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servebench.records import STATUSES
-from servebench.statuses import STATUS_TABLE, failure_status
+from servebench.records.table import STATUSES
+from servebench.records.statuses import STATUS_TABLE, failure_status
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 

@@ -7,9 +7,9 @@ import pytest
 from pydantic import ValidationError
 
 from servebench.errors import ConfigError
-from servebench.scenario import parse_scenario
-from servebench.simulate import simulate
-from servebench.stepmodel import MIN_R2, PoorFitError, StepModel, fit_step_model, require_usable
+from servebench.serving.scenario import parse_scenario
+from servebench.serving.simulate import simulate
+from servebench.capacity.stepmodel import MIN_R2, PoorFitError, StepModel, fit_step_model, require_usable
 
 TRUE = StepModel(base_s=0.012, per_prefill_token_s=8e-5, per_decode_seq_s=3e-4, per_kv_token_s=2e-8)
 FITTED = ("base_s", "per_prefill_token_s", "per_decode_seq_s", "per_kv_token_s")  # the synthetic trace's columns

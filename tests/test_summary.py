@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from servebench import CONTRACT_FIELDS, SLO, summarize
-from servebench.records import FIELDS, parse_objects, validate
-from servebench.summary import build_report
+from servebench.records.table import FIELDS, parse_objects, validate
+from servebench.analysis.summary import build_report
 
 
 def oracle(records, ws, we):
@@ -379,10 +379,10 @@ def test_threaded_report_equals_the_inline_one(monkeypatch):
             rec.update(first_token=s + 1, output_tokens=int(rng.integers(1, 20)))
         recs.append(rec)
     table = table_of(recs, 0, 60)
-    monkeypatch.setattr("servebench.summary._PARALLEL_MIN_ROWS", 10**9)
+    monkeypatch.setattr("servebench.analysis.summary._PARALLEL_MIN_ROWS", 10**9)
     inline = build_report(table, 0, 60, SLO(ttft_s=0.9))
-    monkeypatch.setattr("servebench.summary._PARALLEL_MIN_ROWS", 0)
-    monkeypatch.setattr("servebench.summary.os.cpu_count", lambda: 4)
+    monkeypatch.setattr("servebench.analysis.summary._PARALLEL_MIN_ROWS", 0)
+    monkeypatch.setattr("servebench.analysis.summary.os.cpu_count", lambda: 4)
     assert build_report(table, 0, 60, SLO(ttft_s=0.9)) == inline
     assert inline.duplicate_request_ids == 10 and set(inline.slices) == {"batch", "chat", "eval"}
 

@@ -11,13 +11,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from servebench.cli import main
+from servebench.cli.core import main
 from servebench.errors import ConfigError
-from servebench.figures.sweep import MAX_TRACE_POINTS, latency_vs_load, outcomes_vs_load, trace_over_time
-from servebench.scenario import Scenario, load_scenario, parse_scenario
-from servebench.simulate import simulate
-from servebench.summary import SLO
-from servebench.sweep import SweepResult, knee, sweep, sweep_csv
+from servebench.output.figures.sweep import MAX_TRACE_POINTS, latency_vs_load, outcomes_vs_load, trace_over_time
+from servebench.serving.scenario import Scenario, load_scenario, parse_scenario
+from servebench.serving.simulate import simulate
+from servebench.analysis.summary import SLO
+from servebench.serving.sweep import SweepResult, knee, sweep, sweep_csv
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "sample_data" / "scenarios"
 PROFILE_B = SCENARIOS / "profile_b.yaml"
@@ -218,7 +218,7 @@ class _Met:
 
 def _search(threshold: float, grid: list[float], mode: str = "rate", tolerance: float = 0.02):
     """Run the capacity search against a server that meets the SLOs exactly up to ``threshold``."""
-    from servebench.sweep import search_capacity
+    from servebench.serving.sweep import search_capacity
 
     points: dict[float, Any] = {}
     calls: list[float] = []

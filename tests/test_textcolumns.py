@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 from hypothesis import given, settings, strategies as st
 
-from servebench.textcolumns import blank_mask, categorical, category_codes, duplicates, take, to_objects
+from servebench.records.textcolumns import blank_mask, categorical, category_codes, duplicates, take, to_objects
 
 # short alphabets make repeats likely; lengths straddle the 8-byte words the hash reads
 ids = st.lists(st.one_of(st.none(), st.text(alphabet="ab\u00e9\U0001f600 ", max_size=20)), max_size=60)
@@ -23,7 +23,7 @@ def exact_duplicates(values: list[str | None]) -> list[tuple[str, int]]:
 def test_duplicates_match_exact_counting_for_any_strings_and_slices(values, offset):
     arr = pa.array(values, pa.string())
     assert duplicates(arr) == exact_duplicates(values)
-    with patch("servebench.textcolumns._BLOCK_ROWS", 4):  # many blocks, the last one padded
+    with patch("servebench.records.textcolumns._BLOCK_ROWS", 4):  # many blocks, the last one padded
         assert duplicates(arr.cast(pa.large_string())) == exact_duplicates(values)
     # a sliced array starts part-way into its buffers: offsets and the tail padding must follow
     assert duplicates(arr.slice(min(offset, len(values)))) == exact_duplicates(values[offset:])

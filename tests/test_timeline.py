@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servebench.timeline import active_counts, active_timeline
+from servebench.analysis.timeline import active_counts, active_timeline
 
 
 def brute_force(intervals, ws, we):
@@ -35,7 +35,7 @@ def test_matches_brute_force_with_ties(exact_share, pairs):
     intervals = [(float(s), float(s + d)) for s, d in pairs]
     start = np.array([s for s, _ in intervals])
     end = np.array([e for _, e in intervals])
-    with patch("servebench.timeline._MAX_EXACT_SHARE", exact_share):
+    with patch("servebench.analysis.timeline._MAX_EXACT_SHARE", exact_share):
         tl = active_timeline(start, end, 0.0, 26.0)
     peak, time_at_peak = brute_force(intervals, 0.0, 26.0)
     assert tl.peak == peak
@@ -50,10 +50,10 @@ def test_matches_brute_force_with_ties(exact_share, pairs):
 def test_buckets_find_the_same_peak_as_the_full_sweep(pairs, events_per_bucket):
     start = np.array([s for s, _ in pairs])
     end = start + np.array([d for _, d in pairs])
-    with patch("servebench.timeline._EVENTS_PER_BUCKET", events_per_bucket), \
-            patch("servebench.timeline._MAX_EXACT_SHARE", 1.0):
+    with patch("servebench.analysis.timeline._EVENTS_PER_BUCKET", events_per_bucket), \
+            patch("servebench.analysis.timeline._MAX_EXACT_SHARE", 1.0):
         bucketed = active_timeline(start, end, -60.0, 60.0)
-    with patch("servebench.timeline._MAX_EXACT_SHARE", -1.0):
+    with patch("servebench.analysis.timeline._MAX_EXACT_SHARE", -1.0):
         swept = active_timeline(start, end, -60.0, 60.0)
     assert bucketed.peak == swept.peak
     assert bucketed.time_at_peak_s == pytest.approx(swept.time_at_peak_s)
@@ -77,7 +77,7 @@ def test_active_counts_at_times():
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.integers(0, 30), max_size=200), st.lists(st.integers(0, 30), max_size=200))
 def test_blocked_search_counts_like_searchsorted(haystack, needles):
-    from servebench.timeline import _count_at_or_before
+    from servebench.analysis.timeline import _count_at_or_before
     h, n = np.sort(np.array(haystack, dtype=float)), np.sort(np.array(needles, dtype=float))
-    with patch("servebench.timeline._SEARCH_BLOCK", 7):  # many blocks, ties across block edges
+    with patch("servebench.analysis.timeline._SEARCH_BLOCK", 7):  # many blocks, ties across block edges
         assert _count_at_or_before(h, n).tolist() == np.searchsorted(h, n, side="right").tolist()

@@ -18,19 +18,19 @@ from fastapi.responses import StreamingResponse
 from hypothesis import given, settings, strategies as st
 
 from servebench import summarize
-from servebench.cli import app
+from servebench.cli.core import app
 from servebench.errors import ConfigError, RecordValidationError
-from servebench.importers import import_bytes
-from servebench.percentiles import estimate, percentile
-from servebench.summary import SLO, build_report
+from servebench.records.importers import import_bytes
+from servebench.analysis.percentiles import estimate, percentile
+from servebench.analysis.summary import SLO, build_report
 from typer.testing import CliRunner
-from servebench.loaders import encode_records, read_bytes, to_table
-from servebench.records import TimingRecord
-from servebench.experiments import compare_prefill
-from servebench.figures.tokens import itl_cdf, stall_histogram, token_timeline
-from servebench.scenario import Scenario, load_scenario, parse_scenario
-from servebench.simulate import simulate
-from servebench.token_times import flat, gaps
+from servebench.records.loaders import encode_records, read_bytes, to_table
+from servebench.records.table import TimingRecord
+from servebench.serving.experiments import compare_prefill
+from servebench.output.figures.tokens import itl_cdf, stall_histogram, token_timeline
+from servebench.serving.scenario import Scenario, load_scenario, parse_scenario
+from servebench.serving.simulate import simulate
+from servebench.records.token_times import flat, gaps
 
 
 def streamed(start: float, first: float, steps: list[float], **extra: Any) -> dict[str, Any]:
@@ -328,10 +328,10 @@ def test_simulator_preemption_shows_as_a_stall_in_the_preempted_stream():
 
 def test_engine_token_times_are_its_step_ends_and_preemption_stalls():
     torch = pytest.importorskip("torch")
-    from servebench.engine.model import Decoder, preset
-    from servebench.engine.runner import run_workload
-    from servebench.scheduler import SchedulerConfig
-    from servebench.workload import ArrivalSpec, ClassSpec, LengthSpec, WorkloadSpec
+    from servebench.serving.engine.model import Decoder, preset
+    from servebench.serving.engine.runner import run_workload
+    from servebench.serving.scheduler import SchedulerConfig
+    from servebench.serving.workload import ArrivalSpec, ClassSpec, LengthSpec, WorkloadSpec
     torch.manual_seed(0)
     model = Decoder(preset("tiny"), seed=7)
     cfg = SchedulerConfig(kv_budget_tokens=128, policy="paged", max_num_seqs=4)
@@ -353,10 +353,10 @@ def test_engine_token_times_are_its_step_ends_and_preemption_stalls():
 
 def test_load_generator_token_times_against_the_local_server_count_the_streamed_tokens():
     pytest.importorskip("torch")
-    from servebench.engine.service import EngineService
-    from servebench.loadgen import LoadConfig, plan_requests, records_table, run_load_sync, to_record
-    from servebench.scheduler import SchedulerConfig
-    from servebench.server import create_app, serve_in_background
+    from servebench.serving.engine.service import EngineService
+    from servebench.load.generator import LoadConfig, plan_requests, records_table, run_load_sync, to_record
+    from servebench.serving.scheduler import SchedulerConfig
+    from servebench.serving.engine.http_api import create_app, serve_in_background
     service = EngineService("tiny", scheduler=SchedulerConfig(kv_budget_tokens=8192, max_num_seqs=8),
                             device="cpu", threads=1, warmup_steps=1)
     plan = plan_requests(np.arange(6) / 50.0, [6] * 6, [7] * 6, np.random.default_rng(0))
@@ -399,8 +399,8 @@ def chunky_app(running_usage: bool):
 
 @pytest.mark.parametrize("running_usage", [True, False])
 def test_chunks_of_several_tokens_get_counts_only_when_the_server_says_them(running_usage):
-    from servebench.loadgen import LoadConfig, plan_requests, records_table, run_load_sync, to_record
-    from servebench.server import serve_in_background
+    from servebench.load.generator import LoadConfig, plan_requests, records_table, run_load_sync, to_record
+    from servebench.serving.engine.http_api import serve_in_background
     plan = plan_requests(np.arange(3) / 50.0, [5] * 3, [6] * 3, np.random.default_rng(0))
     with serve_in_background(chunky_app(running_usage)) as url:
         result = run_load_sync(LoadConfig(url=url), plan)
@@ -483,10 +483,10 @@ def test_chunked_prefill_lowers_stalls_and_whole_prompts_lower_ttft_on_the_same_
 
 def test_engine_whole_prompt_prefill_stalls_running_streams_more_than_chunked():
     pytest.importorskip("torch")
-    from servebench.engine.model import Decoder, preset
-    from servebench.engine.runner import run_workload
-    from servebench.scheduler import SchedulerConfig
-    from servebench.workload import ArrivalSpec, ClassSpec, LengthSpec, WorkloadSpec
+    from servebench.serving.engine.model import Decoder, preset
+    from servebench.serving.engine.runner import run_workload
+    from servebench.serving.scheduler import SchedulerConfig
+    from servebench.serving.workload import ArrivalSpec, ClassSpec, LengthSpec, WorkloadSpec
     model = Decoder(preset("tiny"), seed=7)
     # seed 6 draws chat, chat, chat, chat, document, chat, chat, chat: four streams run when the document arrives
     wl = WorkloadSpec(arrival=ArrivalSpec(kind="constant", rate_rps=20), num_requests=8, classes=[

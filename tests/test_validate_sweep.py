@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from servebench.cli import app
-from servebench.engine.sweep_validation import (compare_sweeps, knee_rps, read_sweep_validation, rel_error,
+from servebench.cli.core import app
+from servebench.serving.engine.sweep_validation import (compare_sweeps, knee_rps, read_sweep_validation, rel_error,
                                                 sweep_validation_doc)
-from servebench.engine.validation import arrival_lag_s, emit_lead_s, fit_trace
+from servebench.serving.engine.validation import arrival_lag_s, emit_lead_s, fit_trace
 from servebench.errors import InputFormatError
-from servebench.records import parse_objects, validate
-from servebench.sweep import SweepPoint
+from servebench.records.table import parse_objects, validate
+from servebench.serving.sweep import SweepPoint
 
 runner = CliRunner()
 

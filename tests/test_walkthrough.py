@@ -7,9 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from servebench import diagnosis
-from servebench.diagnosis import LIMITS, ProfileTable
-from servebench.walkthrough import score_prediction, walkthrough
+from servebench.analysis.diagnosis import LIMITS, ProfileTable
+from servebench.analysis.walkthrough import score_prediction, walkthrough
 
 AB = Path(__file__).resolve().parent.parent / "sample_data" / "profiles_ab.json"
 
@@ -57,13 +56,6 @@ def test_score_prediction() -> None:
     exact = score_prediction(steps[1], {"bytes_per_token": 131_072, "budget_tokens": 65_535})
     assert [x.within for x in exact.scores[:2]] == [True, False]
     assert np.isclose(exact.scores[1].relative_error, 1 / 65_536)
-
-
-def test_diagnosis_still_exports_the_walkthrough() -> None:
-    # pages/diagnosis.py calls diagnosis.walkthrough and diagnosis.score_prediction
-    assert diagnosis.walkthrough is walkthrough and diagnosis.score_prediction is score_prediction
-    with pytest.raises(AttributeError, match="no attribute"):
-        diagnosis.no_such_name  # noqa: B018
 
 
 def test_share_answers_state_tolerance_and_accept_percent_or_fraction() -> None:

@@ -7,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from servebench.errors import ConfigError
-from servebench.workload import (ArrivalSpec, ClassSpec, ClosedLoopSpec, LengthSpec, WorkloadSpec, arrival_times,
+from servebench.serving.workload import (ArrivalSpec, ClassSpec, ClosedLoopSpec, LengthSpec, WorkloadSpec, arrival_times,
                                  closed_loop_plan, generate_arrivals, generate_workload)
 
 FIXED = ClassSpec(prompt=LengthSpec(kind="fixed", value=100), output=LengthSpec(kind="fixed", value=20))

@@ -1,18 +1,12 @@
-"""Capacity planning: accelerator presets, a roofline step model from hardware, and the planner's search.
+"""Capacity: KV-cache memory, model shapes (presets, HF configs), step-time models and accelerators.
 
-The planner reuses the KV calculator (``servebench.kv``) for memory, the simulator and its capacity
-search (``servebench.sweep``) for the load a replica sustains under SLOs, and the diagnosis's
-vocabulary for what binds.
+The roofline turns a model shape and an accelerator into the simulator's step-time model; the planner
+that searches deployments on the simulator lives above the simulator, in ``servebench.planning``.
 """
 
-from .gpus import ACCELERATORS, DEFAULT_GPUS, Accelerator, accelerator_for_device, get_accelerator, parse_prices
-from .planner import (Evaluation, Option, Plan, PlanRequest, Workload, cost_curve, evaluate_configurations, plan,
-                      planned_point, price)
-from .roofline import Calibration, Efficiency, Roofline, calibrate, roofline, unloaded_times_s
+from servebench.capacity.gpus import (ACCELERATORS, DEFAULT_GPUS, Accelerator, accelerator_for_device, get_accelerator,
+                                      parse_prices)
+from servebench.capacity.roofline import Calibration, Efficiency, Roofline, calibrate, roofline, unloaded_times_s
 
-__all__ = [
-    "ACCELERATORS", "DEFAULT_GPUS", "Accelerator", "Calibration", "Efficiency", "Evaluation", "Option", "Plan",
-    "PlanRequest", "Roofline", "Workload", "accelerator_for_device", "calibrate", "cost_curve",
-    "evaluate_configurations", "get_accelerator", "parse_prices", "plan", "planned_point", "price", "roofline",
-    "unloaded_times_s",
-]
+__all__ = ["ACCELERATORS", "DEFAULT_GPUS", "Accelerator", "Calibration", "Efficiency", "Roofline",
+           "accelerator_for_device", "calibrate", "get_accelerator", "parse_prices", "roofline", "unloaded_times_s"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import ConfigError
+from servebench.errors import ConfigError
 
 TB = 1e12
 GB = 1e9

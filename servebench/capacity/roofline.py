@@ -25,10 +25,10 @@ import math
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import ConfigError
-from ..kv import ModelShape, bytes_per_token, kv_heads_per_gpu
-from ..stepmodel import StepModel
-from .gpus import Accelerator
+from servebench.errors import ConfigError
+from servebench.capacity.kv import ModelShape, bytes_per_token, kv_heads_per_gpu
+from servebench.capacity.stepmodel import StepModel
+from servebench.capacity.gpus import Accelerator
 
 ACTIVATION_BYTES = 2  # the hidden state all-reduced between GPUs is bf16/fp16
 

@@ -1,0 +1,712 @@
+"""Tell queueing, prefill, decode and KV-memory limits apart from stage timings and concurrency.
+
+Input is either timing records with ``admitted`` (and ``prompt_tokens`` for the KV limit), from
+which ``measure`` builds a profile's measurements, or a measurement table like the spec's
+(``ProfileTable``). For each profile ``diagnose`` computes the KV limit on concurrent sequences,
+Little's law in service = rate x (prefill p50 + (N - 1) x TPOT p50), the utilization of the
+limit, the shares of TTFT p95 that are queue wait and prefill, and a verdict.
+
+Rules (default thresholds in ``Thresholds``). Every rule is checked and listed (``Verdict.rules``);
+without a symptom the verdict is ``none``; with one, the first rule in this order whose every
+condition holds wins (``PRECEDENCE``), and ``Verdict.explanation`` says why in one sentence::
+
+    limit       pattern (all must hold)                                       why
+    ----------  ------------------------------------------------------------  ------------------------------------
+    none        no symptom: TTFT p95 <= objective (2 s), no timeouts, no     the server keeps up at this load
+                rejections, TPOT growth at the load < 1.25
+    kv_memory   peak active >= KV limit; share of run at peak >= 25%;         admission waits for KV memory while
+                queue wait p95 >= 50% of TTFT p95; TPOT growth < 1.25         running sequences decode at full speed
+    decode      TPOT growth >= 1.25 (TPOT with many sequences active /        each decode step slows as the batch
+                TPOT with few, or / a baseline), and at the load requests     grows: compute or bandwidth bound
+                decode under (when known)
+    queueing    queue wait p95 >= 50% of TTFT p95; peak active below the     a cap other than memory (max
+                KV limit (or no limit known)                                  sequences, scheduler, client) holds
+    prefill     prefill p95 >= 50% of TTFT p95; queue wait p95 < 50%          first tokens wait for prompt compute
+    none        a symptom, but no pattern above (evidence says which)         look at failures by cause
+    undetermined  a symptom, no admitted times, not decode                    queue wait cannot be told from prefill
+
+``TPOT growth`` is TPOT p50 over a baseline: from records, TPOT p50 of requests decoding while
+in-service was in its top quarter over the bottom quarter; in a table, ``tpot_baseline_s`` (default:
+the lowest TPOT p50 among the table's profiles). ``TPOT growth at the load`` reads a line
+TPOT(L) = TPOT(1) + slope x (L - 1) (fitted to records' TPOT against the number in service, or
+taken from a fitted step model) at the mean number in service requests decode under: a server
+whose TPOT grows in brief bursts but not at its typical load is below saturation.
+
+Below saturation (verdict ``none``) ``first_to_bind`` says which limit binds first as load grows
+and at about what arrival rate: the KV limit and the cap on running sequences at
+rate = limit / time in service (Little's law, with TPOT at that many in service), decode at the
+number in service where TPOT reaches 1.25x its unloaded value. The same rules are in
+``docs/diagnosis.md``.
+The guided walkthrough of the spec's exercise is ``servebench.analysis.walkthrough``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from servebench.capacity import kv
+from servebench.errors import ConfigError
+from servebench.analysis.percentiles import percentile
+from servebench.records.table import RecordTable
+from servebench.capacity.stepmodel import StepModel
+from servebench.analysis.summary import build_report
+from servebench.analysis.timeline import active_counts
+
+Limit = Literal["kv_memory", "queueing", "prefill", "decode", "none", "undetermined"]
+LIMITS: tuple[str, ...] = ("kv_memory", "queueing", "prefill", "decode", "none")  # what a verdict can name
+PRECEDENCE: tuple[str, ...] = ("kv_memory", "decode", "queueing", "prefill")  # the first rule that holds wins
+MIN_LOAD_BINS = 2  # distinct in-service counts needed to fit TPOT against load
+
+
+class Thresholds(BaseModel):
+    """The thresholds the rules compare measurements against."""
+
+    model_config = ConfigDict(extra="forbid")
+    ttft_objective_s: float = Field(2.0, gt=0, description="TTFT p95 above this is a symptom.")
+    queue_share: float = Field(0.5, gt=0, le=1, description="Queue wait p95 / TTFT p95 at or above: queueing dominates.")
+    prefill_share: float = Field(0.5, gt=0, le=1, description="Prefill p95 / TTFT p95 at or above: prefill dominates.")
+    share_at_peak: float = Field(0.25, gt=0, le=1, description="Share of the run at peak active: 'much of the run'.")
+    tpot_growth: float = Field(1.25, gt=1, description="TPOT over its baseline at or above: TPOT grows with load.")
+
+
+class TpotLine(BaseModel):
+    """Request TPOT against the number in service: TPOT(L) = unloaded_s + per_seq_s x (L - 1)."""
+
+    model_config = ConfigDict(extra="forbid")
+    unloaded_s: float = Field(gt=0, description="TPOT with one sequence in service, s.")
+    per_seq_s: float = Field(ge=0, description="TPOT added per extra sequence in service, s.")
+    source: str = Field(description="Where the line comes from: records or a fitted step model.")
+
+    def at(self, in_service: float) -> float:
+        """Return TPOT with ``in_service`` sequences in service (at least one)."""
+        return self.unloaded_s + self.per_seq_s * max(in_service - 1.0, 0.0)
+
+
+class ProfileMeasurements(BaseModel):
+    """One load profile's measurements (the spec's table columns); None where not measured."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    prompt_tokens: int | None = Field(None, ge=0, description="Prompt tokens per request (mean if they vary).")
+    requests: int = Field(ge=1)
+    timeouts: int = Field(0, ge=0)
+    rejected: int = Field(0, ge=0, description="Requests refused at admission (queue full, too large); in failures.")
+    failures: int = Field(0, ge=0, description="Non-success outcomes other than timeouts.")
+    queue_wait_p50_s: float | None = Field(None, ge=0, description="Arrival to admission.")
+    queue_wait_p95_s: float | None = Field(None, ge=0)
+    prefill_p50_s: float | None = Field(None, ge=0, description="Admission to first token.")
+    prefill_p95_s: float | None = Field(None, ge=0)
+    ttft_p95_s: float | None = Field(None, ge=0, description="Arrival to first token, successes.")
+    tpot_p50_s: float | None = Field(None, ge=0, description="Request TPOT p50.")
+    tpot_baseline_s: float | None = Field(None, gt=0, description="TPOT p50 with few sequences active.")
+    tpot_high_load_s: float | None = Field(None, ge=0, description="TPOT p50 with many sequences active.")
+    peak_active: int | None = Field(None, ge=0, description="Peak sequences in service (admitted to end).")
+    share_at_peak: float | None = Field(None, ge=0, le=1, description="Share of the run at that peak.")
+    share_at_peak_is_upper_bound: bool = Field(False, description="True when the table says 'under x%'.")
+    mean_in_service: float | None = Field(None, ge=0, description="Measured time-average in service.")
+    arrival_rate_per_s: float = Field(gt=0)
+    output_tokens: int = Field(ge=1, description="Output tokens per success (N in prefill + (N-1) x TPOT).")
+    output_cap: int | None = Field(None, ge=1)
+    deadline_s: float | None = Field(None, gt=0)
+    duration_s: float | None = Field(None, gt=0)
+    has_admitted: bool = Field(True, description="False: no admission times, so queue wait and prefill are "
+                                                 "unknown and 'active' counts requests in flight.")
+    ttft_p50_s: float | None = Field(None, ge=0, description="Arrival to first token p50, successes.")
+    tpot_line: TpotLine | None = Field(None, description="TPOT against the number in service (records).")
+    decode_load: float | None = Field(None, ge=0, description="Mean number in service while requests decode.")
+    max_num_seqs: int | None = Field(None, ge=1, description="The server's cap on running sequences, if known.")
+    shared_prefix_share: float | None = Field(
+        None, ge=0, le=1, description="Share of prompt tokens prompts share with earlier ones (a prefix cache's "
+                                      "reachable hit rate; from records, their cached_prompt_tokens hit rate).")
+
+
+class ProfileTable(BaseModel):
+    """Profiles measured on one deployment: the shared model shape, KV budget and admission policy."""
+
+    model_config = ConfigDict(extra="forbid")
+    description: str | None = None
+    model: kv.ModelShape | None = None
+    kv_budget_gib: float | None = Field(None, gt=0, description="Memory left for the KV cache, GiB per GPU.")
+    policy: kv.Policy = "reserve"
+    expected_output_tokens: int | None = Field(None, ge=0, description="Paged policy: expected output length.")
+    thresholds: Thresholds = Field(default_factory=Thresholds)
+    profiles: list[ProfileMeasurements] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> "ProfileTable":
+        names = [p.name for p in self.profiles]
+        dups = sorted({n for n in names if names.count(n) > 1})
+        if dups:
+            raise ValueError(f"profile names must be unique; repeated: {', '.join(dups)}")
+        return self
+
+
+class Evidence(BaseModel):
+    """One measurement checked against one threshold."""
+
+    measurement: str
+    value: float | None
+    threshold: float | None
+    rule: str = Field(description="The comparison, e.g. '>=' or '<'.")
+    crossed: bool | None = Field(description="Whether value meets the rule; None when not measured.")
+    note: str
+
+
+class Experiment(BaseModel):
+    """One experiment that would confirm the verdict, and the result that would refute it."""
+
+    action: str
+    confirm: str
+    refute: str
+
+
+class RuleCheck(BaseModel):
+    """One rule of the precedence list: its conditions and whether all of them hold."""
+
+    limit: Limit
+    holds: bool
+    conditions: list[Evidence]
+
+
+class Binding(BaseModel):
+    """Where one limit binds as the arrival rate grows, estimated from this profile's measurements."""
+
+    limit: Limit
+    rate_per_s: float | None = Field(description="Arrival rate at which it binds (None: it does not, as far "
+                                                 "as the data shows).")
+    in_service: float | None = Field(description="Sequences in service when it binds.")
+    headroom: float | None = Field(description="That rate over the measured arrival rate.")
+    basis: str = Field(description="How the rate was estimated.")
+
+
+class Verdict(BaseModel):
+    """What limits one profile, the numbers behind it, and how to check."""
+
+    model_config = ConfigDict(ser_json_inf_nan="strings")
+    profile: str
+    limit: Limit
+    summary: str
+    evidence: list[Evidence]
+    bytes_per_token: int | None = None
+    budget_tokens: int | None = None
+    tokens_per_request: int | None = None
+    max_concurrent_sequences: int | None = None
+    time_in_service_s: float | None = None
+    in_service: float | None = Field(None, description="Little's law: rate x time in service.")
+    utilization: float | None = Field(None, description="In service / max concurrent sequences.")
+    saturation_rate_per_s: float | None = None
+    queue_share_of_ttft: float | None = Field(None, description="Queue wait p95 / TTFT p95.")
+    prefill_share_of_ttft: float | None = Field(None, description="Prefill p95 / TTFT p95.")
+    prefill_share_of_service: float | None = Field(None, description="Prefill p50 / time in service.")
+    tpot_growth: float | None = None
+    tpot_growth_at_load: float | None = Field(None, description="TPOT at the mean load requests decode under "
+                                                                "over TPOT with one in service.")
+    rules: list[RuleCheck] = Field(default_factory=list, description="Every rule, in precedence order.")
+    explanation: str = Field("", description="Why this verdict, in one sentence.")
+    first_to_bind: Binding | None = Field(None, description="The limit that binds first as load grows.")
+    bindings: list[Binding] = Field(default_factory=list, description="Every limit's estimated binding rate.")
+    cannot_tell: list[str] = Field(default_factory=list, description="What this data cannot tell.")
+    prefill: str = Field(description="What prefill contributes.")
+    experiment: Experiment
+    measurements: ProfileMeasurements
+
+
+# --------------------------------------------------------------------------- measuring records
+
+
+def tpot_by_load(table: RecordTable) -> tuple[float | None, float | None]:
+    """Return TPOT p50 of requests decoding at low and at high in-service counts (bottom, top quarter).
+
+    Each multi-token success is placed by the number in service (admitted to end; arrival to end
+    when records have no admitted times) at the middle of its decode.
+    Returns (None, None) when load did not vary (no way to see TPOT grow).
+    """
+    begin = table.admitted if table.has_admitted else table.start
+    ok = table.is_success & np.isfinite(begin) & (table.output_tokens > 1)
+    adm = np.isfinite(begin)
+    if np.count_nonzero(ok) < 4:
+        return None, None
+    ft, end, out = table.first_token[ok], table.end[ok], table.output_tokens[ok]
+    tpot = (end - ft) / (out - 1)
+    load = active_counts(begin[adm], table.end[adm], (ft + end) / 2)
+    lo_cut, hi_cut = percentile(load, 25), percentile(load, 75)
+    assert lo_cut is not None and hi_cut is not None
+    if lo_cut >= hi_cut:
+        return None, None
+    return percentile(tpot[load <= lo_cut], 50), percentile(tpot[load >= hi_cut], 50)
+
+
+def tpot_line(table: RecordTable) -> tuple[TpotLine | None, float | None]:
+    """Fit TPOT against the number in service; return the line and the mean load requests decode under.
+
+    Each multi-token success is placed by the number in service (admitted to end; arrival to end
+    without admitted times) at the middle of its decode. The line is a weighted least-squares fit
+    to the median TPOT of each in-service count seen by at least 3 requests (so a few slow requests
+    do not tilt it); it needs two such counts, else the line is None.
+    """
+    has_adm = table.has_admitted
+    begin = table.admitted if has_adm else table.start
+    valid = np.isfinite(begin)
+    ok = table.is_success & valid & np.isfinite(table.first_token) & (table.output_tokens > 1)
+    if not ok.any():
+        return None, None
+    ft, end, out = table.first_token[ok], table.end[ok], table.output_tokens[ok]
+    tpot = (end - ft) / (out - 1)
+    load = active_counts(begin[valid], table.end[valid], (ft + end) / 2)
+    mean_load = float(load.mean())
+    levels, counts = np.unique(load, return_counts=True)
+    keep = counts >= 3
+    if int(keep.sum()) < MIN_LOAD_BINS:
+        return None, mean_load
+    x = levels[keep].astype(np.float64)
+    y = np.array([np.median(tpot[load == lv]) for lv in levels[keep]])
+    w = counts[keep].astype(np.float64)
+    slope, intercept = np.polyfit(x, y, 1, w=np.sqrt(w))
+    slope = max(0.0, float(slope))
+    unloaded = float(intercept) + slope if slope > 0 else float(np.average(y, weights=w))
+    if unloaded <= 0:
+        unloaded = float(y.min()) if y.min() > 0 else float(tpot[tpot > 0].min(initial=np.inf))
+    if not np.isfinite(unloaded) or unloaded <= 0:
+        return None, mean_load
+    return TpotLine(unloaded_s=unloaded, per_seq_s=slope, source="records"), mean_load
+
+
+def measure(table: RecordTable, window_start: float, window_end: float, *, name: str | None = None,
+            output_cap: int | None = None, deadline_s: float | None = None,
+            require_admitted: bool = True) -> ProfileMeasurements:
+    """Build a profile's measurements from records (reusing the report).
+
+    Records without ``admitted`` times are refused unless ``require_admitted`` is False: then queue
+    wait and prefill stay unknown and peak active counts requests in flight (arrival to end).
+    """
+    if not table.has_admitted and require_admitted:
+        raise ConfigError(f"{table.source or 'records'}: no 'admitted' times, so queue wait cannot be told "
+                          "from prefill; add the server's admission time to each record")
+    report = build_report(table, window_start, window_end, by_slice=False)
+    qw, pf = report.queue_wait_s, report.prefill_s
+    starts = np.sort(table.start)
+    span = float(starts[-1] - starts[0])
+    rate = (len(table) - 1) / span if len(table) > 1 and span > 0 else len(table) / report.window_s
+    prompt = table.prompt_tokens[table.prompt_tokens >= 0]
+    ok_out = table.output_tokens[table.is_success & (table.output_tokens >= 1)]
+    produced = table.output_tokens[table.output_tokens >= 0]
+    n_out = percentile(ok_out, 50)
+    if n_out is None:
+        raise ConfigError(f"{table.source or 'records'}: no successful request, so there is no time in service "
+                          "to measure; see the failure report (servebench summarize)")
+    has_adm = table.has_admitted
+    begin = table.admitted if has_adm else table.start
+    adm = np.isfinite(begin)
+    busy = np.clip(table.end[adm], window_start, window_end) - np.clip(begin[adm], window_start, window_end)
+    low, high = tpot_by_load(table)
+    line, decode_load = tpot_line(table)
+    ins = report.in_service if has_adm else report.active_requests
+    assert ins is not None
+    return ProfileMeasurements(
+        name=name or table.source or "records",
+        prompt_tokens=math.ceil(float(prompt.mean())) if prompt.size else None,
+        requests=report.offered, timeouts=report.timed_out, rejected=report.rejected,
+        failures=report.offered - report.completed - report.timed_out,
+        queue_wait_p50_s=qw.at(50) if qw else None, queue_wait_p95_s=qw.at(95) if qw else None,
+        prefill_p50_s=pf.at(50) if pf else None, prefill_p95_s=pf.at(95) if pf else None,
+        ttft_p95_s=report.ttft_s.at(95), tpot_p50_s=report.request_tpot_s.at(50),
+        tpot_baseline_s=low if low else None, tpot_high_load_s=high,
+        peak_active=ins.peak, share_at_peak=min(1.0, ins.share_of_window_at_peak),
+        mean_in_service=float(busy.sum()) / report.window_s,
+        arrival_rate_per_s=rate, output_tokens=int(n_out),
+        output_cap=output_cap if output_cap is not None else (int(produced.max()) if produced.size else None),
+        deadline_s=deadline_s, duration_s=report.window_s, has_admitted=has_adm,
+        ttft_p50_s=report.ttft_s.at(50), tpot_line=line, decode_load=decode_load,
+        shared_prefix_share=None if report.prefix_cache is None else report.prefix_cache.token_hit_rate,
+    )
+
+
+# --------------------------------------------------------------------------- the rules
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def _ev(measurement: str, value: float | None, rule: str, threshold: float | None, note: str) -> Evidence:
+    crossed = None
+    if value is not None and threshold is not None:
+        crossed = {">=": value >= threshold, "<": value < threshold, "<=": value <= threshold,
+                   ">": value > threshold}[rule]
+    return Evidence(measurement=measurement, value=value, threshold=threshold, rule=rule, crossed=crossed, note=note)
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0%}"
+
+
+def _s(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3g} s"
+
+
+def diagnose(m: ProfileMeasurements, *, shape: kv.ModelShape | None = None, budget_bytes: int | None = None,
+             policy: kv.Policy = "reserve", expected_output_tokens: int | None = None,
+             thresholds: Thresholds | None = None, tpot_baseline_s: float | None = None,
+             budget_tokens: int | None = None, step_model: StepModel | None = None) -> Verdict:
+    """Return the verdict for one profile.
+
+    The KV limit needs prompt tokens and either a shape with a budget in bytes, or ``budget_tokens``
+    (a server's KV budget in tokens, as a scenario gives it). ``step_model`` (fitted to a timing
+    run) gives TPOT against the number in service when the records cannot.
+    """
+    th = thresholds or Thresholds()
+    if budget_bytes is not None and shape is None:
+        raise ConfigError(f"profile {m.name!r}: a KV budget needs the model shape (--model, --config or "
+                          "--layers/--kv-heads/--head-dim) to turn memory into concurrent sequences")
+    out: dict = {}
+    limit_n: int | None = None
+    cap = m.output_cap if m.output_cap is not None else m.output_tokens
+    tpr = kv.tokens_per_request(m.prompt_tokens, cap, policy, expected_output_tokens) \
+        if m.prompt_tokens is not None else None
+    if shape is not None:
+        out["bytes_per_token"] = kv.bytes_per_token(shape)
+        if budget_bytes is not None:
+            out["budget_tokens"] = kv.budget_tokens(budget_bytes, shape)
+        if tpr is not None:
+            out["tokens_per_request"] = tpr
+            if budget_bytes is not None:
+                limit_n = kv.max_sequences_in_budget(budget_bytes, shape, tpr)
+    elif budget_tokens is not None:
+        out["budget_tokens"] = budget_tokens
+        if tpr is not None:
+            out["tokens_per_request"] = tpr
+            limit_n = kv.max_concurrent_sequences(budget_tokens, tpr)
+    if limit_n is not None:
+        out["max_concurrent_sequences"] = limit_n
+    first_s = m.prefill_p50_s if m.prefill_p50_s is not None else (None if m.has_admitted else m.ttft_p50_s)
+    w = kv.time_in_service_s(first_s, m.tpot_p50_s, m.output_tokens) \
+        if first_s is not None and m.tpot_p50_s is not None else None
+    l_srv = kv.in_service(m.arrival_rate_per_s, w) if w is not None else None
+    util = kv.utilization(l_srv, limit_n) if l_srv is not None and limit_n is not None else None
+    sat = kv.saturation_rate_per_s(limit_n, w) if limit_n is not None and w is not None else None
+    q_share = _ratio(m.queue_wait_p95_s, m.ttft_p95_s)
+    p_share = _ratio(m.prefill_p95_s, m.ttft_p95_s)
+    base = m.tpot_baseline_s or tpot_baseline_s
+    growth = _ratio(m.tpot_high_load_s if m.tpot_high_load_s is not None else m.tpot_p50_s, base)
+    at_limit = m.peak_active / limit_n if m.peak_active is not None and limit_n else None
+    line = m.tpot_line or _line_from(step_model, m)
+    load = m.decode_load if m.decode_load is not None else l_srv
+    growth_at_load = line.at(max(load, 1.0)) / line.unloaded_s if line is not None and load is not None else None
+
+    e_ttft = _ev("ttft_p95_s", m.ttft_p95_s, ">", th.ttft_objective_s, "TTFT p95 above the objective")
+    e_timeouts = _ev("timeouts", m.timeouts, ">", 0, "requests that hit the deadline")
+    e_rejected = _ev("rejected", m.rejected, ">", 0, "requests refused at admission (queue full or too large)")
+    e_growth = _ev("tpot_growth", growth, ">=", th.tpot_growth,
+                   f"TPOT {_s(m.tpot_high_load_s or m.tpot_p50_s)} over baseline {_s(base)}")
+    e_load = _ev("tpot_growth_at_load", growth_at_load, ">=", th.tpot_growth,
+                 f"TPOT at {_n(load)} in service (the mean requests decode under) over TPOT alone "
+                 f"{_s(line.unloaded_s if line else None)}" + (f" ({line.source})" if line else ""))
+    e_peak = _ev("peak_active / max_concurrent_sequences", at_limit, ">=", 1.0,
+                 f"peak {m.peak_active} against the KV limit {limit_n}")
+    e_share = _ev("share_at_peak", m.share_at_peak, ">=", th.share_at_peak,
+                  ("under " if m.share_at_peak_is_upper_bound else "") + f"{_pct(m.share_at_peak)} of the run at the peak")
+    e_queue = _ev("queue_share_of_ttft", q_share, ">=", th.queue_share,
+                  f"queue wait p95 {_s(m.queue_wait_p95_s)} of TTFT p95 {_s(m.ttft_p95_s)}")
+    e_flat = _ev("tpot_growth", growth, "<", th.tpot_growth, f"TPOT {_s(m.tpot_p50_s)} against baseline {_s(base)}")
+    e_prefill = _ev("prefill_share_of_ttft", p_share, ">=", th.prefill_share,
+                    f"prefill p95 {_s(m.prefill_p95_s)} of TTFT p95 {_s(m.ttft_p95_s)}")
+    e_below = _ev("peak_active / max_concurrent_sequences", at_limit, "<", 1.0,
+                  f"peak {m.peak_active} below the KV limit {limit_n}" if limit_n else "no KV limit known")
+    e_util = _ev("utilization", util, "<", 1.0,
+                 f"{l_srv:.3g} in service against the limit {limit_n}" if l_srv is not None else "in service unknown")
+
+    # TPOT growth is a symptom at the load requests typically decode under, when that is known
+    decode_symptom = e_load if e_load.crossed is not None else e_growth
+    symptoms = [e for e in (e_ttft, e_timeouts, e_rejected, decode_symptom) if e.crossed]
+    kv_rule = [e_peak, e_share, e_queue, e_flat]
+    decode_rule = [e_growth] + ([e_load] if e_load.crossed is not None else [])
+    queue_rule = [e_queue, e_below]
+    prefill_rule = [e_prefill, _ev("queue_share_of_ttft", q_share, "<", th.queue_share, "little queueing")]
+
+    def holds(rule: list[Evidence], allow_unknown: Sequence[Evidence] = ()) -> bool:
+        return all(e.crossed or (e.crossed is None and e in allow_unknown) for e in rule)
+
+    rules = [RuleCheck(limit="kv_memory", holds=holds(kv_rule, allow_unknown=[e_flat]), conditions=kv_rule),
+             RuleCheck(limit="decode", holds=holds(decode_rule), conditions=decode_rule),
+             RuleCheck(limit="queueing", holds=holds([e_queue]) and (limit_n is None or bool(e_below.crossed)),
+                       conditions=queue_rule),
+             RuleCheck(limit="prefill", holds=holds(prefill_rule), conditions=prefill_rule)]
+    winner = next((r for r in rules if r.holds), None) if symptoms else None
+    limit: Limit
+    if not symptoms:
+        limit = "none"
+        evidence = [e_ttft, e_timeouts, e_rejected, e_growth] + ([e_load] if e_load.crossed is not None else []) \
+            + [e_util, e_below, e_share, e_queue]
+    elif winner is not None:
+        limit = winner.limit
+        evidence = {"kv_memory": kv_rule + [e_util] + symptoms, "decode": decode_rule + [e_queue, e_prefill],
+                    "queueing": queue_rule + [e_share] + symptoms, "prefill": prefill_rule + symptoms}[limit]
+    else:
+        limit = "none" if m.has_admitted else "undetermined"
+        evidence = symptoms + [e_queue, e_prefill, e_peak]
+
+    bindings = _bindings(m, limit_n, line, first_s, th)
+    known = [b for b in bindings if b.rate_per_s is not None]
+    first = min(known, key=lambda b: b.rate_per_s) if known else None  # type: ignore[arg-type, return-value]
+    cannot_tell = [] if m.has_admitted else [
+        "the records have no admitted times, so TTFT cannot be split into queue wait and prefill: kv_memory, "
+        "queueing and prefill cannot be told apart",
+        "'active' counts requests in flight (arrival to end), queued ones included, not sequences in service"]
+    share_srv = _ratio(m.prefill_p50_s, w)
+    verdict = Verdict(
+        profile=m.name, limit=limit, summary="", evidence=evidence, time_in_service_s=w, in_service=l_srv,
+        utilization=util, saturation_rate_per_s=sat, queue_share_of_ttft=q_share, prefill_share_of_ttft=p_share,
+        prefill_share_of_service=share_srv, tpot_growth=growth, tpot_growth_at_load=growth_at_load, rules=rules,
+        first_to_bind=first, bindings=bindings, cannot_tell=cannot_tell, prefill="",
+        experiment=Experiment(action="", confirm="", refute=""), measurements=m, **out)
+    verdict.summary = _summary(verdict, bool(symptoms))
+    verdict.explanation = _explanation(verdict, symptoms, winner)
+    verdict.prefill = _prefill_text(verdict)
+    verdict.experiment = _experiment(verdict, shape, budget_bytes, policy, expected_output_tokens)
+    return verdict
+
+
+def _n(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3g}"
+
+
+def _line_from(step_model: StepModel | None, m: ProfileMeasurements) -> TpotLine | None:
+    """Return TPOT against load from a fitted step model: one decode step of L sequences per token."""
+    if step_model is None:
+        return None
+    context = (m.prompt_tokens or 0) + m.output_tokens / 2  # tokens a decoding sequence attends over, on average
+    one = step_model.step_s(0, 1, int(round(context)))
+    if one <= 0:
+        return None
+    return TpotLine(unloaded_s=one, per_seq_s=step_model.per_decode_seq_s + step_model.per_kv_token_s * context,
+                    source="fitted step model")
+
+
+def _bindings(m: ProfileMeasurements, limit_n: int | None, line: TpotLine | None, first_s: float | None,
+              th: Thresholds) -> list[Binding]:
+    """Return where each limit binds as the arrival rate grows (Little's law with TPOT at that load)."""
+    def time_in_service(in_service: float) -> float | None:
+        tpot = line.at(in_service) if line is not None else m.tpot_p50_s
+        if first_s is None or tpot is None:
+            return None
+        return kv.time_in_service_s(first_s, tpot, m.output_tokens)
+
+    def at(limit: Limit, in_service: float | None, basis: str) -> Binding:
+        w = time_in_service(in_service) if in_service is not None else None
+        rate = in_service / w if in_service is not None and w else None
+        head = rate / m.arrival_rate_per_s if rate is not None else None
+        return Binding(limit=limit, rate_per_s=rate, in_service=in_service, headroom=head, basis=basis)
+
+    tpot_how = "TPOT growing with load as measured" if line is not None else "TPOT as measured"
+    out = []
+    if limit_n is not None:
+        out.append(at("kv_memory", float(limit_n), f"Little's law: the KV limit of {limit_n} sequences over the "
+                                                    f"time in service at that load ({tpot_how})"))
+    else:
+        out.append(Binding(limit="kv_memory", rate_per_s=None, in_service=None, headroom=None,
+                           basis="no KV limit known (give the model shape and KV budget)"))
+    if m.max_num_seqs is not None and (limit_n is None or m.max_num_seqs < limit_n):
+        out.append(at("queueing", float(m.max_num_seqs), f"Little's law: the cap of {m.max_num_seqs} running "
+                                                         f"sequences over the time in service ({tpot_how})"))
+    if line is not None and line.per_seq_s > 0:
+        n_decode = 1.0 + (th.tpot_growth - 1.0) * line.unloaded_s / line.per_seq_s
+        out.append(at("decode", n_decode, f"TPOT reaches {th.tpot_growth:g}x its unloaded {_s(line.unloaded_s)} at "
+                                          f"{n_decode:.3g} in service ({line.source}: +{_s(line.per_seq_s)} per "
+                                          "sequence)"))
+    else:
+        out.append(Binding(limit="decode", rate_per_s=None, in_service=None, headroom=None,
+                           basis="TPOT does not grow measurably with load in this data"
+                           if line is not None else "TPOT against load unknown (one load level measured)"))
+    return out
+
+
+def _explanation(v: Verdict, symptoms: list[Evidence], winner: RuleCheck | None) -> str:
+    """Return one sentence saying why this verdict, naming the other rules that crossed."""
+    others = [r.limit for r in v.rules if r.holds and (winner is None or r.limit != winner.limit)]
+    also = f"; {', '.join(others)} also held but come{'s' if len(others) == 1 else ''} later in the precedence " \
+           f"({' > '.join(PRECEDENCE)})" if others else ""
+    if not symptoms:
+        bind = v.first_to_bind
+        where = (f"; as load grows, {bind.limit} binds first, at about {bind.rate_per_s:.3g}/s "
+                 f"({bind.headroom:.3g}x the measured rate)") if bind is not None and bind.rate_per_s and bind.headroom \
+            else ""
+        held = f" (the {', '.join(others)} pattern holds, but without a symptom nothing limits yet)" if others else ""
+        return f"No symptom at this load (TTFT within its objective, no failures, TPOT flat at the typical load), " \
+               f"so nothing limits it{held}{where}."
+    names = ", ".join(e.measurement for e in symptoms)
+    if winner is not None:
+        return f"{winner.limit} because its whole pattern holds given the symptom{'s' if len(symptoms) > 1 else ''} " \
+               f"({names}){also}."
+    if v.limit == "undetermined":
+        return f"A symptom ({names}) but no admitted times to split TTFT into queue wait and prefill, and TPOT " \
+               "does not grow with load, so the data cannot say which limit binds."
+    return f"A symptom ({names}) but no rule's whole pattern holds, so no single limit is named."
+
+
+def _summary(v: Verdict, stressed: bool) -> str:
+    m = v.measurements
+    if v.limit == "kv_memory":
+        return (f"KV memory: at most {v.max_concurrent_sequences} sequences fit; {m.peak_active} were active for "
+                f"{_pct(m.share_at_peak)} of the run, and queue wait is {_pct(v.queue_share_of_ttft)} of TTFT p95 "
+                f"while TPOT stays flat." + (f" Little's law puts {v.in_service:.2f} in service on average against "
+                f"the limit of {v.max_concurrent_sequences} ({_pct(v.utilization)}), "
+                + ("where waits rise sharply." if v.utilization < 1 else
+                   "beyond it: the queue grows for as long as this load lasts.")
+                if v.in_service is not None and v.utilization is not None else ""))
+    if v.limit == "decode":
+        return f"Decode: TPOT grows {v.tpot_growth:.2f}x with active sequences; each step slows as the batch grows."
+    if v.limit == "queueing":
+        where = f"below the KV limit of {v.max_concurrent_sequences}" if v.max_concurrent_sequences else \
+            "(no KV limit known to compare)"
+        return (f"Queueing: queue wait is {_pct(v.queue_share_of_ttft)} of TTFT p95 while active sequences stop at "
+                f"{m.peak_active}, {where}: a cap other than memory."
+                + (f" {m.rejected} of {m.requests} requests were rejected at admission." if m.rejected else ""))
+    if v.limit == "prefill":
+        return (f"Prefill: prefill is {_pct(v.prefill_share_of_ttft)} of TTFT p95 ({_s(m.ttft_p95_s)}) with "
+                f"little queueing.")
+    if v.limit == "undetermined":
+        return ("Something limits this profile (see the symptoms), but without admitted times queue wait cannot be "
+                "told from prefill, so KV memory, queueing and prefill cannot be told apart; TPOT does not grow "
+                "with load, so it is not decode.")
+    if stressed:
+        return "No single limit matches; the symptoms are listed in the evidence (check failures by cause)."
+    util = f" and {v.in_service:.2f} in service against a limit of {v.max_concurrent_sequences}" \
+        if v.in_service is not None and v.max_concurrent_sequences else ""
+    bind = v.first_to_bind
+    grows = (f" As load grows, {bind.limit} binds first, at about {bind.rate_per_s:.3g} requests/s "
+             f"({bind.in_service:.3g} in service).") if bind is not None and bind.rate_per_s is not None \
+        and bind.in_service is not None else ""
+    return f"Nothing limits this profile at this load: TTFT p95 {_s(m.ttft_p95_s)}, {m.timeouts} timeouts{util}.{grows}"
+
+
+def _prefill_text(v: Verdict) -> str:
+    m = v.measurements
+    if m.prefill_p50_s is None:
+        return "Prefill was not measured (records need admitted times)."
+    text = (f"Prefill takes {_s(m.prefill_p50_s)} p50 ({_s(m.prefill_p95_s)} p95): {_pct(v.prefill_share_of_ttft)} "
+            f"of TTFT p95 and {_pct(v.prefill_share_of_service)} of each request's time in service.")
+    if v.limit == "prefill":
+        return text + " It is the limit: shorter prompts, prefix caching or more prefill compute would cut TTFT."
+    if v.limit == "kv_memory":
+        without = ""
+        if v.in_service is not None and v.time_in_service_s and v.max_concurrent_sequences:
+            rest = v.in_service * (1 - (v.prefill_share_of_service or 0))
+            without = (f" Even with no prefill at all, {rest:.2f} would be in service against "
+                       f"{v.max_concurrent_sequences} ({rest / v.max_concurrent_sequences:.0%}).")
+        return (text + " It is not the limit, but it lengthens how long each KV reservation is held." + without)
+    return text + " It is not what limits this profile."
+
+
+def _experiment(v: Verdict, shape: kv.ModelShape | None, budget_bytes: int | None, policy: kv.Policy,
+                expected_output_tokens: int | None) -> Experiment:
+    m = v.measurements
+    if v.limit == "kv_memory" and shape is not None and budget_bytes and v.tokens_per_request:
+        doubled = kv.max_sequences_in_budget(2 * budget_bytes, shape, v.tokens_per_request)
+        util = f" (utilization {v.in_service / doubled:.2f})" if v.in_service is not None and doubled else ""
+        return Experiment(
+            action=(f"Rerun {m.name} at the same arrival rate with twice the KV budget (or an fp8 KV cache, which "
+                    f"halves bytes per token): the limit becomes {doubled} sequences{util}."),
+            confirm=(f"Peak active rises above {m.peak_active} and no longer sits at a ceiling, queue wait p95 falls "
+                     f"far below {_s(m.queue_wait_p95_s)}, TPOT stays near {_s(m.tpot_p50_s)}."),
+            refute=(f"Peak active stays at {m.peak_active} with the same queue wait: a cap other than KV memory "
+                    "(max sequences, scheduler) binds, so the verdict is queueing."))
+    if v.limit == "kv_memory":
+        return Experiment(action=f"Rerun {m.name} with a larger KV budget or shorter output cap.",
+                          confirm="Peak active rises and queue wait falls.",
+                          refute=f"Peak active stays at {m.peak_active}: another cap binds.")
+    if v.limit == "queueing":
+        return Experiment(
+            action=(f"Raise the cap on concurrent sequences (server max sequences, scheduler or client concurrency) "
+                    f"above {m.peak_active}, keeping the KV budget and arrival rate."),
+            confirm=f"Peak active rises above {m.peak_active} and queue wait p95 falls well below {_s(m.queue_wait_p95_s)}.",
+            refute=f"Peak active stays at {m.peak_active}: the cap is elsewhere (or it is memory after all).")
+    if v.limit == "decode":
+        return Experiment(
+            action=f"Cap active sequences at half of {m.peak_active} (or halve the arrival rate).",
+            confirm=f"TPOT p50 falls back toward {_s(m.tpot_baseline_s)}.",
+            refute=f"TPOT stays near {_s(m.tpot_high_load_s or m.tpot_p50_s)}: decode speed is not load-bound.")
+    prefix = _prefix_cache_experiment(v)
+    if prefix is not None:
+        return prefix
+    if v.limit == "prefill":
+        return Experiment(
+            action="Halve the prompt length (or enable prefix caching or chunked prefill) at the same arrival rate.",
+            confirm=f"TTFT p95 falls roughly with prefill, from {_s(m.ttft_p95_s)} toward {_s((m.ttft_p95_s or 0) / 2)}.",
+            refute="TTFT p95 barely moves: the time is spent elsewhere (queueing or emit).")
+    if v.limit == "undetermined":
+        return Experiment(
+            action=f"Rerun {m.name} with the server's admission time recorded for each request (admitted).",
+            confirm="Queue wait and prefill separate: the rules then name kv_memory, queueing or prefill.",
+            refute="Queue wait and prefill both stay small while TTFT is high: the time is spent before the server "
+                   "(client or network).")
+    bind = v.first_to_bind
+    if bind is not None and bind.rate_per_s is not None and bind.limit != "kv_memory":
+        rate = f" toward {bind.rate_per_s:.2f}/s, where {bind.limit} should bind first"
+    else:
+        rate = f" toward the saturation rate of {v.saturation_rate_per_s:.2f}/s (limit / time in service)" \
+            if v.saturation_rate_per_s else ""
+    return Experiment(
+        action=f"Raise the arrival rate of {m.name} stepwise from {m.arrival_rate_per_s:.3g}/s{rate}.",
+        confirm="Queue wait and TTFT stay flat until in service nears the limit, then rise sharply.",
+        refute="Queue wait or TTFT rise well below that rate: a limit is already close at the current load.")
+
+
+PREFIX_SHARE_MIN = 0.2  # prompts sharing at least this share of their tokens make prefix caching worth trying
+PREFILL_DOMINATES = 0.5  # prefill at least this share of TTFT p95
+
+
+def _prefix_cache_experiment(v: Verdict) -> Experiment | None:
+    """Name prefix caching as the experiment when prefill dominates TTFT and prompts share prefixes; else None."""
+    m = v.measurements
+    share = m.shared_prefix_share
+    if (share is None or share < PREFIX_SHARE_MIN or v.limit not in ("prefill", "none")
+            or (v.prefill_share_of_ttft or 0) < PREFILL_DOMINATES):
+        return None
+    return Experiment(
+        action=(f"Turn prefix caching on (vLLM --enable-prefix-caching; scenario server.prefix_caching: true) for "
+                f"{m.name} at the same arrival rate and prompts: {share:.0%} of prompt tokens are shared with "
+                "earlier prompts, and prefill is most of TTFT."),
+        confirm=(f"Token hit rate near {share:.0%}, prefill p50 and TTFT p95 fall roughly by that share "
+                 f"(from {_s(m.ttft_p95_s)} toward {_s((m.ttft_p95_s or 0) * (1 - share))}), TPOT unchanged."),
+        refute="Hit rate well below the shared share (prompts differ in their first tokens, or the cache evicts "
+               "documents before reuse), or TTFT barely moves: the time is not in recomputing the shared part.")
+
+
+# --------------------------------------------------------------------------- whole inputs
+
+
+def diagnose_table(table: ProfileTable) -> list[Verdict]:
+    """Return a verdict per profile; the TPOT baseline defaults to the lowest TPOT p50 in the table."""
+    budget = int(table.kv_budget_gib * kv.GIB) if table.kv_budget_gib is not None else None
+    tpots = [p.tpot_p50_s for p in table.profiles if p.tpot_p50_s is not None]
+    base = min(tpots) if len(tpots) > 1 else None
+    return [diagnose(p, shape=table.model, budget_bytes=budget, policy=table.policy,
+                     expected_output_tokens=table.expected_output_tokens, thresholds=table.thresholds,
+                     tpot_baseline_s=base) for p in table.profiles]
+
+
+def diagnose_records(table: RecordTable, window_start: float, window_end: float, *,
+                     shape: kv.ModelShape | None = None, budget_bytes: int | None = None,
+                     policy: kv.Policy = "reserve", output_cap: int | None = None,
+                     expected_output_tokens: int | None = None, deadline_s: float | None = None,
+                     thresholds: Thresholds | None = None, name: str | None = None,
+                     budget_tokens: int | None = None, max_num_seqs: int | None = None,
+                     step_model: StepModel | None = None) -> Verdict:
+    """Measure records, then diagnose them as one profile.
+
+    Records without admitted times get the verdict their data supports (``cannot_tell`` says what
+    is missing). ``budget_tokens`` and ``max_num_seqs`` are the server's KV budget in tokens and
+    its cap on running sequences (a timing run's scenario has both); ``step_model`` a fitted one.
+    """
+    m = measure(table, window_start, window_end, name=name, output_cap=output_cap, deadline_s=deadline_s,
+                require_admitted=False)
+    if max_num_seqs is not None:
+        m = m.model_copy(update={"max_num_seqs": max_num_seqs})
+    return diagnose(m, shape=shape, budget_bytes=budget_bytes, policy=policy,
+                    expected_output_tokens=expected_output_tokens, thresholds=thresholds,
+                    budget_tokens=budget_tokens, step_model=step_model)

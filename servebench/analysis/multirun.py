@@ -1,0 +1,57 @@
+"""Exports with several runs (GuideLLM benchmarks at several rates): one row per run and a rate curve."""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from servebench.records.importers import import_runs
+from servebench.records.loaders import LoadedRecords
+from servebench.analysis.summary import build_report
+from servebench.records.window_zoom import full_table
+
+
+def run_label(loaded: LoadedRecords) -> str:
+    """Name a run by its strategy and rate, e.g. 'run 2: constant at 4 req/s'."""
+    m = loaded.metadata
+    rate = m.get("rate")
+    what = m.get("strategy") or "run"
+    at = f" at {rate:g} req/s" if isinstance(rate, (int, float)) else ""
+    return f"run {m.get('run_index', 0)}: {what}{at}"
+
+
+def runs_table(data: bytes, name: str, fmt: str = "auto", outside_window: str | None = None) -> pd.DataFrame:
+    """Return one row per run of an export: its rate, counts, throughput and p95s (each over its own span)."""
+    rows = []
+    for loaded in import_runs(data, name, fmt, outside_window=outside_window):
+        table = full_table(loaded)
+        ws, we = float(table.start.min()), float(table.end.max())
+        r = build_report(table, ws, we)
+        s = r.summary
+        unavailable = set(loaded.metadata.get("unavailable_metrics") or [])
+        rate = loaded.metadata.get("rate")
+        rows.append({
+            "run": run_label(loaded), "rate (req/s)": rate if isinstance(rate, (int, float)) else None,
+            "requests": s["requests"], "successes": s["successes"],
+            "non-success": f"{s['non_success_fraction']:.1%}",
+            "successful req/s": None if "successful_requests_per_second" in unavailable
+            else s["successful_requests_per_second"],
+            "latency p95 (s)": s["success_latency_p95_s"], "TTFT p95 (s)": s["success_ttft_p95_s"],
+            "TPOT p95 (s)": s["success_request_tpot_p95_s"],
+        })
+    return pd.DataFrame(rows)
+
+
+def rate_curve(frame: pd.DataFrame) -> go.Figure:
+    """Return throughput and p95 latency / TTFT against each run's rate (or its index when it has none)."""
+    x = frame["rate (req/s)"] if frame["rate (req/s)"].notna().all() else frame.index
+    title = "offered rate (req/s)" if x is not frame.index else "run"
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("Successful requests/s", "p95 latency and TTFT (s)"))
+    fig.add_trace(go.Scatter(x=x, y=frame["successful req/s"], mode="lines+markers", name="successful req/s"), 1, 1)
+    for col in ("latency p95 (s)", "TTFT p95 (s)"):
+        fig.add_trace(go.Scatter(x=x, y=frame[col], mode="lines+markers", name=col), 1, 2)
+    fig.update_xaxes(title_text=title)
+    fig.update_layout(height=360, margin=dict(l=50, r=10, t=50, b=40),
+                      legend=dict(orientation="h", yanchor="top", y=-0.25, x=0))
+    return fig

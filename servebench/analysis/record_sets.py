@@ -1,0 +1,53 @@
+"""Summarize a record file or a record set (a folder or glob of parts) with either engine into the full report.
+
+In memory is the default; DuckDB (``servebench.analysis.duckdb_report``) computes the same report out of
+core when asked, or when the set would not fit in the memory servebench allows itself.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from servebench.analysis.summary import build_report
+from servebench.records.extra_columns import slice_by
+from servebench.records.loaders import read_path, to_table
+from servebench.records.recordset import (SetSummary, choose_engine, find_parts, is_record_set, read_set,
+                                          set_warnings, table_of_set)
+
+
+def summarize_path(path: str | Path, fmt: str = "auto", window_start: float | None = None,
+                   window_end: float | None = None, slo: Any = None, slice_column: str | None = None,
+                   engine: str = "auto", memory_limit: str | None = None,
+                   progress: Callable[[str], None] = lambda _: None) -> SetSummary:
+    """Summarize a record file or set, in memory or with DuckDB (``engine``), into the full report."""
+    single = not is_record_set(path)
+    record_set = None if single and engine == "memory" else find_parts(path)
+    chosen, note = choose_engine(engine, record_set, memory_limit) if record_set is not None else ("memory", None)
+    if chosen == "duckdb":
+        from servebench.analysis.duckdb_report import summarize_set  # imports duckdb: only when chosen
+        return summarize_set(record_set, fmt, window_start, window_end, slo, slice_column,  # type: ignore[arg-type]
+                             memory_limit, progress, engine_note=note)
+    if single:  # one file (or a run folder's): the one-file reader, as ever
+        progress(f"reading {Path(path).name}")
+        loaded = [read_path(path, fmt)]
+        source = loaded[0].rows.source or Path(path).name
+    else:
+        assert record_set is not None
+        loaded = read_set(record_set, fmt, progress)
+        source = record_set.source
+    progress(f"validating {sum(part.rows.n for part in loaded):,} records")
+    if single:
+        table, ws, we = to_table(loaded[0], window_start, window_end)
+    else:
+        table, ws, we = table_of_set(loaded, source, window_start, window_end)
+    if slice_column is not None:
+        table = slice_by(table, slice_column)
+    progress(f"summarizing {len(table):,} records")
+    report = build_report(table, ws, we, slo)
+    names = [p.name for p in record_set.parts] if record_set is not None and not single else [source]
+    unavailable = list(dict.fromkeys(m for part in loaded for m in part.metadata.get("unavailable_metrics") or []))
+    return SetSummary(report, set_warnings(loaded, names), unavailable, list(table.extra), "memory", note)
+
+
+__all__ = ["SetSummary", "summarize_path"]

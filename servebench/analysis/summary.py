@@ -1,0 +1,661 @@
+"""The spec's eight-field summary contract, and the full failure-aware report built on it."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, fields
+from functools import partial
+from typing import Any, TypeVar
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from servebench.records.arrow_masks import null_mask
+from servebench.errors import ConfigError
+from servebench.analysis.percentiles import PercentileEstimate, estimate_sorted, nearest_rank, percentile
+from servebench.records.table import (MSG_EMPTY, STATUSES, SUCCESS, RecordTable, check_window, first_violation,
+                      build_table, parse_objects)
+from servebench.records.textcolumns import category_codes, duplicates
+from servebench.analysis.timeline import Timeline, active_timeline
+from servebench.records.token_times import Gaps, gaps as token_gaps
+
+CONTRACT_FIELDS: tuple[str, ...] = (
+    "requests", "successes", "non_success_fraction", "successful_requests_per_second",
+    "successful_output_tokens_per_second", "success_latency_p95_s", "success_ttft_p95_s",
+    "success_request_tpot_p95_s",
+)
+REPORT_QUANTILES: tuple[float, ...] = (50, 90, 95, 99)
+# Human labels and one-line definitions of the contract fields, for tables and the dashboard.
+CONTRACT_LABELS: dict[str, tuple[str, str]] = {
+    "requests": ("Requests", "All records in the window."),
+    "successes": ("Successes", "Records with status success."),
+    "non_success_fraction": ("Non-success fraction", "1 - successes / requests."),
+    "successful_requests_per_second": ("Successful requests/s", "Successes / window length."),
+    "successful_output_tokens_per_second": ("Successful output tokens/s",
+                                            "Output tokens of successes / window length."),
+    "success_latency_p95_s": ("Latency p95 (s)", "Nearest-rank p95 of end - start over successes."),
+    "success_ttft_p95_s": ("TTFT p95 (s)", "Nearest-rank p95 of first_token - start over successes."),
+    "success_request_tpot_p95_s": ("Request TPOT p95 (s)",
+                                   "Nearest-rank p95 of (end - first_token) / (output_tokens - 1) over "
+                                   "successes with more than one output token."),
+}
+
+
+class ContractError(ValueError):
+    """A rule of the summary contract failed; ``str()`` is exactly the spec's message."""
+
+    def __init__(self, message: str, row: int | None = None, field: str | None = None, detail: str = "") -> None:
+        super().__init__(message)
+        self.row = row
+        self.field = field
+        self.detail = detail
+
+
+def summarize(records: Sequence[Any], window_start: float, window_end: float) -> dict[str, Any]:
+    """Summarize per-request timing records by the spec's contract.
+
+    Checks the window, then that records is a non-empty list, then each record in order, and
+    raises ValueError with the first failing rule's exact message. The input is never changed.
+
+    >>> summarize([{"start": 0, "first_token": 0.5, "end": 2.5, "status": "success", "output_tokens": 9}], 0, 10)
+    ... # doctest: +NORMALIZE_WHITESPACE
+    {'requests': 1, 'successes': 1, 'non_success_fraction': 0.0, 'successful_requests_per_second': 0.1,
+     'successful_output_tokens_per_second': 0.9, 'success_latency_p95_s': 2.5, 'success_ttft_p95_s': 0.5,
+     'success_request_tpot_p95_s': 0.25}
+    """
+    try:
+        check_window(window_start, window_end)
+    except ValueError as exc:
+        raise ContractError(str(exc)) from None
+    if not isinstance(records, list) or len(records) == 0:
+        raise ContractError(MSG_EMPTY)
+    rows = parse_objects(records)
+    violation, codes = first_violation(rows, float(window_start), float(window_end), optional_rules=False)
+    if violation is not None:
+        raise ContractError(violation.message, violation.row, violation.field, violation.detail)
+    return contract_summary(build_table(rows, codes), float(window_start), float(window_end))
+
+
+def request_times(start: np.ndarray, end: np.ndarray, first_token: np.ndarray,
+                  output_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Return every record's latency, TTFT and request TPOT, (end - first_token) / (output_tokens - 1).
+
+    TTFT is NaN without a first token; TPOT means something only where output_tokens > 1.
+    """
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = end - first_token
+        tpot /= output_tokens - 1
+        return end - start, first_token - start, tpot
+
+
+def _success_values(ok: np.ndarray, output_tokens: np.ndarray, latency: np.ndarray, ttft: np.ndarray,
+                    tpot: np.ndarray) -> dict[str, np.ndarray]:
+    """Keep the values the contract counts: successes, and for TPOT those with more than one token."""
+    return {"latency": latency[ok], "ttft": ttft[ok], "tpot": tpot[ok & (output_tokens > 1)]}
+
+
+def success_metrics(table: RecordTable) -> dict[str, np.ndarray]:
+    """Return per-success latency, TTFT and request TPOT (TPOT only where output_tokens > 1)."""
+    times = request_times(table.start, table.end, table.first_token, table.output_tokens)
+    return _success_values(table.is_success, table.output_tokens, *times)
+
+
+RECORD_METRICS: tuple[str, ...] = ("latency", "ttft", "tpot", "queue_wait", "prefill")
+
+
+def metric_values(table: RecordTable, metric: str, *, failure_aware: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Return one metric's values in seconds and the indices of the records counted.
+
+    Success-only counts successes (tpot: with more than one output token; queue_wait and prefill:
+    with ``admitted``). Failure-aware also counts every non-success as +infinity, as the report's
+    failure-aware view does; a metric that needs ``admitted`` counts nothing when no record has it.
+    """
+    if metric not in RECORD_METRICS:
+        raise ConfigError(f"unknown metric '{metric}'; expected one of {', '.join(RECORD_METRICS)}")
+    ok = table.is_success
+    if metric in ("latency", "ttft", "tpot"):
+        latency, ttft, tpot = request_times(table.start, table.end, table.first_token, table.output_tokens)
+        vals = {"latency": latency, "ttft": ttft, "tpot": tpot}[metric]
+        counted = ok & (table.output_tokens > 1) if metric == "tpot" else ok
+    else:
+        if not np.isfinite(table.admitted).any():
+            return np.empty(0), np.empty(0, dtype=np.int64)
+        counted = ok & np.isfinite(table.admitted)
+        vals = (table.admitted - table.start if metric == "queue_wait"
+                else table.first_token - table.admitted)
+    if failure_aware:
+        vals = np.where(ok, vals, np.inf)
+        counted = counted | ~ok
+    index = np.flatnonzero(counted)
+    return vals[index].astype(np.float64), index
+
+
+TOKEN_METRICS: tuple[str, ...] = ("itl", "max_stall")
+
+
+def token_metric_values(table: RecordTable, metric: str, *,
+                        failure_aware: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Return ``itl`` (every gap between tokens) or ``max_stall`` (each request's longest gap) values and rows.
+
+    The rows name each value's record (for ``itl`` a record appears once per gap). Success-only
+    counts successes with token_times; failure-aware adds every non-success once, as +infinity.
+    No token_times: nothing is counted.
+    """
+    if metric not in TOKEN_METRICS:
+        raise ConfigError(f"unknown token metric '{metric}'; expected one of {', '.join(TOKEN_METRICS)}")
+    if table.token_times is None:
+        return np.empty(0), np.empty(0, dtype=np.int64)
+    g = token_gaps(table.token_times)
+    ok = table.is_success
+    if metric == "itl":
+        rows = np.repeat(np.arange(len(table)), g.counts)
+        keep = ok[rows]
+        vals, index = g.values[keep], rows[keep]
+    else:
+        index = np.flatnonzero(ok & ~np.isnan(g.max_gap))
+        vals = g.max_gap[index]
+    if failure_aware:
+        bad = np.flatnonzero(~ok)
+        vals = np.concatenate([vals, np.full(bad.size, np.inf)])
+        index = np.concatenate([index, bad])
+    return vals.astype(np.float64), index
+
+
+def contract_summary(table: RecordTable, window_start: float, window_end: float,
+                     metrics: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
+    """Compute the eight contract fields from a validated table (``metrics``: success_metrics, if known)."""
+    ok = table.is_success
+    return _contract_fields(len(table), token_sum(table.output_tokens[ok]), window_end - window_start,
+                            success_metrics(table) if metrics is None else metrics)
+
+
+def token_sum(counts: np.ndarray) -> int:
+    """Return the exact sum of non-negative token counts (each below 10**18), even past int64's range.
+
+    >>> token_sum(np.array([10**18 - 1] * 10)) == 10 * (10**18 - 1)
+    True
+    """
+    if counts.size and int(counts.max()) > np.iinfo(np.int64).max // counts.size:
+        return sum(counts.tolist())  # the int64 sum could wrap: add Python integers
+    return int(counts.sum())
+
+
+def _contract_fields(requests: int, success_tokens: int, window_s: float, m: dict[str, np.ndarray],
+                     *, ordered: bool = False) -> dict[str, Any]:
+    """The contract's eight fields; ``ordered``: the metric arrays are sorted, so p95 is a lookup."""
+    successes = int(m["latency"].size)
+
+    def p95(values: np.ndarray) -> float | None:
+        if ordered and values.size:
+            return float(values[nearest_rank(95, values.size) - 1])
+        return percentile(values, 95)
+
+    return {
+        "requests": requests,
+        "successes": successes,
+        "non_success_fraction": 1 - successes / requests,
+        "successful_requests_per_second": successes / window_s,
+        "successful_output_tokens_per_second": success_tokens / window_s,
+        "success_latency_p95_s": p95(m["latency"]),
+        "success_ttft_p95_s": p95(m["ttft"]),
+        "success_request_tpot_p95_s": p95(m["tpot"]),
+    }
+
+
+# --------------------------------------------------------------------------- the full report
+
+
+class Percentile(BaseModel):
+    """A nearest-rank percentile and its distribution-free 95% confidence interval."""
+
+    model_config = ConfigDict(ser_json_inf_nan="strings")
+    q: float
+    value: float | None
+    ci_low: float | None = Field(description="None: the sample is too small to bound it from below.")
+    ci_high: float | None = Field(description="None: the sample is too small to bound it from above.")
+
+
+class Distribution(BaseModel):
+    """Percentiles of one metric over the values it counts."""
+
+    model_config = ConfigDict(ser_json_inf_nan="strings")
+    n: int
+    percentiles: list[Percentile]
+    max: float | None
+    mean: float | None
+
+    def at(self, q: float) -> float | None:
+        """Return the value of percentile q, if reported."""
+        for p in self.percentiles:
+            if p.q == q:
+                return p.value
+        raise KeyError(q)
+
+
+class SLO(BaseModel):
+    """Limits a successful request must meet to count as good; None means no limit."""
+
+    model_config = ConfigDict(extra="forbid")
+    ttft_s: float | None = Field(None, gt=0)
+    tpot_s: float | None = Field(None, gt=0)
+    latency_s: float | None = Field(None, gt=0)
+    itl_p99_s: float | None = Field(
+        None, gt=0, description="Limit on a request's own p99 gap between tokens (needs token_times; a success "
+                                "without them misses, one with a single arrival meets it).")
+    stall_s: float | None = Field(
+        None, gt=0, description="Not a goodput limit: a gap between tokens longer than this counts as a stall "
+                                "(default: 4x the whole file's median ITL).")
+
+    @property
+    def any(self) -> bool:
+        return any(v is not None for v in (self.ttft_s, self.tpot_s, self.latency_s, self.itl_p99_s))
+
+
+class SLOResult(BaseModel):
+    """Successes meeting every limit, as a share of all requests and per second of window."""
+
+    slo: SLO
+    good_requests: int
+    attainment: float = Field(description="Good requests / all requests: failures count as misses.")
+    goodput_requests_per_second: float
+    goodput_output_tokens_per_second: float
+
+
+class Concurrency(BaseModel):
+    """Peak simultaneous requests and the share of the window spent at that peak."""
+
+    peak: int
+    share_of_window_at_peak: float
+    time_at_peak_s: float
+
+
+class PrefixCacheReport(BaseModel):
+    """What a prefix cache served, over the records that say (``cached_prompt_tokens``), and what it saved."""
+
+    model_config = ConfigDict(ser_json_inf_nan="strings")
+    requests: int = Field(description="Records with cached_prompt_tokens (requests the server admitted).")
+    prompt_tokens: int = Field(description="Prompt tokens of those records.")
+    cached_prompt_tokens: int = Field(description="Prompt tokens served from the cache, not computed.")
+    token_hit_rate: float | None = Field(description="cached_prompt_tokens / prompt_tokens; None with no prompt tokens.")
+    requests_with_hit: int = Field(description="Records that reused at least one cached token.")
+    ttft_hit_s: Distribution = Field(description="TTFT of successes with a hit.")
+    ttft_miss_s: Distribution = Field(description="TTFT of successes without a hit.")
+    prefill_hit_s: Distribution | None = Field(None, description="first_token - admitted, successes with a hit.")
+    prefill_miss_s: Distribution | None = Field(None, description="first_token - admitted, successes without a hit.")
+    prefill_s_per_prompt_token: float | None = Field(
+        None, description="Prefill seconds per computed prompt token: summed prefill of successes without a hit "
+                          "over their prompt tokens. None without such requests.")
+    estimated_prefill_saved_s: float | None = Field(
+        None, description="cached_prompt_tokens x prefill_s_per_prompt_token: compute the cache spared, "
+                          "an estimate that assumes prefill time grows linearly with prompt tokens.")
+
+
+class Stalls(BaseModel):
+    """Requests whose longest gap between tokens exceeds a threshold: what a reader sees as the stream freezing."""
+
+    threshold_s: float
+    threshold_rule: str = Field(description="'--stall-s' when given, else '4x median ITL' of the whole file.")
+    requests: int = Field(description="Successes with at least two token arrivals.")
+    stalled: int = Field(description="Those whose max_stall_s exceeds threshold_s.")
+    share: float | None = Field(description="stalled / requests; None without such requests.")
+
+
+class Report(BaseModel):
+    """Everything servebench says about one set of records over one window."""
+
+    model_config = ConfigDict(ser_json_inf_nan="strings")
+    source: str | None
+    window_start: float
+    window_end: float
+    window_s: float
+    summary: dict[str, Any] = Field(description="The spec's eight contract fields, in order.")
+    offered: int
+    accepted: int = Field(description="Offered minus rejected.")
+    completed: int = Field(description="Successful requests.")
+    rejected: int
+    timed_out: int
+    by_status: dict[str, int]
+    by_cause: dict[str, int] = Field(description="Non-success records by error text ('unspecified' if none).")
+    latency_s: Distribution
+    ttft_s: Distribution
+    request_tpot_s: Distribution
+    itl_s: Distribution | None = Field(
+        None, description="Every gap between consecutive token arrivals of successes with token_times (the "
+                          "inter-token latency); None when no record has token_times.")
+    max_stall_s: Distribution | None = Field(None, description="Each such success's longest gap between tokens.")
+    stalls: Stalls | None = Field(None, description="Share of those successes with a stall over a threshold.")
+    queue_wait_s: Distribution | None = Field(None, description="admitted - start, successes with admitted.")
+    prefill_s: Distribution | None = Field(None, description="first_token - admitted, successes with admitted.")
+    failure_aware_latency_s: Distribution = Field(
+        description="Latency over all requests with every non-success counted as +infinity.")
+    failure_aware_ttft_s: Distribution
+    slo: SLOResult | None
+    total_output_tokens: int = Field(description="Tokens generated by all requests, success or not.")
+    successful_output_tokens: int
+    wasted_output_tokens: int = Field(description="Tokens generated by requests that did not succeed.")
+    total_prompt_tokens: int | None
+    active_requests: Concurrency = Field(description="Requests between start and end (queued or running).")
+    in_service: Concurrency | None = Field(None, description="Requests between admitted and end.")
+    duplicate_request_ids: int
+    duplicate_request_id_examples: list[str]
+    records_without_request_id: int
+    prefix_cache: PrefixCacheReport | None = Field(
+        None, description="Prefix-cache hits and their effect; None when no record has cached_prompt_tokens.")
+    slices: dict[str, "Report"] = Field(default_factory=dict)
+
+
+def _distribution(ordered: np.ndarray, infinite: int = 0) -> Distribution:
+    """Summarize values sorted ascending, followed by ``infinite`` values of +inf (failure-aware)."""
+    ests: list[PercentileEstimate] = estimate_sorted(ordered, REPORT_QUANTILES, infinite=infinite)
+    finite = ordered.size > 0 and infinite == 0 and bool(np.isfinite(ordered[-1]))
+    return Distribution(
+        n=int(ordered.size + infinite),
+        percentiles=[Percentile(q=e.q, value=e.value, ci_low=e.ci_low, ci_high=e.ci_high) for e in ests],
+        max=math.inf if infinite else float(ordered[-1]) if ordered.size else None,
+        mean=float(ordered.mean()) if finite else None,  # summed in sorted order: the same for any row order
+    )
+
+
+def _concurrency(tl: Timeline) -> Concurrency:
+    return Concurrency(peak=tl.peak, share_of_window_at_peak=tl.share_at_peak, time_at_peak_s=tl.time_at_peak_s)
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """The per-record arrays one report reads: a whole table's, or one slice's rows of it."""
+
+    start: np.ndarray
+    end: np.ndarray
+    admitted: np.ndarray
+    first_token: np.ndarray
+    status: np.ndarray
+    output_tokens: np.ndarray
+    prompt_tokens: np.ndarray
+    error_code: np.ndarray  # int32 into the error names, -1 where absent
+    missing_request_id: np.ndarray  # bool
+    cached_prompt_tokens: np.ndarray  # int64, -1 where absent
+
+    @classmethod
+    def of(cls, table: RecordTable, error_code: np.ndarray) -> "_Rows":
+        """Take the table's columns as they are (views, no copies), with its error codes."""
+        return cls(table.start, table.end, table.admitted, table.first_token, table.status, table.output_tokens,
+                   table.prompt_tokens, error_code, null_mask(table.request_id_arrow), table.cached_prompt_tokens)
+
+    def take(self, rows: np.ndarray) -> "_Rows":
+        """Return the rows at these indices."""
+        return _Rows(*(getattr(self, f.name)[rows] for f in fields(self)))
+
+
+def _slice_rows(table: RecordTable) -> dict[str, np.ndarray]:
+    """Return each slice's row indices, by slice name."""
+    if not table.has_slices:
+        return {}
+    codes, names = table.slice_codes()
+    if len(names) <= 8:  # a pass per slice beats a sort for a few slices
+        found = {name: np.flatnonzero(codes == k) for k, name in enumerate(names)}
+    else:  # a stable counting sort of small integer codes, then each slice is a run
+        order = np.argsort(codes.astype(np.int16) if len(names) < 2**15 else codes, kind="stable")
+        bounds = np.searchsorted(codes[order], np.arange(len(names) + 1) - 0.5)
+        found = {name: order[bounds[k]:bounds[k + 1]] for k, name in enumerate(names)}
+    return {name: rows for name, rows in sorted(found.items()) if rows.size}
+
+
+def _slo_result(rows: _Rows, ok: np.ndarray, latency: np.ndarray, ttft: np.ndarray, tpot: np.ndarray,
+                slo: SLO, window_s: float, itl_p99: tuple[np.ndarray, np.ndarray] | None = None) -> SLOResult:
+    good = ok.copy()
+    if slo.itl_p99_s is not None and itl_p99 is not None:
+        has_times, p99 = itl_p99  # a success without token times cannot show it met the limit
+        with np.errstate(invalid="ignore"):
+            good &= (has_times & ~(p99 > slo.itl_p99_s)) | (rows.output_tokens <= 1)
+    with np.errstate(invalid="ignore"):
+        if slo.ttft_s is not None:
+            good &= ttft <= slo.ttft_s
+        if slo.latency_s is not None:
+            good &= latency <= slo.latency_s
+        if slo.tpot_s is not None:
+            good &= (tpot <= slo.tpot_s) | (rows.output_tokens <= 1)
+    n_good = int(np.count_nonzero(good))
+    return SLOResult(
+        slo=slo, good_requests=n_good, attainment=n_good / ok.size,
+        goodput_requests_per_second=n_good / window_s,
+        goodput_output_tokens_per_second=token_sum(rows.output_tokens[good]) / window_s,
+    )
+
+
+def _causes(error_code: np.ndarray, names: list[str]) -> dict[str, int]:
+    """Count non-success records by error text ('unspecified' if none), most common first."""
+    counts = np.bincount(error_code + 1, minlength=len(names) + 1)
+    by_name: dict[str, int] = {}
+    for name, count in zip(["unspecified"] + names, counts.tolist()):
+        if count:
+            by_name[name] = by_name.get(name, 0) + count
+    return dict(sorted(by_name.items(), key=lambda p: (-p[1], p[0])))
+
+
+_PARALLEL_MIN_ROWS = 50_000  # below this, starting threads costs more than they save
+T = TypeVar("T")
+K = TypeVar("K")
+
+
+def _run_beside(main: Callable[[], T], jobs: list[tuple[K, Callable[[], Any]]],
+                parallel: bool) -> tuple[T, dict[K, Any]]:
+    """Run ``main`` in this thread and ``jobs`` in worker threads; return main's result and the jobs'.
+
+    When ``main`` ends, the jobs no worker has started yet are taken back and run here, so
+    neither side waits idle for the other.
+    """
+    if not parallel:
+        return main(), {key: job() for key, job in jobs}
+    with ThreadPoolExecutor(max_workers=min(len(jobs), max(1, (os.cpu_count() or 1) - 1))) as pool:
+        futures = [(key, job, pool.submit(job)) for key, job in jobs]
+        first = main()
+        done = {key: job() if future.cancel() else future.result() for key, job, future in reversed(futures)}
+    return first, done
+
+
+def build_report(table: RecordTable, window_start: float, window_end: float, slo: SLO | None = None,
+                 *, by_slice: bool = True) -> Report:
+    """Return the full report for validated records over [window_start, window_end].
+
+    The duplicate check and the slice reports run in worker threads beside the whole file's report
+    (numpy's sorts and searches release the GIL). Each distribution is sorted once and every
+    percentile and interval bound is then a lookup.
+    """
+    if len(table) == 0:
+        raise ConfigError(MSG_EMPTY)
+    slice_rows = _slice_rows(table) if by_slice else {}
+    error_code, error_names = category_codes(table.error_arrow)
+    all_rows = _Rows.of(table, error_code)
+    tokens, whole_itl = _tokens(table, slo)
+    common = dict(source=table.source, window_start=window_start, window_end=window_end, slo=slo,
+                  error_names=error_names, tokens=tokens)
+
+    def slice_report(name: str) -> Report:
+        return _report(all_rows.take(slice_rows[name]), row_index=slice_rows[name], **common)
+
+    def check_duplicates() -> list[tuple[str, int]]:
+        # duplicates are a property of the whole file: slices skip the hashing
+        return duplicates(table.request_id_arrow) if by_slice else []
+
+    # largest slices first, the duplicate check last (the last queued are the first taken back)
+    jobs: list[tuple[str | None, Callable[[], Any]]] = [
+        (name, partial(slice_report, name)) for name in sorted(slice_rows, key=lambda k: -slice_rows[k].size)]
+    jobs.append((None, check_duplicates))
+    parallel = len(table) >= _PARALLEL_MIN_ROWS and (os.cpu_count() or 1) > 1
+    whole, results = _run_beside(lambda: _report(all_rows, itl=whole_itl, **common), jobs, parallel)
+    dups = results.pop(None)
+    slices = {name: results[name] for name in slice_rows}
+    return whole.model_copy(update=dict(
+        duplicate_request_ids=sum(c - 1 for _, c in dups),
+        duplicate_request_id_examples=sorted(rid for rid, _ in dups)[:5], slices=slices))
+
+
+@dataclass(frozen=True)
+class _Tokens:
+    """Token gaps of the whole table, the stall threshold, and each row's p99 gap when an SLO needs it."""
+
+    gaps: Gaps
+    threshold_s: float | None
+    threshold_rule: str
+    itl_p99: np.ndarray | None
+
+
+def _tokens(table: RecordTable, slo: SLO | None) -> tuple[_Tokens | None, Distribution | None]:
+    """Return the token gaps and the whole file's ITL distribution, or (None, None) without token_times."""
+    stall_s = None if slo is None else slo.stall_s
+    if table.token_times is None:
+        if slo is not None and slo.itl_p99_s is not None:
+            raise ConfigError("an ITL SLO (--slo-itl) needs token_times in the records; this file has none")
+        return None, None
+    g = token_gaps(table.token_times)
+    itl = _sorted_values_distribution(g.select(table.is_success))
+    median = itl.at(50)
+    if stall_s is not None:
+        threshold, rule = stall_s, "--stall-s"
+    else:
+        threshold, rule = (None if median is None else 4 * median), "4x median ITL"
+    p99 = g.row_percentile(99) if slo is not None and slo.itl_p99_s is not None else None
+    return _Tokens(g, threshold, rule, p99), itl
+
+
+def _sorted_values_distribution(values: np.ndarray) -> Distribution:
+    """Summarize a fresh array of values, sorted in place (numpy's SIMD sort beats a partition at a dozen ranks)."""
+    values.sort()
+    return _distribution(values)
+
+
+def _token_fields(tokens: _Tokens, ok: np.ndarray, row_index: np.ndarray | None,
+                  itl: Distribution | None) -> dict[str, Any]:
+    """Return the report's itl_s, max_stall_s and stalls over these rows' successes."""
+    g = tokens.gaps
+    if row_index is None:
+        chosen = ok
+        max_gap = g.max_gap
+    else:
+        chosen = np.zeros(g.max_gap.size, dtype=bool)
+        chosen[row_index[ok]] = True
+        max_gap = g.max_gap[row_index]
+    if itl is None:
+        itl = _sorted_values_distribution(g.select(chosen))
+    stalls = max_gap[ok & ~np.isnan(max_gap)]
+    stalls.sort()
+    counted = None
+    if tokens.threshold_s is not None:
+        stalled = int(stalls.size - np.searchsorted(stalls, tokens.threshold_s, side="right"))
+        counted = Stalls(threshold_s=tokens.threshold_s, threshold_rule=tokens.threshold_rule,
+                         requests=int(stalls.size), stalled=stalled,
+                         share=stalled / stalls.size if stalls.size else None)
+    return {"itl_s": itl, "max_stall_s": _distribution(stalls), "stalls": counted}
+
+
+def _report(rows: _Rows, *, source: str | None, window_start: float, window_end: float, slo: SLO | None,
+            error_names: list[str], tokens: "_Tokens | None" = None, row_index: np.ndarray | None = None,
+            itl: Distribution | None = None) -> Report:
+    """Return one report (no slices, no duplicate check) over rows in any order.
+
+    ``row_index``: the table rows these are (a slice's), for the token gaps; ``itl``: the ITL
+    distribution when already known (the whole file's, computed for the stall threshold).
+    """
+    window_s = window_end - window_start
+    n = rows.start.size
+    ok = rows.status == SUCCESS
+    status_counts = np.bincount(rows.status.astype(np.int64), minlength=len(STATUSES))
+    by_status = {name: int(status_counts[i]) for i, name in enumerate(STATUSES)}
+    failures = n - by_status["success"]
+    out = rows.output_tokens
+    latency, ttft, tpot = request_times(rows.start, rows.end, rows.first_token, out)
+    token_fields: dict[str, Any] = {}
+    itl_p99 = None
+    if tokens is not None:
+        token_fields = _token_fields(tokens, ok, row_index, itl)
+        if tokens.itl_p99 is not None:
+            pick = slice(None) if row_index is None else row_index
+            itl_p99 = (tokens.gaps.has_times[pick], tokens.itl_p99[pick])
+    slo_result = (_slo_result(rows, ok, latency, ttft, tpot, slo, window_s, itl_p99)
+                  if slo is not None and slo.any else None)
+    # masked copies are fresh arrays, so each is sorted in place (memory at 10M records)
+    m = _success_values(ok, out, latency, ttft, tpot)
+    del latency, ttft, tpot
+    for values in m.values():
+        values.sort()
+    has_adm = ok & np.isfinite(rows.admitted)
+    wait = prefill = None
+    if has_adm.any():
+        adm = rows.admitted[has_adm]
+        stage = adm - rows.start[has_adm]
+        stage.sort()
+        wait = _distribution(stage)
+        stage = rows.first_token[has_adm] - adm
+        stage.sort()
+        prefill = _distribution(stage)
+        del adm, stage
+    produced = np.where(out > 0, out, 0)
+    total_tokens = token_sum(produced)
+    success_tokens = token_sum(produced[ok])
+    prompt = rows.prompt_tokens
+    adm_all = np.isfinite(rows.admitted)
+    in_service = None
+    if adm_all.any():
+        in_service = _concurrency(active_timeline(rows.admitted[adm_all], rows.end[adm_all], window_start, window_end,
+                                                  overwrite=True))
+    return Report(
+        source=source,
+        window_start=window_start, window_end=window_end, window_s=window_s,
+        summary=_contract_fields(n, success_tokens, window_s, m, ordered=True),
+        offered=n, accepted=n - by_status["rejected"], completed=by_status["success"],
+        rejected=by_status["rejected"], timed_out=by_status["timeout"],
+        by_status=by_status, by_cause=_causes(rows.error_code[~ok], error_names),
+        latency_s=_distribution(m["latency"]), ttft_s=_distribution(m["ttft"]),
+        request_tpot_s=_distribution(m["tpot"]), queue_wait_s=wait, prefill_s=prefill, **token_fields,
+        failure_aware_latency_s=_distribution(m["latency"], infinite=failures),
+        failure_aware_ttft_s=_distribution(m["ttft"], infinite=failures),
+        slo=slo_result,
+        total_output_tokens=total_tokens, successful_output_tokens=success_tokens,
+        wasted_output_tokens=total_tokens - success_tokens,
+        total_prompt_tokens=token_sum(prompt[prompt >= 0]) if (prompt >= 0).any() else None,
+        active_requests=_concurrency(active_timeline(rows.start, rows.end, window_start, window_end)),
+        in_service=in_service,
+        duplicate_request_ids=0, duplicate_request_id_examples=[],
+        records_without_request_id=int(np.count_nonzero(rows.missing_request_id)),
+        prefix_cache=_prefix_cache(rows, ok),
+    )
+
+
+def _sorted_distribution(values: np.ndarray) -> Distribution:
+    values = np.sort(values)
+    return _distribution(values)
+
+
+def _prefix_cache(rows: _Rows, ok: np.ndarray) -> PrefixCacheReport | None:
+    """Return the prefix-cache section over records with ``cached_prompt_tokens``, or None if none has it."""
+    cached = rows.cached_prompt_tokens
+    has = cached >= 0
+    if not has.any():
+        return None
+    prompt = rows.prompt_tokens
+    with_prompt = has & (prompt >= 0)
+    prompt_total = token_sum(prompt[with_prompt])
+    cached_total = token_sum(cached[has])
+    hit = has & (cached > 0)
+    ok_hit, ok_miss = ok & hit, ok & has & (cached == 0)
+    ttft = rows.first_token - rows.start
+    adm = np.isfinite(rows.admitted)
+    prefill = rows.first_token - rows.admitted
+    prefill_hit = _sorted_distribution(prefill[ok_hit & adm]) if (ok_hit & adm).any() else None
+    miss_adm = ok_miss & adm
+    prefill_miss = _sorted_distribution(prefill[miss_adm]) if miss_adm.any() else None
+    per_token = saved = None
+    miss_tokens = token_sum(prompt[miss_adm & (prompt > 0)])
+    if miss_tokens > 0:
+        per_token = float(prefill[miss_adm & (prompt > 0)].sum()) / miss_tokens
+        saved = per_token * cached_total
+    return PrefixCacheReport(
+        requests=int(np.count_nonzero(has)), prompt_tokens=prompt_total, cached_prompt_tokens=cached_total,
+        token_hit_rate=token_sum(cached[with_prompt]) / prompt_total if prompt_total > 0 else None,
+        requests_with_hit=int(np.count_nonzero(hit)),
+        ttft_hit_s=_sorted_distribution(ttft[ok_hit]), ttft_miss_s=_sorted_distribution(ttft[ok_miss]),
+        prefill_hit_s=prefill_hit, prefill_miss_s=prefill_miss,
+        prefill_s_per_prompt_token=per_token, estimated_prefill_saved_s=saved)

@@ -1,0 +1,342 @@
+"""How long one engine step takes, as a linear model, and its robust fit from a step trace.
+
+    step_s = base_s + per_prefill_token_s x prefill tokens + per_prefill_seq_s x sequences prefilling
+             + per_decode_seq_s x decoding sequences + per_kv_token_s x KV tokens read by the decoders
+
+All coefficients are >= 0. Two more terms place a request in time around the steps: a request
+reaches the scheduler ``arrival_lag_s`` after it arrives (the real engine notices an arrival a
+little late: the arrival thread's wake-up, the interpreter lock, the idle engine's wake-up), and a
+step's tokens come out ``emit_lead_s`` before the step ends (the engine emits them when the model
+finishes, then does its bookkeeping and plans the next step). Both are 0 in a model you write;
+``servebench.serving.engine.validation.fit_trace`` measures them from a timing run.
+
+The spec's flat profile ("prefill of this prompt takes X s, each decode step takes TPOT") is
+``per_prefill_token_s = X / prompt_tokens``, ``base_s = TPOT``, the rest 0.
+
+The fit is Huber-robust by default (iteratively reweighted non-negative least squares): a step
+slowed by another process on the machine counts less the further it is off, so a few stalls do
+not drag the coefficients. Every fit carries its quality (R², mean relative error) and a verdict,
+``quality.usable``, against documented thresholds; ``require_usable`` refuses a poor fit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+from scipy.optimize import nnls
+
+from servebench.errors import ConfigError
+
+COEFFICIENTS: tuple[str, ...] = ("base_s", "per_prefill_token_s", "per_prefill_seq_s", "per_decode_seq_s",
+                                 "per_kv_token_s")
+FitMethod = Literal["huber", "least_squares"]
+HUBER_K = 3.0  # residuals beyond 3 robust standard deviations count less: stalls, not ordinary jitter
+MAD_TO_SIGMA = 1.4826  # median absolute deviation -> standard deviation for normal noise
+MAX_MEAN_REL_ERROR = 0.35  # a fit whose steps are off by more than this on average is refused
+MIN_R2 = 0.30  # ... and one explaining less of the step-time variation than this, when the steps vary
+MIN_SPREAD_FOR_R2 = 0.10  # R² is judged only when predicted step times vary (coefficient of variation)
+
+
+class PoorFitError(ConfigError):
+    """A step model fitted too poorly to predict from (override with allow_poor_fit)."""
+
+
+class StepModel(BaseModel):
+    """Linear step-time model; every coefficient in seconds (per unit where named)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    base_s: float = Field(0.0, ge=0, description="Fixed cost of every step, s.")
+    per_prefill_token_s: float = Field(0.0, ge=0, description="Cost per prompt token computed, s.")
+    per_prefill_seq_s: float = Field(0.0, ge=0, description="Cost per sequence with a prompt chunk in the step "
+                                                           "(its set-up), s.")
+    per_decode_seq_s: float = Field(0.0, ge=0, description="Cost per decoding sequence, s.")
+    per_kv_token_s: float = Field(0.0, ge=0, description="Cost per KV token read by decoding sequences, s.")
+    arrival_lag_s: float = Field(0.0, ge=0, description="Delay from a request's arrival to the scheduler seeing "
+                                                       "it, s.")
+    emit_lead_s: float = Field(0.0, ge=0, description="How long before a step's end its tokens are emitted, s.")
+
+    def step_s(self, prefill_tokens: int, decode_seqs: int, kv_tokens_read: int, prefill_seqs: int = 0) -> float:
+        """Return the duration of one step.
+
+        >>> StepModel(base_s=0.03, per_prefill_token_s=1e-4).step_s(1000, 4, 0)
+        0.13
+        """
+        return (self.base_s + self.per_prefill_token_s * prefill_tokens + self.per_decode_seq_s * decode_seqs
+                + self.per_kv_token_s * kv_tokens_read + self.per_prefill_seq_s * prefill_seqs)
+
+    def prefill_s(self, prefill_tokens: int) -> float:
+        """Return the time of one prompt's prefill on its own lane (no base, no decode)."""
+        return self.per_prefill_token_s * prefill_tokens + self.per_prefill_seq_s
+
+    def decode_run_ends(self, start_s: float, decode_seqs: int, kv_tokens_read: int, steps: int) -> np.ndarray:
+        """Return the end times of ``steps`` pure decode steps; each step reads ``decode_seqs`` more KV tokens.
+
+        Bit for bit what adding ``step_s`` one step at a time gives (same operations, same order),
+        so a simulation that jumps over a run breaks ties exactly as one that steps through it.
+        """
+        fixed = self.base_s + self.per_prefill_token_s * 0 + self.per_decode_seq_s * decode_seqs
+        times = np.empty(steps + 1)
+        times[0] = start_s
+        if self.per_kv_token_s == 0:
+            times[1:] = fixed + self.per_prefill_seq_s * 0  # x + 0.0 == x: the same value step_s gives
+        else:
+            kv = kv_tokens_read + decode_seqs * np.arange(steps, dtype=np.int64)
+            times[1:] = fixed + self.per_kv_token_s * kv.astype(np.float64) + self.per_prefill_seq_s * 0
+        return np.cumsum(times)[1:]
+
+    @classmethod
+    def flat(cls, prefill_s: float, prompt_tokens: int, tpot_s: float) -> "StepModel":
+        """Return the spec's flat model: a prompt's prefill takes ``prefill_s``, a decode step ``tpot_s``.
+
+        >>> StepModel.flat(1.2, 7800, 0.031).step_s(7800, 0, 0) - 0.031
+        1.2
+        """
+        if prompt_tokens <= 0:
+            raise ConfigError(f"prompt_tokens {prompt_tokens} must be positive for a flat step model")
+        return cls(base_s=tpot_s, per_prefill_token_s=prefill_s / prompt_tokens)
+
+
+class FitQuality(BaseModel):
+    """Whether a fit is good enough to predict from, with the thresholds it was judged against."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    usable: bool
+    reason: str = Field(description="Why it is usable or not, with the numbers.")
+    max_mean_rel_error: float = MAX_MEAN_REL_ERROR
+    min_r2: float = MIN_R2
+    r2_judged: bool = Field(description="False when predicted step times barely vary, so R² says little.")
+
+
+class StepFit(BaseModel):
+    """A fitted step model, how well it fits, and whether it is good enough to predict from."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: StepModel
+    method: FitMethod = "huber"
+    steps: int = Field(description="Steps fitted.")
+    rmse_s: float = Field(description="Root mean square error of the step time, s.")
+    mean_abs_error_s: float = Field(description="Mean absolute error of the step time, s.")
+    max_abs_error_s: float = Field(description="Largest absolute error of one step, s.")
+    mean_abs_pct_error: float | None = Field(
+        description="Mean relative error: mean |measured - fitted| / measured (None if a step took 0 s).")
+    r2: float | None = Field(description="Coefficient of determination (None when step times do not vary).")
+    stderr: dict[str, float | None] = Field(description="Standard error of each coefficient left free (None: pinned at 0 or unknown).")
+    outlier_share: float = Field(0.0, description="Share of steps the robust fit down-weighted (far slower or "
+                                                  "faster than the model).")
+    excess_share: float | None = Field(None, description="Total measured step time over total fitted, minus 1: "
+                                                         "time the fit leaves to outliers (another process on a "
+                                                         "shared machine).")
+    quality: FitQuality | None = None
+
+    @property
+    def summary(self) -> str:
+        """Return the fit's quality in one line (shown beside every prediction that uses it)."""
+        r2 = "-" if self.r2 is None else f"{self.r2:.3f}"
+        rel = "-" if self.mean_abs_pct_error is None else f"{self.mean_abs_pct_error:.1%}"
+        text = f"step model fitted to {self.steps:,} steps ({self.method}): R² {r2}, mean relative error {rel}"
+        if self.outlier_share:
+            text += f", {self.outlier_share:.1%} of steps down-weighted as outliers"
+        return text
+
+
+def fit_step_model(rows: Sequence[Mapping[str, Any]] | Mapping[str, Sequence[float]],
+                   fit: Sequence[str] = COEFFICIENTS, *, method: FitMethod = "huber") -> StepFit:
+    """Fit the step model to a step trace, robustly (``huber``) or by plain ``least_squares``; never negative.
+
+    ``rows`` is a list of trace rows or a dict of columns with ``duration`` (s), ``prefill_tokens``,
+    ``decode_seqs`` and ``kv_tokens_read`` (``kv_tokens_used`` if that is missing), optionally
+    ``prefill_seqs`` (without it ``per_prefill_seq_s`` stays 0), ``steps`` (a row that covers several
+    decode steps, as the simulator writes: its duration is their total and ``kv_tokens_read`` is its
+    first step's) and ``lane`` (rows on the simulator's ``prefill`` lane have no step base). ``fit``
+    names the coefficients left free; the others are held at 0. Only the step-time coefficients are
+    fitted here; ``engine.validation.fit_trace`` adds the arrival lag and emit lead of a timing run.
+    """
+    cols = _columns(rows)
+    unknown = [c for c in fit if c not in COEFFICIENTS]
+    if unknown or not fit:
+        raise ConfigError(f"fit {list(fit)!r}: expected some of {', '.join(COEFFICIENTS)}")
+    if method not in ("huber", "least_squares"):
+        raise ConfigError(f"fit method {method!r}: expected 'huber' or 'least_squares'")
+    steps = cols.get("steps", np.ones_like(cols["duration"]))
+    if np.any(steps < 1):
+        raise ConfigError("step trace: 'steps' must be at least 1 in every row")
+    y = cols["duration"] / steps
+    features = {
+        "base_s": cols["base"],
+        "per_prefill_token_s": cols["prefill_tokens"] / steps,
+        "per_prefill_seq_s": cols["prefill_seqs"] / steps if "prefill_seqs" in cols else None,
+        "per_decode_seq_s": cols["decode_seqs"],
+        # a run's decoders read ``decode_seqs`` more tokens each step: use the run's mean
+        "per_kv_token_s": cols["kv_tokens_read"] + cols["decode_seqs"] * (steps - 1) / 2,
+    }
+    names = [c for c in COEFFICIENTS if c in fit and features[c] is not None]
+    n = y.size
+    if n < len(names):
+        raise ConfigError(f"step trace has {n} rows; fitting {len(names)} coefficients needs at least that many")
+    x = np.column_stack([features[c] for c in names])
+    coef, robust_w = _fit(x, y, steps.astype(np.float64), method)
+    model = StepModel(**{c: float(v) for c, v in zip(names, coef)})
+    resid = y - x @ coef
+    total_w = float(steps.sum())
+    rmse = float(np.sqrt(np.sum(steps * resid ** 2) / total_w))
+    abs_err = np.abs(resid)
+    mape = None if np.any(y <= 0) else float(np.sum(steps * abs_err / y) / total_w)
+    mean_y = float(np.sum(steps * y) / total_w)
+    ss_tot = float(np.sum(steps * (y - mean_y) ** 2))
+    r2 = None if ss_tot <= 0 else 1.0 - float(np.sum(steps * resid ** 2)) / ss_tot
+    predicted = x @ coef
+    total_pred = float(np.sum(steps * predicted))
+    excess = float(np.sum(steps * y)) / total_pred - 1.0 if total_pred > 0 else None
+    w = np.sqrt(steps * robust_w)
+    result = StepFit(model=model, method=method, steps=int(total_w), rmse_s=rmse,
+                     mean_abs_error_s=float(np.sum(steps * abs_err) / total_w),
+                     max_abs_error_s=float(abs_err.max()), mean_abs_pct_error=mape, r2=r2,
+                     stderr=_stderr(x * w[:, None], resid * w, coef, names),
+                     outlier_share=float(np.sum(steps * (robust_w < 1)) / total_w), excess_share=excess)
+    result.quality = judge(result, predicted, steps)
+    return result
+
+
+def _fit(x: np.ndarray, y: np.ndarray, steps: np.ndarray, method: FitMethod,
+         max_iter: int = 50) -> tuple[np.ndarray, np.ndarray]:
+    """Return non-negative coefficients and each row's robust weight (1 everywhere for least squares).
+
+    Huber by iteratively reweighted NNLS: a row whose residual r exceeds c = HUBER_K x sigma gets
+    weight c / |r|, sigma re-estimated each round as 1.4826 x the median absolute deviation of the
+    residuals. HUBER_K is 3, not the textbook 1.345: a request's TPOT averages its steps, so the
+    ordinary jitter must keep full weight (the fitted step is the mean step); only stalls count less.
+    """
+    scale = np.maximum(np.abs(x).max(axis=0), 1e-300)
+    xs = x / scale
+
+    def solve(weights: np.ndarray) -> np.ndarray:
+        w = np.sqrt(weights)
+        return nnls(xs * w[:, None], y * w, maxiter=50 * x.shape[1])[0]
+
+    robust = np.ones_like(y)
+    coef = solve(steps)
+    if method == "huber":
+        for _ in range(max_iter):
+            resid = y - xs @ coef
+            sigma = MAD_TO_SIGMA * float(np.median(np.abs(resid - np.median(resid))))
+            if sigma <= 0:
+                break
+            c = HUBER_K * sigma
+            robust = np.minimum(1.0, c / np.maximum(np.abs(resid), 1e-300))
+            new = solve(steps * robust)
+            done = np.allclose(new, coef, rtol=1e-7, atol=1e-12)
+            coef = new
+            if done:
+                break
+    return coef / scale, robust
+
+
+def judge(fit: StepFit, predicted: np.ndarray | None = None, weights: np.ndarray | None = None) -> FitQuality:
+    """Return whether a fit is good enough to predict from.
+
+    Refused when the mean relative error exceeds ``MAX_MEAN_REL_ERROR`` (35%), or when R² is below
+    ``MIN_R2`` (0.30) while the fitted step times vary (coefficient of variation at least 10%;
+    with steps all alike R² measures noise, not the model, and only the relative error is judged).
+    """
+    spread = None
+    if predicted is not None and predicted.size:
+        w = np.ones_like(predicted) if weights is None else weights
+        mean = float(np.sum(w * predicted) / np.sum(w))
+        spread = float(np.sqrt(np.sum(w * (predicted - mean) ** 2) / np.sum(w))) / mean if mean > 0 else 0.0
+    r2_judged = fit.r2 is not None and (spread is None or spread >= MIN_SPREAD_FOR_R2)
+    rel = fit.mean_abs_pct_error
+    r2_text = "-" if fit.r2 is None else f"{fit.r2:.3f}"
+    rel_text = "-" if rel is None else f"{rel:.1%}"
+    problems = []
+    if rel is not None and rel > MAX_MEAN_REL_ERROR:
+        problems.append(f"mean relative error {rel_text} is above {MAX_MEAN_REL_ERROR:.0%}")
+    if r2_judged and fit.r2 is not None and fit.r2 < MIN_R2:
+        problems.append(f"R² {r2_text} is below {MIN_R2:.2f}")
+    if problems:
+        return FitQuality(usable=False, r2_judged=r2_judged,
+                          reason=" and ".join(problems) + " (a machine busy with other work, or too few distinct "
+                          "step sizes): the step model cannot be trusted to predict")
+    note = "" if r2_judged else " (R² not judged: the steps are nearly all alike)"
+    return FitQuality(usable=True, r2_judged=r2_judged,
+                      reason=f"R² {r2_text}, mean relative error {rel_text}: within the thresholds{note}")
+
+
+def require_usable(fit: StepFit, *, allow_poor_fit: bool = False, what: str = "the step trace") -> None:
+    """Raise ``PoorFitError`` when the fit is too poor to predict from, unless ``allow_poor_fit``."""
+    q = fit.quality
+    if q is None or q.usable or allow_poor_fit:
+        return
+    raise PoorFitError(f"{what}: {q.reason}; rerun on a quieter machine, or pass --allow-poor-fit to predict anyway")
+
+
+def _stderr(x: np.ndarray, resid: np.ndarray, coef: np.ndarray, names: list[str]) -> dict[str, float | None]:
+    """Return OLS standard errors of the coefficients not pinned at 0 (None for pinned ones)."""
+    out: dict[str, float | None] = {c: None for c in COEFFICIENTS}
+    free = coef > 0
+    k = int(free.sum())
+    dof = x.shape[0] - k
+    if k == 0 or dof <= 0:
+        return out
+    xf = x[:, free]
+    sigma2 = float(resid @ resid) / dof
+    try:
+        cov = sigma2 * np.linalg.inv(xf.T @ xf)
+    except np.linalg.LinAlgError:
+        return out
+    for name, var in zip([c for c, f in zip(names, free) if f], np.diag(cov)):
+        out[name] = float(np.sqrt(max(var, 0.0)))
+    return out
+
+
+def _columns(rows: Sequence[Mapping[str, Any]] | Mapping[str, Sequence[float]]) -> dict[str, np.ndarray]:
+    if isinstance(rows, Mapping):
+        raw = {}
+        for k, v in rows.items():
+            try:
+                raw[k] = np.asarray(v, dtype=np.float64)
+            except (TypeError, ValueError):
+                continue  # a text column (the simulator's ``lane``), not a feature
+    else:
+        keys = set().union(*(r.keys() for r in rows)) if rows else set()
+        raw = {}
+        for k in keys:
+            try:
+                raw[k] = np.array([r.get(k, np.nan) for r in rows], dtype=np.float64)
+            except (TypeError, ValueError):
+                continue  # a text column, not a feature
+    # a row on the simulator's separate prefill lane runs beside the decode batch: no step base
+    lanes = rows.get("lane") if isinstance(rows, Mapping) else [r.get("lane") for r in rows]
+    n_rows = len(next(iter(raw.values()))) if raw else 0
+    raw["base"] = np.ones(n_rows)
+    if lanes is not None and len(lanes) == n_rows:
+        raw["base"][np.array([lane == "prefill" for lane in lanes], dtype=bool)] = 0.0
+    if "prefill_seqs" in raw and not np.all(np.isfinite(raw["prefill_seqs"])):
+        del raw["prefill_seqs"]  # an older trace (or rows mixing old and new): the coefficient stays 0
+    if "kv_tokens_read" not in raw and "kv_tokens_used" in raw:
+        raw["kv_tokens_read"] = raw["kv_tokens_used"]
+    need = ("duration", "prefill_tokens", "decode_seqs", "kv_tokens_read")
+    present = set(rows) if isinstance(rows, Mapping) else set().union(*(r.keys() for r in rows)) if rows else set()
+    columns = rows if isinstance(rows, Mapping) else {k: [r.get(k) for r in rows] for k in need}
+    for c in need:
+        if c not in raw and c in present:  # present, but not all numbers: name the first bad row
+            for i, v in enumerate(columns[c]):
+                try:
+                    float(v)
+                except (TypeError, ValueError):
+                    raise ConfigError(f"step trace row {i + 1}, column '{c}': {v!r} is not a number") from None
+    missing = [c for c in need if c not in raw]
+    if missing:
+        raise ConfigError(f"step trace lacks column(s) {', '.join(missing)}; expected {', '.join(need)}")
+    for c in need + (("steps",) if "steps" in raw else ()):
+        bad = ~np.isfinite(raw[c])
+        if bad.any():
+            raise ConfigError(f"step trace row {int(np.argmax(bad)) + 1}, column '{c}': not a finite number")
+    if raw["duration"].size == 0:
+        raise ConfigError("step trace is empty")
+    return raw

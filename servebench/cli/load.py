@@ -1,0 +1,339 @@
+"""``servebench load``: drive an OpenAI-compatible endpoint with open- or closed-loop load and summarize it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from servebench.cli.core import app, console, emit_json
+from servebench.errors import ConfigError
+from servebench.output.safetext import safe_markup
+
+
+def _workload(rate: Optional[float], requests: int, users: Optional[int], arrival: str, cv: float,
+              replay: Optional[Path], duration: Optional[float], prompt_tokens: int, output_tokens: int,
+              think: float, workload_file: Optional[Path]) -> Any:
+    """Build the WorkloadSpec from the options (a workload file gives the classes and defaults)."""
+    import yaml
+    from pydantic import ValidationError
+
+    from servebench.serving.workload import ArrivalSpec, ClassSpec, ClosedLoopSpec, LengthSpec, WorkloadSpec
+
+    base: dict[str, Any] = {}
+    if workload_file is not None:
+        try:
+            doc = yaml.safe_load(workload_file.read_text())
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(f"{workload_file}: cannot read the workload: {exc}") from None
+        if isinstance(doc, dict) and isinstance(doc.get("workload"), dict):
+            doc = doc["workload"]  # a simulator scenario: take its workload
+        if not isinstance(doc, dict):
+            raise ConfigError(f"{workload_file}: expected a mapping with 'classes'")
+        base = dict(doc)
+    if "classes" not in base:
+        base["classes"] = [ClassSpec(prompt=LengthSpec(kind="fixed", value=prompt_tokens),
+                                     output=LengthSpec(kind="fixed", value=output_tokens)).model_dump()]
+    base["num_requests"] = requests
+    if duration is not None:
+        base["duration_s"] = duration
+    if users is not None:
+        base["arrival"] = None
+        base["closed_loop"] = ClosedLoopSpec(users=users, think_s=think).model_dump()
+    else:
+        base["closed_loop"] = None
+        if replay is not None:
+            from servebench.records.loaders import load_table
+            table, _, _ = load_table(replay)
+            base["arrival"] = ArrivalSpec(kind="replay", start_s=sorted(table.start.tolist())).model_dump()
+        elif rate is not None:
+            base["arrival"] = ArrivalSpec(kind=arrival, rate_rps=rate, cv=cv).model_dump()
+        elif base.get("arrival") is None:
+            raise ConfigError("give --rate R (open loop), --users U (closed loop), --replay FILE or --sweep RATES")
+    try:
+        return WorkloadSpec.model_validate(base)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "workload"
+        raise ConfigError(f"workload {where}: {first['msg']}") from None
+
+
+def _generator_table(stats: Any) -> Table:
+    """Return the generator's work counts and own limits as a two-column table."""
+    t = Table(title=f"Load generator ({stats.mode} loop)")
+    t.add_column("measure")
+    t.add_column("value", justify="right")
+    lag = stats.schedule_lag_s
+
+    def f(v: float | None) -> str:
+        return "-" if v is None else f"{v:.3g}"
+    rows = [("planned", stats.planned), ("offered", stats.offered), ("sent", stats.sent),
+            ("accepted", stats.accepted), ("completed", stats.completed), ("rejected", stats.rejected),
+            ("failed", stats.failed), ("timed out", stats.timed_out), ("cancelled", stats.cancelled),
+            ("not sent (duration limit)", stats.not_sent_duration_limit),
+            ("impossible usage counts", stats.implausible_usage),
+            ("in flight: peak / limit", f"{stats.peak_in_flight} / {stats.max_in_flight}"),
+            ("waited for a connection slot", stats.waited_for_slot),
+            ("schedule lag p50 / p99 / max, s", f"{f(lag.p50_s)} / {f(lag.p99_s)} / {f(lag.max_s)}"),
+            ("run, s", f(stats.run_s))]
+    for name, value in rows:
+        t.add_row(name, str(value))
+    return t
+
+
+def _worker_table(stats: Any) -> Table:
+    """Return each worker's share, send lag and clock offset against the coordinator."""
+    t = Table(title="Workers (one shared schedule)")
+    for col in ("worker", "host", "sent", "lag p50 / p99 / max, ms", "clock offset ± uncertainty, ms", "drift, ms"):
+        t.add_column(col, justify="right")
+
+    def ms(v: float | None) -> str:
+        return "-" if v is None else f"{v * 1e3:.3g}"
+    for w in stats.workers:
+        lag = w.schedule_lag_s
+        t.add_row(str(w.worker), safe_markup(w.host), f"{w.sent} / {w.planned}",
+                  f"{ms(lag.p50_s)} / {ms(lag.p99_s)} / {ms(lag.max_s)}",
+                  f"{ms(w.clock_offset_s)} ± {ms(w.clock_uncertainty_s)}", ms(w.clock_drift_s))
+    lag = stats.schedule_lag_s
+    t.add_row("all", "", f"{stats.sent} / {stats.planned}", f"{ms(lag.p50_s)} / {ms(lag.p99_s)} / {ms(lag.max_s)}",
+              "", "", style="bold")
+    return t
+
+
+def _run_workers(config: Any, plan: list[Any], spec: Any, seed: int, out_dir: Path, workers: int,
+                 ray_address: str | None, use_ray: bool, show_progress: bool, source: str) -> Any:
+    """Send the plan from several workers (processes, or Ray actors) sharing its schedule; write the run."""
+    from servebench.load.generator import discover_model_sync, run_metadata, write_run
+
+    model = discover_model_sync(config)
+    where = "Ray actors" if use_ray else "processes"
+    status = Console(stderr=True).status(f"{len(plan)} requests from {workers} worker {where}")
+    with status if show_progress else contextlib.nullcontext():
+        try:
+            if use_ray:
+                from servebench.load.ray_runner import ray_session, run_with_actors
+                with ray_session(ray_address) as cluster:
+                    result = run_with_actors(config, plan, workers, model, cluster)
+            else:
+                from servebench.load.workers import run_with_processes
+                result = run_with_processes(config, plan, workers, model)
+        except KeyboardInterrupt:
+            console.print("[yellow]interrupted:[/] the workers were stopped; nothing was written")
+            raise SystemExit(130) from None
+    write_run(out_dir, result, run_metadata(result, spec, seed, source))
+    return result
+
+
+def _run_one(url: str, spec: Any, seed: int, out_dir: Path, cfg_kwargs: dict[str, Any], show_progress: bool,
+             label: str = "requests", workers: int = 1, ray_address: str | None = None,
+             use_ray: bool = False) -> tuple[Any, Any, float, float]:
+    """Plan, send, write the run directory; return (result, table, window start, window end).
+
+    Ctrl-C cancels the requests in flight; what was gathered is still written, then exit 130.
+    With ``workers`` > 1 or ``use_ray`` the plan is shared by several workers (:mod:`servebench.load.workers`).
+    """
+    from servebench.load.generator import (LoadConfig, RunState, records_table, result_from_state, run_load_sync, run_metadata,
+                           workload_plan, write_run)
+
+    plan = workload_plan(spec, np.random.default_rng(seed))
+    users = spec.closed_loop.users if spec.closed_loop is not None else None
+    config = LoadConfig(url=url, users=users, duration_s=spec.duration_s, **cfg_kwargs)
+    source = "--model" if cfg_kwargs.get("model") else "/v1/models"
+    if workers > 1 or use_ray:
+        if users is not None:
+            raise ConfigError("--workers and --ray share one open-loop schedule; closed loop (--users) runs in "
+                              "one process")
+        result = _run_workers(config, plan, spec, seed, out_dir, workers, ray_address, use_ray, show_progress,
+                              source)
+        table, ws, we = records_table(result.outcomes, str(out_dir / "records.jsonl"))
+        return result, table, ws, we
+    state = RunState()
+    progress = Progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(),
+                        TextColumn("{task.fields[bad]} not ok"), TimeElapsedColumn(),
+                        console=Console(stderr=True), transient=True, disable=not show_progress)
+    try:
+        with progress:
+            task = progress.add_task(label, total=len(plan), bad=0)
+            bad = [0]
+
+            def tick(o: Any) -> None:
+                bad[0] += o.status != "success"
+                progress.update(task, advance=1, bad=bad[0])
+            result = run_load_sync(config, plan, on_outcome=tick, state=state)
+    except KeyboardInterrupt:
+        if state.outcomes:
+            state.interrupted = True
+            partial = result_from_state(config, len(plan), state)
+            write_run(out_dir, partial, {**run_metadata(partial, spec, seed, source), "interrupted": True})
+            console.print(f"[yellow]interrupted:[/] wrote the {len(state.outcomes)} outcomes gathered to "
+                          f"{safe_markup(str(out_dir))}")
+        raise SystemExit(130) from None  # typer.Exit would be swallowed by cli.main (standalone_mode off)
+    write_run(out_dir, result, run_metadata(result, spec, seed, source))
+    table, ws, we = records_table(result.outcomes, str(out_dir / "records.jsonl"))
+    return result, table, ws, we
+
+
+@app.command()
+def load(
+    url: str = typer.Argument(..., help="Base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000."),
+    out: Path = typer.Option(..., "-o", "--out", help="Output directory: records.jsonl, sends.jsonl, metadata.json."),
+    rate: Optional[float] = typer.Option(None, help="Open loop: mean arrival rate, requests/s."),
+    requests: int = typer.Option(100, min=1, max=1_000_000, help="Requests to send (per sweep point)."),
+    users: Optional[int] = typer.Option(None, min=1, help="Closed loop: this many users instead of --rate."),
+    sweep: Optional[str] = typer.Option(None, help="Comma-separated rates (req/s): one open-loop run per rate."),
+    arrival: str = typer.Option("poisson", help="Arrival process: poisson, gamma or constant."),
+    cv: float = typer.Option(1.0, min=0.01, help="Gamma arrivals: coefficient of variation (burstiness)."),
+    replay: Optional[Path] = typer.Option(None, help="Replay the start times of a record file (open loop)."),
+    workload: Optional[Path] = typer.Option(None, help="Workload YAML/JSON (classes, lengths); a scenario works."),
+    prompt_tokens: int = typer.Option(32, min=1, help="Prompt length in words (tokens on serve-engine)."),
+    output_tokens: int = typer.Option(16, min=1, help="Output tokens per request (max_tokens, ignore_eos)."),
+    think: float = typer.Option(0.0, min=0, help="Closed loop: think time between a user's requests, s."),
+    duration: Optional[float] = typer.Option(None, min=0.001, help="Hard end of each run, s: later arrivals "
+                                             "are not sent, in-flight requests are cancelled."),
+    deadline: float = typer.Option(30.0, min=0.001, help="Per-request deadline from its intended send time, s."),
+    seed: int = typer.Option(0, help="Seed of arrivals, lengths and prompts."),
+    api: str = typer.Option("completions", help="completions or chat."),
+    model: Optional[str] = typer.Option(None, help="Model name (default: the first one /v1/models lists)."),
+    stream: bool = typer.Option(True, "--stream/--no-stream", help="Stream tokens (SSE) or wait for the body."),
+    ignore_eos: bool = typer.Option(True, "--ignore-eos/--no-ignore-eos", help="Ask for exactly max_tokens."),
+    max_in_flight: int = typer.Option(256, min=1, help="Generator capacity: connections open at once (per worker)."),
+    workers: int = typer.Option(1, min=1, max=1024, help="Open-loop workers sharing one arrival schedule: OS "
+                                "processes here, or Ray actors with --ray."),
+    ray: bool = typer.Option(False, "--ray", help="Run the workers as Ray actors (a local Ray, or --ray-address)."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", metavar="ADDRESS",
+                                              help="An existing Ray cluster (auto, HOST:PORT or ray://HOST:PORT); "
+                                                   "implies --ray."),
+    api_key: Optional[str] = typer.Option(None, envvar="OPENAI_API_KEY", help="Bearer token, if the server wants one."),
+    slo_ttft: Optional[float] = typer.Option(None, help="SLO on TTFT, s."),
+    slo_tpot: Optional[float] = typer.Option(None, help="SLO on request TPOT, s."),
+    slo_latency: Optional[float] = typer.Option(None, help="SLO on latency, s."),
+    slo_target: float = typer.Option(0.95, help="Sweep: share of offered requests that must meet every SLO."),
+    search: bool = typer.Option(False, "--search/--no-search", help="Sweep: bisect for the capacity with extra runs."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+) -> None:
+    """Send open-loop (--rate) or closed-loop (--users) load to an endpoint; write records; summarize."""
+    from servebench.analysis.summary import SLO, build_report
+
+    if api not in ("completions", "chat"):
+        raise ConfigError(f"--api {api!r}: expected completions or chat")
+    if arrival not in ("poisson", "gamma", "constant"):
+        raise ConfigError(f"--arrival {arrival!r}: expected poisson, gamma or constant")
+    cfg_kwargs = dict(api=api, model=model, stream=stream, ignore_eos=ignore_eos, deadline_s=deadline,
+                      max_in_flight=max_in_flight, api_key=api_key)
+    use_ray = ray or ray_address is not None
+    spread = dict(workers=workers, ray_address=ray_address, use_ray=use_ray)
+    slo = SLO(ttft_s=slo_ttft, tpot_s=slo_tpot, latency_s=slo_latency)
+    if sweep is not None:
+        if users is not None or replay is not None:
+            raise ConfigError("--sweep sweeps open-loop rates; it cannot be combined with --users or --replay")
+        with contextlib.ExitStack() as stack:
+            if use_ray:  # one Ray for every rate of the sweep
+                from servebench.load.ray_runner import ray_session
+                stack.enter_context(ray_session(ray_address))
+            _sweep(url, sweep, out, requests, arrival, cv, workload, prompt_tokens, output_tokens, duration, seed,
+                   cfg_kwargs, slo, slo_target, search, as_json, spread)
+        return
+    spec = _workload(rate, requests, users, arrival, cv, replay, duration, prompt_tokens, output_tokens, think,
+                     workload)
+    result, table, ws, we = _run_one(url, spec, seed, out, cfg_kwargs, show_progress=not as_json, **spread)
+    report = build_report(table, ws, we, slo)
+    if as_json:
+        doc = report.model_dump(mode="json")  # emit_json writes infinities as "Infinity", as in summarize
+        emit_json({"summary": doc.pop("summary"), **doc, "generator": result.stats.model_dump(mode="json"),
+                   "model": result.model, "out": str(out)})
+        return
+    from servebench.output.terminal import print_report
+    print_report(console, report)
+    console.print(_generator_table(result.stats))
+    if result.stats.workers is not None:
+        console.print(_worker_table(result.stats))
+    for warning in result.stats.warnings:
+        console.print(f"[yellow]warning:[/] {safe_markup(warning)}")
+    console.print(f"model {safe_markup(repr(result.model))}; wrote {safe_markup(str(out))}/records.jsonl, sends.jsonl, "
+                  "metadata.json")
+
+
+def _parse_rates(text: str) -> list[float]:
+    try:
+        rates = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"--sweep {text!r}: expected comma-separated rates such as 1,2,4") from None
+    if not rates or any(not (r > 0) or r == float("inf") for r in rates):
+        raise ConfigError(f"--sweep {text!r}: every rate must be a positive number")
+    return sorted(set(rates))
+
+
+def _sweep(url: str, rates_text: str, out: Path, requests: int, arrival: str, cv: float, workload: Optional[Path],
+           prompt_tokens: int, output_tokens: int, duration: Optional[float], seed: int, cfg_kwargs: dict[str, Any],
+           slo: Any, slo_target: float, search: bool, as_json: bool, spread: dict[str, Any] | None = None) -> None:
+    """Run one open-loop load per rate into OUT/rate_<r>/, then write the simulator's sweep output into OUT."""
+    from servebench.load.generator import measured_point
+    from servebench.output.terminal import fmt
+    from servebench.serving.sweep import SweepResult, knee, sweep_csv
+    from servebench.serving.sweep import capacity_from_grid, search_capacity
+
+    rates = _parse_rates(rates_text)
+    if not 0 < slo_target <= 1:
+        raise ConfigError(f"--slo-target {slo_target}: must be in (0, 1]")
+    base = _workload(rates[0], requests, None, arrival, cv, None, duration, prompt_tokens, output_tokens, 0.0,
+                     workload)
+    points: dict[float, Any] = {}
+    runs: dict[str, str] = {}
+    model = [None]
+
+    def run(rate: float, source: str) -> Any:
+        if rate in points:
+            return points[rate]
+        d = out / f"rate_{rate:g}"
+        result, _, _, _ = _run_one(url, base.with_rate(rate), seed, d, cfg_kwargs, show_progress=not as_json,
+                                   label=f"rate {rate:g}/s", **(spread or {}))
+        model[0] = result.model
+        point = measured_point(result.outcomes, rate, slo, slo_target)
+        point.source = source
+        points[rate] = point
+        runs[f"{rate:g}"] = str(d)
+        return point
+
+    for r in rates:
+        run(r, "grid")
+    capacity = search_capacity(run, rates, points, "rate", 0.05, 4) if search else capacity_from_grid(rates, points)
+    ordered = [points[k] for k in sorted(points)]
+    result = SweepResult(
+        scenario=f"measured {model[0]} at {url}", mode="rate", seed=seed, requests_per_point=requests, slo=slo,
+        slo_target=slo_target, points=ordered, capacity=capacity, knee_load=knee(ordered), kv_budget_tokens=None)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "sweep.json").write_text(result.model_dump_json(indent=2), encoding="utf-8")
+    (out / "sweep.csv").write_text(sweep_csv(result), encoding="utf-8")
+    (out / "metadata.json").write_text(_dump({
+        "kind": "servebench load --sweep", "endpoint": url, "model": model[0], "rates": rates,
+        "workload": base.model_dump(mode="json", exclude_none=True), "seed": seed, "runs": runs,
+        "not_observed": "peak_active, mean_active, peak_waiting, max_kv_tokens_used, preemptions and "
+                        "kv_budget_tokens are server-side; a client cannot measure them (null)",
+    }) + "\n", encoding="utf-8")
+    if as_json:
+        emit_json({**result.model_dump(mode="json"), "runs": runs,
+                   "files": [str(out / "sweep.json"), str(out / "sweep.csv")]})
+        return
+    t = Table(title=safe_markup(f"Measured sweep of {model[0]} at {url}"))
+    for col in ("rate", "offered/s", "done/s", "rejected", "timeout", "failed", "TTFT p95", "TPOT p95",
+                "latency p95", "within SLOs"):
+        t.add_column(col, justify="right")
+    for p in ordered:
+        t.add_row(f"{p.load:g}" + ("*" if p.source == "search" else ""), fmt(p.offered_rps), fmt(p.throughput_rps),
+                  fmt(p.rejected), fmt(p.timed_out), fmt(p.failed), fmt(p.ttft_s["p95"]), fmt(p.tpot_s["p95"]),
+                  fmt(p.latency_s["p95"]), f"{p.slo_attainment:.1%}", style=None if p.meets_slo else "red")
+    console.print(t)
+    console.print(f"usable capacity: [bold]{fmt(capacity.load)}[/] ({safe_markup(capacity.note)}); knee at "
+                  f"{fmt(result.knee_load)}; wrote {safe_markup(str(out))}/sweep.json, sweep.csv and one run directory "
+                  "per rate")
+
+
+def _dump(obj: Any) -> str:
+    return json.dumps(obj, indent=2)

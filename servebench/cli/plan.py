@@ -1,0 +1,154 @@
+"""``servebench plan``: from a workload and SLOs to GPU type, tensor parallelism, replicas and cost."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from servebench.cli.core import app, console, emit_json
+from servebench.errors import ConfigError
+from servebench.output.terminal import fmt
+
+
+def _csv(text: str | None, what: str) -> list[str]:
+    items = [x.strip() for x in (text or "").split(",") if x.strip()]
+    if text is not None and not items:
+        raise ConfigError(f"--{what} {text!r}: expected a comma-separated list")
+    return items
+
+
+def _ints(text: str, what: str) -> list[int]:
+    try:
+        values = [int(x) for x in _csv(text, what)]
+    except ValueError:
+        raise ConfigError(f"--{what} {text!r}: expected whole numbers separated by commas, like 1,2,4") from None
+    if any(v < 1 for v in values):
+        raise ConfigError(f"--{what} {text!r}: every value must be at least 1")
+    return values
+
+
+@app.command()
+def plan(
+    model: Optional[str] = typer.Option(None, "--model", help="Model preset (servebench kv --list-models)."),
+    config: Optional[Path] = typer.Option(None, "--config", help="A Hugging Face config.json (parameters estimated "
+                                          "from its layer sizes)."),
+    rate: float = typer.Option(..., "--rate", help="Traffic to serve, requests/s."),
+    prompt_tokens: Optional[int] = typer.Option(None, "--prompt-tokens", help="Prompt length, tokens."),
+    output_tokens: Optional[int] = typer.Option(None, "--output-tokens", help="Output length, tokens."),
+    scenario: Optional[Path] = typer.Option(None, "--scenario", help="A scenario file: its request mix, arrival "
+                                            "process and scheduler settings replace --prompt/--output-tokens."),
+    slo_ttft: Optional[float] = typer.Option(None, help="SLO on TTFT, s."),
+    slo_tpot: Optional[float] = typer.Option(None, help="SLO on request TPOT, s."),
+    slo_latency: Optional[float] = typer.Option(None, help="SLO on latency, s."),
+    slo_target: float = typer.Option(0.95, help="Share of requests that must meet every SLO."),
+    gpus: Optional[str] = typer.Option(None, "--gpus", help="GPU types to consider, e.g. H100,A100-80GB "
+                                       "(default: every GPU preset; CPU on request)."),
+    price: list[str] = typer.Option([], "--price", help="GPU=USD_PER_HOUR, repeatable, e.g. --price H100=2.10."),
+    tensor_parallel: str = typer.Option("1,2,4,8", "--tp", help="Tensor-parallel degrees to try."),
+    max_num_seqs: str = typer.Option("16,64,256", "--max-num-seqs", help="Caps on running sequences to try."),
+    weight_dtype: str = typer.Option("bf16", help="Weight type: bf16, fp16 or fp8 (fp8 also uses fp8 FLOPs)."),
+    kv_dtype: Optional[str] = typer.Option(None, help="KV-cache type (default: the model's, bf16 for presets)."),
+    headroom: float = typer.Option(0.2, help="Share of each replica's capacity left unused."),
+    requests: int = typer.Option(300, help="Requests per simulation."),
+    calibrate: Optional[Path] = typer.Option(None, "--calibrate", help="A `servebench run` folder: its fitted "
+                                             "step model calibrates the efficiency factors of its device."),
+    calibrate_gpu: Optional[str] = typer.Option(None, help="The preset the calibration run's device is "
+                                                "(default: read from its metadata)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+) -> None:
+    """Plan GPUs, tensor parallelism, replicas and cost for a workload under SLOs (roofline + simulation)."""
+    from servebench.capacity import DEFAULT_GPUS, parse_prices
+    from servebench.planning import PlanRequest, Workload
+    from servebench.planning.planner import load_calibration, plan as run_plan, plan_document, shape_from_config_file
+    from servebench.capacity.kv import dtype_bytes
+    from servebench.capacity.model_presets import get_preset
+    from servebench.analysis.summary import SLO
+
+    if (model is None) == (config is None):
+        raise ConfigError("give the model one way: --model NAME or --config config.json")
+    kv_bytes = dtype_bytes(kv_dtype) if kv_dtype else None
+    active = None
+    if model is not None:
+        shape = get_preset(model, bytes_per_element=kv_bytes)
+    else:
+        shape, active = shape_from_config_file(str(config), bytes_per_element=kv_bytes)
+    if scenario is not None:
+        if prompt_tokens is not None or output_tokens is not None:
+            raise ConfigError("give the request lengths one way: --scenario, or --prompt-tokens and --output-tokens")
+        from servebench.serving.scenario import load_scenario
+        workload = Workload.from_scenario(load_scenario(scenario))
+    else:
+        if prompt_tokens is None or output_tokens is None:
+            raise ConfigError("give --prompt-tokens and --output-tokens (or a --scenario)")
+        workload = Workload.fixed(prompt_tokens, output_tokens)
+    slo = SLO(ttft_s=slo_ttft, tpot_s=slo_tpot, latency_s=slo_latency)
+    calibration = load_calibration(str(calibrate), gpu=calibrate_gpu) if calibrate is not None else None
+    try:
+        req = PlanRequest(model=shape, weight_bytes_per_parameter=dtype_bytes(weight_dtype), active_parameters=active,
+                          workload=workload, slo=slo, slo_target=slo_target,
+                          gpus=_csv(gpus, "gpus") if gpus is not None else list(DEFAULT_GPUS),
+                          prices=parse_prices(price), tensor_parallel=_ints(tensor_parallel, "tp"),
+                          max_num_seqs=_ints(max_num_seqs, "max-num-seqs"), headroom=headroom,
+                          requests_per_simulation=requests, calibration=calibration)
+    except ValueError as exc:  # pydantic's ValidationError: name the option
+        first = exc.errors()[0] if hasattr(exc, "errors") else {"loc": (), "msg": str(exc)}
+        where = ".".join(str(p) for p in first["loc"]) or "options"
+        raise ConfigError(f"plan option '{where.replace('_', '-')}': {first['msg']}") from None
+
+    err = Console(stderr=True)
+    with Progress(TextColumn("[bold]plan[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err, transient=True, disable=as_json) as bar:
+        task = bar.add_task("screening configurations", total=None)
+
+        def progress(done: int, total: int, label: str) -> None:
+            bar.update(task, completed=done, total=total, description=escape(label))
+
+        evaluation, result = run_plan(req, rate, progress)
+    doc = plan_document(evaluation, result)
+    if as_json:
+        emit_json(doc)
+        return
+    print_plan(console, doc)
+
+
+def print_plan(out: Console, doc: dict) -> None:
+    """Print a plan document as a ranked table and the reason for the pick."""
+    m, w = doc["model"], doc["workload"]
+    out.print(f"[bold]{escape(str(m['name']))}[/] ({fmt(m['parameters'] / 1e9 if m['parameters'] else None)}B "
+              f"parameters, {fmt(m['weight_bytes_per_parameter'])} bytes each) at {fmt(w['rate_rps'])} requests/s, "
+              f"prompts {w['mean_prompt_tokens']:,.0f} and outputs {w['mean_output_tokens']:,.0f} tokens on average; "
+              f"SLOs {escape(str({k: v for k, v in doc['slo'].items() if v is not None}))} for "
+              f"{doc['slo_target']:.0%} of requests")
+    t = Table(title="Options, cheapest first (meeting the SLOs)")
+    for col in ("GPU", "TP", "max seqs", "capacity/replica (req/s)", "replicas", "GPUs", "meets SLOs", "$/hour",
+                "$/M output tokens", "limit"):
+        t.add_column(col, justify="left" if col in ("GPU", "limit", "meets SLOs") else "right")
+    best = doc["best"]
+    for o in doc["options"]:
+        star = o == best
+        t.add_row(("* " if star else "") + o["gpu"], str(o["tensor_parallel"]), fmt(o["max_num_seqs"]),
+                  fmt(o["capacity_rps_per_replica"]), fmt(o["replicas"]), fmt(o["gpus_total"]),
+                  "yes" if o["meets_slo"] else "[red]no[/]",
+                  "-" if o["cost_per_hour_usd"] is None else f"{o['cost_per_hour_usd']:.2f}",
+                  "-" if o["cost_per_million_output_tokens_usd"] is None
+                  else f"{o['cost_per_million_output_tokens_usd']:.3f}", o["limit"],
+                  style="bold green" if star else None)
+    out.print(t)
+    out.print(("[bold]best:[/] " if best else "[bold red]no option:[/] ") + escape(doc["reason"] or ""))
+    s = doc["search"]
+    out.print(f"{s['simulations']} simulations of {s['requests_per_simulation']} requests; "
+              f"{s['pruned_without_simulating']} configurations ruled out without simulating (no fit, or SLOs "
+              f"missed unloaded); {s['skipped_by_cost_bound']} not simulated because even at their throughput "
+              "bound they cost more than the best")
+    for gpu, how in doc["efficiency"]["used"].items():
+        out.print(f"efficiency factors for {escape(gpu)}: {escape(how)}")
+    for note in doc["notes"]:
+        out.print(f"[yellow]note:[/] {escape(note)}")
+    out.print("An estimate from public hardware figures and a simulated server, not a hardware guarantee: "
+              "see docs/planner.md; --json has how each number was computed.")

@@ -1,0 +1,276 @@
+"""``servebench simulate``, ``servebench sweep`` and ``servebench fit-steps``: the modelled server."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from servebench.output import strict_json
+from servebench.cli.core import app, console, emit_json
+from servebench.errors import ConfigError
+from servebench.output.terminal import fmt
+from servebench.output.safetext import safe_markup
+
+
+def _out_dir(out: Path) -> Path:
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"output {out} exists and is not a directory")
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def _parse_list(text: str | None, what: str, integer: bool = False) -> list[float]:
+    if text is None:
+        return []
+    try:
+        values = [float(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise ConfigError(f"--{what} {text!r}: expected numbers separated by commas, like 0.5,1,2") from None
+    if integer and any(v != int(v) for v in values):
+        raise ConfigError(f"--{what} {text!r}: expected whole numbers")
+    return values
+
+
+def _write_trace(trace: Any, path: Path) -> None:
+    cols = trace.columns()
+    names = list(cols)
+    if path.suffix.lower() == ".csv":
+        with path.open("w", newline="", encoding="utf-8") as f:
+            w = csv.writer(f, lineterminator="\n")
+            w.writerow(names)
+            w.writerows(zip(*(cols[c] for c in names)))
+    else:
+        with path.open("w", encoding="utf-8") as f:
+            for row in zip(*(cols[c] for c in names)):
+                f.write(json.dumps(dict(zip(names, row))) + "\n")
+
+
+@app.command()
+def simulate(
+    scenario: Path = typer.Argument(..., help="Scenario file (.yaml, .yml or .json)."),
+    out: Path = typer.Option(..., "-o", "--out", help="Output directory for records.jsonl, the step trace and summary.json."),
+    seed: Optional[int] = typer.Option(None, help="Override the scenario's seed."),
+    rate: Optional[float] = typer.Option(None, help="Override the open-loop arrival rate, requests/s."),
+    requests: Optional[int] = typer.Option(None, help="Override the number of requests."),
+    trace_format: str = typer.Option("jsonl", help="Step trace format: jsonl or csv."),
+    figures: bool = typer.Option(False, "--figures", help="Also write trace.html: running, waiting and KV over time."),
+    prefill: Optional[str] = typer.Option(None, "--prefill", metavar="chunked|whole",
+                                          help="Override the prefill policy: chunked (the scenario's step budget, "
+                                               "or 512 tokens) or whole (whole prompts, no step budget)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+) -> None:
+    """Simulate a continuous-batching server on a scenario; write records, step trace and summary."""
+    from servebench.records.loaders import write_records
+    from servebench.serving.scenario import load_scenario
+    from servebench.serving.simulate import simulate as run_simulation
+    from servebench.analysis.summary import build_report
+    from servebench.serving.sweep import scenario_at
+
+    if trace_format not in ("jsonl", "csv"):
+        raise ConfigError(f"--trace-format {trace_format!r}: expected jsonl or csv")
+    sc = load_scenario(scenario)
+    if prefill is not None:
+        from servebench.serving.experiments import prefill_variants
+        if prefill not in ("chunked", "whole"):
+            raise ConfigError(f"--prefill {prefill!r}: expected chunked or whole")
+        sc = prefill_variants(sc)[prefill == "whole"]
+    if seed is not None:
+        sc = sc.model_copy(update={"seed": seed})
+    if rate is not None or requests is not None:
+        if rate is not None:
+            sc = scenario_at(sc, rate, "rate", requests)
+        else:
+            sc = sc.model_copy(update={"workload": sc.workload.model_copy(
+                update={"num_requests": requests, "duration_s": None})})
+    result = run_simulation(sc)
+    if len(result.records) == 0:
+        raise ConfigError(f"{scenario}: the workload produced no requests")
+    report = build_report(result.records, result.window_start_s, result.window_end_s)
+    d = _out_dir(out)
+    write_records(result.records, d / "records.jsonl")
+    trace_path = d / f"steps.{trace_format}"
+    _write_trace(result.trace, trace_path)
+    tr = result.trace
+    files = {"records": str(d / "records.jsonl"), "steps": str(trace_path), "summary": str(d / "summary.json")}
+    if figures:
+        from servebench.output.figures.sweep import trace_over_time
+        fig = trace_over_time(tr, result.kv_budget_tokens, title=f"{sc.name}: engine over time")
+        fig.write_html(d / "trace.html", include_plotlyjs="directory")  # plotly.min.js beside it: works offline
+        files["figure"] = str(d / "trace.html")
+    sim = {
+        "scenario": sc.name, "seed": sc.seed, "kv_budget_tokens": result.kv_budget_tokens,
+        "policy": sc.server.policy, "prefill_lane": sc.server.prefill_lane,
+        "offered": len(result.records), "by_status": result.status_counts(),
+        "engine_steps": result.engine_steps, "trace_rows": len(tr), "events": result.events,
+        "preemptions": result.preemptions,
+        "peak_running": int(tr.active.max()) if len(tr) else 0,
+        "peak_waiting": int(tr.waiting.max()) if len(tr) else 0,
+        "max_kv_tokens_used": int(tr.kv_tokens_used.max()) if len(tr) else 0,
+        "files": files,
+    }
+    doc = {"simulation": sim, "report": report}
+    (d / "summary.json").write_text(strict_json.dumps(doc, indent=2), encoding="utf-8")  # what --json prints
+    if as_json:
+        emit_json(doc)
+        return
+    t = Table(title=f"Simulated {safe_markup(sc.name)} ({sc.server.policy}, prefill lane {sc.server.prefill_lane})")
+    t.add_column("quantity")
+    t.add_column("value", justify="right")
+    for key in ("offered", "kv_budget_tokens", "peak_running", "peak_waiting", "max_kv_tokens_used",
+                "preemptions", "engine_steps"):
+        t.add_row(key.replace("_", " "), fmt(sim[key]))
+    for status, n in sim["by_status"].items():
+        t.add_row(f"  {status}", fmt(n))
+    console.print(t)
+    from servebench.output.terminal import print_report
+    print_report(console, report)
+    console.print(safe_markup(f"wrote {', '.join(files.values())}"))
+
+
+@app.command()
+def sweep(
+    scenario: Path = typer.Argument(..., help="Scenario file (.yaml, .yml or .json)."),
+    out: Path = typer.Option(..., "-o", "--out", help="Output directory for sweep.json and sweep.csv."),
+    rates: Optional[str] = typer.Option(
+        None, help="Arrival rates to sweep, requests/s, e.g. 0.5,1,2,4 (default: 10 from 0.25x to 2.5x the scenario's)."),
+    concurrency: Optional[str] = typer.Option(None, help="Closed-loop user counts to sweep, e.g. 1,2,4,8."),
+    requests: Optional[int] = typer.Option(2000, help="Requests per point (0: the scenario's own count)."),
+    slo_ttft: Optional[float] = typer.Option(None, help="SLO on TTFT, s."),
+    slo_tpot: Optional[float] = typer.Option(None, help="SLO on request TPOT, s."),
+    slo_latency: Optional[float] = typer.Option(None, help="SLO on latency, s."),
+    slo_target: float = typer.Option(0.95, help="Share of offered requests that must meet every SLO."),
+    search: bool = typer.Option(True, "--search/--no-search", help="Bisect for the capacity between grid points."),
+    seeds: int = typer.Option(1, min=1, max=1000, help="Repeat the sweep over this many seeds (the scenario's and "
+                              "the next ones) and report the range of each point and of the capacity."),
+    ray: bool = typer.Option(False, "--ray", help="Run each point as a Ray task: on a local Ray started for the "
+                             "call, or on --ray-address."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", metavar="ADDRESS",
+                                              help="An existing Ray cluster (auto, HOST:PORT or ray://HOST:PORT); "
+                                                   "implies --ray."),
+    figures: bool = typer.Option(False, "--figures", help="Also write the sweep figures as HTML."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+) -> None:
+    """Sweep offered load (rates or users); report per-point outcomes and the usable capacity."""
+    from servebench.serving.scenario import load_scenario
+    from servebench.analysis.summary import SLO
+    from servebench.serving.sweep import sweep as run_sweep
+    from servebench.serving.sweep import sweep_csv
+
+    from servebench.serving.sweep import default_rates
+
+    if rates is not None and concurrency is not None:
+        raise ConfigError("give one of --rates and --concurrency, not both")
+    mode = "users" if concurrency is not None else "rate"
+    sc = load_scenario(scenario)
+    if concurrency is not None:
+        loads = _parse_list(concurrency, "concurrency", True)
+    else:
+        loads = _parse_list(rates, "rates") if rates is not None else default_rates(sc)
+    slo = SLO(ttft_s=slo_ttft, tpot_s=slo_tpot, latency_s=slo_latency)
+    err = Console(stderr=True)
+    with Progress(TextColumn("[bold]sweep[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err, transient=True, disable=as_json) as bar:
+        task = bar.add_task(safe_markup(sc.name), total=len(loads))
+
+        def progress(done: int, total: int, point: Any) -> None:
+            bar.update(task, completed=done, total=max(total, done),
+                       description=f"{safe_markup(sc.name)}: {point.load:g} -> {point.slo_attainment:.0%} within SLOs")
+
+        def run(runner: Any = None) -> Any:
+            return run_sweep(sc, loads, mode=mode, slo=slo, slo_target=slo_target, requests=requests or None,
+                             search=search, progress=progress, seeds=seeds, runner=runner)
+
+        if ray or ray_address is not None:
+            from servebench.load.ray_runner import RayRunner, ray_session
+            bar.update(task, description=f"{safe_markup(sc.name)}: starting Ray")
+            with ray_session(ray_address) as cluster:
+                bar.update(task, description=f"{safe_markup(sc.name)}: Ray with {cluster.cpus:g} CPUs")
+                result = run(RayRunner())
+        else:
+            result = run()
+    d = _out_dir(out)
+    (d / "sweep.json").write_text(result.model_dump_json(indent=2), encoding="utf-8")
+    (d / "sweep.csv").write_text(sweep_csv(result), encoding="utf-8")
+    files = [str(d / "sweep.json"), str(d / "sweep.csv")]
+    if figures:
+        from servebench.output.figures.sweep import latency_vs_load, outcomes_vs_load
+        for name, fig in (("sweep_latency.html", latency_vs_load(result)), ("sweep_outcomes.html", outcomes_vs_load(result))):
+            fig.write_html(d / name, include_plotlyjs="directory")  # plotly.min.js beside it: works offline
+            files.append(str(d / name))
+    if as_json:
+        emit_json({**result.model_dump(mode="json"), "files": files})
+        return
+    t = Table(title=f"Sweep of {safe_markup(sc.name)} by {'arrival rate' if mode == 'rate' else 'users'}")
+    t.add_column("load", justify="right", no_wrap=True)
+    for col in ("offered/s", "done/s", "rejected", "timeout", "TTFT p95", "TPOT p95", "latency p95",
+                "queue p95", "within SLOs", "peak run"):
+        t.add_column(col, justify="right")
+    for p in result.points:
+        style = None if p.meets_slo else "red"
+        t.add_row(f"{p.load:g}" + ("*" if p.source == "search" else ""), fmt(p.offered_rps), fmt(p.throughput_rps),
+                  fmt(p.rejected), fmt(p.timed_out), fmt(p.ttft_s["p95"]), fmt(p.tpot_s["p95"]),
+                  fmt(p.latency_s["p95"]), fmt(p.queue_wait_s["p95"]), f"{p.slo_attainment:.1%}",
+                  fmt(p.peak_active), style=style)
+    console.print(t)
+    cap = result.capacity
+    console.print(f"usable capacity: [bold]{fmt(cap.load)}[/] ({cap.note}); knee at {fmt(result.knee_load)}; "
+                  f"* = found by search; red = misses the SLOs (target {slo_target:.0%})")
+    if result.spread is not None:
+        _print_spread(result.spread)
+    console.print(safe_markup(f"wrote {', '.join(files)}"))
+
+
+def _print_spread(spread: Any) -> None:
+    """Print each grid point's range over seeds and the capacity's."""
+    def span(iv: Any, pct: bool = False) -> str:
+        if iv.min is None:
+            return "-"
+        f = (lambda v: f"{v:.1%}") if pct else fmt
+        return f(iv.min) if iv.min == iv.max else f"{f(iv.min)} - {f(iv.max)}"
+    n = len(spread.seeds)
+    t = Table(title=f"Range over {n} seeds ({spread.seeds[0]} to {spread.seeds[-1]})")
+    for col in ("load", "seeds meeting", "within SLOs", "goodput/s", "TTFT p95", "latency p95"):
+        t.add_column(col, justify="right")
+    for p in spread.points:
+        t.add_row(f"{p.load:g}", f"{p.seeds_meeting_slo}/{n}", span(p.slo_attainment, True), span(p.goodput_rps),
+                  span(p.ttft_p95_s), span(p.latency_p95_s))
+    console.print(t)
+    cap = spread.capacity
+    low = "below the lowest load tried" if cap.min is None and cap.max is not None else fmt(cap.min)
+    console.print(f"capacity over {n} seeds: [bold]{low} to {fmt(cap.max)}[/] (per seed: "
+                  f"{', '.join(fmt(c) for c in spread.capacity_by_seed)})")
+
+
+@app.command("fit-steps")
+def fit_steps(
+    trace: Path = typer.Argument(..., help="Step trace (JSONL or CSV) with duration, prefill_tokens, decode_seqs, kv_tokens_read."),
+    fit: str = typer.Option("base_s,per_prefill_token_s,per_decode_seq_s,per_kv_token_s",
+                            help="Coefficients to fit (the rest are held at 0)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
+) -> None:
+    """Fit the step-time model to a step trace by non-negative least squares, with its error."""
+    from servebench.records.rows import read_rows
+    from servebench.capacity.stepmodel import fit_step_model
+
+    rows = read_rows(trace)
+    result = fit_step_model(rows, [c.strip() for c in fit.split(",") if c.strip()])
+    if as_json:
+        emit_json(result)
+        return
+    t = Table(title=f"Step-time model fitted to {result.steps:,} steps")
+    t.add_column("coefficient")
+    t.add_column("value", justify="right")
+    t.add_column("std. error", justify="right")
+    for name, value in result.model.model_dump().items():
+        t.add_row(name, f"{value:.6g}", fmt(result.stderr.get(name)))
+    console.print(t)
+    console.print(f"RMSE {result.rmse_s:.4g} s, mean abs error {result.mean_abs_error_s:.4g} s, "
+                  f"max {result.max_abs_error_s:.4g} s, R² {fmt(result.r2)}, "
+                  f"mean abs % error {fmt(None if result.mean_abs_pct_error is None else 100 * result.mean_abs_pct_error)}")

@@ -1,0 +1,139 @@
+"""``servebench validate-sweep``: a measured offered-load sweep on the local engine against the simulator's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from servebench.cli.core import app, console, emit_json
+from servebench.errors import ConfigError
+from servebench.output.terminal import fmt
+from servebench.output.safetext import safe_markup
+
+def parse_rates(text: str) -> list[float]:
+    """Return the rates of a comma-separated list, or raise ConfigError naming the bad one."""
+    rates = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            rates.append(float(part))
+        except ValueError:
+            raise ConfigError(f"--rates: {part!r} is not a number (give e.g. --rates 10,20,40)") from None
+    if len(rates) < 2:
+        raise ConfigError(f"--rates: give at least two rates to find a knee, got {text!r}")
+    if any(not r > 0 for r in rates):
+        raise ConfigError(f"--rates: every rate must be positive, got {text!r}")
+    return rates
+
+
+@app.command("validate-sweep")
+def validate_sweep_command(
+    scenario: Path = typer.Argument(..., help="Scenario file (.yaml or .json), open loop."),
+    rates: str = typer.Option(..., "--rates", help="Offered rates, requests/s, comma-separated (e.g. 10,20,40,60,80)."),
+    out: Path = typer.Option(..., "-o", "--out", help="Output folder: validate_sweep.json, validate_sweep.html and "
+                             "one run folder per rate."),
+    long: bool = typer.Option(False, "--long", help="The scenario's full request count per rate and up to 300 s "
+                              "per rate (default: CPU-sized, at most 200 requests and 30 s per rate)."),
+    requests: Optional[int] = typer.Option(None, min=10, help="Requests per rate (overrides the default)."),
+    model: str = typer.Option("tiny", help="Model preset (seeded random weights)."),
+    device: str = typer.Option("auto", help="auto, cpu or cuda."),
+    threads: int = typer.Option(1, min=1, help="torch CPU threads."),
+    weights_seed: int = typer.Option(0, help="Seed of the random weights."),
+    slo_ttft: Optional[float] = typer.Option(None, help="SLO on TTFT, s (then the knee is where the SLOs fail)."),
+    slo_tpot: Optional[float] = typer.Option(None, help="SLO on request TPOT, s."),
+    slo_latency: Optional[float] = typer.Option(None, help="SLO on latency, s."),
+    allow_poor_fit: bool = typer.Option(False, "--allow-poor-fit", help="Simulate even from a step model that "
+                                        "fits too poorly (the result says so)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+) -> None:
+    """Run the engine at each rate, fit the step model on the traces, simulate the same rates, compare the knees."""
+    import torch
+
+    from servebench.serving.engine.run_metadata import build_contract
+    from servebench.serving.engine.model import Decoder, configure_cpu, pick_device, preset
+    from servebench.serving.engine.rundir import write_run
+    from servebench.serving.engine.sweep_validation import (CPU_MAX_WALL_S_PER_RATE, CPU_REQUESTS_PER_RATE, LONG_MAX_WALL_S_PER_RATE,
+                                           REPORT, RESULT, run_folder_name, validate_sweep)
+    from servebench.output.figures.validate_sweep import measured_vs_simulated
+    from servebench.serving.scenario import load_scenario
+    from servebench.analysis.summary import SLO
+    from servebench.serving.sweep import scenario_at
+
+    grid = parse_rates(rates)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"output {out} exists and is not a directory")
+    sc = load_scenario(scenario)
+    n = requests if requests is not None else (sc.workload.num_requests if long else
+                                               min(sc.workload.num_requests or CPU_REQUESTS_PER_RATE,
+                                                   CPU_REQUESTS_PER_RATE))
+    wall = LONG_MAX_WALL_S_PER_RATE if long else CPU_MAX_WALL_S_PER_RATE
+    dev, dtype = pick_device(device)
+    previous = torch.get_num_threads()
+    configure_cpu(threads)
+    err = Console(stderr=True)
+    try:
+        decoder = Decoder(preset(model), seed=weights_seed, device=dev, dtype=dtype)
+
+        def write(rate: float, run) -> None:  # each measured rate as a run folder (validate, diagnose, report)
+            meta = build_contract(scenario_at(sc, rate, "rate", n), decoder, run, seed_weights=weights_seed,
+                                  threads=threads, scenario_source=str(scenario), warmup_steps=3)
+            write_run(out / run_folder_name(rate), run.records, run.steps, meta)
+
+        with err.status("validate-sweep") as status:
+            def progress(stage: str, rate: float) -> None:
+                status.update(f"{'timing run' if stage == 'run' else 'simulating'} at {rate:g} requests/s")
+
+            result = validate_sweep(decoder, sc, grid, requests=n, max_wall_s_per_rate=wall,
+                                    slo=SLO(ttft_s=slo_ttft, tpot_s=slo_tpot, latency_s=slo_latency),
+                                    allow_poor_fit=allow_poor_fit, progress=progress, on_run=write)
+    finally:
+        torch.set_num_threads(previous)
+    doc = result.model_dump(mode="json")
+    from servebench.output.strict_json import dumps
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / RESULT).write_text(dumps(doc, indent=2) + "\n", encoding="utf-8")
+        measured_vs_simulated(doc).write_html(out / REPORT, include_plotlyjs=True, full_html=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot write to {out}: {exc.strerror or exc}") from None
+    if as_json:
+        emit_json(doc)
+        return
+    print_sweep_validation(console, result, out)
+
+
+def print_sweep_validation(out: Console, result, folder: Path) -> None:
+    """Print a sweep validation as tables."""
+    out.print(safe_markup(result.fit_summary))
+    t = Table(title=f"Measured vs simulated ({result.requests_per_rate} requests per rate; target below the knee "
+                    f"within {result.target_below_knee_rel_error:.0%})")
+    for col in ("rate/s", "TTFT p50", "TTFT p95", "latency p50", "latency p95", "throughput/s", "queue p95",
+                "below knee"):
+        t.add_column(col, justify="right")
+
+    def cell(p, key: str) -> str:
+        e = p.rel_error[key]
+        return f"{fmt(p.measured[key])} / {fmt(p.simulated[key])}" + ("" if e is None else f" ({e:+.0%})")
+
+    for p in result.points:
+        t.add_row(f"{p.rate_rps:g}", cell(p, "ttft_p50_s"), cell(p, "ttft_p95_s"), cell(p, "latency_p50_s"),
+                  cell(p, "latency_p95_s"), cell(p, "throughput_rps"), cell(p, "queue_wait_p95_s"),
+                  "yes" if p.below_knee else "no")
+    out.print(t)
+    err = result.knee_relative_error
+    out.print(f"knee ({safe_markup(result.knee_rule)}): measured {fmt(result.measured_knee_rps)}/s, simulated "
+              f"{fmt(result.simulated_knee_rps)}/s" + ("" if err is None else f", error {err:+.1%} (target "
+                                                     f"{result.target_knee_rel_error:.0%})"))
+    if result.max_below_knee_rel_error is not None:
+        out.print(f"largest TTFT/latency error below the knee: {result.max_below_knee_rel_error:.1%}")
+    for note in result.notes:
+        out.print(f"[yellow]note:[/] {safe_markup(note)}")
+    out.print(f"wrote {safe_markup(str(folder))}/validate_sweep.json, validate_sweep.html and one run "
+              "folder per rate")
+

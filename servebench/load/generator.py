@@ -1,0 +1,647 @@
+"""An asynchronous load generator for OpenAI-compatible completion endpoints (httpx, server-sent events).
+
+Open loop: each planned request has an intended send time on the run's clock; a dispatcher starts it
+then, whatever the responses do, so queueing in the server is real. Closed loop: ``users`` coroutines
+each send, wait for the end, think, and send again. Every request sent ends in exactly one outcome:
+success, or the status :mod:`servebench.records.statuses` gives its failure (rejected, timeout, cancelled,
+failed; the cause in ``error``), with the content chunks it received before a failure kept as wasted
+``output_tokens``. Planned requests the duration limit left unsent are counted, not dropped.
+
+One clock: ``loop.time()`` (``time.monotonic``), in seconds since the run's origin ``t0``. A record's
+``start`` is the *intended* send time (the arrival, as in the simulator, so the generator's own
+delays are never dropped from what a user would have waited); the *actual* send time and the lag
+between the two are kept beside it (:class:`Outcome`, ``sends.jsonl``) and summarized in
+:class:`GeneratorStats`, so a late generator is visible rather than blamed on the server.
+
+This module plans and schedules requests and turns their outcomes into records, statistics and
+files; :mod:`servebench.load.client` sends one request and reads its server-sent events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from servebench.errors import ConfigError
+from servebench.load.client import API_PATHS, Outcome, count_partial_tokens, discover_model, exc_text, exchange, normalize_url
+from servebench.analysis.percentiles import percentile
+from servebench.records.table import RecordTable, default_window, parse_objects, record_dict, validate
+from servebench.records.statuses import failure_status
+from servebench.records.token_times import fits
+from servebench.serving.workload import Workload, WorkloadSpec, closed_loop_plan, generate_workload
+
+# Common English words that most tokenizers keep as one token each (with a leading space).
+PROMPT_WORDS = (
+    "time", "year", "people", "way", "day", "man", "thing", "woman", "life", "child", "world", "school",
+    "state", "family", "student", "group", "country", "problem", "hand", "part", "place", "case", "week",
+    "company", "system", "program", "question", "work", "number", "night", "point", "home", "water",
+    "room", "mother", "area", "money", "story", "fact", "month", "lot", "right", "study", "book", "eye",
+    "job", "word", "business", "issue", "side", "kind", "head", "house", "service", "friend", "father",
+    "power", "hour", "game", "line", "end", "member", "law", "car",
+)
+
+
+class LoadConfig(BaseModel):
+    """How to talk to the endpoint and the bounds every request loop obeys."""
+
+    model_config = ConfigDict(extra="forbid")
+    url: str = Field(description="Base URL of the server, e.g. http://127.0.0.1:8000 (no /v1 suffix needed).")
+    api: Literal["completions", "chat"] = "completions"
+    model: str | None = Field(None, description="Model name to send; None asks /v1/models for the first one.")
+    stream: bool = True
+    include_usage: bool = Field(True, description="Ask for usage in the last chunk (stream_options).")
+    ignore_eos: bool = Field(True, description="Send ignore_eos so outputs run to max_tokens (vLLM, SGLang).")
+    deadline_s: float = Field(30.0, gt=0, description="Per-request deadline, from the intended send time.")
+    duration_s: float | None = Field(
+        None, gt=0, description="Hard end of the run from t0: later arrivals are not sent, in-flight are cancelled.")
+    max_in_flight: int = Field(256, ge=1, description="Generator capacity: open connections at once.")
+    users: int | None = Field(None, ge=1, description="Closed loop with this many users; None: open loop.")
+    api_key: str | None = None
+
+
+@dataclass(frozen=True)
+class PlannedRequest:
+    """One request to send: its id, intended send time (open loop) or think time (closed), lengths."""
+
+    request_id: str
+    intended_s: float
+    prompt: str | list[int]
+    prompt_words: int
+    max_tokens: int
+    slice: str | None = None
+    think_s: float = 0.0
+    deadline_s: float | None = None
+
+
+class LagStats(BaseModel):
+    """Schedule lag (actual minus intended send time) over the requests that were sent."""
+
+    n: int
+    p50_s: float | None
+    p99_s: float | None
+    max_s: float | None
+    mean_s: float | None
+
+
+class WorkerStats(BaseModel):
+    """One of several workers: its share of the schedule, its own send lag, its clock against the coordinator's.
+
+    ``clock_offset_s`` is the coordinator's monotonic clock minus the worker's, measured by pings
+    before the run (``clock_uncertainty_s`` is half the best ping's round trip) and again after it.
+    """
+
+    worker: int
+    host: str
+    pid: int
+    planned: int
+    offered: int
+    sent: int
+    completed: int
+    peak_in_flight: int
+    waited_for_slot: int
+    schedule_lag_s: LagStats
+    start_late_s: float = Field(description="How far past the common origin the worker began (0: on time).")
+    clock_offset_s: float = Field(description="Coordinator minus worker clock at the start, s.")
+    clock_uncertainty_s: float = Field(description="Half the round trip of the best start ping, s.")
+    clock_offset_end_s: float = Field(description="Coordinator minus worker clock after the run, s.")
+    clock_uncertainty_end_s: float
+    clock_drift_s: float = Field(description="End offset minus start offset, s.")
+
+
+class GeneratorStats(BaseModel):
+    """Offered, accepted, completed and rejected work, and the generator's own limits."""
+
+    mode: Literal["open", "closed"]
+    planned: int = Field(description="Requests in the plan.")
+    offered: int = Field(description="Requests whose intended send time came before the run ended (one record each).")
+    not_sent_duration_limit: int = Field(description="Planned requests never sent: the duration limit came first.")
+    sent: int = Field(description="Requests that reached the wire (the rest waited for a slot past their limit).")
+    accepted: int = Field(description="Offered minus rejected.")
+    completed: int = Field(description="Successful requests.")
+    rejected: int
+    failed: int
+    timed_out: int
+    cancelled: int
+    max_in_flight: int = Field(description="The generator's connection limit.")
+    peak_in_flight: int = Field(description="Most requests on the wire at once.")
+    waited_for_slot: int = Field(description="Requests that found every connection busy and waited.")
+    schedule_lag_s: LagStats
+    lag_warning: str | None = Field(None, description="Set when the generator was late enough to matter.")
+    implausible_usage: int = Field(0, description="Replies whose usage.completion_tokens could not be true "
+                                                  "(above max_tokens or the text received); what arrived was kept.")
+    warnings: list[str] = Field(default_factory=list, description="Everything the run should not hide, one line each.")
+    run_s: float = Field(description="From t0 to the last outcome.")
+    workers: list[WorkerStats] | None = Field(None, description="Per worker, when several shared the schedule "
+                                                                "(None: one generator).")
+
+
+@dataclass
+class RunState:
+    """What a run has gathered so far (readable by a caller after an interruption)."""
+
+    outcomes: list[Outcome] = field(default_factory=list)
+    model: str | None = None
+    started_utc: str = ""
+    peak_in_flight: int = 0
+    waited_for_slot: int = 0
+    interrupted: bool = False  # set by a caller that stopped the run (Ctrl-C) before its plan was done
+
+
+@dataclass
+class LoadResult:
+    """Everything one load run produced."""
+
+    outcomes: list[Outcome]
+    stats: GeneratorStats
+    model: str
+    config: LoadConfig
+    started_utc: str
+
+
+# --------------------------------------------------------------------------- pure helpers
+
+
+def make_prompt(n_words: int, rng: np.random.Generator) -> str:
+    """Return a prompt of ``n_words`` common words drawn with ``rng`` (distinct prompts, little prefix sharing)."""
+    if n_words < 1:
+        raise ConfigError(f"prompt length must be at least 1 word, got {n_words}")
+    idx = rng.integers(0, len(PROMPT_WORDS), size=n_words)
+    return " ".join(PROMPT_WORDS[i] for i in idx)
+
+
+def plan_requests(intended_s: Sequence[float] | np.ndarray, prompt_words: Sequence[int] | np.ndarray,
+                  output_tokens: Sequence[int] | np.ndarray, rng: np.random.Generator,
+                  slices: Sequence[str | None] | None = None, id_prefix: str = "req",
+                  think_s: Sequence[float] | np.ndarray | None = None,
+                  deadline_s: Sequence[float | None] | None = None,
+                  prompts: Sequence[str] | None = None) -> list[PlannedRequest]:
+    """Pair arrival times with prompt and output lengths; prompts are drawn with ``rng`` unless given.
+
+    A closed-loop plan passes NaN arrival times (users decide when to send) and ``think_s``.
+    """
+    n = len(intended_s)
+    if len(prompt_words) != n or len(output_tokens) != n or (slices is not None and len(slices) != n):
+        raise ConfigError(f"plan: {n} arrival times but {len(prompt_words)} prompt lengths and "
+                          f"{len(output_tokens)} output lengths")
+    times = np.asarray(intended_s, dtype=np.float64)
+    closed = bool(n) and bool(np.all(np.isnan(times)))
+    if n and not closed and (not np.all(np.isfinite(times)) or np.any(np.diff(times) < 0) or times[0] < 0):
+        raise ConfigError("plan: arrival times must be finite, non-negative and sorted")
+    plan = []
+    for i in range(n):
+        out = int(output_tokens[i])
+        if out < 1:
+            raise ConfigError(f"plan: request {i}: output length {out} must be at least 1")
+        words = int(prompt_words[i])
+        plan.append(PlannedRequest(
+            request_id=f"{id_prefix}-{i:06d}", intended_s=float(times[i]),
+            prompt=make_prompt(words, rng) if prompts is None else prompts[i],
+            prompt_words=words, max_tokens=out, slice=None if slices is None else slices[i],
+            think_s=0.0 if think_s is None else float(think_s[i]),
+            deadline_s=None if deadline_s is None else deadline_s[i]))
+    return plan
+
+
+def workload_plan(spec: WorkloadSpec, rng: np.random.Generator) -> list[PlannedRequest]:
+    """Draw a workload (open-loop arrivals, or closed-loop lengths and think times) into a plan.
+
+    Prompt lengths are sent as that many words: exact for ``serve-engine``, approximate for a real
+    tokenizer (the records take ``prompt_tokens`` from the server's ``usage``). With both
+    ``num_requests`` and ``duration_s`` the plan holds every requested arrival: the duration is the
+    run's limit (``LoadConfig.duration_s``), so the requests it cuts off are counted as never sent
+    instead of vanishing from the plan.
+    """
+    if spec.num_requests is not None and spec.duration_s is not None:
+        spec = spec.model_copy(update={"duration_s": None})
+    if spec.closed_loop is not None:
+        cl = closed_loop_plan(spec, rng)
+        wl, think = cl.requests, cl.think_s
+    else:
+        wl, think = generate_workload(spec, rng), None
+    if len(wl) == 0:
+        raise ConfigError("the workload produced no requests (raise --requests or --duration)")
+    names = [wl.class_names[c] for c in wl.class_index.tolist()]
+    slices = names if len(wl.class_names) > 1 else None
+    deadlines = [wl.class_timeout_s[c] for c in wl.class_index.tolist()]
+    if wl.has_turns:
+        raise ConfigError("servebench load does not send conversations yet (a later turn waits for the previous "
+                          "answer): simulate this workload, or drop 'conversation' from its classes")
+    prompts = shared_prompts(wl) if wl.prefix_tokens is not None else None
+    return plan_requests(wl.arrival_s, np.maximum(wl.prompt_tokens, 1), wl.output_tokens, rng,
+                         slices=slices, think_s=think, deadline_s=deadlines, prompts=prompts)
+
+
+def shared_prompts(wl: Workload) -> list[str]:
+    """Return prompts that share what the workload's prompts share (a document is the same words every time).
+
+    Token id t becomes common word t mod the word list, so prefix caching on the server sees the
+    sharing the simulator models (exactly on ``serve-engine``, one token per word).
+    """
+    words = PROMPT_WORDS
+    return [" ".join(words[t % len(words)] for t in content.token_ids(2**31)) or words[0]
+            for content in wl.prompt_contents()]
+
+
+def unsent_warning(planned: int, offered: int, duration_s: float | None, interrupted: bool = False) -> str | None:
+    """Say how many planned requests the duration limit left unsent (as ``servebench run --max-wall-s`` does)."""
+    unsent = planned - offered
+    if unsent <= 0:
+        return None
+    limit = "the interruption" if interrupted else (
+        f"the {duration_s:g} s duration limit" if duration_s is not None else "the end of the run")
+    return (f"stopped at {limit}: {unsent} of {planned} planned requests never sent (not records; "
+            "counted as not_sent_duration_limit)")
+
+
+def usage_warning(outcomes: Sequence[Outcome]) -> str | None:
+    """Summarize the replies whose reported output token count was impossible (the first one as an example)."""
+    bad = [o for o in outcomes if o.reported_output_tokens is not None]
+    if not bad:
+        return None
+    return (f"{len(bad)} replies reported more output tokens than can have arrived; their records keep what was "
+            f"received (sends.jsonl: reported_output_tokens). First: {bad[0].request_id}: {bad[0].warning}")
+
+
+def request_body(config: LoadConfig, model: str, req: PlannedRequest) -> dict[str, Any]:
+    """Return the JSON body of one request."""
+    body: dict[str, Any] = {"model": model, "max_tokens": req.max_tokens, "stream": config.stream,
+                            "temperature": 0.0}
+    if config.api == "chat":
+        text = req.prompt if isinstance(req.prompt, str) else " ".join(str(t) for t in req.prompt)
+        body["messages"] = [{"role": "user", "content": text}]
+    else:
+        body["prompt"] = req.prompt
+    if config.stream and config.include_usage:
+        body["stream_options"] = {"include_usage": True}
+    if config.ignore_eos:
+        body["ignore_eos"] = True
+    return body
+
+
+def to_record(o: Outcome) -> dict[str, Any]:
+    """Return the canonical timing record of an outcome (``start`` is the intended send time).
+
+    With several workers the record also names its ``worker`` (an extra column, e.g. for ``--slice-by worker``).
+    """
+    rec = record_dict(request_id=o.request_id, start=o.intended_s, first_token=o.first_token_s, end=o.end_s,
+                      status=o.status, prompt_tokens=o.prompt_tokens, output_tokens=o.output_tokens,
+                      slice=o.slice, error=o.error, cached_prompt_tokens=o.cached_prompt_tokens)
+    times, counts = o.token_timing()  # each streamed chunk's arrival, and its tokens when it carried several
+    if times is not None and fits(times, rec, counts):
+        rec["token_times"] = times
+        if counts is not None:
+            rec["token_counts"] = counts
+    if o.worker is not None:
+        rec["worker"] = o.worker
+    return rec
+
+
+def to_send_row(o: Outcome) -> dict[str, Any]:
+    """Return the sidecar row (sends.jsonl): what the canonical record has no field for."""
+    return {
+        "request_id": o.request_id, "intended_s": o.intended_s, "sent_s": o.sent_s, "lag_s": o.lag_s,
+        "http_status": o.http_status, "requested_prompt_words": o.requested_prompt_words,
+        "requested_output_tokens": o.requested_output_tokens, "output_tokens_source": o.output_tokens_source,
+        "token_level_chunks": o.token_level_chunks, "reported_output_tokens": o.reported_output_tokens,
+        "warning": o.warning, "chunk_times_s": o.chunk_times_s,
+    } | ({} if o.worker is None else {"worker": o.worker})
+
+
+def lag_stats(outcomes: Sequence[Outcome]) -> LagStats:
+    """Summarize schedule lag over the sent requests (nearest-rank percentiles)."""
+    lags = np.array([o.lag_s for o in outcomes if o.lag_s is not None], dtype=np.float64)
+    if lags.size == 0:
+        return LagStats(n=0, p50_s=None, p99_s=None, max_s=None, mean_s=None)
+    return LagStats(n=int(lags.size), p50_s=percentile(lags, 50), p99_s=percentile(lags, 99),
+                    max_s=float(lags.max()), mean_s=float(lags.mean()))
+
+
+def lag_warning(lag: LagStats, outcomes: Sequence[Outcome], mode: str) -> str | None:
+    """Return a warning when p99 schedule lag exceeds 10 ms and 5% of the median request latency (open
+    loop), or when requests never reached the wire (their lag is unknown, so the lag statistics leave them out).
+    """
+    warnings = []
+    if mode == "open" and lag.p99_s is not None:
+        lat = [o.end_s - o.intended_s for o in outcomes if o.status == "success"]
+        p50_latency = percentile(lat, 50) if lat else None
+        threshold = max(0.010, 0.05 * p50_latency) if p50_latency is not None else 0.010
+        if lag.p99_s > threshold:
+            warnings.append(f"the generator was late: p99 schedule lag {lag.p99_s:.3g} s (max {lag.max_s:.3g} s) is "
+                            f"above {threshold:.3g} s; latencies include it (see sends.jsonl); lower the rate or "
+                            "raise --max-in-flight")
+    unsent = sum(o.sent_s is None for o in outcomes)
+    if unsent:
+        warnings.append(f"{unsent} requests never reached the wire: every generator connection stayed busy until "
+                        "their deadline or the end of the run (they are records, but not in the lag statistics)")
+    return "; ".join(warnings) or None
+
+
+def generator_stats(outcomes: Sequence[Outcome], mode: Literal["open", "closed"], planned: int,
+                    max_in_flight: int, peak_in_flight: int, waited_for_slot: int,
+                    duration_s: float | None = None, interrupted: bool = False) -> GeneratorStats:
+    """Count outcomes into offered, accepted, completed, rejected work and the generator's limits.
+
+    Conservation: planned = offered + not sent, and offered = the five statuses summed.
+    """
+    counts = {s: 0 for s in ("success", "failed", "timeout", "cancelled", "rejected")}
+    for o in outcomes:
+        counts[o.status] += 1
+    lag = lag_stats(outcomes)
+    ends = [o.end_s for o in outcomes if math.isfinite(o.end_s)]
+    lag_note = lag_warning(lag, outcomes, mode)
+    warnings = [w for w in (unsent_warning(planned, len(outcomes), duration_s, interrupted), usage_warning(outcomes),
+                            lag_note)
+                if w is not None]
+    return GeneratorStats(
+        mode=mode, planned=planned, offered=len(outcomes), not_sent_duration_limit=planned - len(outcomes),
+        sent=sum(o.sent_s is not None for o in outcomes), accepted=len(outcomes) - counts["rejected"],
+        completed=counts["success"], rejected=counts["rejected"], failed=counts["failed"],
+        timed_out=counts["timeout"], cancelled=counts["cancelled"], max_in_flight=max_in_flight,
+        peak_in_flight=peak_in_flight, waited_for_slot=waited_for_slot, schedule_lag_s=lag, lag_warning=lag_note,
+        implausible_usage=sum(o.reported_output_tokens is not None for o in outcomes), warnings=warnings,
+        run_s=max(ends) if ends else 0.0)
+
+
+# --------------------------------------------------------------------------- the run
+
+
+class _Runner:
+    """State shared by the dispatcher and the request coroutines of one run."""
+
+    def __init__(self, config: LoadConfig, model: str, client: httpx.AsyncClient, t0: float,
+                 on_outcome: Callable[[Outcome], None] | None, state: RunState) -> None:
+        self.config = config
+        self.model = model
+        self.client = client
+        self.t0 = t0
+        self.loop = asyncio.get_running_loop()
+        self.slots = asyncio.Semaphore(config.max_in_flight)
+        self.stop_at = math.inf if config.duration_s is None else t0 + config.duration_s
+        self.url = normalize_url(config.url) + API_PATHS[config.api]
+        self.headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
+        self.state = state
+        self.on_outcome = on_outcome
+        self.in_flight = 0
+
+    def now(self) -> float:
+        return self.loop.time() - self.t0
+
+    async def one(self, req: PlannedRequest, intended_s: float) -> Outcome:
+        """Send one request and record its outcome; never raises except on cancellation from outside."""
+        cfg = self.config
+        out = Outcome(request_id=req.request_id, intended_s=intended_s, slice=req.slice,
+                      requested_prompt_words=req.prompt_words, requested_output_tokens=req.max_tokens)
+        deadline_s = cfg.deadline_s if req.deadline_s is None else req.deadline_s
+        deadline_at = self.t0 + intended_s + deadline_s
+        limit_at = min(deadline_at, self.stop_at)
+        on_wire = False
+        try:
+            async with asyncio.timeout_at(limit_at):
+                if self.slots.locked():
+                    self.state.waited_for_slot += 1
+                async with self.slots:
+                    out.sent_s = self.now()
+                    on_wire = True
+                    self.in_flight += 1
+                    self.state.peak_in_flight = max(self.state.peak_in_flight, self.in_flight)
+                    await exchange(self.client, self.url, request_body(cfg, self.model, req), self.headers, out,
+                                   self.now, cfg.stream)
+        except TimeoutError:
+            if not out.done_marker:  # after [DONE] the answer is settled; only reading the rest of the body was cut
+                out.end_s = self.now()
+                if limit_at < deadline_at:
+                    out.status = failure_status(client_cancelled=True)
+                    out.error = f"run stopped at its duration limit ({cfg.duration_s:g} s)"
+                else:
+                    where = "while waiting for a generator connection slot" if out.sent_s is None else \
+                        ("before the first token" if out.first_token_s is None else "while streaming")
+                    out.status = failure_status(client_timeout=True)
+                    out.error = f"deadline {deadline_s:g} s passed {where}"
+                count_partial_tokens(out)
+        except asyncio.CancelledError:
+            if not out.done_marker:
+                out.end_s = self.now()
+                out.status, out.error = failure_status(client_cancelled=True), "the generator was stopped"
+                count_partial_tokens(out)
+            self._finish(out)
+            raise
+        except httpx.HTTPError as exc:  # connection refused or closed mid-stream, a read timeout, ...
+            out.end_s = self.now()
+            out.error = exc_text(exc)
+            out.status = failure_status(None, out.error)
+            count_partial_tokens(out)
+        finally:
+            if on_wire:
+                self.in_flight -= 1
+        self._finish(out)
+        return out
+
+    def _finish(self, out: Outcome) -> None:
+        if out.status != "success" and out.first_token_s is not None and out.first_token_s > out.end_s:
+            out.first_token_s = None  # cannot happen on one clock; kept safe for the record's ordering rule
+        self.state.outcomes.append(out)
+        if self.on_outcome is not None:
+            self.on_outcome(out)
+
+
+def _client(config: LoadConfig, longest_deadline_s: float) -> httpx.AsyncClient:
+    """Return an HTTP client sized to the generator's in-flight limit (environment proxies ignored).
+
+    Its own timeouts lie beyond every request's deadline, which ends each request first.
+    """
+    limits = httpx.Limits(max_connections=config.max_in_flight, max_keepalive_connections=config.max_in_flight)
+    timeout = httpx.Timeout(longest_deadline_s + 5.0)
+    return httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False)
+
+
+async def run_load(config: LoadConfig, plan: Sequence[PlannedRequest],
+                   on_outcome: Callable[[Outcome], None] | None = None,
+                   state: RunState | None = None, start_at: float | None = None) -> LoadResult:
+    """Send ``plan`` to the endpoint, open loop (by intended times) or closed loop (``config.users``).
+
+    The run ends by itself: at most ``len(plan)`` requests, each bounded by its deadline, and
+    nothing after ``duration_s``. ``state``, if given, gathers outcomes as they finish, so a caller
+    interrupted midway (Ctrl-C cancels in-flight requests into "cancelled" outcomes) can still
+    build the result with :func:`result_from_state`. Raises
+    :class:`~servebench.load.client.LoadError` when the endpoint is unreachable or lists no model.
+    ``start_at`` fixes the run's origin t0 on this process's ``time.monotonic`` clock (asyncio's
+    ``loop.time()``): several workers given one common instant share one schedule.
+    """
+    if not plan:
+        raise ConfigError("the load plan has no requests")
+    state = state if state is not None else RunState()
+    longest = max(config.deadline_s if r.deadline_s is None else r.deadline_s for r in plan)
+    async with _client(config, longest) as client:
+        headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
+        state.model = config.model or await discover_model(client, config.url, headers)
+        loop = asyncio.get_running_loop()
+        state.started_utc = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+        runner = _Runner(config, state.model, client, loop.time() if start_at is None else start_at, on_outcome,
+                         state)
+        if config.users is None:
+            await _open_loop(runner, plan)
+        else:
+            await _closed_loop(runner, plan, config.users)
+    return result_from_state(config, len(plan), state)
+
+
+def discover_model_sync(config: LoadConfig) -> str:
+    """Return ``config.model``, or the first model the endpoint lists (one question for every worker)."""
+    if config.model:
+        return config.model
+
+    async def ask() -> str:
+        headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
+        async with _client(config, config.deadline_s) as client:
+            return await discover_model(client, config.url, headers)
+    return asyncio.run(ask())
+
+
+def result_from_state(config: LoadConfig, planned: int, state: RunState) -> LoadResult:
+    """Return the run's result from what it gathered (complete, or cut short by an interruption)."""
+    mode: Literal["open", "closed"] = "open" if config.users is None else "closed"
+    outcomes = sorted(state.outcomes, key=lambda o: (o.intended_s, o.request_id))
+    stats = generator_stats(outcomes, mode, planned, config.max_in_flight, state.peak_in_flight,
+                            state.waited_for_slot, config.duration_s, state.interrupted)
+    return LoadResult(outcomes=outcomes, stats=stats, model=state.model or "unknown", config=config,
+                      started_utc=state.started_utc)
+
+
+async def _open_loop(runner: _Runner, plan: Sequence[PlannedRequest]) -> None:
+    """Start each request at its intended time, whatever earlier requests are doing."""
+    tasks: list[asyncio.Task[Outcome]] = []
+    try:
+        for req in plan:
+            due = runner.t0 + req.intended_s
+            if due >= runner.stop_at:
+                break
+            delay = due - runner.loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(runner.one(req, req.intended_s)))
+        await asyncio.gather(*tasks)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _closed_loop(runner: _Runner, plan: Sequence[PlannedRequest], users: int) -> None:
+    """Run ``users`` users, each sending its next request when the previous one ended (plus think time)."""
+    queue: Iterator[PlannedRequest] = iter(plan)
+
+    async def user() -> None:
+        for req in queue:  # a shared iterator: each request goes to exactly one user
+            if req.think_s > 0:
+                await asyncio.sleep(min(req.think_s, max(0.0, runner.stop_at - runner.loop.time())))
+            intended = runner.now()
+            if runner.t0 + intended >= runner.stop_at:
+                return
+            await runner.one(req, intended)
+
+    tasks = [asyncio.create_task(user()) for _ in range(users)]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def run_load_sync(config: LoadConfig, plan: Sequence[PlannedRequest],
+                  on_outcome: Callable[[Outcome], None] | None = None,
+                  state: RunState | None = None) -> LoadResult:
+    """Run :func:`run_load` in a fresh event loop."""
+    return asyncio.run(run_load(config, plan, on_outcome, state))
+
+
+# --------------------------------------------------------------------------- results on disk
+
+
+def records_table(outcomes: Sequence[Outcome], source: str = "load") -> tuple[RecordTable, float, float]:
+    """Validate the outcomes as canonical records over [first start, last end]."""
+    if not outcomes:
+        raise ConfigError("the run produced no records (every planned arrival came after the duration limit)")
+    workers = any(o.worker is not None for o in outcomes)  # the one extra column a load run writes
+    rows = parse_objects([to_record(o) for o in outcomes], source, strict_keys=not workers, keep_extra=workers)
+    ws, we = default_window(rows)
+    if not we > ws:
+        we = ws + 1e-9  # one instant request: a window of zero length has no rate
+    return validate(rows, ws, we), ws, we
+
+
+def run_metadata(result: LoadResult, workload: WorkloadSpec, seed: int, model_source: str) -> dict[str, Any]:
+    """Return the frozen benchmark contract of a load run (metadata.json)."""
+    from servebench import __version__
+
+    cfg = result.config
+    mode = "closed" if cfg.users is not None else "open"
+    return {
+        "kind": "servebench load",
+        "servebench_version": __version__,
+        "endpoint": {"url": normalize_url(cfg.url), "path": API_PATHS[cfg.api], "api": cfg.api,
+                     "stream": cfg.stream, "include_usage": cfg.include_usage, "ignore_eos": cfg.ignore_eos},
+        "model": {"name": result.model, "source": model_source},
+        "workload": workload.model_dump(mode="json", exclude_none=True),
+        "arrival_pattern": (workload.arrival.model_dump(mode="json", exclude_none=True) if mode == "open"
+                            else {"kind": "closed_loop", **workload.closed_loop.model_dump(mode="json")}),
+        "prompt_unit": "words (one token each on serve-engine; prompt_tokens in records come from usage)",
+        "seed": seed,
+        "deadline_s": cfg.deadline_s,
+        "duration_s": cfg.duration_s,
+        "max_in_flight": cfg.max_in_flight,
+        "clock": ("time.monotonic in seconds since the run's origin t0 (one clock, one process)"
+                  if worker_count(result) is None else
+                  "each worker's time.monotonic in seconds since the common origin t0, which the coordinator "
+                  "placed on each worker's clock through the offset its pings measured; a record's times come "
+                  "from one worker's clock; across workers they agree within generator.workers[].clock_uncertainty_s"),
+        "record_start": "intended send time; actual send time and lag per request are in sends.jsonl",
+        "end": "arrival of [DONE] (or the whole body when not streaming); timeouts end at the deadline",
+        "started_utc": result.started_utc,
+        "generator": result.stats.model_dump(mode="json"),
+        "files": {"records": "records.jsonl", "sends": "sends.jsonl"},
+    }
+
+
+def worker_count(result: LoadResult) -> int | None:
+    """Return how many workers shared the run's schedule (None: one generator)."""
+    return None if result.stats.workers is None else len(result.stats.workers)
+
+
+def write_run(out_dir: str | Path, result: LoadResult, metadata: dict[str, Any]) -> Path:
+    """Write records.jsonl, sends.jsonl and metadata.json into ``out_dir``; return the directory."""
+    d = Path(out_dir)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create output directory {d}: {exc.strerror}") from None
+    (d / "records.jsonl").write_text("".join(json.dumps(to_record(o)) + "\n" for o in result.outcomes))
+    (d / "sends.jsonl").write_text("".join(json.dumps(to_send_row(o)) + "\n" for o in result.outcomes))
+    (d / "metadata.json").write_text(json.dumps(metadata, indent=2) + "\n")
+    return d
+
+
+# --------------------------------------------------------------------------- sweep points
+
+
+def measured_point(outcomes: Sequence[Outcome], load: float, slo: Any, slo_target: float) -> Any:
+    """Summarize one measured open-loop run as a :class:`servebench.serving.sweep.SweepPoint`.
+
+    The metrics come from the same code as a simulated point. Fields only a server's step trace
+    knows (running and waiting sequences, KV tokens, preemptions) stay None: a client cannot
+    observe them, and 0 would be a false measurement.
+    """
+    from servebench.serving.sweep import point_from_records
+
+    table, ws, we = records_table(outcomes)
+    return point_from_records(table, ws, we, load, "rate", slo, slo_target)

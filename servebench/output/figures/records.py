@@ -1,0 +1,315 @@
+"""Figures of one record set: CDFs with nearest-rank marks, active requests over time, stages, outcomes.
+
+Every builder takes validated data and returns a ``plotly.graph_objects.Figure``; nothing here reads or
+writes files. Text that came from the user (slice names, causes) goes through :func:`plot_label`, since
+plotly.js reads a subset of HTML in labels: escaped, a slice named ``<b>x</b>`` shows as typed.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+from servebench.analysis.percentiles import nearest_rank, percentile
+from servebench.records.table import STATUSES, RecordTable
+from servebench.output.safetext import safe_text
+from servebench.analysis.summary import success_metrics
+from servebench.analysis.timeline import active_counts
+from servebench.output.terminal import epoch_utc
+
+STATUS_COLORS: dict[str, str] = {
+    "success": "#2ca02c", "failed": "#d62728", "timeout": "#ff7f0e", "cancelled": "#7f7f7f", "rejected": "#9467bd",
+}
+STAGE_COLORS: dict[str, str] = {"queue wait": "#ff7f0e", "prefill": "#1f77b4", "decode": "#2ca02c"}
+MARKS: tuple[float, ...] = (50, 95, 99)
+METRIC_TITLES: dict[str, str] = {"latency": "Latency", "ttft": "TTFT", "tpot": "Request TPOT"}
+METRIC_FORMULAS: dict[str, str] = {
+    "latency": "end - start", "ttft": "first_token - start", "tpot": "(end - first_token) / (output_tokens - 1)",
+}
+MAX_POINTS = 2000
+TEMPLATE = "plotly_white"
+
+
+def plot_label(text: object) -> str:
+    """Return ``text`` escaped for a plotly label, so markup in user data is shown, not applied.
+
+    >>> plot_label("<script>alert(1)</script>")
+    '&lt;script&gt;alert(1)&lt;/script&gt;'
+    """
+    return html.escape(safe_text(text), quote=False)  # controls and bidi overrides shown, not applied
+
+
+def _layout(fig: go.Figure, title: str, height: int = 360, top: int = 60) -> go.Figure:
+    fig.update_layout(title=title, template=TEMPLATE, height=height, margin=dict(l=60, r=20, t=top, b=50),
+                      legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0))
+    if top > 60:  # a title of several lines: hang it from the top so it stays above the plot
+        fig.update_layout(title=dict(yref="container", y=1.0, yanchor="top", pad=dict(t=12)))
+    return fig
+
+
+def _titled(title: str, lines: Sequence[str]) -> str:
+    """Return a plotly title with each of ``lines`` as a small line below it (lines already escaped)."""
+    return "<br>".join([title, *(f"<sup>{line}</sup>" for line in lines)])
+
+
+def _thin(n: int, keep: Sequence[int], max_points: int) -> np.ndarray:
+    """Return sorted indices into n points: an even spread of at most max_points, plus ``keep``."""
+    if n <= max_points:
+        return np.arange(n)
+    spread = np.linspace(0, n - 1, max_points).round().astype(np.int64)
+    return np.unique(np.concatenate([spread, np.asarray(keep, dtype=np.int64)]))
+
+
+def cdf_figure(values_s: np.ndarray, metric: str, *, left_out: int = 0, left_out_reason: str = "",
+               marks: Sequence[float] = MARKS, max_points: int = MAX_POINTS) -> go.Figure:
+    """Return the empirical CDF of ``values_s`` with nearest-rank percentiles marked.
+
+    A point at (x, k/n) means k of the n values are <= x; each mark sits on the value the nearest-rank
+    rule picks, so it matches the report's tables. ``left_out`` counts requests this curve omits
+    (non-successes, one-token requests for TPOT); it is named under the title rather than hidden.
+    """
+    title = METRIC_TITLES.get(metric, metric)
+    lines = [METRIC_FORMULAS[metric]] if metric in METRIC_FORMULAS else []
+    values = np.sort(np.asarray(values_s, dtype=np.float64))
+    n = int(values.size)
+    fig = go.Figure()
+    subtitle = f"n = {n}"
+    if left_out:
+        subtitle += f"; {left_out} request{'s' if left_out != 1 else ''} not in the curve ({left_out_reason})"
+    if n == 0:
+        fig.add_annotation(text="no values: no request counted for this metric", showarrow=False,
+                           x=0.5, y=0.5, xref="paper", yref="paper")
+        return _layout(fig, _titled(title, [*lines, plot_label(subtitle)]), height=400, top=110)
+    ranks = [nearest_rank(q, n) for q in marks]
+    idx = _thin(n, [r - 1 for r in ranks], max_points)
+    xs = np.concatenate([[values[0]], values[idx]])
+    ys = np.concatenate([[0.0], (idx + 1) / n])
+    fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line_shape="hv", name="CDF",
+                             hovertemplate="%{x:.4g} s<br>share <= x: %{y:.3f}<extra></extra>"))
+    marked = []
+    for q, rank in zip(marks, ranks):
+        value = percentile(values, q)
+        marked.append(f"p{q:g} {value:.4g} s")
+        fig.add_trace(go.Scatter(
+            x=[value], y=[rank / n], mode="markers+text", name=f"p{q:g}", text=[f"p{q:g}"],
+            textposition="bottom right", cliponaxis=False, marker=dict(size=9, symbol="diamond"),
+            hovertemplate=f"p{q:g} = %{{x:.6g}} s (rank {rank} of {n})<extra></extra>"))
+        fig.add_vline(x=value, line_dash="dot", line_color="#999", line_width=1)
+    fig.update_layout(showlegend=False)
+    fig.update_xaxes(title_text="seconds")
+    fig.update_yaxes(title_text="share of counted requests", range=[0, 1.02])
+    # short lines under the title, so the chart reads in a third of a page
+    return _layout(fig, _titled(title, [*lines, ", ".join(marked), plot_label(subtitle)]), height=420, top=110)
+
+
+def record_cdfs(table: RecordTable, marks: Sequence[float] = MARKS) -> dict[str, go.Figure]:
+    """Return CDFs of success latency, TTFT and request TPOT, keyed ``latency``, ``ttft``, ``tpot``."""
+    m = success_metrics(table)
+    failed = int(len(table) - np.count_nonzero(table.is_success))
+    one_token = int(np.count_nonzero(table.is_success & (table.output_tokens == 1)))
+    tpot_reason = "non-success or a single output token" if one_token else "non-success"
+    return {
+        "latency": cdf_figure(m["latency"], "latency", left_out=failed, left_out_reason="non-success", marks=marks),
+        "ttft": cdf_figure(m["ttft"], "ttft", left_out=failed, left_out_reason="non-success", marks=marks),
+        "tpot": cdf_figure(m["tpot"], "tpot", left_out=failed + one_token, left_out_reason=tpot_reason,
+                           marks=marks),
+    }
+
+
+def _sample_times(times: np.ndarray, window_start: float, window_end: float,
+                  max_points: int) -> tuple[np.ndarray, bool]:
+    """Return the event times in the window (and its ends), or an even grid if there are too many."""
+    inside = times[(times >= window_start) & (times <= window_end)]
+    events = np.unique(np.concatenate([inside, [window_start, window_end]]))
+    if events.size <= max_points:
+        return events, False
+    return np.linspace(window_start, window_end, max_points), True
+
+
+def timeline_figure(table: RecordTable, window_start: float, window_end: float,
+                    max_points: int = MAX_POINTS) -> go.Figure:
+    """Return requests active over the window and, where ``admitted`` exists, in service and waiting.
+
+    Active is [start, end), in service [admitted, end), waiting = active - in service (so a request
+    never admitted, such as a timeout in the queue, waits until it ends). Counts are exact at every
+    event time; beyond ``max_points`` events they are sampled on an even grid. On a Unix epoch clock the
+    x axis is seconds from the window start (named in UTC), since 1.8e9 s ticks tell nobody anything.
+    """
+    has_adm = np.isfinite(table.admitted)
+    all_times = [table.start, table.end, table.admitted[has_adm]]
+    times, sampled = _sample_times(np.concatenate(all_times), window_start, window_end, max_points)
+    active = active_counts(table.start, table.end, times)
+    utc = epoch_utc(window_start)
+    origin = window_start if utc is not None else 0.0
+    x = times - origin
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=x, y=active, mode="lines", line_shape="hv", name="active (start to end)",
+                             line=dict(color="#444")))
+    if has_adm.any():
+        in_service = active_counts(table.admitted[has_adm], table.end[has_adm], times)
+        fig.add_trace(go.Scatter(x=x, y=in_service, mode="lines", line_shape="hv",
+                                 name="in service (admitted to end)", line=dict(color=STAGE_COLORS["prefill"])))
+        fig.add_trace(go.Scatter(x=x, y=active - in_service, mode="lines", line_shape="hv",
+                                 name="waiting (queue)", line=dict(color=STAGE_COLORS["queue wait"])))
+    fig.update_xaxes(title_text="time, s" if utc is None else f"seconds from {utc} ({window_start:.3f} s)",
+                     range=[window_start - origin, window_end - origin])
+    fig.update_yaxes(title_text="requests", rangemode="tozero")
+    return _layout(fig, "Requests over the window" + (" (sampled on a grid)" if sampled else ""))
+
+
+def stage_figure(table: RecordTable) -> go.Figure | None:
+    """Return mean queue wait, prefill and decode of successes with ``admitted``, overall and per slice.
+
+    Means add up exactly to the mean latency of the same requests, which medians would not. None when
+    no success has an admission time.
+    """
+    keep = table.is_success & np.isfinite(table.admitted)
+    if not keep.any():
+        return None
+    sub = table.take(keep)
+    stages = {
+        "queue wait": sub.admitted - sub.start,
+        "prefill": sub.first_token - sub.admitted,
+        "decode": sub.end - sub.first_token,
+    }
+    groups: list[tuple[str, np.ndarray]] = [("all", np.ones(len(sub), dtype=bool))]
+    labels = sub.slice
+    named = labels != None  # noqa: E711 (element-wise)
+    if named.any():
+        groups += [(str(name), labels == name) for name in sorted(set(labels[named].tolist()))]
+    names = [plot_label(f"{g} (n={int(mask.sum())})") for g, mask in groups]
+    fig = go.Figure()
+    for stage, values in stages.items():
+        means = [float(values[mask].mean()) for _, mask in groups]
+        p50s = [float(percentile(values[mask], 50)) for _, mask in groups]
+        fig.add_trace(go.Bar(y=names, x=means, name=stage, orientation="h", marker_color=STAGE_COLORS[stage],
+                             customdata=p50s,
+                             hovertemplate=f"{stage}: mean %{{x:.4g}} s, p50 %{{customdata:.4g}} s<extra></extra>"))
+    fig.update_layout(barmode="stack", legend_traceorder="normal")
+    fig.update_xaxes(title_text="mean seconds per successful request")
+    fig.update_yaxes(autorange="reversed")
+    return _layout(fig, "Where the time goes: queue wait, prefill, decode", height=max(220, 120 + 45 * len(groups)))
+
+
+def status_figure(by_status: Mapping[str, int]) -> go.Figure:
+    """Return request counts by terminal status, every status shown even at zero."""
+    names = list(STATUSES) + [s for s in by_status if s not in STATUSES]
+    counts = [int(by_status.get(s, 0)) for s in names]
+    fig = go.Figure(go.Bar(x=names, y=counts, text=counts, textposition="outside", cliponaxis=False,
+                           marker_color=[STATUS_COLORS.get(s, "#1f77b4") for s in names],
+                           hovertemplate="%{x}: %{y}<extra></extra>"))
+    fig.update_yaxes(title_text="requests", rangemode="tozero")
+    return _layout(fig, "Outcomes by status", height=300)
+
+
+def cause_figure(by_cause: Mapping[str, int], max_bars: int = 15) -> go.Figure | None:
+    """Return non-success counts by cause (error text), largest first; None when there are none."""
+    if not by_cause:
+        return None
+    items = sorted(by_cause.items(), key=lambda kv: -kv[1])
+    if len(items) > max_bars:
+        rest = sum(v for _, v in items[max_bars - 1:])
+        items = items[: max_bars - 1] + [(f"{len(items) - max_bars + 1} other causes", rest)]
+    labels = [plot_label(k if len(k) <= 60 else k[:57] + "...") for k, _ in items]
+    counts = [v for _, v in items]
+    fig = go.Figure(go.Bar(y=labels, x=counts, orientation="h", text=counts, textposition="outside",
+                           cliponaxis=False, marker_color="#d62728", hovertemplate="%{y}: %{x}<extra></extra>"))
+    fig.update_yaxes(autorange="reversed")
+    # leave room right of the longest bar for its outside label
+    fig.update_xaxes(title_text="non-success requests", range=[0, max(counts) * 1.15])
+    return _layout(fig, "Non-success causes", height=max(220, 100 + 28 * len(items)))
+
+
+def comparison_figure(percentiles_by_run: Mapping[str, Mapping[str, Mapping[float, float | None]]],
+                      marks: Sequence[float] = MARKS) -> go.Figure | None:
+    """Return p50/p95/p99 of latency, TTFT and request TPOT per run, side by side (successes only).
+
+    ``percentiles_by_run`` maps a run name to ``{"latency"|"ttft"|"tpot": {q: value}}``, e.g. read off
+    each run's report, so the bars match its tables; a missing value (no successes) draws no bar.
+    """
+    if not percentiles_by_run:
+        return None
+    from plotly.subplots import make_subplots
+
+    keys = ("latency", "ttft", "tpot")
+    fig = make_subplots(rows=1, cols=3, subplot_titles=("Latency, s", "TTFT, s", "Request TPOT, s"))
+    names = [plot_label(n) for n in percentiles_by_run]
+    shades = ("#90caf9", "#1e88e5", "#0d47a1")
+    for col, key in enumerate(keys, start=1):
+        for q, color in zip(marks, shades):
+            ys = [m.get(key, {}).get(q) for m in percentiles_by_run.values()]
+            fig.add_trace(go.Bar(x=names, y=ys, name=f"p{q:g}", marker_color=color, legendgroup=f"p{q:g}",
+                                 showlegend=col == 1,
+                                 hovertemplate=f"%{{x}}: p{q:g} %{{y:.4g}} s<extra></extra>"), row=1, col=col)
+    _layout(fig, "Nearest-rank percentiles per run (successful requests)", height=400)
+    fig.update_layout(barmode="group", margin=dict(t=90),
+                      legend=dict(orientation="h", yanchor="bottom", y=1.12, xanchor="right", x=1.0))
+    return fig
+
+
+STEP_SHOWN = ("active", "waiting", "running", "queue", "kv_tokens_used")
+STEP_TIME_KEYS = ("time_s", "time", "t", "t_s", "end_s", "end", "start_s", "start")
+
+
+def step_trace_figure(steps: Sequence[Mapping[str, object]], max_points: int = MAX_POINTS) -> go.Figure | None:
+    """Return a step trace's numeric columns over time: counts on the left axis, token counts on the right.
+
+    The time column is the first of ``STEP_TIME_KEYS`` present; None when there is none. Columns about
+    active, waiting and KV tokens used are shown; the others start hidden (click the legend).
+    """
+    if not steps:
+        return None
+    time_key = next((k for k in STEP_TIME_KEYS if k in steps[0]), None)
+    if time_key is None:
+        return None
+    stride = max(1, -(-len(steps) // max_points))
+    rows = list(steps[::stride])
+    numeric = [k for k, v in steps[0].items()
+               if k != time_key and isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if not numeric:
+        return None
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    x = [r.get(time_key) for r in rows]
+    shown = [k for k in numeric if any(w in k.lower() for w in STEP_SHOWN)] or numeric
+    for k in numeric:
+        fig.add_trace(go.Scatter(x=x, y=[r.get(k) for r in rows], mode="lines", name=plot_label(k),
+                                 line_shape="hv", visible=True if k in shown else "legendonly"),
+                      secondary_y="token" in k.lower())
+    fig.update_xaxes(title_text=f"{plot_label(time_key)}")
+    fig.update_yaxes(title_text="count per step", secondary_y=False, rangemode="tozero")
+    fig.update_yaxes(title_text="KV tokens", secondary_y=True, rangemode="tozero")
+    every = f", every {stride}th step" if stride > 1 else ""
+    return _layout(fig, f"Step trace ({len(steps)} steps{every})", height=380)
+
+
+POINT_X_KEYS = ("rate", "rate_per_s", "offered_rate", "offered_rate_per_s", "arrival_rate", "concurrency",
+                "users", "offered_load")
+
+
+def points_figure(points: Sequence[Mapping[str, object]]) -> go.Figure | None:
+    """Return latency-like columns (names with p50/p95/p99 and ttft/latency/tpot/wait) against offered load.
+
+    A fallback for sweep outputs when no sweep-specific figure builder is available.
+    """
+    if not points:
+        return None
+    x_key = next((k for k in POINT_X_KEYS if k in points[0]), None)
+    if x_key is None:
+        return None
+    cols = [k for k in points[0] if re.search(r"p(50|95|99)", k) and
+            re.search(r"ttft|latency|tpot|wait", k) and isinstance(points[0][k], (int, float, type(None)))]
+    if not cols:
+        return None
+    fig = go.Figure()
+    x = [p.get(x_key) for p in points]
+    for k in cols:
+        fig.add_trace(go.Scatter(x=x, y=[p.get(k) for p in points], mode="lines+markers", name=plot_label(k)))
+    fig.update_xaxes(title_text=plot_label(x_key))
+    fig.update_yaxes(title_text="seconds", rangemode="tozero")
+    return _layout(fig, "Latency percentiles against offered load", height=400)

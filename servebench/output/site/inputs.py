@@ -1,0 +1,228 @@
+"""Read the runs a report shows: record files, timing-run and simulation folders, sweep outputs.
+
+This is the report's only file-reading edge. A folder is recognised by the files in it:
+
+=====================  ===============================================================
+``records.*``          a record set (JSONL, JSON, CSV or Parquet); with ``metadata.json``
+                       it is a timing run (the frozen benchmark contract; a load run or a
+                       simulation when its ``kind`` says so), with a step trace and no
+                       metadata a simulation
+``steps.*``            the step trace of a timing run or simulation (optional)
+``summary.json``       ``servebench simulate``'s summary: its ``simulation`` part is shown
+``sweep.json|csv``     a sweep: one row per offered-load point (any folder without records
+                       whose JSON or CSV holds a list of points with a rate or concurrency)
+=====================  ===============================================================
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from servebench.errors import InputFormatError, RecordValidationError
+from servebench.records.loaders import LoadedRecords, read_path, to_table
+from servebench.records.table import RecordTable
+from servebench.records.rows import read_rows
+
+RECORD_FILES = ("records.jsonl", "records.json", "records.csv", "records.parquet")
+STEP_FILES = ("steps.jsonl", "steps.json", "steps.csv", "step_trace.jsonl", "trace.jsonl", "step_trace.csv")
+METADATA_FILES = ("metadata.json",)
+SCENARIO_FILES = ("scenario.yaml", "scenario.yml", "scenario.json")
+SIM_SUMMARY_FILES = ("summary.json",)
+SWEEP_FILES = ("sweep.json", "sweep.csv", "sweep_points.json", "sweep_points.csv", "points.json", "points.csv")
+SWEEP_KEYS = ("rate", "rate_per_s", "offered_rate", "offered_rate_per_s", "arrival_rate", "concurrency",
+              "users", "offered_load")
+KINDS = ("records", "timing run", "load run", "simulation", "sweep")
+
+
+@dataclass
+class RunInput:
+    """One run as read from disk, before any report is computed."""
+
+    name: str
+    path: str
+    kind: str
+    table: RecordTable | None = None
+    window_start: float | None = None
+    window_end: float | None = None
+    format: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    metadata: dict[str, Any] | None = None
+    steps: list[dict[str, Any]] | None = None
+    sweep_points: list[dict[str, Any]] | None = None
+    sweep_document: Any = None
+    files: list[str] = field(default_factory=list)
+
+
+def _read_mapping(path: Path) -> dict[str, Any]:
+    """Read a YAML or JSON object (a scenario or metadata file)."""
+    import yaml
+
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise InputFormatError(f"{path}: not valid YAML or JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise InputFormatError(f"{path}: expected an object at the top level")
+    return doc
+
+
+def _find(folder: Path, names: tuple[str, ...]) -> Path | None:
+    return next((folder / n for n in names if (folder / n).is_file()), None)
+
+
+def _looks_like_sweep(rows: list[dict[str, Any]]) -> bool:
+    if not rows or not isinstance(rows[0], dict):
+        return False
+    first = rows[0]
+    return any(k in first for k in SWEEP_KEYS) or ("load" in first and "offered" in first)  # servebench sweep
+
+
+def _is_sweep_file(p: Path) -> bool:
+    try:
+        return _looks_like_sweep(read_rows(p))
+    except (InputFormatError, UnicodeDecodeError):
+        return False
+
+
+def _sweep_file(folder: Path) -> Path | None:
+    found = _find(folder, SWEEP_FILES)
+    if found is not None:
+        return found
+    for p in sorted(folder.iterdir()):
+        if p.suffix.lower() in (".json", ".csv") and p.is_file() and p.name not in METADATA_FILES \
+                and _is_sweep_file(p):
+            return p
+    return None
+
+
+def _load_sweep(sweep: Path, folder: Path, name: str, path: Path) -> RunInput:
+    """Read a sweep's points (and the folder's metadata.json, if any) as one run."""
+    rows = read_rows(sweep)
+    doc = json.loads(sweep.read_text(encoding="utf-8-sig")) if sweep.suffix.lower() == ".json" else None
+    meta_path = _find(folder, METADATA_FILES)
+    meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path is not None else None
+    files = [sweep.name] + ([meta_path.name] if meta_path is not None else [])
+    return RunInput(name=name, path=str(path), kind="sweep",
+                    sweep_points=rows, sweep_document=doc, metadata=meta if isinstance(meta, dict) else None,
+                    files=files)
+
+
+def kind_from_metadata(meta: dict[str, Any], default: str) -> str:
+    """Return the run's kind as its metadata names it ('servebench load' is a load run), else ``default``.
+
+    >>> kind_from_metadata({"kind": "servebench load"}, "timing run"), kind_from_metadata({}, "timing run")
+    ('load run', 'timing run')
+    """
+    kind = str(meta.get("kind", "")).lower()
+    if "simulat" in kind:
+        return "simulation"
+    if "load" in kind:
+        return "load run"
+    if "sweep" in kind:
+        return "sweep"
+    return default
+
+
+def load_records(path: Path, name: str, kind: str = "records", fmt: str = "auto",
+                 window_start: float | None = None, window_end: float | None = None) -> RunInput:
+    """Read and validate one record file (canonical or another tool's export)."""
+    return _records_run(read_path(path, fmt), name, path, kind, window_start, window_end)
+
+
+def _records_run(loaded: LoadedRecords, name: str, path: Path, kind: str, window_start: float | None,
+                 window_end: float | None) -> RunInput:
+    table, ws, we = to_table(loaded, window_start, window_end)
+    return RunInput(name=name, path=str(path), kind=kind, table=table, window_start=ws, window_end=we,
+                    format=loaded.format, warnings=list(loaded.warnings),
+                    metadata=dict(loaded.metadata) or None, files=[path.name])
+
+
+def load_runs(path: str | Path, fmt: str = "auto", window_start: float | None = None,
+              window_end: float | None = None) -> list[RunInput]:
+    """Read one RUN argument as every run it holds: each benchmark of a multi-run export becomes its own run.
+
+    GuideLLM ``benchmarks[]``, GenAI-Perf ``experiments[]`` and vLLM ``--append-result`` lines are compared
+    side by side; a format naming ``run=N`` keeps that one run. Anything else is :func:`load_run`.
+    """
+    p = Path(path)
+    base, _, options = fmt.partition(":")
+    if p.is_file() and "run=" not in options and base not in ("csv", "json", "jsonl", "parquet"):
+        from servebench.records.importers import detect, import_runs
+
+        data = p.read_bytes()
+        foreign = detect(data, p.name) if base == "auto" else base
+        if foreign is not None:
+            runs = import_runs(data, p.name, f"{foreign}:{options}" if options else foreign)
+            if len(runs) > 1:
+                return [_records_run(loaded, f"{p.name} [run {i}]", p, "records", window_start, window_end)
+                        for i, loaded in enumerate(runs)]
+    return [load_run(p, fmt, window_start, window_end)]
+
+
+def load_run(path: str | Path, fmt: str = "auto", window_start: float | None = None,
+             window_end: float | None = None) -> RunInput:
+    """Read one RUN argument: a record file or a folder written by run, simulate or sweep."""
+    p = Path(path)
+    if p.is_file():
+        if p.name.lower() in SWEEP_FILES:  # the file `servebench sweep` says it wrote
+            return _load_sweep(p, p.parent, p.parent.resolve().name or p.name, p)
+        try:
+            return load_records(p, p.name, "records", fmt, window_start, window_end)
+        except (InputFormatError, RecordValidationError):
+            if p.suffix.lower() in (".json", ".csv") and fmt == "auto" and _is_sweep_file(p):
+                return _load_sweep(p, p.parent, p.stem, p)
+            raise
+    if not p.is_dir():
+        raise InputFormatError(f"{p}: no such file or folder")
+    name = p.resolve().name or str(p)
+    records = _find(p, RECORD_FILES)
+    if records is not None:
+        meta_path = _find(p, METADATA_FILES)
+        steps_path = _find(p, STEP_FILES)
+        kind = "timing run" if meta_path is not None else "simulation" if steps_path is not None else "records"
+        run = load_records(records, name, kind, fmt, window_start, window_end)
+        run.path = str(p)
+        if meta_path is not None:
+            try:
+                meta = json.loads(meta_path.read_text(encoding="utf-8"))
+            except json.JSONDecodeError as exc:
+                raise InputFormatError(f"{meta_path}: invalid JSON at line {exc.lineno}: {exc.msg}") from None
+            if not isinstance(meta, dict):
+                raise InputFormatError(f"{meta_path}: expected a JSON object (the benchmark contract)")
+            run.metadata = {**(run.metadata or {}), **meta}
+            run.kind = kind_from_metadata(meta, run.kind)
+            run.files.append(meta_path.name)
+        summary_path = _find(p, SIM_SUMMARY_FILES)
+        if meta_path is None and summary_path is not None:
+            sim = _read_mapping(summary_path).get("simulation")  # servebench simulate's own summary
+            if isinstance(sim, dict):
+                run.metadata = {**(run.metadata or {}), "simulation": sim}
+                run.kind = "simulation"
+                run.files.append(summary_path.name)
+        scenario_path = _find(p, SCENARIO_FILES)
+        if meta_path is None and scenario_path is not None:
+            run.metadata = {**(run.metadata or {}), "scenario": _read_mapping(scenario_path)}
+            run.files.append(scenario_path.name)
+        if steps_path is not None:
+            run.steps = read_rows(steps_path)
+            run.files.append(steps_path.name)
+        return run
+    sweep = _sweep_file(p)
+    if sweep is not None:
+        return _load_sweep(sweep, p, name, p)
+    raise InputFormatError(
+        f"{p}: found no records ({', '.join(RECORD_FILES)}) and no sweep output ({', '.join(SWEEP_FILES)}); "
+        "give a record file, or a folder written by servebench run, simulate or sweep")
+
+
+def unique_names(runs: list[RunInput]) -> None:
+    """Give runs that share a display name a suffix (' (2)', ' (3)', ...), in place."""
+    seen: dict[str, int] = {}
+    for run in runs:
+        count = seen.get(run.name, 0) + 1
+        seen[run.name] = count
+        if count > 1:
+            run.name = f"{run.name} ({count})"

@@ -1,0 +1,921 @@
+"""The canonical timing record: its schema, parsing from Python objects or Arrow tables, and validation.
+
+Validation follows the spec's record-by-record order (object, times, status, successful output),
+then servebench's own rules for optional fields. It is vectorised: every rule is a boolean mask,
+the first failing row is found with one ``argmax``, and only that row is explained in words.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import reprlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field as dataclass_field
+from functools import cached_property
+from types import MappingProxyType
+from typing import Any, Callable, Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, model_validator
+
+from servebench.records.arrow_masks import bool_values, null_mask
+from servebench.errors import InputFormatError, RecordValidationError
+from servebench.records.textcolumns import blank_mask, categorical, category_codes, take as take_rows, text_array, to_objects
+from servebench.records import token_times as tt
+from servebench.records.token_times import LIST_ALIASES, LIST_FIELDS, ListColumn
+
+STATUSES: tuple[str, ...] = ("success", "failed", "timeout", "cancelled", "rejected")
+SUCCESS = 0  # index of "success" in STATUSES
+_STATUS_CODE = {name: i for i, name in enumerate(STATUSES)}
+Status = Literal["success", "failed", "timeout", "cancelled", "rejected"]
+
+MSG_WINDOW = "Invalid observation window"
+MSG_EMPTY = "Expected nonempty records"
+MSG_OBJECT = "Record must be an object"
+MSG_TIMES = "Invalid request times"
+MSG_STATUS = "Invalid status"
+MSG_SUCCESS = "Invalid successful output"
+MSG_ADMITTED = "Invalid admission time"
+MSG_FIRST_TOKEN = "Invalid first token time"  # on a non-success that has one
+MSG_OUTPUT = "Invalid output tokens"
+MSG_PROMPT = "Invalid prompt tokens"
+MSG_CACHED = "Invalid cached prompt tokens"
+MSG_TEXT = "Invalid text field"
+MSG_EXTRA = "Invalid extra field"
+NO_EXTRA: Mapping[str, Any] = MappingProxyType({})  # no columns beyond the schema
+
+FIELDS: tuple[str, ...] = (
+    "request_id", "start", "admitted", "first_token", "end", "status",
+    "prompt_tokens", "output_tokens", "slice", "error", "cached_prompt_tokens",
+)
+ALIASES: dict[str, str] = {
+    "firstToken": "first_token", "outputTokens": "output_tokens", "requestId": "request_id",
+    "promptTokens": "prompt_tokens", "id": "request_id", "cachedPromptTokens": "cached_prompt_tokens",
+}
+FLOAT_FIELDS = ("start", "end", "first_token", "admitted")
+INT_FIELDS = ("output_tokens", "prompt_tokens", "cached_prompt_tokens")
+TEXT_FIELDS = ("request_id", "slice", "error")
+
+
+def record_dict(**fields: Any) -> dict[str, Any]:
+    """Return a canonical record dict in field order, leaving out absent (None) optional fields.
+
+    >>> record_dict(status="timeout", end=7.0, start=2.0, first_token=None)
+    {'start': 2.0, 'end': 7.0, 'status': 'timeout'}
+    """
+    unknown = set(fields) - set(FIELDS) - set(LIST_FIELDS)
+    if unknown:
+        raise TypeError(f"not record fields: {', '.join(sorted(unknown))}")
+    return {name: fields[name] for name in FIELDS + LIST_FIELDS if fields.get(name) is not None}
+
+
+class TimingRecord(BaseModel):
+    """One request, timed in seconds on one monotonic clock (the spec's contract, plus optional stages)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+    request_id: StrictStr | None = Field(None, alias="requestId", description="Unique request ID.")
+    start: StrictFloat | StrictInt = Field(description="Arrival time, seconds.")
+    admitted: StrictFloat | StrictInt | None = Field(
+        None, description="Server admission time, seconds: queue wait = admitted - start.")
+    first_token: StrictFloat | StrictInt | None = Field(
+        None, alias="firstToken", description="Time of the first output token, seconds (required on success).")
+    end: StrictFloat | StrictInt = Field(description="Terminal time, seconds.")
+    status: Status = Field(description="Terminal outcome.")
+    prompt_tokens: StrictInt | None = Field(None, alias="promptTokens", ge=0, description="Input tokens.")
+    output_tokens: StrictInt | None = Field(
+        None, alias="outputTokens", ge=0,
+        description="Output tokens: at least 1 on success; on a non-success, tokens generated before it ended (wasted work).")
+    slice: StrictStr | None = Field(None, description="Workload class or tenant.")
+    error: StrictStr | None = Field(None, description="Cause of a non-success.")
+    token_times: list[StrictFloat | StrictInt] | None = Field(
+        None, alias="tokenTimes",
+        description="Arrival of each output token (or streamed chunk), seconds: non-decreasing, the first equal to "
+                    "first_token, the last at or before end; on success one per output token, or one per chunk "
+                    "with token_counts.")
+    token_counts: list[StrictInt] | None = Field(
+        None, alias="tokenCounts",
+        description="Tokens each arrival in token_times carried (each at least 1; same length; on success they "
+                    "sum to output_tokens). Absent: one token per arrival.")
+    cached_prompt_tokens: StrictInt | None = Field(
+        None, alias="cachedPromptTokens", ge=0,
+        description="Prompt tokens served from the server's prefix cache (at most prompt_tokens).")
+
+    @model_validator(mode="after")
+    def _check_order(self) -> "TimingRecord":
+        """Apply the spec's per-record rules that need no window, in the spec's order."""
+        if not (math.isfinite(self.start) and math.isfinite(self.end) and self.start <= self.end):
+            raise ValueError(MSG_TIMES)
+        if self.status == "success":
+            ft, out = self.first_token, self.output_tokens
+            if ft is None or not math.isfinite(ft) or not (self.start <= ft <= self.end) or out is None or out < 1:
+                raise ValueError(MSG_SUCCESS)
+        if self.status != "success" and self.first_token is not None:
+            if not (math.isfinite(self.first_token) and self.start <= self.first_token <= self.end):
+                raise ValueError(MSG_FIRST_TOKEN)
+        if self.admitted is not None:
+            upper = self.first_token if self.status == "success" else self.end
+            if not (math.isfinite(self.admitted) and self.start <= self.admitted <= upper):
+                raise ValueError(MSG_ADMITTED)
+        if self.token_times is not None or self.token_counts is not None:
+            _check_model_token_times(self)
+        if (self.cached_prompt_tokens is not None and self.prompt_tokens is not None
+                and self.cached_prompt_tokens > self.prompt_tokens):
+            raise ValueError(MSG_CACHED)
+        return self
+
+
+# --------------------------------------------------------------------------- parsed columns
+
+
+@dataclass(frozen=True)
+class Column:
+    """One parsed field: values (NaN or -1 where absent), which rows have it, which are malformed.
+
+    Text fields hold an object array (from Python objects) or an Arrow array (from Arrow tables),
+    as given: ``RecordTable.from_columns`` turns either into its Arrow columns.
+    """
+
+    values: Any
+    present: np.ndarray
+    bad: np.ndarray
+    raw: Callable[[int], Any]
+
+
+@dataclass(frozen=True)
+class ParsedRows:
+    """Fields parsed from any source, not yet validated."""
+
+    n: int
+    columns: dict[str, Column]
+    not_object: np.ndarray
+    source: str | None
+    extra: Mapping[str, Any] = dataclass_field(default_factory=lambda: NO_EXTRA)  # unknown columns, by name
+    notes: tuple[str, ...] = ()  # what reading changed and the user should know (integer IDs read as text)
+    lists: Mapping[str, ListColumn] = dataclass_field(default_factory=lambda: NO_EXTRA)  # token_times, token_counts
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
+
+
+# Token counts at or above this are refused as too large: they hold in int64, and so do sums of a few.
+INT_LIMIT = 10**18
+
+
+def _is_int(v: Any) -> bool:
+    return _is_whole(v) and abs(int(v)) < INT_LIMIT
+
+
+def _is_whole(v: Any) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _as_float(v: Any) -> float:
+    """Return a number as a float; an integer too large for one (10**400) becomes +/-infinity."""
+    try:
+        return float(v)
+    except OverflowError:
+        return math.inf if v > 0 else -math.inf
+
+
+def _is_utf8(text: str) -> bool:
+    """Whether a string can be written as UTF-8 (a lone surrogate such as JSON's "\\ud800" cannot)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxstring, _SHORT.maxlong, _SHORT.maxother, _SHORT.maxlevel = 80, 40, 80, 3
+
+
+def shown(value: Any) -> str:
+    """Return a value as an error message shows it: Python's repr, plain for numpy numbers, shortened.
+
+    >>> shown(np.float64(2.5)), shown(10**400)[:8], shown("x")
+    ('2.5', '10000000', "'x'")
+    """
+    if isinstance(value, np.generic):
+        value = value.item()
+    if _is_whole(value) and value.bit_length() > 4000:  # repr() refuses ints past 4300 digits
+        digits = int(value.bit_length() * math.log10(2))  # the count, or one fewer
+        return f"an integer of {digits + (abs(value) >= 10**digits):,} digits"
+    return _SHORT.repr(value)
+
+
+def canonical_name(key: str) -> str | None:
+    """Return the canonical field name for ``key`` (accepting camelCase aliases), or None if unknown."""
+    if key in FIELDS or key in LIST_FIELDS:
+        return key
+    return ALIASES.get(key) or LIST_ALIASES.get(key)
+
+
+def parse_objects(records: Sequence[Any], source: str | None = None, *, strict_keys: bool = False,
+                  keep_extra: bool = False) -> ParsedRows:
+    """Parse a list of mappings (or TimingRecord models) without changing them.
+
+    ``keep_extra`` keeps unknown keys as extra columns (files); else ``strict_keys`` rejects them
+    (servebench's own records); the spec's ``summarize`` ignores them.
+    """
+    n = len(records)
+    not_object = np.zeros(n, dtype=bool)
+    rows: list[Mapping[str, Any]] = []
+    extra_names: dict[str, None] = {}  # an ordered set
+    for i, rec in enumerate(records):
+        if isinstance(rec, BaseModel):
+            rec = rec.model_dump()
+        if not isinstance(rec, Mapping):
+            not_object[i] = True
+            rows.append({})
+            continue
+        if keep_extra:
+            extra_names.update((key, None) for key in rec if canonical_name(key) is None)
+        elif strict_keys:
+            for key in rec:
+                if canonical_name(key) is None:
+                    raise RecordValidationError(
+                        f"unknown field; expected some of {', '.join(FIELDS)}",
+                        source=source, row=i + 1, field=printable_key(key), rule="unknown field")
+        if (keep_extra or strict_keys) and not _ALIAS_KEYS.isdisjoint(rec):
+            _check_one_value_per_field(rec, i, source)
+        rows.append(rec)
+    for key in extra_names:
+        if not (isinstance(key, str) and _is_utf8(key)):
+            row = next(i for i, r in enumerate(rows) if key in r)
+            raise RecordValidationError("a field name that is not valid Unicode text (a lone surrogate)",
+                                        source=source, row=row + 1, field=printable_key(key), rule="unknown field")
+
+    def get(row: Mapping[str, Any], name: str) -> Any:
+        if name in row:
+            return row[name]
+        for alias, canon in ALIASES.items():
+            if canon == name and alias in row:
+                return row[alias]
+        return None
+
+    columns: dict[str, Column] = {}
+    int_id_rows: list[int] = []
+    for name in FIELDS:
+        raw_vals = [get(r, name) for r in rows]
+        present = np.array([v is not None for v in raw_vals], dtype=bool)
+        bad = np.zeros(n, dtype=bool)
+        if name in FLOAT_FIELDS:
+            vals = np.full(n, np.nan)
+            for i, v in enumerate(raw_vals):
+                if v is None:
+                    continue
+                if _is_number(v):
+                    vals[i] = _as_float(v)
+                else:
+                    bad[i] = True
+        elif name in INT_FIELDS:
+            vals = np.full(n, -1, dtype=np.int64)
+            for i, v in enumerate(raw_vals):
+                if v is None:
+                    continue
+                if _is_int(v):
+                    vals[i] = int(v)
+                else:
+                    bad[i] = True
+        elif name == "status":
+            vals = np.array([_STATUS_CODE.get(v, -1) if isinstance(v, str) else -1 for v in raw_vals], dtype=np.int8)
+        else:
+            vals = np.empty(n, dtype=object)
+            for i, v in enumerate(raw_vals):
+                if v is None:
+                    continue
+                if isinstance(v, str) and _is_utf8(v):
+                    vals[i] = v
+                elif name == "request_id" and _is_int(v):
+                    vals[i] = str(v)
+                    int_id_rows.append(i)
+                else:
+                    bad[i] = True
+        columns[name] = Column(vals, present, bad, raw=lambda i, rv=raw_vals: rv[i])
+    notes = (_int_ids_note(len(int_id_rows), int_id_rows[0]),) if int_id_rows else ()
+    extra = {key: _extra_from_objects(key, [r.get(key) for r in rows], source) for key in extra_names}
+    lists: dict[str, ListColumn] = {}
+    for name in LIST_FIELDS:
+        raw_list = [_list_value(r, name) for r in rows]
+        if any(v is not None for v in raw_list):
+            lists[name] = tt.column_from_objects(name, raw_list)
+    return ParsedRows(n, columns, not_object, source, MappingProxyType(extra) if extra else NO_EXTRA, notes=notes,
+                      lists=MappingProxyType(lists) if lists else NO_EXTRA)
+
+
+def _list_value(row: Mapping[str, Any], name: str) -> Any:
+    """Return a record's token_times or token_counts under its name or its camelCase alias."""
+    if name in row:
+        return row[name]
+    return next((row[alias] for alias, canon in LIST_ALIASES.items() if canon == name and alias in row), None)
+
+
+def _check_model_token_times(rec: "TimingRecord") -> None:
+    """Apply the token-time rules to one model record (the same rules as for files)."""
+    one = np.array
+    times = tt.column_from_objects("token_times", [rec.token_times])
+    counts = tt.column_from_objects("token_counts", [rec.token_counts])
+    rules = tt.check(times, counts, start=one([float(rec.start)]), end=one([float(rec.end)]),
+                     first_token=one([np.nan if rec.first_token is None else float(rec.first_token)]),
+                     first_token_present=one([rec.first_token is not None]),
+                     output_tokens=one([-1 if rec.output_tokens is None else rec.output_tokens]),
+                     output_present=one([rec.output_tokens is not None]),
+                     success=one([rec.status == "success"]), shown=shown)
+    if rules is not None and rules.bad[0]:
+        _, message, detail = rules.explain(0)
+        raise ValueError(f"{message}: {detail}")
+
+
+_ALIAS_KEYS = frozenset(ALIASES) | frozenset(LIST_ALIASES)
+
+
+def printable_key(key: Any) -> str:
+    """Return a field name as an error message can print it (a lone surrogate escaped)."""
+    text = str(key)
+    return text if _is_utf8(text) else text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _check_one_value_per_field(rec: Mapping[str, Any], i: int, source: str | None) -> None:
+    """Refuse a record that gives one field under two names (output_tokens and outputTokens) with different values."""
+    seen: dict[str, str] = {}
+    for key in rec:
+        canon = canonical_name(key)
+        if canon is None:
+            continue
+        if canon in seen:
+            a, b = rec[seen[canon]], rec[key]
+            if type(a) is not type(b) or a != b:
+                raise RecordValidationError(
+                    f"given twice, as '{seen[canon]}' ({shown(a)}) and as '{key}' ({shown(b)}); keep one",
+                    source=source, row=i + 1, field=canon, rule="field given twice")
+        else:
+            seen[canon] = key
+
+
+def _int_ids_note(count: int, first_row: int) -> str:
+    """Say that integer request IDs were read as text: the schema's IDs are strings."""
+    return (f"request_id: {count:,} integer ID{'s' if count > 1 else ''} (first in row {first_row + 1}) "
+            "read as text, e.g. 7 as '7'; the schema's request IDs are strings")
+
+
+def _extra_from_objects(name: str, values: list[Any], source: str | None) -> pa.Array:
+    """Return one extra column's values as an Arrow array; any scalar goes, None means absent.
+
+    Values of mixed types (text in one row, a number in another) are kept as their JSON text.
+    """
+    for i, v in enumerate(values):
+        if isinstance(v, (Mapping, list, tuple)):
+            raise RecordValidationError(
+                f"{MSG_EXTRA}: {'an object' if isinstance(v, Mapping) else 'a list'} is not a scalar; "
+                "a column the schema does not know must hold text, numbers or booleans",
+                source=source, row=i + 1, field=name, rule=MSG_EXTRA)
+    try:
+        return pa.array(values, from_pandas=False)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, UnicodeError):
+        pass
+    text: list[str | None] = []
+    for i, v in enumerate(values):
+        if isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                raise RecordValidationError(f"{MSG_EXTRA}: {v!r} is not valid Unicode text (a lone surrogate)",
+                                            source=source, row=i + 1, field=name, rule=MSG_EXTRA) from None
+        text.append(v if v is None or isinstance(v, str) else json.dumps(v))
+    return pa.array(text, pa.string())
+
+
+_FLOAT_RE = r"^\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*$"
+_INT_RE = r"^\s*[+-]?0*\d{1,18}\s*$"  # at most 18 digits: below INT_LIMIT, so the cast to int64 cannot fail
+_WHOLE_TEXT = re.compile(r"\s*[+-]?\d+\s*")
+
+
+def _arrow_column(arr: pa.ChunkedArray, name: str, optional_nan_is_missing: bool) -> Column:
+    typ = arr.type
+    n = len(arr)
+    raw = (lambda i, a=arr: a[i].as_py())
+    if name == "status" or (pa.types.is_dictionary(typ) and name in TEXT_FIELDS):
+        return _arrow_category(arr, name, raw)
+    if pa.types.is_dictionary(typ):
+        arr = arr.cast(typ.value_type)
+        typ = arr.type
+    is_text = pa.types.is_string(typ) or pa.types.is_large_string(typ)
+    null = null_mask(arr)
+    if is_text:
+        present = ~blank_mask(arr)
+    else:
+        present = ~null
+    if name in FLOAT_FIELDS or name in INT_FIELDS:
+        is_int_field = name in INT_FIELDS
+        if is_text:
+            ok = pc.match_substring_regex(arr, _INT_RE if is_int_field else _FLOAT_RE).fill_null(False)
+            ok_np = bool_values(ok, null_as=False)
+            bad = present & ~ok_np
+            cleaned = pc.if_else(ok, pc.utf8_trim_whitespace(arr), pa.scalar(None, arr.type))
+            target = pa.int64() if is_int_field else pa.float64()
+            nums = pc.cast(cleaned, target)
+        elif pa.types.is_boolean(typ) or not (pa.types.is_integer(typ) or pa.types.is_floating(typ)
+                                              or pa.types.is_decimal(typ)):
+            bad = present.copy()
+            nums = pa.nulls(n, pa.int64() if is_int_field else pa.float64())
+        elif is_int_field and not pa.types.is_integer(typ):
+            floats = pc.cast(arr, pa.float64(), safe=False).to_numpy(zero_copy_only=False)
+            nan = np.isnan(np.where(present, floats, 0.0))
+            if optional_nan_is_missing:
+                present = present & ~nan
+            bad = present.copy()
+            nums = pa.nulls(n, pa.int64())
+        else:
+            bad = np.zeros(n, dtype=bool)
+            if is_int_field and typ in (pa.int64(), pa.uint64()):  # uint64 max does not fit; 10**18 is too large
+                too_big = pc.greater_equal(arr, pa.scalar(INT_LIMIT, typ))
+                if typ == pa.int64():
+                    too_big = pc.or_(too_big, pc.less_equal(arr, pa.scalar(-INT_LIMIT, typ)))
+                bad = bool_values(too_big, null_as=False)
+                if bad.any():
+                    arr = pc.if_else(too_big, pa.scalar(None, typ), arr)
+            # unsafe: an integer past 2**53 becomes the nearest float, as Python's float() does
+            nums = pc.cast(arr, pa.int64() if is_int_field else pa.float64(), safe=False)
+        # nulls are filled with the absent marker in Arrow; a numpy pass only where some value is bad
+        absent: Any = -1 if is_int_field else np.nan
+        filled = pc.fill_null(nums, absent) if nums.null_count else nums
+        vals = np.asarray(filled.to_numpy(zero_copy_only=False), dtype=np.int64 if is_int_field else np.float64)
+        if not is_int_field and optional_nan_is_missing and not is_text:
+            present = present & ~np.isnan(vals)
+        if bad.any():
+            vals = np.where(bad, absent, vals)
+        return Column(vals, present, bad, raw)
+    # text fields stay in Arrow, null where absent (RecordTable.from_columns encodes them)
+    bad = np.zeros(n, dtype=bool)
+    if is_text or (name == "request_id" and pa.types.is_integer(typ)):
+        text = text_array(arr)
+        if not present.all():
+            text = pc.if_else(pa.array(present), text, pa.scalar(None, pa.string()))
+    else:
+        text = pa.nulls(n, pa.string())
+        bad = present.copy()
+    return Column(text, present, bad, raw)
+
+
+def _arrow_category(arr: pa.ChunkedArray, name: str, raw: Callable[[int], Any]) -> Column:
+    """Parse status (to int8 codes) or a dictionary-encoded text column through its dictionary."""
+    n = len(arr)
+    combined = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+    if not pa.types.is_dictionary(combined.type):
+        combined = combined.dictionary_encode()
+    dictionary, indices = combined.dictionary, combined.indices
+    is_text = pa.types.is_string(dictionary.type) or pa.types.is_large_string(dictionary.type)
+    null = null_mask(indices)
+    if name == "status":
+        lookup = np.array([_STATUS_CODE.get(v, -1) if isinstance(v, str) else -1 for v in dictionary.to_pylist()]
+                          + [-1], dtype=np.int8)
+        idx = indices.fill_null(len(dictionary)) if indices.null_count else indices  # null picks the trailing -1
+        return Column(lookup[idx.to_numpy(zero_copy_only=False)], ~null, np.zeros(n, dtype=bool), raw)
+    if not is_text:
+        return Column(pa.nulls(n, pa.string()), ~null, ~null, raw)
+    return Column(combined, ~null, np.zeros(n, dtype=bool), raw)
+
+
+def parse_arrow(table: pa.Table, source: str | None = None) -> ParsedRows:
+    """Parse an Arrow table whose columns are canonical names or aliases (typed, or text from CSV)."""
+    names: dict[str, str] = {}
+    extra: dict[str, Any] = {}
+    lists: dict[str, ListColumn] = {}
+    for i, col in enumerate(table.column_names):
+        canon = canonical_name(col)
+        if canon in LIST_FIELDS:
+            if canon in lists:
+                raise InputFormatError(f"{source or 'input'}: two columns mean '{canon}'")
+            lists[canon] = tt.column_from_arrow(canon, table.column(i))
+            continue
+        if canon is None:  # a column the schema does not know (gpu, model, note): kept as it is
+            if col in extra:
+                raise InputFormatError(f"{source or 'input'}: two columns are named '{col}'")
+            extra[col] = _extra_from_arrow(col, table.column(i), source)
+            continue
+        if canon in names:
+            raise InputFormatError(f"{source or 'input'}: columns '{names[canon]}' and '{col}' both mean '{canon}'")
+        names[canon] = col
+    n = table.num_rows
+    columns: dict[str, Column] = {}
+    for name in FIELDS:
+        if name in names:
+            columns[name] = _arrow_column(table.column(names[name]), name,
+                                          optional_nan_is_missing=name not in ("start", "end"))
+        else:
+            empty_vals = (np.full(n, np.nan) if name in FLOAT_FIELDS else
+                          np.full(n, -1, dtype=np.int64) if name in INT_FIELDS else
+                          np.full(n, -1, dtype=np.int8) if name == "status" else pa.nulls(n, pa.string()))
+            columns[name] = Column(empty_vals, np.zeros(n, dtype=bool), np.zeros(n, dtype=bool), raw=lambda i: None)
+    notes: tuple[str, ...] = ()
+    ids = columns["request_id"]
+    if "request_id" in names and pa.types.is_integer(table.column(names["request_id"]).type) and ids.present.any():
+        notes = (_int_ids_note(int(ids.present.sum()), int(np.argmax(ids.present))),)
+    return ParsedRows(n, columns, np.zeros(n, dtype=bool), source, MappingProxyType(extra) if extra else NO_EXTRA,
+                      notes=notes, lists=MappingProxyType(lists) if lists else NO_EXTRA)
+
+
+def _extra_from_arrow(name: str, arr: pa.ChunkedArray, source: str | None) -> pa.ChunkedArray:
+    """Return an extra column as read, blank text as absent; refuse one whose values are not scalars."""
+    typ = arr.type.value_type if pa.types.is_dictionary(arr.type) else arr.type
+    if pa.types.is_nested(typ):
+        raise InputFormatError(f"{source or 'input'}, field '{name}': {MSG_EXTRA}: its values are {typ}, not "
+                               "scalars; a column the schema does not know must hold text, numbers or booleans")
+    if arr.type in (pa.string(), pa.large_string()):  # an empty CSV cell means absent, as in any column
+        blank = blank_mask(arr)
+        if np.count_nonzero(blank) > arr.null_count:
+            return pc.if_else(pa.array(blank), pa.scalar(None, pa.string()), text_array(arr))
+    return arr
+
+
+# --------------------------------------------------------------------------- validation
+
+
+@dataclass(frozen=True)
+class RecordTable:
+    """Validated records as columns: NaN marks an absent time, -1 an absent token count.
+
+    Text columns stay in Arrow (request IDs as strings, slice and error dictionary-encoded) and
+    become Python objects only when ``request_id``, ``slice`` or ``error`` is read. Build one with
+    ``RecordTable.from_columns``, which takes text as object arrays or Arrow arrays.
+    """
+
+    start: np.ndarray
+    end: np.ndarray
+    status: np.ndarray  # int8 index into STATUSES
+    first_token: np.ndarray
+    output_tokens: np.ndarray
+    admitted: np.ndarray
+    prompt_tokens: np.ndarray
+    request_id_arrow: pa.Array  # string, null where absent
+    slice_arrow: pa.DictionaryArray  # int32 codes into distinct non-blank names, null where absent
+    error_arrow: pa.DictionaryArray
+    source: str | None = None
+    # arrival of each token or chunk, and tokens per chunk: Arrow list arrays (flat values + offsets), or None
+    token_times: pa.Array | None = None
+    token_counts: pa.Array | None = None
+    # columns the schema does not know (gpu, model), by name: Arrow arrays as read
+    extra: Mapping[str, Any] = dataclass_field(default_factory=lambda: NO_EXTRA)
+    cached_prompt_tokens: np.ndarray = None  # type: ignore[assignment]  # -1 where absent; from_columns fills it
+
+    def __post_init__(self) -> None:
+        if self.cached_prompt_tokens is None:  # tables built before the field existed, or without it
+            object.__setattr__(self, "cached_prompt_tokens", np.full(self.start.size, -1, dtype=np.int64))
+
+    @property
+    def has_cached_prompt_tokens(self) -> bool:
+        """Return True when some record says how many prompt tokens the prefix cache served."""
+        return bool((self.cached_prompt_tokens >= 0).any())
+
+    @classmethod
+    def from_columns(cls, *, request_id: Any = None, slice: Any = None, error: Any = None,
+                     source: str | None = None, extra: Mapping[str, Any] = NO_EXTRA,
+                     token_times: Any = None, token_counts: Any = None,
+                     **numeric: np.ndarray) -> "RecordTable":
+        """Build a table from numeric arrays and text given as object arrays, lists or Arrow arrays.
+
+        ``token_times`` and ``token_counts`` are Arrow list arrays, or per-row lists (None where absent).
+        """
+        n = int(np.asarray(numeric["start"]).size)
+
+        def text(values: Any) -> Any:
+            return pa.nulls(n, pa.string()) if values is None else values
+
+        def listed(values: Any, value_type: pa.DataType) -> pa.Array | None:
+            if values is None or isinstance(values, pa.Array):
+                return values
+            if isinstance(values, pa.ChunkedArray):
+                return values.combine_chunks()
+            return tt.from_lists(list(values), value_type)
+
+        return cls(**numeric, request_id_arrow=text_array(text(request_id)), slice_arrow=categorical(text(slice)),
+                   error_arrow=categorical(text(error)), source=source, extra=extra,
+                   token_times=listed(token_times, pa.float64()), token_counts=listed(token_counts, pa.int64()))
+
+    def with_columns(self, **changes: Any) -> "RecordTable":
+        """Return a copy with some columns (canonical names, text as objects or Arrow) or the source replaced."""
+        current: dict[str, Any] = {f: getattr(self, f) for f in _NUMERIC_FIELDS}
+        current.update(request_id=self.request_id_arrow, slice=self.slice_arrow, error=self.error_arrow,
+                       source=self.source, extra=self.extra, token_times=self.token_times,
+                       token_counts=self.token_counts)
+        unknown = set(changes) - set(current)
+        if unknown:
+            raise TypeError(f"not RecordTable columns: {', '.join(sorted(unknown))}")
+        return RecordTable.from_columns(**{**current, **changes})
+
+    def __len__(self) -> int:
+        return int(self.start.size)
+
+    @property
+    def is_success(self) -> np.ndarray:
+        return self.status == SUCCESS
+
+    @property
+    def has_admitted(self) -> bool:
+        return bool(np.isfinite(self.admitted).any())
+
+    @property
+    def has_slices(self) -> bool:
+        return self.slice_arrow.null_count < len(self.slice_arrow)
+
+    @cached_property
+    def request_id(self) -> np.ndarray:
+        """Request IDs as an object array, None where absent."""
+        return to_objects(self.request_id_arrow)
+
+    @cached_property
+    def slice(self) -> np.ndarray:
+        """Slice names as an object array, None where absent."""
+        return to_objects(self.slice_arrow)
+
+    @cached_property
+    def error(self) -> np.ndarray:
+        """Error causes as an object array, None where absent."""
+        return to_objects(self.error_arrow)
+
+    def slice_codes(self) -> tuple[np.ndarray, list[str]]:
+        """Return int32 slice codes (-1 where absent) and the slice names they index."""
+        return category_codes(self.slice_arrow)
+
+    def take(self, index: np.ndarray) -> "RecordTable":
+        """Return the rows selected by a boolean mask or an index array."""
+        index = np.asarray(index)
+        return RecordTable(**{f: getattr(self, f)[index] for f in _NUMERIC_FIELDS},
+                           request_id_arrow=take_rows(self.request_id_arrow, index),
+                           slice_arrow=take_rows(self.slice_arrow, index),
+                           error_arrow=take_rows(self.error_arrow, index), source=self.source,
+                           extra=MappingProxyType({k: take_rows(v, index) for k, v in self.extra.items()})
+                           if self.extra else NO_EXTRA,
+                           token_times=None if self.token_times is None else take_rows(self.token_times, index),
+                           token_counts=None if self.token_counts is None else take_rows(self.token_counts, index))
+
+    def to_dicts(self) -> list[dict[str, Any]]:
+        """Return the records as canonical dicts, leaving out absent optional fields."""
+        out = []
+        status_names = np.array(STATUSES, dtype=object)[self.status]
+        ids, slices, errors = self.request_id, self.slice, self.error
+        extra = {name: [_json_value(v) for v in values.to_pylist()] for name, values in self.extra.items()}
+        lists = {name: arr.to_pylist() for name, arr in (("token_times", self.token_times),
+                                                          ("token_counts", self.token_counts)) if arr is not None}
+        for i in range(len(self)):
+            rec: dict[str, Any] = {}
+            if ids[i] is not None:
+                rec["request_id"] = ids[i]
+            rec["start"] = float(self.start[i])
+            if not math.isnan(self.admitted[i]):
+                rec["admitted"] = float(self.admitted[i])
+            if not math.isnan(self.first_token[i]):
+                rec["first_token"] = float(self.first_token[i])
+            rec["end"] = float(self.end[i])
+            rec["status"] = status_names[i]
+            if self.prompt_tokens[i] >= 0:
+                rec["prompt_tokens"] = int(self.prompt_tokens[i])
+            if self.output_tokens[i] >= 0:
+                rec["output_tokens"] = int(self.output_tokens[i])
+            if slices[i] is not None:
+                rec["slice"] = slices[i]
+            if errors[i] is not None:
+                rec["error"] = errors[i]
+            if self.cached_prompt_tokens[i] >= 0:
+                rec["cached_prompt_tokens"] = int(self.cached_prompt_tokens[i])
+            for name, values in lists.items():
+                if values[i] is not None:
+                    rec[name] = values[i]
+            rec.update((name, values[i]) for name, values in extra.items() if values[i] is not None)
+            out.append(rec)
+        return out
+
+    def to_arrow(self) -> pa.Table:
+        """Return the records as an Arrow table with nulls for absent values."""
+        cols = {
+            "request_id": self.request_id_arrow,
+            "start": pa.array(self.start),
+            "admitted": pa.array(self.admitted, mask=np.isnan(self.admitted)),
+            "first_token": pa.array(self.first_token, mask=np.isnan(self.first_token)),
+            "end": pa.array(self.end),
+            "status": pa.array(np.array(STATUSES, dtype=object)[self.status], pa.string()),
+            "prompt_tokens": pa.array(self.prompt_tokens, mask=self.prompt_tokens < 0),
+            "output_tokens": pa.array(self.output_tokens, mask=self.output_tokens < 0),
+            "slice": text_array(self.slice_arrow),
+            "error": text_array(self.error_arrow),
+        }
+        if self.has_cached_prompt_tokens:
+            cols["cached_prompt_tokens"] = pa.array(self.cached_prompt_tokens, mask=self.cached_prompt_tokens < 0)
+        if self.token_times is not None:
+            cols["token_times"] = self.token_times
+        if self.token_counts is not None:
+            cols["token_counts"] = self.token_counts
+        return pa.table({**cols, **self.extra})
+
+
+def _json_value(value: Any) -> Any:
+    """Return an extra column's value as JSON can hold it: text, numbers and booleans as they are."""
+    return value if value is None or isinstance(value, (str, int, float, bool)) else str(value)
+
+
+_NUMERIC_FIELDS = ("start", "end", "status", "first_token", "output_tokens", "admitted", "prompt_tokens",
+                   "cached_prompt_tokens")
+
+
+@dataclass(frozen=True)
+class Violation:
+    """The first broken rule: 0-based row, field, the spec's message and a human detail."""
+
+    row: int
+    field: str | None
+    message: str
+    detail: str
+
+
+def check_window(window_start: Any, window_end: Any) -> None:
+    """Raise ValueError("Invalid observation window") unless both bounds are finite and end > start."""
+    if not (_is_number(window_start) and _is_number(window_end)
+            and math.isfinite(_as_float(window_start)) and math.isfinite(_as_float(window_end))
+            and window_end > window_start):
+        raise ValueError(MSG_WINDOW)
+
+
+def first_violation(rows: ParsedRows, window_start: float, window_end: float,
+                    *, optional_rules: bool = True) -> tuple[Violation | None, np.ndarray]:
+    """Return the first rule violation in the spec's record-by-record order (or None) and status codes.
+
+    ``optional_rules`` adds servebench's checks of optional fields after the spec's rules in each
+    row; the spec's ``summarize`` turns them off, since its non-success records need only times.
+    """
+    c = rows.columns
+    start, end = c["start"], c["end"]
+    s, e = start.values, end.values
+    with np.errstate(invalid="ignore"):
+        start_bad = ~start.present | start.bad | ~np.isfinite(s) | (s < window_start)
+        end_bad = ~end.present | end.bad | ~np.isfinite(e) | (e > window_end)
+        order_bad = ~start_bad & ~end_bad & (s > e)
+        times_bad = start_bad | end_bad | order_bad
+        codes = c["status"].values
+        status_bad = codes < 0
+        success = codes == SUCCESS
+        ft, out = c["first_token"], c["output_tokens"]
+        f = ft.values
+        ft_bad = success & (~ft.present | ft.bad | ~np.isfinite(f) | (f < s) | (f > e))
+        out_bad = success & (~out.present | out.bad | (out.values < 1))
+        # servebench's rules for optional fields, checked after the spec's
+        nonsuccess_ft_bad = ~success & ft.present & (ft.bad | ~np.isfinite(f) | (f < s) | (f > e))
+        nonsuccess_out_bad = ~success & out.present & (out.bad | (out.values < 0))
+        adm = c["admitted"]
+        a = adm.values
+        upper = np.where(success, f, e)
+        adm_bad = adm.present & (adm.bad | ~np.isfinite(a) | (a < s) | (a > upper))
+        prompt = c["prompt_tokens"]
+        prompt_bad = prompt.present & (prompt.bad | (prompt.values < 0))
+        cached = c["cached_prompt_tokens"]
+        cached_bad = cached.present & (cached.bad | (cached.values < 0)
+                                       | (prompt.present & ~prompt_bad & (cached.values > prompt.values)))
+        text_bad = c["request_id"].bad | c["slice"].bad | c["error"].bad
+    if not optional_rules:
+        nonsuccess_ft_bad = nonsuccess_out_bad = adm_bad = prompt_bad = text_bad = np.zeros(rows.n, dtype=bool)
+        cached_bad = prompt_bad
+    any_bad = (rows.not_object | times_bad | status_bad | ft_bad | out_bad | nonsuccess_ft_bad
+               | nonsuccess_out_bad | adm_bad | prompt_bad | text_bad | cached_bad)
+    tokens = _token_rules(rows, codes) if optional_rules and rows.lists else None
+    if tokens is not None:
+        any_bad = any_bad | tokens.bad
+    if not any_bad.any():
+        return None, codes
+    i = int(np.argmax(any_bad))
+
+    def show(col: Column) -> str:
+        return shown(col.raw(i)) if col.present[i] else "missing"
+
+    if rows.not_object[i]:
+        return Violation(i, None, MSG_OBJECT, "the record is not an object"), codes
+    if start_bad[i]:
+        return Violation(i, "start", MSG_TIMES,
+                         _number_detail(start, i, f">= window start {shown(window_start)}")), codes
+    if end_bad[i]:
+        return Violation(i, "end", MSG_TIMES, _number_detail(end, i, f"<= window end {shown(window_end)}")), codes
+    if order_bad[i]:
+        return Violation(i, "end", MSG_TIMES, f"end {shown(e[i])} is before start {shown(s[i])}"), codes
+    if status_bad[i]:
+        what = f"{show(c['status'])} is not one of" if c["status"].present[i] else "missing; expected one of"
+        return Violation(i, "status", MSG_STATUS, f"{what} {', '.join(STATUSES)}"), codes
+    if ft_bad[i]:
+        return Violation(i, "first_token", MSG_SUCCESS,
+                         _number_detail(ft, i, f"between start {shown(s[i])} and end {shown(e[i])}")), codes
+    if out_bad[i]:
+        return Violation(i, "output_tokens", MSG_SUCCESS, _int_detail(out, i, "at least 1 on success")), codes
+    if nonsuccess_ft_bad[i]:
+        return Violation(i, "first_token", MSG_FIRST_TOKEN,
+                         _number_detail(ft, i, f"between start {shown(s[i])} and end {shown(e[i])}")), codes
+    if nonsuccess_out_bad[i]:
+        return Violation(i, "output_tokens", MSG_OUTPUT, _int_detail(out, i, "at least 0")), codes
+    if adm_bad[i]:
+        bound = "first_token" if success[i] else "end"
+        return Violation(i, "admitted", MSG_ADMITTED,
+                         _number_detail(adm, i, f"between start and {bound}")), codes
+    if prompt_bad[i]:
+        return Violation(i, "prompt_tokens", MSG_PROMPT, _int_detail(prompt, i, "at least 0")), codes
+    for name in TEXT_FIELDS:
+        if c[name].bad[i]:
+            v = c[name].raw(i)
+            what = "valid Unicode text (a lone surrogate)" if isinstance(v, str) else "text"
+            return Violation(i, name, MSG_TEXT, f"{show(c[name])} is not {what}"), codes
+    if cached_bad[i]:
+        bound = (f"between 0 and prompt_tokens {shown(prompt.values[i])}" if prompt.present[i] else "at least 0")
+        return Violation(i, "cached_prompt_tokens", MSG_CACHED, _int_detail(cached, i, bound)), codes
+    if tokens is not None and tokens.bad[i]:
+        field, message, detail = tokens.explain(i)
+        return Violation(i, field, message, detail), codes
+    raise AssertionError("unreachable: a row failed but no rule explains it")
+
+
+def _token_rules(rows: ParsedRows, codes: np.ndarray) -> tt.TokenRules | None:
+    """Return the token-time rules' masks over parsed rows (see ``token_times.check``)."""
+    c = rows.columns
+    return tt.check(rows.lists.get("token_times"), rows.lists.get("token_counts"), start=c["start"].values,
+                    end=c["end"].values, first_token=c["first_token"].values,
+                    first_token_present=c["first_token"].present & ~c["first_token"].bad,
+                    output_tokens=c["output_tokens"].values,
+                    output_present=c["output_tokens"].present & ~c["output_tokens"].bad,
+                    success=codes == SUCCESS, shown=shown)
+
+
+def _number_detail(col: Column, i: int, bound: str) -> str:
+    if not col.present[i]:
+        return "missing"
+    v = col.raw(i)
+    if col.bad[i]:
+        return f"{shown(v)} is not a number"
+    if not math.isfinite(col.values[i]):
+        if _is_whole(v) or (isinstance(v, str) and _WHOLE_TEXT.fullmatch(v)):
+            return f"{shown(v)} is too large for a time in seconds"
+        return f"{shown(v)} is not a finite number"
+    return f"{shown(v)} must be {bound}"
+
+
+def _int_detail(col: Column, i: int, bound: str) -> str:
+    if not col.present[i]:
+        return "missing"
+    v = col.raw(i)
+    if col.bad[i]:
+        if _is_whole(v) or (isinstance(v, str) and _WHOLE_TEXT.fullmatch(v)):
+            return f"{shown(v)} is too large (a token count must be below 10**18)"
+        return f"{shown(v)} is not an integer"
+    return f"{shown(v)} must be {bound}"
+
+
+def validate(rows: ParsedRows, window_start: float, window_end: float) -> RecordTable:
+    """Return the validated table, or raise RecordValidationError naming file, row and field."""
+    violation, codes = first_violation(rows, window_start, window_end)
+    if violation is not None:
+        raise RecordValidationError(
+            f"{violation.message}: {violation.detail}", source=rows.source, row=violation.row + 1,
+            field=violation.field, rule=violation.message)
+    return build_table(rows, codes)
+
+
+def build_table(rows: ParsedRows, codes: np.ndarray) -> RecordTable:
+    """Assemble a RecordTable from parsed rows that passed validation."""
+    c = rows.columns
+    return RecordTable.from_columns(
+        start=c["start"].values.astype(np.float64, copy=False),
+        end=c["end"].values.astype(np.float64, copy=False),
+        status=codes,
+        first_token=c["first_token"].values,
+        output_tokens=c["output_tokens"].values,
+        admitted=c["admitted"].values,
+        prompt_tokens=c["prompt_tokens"].values,
+        cached_prompt_tokens=c["cached_prompt_tokens"].values,
+        request_id=c["request_id"].values,
+        slice=c["slice"].values,
+        error=c["error"].values,
+        source=rows.source,
+        extra=rows.extra,
+        token_times=_valid_list(rows, "token_times"),
+        token_counts=_valid_list(rows, "token_counts"),
+    )
+
+
+def _valid_list(rows: ParsedRows, name: str) -> pa.Array | None:
+    """Return a validated list column as Arrow, or None when no record has it."""
+    col = rows.lists.get(name)
+    return col.array if col is not None and col.present.any() else None
+
+
+def default_window(rows: ParsedRows) -> tuple[float, float]:
+    """Return [min start, max end] over the rows whose times parse, the default observation window."""
+    s, e = rows.columns["start"].values, rows.columns["end"].values
+    fs = s if np.isfinite(s).all() else s[np.isfinite(s)]
+    fe = e if np.isfinite(e).all() else e[np.isfinite(e)]
+    if fs.size == 0 or fe.size == 0:
+        raise RecordValidationError(f"{MSG_WINDOW}: no record has a finite start and end",
+                                    source=rows.source, rule=MSG_WINDOW)
+    return float(fs.min()), float(fe.max())
+

@@ -1,9 +1,0 @@
-"""The static HTML report site: read runs, compute their reports, write or zip a self-contained folder."""
-
-from .inputs import RunInput, load_run, load_runs
-from .kvview import KvOptions
-from .pages import SiteOptions, build_pages
-from .site import build_site, report_zip_bytes, site_zip_bytes, write_site
-
-__all__ = ["KvOptions", "RunInput", "SiteOptions", "build_pages", "build_site", "load_run", "load_runs", "report_zip_bytes",
-           "site_zip_bytes", "write_site"]

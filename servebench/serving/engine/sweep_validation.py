@@ -1,0 +1,259 @@
+"""A measured offered-load sweep against a simulated one: does the simulator find the same knee?
+
+At each offered rate the real engine serves the scenario open loop, in process (as ``servebench
+run``); the step model is fitted once to every rate's step trace together (and the arrival lag
+to every rate's records); the simulator then replays the same rates with the same seeds. Per rate
+the measured and simulated TTFT and latency p50/p95, throughput and queue wait are compared, and
+the knee is found both ways by one rule (``knee_rps``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from servebench.errors import ConfigError, InputFormatError
+from servebench.records.table import RecordTable, parse_objects, validate
+from servebench.serving.scenario import Scenario
+from servebench.serving.simulate import simulate
+from servebench.capacity.stepmodel import FitMethod, StepFit, require_usable
+from servebench.analysis.summary import SLO
+from servebench.serving.sweep import SweepPoint, point_from, point_from_records, scenario_at
+from servebench.serving.engine.validation import fit_trace, idle_arrival_lags, simulation_scenario
+
+KNEE_FACTOR = 2.0  # the knee: TTFT p95 at least this many times its value at the lowest rate
+TARGET_KNEE_REL_ERROR = 0.10
+TARGET_BELOW_KNEE_REL_ERROR = 0.10
+CPU_REQUESTS_PER_RATE = 200  # the CPU-sized default: about a minute for five rates of tiny_cpu on 2 cores
+CPU_MAX_WALL_S_PER_RATE = 30.0
+LONG_MAX_WALL_S_PER_RATE = 300.0
+METRICS: tuple[str, ...] = ("ttft_p50_s", "ttft_p95_s", "latency_p50_s", "latency_p95_s", "throughput_rps",
+                            "queue_wait_p50_s", "queue_wait_p95_s")
+RESULT = "validate_sweep.json"  # in the output folder, beside REPORT and one run folder per rate
+REPORT = "validate_sweep.html"
+Progress = Callable[[str, float], None]  # (stage: "run" or "simulate", rate)
+
+
+class PointComparison(BaseModel):
+    """One offered rate, measured and simulated, with relative errors ((simulated - measured) / measured)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rate_rps: float
+    measured: dict[str, float | None]
+    simulated: dict[str, float | None]
+    rel_error: dict[str, float | None] = Field(description="None where a value is missing or measured is 0.")
+    below_knee: bool = Field(description="Below the measured knee (or no knee found): the percentiles here are "
+                                         "held to the target.")
+    measured_status: dict[str, int]
+    simulated_status: dict[str, int]
+
+
+class SweepValidation(BaseModel):
+    """The whole comparison: ``points``, the knee both ways and its error, the fit behind the simulation."""
+
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="strings")
+
+    scenario: str
+    rates_rps: list[float]
+    requests_per_rate: int
+    points: list[PointComparison]
+    measured_knee_rps: float | None
+    simulated_knee_rps: float | None
+    knee_relative_error: float | None = Field(description="(simulated - measured) / measured knee; None unless "
+                                                          "both sweeps have a knee.")
+    knee_rule: str
+    max_below_knee_rel_error: float | None = Field(description="Largest |error| of TTFT and latency p50/p95 "
+                                                               "below the measured knee.")
+    target_knee_rel_error: float = TARGET_KNEE_REL_ERROR
+    target_below_knee_rel_error: float = TARGET_BELOW_KNEE_REL_ERROR
+    fit: StepFit
+    fit_summary: str
+    measured_sweep: list[SweepPoint]
+    simulated_sweep: list[SweepPoint]
+    notes: list[str] = Field(default_factory=list)
+
+
+def knee_rps(points: Sequence[SweepPoint], factor: float = KNEE_FACTOR, slo_given: bool = False) -> float | None:
+    """Return the lowest rate where TTFT p95 is at least ``factor`` x its value at the lowest rate.
+
+    With SLOs given, the knee is instead the lowest rate whose point no longer meets them (where
+    the SLO capacity falls). A point with no successful request counts as past the knee; None
+    when no rate is past it.
+
+    >>> from servebench.serving.sweep import SweepPoint
+    >>> def p(rate, ttft):
+    ...     return SweepPoint.model_construct(load=rate, ttft_s={"p95": ttft}, meets_slo=True)
+    >>> knee_rps([p(1, 0.1), p(2, 0.15), p(4, 0.2), p(8, 0.9)])
+    4.0
+    """
+    ordered = sorted(points, key=lambda p: p.load)
+    if not ordered:
+        return None
+    if slo_given:
+        return next((float(p.load) for p in ordered if not p.meets_slo), None)
+    base = ordered[0].ttft_s.get("p95")
+    if base is None:
+        return float(ordered[0].load)
+    for p in ordered[1:]:
+        v = p.ttft_s.get("p95")
+        if v is None or v >= factor * base:
+            return float(p.load)
+    return None
+
+
+def metrics_of(point: SweepPoint) -> dict[str, float | None]:
+    """Return the compared metrics of one sweep point."""
+    return {"ttft_p50_s": point.ttft_s.get("p50"), "ttft_p95_s": point.ttft_s.get("p95"),
+            "latency_p50_s": point.latency_s.get("p50"), "latency_p95_s": point.latency_s.get("p95"),
+            "throughput_rps": point.throughput_rps, "queue_wait_p50_s": point.queue_wait_s.get("p50"),
+            "queue_wait_p95_s": point.queue_wait_s.get("p95")}
+
+
+def rel_error(measured: float | None, simulated: float | None) -> float | None:
+    """Return (simulated - measured) / measured, or None without both values or with measured 0."""
+    if measured is None or simulated is None or not np.isfinite(measured) or measured == 0:
+        return None
+    return (simulated - measured) / measured
+
+
+def compare_sweeps(measured: Sequence[SweepPoint], simulated: Sequence[SweepPoint], *, slo_given: bool = False,
+                   measured_status: Sequence[dict[str, int]] | None = None,
+                   simulated_status: Sequence[dict[str, int]] | None = None) -> tuple[list[PointComparison], dict[str, Any]]:
+    """Pair points by rate, compute relative errors, the knee both ways and the below-knee error."""
+    if [p.load for p in measured] != [p.load for p in simulated]:
+        raise ConfigError("measured and simulated sweeps must cover the same rates")
+    m_knee = knee_rps(measured, slo_given=slo_given)
+    s_knee = knee_rps(simulated, slo_given=slo_given)
+    out, below = [], []
+    for i, (m, s) in enumerate(zip(measured, simulated)):
+        mv, sv = metrics_of(m), metrics_of(s)
+        errs = {k: rel_error(mv[k], sv[k]) for k in METRICS}
+        is_below = m_knee is None or m.load < m_knee
+        if is_below:
+            below += [abs(errs[k]) for k in ("ttft_p50_s", "ttft_p95_s", "latency_p50_s", "latency_p95_s")
+                      if errs[k] is not None]
+        out.append(PointComparison(rate_rps=m.load, measured=mv, simulated=sv, rel_error=errs, below_knee=is_below,
+                                   measured_status=dict(measured_status[i]) if measured_status else {},
+                                   simulated_status=dict(simulated_status[i]) if simulated_status else {}))
+    summary = {"measured_knee_rps": m_knee, "simulated_knee_rps": s_knee,
+               "knee_relative_error": rel_error(m_knee, s_knee),
+               "max_below_knee_rel_error": max(below) if below else None}
+    return out, summary
+
+
+def _table(records: list[dict[str, Any]], name: str) -> tuple[RecordTable, float, float]:
+    ends = [r["end"] for r in records]
+    window_end = max(max(ends, default=0.0), 1e-9)
+    return validate(parse_objects(records, name), 0.0, window_end), 0.0, window_end
+
+
+def _server_fields(steps: list[dict[str, Any]]) -> dict[str, Any]:
+    """Return what only the server sees, read off a timing run's step trace (as the simulator's)."""
+    if not steps:
+        return {"peak_active": 0, "mean_active": None, "peak_waiting": 0, "max_kv_tokens_used": 0, "preemptions": 0}
+    dur = np.array([s["duration_s"] for s in steps])
+    running = np.array([s["running"] for s in steps])
+    busy = float(dur.sum())
+    return {"peak_active": int(running.max()), "mean_active": float((running * dur).sum() / busy) if busy > 0 else None,
+            "peak_waiting": int(max(s["waiting"] for s in steps)),
+            "max_kv_tokens_used": int(max(s["kv_tokens_used"] for s in steps)),
+            "preemptions": int(sum(s["preempted"] for s in steps))}
+
+
+def validate_sweep(model: Any, scenario: Scenario, rates: Sequence[float], *, requests: int | None = None,
+                   max_wall_s_per_rate: float | None = CPU_MAX_WALL_S_PER_RATE, slo: SLO | None = None,
+                   slo_target: float = 0.95, allow_poor_fit: bool = False, method: FitMethod = "huber",
+                   warmup_steps: int = 3, progress: Progress | None = None,
+                   on_run: Callable[[float, Any], None] | None = None) -> SweepValidation:
+    """Run the engine at each rate, fit, simulate the same rates and compare (see the module docstring).
+
+    ``model`` is a ``servebench.serving.engine.model.Decoder``; ``on_run(rate, timing_run)`` sees each
+    measured run (to write its folder). Raises ``PoorFitError`` when the fit is too poor.
+    """
+    from servebench.serving.engine.runner import run_scenario
+
+    grid = sorted(set(float(r) for r in rates))
+    if not grid or any(not (r > 0 and np.isfinite(r)) for r in grid):
+        raise ConfigError(f"rates must be positive and finite, got {list(rates)}")
+    if scenario.workload.arrival is None:
+        raise ConfigError(f"scenario {scenario.name!r} is closed loop; validate-sweep needs open-loop arrivals")
+    slo = slo or SLO()
+    slo_given = any(v is not None for v in (slo.ttft_s, slo.tpot_s, slo.latency_s))
+    n = requests if requests is not None else scenario.workload.num_requests
+    measured, all_steps, lags, m_status, notes = [], [], [], [], []
+    for rate in grid:
+        if progress is not None:
+            progress("run", rate)
+        sc = scenario_at(scenario, rate, "rate", n)
+        run = run_scenario(model, sc, max_wall_s=max_wall_s_per_rate, warmup_steps=warmup_steps)
+        if on_run is not None:
+            on_run(rate, run)
+        steps = run.step_dicts()
+        table, ws, we = _table(run.records, f"measured at {rate:g}/s")
+        measured.append(point_from_records(table, ws, we, rate, "rate", slo, slo_target,
+                                           server=_server_fields(steps)))
+        m_status.append({s: int(c) for s, c in zip(*np.unique([r["status"] for r in run.records],
+                                                               return_counts=True))})
+        notes += [f"at {rate:g}/s: {note}" for note in run.notes]
+        if steps:
+            lags.append(idle_arrival_lags(table, steps))
+            all_steps += steps
+    fit = fit_trace(all_steps, method=method)
+    idle = np.concatenate(lags) if lags else np.zeros(0)
+    if idle.size >= 5:
+        fit.model = fit.model.model_copy(update={"arrival_lag_s": max(0.0, float(np.median(idle)))})
+    require_usable(fit, allow_poor_fit=allow_poor_fit, what="the sweep's step traces")
+    if fit.quality is not None and not fit.quality.usable:
+        notes.append(f"simulated from a poor fit (--allow-poor-fit): {fit.quality.reason}")
+    simulated, s_status = [], []
+    for rate in grid:
+        if progress is not None:
+            progress("simulate", rate)
+        sim = simulate(simulation_scenario(scenario_at(scenario, rate, "rate", n), fit))
+        simulated.append(point_from(sim, rate, "rate", slo, slo_target))
+        s_status.append({s: c for s, c in sim.status_counts().items() if c})
+    points, summary = compare_sweeps(measured, simulated, slo_given=slo_given, measured_status=m_status,
+                                     simulated_status=s_status)
+    rule = ("the lowest rate whose point misses the SLOs (where the SLO capacity falls)" if slo_given else
+            f"the lowest rate where TTFT p95 is at least {KNEE_FACTOR:g}x its value at the lowest rate")
+    if summary["measured_knee_rps"] is None:
+        notes.append(f"no knee in the measured sweep up to {grid[-1]:g}/s: add higher rates to find it")
+    return SweepValidation(scenario=scenario.name, rates_rps=grid, requests_per_rate=int(n or 0), points=points,
+                           knee_rule=rule, fit=fit, fit_summary=fit.summary, measured_sweep=measured,
+                           simulated_sweep=simulated, notes=notes, **summary)
+
+
+def read_sweep_validation(path: Path) -> dict[str, Any]:
+    """Read a validate-sweep output folder's result (or the JSON file itself) as JSON data."""
+    file = path / RESULT if path.is_dir() else path
+    try:
+        doc = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputFormatError(f"{file}: not a validate-sweep result ({exc})") from None
+    return sweep_validation_doc(doc, str(file))
+
+
+def sweep_validation_doc(doc: Any, source: str) -> dict[str, Any]:
+    """Check that parsed JSON is a validate-sweep result; return it."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("points"), list):
+        raise InputFormatError(f"{source}: no 'points' list; was it written by servebench validate-sweep?")
+    for i, p in enumerate(doc["points"]):
+        if not (isinstance(p, dict) and isinstance(p.get("rate_rps"), (int, float))
+                and isinstance(p.get("measured"), dict) and isinstance(p.get("simulated"), dict)):
+            raise InputFormatError(f"{source}, point {i + 1}: needs rate_rps, measured and simulated")
+    return doc
+
+
+def run_folder_name(rate: float) -> str:
+    """Return the folder name of one measured rate inside the output folder."""
+    return f"rate_{rate:g}".replace(".", "_")
+
+
+__all__ = ["PointComparison", "SweepValidation", "compare_sweeps", "knee_rps", "metrics_of", "rel_error",
+           "read_sweep_validation", "run_folder_name", "sweep_validation_doc", "validate_sweep"]

@@ -1,0 +1,219 @@
+"""Check the simulator against a timing run: fit the step model to the run's step trace,
+simulate the same scenario with it, and compare p50/p95 of TTFT, request TPOT and latency.
+
+The simulated server is the one the engine is: the same scheduler limits, the same workload
+drawn from the same seed, prompts computed inside the batched step (``prefill_lane: shared``).
+Besides the step time, ``fit_trace`` measures what happens around the steps, from the run's own
+trace and records: the arrival lag (a request that arrives at an idle engine is admitted this
+long after its arrival: the arrival thread's wake-up and the engine's) and the emit lead (tokens
+come out when the model finishes, before the step's bookkeeping and the next plan).
+
+The target is a relative error within 5% below saturation; above it, small differences in
+step time compound through the queue and the comparison says so instead of passing. A fit too
+poor to predict from (``stepmodel.judge``) is refused unless ``allow_poor_fit``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from servebench.errors import ConfigError
+from servebench.analysis.percentiles import percentile
+from servebench.records.table import STATUSES, RecordTable
+from servebench.serving.scenario import Scenario, StepModelSpec
+from servebench.serving.simulate import simulate
+from servebench.capacity.stepmodel import FitMethod, StepFit, fit_step_model, require_usable
+from servebench.analysis.summary import metric_values
+
+METRICS: tuple[str, ...] = ("ttft", "tpot", "latency")
+QUANTILES: tuple[int, ...] = (50, 95)
+TARGET_REL_ERROR = 0.05
+MIN_IDLE_ARRIVALS = 5  # arrivals at an idle engine needed to measure the arrival lag
+SATURATED_QUEUE_SHARE = 0.2  # share of busy time with requests waiting above which a run is saturated
+SPEED_WINDOW_S = 0.5  # window over which measured step time is compared with the fitted model
+
+
+class MetricComparison(BaseModel):
+    """One percentile of one metric, measured and simulated."""
+
+    metric: str = Field(description="ttft, tpot or latency (success-only, seconds).")
+    q: int
+    measured_s: float | None
+    simulated_s: float | None
+    rel_error: float | None = Field(description="(simulated - measured) / measured; None without both values.")
+    within_target: bool | None
+
+
+class Validation(BaseModel):
+    """The fitted step model and how well the simulator reproduces the run."""
+
+    fit: StepFit
+    comparisons: list[MetricComparison]
+    measured_status: dict[str, int]
+    simulated_status: dict[str, int]
+    queue_share: float = Field(description="Share of the run's busy time during which requests waited.")
+    speed_ratio_p5: float | None = Field(
+        None, description="5th percentile over time windows of measured / fitted step time (1 = the fit).")
+    speed_ratio_p95: float | None = Field(
+        None, description="95th percentile of the same ratio; far from 1 means the machine's speed drifted "
+                          "during the run (other load), which no fitted model can replay.")
+    saturated: bool
+    saturation_evidence: str
+    max_abs_rel_error: float | None
+    target_rel_error: float = TARGET_REL_ERROR
+    passed: bool | None = Field(description="Every comparison within target (None when saturated: not judged).")
+    fit_summary: str = Field("", description="The fit's quality in one line, shown beside the prediction.")
+    notes: list[str] = Field(default_factory=list)
+
+
+def fit_trace(steps: Sequence[Mapping[str, Any]], records: RecordTable | None = None, *,
+              method: FitMethod = "huber") -> StepFit:
+    """Fit the step model to a timing run's step trace (rows of ``servebench run``'s steps.jsonl).
+
+    With the run's ``records`` the arrival lag is measured too; the emit lead needs the trace's
+    ``compute_start`` (written since the trace has it; older traces leave both at 0).
+    """
+    if not steps:
+        raise ConfigError("the step trace is empty: the run computed nothing")
+    try:
+        cols = {
+            "duration": [float(r["duration_s"]) for r in steps],
+            "prefill_tokens": [float(r["prefill_tokens"]) for r in steps],
+            "decode_seqs": [float(r["decode_seqs"]) for r in steps],
+            "kv_tokens_read": [float(r["kv_tokens"]) for r in steps],
+        }
+    except KeyError as exc:
+        raise ConfigError(f"step trace rows need duration_s, prefill_tokens, decode_seqs and kv_tokens; "
+                          f"missing {exc.args[0]!r}") from None
+    if all(r.get("prefill_seqs") is not None for r in steps):
+        cols["prefill_seqs"] = [float(r["prefill_seqs"]) for r in steps]
+    fit = fit_step_model(cols, method=method)
+    timing = {"emit_lead_s": emit_lead_s(steps) or 0.0}
+    if records is not None:
+        timing["arrival_lag_s"] = arrival_lag_s(records, steps) or 0.0
+    fit.model = fit.model.model_copy(update=timing)
+    return fit
+
+
+def emit_lead_s(steps: Sequence[Mapping[str, Any]]) -> float | None:
+    """Return the median time from the model finishing a step to the step's end (None: not traced)."""
+    trailing = [float(r["start"]) + float(r["duration_s"]) - float(r["compute_start"]) - float(r["compute_s"])
+                for r in steps if r.get("compute_start") is not None and r.get("compute_s") is not None]
+    if not trailing:
+        return None
+    return max(0.0, float(np.median(trailing)))
+
+
+def idle_arrival_lags(records: RecordTable, steps: Sequence[Mapping[str, Any]]) -> np.ndarray:
+    """Return admitted - start of the requests that arrived while the engine was idle (no step running)."""
+    start = np.array([float(r["start"]) for r in steps])
+    end = start + np.array([float(r["duration_s"]) for r in steps])
+    order = np.argsort(start, kind="stable")
+    start, end = start[order], np.maximum.accumulate(end[order])
+    ok = np.isfinite(records.admitted)
+    arrival, admitted = records.start[ok], records.admitted[ok]
+    i = np.searchsorted(start, arrival, side="right") - 1
+    busy = (i >= 0) & (end[np.maximum(i, 0)] > arrival)
+    return admitted[~busy] - arrival[~busy]
+
+
+def arrival_lag_s(records: RecordTable, steps: Sequence[Mapping[str, Any]]) -> float | None:
+    """Return the median lag from arrival to admission at an idle engine (None: too few idle arrivals)."""
+    lags = idle_arrival_lags(records, steps)
+    if lags.size < MIN_IDLE_ARRIVALS:
+        return None
+    return max(0.0, float(np.median(lags)))
+
+
+def simulation_scenario(scenario: Scenario, fit: StepFit) -> Scenario:
+    """Return the scenario as the engine ran it, timed by the fitted step model."""
+    step_model = StepModelSpec(**fit.model.model_dump())
+    server = scenario.server.model_copy(update={"prefill_lane": "shared"})
+    return scenario.model_copy(update={"step_model": step_model, "server": server})
+
+
+def _status_counts(table: RecordTable) -> dict[str, int]:
+    counts = np.bincount(table.status.astype(np.int64), minlength=len(STATUSES))
+    return {s: int(c) for s, c in zip(STATUSES, counts)}
+
+
+def _queue_share(steps: Sequence[Mapping[str, Any]]) -> float:
+    busy = sum(float(r["duration_s"]) for r in steps)
+    waiting = sum(float(r["duration_s"]) for r in steps if int(r.get("waiting", 0)) > 0)
+    return waiting / busy if busy > 0 else 0.0
+
+
+def speed_ratios(steps: Sequence[Mapping[str, Any]], fit: StepFit,
+                 window_s: float = SPEED_WINDOW_S) -> tuple[float | None, float | None]:
+    """Return the 5th and 95th percentiles, over time windows, of measured / fitted step time."""
+    m = fit.model
+    start = np.array([float(r["start"]) for r in steps])
+    measured = np.array([float(r["duration_s"]) for r in steps])
+    predicted = np.array([m.step_s(int(r["prefill_tokens"]), int(r["decode_seqs"]), int(r["kv_tokens"]),
+                                   int(r.get("prefill_seqs") or 0)) for r in steps])
+    window = np.floor(start / window_s).astype(np.int64)
+    window -= window.min(initial=0)
+    num = np.bincount(window, weights=measured)
+    den = np.bincount(window, weights=predicted)
+    count = np.bincount(window)
+    ok = (count >= 5) & (den > 0)
+    if ok.sum() < 2:
+        return None, None
+    ratio = num[ok] / den[ok]
+    return float(np.percentile(ratio, 5)), float(np.percentile(ratio, 95))
+
+
+def compare(measured: RecordTable, simulated: RecordTable) -> list[MetricComparison]:
+    """Return p50 and p95 of each metric, measured against simulated."""
+    out = []
+    for metric in METRICS:
+        mv, _ = metric_values(measured, metric)
+        sv, _ = metric_values(simulated, metric)
+        for q in QUANTILES:
+            m, s = percentile(mv, q), percentile(sv, q)
+            rel = None if m is None or s is None or m <= 0 else (s - m) / m
+            out.append(MetricComparison(metric=metric, q=q, measured_s=m, simulated_s=s, rel_error=rel,
+                                        within_target=None if rel is None else abs(rel) <= TARGET_REL_ERROR))
+    return out
+
+
+def validate_run(records: RecordTable, steps: Sequence[Mapping[str, Any]], scenario: Scenario, *,
+                 allow_poor_fit: bool = False, method: FitMethod = "huber") -> Validation:
+    """Fit, simulate and compare; see the module docstring. Raises ``PoorFitError`` on a poor fit."""
+    fit = fit_trace(steps, records, method=method)
+    require_usable(fit, allow_poor_fit=allow_poor_fit, what="the run's step trace")
+    sim = simulate(simulation_scenario(scenario, fit))
+    comparisons = compare(records, sim.records)
+    measured_status = _status_counts(records)
+    share = _queue_share(steps)
+    failed = measured_status["rejected"] + measured_status["timeout"]
+    saturated = share > SATURATED_QUEUE_SHARE or failed > 0
+    evidence = (f"requests waited during {share:.0%} of the busy time (threshold {SATURATED_QUEUE_SHARE:.0%}); "
+                f"{measured_status['rejected']} rejected, {measured_status['timeout']} timed out")
+    errors = [abs(c.rel_error) for c in comparisons if c.rel_error is not None]
+    lo, hi = speed_ratios(steps, fit)
+    notes = []
+    if lo is not None and hi is not None and (lo < 0.8 or hi > 1.25):
+        notes.append(f"the machine's speed drifted during the run: over {SPEED_WINDOW_S:g} s windows, measured step "
+                     f"time ran from {lo:.2f}x to {hi:.2f}x of the fitted model (5th to 95th percentile); "
+                     "the tails of a shared or throttled machine cannot be replayed by a fitted model")
+    if fit.quality is not None and not fit.quality.usable:
+        notes.append(f"predicted from a poor fit (--allow-poor-fit): {fit.quality.reason}")
+    if fit.excess_share is not None and fit.excess_share > 0.05:
+        notes.append(f"steps took {fit.excess_share:.0%} longer in total than the robust fit predicts: time the fit "
+                     "leaves to slow outliers (another process on the machine), so the run's tails exceed the "
+                     "simulation's")
+    if scenario.server.prefill_lane != "shared":
+        notes.append("the scenario asks for a separate prefill lane; the engine computes prompts inside the "
+                     "batched step, so the simulation uses prefill_lane: shared")
+    judged = [c.within_target for c in comparisons if c.within_target is not None]
+    passed = None if saturated or not judged else all(judged)
+    return Validation(fit=fit, comparisons=comparisons, measured_status=measured_status,
+                      simulated_status=sim.status_counts(), queue_share=share, speed_ratio_p5=lo,
+                      speed_ratio_p95=hi, saturated=saturated,
+                      saturation_evidence=evidence, max_abs_rel_error=max(errors) if errors else None,
+                      passed=passed, fit_summary=fit.summary, notes=notes)

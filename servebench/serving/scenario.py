@@ -1,0 +1,214 @@
+"""A simulation scenario (server limits, step-time model, workload), loaded from YAML or JSON.
+
+    name: profile_b
+    seed: 1
+    server:
+      policy: reserve                 # or paged
+      model: {layers: 32, kv_heads: 8, head_dim: 128, bytes_per_element: 2}
+      kv_budget_gib: 8                # or kv_budget_tokens: 65536
+      timeout_s: 20
+      prefill_lane: separate          # the spec's flat timings; shared: prefill inside the step
+    step_model: {flat: {prefill_s: 1.2, prompt_tokens: 7800, tpot_s: 0.031}}
+    workload:
+      arrival: {kind: poisson, rate_rps: 1.0}
+      num_requests: 300
+      classes:
+        - {name: review, prompt: {kind: fixed, value: 7800}, output: {kind: fixed, value: 200}}
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from servebench.errors import ConfigError, ServebenchError
+from servebench.capacity.kv import GIB, ModelShape, budget_tokens
+from servebench.serving.scheduler import SchedulerConfig
+from servebench.capacity.stepmodel import StepModel
+from servebench.serving.workload import WorkloadSpec
+
+
+class ServerSpec(BaseModel):
+    """One replica's scheduler limits and KV budget."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    policy: Literal["reserve", "paged"] = Field("reserve", description="KV admission policy.")
+    kv_budget_tokens: int | None = Field(None, ge=1, description="KV budget in tokens (or give model + kv_budget_gib).")
+    model: ModelShape | None = Field(None, description="Model shape, to turn kv_budget_gib into tokens.")
+    kv_budget_gib: float | None = Field(None, gt=0, description="Memory left for the KV cache, GiB.")
+    max_num_seqs: int = Field(256, ge=1, description="Most running sequences.")
+    max_num_batched_tokens: int | None = Field(None, ge=1, description="Most tokens per step; None: no limit.")
+    chunked_prefill: bool = Field(True, description="Split prompts to fill the step's token budget.")
+    max_waiting: int | None = Field(None, ge=1, description="Waiting-queue bound (arrivals beyond it are rejected); every request passes through it, so at least 1.")
+    block_size_tokens: int = Field(16, ge=1, description="Paged KV block size, tokens.")
+    timeout_s: float | None = Field(None, gt=0, description="Deadline after arrival, s.")
+    prefill_lane: Literal["shared", "separate"] = Field(
+        "shared", description="shared: prompts are computed inside the batched step (continuous batching); "
+                              "separate: each whole prefill runs beside the decode batch (the spec's flat timings; "
+                              "max_num_batched_tokens does not apply).")
+    prefix_caching: bool = Field(False, description="Reuse cached full prompt blocks shared with earlier requests "
+                                                    "(vLLM's automatic prefix caching); off by default.")
+
+    @model_validator(mode="after")
+    def _check(self) -> "ServerSpec":
+        by_shape = self.model is not None or self.kv_budget_gib is not None
+        if self.kv_budget_tokens is not None and by_shape:
+            raise ValueError("give kv_budget_tokens, or model + kv_budget_gib, not both")
+        if self.kv_budget_tokens is None and (self.model is None or self.kv_budget_gib is None):
+            raise ValueError("give kv_budget_tokens, or both model and kv_budget_gib")
+        return self
+
+    def budget_tokens(self) -> int:
+        """Return the KV budget in tokens (from the model shape and GiB when given so)."""
+        if self.kv_budget_tokens is not None:
+            return self.kv_budget_tokens
+        assert self.model is not None and self.kv_budget_gib is not None  # checked by the validator
+        block = self.block_size_tokens if self.policy == "paged" else None
+        return budget_tokens(self.kv_budget_gib * GIB, self.model, block_size=block)
+
+    def scheduler_config(self) -> SchedulerConfig:
+        """Return the scheduler's configuration."""
+        return SchedulerConfig(
+            kv_budget_tokens=self.budget_tokens(), policy=self.policy, max_num_seqs=self.max_num_seqs,
+            max_num_batched_tokens=self.max_num_batched_tokens, chunked_prefill=self.chunked_prefill,
+            max_waiting=self.max_waiting, block_size_tokens=self.block_size_tokens, timeout_s=self.timeout_s,
+            prefix_caching=self.prefix_caching)
+
+
+class FlatStep(BaseModel):
+    """The spec's flat timings: a prompt of ``prompt_tokens`` prefills in ``prefill_s``; a decode step takes ``tpot_s``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    prefill_s: float = Field(ge=0)
+    prompt_tokens: int = Field(ge=1)
+    tpot_s: float = Field(ge=0)
+
+
+class StepModelSpec(BaseModel):
+    """Step-time coefficients, or ``flat`` timings turned into them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    flat: FlatStep | None = None
+    base_s: float = Field(0.0, ge=0)
+    per_prefill_token_s: float = Field(0.0, ge=0)
+    per_decode_seq_s: float = Field(0.0, ge=0)
+    per_kv_token_s: float = Field(0.0, ge=0)
+    per_prefill_seq_s: float = Field(0.0, ge=0, description="Cost per sequence prefilling in a step, s.")
+    arrival_lag_s: float = Field(0.0, ge=0, description="Arrival to the scheduler seeing the request, s.")
+    emit_lead_s: float = Field(0.0, ge=0, description="Tokens come out this long before their step ends, s.")
+
+    def to_model(self) -> StepModel:
+        """Return the step model."""
+        if self.flat is not None:
+            flat = StepModel.flat(self.flat.prefill_s, self.flat.prompt_tokens, self.flat.tpot_s)
+            return flat.model_copy(update={"arrival_lag_s": self.arrival_lag_s, "emit_lead_s": self.emit_lead_s})
+        return StepModel(base_s=self.base_s, per_prefill_token_s=self.per_prefill_token_s,
+                         per_decode_seq_s=self.per_decode_seq_s, per_kv_token_s=self.per_kv_token_s,
+                         per_prefill_seq_s=self.per_prefill_seq_s, arrival_lag_s=self.arrival_lag_s,
+                         emit_lead_s=self.emit_lead_s)
+
+
+class CancelSpec(BaseModel):
+    """Clients that give up: each request is cancelled with ``probability`` after an exponential wait."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    probability: float = Field(ge=0, le=1, description="Share of requests whose client cancels.")
+    after_s: float = Field(gt=0, description="Mean wait after arrival before cancelling, s.")
+
+
+class Scenario(BaseModel):
+    """Everything one simulation needs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "scenario"
+    description: str | None = None
+    seed: int = Field(0, ge=0, description="Seed of the workload's random generator.")
+    server: ServerSpec
+    step_model: StepModelSpec
+    workload: WorkloadSpec
+    cancel: CancelSpec | None = None
+
+    def rng(self) -> np.random.Generator:
+        """Return a fresh generator seeded by the scenario."""
+        return np.random.default_rng(self.seed)
+
+
+def parse_scenario(data: Any, source: str = "scenario", base_dir: Path | None = None) -> Scenario:
+    """Validate a scenario from parsed YAML/JSON; load files it names relative to ``base_dir``."""
+    try:
+        scenario = Scenario.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        raise ConfigError(f"{source}, field '{where}': {first['msg']}"
+                          + (f" ({exc.error_count() - 1} more)" if exc.error_count() > 1 else "")) from None
+    return _load_files(scenario, source, base_dir or Path("."))
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read a scenario file (.yaml, .yml or .json)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read scenario {p}: {exc.strerror or exc}") from None
+    try:
+        data = json.loads(text) if p.suffix.lower() == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{p}: not valid {'JSON' if p.suffix.lower() == '.json' else 'YAML'}: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: a scenario must be a mapping, got {type(data).__name__}")
+    return parse_scenario(data, str(p), p.parent)
+
+
+def _load_files(scenario: Scenario, source: str, base_dir: Path) -> Scenario:
+    wl = scenario.workload
+    classes = []
+    changed = False
+    for i, c in enumerate(wl.classes):
+        updates = {}
+        for part in ("prompt", "output"):
+            spec = getattr(c, part)
+            if spec.kind == "empirical" and not spec.values and spec.path is not None:
+                values = _read_lengths(base_dir / spec.path, f"{source}, workload.classes.{i}.{part}.path")
+                updates[part] = spec.model_copy(update={"values": values})
+        classes.append(c.model_copy(update=updates) if updates else c)
+        changed = changed or bool(updates)
+    arrival = wl.arrival
+    if arrival is not None and arrival.kind == "replay" and not arrival.start_s and arrival.path is not None:
+        from servebench.records.loaders import load_table
+        try:
+            table, _, _ = load_table(base_dir / arrival.path)
+        except ServebenchError as exc:
+            raise ConfigError(f"{source}, workload.arrival.path: {exc}") from None
+        arrival = arrival.model_copy(update={"start_s": [float(x) for x in table.start]})
+        changed = True
+    if not changed:
+        return scenario
+    return scenario.model_copy(update={"workload": wl.model_copy(update={"classes": classes, "arrival": arrival})})
+
+
+def _read_lengths(path: Path, where: str) -> list[int]:
+    """Read token lengths: a JSON list, or one integer per line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read {path}: {exc.strerror or exc}") from None
+    stripped = text.strip()
+    try:
+        values = json.loads(stripped) if stripped.startswith("[") else [int(x) for x in stripped.split()]
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {path} is not a JSON list or one integer per line ({exc})") from None
+    if not values or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
+        raise ConfigError(f"{where}: {path} must hold at least one non-negative integer length")
+    return values

@@ -1,0 +1,747 @@
+"""Admission, batching and preemption for a continuous-batching server, as a pure component.
+
+The scheduler holds no clock and does no I/O: every call takes the caller's time ``now`` in
+seconds. The simulator drives it with a modelled step time; the torch engine drives it with real
+compute. Both follow the same loop::
+
+    sched = Scheduler(SchedulerConfig(kv_budget_tokens=65_536, policy="reserve"))
+    outcome = sched.add_request(Request("r1", arrival_s=0.0, prompt_tokens=1000, max_output_tokens=200), now)
+    # outcome is None when queued, or a terminal "rejected" Outcome (queue full, or it can never fit)
+    plan = sched.step(now)                  # whom to admit, prefill chunks, who decodes, who was preempted
+    ...run plan.prefill chunks and one decode token for each id in plan.decode...
+    done = sched.on_step_done(plan, now, finished={"r7"})   # -> terminal Outcomes (successes)
+    done += sched.expire(now)               # deadlines passed: "timeout" Outcomes, KV freed
+    sched.cancel("r3", now)                 # -> "cancelled" Outcome (or None if unknown), KV freed
+
+Semantics:
+
+* ``step(now)`` schedules running sequences first (oldest admission first), then admits waiting
+  requests in FIFO order (head-of-line: admission stops at the first request that does not fit).
+  ``max_num_seqs`` bounds running sequences; ``max_num_batched_tokens`` bounds the tokens of one
+  step (one per decoding sequence plus prefill chunk tokens). With ``chunked_prefill`` a prompt is
+  split to fill the budget; without it a prompt is prefilled whole or not at all in that step
+  (a preempted sequence whose recompute exceeds the whole budget is split anyway).
+* The prefill chunk that completes a sequence's context samples its first token at the end of
+  the step (``first_token`` = that step's end time); each decode step adds one token.
+* A sequence in a plan that has not been committed is *in flight*: later ``step`` calls skip it.
+  So a caller may run prefill on its own lane and commit parts of a plan at different times with
+  ``plan.only(ids)`` (the simulator's ``separate`` prefill lane does that).
+* KV is accounted in tokens. ``reserve``: admission reserves prompt + full output cap, freed at the
+  end; no preemption. ``paged``: ``block_size_tokens`` blocks are allocated as tokens are held;
+  when a running sequence needs a block and none is free, the newest running sequence (last
+  admitted) is preempted: its blocks are freed, it goes to the front of the waiting queue, and when
+  readmitted it recomputes prompt + generated tokens as a prefill (vLLM's recompute). A prompt
+  whose next chunk finds no block and is itself the newest waits, keeping its blocks. While any
+  running sequence lacks KV, nobody new is admitted.
+* ``max_waiting`` is a true bound: the waiting queue never holds more, preempted requests
+  included. A request preempted while the queue is full cannot go back to it, so it ends at once
+  as ``failed`` with error ``preempted_queue_full`` (its blocks freed, its tokens so far kept as
+  wasted ``output_tokens``), listed in ``plan.preempted`` and returned in ``plan.ended``. (vLLM
+  has no waiting bound and always requeues; a server that promises one cannot.) Callers must
+  deliver ``plan.ended`` like any other terminal outcome.
+* A request whose deadline passes (``expire``) or that is cancelled frees its KV at once; a plan
+  still in flight that names it is ignored for it on commit.
+* ``output_tokens`` on a Request (known in simulation) ends it with success after that many tokens;
+  otherwise it ends at ``max_output_tokens`` or when the caller names it in ``finished`` (EOS).
+  A request always generates at least one token (the first is sampled when its prefill
+  completes), so ``output_tokens`` below 1 is refused with a ConfigError rather than turned into a
+  one-token success.
+* Every request ends in exactly one terminal :class:`Outcome`; ``Outcome.to_record()`` gives the
+  canonical record (``start`` = arrival, ``admitted``, ``first_token``, ``end``, ``status``,
+  ``prompt_tokens``, ``output_tokens`` = tokens generated so far, ``slice``, ``error``).
+* Pure decode runs: ``max_decode_steps(plan)`` is how many identical decode steps the plan's
+  sequences can take before one completes or (paged) runs out of blocks; ``extend(plan, k)``
+  allocates KV for k steps now and ``on_step_done(plan, now)`` then commits all k at once (the
+  simulator's fast path).
+* ``step(now, prefill=False)`` or ``step(now, decode=False)`` plans one kind of work only, for
+  callers with separate prefill and decode lanes. State for traces and event loops:
+  ``num_waiting``, ``num_running``, ``kv_tokens_used`` (reserved or whole blocks),
+  ``kv_tokens_held`` (KV actually computed), ``has_work``, ``next_deadline()``.
+* Prefix caching (``prefix_caching=True``; see :mod:`servebench.serving.prefix_cache`): a request whose
+  ``content`` gives block keys reuses, at admission, the longest run of cached full prompt blocks
+  from its start (at most all but its last prompt token); only the rest is prefilled, and
+  ``Outcome.cached_prompt_tokens`` says how many tokens it reused (at the admission whose prefill
+  gave its first token). Each full prompt block it computes is cached when its chunk is
+  committed. A cached block is counted once however many requests hold it: under ``paged`` as
+  one block, under ``reserve`` as ``block_size_tokens`` tokens outside any request's
+  reservation (a request reserves its uncached prompt plus its output cap). Blocks no running
+  request holds stay cached, counted as free in ``kv_tokens_used``, until admission or growth
+  needs their space: then the least recently released are evicted. With ``block_events=True``
+  the scheduler lists what the engine must mirror in its physical cache: ``registered`` (request
+  id, block index, key) and ``evicted`` (key, payload); the caller drains both after each call.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from servebench.errors import ConfigError
+from servebench.serving.prefix_cache import PrefixCache, PromptContent
+from servebench.records.table import record_dict
+
+Policy = Literal["reserve", "paged"]
+POLICIES: tuple[str, ...] = ("reserve", "paged")
+
+ERR_QUEUE_FULL = "queue_full"
+ERR_TOO_LARGE = "kv_exceeds_budget"
+ERR_PROMPT_TOO_LONG = "prompt_exceeds_batch_budget"
+ERR_DEADLINE = "deadline_exceeded"
+ERR_CANCELLED = "cancelled"
+ERR_PREEMPTED_QUEUE_FULL = "preempted_queue_full"
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Limits and policy of one server replica."""
+
+    kv_budget_tokens: int
+    policy: Policy = "reserve"
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int | None = None  # None: no per-step token limit
+    chunked_prefill: bool = True
+    max_waiting: int | None = None  # bounded waiting queue (>= 1); None: unbounded
+    block_size_tokens: int = 16
+    timeout_s: float | None = None  # default deadline after arrival; None: none
+    prefix_caching: bool = False  # reuse cached full prompt blocks (see the module docstring)
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ConfigError(f"scheduler policy {self.policy!r} is not one of {', '.join(POLICIES)}")
+        if self.kv_budget_tokens < 1:
+            raise ConfigError(f"kv_budget_tokens {self.kv_budget_tokens!r} must be at least 1")
+        if self.max_num_seqs < 1:
+            raise ConfigError(f"max_num_seqs {self.max_num_seqs!r} must be at least 1")
+        if self.max_num_batched_tokens is not None and self.max_num_batched_tokens < 1:
+            raise ConfigError(f"max_num_batched_tokens {self.max_num_batched_tokens!r} must be at least 1")
+        if self.max_waiting is not None and self.max_waiting < 1:
+            # every request waits in the queue until the next step admits it, so 0 would refuse them all
+            raise ConfigError(f"max_waiting {self.max_waiting!r} must be at least 1 (every request passes through "
+                              "the waiting queue; 0 would reject them all), or None for no bound")
+        if self.block_size_tokens < 1:
+            raise ConfigError(f"block_size_tokens {self.block_size_tokens!r} must be at least 1")
+        if self.policy == "paged" and self.kv_budget_tokens < self.block_size_tokens:
+            raise ConfigError(f"kv_budget_tokens {self.kv_budget_tokens} holds no {self.block_size_tokens}-token block")
+        if self.timeout_s is not None and not self.timeout_s > 0:
+            raise ConfigError(f"timeout_s {self.timeout_s!r} must be positive")
+
+    @property
+    def num_blocks(self) -> int:
+        """Return the number of KV blocks under the paged policy."""
+        return self.kv_budget_tokens // self.block_size_tokens
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request as the scheduler sees it; times are on the caller's clock, in seconds."""
+
+    request_id: str
+    arrival_s: float
+    prompt_tokens: int
+    max_output_tokens: int
+    output_tokens: int | None = None  # tokens it will generate (>= 1; simulation); None: until the cap or EOS
+    timeout_s: float | None = None  # deadline after arrival; None: the config's
+    slice: str | None = None
+    content: PromptContent | None = None  # the prompt's block keys, for prefix caching; None: never cached
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A request's terminal outcome, field for field the canonical timing record."""
+
+    request_id: str
+    start: float
+    admitted: float | None
+    first_token: float | None
+    end: float
+    status: str
+    prompt_tokens: int
+    output_tokens: int
+    slice: str | None
+    error: str | None
+    preemptions: int = 0
+    cached_prompt_tokens: int | None = None  # prompt tokens reused from the prefix cache; None: caching off or never admitted
+
+    def to_record(self) -> dict[str, Any]:
+        """Return the canonical record dict, leaving out absent optional fields."""
+        return record_dict(request_id=self.request_id, start=self.start, admitted=self.admitted,
+                           first_token=self.first_token, end=self.end, status=self.status,
+                           prompt_tokens=self.prompt_tokens, output_tokens=self.output_tokens,
+                           slice=self.slice, error=self.error, cached_prompt_tokens=self.cached_prompt_tokens)
+
+
+@dataclass
+class StepPlan:
+    """What one step does. Ids in ``prefill`` and ``decode`` are in flight until committed."""
+
+    now_s: float
+    admitted: list[str] = field(default_factory=list)
+    prefill: list[tuple[str, int]] = field(default_factory=list)  # (request_id, prompt tokens this step)
+    decode: list[str] = field(default_factory=list)  # one token each
+    preempted: list[str] = field(default_factory=list)
+    ended: list[Outcome] = field(default_factory=list)  # ended while planning: preempted into a full queue
+    kv_tokens_used: int = 0  # after this step's allocations
+    kv_tokens_read: int = 0  # context tokens attended over by the decoding sequences
+    waiting: int = 0  # waiting requests left after this step's admissions
+    running: int = 0  # running sequences (in flight or not) after this step's admissions
+    steps: int = 1  # identical decode steps this plan stands for (see Scheduler.extend)
+    max_steps: int | None = None  # set by Scheduler.max_decode_steps
+    cached: dict[str, int] = field(default_factory=dict)  # admitted id -> prompt tokens reused from the cache
+
+    @property
+    def prefill_tokens(self) -> int:
+        """Return the prompt tokens this step computes."""
+        return sum(n for _, n in self.prefill)
+
+    @property
+    def batched_tokens(self) -> int:
+        """Return the tokens this step computes: prefill chunks plus one per decoding sequence."""
+        return self.prefill_tokens + len(self.decode)
+
+    @property
+    def is_empty(self) -> bool:
+        """Return True when the step computes nothing."""
+        return not self.prefill and not self.decode
+
+    def only(self, request_ids: Collection[str]) -> "StepPlan":
+        """Return the part of this plan for ``request_ids`` (to commit parts at different times)."""
+        return StepPlan(self.now_s, [r for r in self.admitted if r in request_ids],
+                        [(r, n) for r, n in self.prefill if r in request_ids],
+                        [r for r in self.decode if r in request_ids], [], [], self.kv_tokens_used,
+                        self.kv_tokens_read, self.waiting, self.running, self.steps,
+                        cached={r: n for r, n in self.cached.items() if r in request_ids})
+
+
+class _Seq:
+    """A request's mutable state inside the scheduler."""
+
+    __slots__ = ("req", "target", "deadline", "computed", "generated", "decoding", "admitted_s",
+                 "first_token_s", "blocks", "reserved", "preemptions", "in_flight", "running", "alive", "key",
+                 "keys", "shared", "cached_tokens", "registering")
+
+    def __init__(self, req: Request, target: int, deadline: float, key: int) -> None:
+        self.req = req
+        self.key = key  # unique per add_request, so a reused request_id never matches a stale deadline
+        self.target = target
+        self.deadline = deadline
+        self.computed = 0  # tokens whose KV is computed
+        self.generated = 0  # output tokens sampled so far
+        self.decoding = False
+        self.admitted_s: float | None = None
+        self.first_token_s: float | None = None
+        self.blocks = 0  # blocks it holds alone (paged)
+        self.reserved = 0  # tokens it reserves alone (reserve)
+        self.preemptions = 0
+        self.in_flight = False
+        self.running = False
+        self.alive = True
+        self.keys: list[int] | None = None  # its full prompt blocks' keys (prefix caching), made at first admission try
+        self.shared = 0  # leading prompt blocks it holds in the prefix cache
+        self.cached_tokens: int | None = None  # prompt tokens reused at the admission that gives the first token
+        self.registering = True  # False once a block it computed was cached already by another request
+
+
+class Scheduler:
+    """Continuous-batching scheduler: see the module docstring for the protocol."""
+
+    def __init__(self, config: SchedulerConfig, *, block_events: bool = False) -> None:
+        self.config = config
+        self._seqs: dict[str, _Seq] = {}
+        self._waiting: deque[_Seq] = deque()
+        self._running: list[_Seq] = []  # admission order
+        self._deadlines: list[tuple[float, int, str]] = []
+        self._counter = 0
+        self._free_blocks = config.num_blocks
+        self._reserved_tokens = 0
+        self._held_tokens = 0  # tokens whose KV is computed, over running sequences (outside the prefix cache)
+        self.cache: PrefixCache | None = PrefixCache() if config.prefix_caching else None
+        self.block_events = block_events
+        self.registered: list[tuple[str, int, int]] = []  # (request id, block index, key) newly cached
+        self.evicted: list[tuple[int, Any]] = []  # (key, payload) evicted from the prefix cache
+        self.evictions = 0  # blocks evicted from the prefix cache so far
+
+    # ------------------------------------------------------------------ state
+    @property
+    def num_waiting(self) -> int:
+        """Return how many requests wait for admission."""
+        return len(self._waiting)
+
+    @property
+    def num_running(self) -> int:
+        """Return how many sequences hold a seat (admitted, not finished)."""
+        return len(self._running)
+
+    @property
+    def kv_tokens_used(self) -> int:
+        """Return KV tokens taken: reserved (reserve) or held in whole blocks (paged)."""
+        bs = self.config.block_size_tokens
+        if self.config.policy == "reserve":
+            return self._reserved_tokens + self._held_cache_blocks() * bs
+        return (self.config.num_blocks - self._free_blocks - self._num_evictable()) * bs
+
+    @property
+    def kv_tokens_held(self) -> int:
+        """Return tokens whose KV is computed and kept (less than ``kv_tokens_used`` by what is reserved or rounded)."""
+        return self._held_tokens + self._held_cache_blocks() * self.config.block_size_tokens
+
+    @property
+    def kv_tokens_cached(self) -> int:
+        """Return tokens in prefix-cache blocks, held or not (0 with caching off)."""
+        return 0 if self.cache is None else self.cache.num_cached * self.config.block_size_tokens
+
+    def _num_evictable(self) -> int:
+        return 0 if self.cache is None else self.cache.num_evictable
+
+    def _held_cache_blocks(self) -> int:
+        c = self.cache
+        return 0 if c is None else c.num_cached - c.num_evictable
+
+    @property
+    def has_work(self) -> bool:
+        """Return True while any request waits or runs."""
+        return bool(self._waiting or self._running)
+
+    def next_deadline(self) -> float | None:
+        """Return the earliest deadline of a live request, or None."""
+        heap = self._deadlines
+        while heap and not self._is_live(heap[0][2], heap[0][1]):
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
+
+    def _is_live(self, rid: str, counter: int) -> bool:
+        seq = self._seqs.get(rid)
+        return seq is not None and seq.alive and seq.key == counter
+
+    # ------------------------------------------------------------------ arrivals and exits
+    def add_request(self, req: Request, now: float) -> Outcome | None:
+        """Queue ``req``; return a "rejected" Outcome if the queue is full or it can never fit."""
+        cfg = self.config
+        if req.request_id in self._seqs:
+            raise ConfigError(f"request_id {req.request_id!r} is already in the scheduler")
+        if req.prompt_tokens < 0 or req.max_output_tokens < 1:
+            raise ConfigError(f"request {req.request_id!r}: prompt_tokens {req.prompt_tokens} must be >= 0 "
+                              f"and max_output_tokens {req.max_output_tokens} >= 1")
+        if req.output_tokens is not None and req.output_tokens < 1:
+            raise ConfigError(f"request {req.request_id!r}: output_tokens {req.output_tokens} must be >= 1 "
+                              "(a request generates its first token when its prefill completes)")
+        target = req.max_output_tokens if req.output_tokens is None else min(req.output_tokens, req.max_output_tokens)
+        error = None
+        if cfg.max_waiting is not None and len(self._waiting) >= cfg.max_waiting:
+            error = ERR_QUEUE_FULL
+        elif self._max_tokens(req) > cfg.kv_budget_tokens:
+            error = ERR_TOO_LARGE
+        elif (not cfg.chunked_prefill and cfg.max_num_batched_tokens is not None
+              and req.prompt_tokens > cfg.max_num_batched_tokens):
+            error = ERR_PROMPT_TOO_LONG
+        if error is not None:
+            return Outcome(req.request_id, req.arrival_s, None, None, now, "rejected", req.prompt_tokens, 0,
+                           req.slice, error)
+        timeout = req.timeout_s if req.timeout_s is not None else cfg.timeout_s
+        deadline = math.inf if timeout is None else req.arrival_s + timeout
+        self._counter += 1
+        seq = _Seq(req, target, deadline, self._counter)
+        self._seqs[req.request_id] = seq
+        self._waiting.append(seq)
+        if deadline != math.inf:
+            heapq.heappush(self._deadlines, (deadline, seq.key, req.request_id))
+        return None
+
+    def _max_tokens(self, req: Request) -> int:
+        """Return the KV tokens a request can need at most (its reservation under ``reserve``)."""
+        if self.config.policy == "reserve":
+            return req.prompt_tokens + req.max_output_tokens
+        bs = self.config.block_size_tokens
+        return -(-(req.prompt_tokens + req.max_output_tokens) // bs) * bs
+
+    def expire(self, now: float) -> list[Outcome]:
+        """End every live request whose deadline is at or before ``now`` with "timeout"."""
+        out: list[Outcome] = []
+        heap = self._deadlines
+        while heap and heap[0][0] <= now:
+            _, counter, rid = heapq.heappop(heap)
+            if self._is_live(rid, counter):
+                out.append(self._finish(self._seqs[rid], now, "timeout", ERR_DEADLINE))
+        return out
+
+    def cancel(self, request_id: str, now: float) -> Outcome | None:
+        """End a live request with "cancelled" and free its KV; None if it is not in the scheduler."""
+        seq = self._seqs.get(request_id)
+        if seq is None or not seq.alive:
+            return None
+        return self._finish(seq, now, "cancelled", ERR_CANCELLED)
+
+    def _finish(self, seq: _Seq, now: float, status: str, error: str | None) -> Outcome:
+        seq.alive = False
+        self._release(seq)
+        if seq.running:
+            self._running.remove(seq)
+            seq.running = False
+        else:
+            self._waiting.remove(seq)
+        del self._seqs[seq.req.request_id]
+        req = seq.req
+        return Outcome(req.request_id, req.arrival_s, seq.admitted_s, seq.first_token_s, now, status,
+                       req.prompt_tokens, seq.generated, req.slice, error, seq.preemptions, seq.cached_tokens)
+
+    def _release(self, seq: _Seq) -> None:
+        bs = self.config.block_size_tokens
+        self._held_tokens -= seq.computed - seq.shared * bs
+        self._free_blocks += seq.blocks
+        seq.blocks = 0
+        self._reserved_tokens -= seq.reserved
+        seq.reserved = 0
+        if seq.shared:
+            assert self.cache is not None and seq.keys is not None
+            self.cache.release(seq.keys[:seq.shared])
+            seq.shared = 0
+
+    # ------------------------------------------------------------------ scheduling
+    def step(self, now: float, *, prefill: bool = True, decode: bool = True) -> StepPlan:
+        """Plan one step at ``now``: running sequences first, then FIFO admissions.
+
+        ``prefill=False`` or ``decode=False`` leaves that kind of work out (and, without prefill,
+        admits nobody), for callers that run prefill and decode on separate lanes.
+        """
+        cfg = self.config
+        paged = cfg.policy == "paged"
+        bs = cfg.block_size_tokens
+        budget = math.inf if cfg.max_num_batched_tokens is None else cfg.max_num_batched_tokens
+        plan = StepPlan(now)
+        kv_read = 0
+        starved = False  # a running sequence could not get KV: admit nobody this step
+        for seq in list(self._running):
+            if seq.in_flight or not seq.running:  # in flight, or preempted earlier in this step
+                continue
+            if seq.decoding:
+                if not decode or budget < 1:
+                    continue
+                chunk = 1
+            else:
+                if not prefill:
+                    continue
+                chunk = self._chunk(seq, budget)
+                if chunk == 0:
+                    continue
+            if paged:
+                need = -(-(seq.computed + chunk) // bs) - seq.blocks - seq.shared
+                if need > 0:
+                    if not self._make_room(need, seq, plan):
+                        starved = True
+                        continue
+                    self._alloc(seq, need)
+            seq.in_flight = True
+            if seq.decoding:
+                plan.decode.append(seq.req.request_id)
+                kv_read += seq.computed + 1
+            else:
+                plan.prefill.append((seq.req.request_id, chunk))
+            budget -= chunk
+        if prefill and not starved:
+            budget = self._admit(now, plan, budget)
+        plan.kv_tokens_used = self.kv_tokens_used
+        plan.kv_tokens_read = kv_read
+        plan.waiting = len(self._waiting)
+        plan.running = len(self._running)
+        return plan
+
+    def _chunk(self, seq: _Seq, budget: float) -> int:
+        """Return the prefill tokens ``seq`` can compute in a step with ``budget`` tokens left."""
+        return self._chunk_of(seq.req.prompt_tokens + seq.generated - seq.computed, budget)
+
+    def _chunk_of(self, left: int, budget: float) -> int:
+        """Return the prefill tokens of ``left`` to compute that fit a step with ``budget`` tokens left."""
+        if left <= budget:
+            return left
+        cap = self.config.max_num_batched_tokens
+        # a recompute longer than a whole step's budget could never run whole: split it anyway
+        if (self.config.chunked_prefill or (cap is not None and left > cap)) and budget >= 1:
+            return int(budget)
+        return 0
+
+    def _admit(self, now: float, plan: StepPlan, budget: float) -> float:
+        cfg = self.config
+        paged = cfg.policy == "paged"
+        bs = cfg.block_size_tokens
+        waiting = self._waiting
+        cache = self.cache
+        while waiting and len(self._running) < cfg.max_num_seqs:
+            seq = waiting[0]
+            total = seq.req.prompt_tokens + seq.generated
+            hit = 0 if cache is None else self._lookup(seq, total)
+            left = total - hit * bs
+            chunk = self._chunk_of(left, budget)
+            if chunk == 0 and left > 0:
+                break
+            reused = cache.unheld(seq.keys[:hit]) if hit else 0  # type: ignore[union-attr, index]
+            if paged:
+                need = -(-chunk // bs)
+                if need > self._free_blocks + self._num_evictable() - reused:
+                    break
+            else:
+                need = seq.req.prompt_tokens + seq.req.max_output_tokens - hit * bs
+                cached = 0 if cache is None else cache.num_cached - cache.num_evictable + reused
+                if need > cfg.kv_budget_tokens - self._reserved_tokens - cached * bs:
+                    break
+            waiting.popleft()
+            if cache is not None:
+                if hit:
+                    cache.acquire(seq.keys[:hit])  # type: ignore[index]
+                    seq.shared = hit
+                    seq.computed = hit * bs
+                seq.registering = True
+                if seq.first_token_s is None:
+                    seq.cached_tokens = hit * bs
+                plan.cached[seq.req.request_id] = hit * bs
+            if paged:
+                self._alloc(seq, need)
+            else:
+                self._reserve(seq, need)
+            seq.running = True
+            self._running.append(seq)
+            if seq.admitted_s is None:
+                seq.admitted_s = now
+            plan.admitted.append(seq.req.request_id)
+            seq.in_flight = True
+            plan.prefill.append((seq.req.request_id, chunk))
+            budget -= chunk
+        return budget
+
+    def _lookup(self, seq: _Seq, total: int) -> int:
+        """Return the leading prompt blocks of ``seq`` cached now (leaving at least one token to compute)."""
+        bs = self.config.block_size_tokens
+        if seq.keys is None:
+            content = seq.req.content
+            seq.keys = [] if content is None else content.block_keys(bs)[:seq.req.prompt_tokens // bs]
+        if not seq.keys or total < 1:
+            return 0
+        assert self.cache is not None
+        return self.cache.match(seq.keys, (total - 1) // bs)
+
+    def _reserve(self, seq: _Seq, tokens: int) -> None:
+        """Reserve ``tokens`` for ``seq`` (reserve policy), evicting unheld cached blocks if the budget needs it."""
+        if self.cache is not None:
+            bs = self.config.block_size_tokens
+            over = self._reserved_tokens + tokens + self.cache.num_cached * bs - self.config.kv_budget_tokens
+            if over > 0:
+                self._evict(-(-over // bs))
+        seq.reserved = tokens
+        self._reserved_tokens += tokens
+
+    def _alloc(self, seq: _Seq, blocks: int) -> None:
+        if blocks > 0:
+            if blocks > self._free_blocks:
+                self._evict(blocks - self._free_blocks)
+            seq.blocks += blocks
+            self._free_blocks -= blocks
+
+    def _evict(self, blocks: int) -> None:
+        """Evict ``blocks`` unheld cached blocks, least recently released first (their space becomes free)."""
+        assert self.cache is not None
+        gone = self.cache.evict(blocks, report=self.block_events)
+        self.evictions += blocks
+        if self.config.policy == "paged":
+            self._free_blocks += blocks
+        if self.block_events:
+            self.evicted.extend(gone)
+
+    def _register(self, seq: _Seq) -> None:
+        """Cache the full prompt blocks ``seq`` has computed beyond those it holds in the cache already."""
+        cache, keys, bs = self.cache, seq.keys, self.config.block_size_tokens
+        assert cache is not None and keys is not None
+        full = min(min(seq.computed, seq.req.prompt_tokens) // bs, len(keys))
+        if full <= seq.shared:
+            return
+        added = cache.insert_run(keys, seq.shared, full)
+        if added < full - seq.shared:
+            seq.registering = False  # another request computed the next block first: keep ours private from here
+        if self.block_events:
+            rid = seq.req.request_id
+            self.registered.extend((rid, j, keys[j]) for j in range(seq.shared, seq.shared + added))
+        if added:
+            seq.shared += added
+            self._held_tokens -= added * bs
+            if self.config.policy == "paged":
+                seq.blocks -= added
+            else:
+                seq.reserved -= added * bs
+                self._reserved_tokens -= added * bs
+
+    def _make_room(self, need: int, seq: _Seq, plan: StepPlan) -> bool:
+        """Preempt the newest running sequences not in flight until ``need`` blocks are free (or evictable)."""
+        while self._free_blocks + self._num_evictable() < need:
+            victim = None
+            for cand in reversed(self._running):
+                if not cand.in_flight:
+                    victim = cand
+                    break
+            if victim is None or (victim is seq and not seq.decoding):
+                return False  # a prompt that cannot grow waits with its blocks rather than recompute itself
+            self._preempt(victim, plan)
+            if victim is seq:
+                return False
+        return True
+
+    def _preempt(self, seq: _Seq, plan: StepPlan) -> None:
+        """Free ``seq``'s KV and requeue it at the front; end it as failed if the queue is full."""
+        seq.preemptions += 1
+        plan.preempted.append(seq.req.request_id)
+        cap = self.config.max_waiting
+        if cap is not None and len(self._waiting) >= cap:
+            plan.ended.append(self._finish(seq, plan.now_s, "failed", ERR_PREEMPTED_QUEUE_FULL))
+            return
+        self._release(seq)
+        self._running.remove(seq)
+        seq.running = False
+        seq.decoding = False
+        seq.computed = 0
+        self._waiting.appendleft(seq)
+
+    # ------------------------------------------------------------------ commits
+    def on_step_done(self, plan: StepPlan, now: float, finished: Iterable[str] = (),
+                     tokens: list[tuple[str, int]] | None = None) -> list[Outcome]:
+        """Commit ``plan`` (all of its ``steps``) as finished at ``now``; return successes ended by it.
+
+        ``finished`` names sequences that produced EOS in this step. ``tokens``, when given, receives
+        (request ID, tokens emitted) for every sequence that emitted output: 1 for a completed prefill,
+        ``steps`` for a decoder, one per step (the callers stamp them with their step ends).
+        """
+        steps = plan.steps
+        done: list[Outcome] = []
+        seqs = self._seqs
+        for rid, chunk in plan.prefill:
+            seq = seqs.get(rid)
+            if seq is None or not seq.in_flight:
+                continue
+            seq.in_flight = False
+            seq.computed += chunk
+            self._held_tokens += chunk
+            if seq.registering and self.cache is not None and seq.keys:
+                self._register(seq)
+            if seq.computed >= seq.req.prompt_tokens + seq.generated:
+                seq.decoding = True
+                seq.generated += 1
+                if tokens is not None:
+                    tokens.append((rid, 1))
+                if seq.first_token_s is None:
+                    seq.first_token_s = now
+                if seq.generated >= seq.target:
+                    done.append(self._finish(seq, now, "success", None))
+        for rid in plan.decode:
+            seq = seqs.get(rid)
+            if seq is None or not seq.in_flight:
+                continue
+            seq.in_flight = False
+            seq.computed += steps
+            self._held_tokens += steps
+            seq.generated += steps
+            if tokens is not None:
+                tokens.append((rid, steps))
+            if seq.generated >= seq.target:
+                done.append(self._finish(seq, now, "success", None))
+        for rid in finished:
+            seq = seqs.get(rid)
+            if seq is not None and seq.running and seq.generated >= 1:
+                done.append(self._finish(seq, now, "success", None))
+        return done
+
+    def max_decode_steps(self, plan: StepPlan) -> int:
+        """Return how many decode steps the plan's sequences can take with nothing else changing.
+
+        The limit is the first completion (the last step of the run completes someone) and, under
+        ``paged``, the free blocks the run would need. 0 for a plan with prefill; 1 after a preemption.
+        """
+        plan.max_steps = self._max_decode_steps(plan)
+        return plan.max_steps
+
+    def _max_decode_steps(self, plan: StepPlan) -> int:
+        if plan.prefill or not plan.decode:
+            return 0 if plan.prefill else 1
+        if plan.preempted:  # the next step's admissions may differ: take one step at a time
+            return 1
+        seqs = [self._seqs[r] for r in plan.decode if r in self._seqs]
+        if not seqs:
+            return 1
+        k = min(s.target - s.generated for s in seqs)
+        if self.config.policy != "paged":
+            return max(k, 1)
+        bs = self.config.block_size_tokens
+        free = self._free_blocks + self._num_evictable()
+
+        def extra(steps: int) -> int:
+            return sum(-(-(s.computed + steps) // bs) - s.blocks - s.shared for s in seqs)
+
+        if extra(k) <= free:
+            return max(k, 1)
+        lo, hi = 1, k  # extra(1) <= free: step() allocated it already
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if extra(mid) <= free:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def extend(self, plan: StepPlan, steps: int) -> None:
+        """Make a pure decode ``plan`` stand for ``steps`` identical steps, allocating their KV now.
+
+        ``steps`` must be between 1 and ``max_decode_steps(plan)``.
+        """
+        limit = plan.max_steps if plan.max_steps is not None else self.max_decode_steps(plan)
+        if plan.prefill or not 1 <= steps <= limit:
+            raise ConfigError(f"extend: {steps} steps is not between 1 and {limit} for a pure decode plan")
+        if self.config.policy == "paged":
+            bs = self.config.block_size_tokens
+            for rid in plan.decode:
+                seq = self._seqs.get(rid)
+                if seq is not None and seq.in_flight:
+                    self._alloc(seq, -(-(seq.computed + steps) // bs) - seq.blocks - seq.shared)
+        plan.steps = steps
+        plan.kv_tokens_used = self.kv_tokens_used
+
+    def cached_keys(self, request_id: str) -> list[int]:
+        """Return the keys of the prefix-cache blocks a running request holds, first block first."""
+        seq = self._seqs.get(request_id)
+        return [] if seq is None or not seq.keys else seq.keys[:seq.shared]
+
+    def check_accounting(self) -> None:
+        """Raise AssertionError if the KV accounting is inconsistent (for tests and debugging).
+
+        Each cached block is counted once: its references equal the running requests holding it,
+        and private blocks (or reservations) plus cached blocks never exceed the budget.
+        """
+        cfg, bs = self.config, self.config.block_size_tokens
+        running = self._running
+        cached = 0 if self.cache is None else self.cache.num_cached
+        if self.cache is not None:
+            held: dict[int, int] = {}
+            for seq in running:
+                for k in (seq.keys or [])[:seq.shared]:
+                    held[k] = held.get(k, 0) + 1
+            self.cache.check(held)
+        if any(seq.shared for seq in self._waiting):
+            raise AssertionError("a waiting request holds cached blocks")
+        if cfg.policy == "paged":
+            private = sum(seq.blocks for seq in running)
+            if any(seq.blocks for seq in self._waiting):
+                raise AssertionError("a waiting request holds KV blocks")
+            if private + cached + self._free_blocks != cfg.num_blocks:
+                raise AssertionError(f"blocks: {private} private + {cached} cached + {self._free_blocks} free "
+                                     f"!= {cfg.num_blocks}")
+        else:
+            if self._reserved_tokens != sum(seq.reserved for seq in running):
+                raise AssertionError("reserved tokens differ from the running requests' reservations")
+            if self._reserved_tokens + cached * bs > cfg.kv_budget_tokens:
+                raise AssertionError(f"KV over budget: {self._reserved_tokens} reserved + {cached} cached blocks "
+                                     f"> {cfg.kv_budget_tokens} tokens")
+        if self.kv_tokens_used > cfg.kv_budget_tokens:
+            raise AssertionError(f"kv_tokens_used {self.kv_tokens_used} > budget {cfg.kv_budget_tokens}")
+        if self._held_tokens != sum(seq.computed - seq.shared * bs for seq in running):
+            raise AssertionError("held tokens differ from the running requests' computed tokens")
+
+    def snapshot(self) -> dict[str, int]:
+        """Return counts for a trace row: running, waiting, kv_tokens_used."""
+        return {"running": len(self._running), "waiting": len(self._waiting), "kv_tokens_used": self.kv_tokens_used}

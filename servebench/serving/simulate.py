@@ -1,0 +1,385 @@
+"""A discrete-event clock around the scheduler: a modelled continuous-batching server.
+
+Events sit in a heap of (time, priority, sequence number, kind, payload), so ties resolve the
+same way on every run: work that completes at t comes before cancellations, deadlines, then
+arrivals at t (a request finishing exactly at its deadline succeeds; an arrival at t sees the KV
+freed at t). Only the next arrival is in the heap at a time.
+
+Two server shapes (``prefill_lane``):
+
+* ``shared``: one engine loop; each step runs the plan's prefill chunks and decodes together and
+  takes ``StepModel.step_s``. This is continuous batching: a long prompt slows every decoder.
+* ``separate``: prefills run beside the decode batch, each taking ``StepModel.prefill_s`` of its
+  whole prompt (no per-step token budget); decode steps take ``step_s(0, decoders, kv)``. This
+  reproduces the spec's flat timings.
+
+The step model places requests in time too: a request reaches the scheduler ``arrival_lag_s``
+after it arrives (its record still starts at its arrival, so the lag is inside its TTFT), and a
+step's tokens (first tokens, ends) are stamped ``emit_lead_s`` before the step ends, as the real
+engine emits them when the model finishes and then does its bookkeeping. Both default to 0.
+
+With ``prefix_caching`` on, each request carries its prompt's content (``Workload.prompt_contents``)
+so the scheduler can reuse cached blocks, and its record says how many prompt tokens it reused
+(``cached_prompt_tokens``). A conversation's later turns arrive when the previous turn ends plus
+its think time, whatever the previous turn's status.
+
+A request the scheduler drops while planning (preempted while the waiting queue is full: ``failed``,
+``preempted_queue_full``) ends at that step's start, like any other terminal outcome.
+
+Fast path: when a step is pure decode, the loop asks the scheduler how many identical steps can
+follow before a sequence completes or (paged) needs a block it lacks, cuts that at the last step
+boundary before the next event, and commits the whole run at once: exactly the per-step result
+with one heap event instead of hundreds.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+import numpy as np
+
+from servebench.records.table import STATUSES, RecordTable
+from servebench.serving.scenario import Scenario
+from servebench.serving.scheduler import Outcome, Request, Scheduler, SchedulerConfig, StepPlan
+from servebench.capacity.stepmodel import StepModel
+from servebench.records.token_times import TokenLog
+from servebench.serving.workload import ClosedLoopPlan, Workload, closed_loop_plan, generate_workload
+
+PRIO_RUN, PRIO_PREFILL, PRIO_CANCEL, PRIO_DEADLINE, PRIO_ARRIVAL = 0, 1, 2, 3, 4
+EV_RUN, EV_PREFILL, EV_CANCEL, EV_ARRIVAL = 0, 1, 2, 3
+LANES: tuple[str, ...] = ("step", "decode", "prefill")
+TRACE_COLUMNS: tuple[str, ...] = ("time", "duration", "steps", "lane", "active", "waiting", "kv_tokens_used",
+                                  "kv_tokens_read", "prefill_tokens", "decode_seqs", "kv_tokens_held",
+                                  "prefill_seqs")
+_STATUS_CODE = {s: i for i, s in enumerate(STATUSES)}
+
+
+@dataclass(frozen=True)
+class StepTrace:
+    """One row per engine step or decode run (``steps`` > 1), as columns.
+
+    ``time`` is the start, ``duration`` the total of its ``steps``; ``active``, ``waiting`` and
+    ``kv_tokens_used`` are after the step's admissions and allocations (``kv_tokens_used`` is the
+    most the run holds); ``kv_tokens_read`` is what its first step's decoders attend over;
+    ``kv_tokens_held`` is KV actually computed before the step (below ``kv_tokens_used`` by what
+    ``reserve`` sets aside for outputs not yet generated, or ``paged`` rounds up to blocks);
+    ``prefill_seqs`` counts the sequences with a prompt chunk in the step.
+    """
+
+    time: np.ndarray
+    duration: np.ndarray
+    steps: np.ndarray
+    lane: np.ndarray  # int8 index into LANES
+    active: np.ndarray
+    waiting: np.ndarray
+    kv_tokens_used: np.ndarray
+    kv_tokens_read: np.ndarray
+    prefill_tokens: np.ndarray
+    decode_seqs: np.ndarray
+    kv_tokens_held: np.ndarray
+    prefill_seqs: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.time.size)
+
+    def columns(self) -> dict[str, list[Any]]:
+        """Return the trace as plain columns (``lane`` as names), for JSON, CSV or a DataFrame."""
+        out: dict[str, list[Any]] = {c: getattr(self, c).tolist() for c in TRACE_COLUMNS if c != "lane"}
+        out["lane"] = [LANES[i] for i in self.lane.tolist()]
+        return {c: out[c] for c in TRACE_COLUMNS}
+
+    def to_rows(self) -> list[dict[str, Any]]:
+        """Return the trace as a list of row dicts."""
+        cols = self.columns()
+        return [dict(zip(TRACE_COLUMNS, vals)) for vals in zip(*(cols[c] for c in TRACE_COLUMNS))]
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """What one simulation produced: one terminal record per arrival, and the step trace."""
+
+    name: str
+    records: RecordTable
+    trace: StepTrace
+    window_start_s: float
+    window_end_s: float
+    kv_budget_tokens: int
+    engine_steps: int  # steps simulated (a decode run counts each of its steps)
+    events: int  # heap events handled
+    preemptions: int
+    prefix_evictions: int = 0  # prefix-cache blocks evicted to make room (caching on)
+
+    def status_counts(self) -> dict[str, int]:
+        """Return how many records ended in each status (every status present, 0 if none)."""
+        counts = np.bincount(self.records.status.astype(np.int64), minlength=len(STATUSES))
+        return {s: int(c) for s, c in zip(STATUSES, counts)}
+
+
+@dataclass
+class _Recorder:
+    """Columnar terminal records, filled as outcomes arrive."""
+
+    n: int
+    slices: tuple[str, ...]
+    arrival: np.ndarray = field(init=False)
+    admitted: np.ndarray = field(init=False)
+    first_token: np.ndarray = field(init=False)
+    end: np.ndarray = field(init=False)
+    status: np.ndarray = field(init=False)
+    output: np.ndarray = field(init=False)
+    error: np.ndarray = field(init=False)
+    cached: np.ndarray = field(init=False)
+    preemptions: int = 0
+
+    def __post_init__(self) -> None:
+        self.arrival = np.full(self.n, np.nan)
+        self.admitted = np.full(self.n, np.nan)
+        self.first_token = np.full(self.n, np.nan)
+        self.end = np.full(self.n, np.nan)
+        self.status = np.full(self.n, -1, dtype=np.int8)
+        self.output = np.full(self.n, -1, dtype=np.int64)
+        self.error = np.full(self.n, None, dtype=object)
+        self.cached = np.full(self.n, -1, dtype=np.int64)
+
+    def add(self, o: Outcome) -> int:
+        i = int(o.request_id)
+        if self.status[i] != -1:
+            raise RuntimeError(f"request {i} ended twice")  # a simulator bug, never user input
+        self.end[i] = o.end
+        if o.admitted is not None:
+            self.admitted[i] = o.admitted
+        if o.first_token is not None:
+            self.first_token[i] = o.first_token
+        self.status[i] = _STATUS_CODE[o.status]
+        self.output[i] = o.output_tokens
+        self.error[i] = o.error
+        if o.cached_prompt_tokens is not None:
+            self.cached[i] = o.cached_prompt_tokens
+        self.preemptions += o.preemptions
+        return i
+
+
+def simulate(scenario: Scenario, *, workload: Workload | ClosedLoopPlan | None = None,
+             rng: np.random.Generator | None = None, decode_runs: bool = True,
+             token_times: bool = True) -> SimResult:
+    """Simulate a scenario; the workload (and cancellations) come from ``rng`` (default: its seed).
+
+    ``decode_runs=False`` turns off the fast path (one event per step: the baseline to check against).
+    ``token_times=False`` leaves the records without token times (a sweep that reports no ITL saves the work).
+    """
+    rng = scenario.rng() if rng is None else rng
+    if workload is None:
+        wl = scenario.workload
+        workload = closed_loop_plan(wl, rng) if wl.closed_loop is not None else generate_workload(wl, rng)
+    n = len(workload.requests) if isinstance(workload, ClosedLoopPlan) else len(workload)
+    cancel_after = None
+    if scenario.cancel is not None and scenario.cancel.probability > 0:
+        hit = rng.random(n) < scenario.cancel.probability
+        cancel_after = np.where(hit, rng.exponential(scenario.cancel.after_s, size=n), np.nan)
+    return simulate_workload(scenario.server.scheduler_config(), scenario.step_model.to_model(), workload,
+                             prefill_lane=scenario.server.prefill_lane, cancel_after_s=cancel_after,
+                             name=scenario.name, decode_runs=decode_runs, token_times=token_times)
+
+
+def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workload | ClosedLoopPlan, *,
+                      prefill_lane: Literal["shared", "separate"] = "shared",
+                      cancel_after_s: np.ndarray | None = None, name: str = "simulation",
+                      decode_runs: bool = True, token_times: bool = True) -> SimResult:
+    """Run the event loop over a drawn workload; see the module docstring for the semantics."""
+    closed = isinstance(workload, ClosedLoopPlan)
+    reqs = workload.requests if isinstance(workload, ClosedLoopPlan) else workload
+    think = workload.think_s if isinstance(workload, ClosedLoopPlan) else None
+    n = len(reqs)
+    separate = prefill_lane == "separate"
+    if separate:  # each prefill runs whole on its own lane: no per-step token budget applies
+        config = replace(config, max_num_batched_tokens=None)
+    sched = Scheduler(config)
+    rec = _Recorder(n, reqs.class_names)
+    token_log = TokenLog() if token_times else None  # each output token's emission time: records' token_times
+    run_ends: dict[int, np.ndarray] = {}  # a decode run's step ends, by id(plan), until the run ends
+    prompt = reqs.prompt_tokens.tolist()
+    output = reqs.output_tokens.tolist()
+    cap = reqs.max_output_tokens.tolist()
+    cls = reqs.class_index.tolist()
+    names, class_timeouts = reqs.class_names, reqs.class_timeout_s
+    contents = reqs.prompt_contents() if config.prefix_caching else None
+    turns = reqs.has_turns and not closed
+    next_turn = reqs.next_turns().tolist() if turns else None
+    turn_think = reqs.turn_think_s.tolist() if turns else None  # type: ignore[union-attr]
+    firsts = np.flatnonzero(reqs.prev_turn < 0).tolist() if turns else range(n)  # type: ignore[operator]
+    cancel = None if cancel_after_s is None else cancel_after_s.tolist()
+    heap: list[tuple[float, int, int, int, Any]] = []
+    counter = 0
+    trace: list[tuple[float, float, int, int, int, int, int, int, int, int, int, int]] = []
+    lag = model.arrival_lag_s  # a request reaches the scheduler this long after its arrival
+    lead = model.emit_lead_s  # a step's tokens are stamped this long before it ends
+    intended = np.full(n, np.nan)  # each request's arrival (closed loop: set when it is scheduled)
+    busy = False  # the (decode) engine loop is running a step or run
+    engine_steps = 0
+    events = 0
+    next_request = 0  # next request index to arrive (open loop: in time order)
+
+    def push(t: float, prio: int, kind: int, payload: Any) -> None:
+        nonlocal counter
+        counter += 1
+        heapq.heappush(heap, (t, prio, counter, kind, payload))
+
+    def next_event_time() -> float:
+        t = heap[0][0] if heap else math.inf
+        d = sched.next_deadline()
+        return t if d is None or d > t else d
+
+    def finish(outs: list[Outcome], now: float) -> None:
+        nonlocal next_request
+        for o in outs:
+            i = rec.add(o)
+            if next_turn is not None and next_turn[i] >= 0:  # the conversation's next turn, after think time
+                j = next_turn[i]
+                intended[j] = now + turn_think[j]  # type: ignore[index]
+                push(intended[j] + lag, PRIO_ARRIVAL, EV_ARRIVAL, j)
+            if closed and next_request < n:
+                assert think is not None
+                intended[next_request] = now + think[next_request]
+                push(intended[next_request] + lag, PRIO_ARRIVAL, EV_ARRIVAL, next_request)
+                next_request += 1
+
+    def start_run(now: float, plan: StepPlan, lane: int) -> None:
+        """Time a plan (extending a pure decode plan into a run) and schedule its end."""
+        nonlocal busy, engine_steps
+        d = len(plan.decode)
+        if plan.prefill or d == 0:
+            end = now + model.step_s(plan.prefill_tokens, d, plan.kv_tokens_read, len(plan.prefill))
+        else:
+            kmax = sched.max_decode_steps(plan) if decode_runs else 1
+            one = model.step_s(0, d, plan.kv_tokens_read)
+            if kmax <= 1 or now + one > next_event_time():
+                end, k = now + one, 1
+            else:
+                horizon = next_event_time()
+                if horizon != math.inf and one > 0:  # steps only lengthen: at most this many end by then
+                    kmax = min(kmax, int((horizon - now) / one) + 2)
+                ends = model.decode_run_ends(now, d, plan.kv_tokens_read, kmax)
+                k = max(1, min(kmax, int(np.searchsorted(ends, horizon, side="right"))))
+                end = float(ends[k - 1])
+                if k > 1 and token_log is not None:
+                    run_ends[id(plan)] = ends[:k]
+                if k > 1:
+                    sched.extend(plan, k)
+        engine_steps += plan.steps
+        busy = True
+        trace.append((now, end - now, plan.steps, lane, plan.running, plan.waiting, plan.kv_tokens_used,
+                      plan.kv_tokens_read, plan.prefill_tokens, d, sched.kv_tokens_held, len(plan.prefill)))
+        push(end, PRIO_RUN, EV_RUN, plan)
+
+    def kick(now: float) -> None:
+        """Start whatever can start now: the engine step (shared) or prefills and decodes (separate)."""
+        if not separate:
+            if not busy and sched.has_work:
+                plan = sched.step(now)
+                finish(plan.ended, now)  # preempted into a full queue: failed at once
+                if not plan.is_empty:
+                    start_run(now, plan, 0)
+            return
+        if sched.num_waiting:  # whole prompts on this lane: only admissions start new prefills
+            plan = sched.step(now, decode=False)
+            finish(plan.ended, now)
+            if plan.prefill:
+                longest = 0.0
+                for rid, chunk in plan.prefill:
+                    dur = model.prefill_s(chunk)
+                    longest = max(longest, dur)
+                    push(now + dur, PRIO_PREFILL, EV_PREFILL, plan.only({rid}))
+                trace.append((now, longest, 1, 2, plan.running, plan.waiting, plan.kv_tokens_used, 0,
+                              plan.prefill_tokens, 0, sched.kv_tokens_held, len(plan.prefill)))
+        if not busy and sched.num_running:
+            plan = sched.step(now, prefill=False)
+            finish(plan.ended, now)
+            if plan.decode:
+                start_run(now, plan, 1)
+
+    def arrive(i: int, now: float) -> None:
+        start = float(intended[i]) if lag else now  # the record starts at the arrival, not when it was seen
+        rec.arrival[i] = start
+        timeout = class_timeouts[cls[i]]
+        out = sched.add_request(Request(str(i), start, prompt[i], cap[i], output[i], timeout, names[cls[i]],
+                                        None if contents is None else contents[i]), now)
+        if out is not None:
+            finish([out], now)
+        elif cancel is not None and cancel[i] == cancel[i]:  # not NaN
+            push(max(now, start + cancel[i]), PRIO_CANCEL, EV_CANCEL, str(i))
+
+    if closed:
+        for _ in range(min(workload.users, n)):  # type: ignore[union-attr]
+            intended[next_request] = 0.0
+            push(0.0 + lag, PRIO_ARRIVAL, EV_ARRIVAL, next_request)
+            next_request += 1
+    elif n:
+        arrivals = reqs.arrival_s.tolist()
+        intended[:] = reqs.arrival_s
+        push(arrivals[firsts[0]] + lag, PRIO_ARRIVAL, EV_ARRIVAL, firsts[0])
+        next_request = 1  # position in firsts: the requests that arrive at drawn times
+
+    while True:
+        d = sched.next_deadline()
+        if heap and (d is None or d > heap[0][0] or (d == heap[0][0] and heap[0][1] < PRIO_DEADLINE)):
+            now, _, _, kind, payload = heapq.heappop(heap)
+            events += 1
+            if kind == EV_RUN:
+                busy = False
+                stamp = max(payload.now_s, now - lead) if lead else now  # tokens out before the bookkeeping
+                emitted: list[tuple[str, int]] = []
+                finish(sched.on_step_done(payload, stamp, tokens=None if token_log is None else emitted), now)
+                if token_log is not None:
+                    ends = run_ends.pop(id(payload), None)
+                    rows = [int(rid) for rid, _ in emitted]
+                    if ends is None:
+                        token_log.add_step(rows, stamp)
+                    else:  # a decode run: every decoder gets one token per step, each stamped like the run's last
+                        token_log.add_run(rows, np.maximum(ends - lead, payload.now_s) if lead else ends)
+            elif kind == EV_PREFILL:
+                emitted = []
+                finish(sched.on_step_done(payload, now, tokens=None if token_log is None else emitted), now)
+                if token_log is not None:
+                    token_log.add_step([int(rid) for rid, _ in emitted], now)
+            elif kind == EV_CANCEL:
+                out = sched.cancel(payload, now)
+                if out is not None:
+                    finish([out], now)
+            else:
+                if not closed and next_request < len(firsts) and payload == firsts[next_request - 1]:
+                    push(arrivals[firsts[next_request]] + lag, PRIO_ARRIVAL, EV_ARRIVAL, firsts[next_request])
+                    next_request += 1
+                arrive(payload, now)
+            kick(now)
+        elif d is not None:
+            events += 1
+            finish(sched.expire(d), d)
+            kick(d)
+        else:
+            break
+
+    if np.any(rec.status < 0):
+        raise RuntimeError(f"{int(np.sum(rec.status < 0))} requests never ended")  # a simulator bug
+    table = RecordTable.from_columns(
+        start=rec.arrival, end=rec.end, status=rec.status, first_token=rec.first_token, output_tokens=rec.output,
+        admitted=rec.admitted, prompt_tokens=reqs.prompt_tokens.astype(np.int64),
+        request_id=np.array([str(i) for i in range(n)], dtype=object),
+        slice=np.array(names, dtype=object)[reqs.class_index] if n else np.array([], dtype=object),
+        error=rec.error, source=name, cached_prompt_tokens=rec.cached,
+        token_times=None if token_log is None else token_log.to_arrow(n))
+    end = float(rec.end.max()) if n else 0.0
+    return SimResult(name, table, _trace(trace), 0.0, max(end, 0.0), config.kv_budget_tokens, engine_steps,
+                     events, rec.preemptions, sched.evictions)
+
+
+def _trace(rows: list[tuple[float, float, int, int, int, int, int, int, int, int, int, int]]) -> StepTrace:
+    if not rows:
+        z = np.zeros(0)
+        zi = np.zeros(0, dtype=np.int64)
+        return StepTrace(z, z, zi, zi.astype(np.int8), zi, zi, zi, zi, zi, zi, zi, zi)
+    a = np.array(rows, dtype=np.float64)
+    i = a[:, 2:].astype(np.int64)
+    return StepTrace(a[:, 0], a[:, 1], i[:, 0], i[:, 1].astype(np.int8), *(i[:, c] for c in range(2, 10)))
