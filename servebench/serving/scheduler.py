@@ -69,6 +69,23 @@ Semantics:
   needs their space: then the least recently released are evicted. With ``block_events=True``
   the scheduler lists what the engine must mirror in its physical cache: ``registered`` (request
   id, block index, key) and ``evicted`` (key, payload); the caller drains both after each call.
+* Shedding (``max_queue_wait_s`` W): a request still waiting W seconds after its arrival, never
+  admitted, is removed from the queue and ends as ``rejected`` with error ``queue_wait_exceeded``
+  (at arrival + W, through ``expire``), instead of holding a queue slot until its deadline. A
+  request preempted back to the queue has been admitted, so it is not shed. At equal times
+  shedding comes before a timeout.
+* Tenants (``Request.tenant``; limits in ``tenants``): a tenant at its ``max_running`` is
+  skipped at admission (its requests keep their place) and the next waiting request is tried;
+  other tenants are not held behind it. Admission still stops at the first request that does not
+  fit the KV or the step's token budget (head-of-line, as without tenants).
+* ``scheduling="fair"``: admission picks among the tenants with an admissible waiting request the
+  one with the least *weighted admitted tokens* (prompt plus output cap of each request at its
+  first admission, divided by the tenant's ``weight``); ties go to the request that waited
+  longest, and within a tenant requests keep FIFO order. A tenant that starts waiting after an
+  idle spell starts at the least value among the tenants already waiting, so it banks no credit
+  while idle. This is deficit round robin over admitted tokens with a vanishing quantum (weighted
+  fair queueing by token demand): over a backlogged interval each tenant is admitted tokens in
+  proportion to its weight. Requests without a tenant form one tenant of weight 1.
 """
 
 from __future__ import annotations
@@ -86,6 +103,8 @@ from servebench.records.table import record_dict
 
 Policy = Literal["reserve", "paged"]
 POLICIES: tuple[str, ...] = ("reserve", "paged")
+Scheduling = Literal["fcfs", "fair"]
+SCHEDULINGS: tuple[str, ...] = ("fcfs", "fair")
 
 ERR_QUEUE_FULL = "queue_full"
 ERR_TOO_LARGE = "kv_exceeds_budget"
@@ -93,6 +112,22 @@ ERR_PROMPT_TOO_LONG = "prompt_exceeds_batch_budget"
 ERR_DEADLINE = "deadline_exceeded"
 ERR_CANCELLED = "cancelled"
 ERR_PREEMPTED_QUEUE_FULL = "preempted_queue_full"
+ERR_QUEUE_WAIT = "queue_wait_exceeded"
+
+
+@dataclass(frozen=True)
+class TenantLimit:
+    """One tenant's cap on running sequences and its weight under ``fair`` scheduling."""
+
+    name: str
+    max_running: int | None = None  # None: only max_num_seqs
+    weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.max_running is not None and self.max_running < 1:
+            raise ConfigError(f"tenant {self.name!r}: max_running {self.max_running!r} must be at least 1")
+        if not self.weight > 0 or not math.isfinite(self.weight):
+            raise ConfigError(f"tenant {self.name!r}: weight {self.weight!r} must be a positive number")
 
 
 @dataclass(frozen=True)
@@ -108,6 +143,9 @@ class SchedulerConfig:
     block_size_tokens: int = 16
     timeout_s: float | None = None  # default deadline after arrival; None: none
     prefix_caching: bool = False  # reuse cached full prompt blocks (see the module docstring)
+    max_queue_wait_s: float | None = None  # shed a request still waiting this long after arrival; None: never
+    tenants: tuple[TenantLimit, ...] = ()  # per-tenant limits; tenants not named have no cap and weight 1
+    scheduling: Scheduling = "fcfs"  # fcfs, or fair: weighted admitted tokens (see the module docstring)
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -128,6 +166,13 @@ class SchedulerConfig:
             raise ConfigError(f"kv_budget_tokens {self.kv_budget_tokens} holds no {self.block_size_tokens}-token block")
         if self.timeout_s is not None and not self.timeout_s > 0:
             raise ConfigError(f"timeout_s {self.timeout_s!r} must be positive")
+        if self.max_queue_wait_s is not None and not self.max_queue_wait_s > 0:
+            raise ConfigError(f"max_queue_wait_s {self.max_queue_wait_s!r} must be positive")
+        if self.scheduling not in SCHEDULINGS:
+            raise ConfigError(f"scheduling {self.scheduling!r} is not one of {', '.join(SCHEDULINGS)}")
+        names = [t.name for t in self.tenants]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"tenants are named more than once: {', '.join(sorted(names))}")
 
     @property
     def num_blocks(self) -> int:
@@ -147,6 +192,8 @@ class Request:
     timeout_s: float | None = None  # deadline after arrival; None: the config's
     slice: str | None = None
     content: PromptContent | None = None  # the prompt's block keys, for prefix caching; None: never cached
+    tenant: str | None = None  # whose limits and share apply (see TenantLimit); None: the unnamed tenant
+    deadline_error: str | None = None  # error of a timeout at its deadline; None: deadline_exceeded
 
 
 @dataclass(frozen=True)
@@ -263,6 +310,12 @@ class Scheduler:
         self.registered: list[tuple[str, int, int]] = []  # (request id, block index, key) newly cached
         self.evicted: list[tuple[int, Any]] = []  # (key, payload) evicted from the prefix cache
         self.evictions = 0  # blocks evicted from the prefix cache so far
+        self._shed: list[tuple[float, int, str]] = []  # (arrival + max_queue_wait_s, key, id)
+        self._limits = {t.name: t for t in config.tenants}
+        self._tenanted = bool(config.tenants) or config.scheduling == "fair"
+        self._tenant_running: dict[str | None, int] = {}
+        self._tenant_waiting: dict[str | None, int] = {}
+        self._tenant_tokens: dict[str | None, float] = {}  # weighted admitted tokens (fair)
 
     # ------------------------------------------------------------------ state
     @property
@@ -306,11 +359,20 @@ class Scheduler:
         return bool(self._waiting or self._running)
 
     def next_deadline(self) -> float | None:
-        """Return the earliest deadline of a live request, or None."""
+        """Return the earliest deadline (or shedding time) of a live request, or None."""
         heap = self._deadlines
         while heap and not self._is_live(heap[0][2], heap[0][1]):
             heapq.heappop(heap)
-        return heap[0][0] if heap else None
+        shed = self._shed
+        while shed and not self._is_sheddable(shed[0][2], shed[0][1]):
+            heapq.heappop(shed)
+        if not shed:
+            return heap[0][0] if heap else None
+        return shed[0][0] if not heap or shed[0][0] < heap[0][0] else heap[0][0]
+
+    def _is_sheddable(self, rid: str, counter: int) -> bool:
+        seq = self._seqs.get(rid)
+        return seq is not None and seq.alive and seq.key == counter and not seq.running and seq.admitted_s is None
 
     def _is_live(self, rid: str, counter: int) -> bool:
         seq = self._seqs.get(rid)
@@ -346,9 +408,38 @@ class Scheduler:
         seq = _Seq(req, target, deadline, self._counter)
         self._seqs[req.request_id] = seq
         self._waiting.append(seq)
+        if self._tenanted:
+            self._start_waiting(req.tenant)
         if deadline != math.inf:
             heapq.heappush(self._deadlines, (deadline, seq.key, req.request_id))
+        if cfg.max_queue_wait_s is not None:
+            heapq.heappush(self._shed, (req.arrival_s + cfg.max_queue_wait_s, seq.key, req.request_id))
         return None
+
+    def _start_waiting(self, tenant: str | None) -> None:
+        """Count a request of ``tenant`` into the queue; a tenant that was idle starts at the least waiting share."""
+        waiting = self._tenant_waiting
+        if not waiting.get(tenant) and self.config.scheduling == "fair":
+            floor = min((self._tenant_tokens.get(t, 0.0) for t, k in waiting.items() if k and t != tenant),
+                        default=None)
+            if floor is not None and self._tenant_tokens.get(tenant, 0.0) < floor:
+                self._tenant_tokens[tenant] = floor
+        waiting[tenant] = waiting.get(tenant, 0) + 1
+
+    def _weight(self, tenant: str | None) -> float:
+        limit = self._limits.get(tenant) if tenant is not None else None
+        return 1.0 if limit is None else limit.weight
+
+    def _at_cap(self, tenant: str | None) -> bool:
+        limit = self._limits.get(tenant) if tenant is not None else None
+        return (limit is not None and limit.max_running is not None
+                and self._tenant_running.get(tenant, 0) >= limit.max_running)
+
+    def tenant_running(self, tenant: str | None) -> int:
+        """Return how many running sequences belong to ``tenant``."""
+        if self._tenanted:
+            return self._tenant_running.get(tenant, 0)
+        return sum(1 for seq in self._running if seq.req.tenant == tenant)
 
     def _max_tokens(self, req: Request) -> int:
         """Return the KV tokens a request can need at most (its reservation under ``reserve``)."""
@@ -358,13 +449,21 @@ class Scheduler:
         return -(-(req.prompt_tokens + req.max_output_tokens) // bs) * bs
 
     def expire(self, now: float) -> list[Outcome]:
-        """End every live request whose deadline is at or before ``now`` with "timeout"."""
+        """End every live request whose deadline is at or before ``now`` with "timeout", and shed
+        every never-admitted request waiting since ``max_queue_wait_s`` before ``now`` ("rejected"),
+        earliest first (shedding first at equal times)."""
         out: list[Outcome] = []
-        heap = self._deadlines
-        while heap and heap[0][0] <= now:
+        heap, shed = self._deadlines, self._shed
+        while (heap and heap[0][0] <= now) or (shed and shed[0][0] <= now):
+            if shed and shed[0][0] <= now and (not heap or shed[0][0] <= heap[0][0]):
+                _, counter, rid = heapq.heappop(shed)
+                if self._is_sheddable(rid, counter):
+                    out.append(self._finish(self._seqs[rid], now, "rejected", ERR_QUEUE_WAIT))
+                continue
             _, counter, rid = heapq.heappop(heap)
             if self._is_live(rid, counter):
-                out.append(self._finish(self._seqs[rid], now, "timeout", ERR_DEADLINE))
+                seq = self._seqs[rid]
+                out.append(self._finish(seq, now, "timeout", seq.req.deadline_error or ERR_DEADLINE))
         return out
 
     def cancel(self, request_id: str, now: float) -> Outcome | None:
@@ -380,8 +479,12 @@ class Scheduler:
         if seq.running:
             self._running.remove(seq)
             seq.running = False
+            if self._tenanted:
+                self._tenant_running[seq.req.tenant] -= 1
         else:
             self._waiting.remove(seq)
+            if self._tenanted:
+                self._tenant_waiting[seq.req.tenant] -= 1
         del self._seqs[seq.req.request_id]
         req = seq.req
         return Outcome(req.request_id, req.arrival_s, seq.admitted_s, seq.first_token_s, now, status,
@@ -469,7 +572,10 @@ class Scheduler:
         waiting = self._waiting
         cache = self.cache
         while waiting and len(self._running) < cfg.max_num_seqs:
-            seq = waiting[0]
+            pick = waiting[0] if not self._tenanted else self._next_candidate()
+            if pick is None:
+                break
+            seq = pick
             total = seq.req.prompt_tokens + seq.generated
             hit = 0 if cache is None else self._lookup(seq, total)
             left = total - hit * bs
@@ -486,7 +592,12 @@ class Scheduler:
                 cached = 0 if cache is None else cache.num_cached - cache.num_evictable + reused
                 if need > cfg.kv_budget_tokens - self._reserved_tokens - cached * bs:
                     break
-            waiting.popleft()
+            if seq is waiting[0]:
+                waiting.popleft()
+            else:
+                waiting.remove(seq)
+            if self._tenanted:
+                self._admitted_tenant(seq)
             if cache is not None:
                 if hit:
                     cache.acquire(seq.keys[:hit])  # type: ignore[index]
@@ -509,6 +620,37 @@ class Scheduler:
             plan.prefill.append((seq.req.request_id, chunk))
             budget -= chunk
         return budget
+
+    def _next_candidate(self) -> _Seq | None:
+        """Return the waiting request to try next: FIFO past capped tenants, or by the fair rule."""
+        fair = self.config.scheduling == "fair"
+        active = sum(1 for k in self._tenant_waiting.values() if k)
+        seen: set[str | None] = set()
+        best: _Seq | None = None
+        best_tokens = math.inf
+        for seq in self._waiting:
+            tenant = seq.req.tenant
+            if tenant in seen:
+                continue
+            seen.add(tenant)
+            if not self._at_cap(tenant):
+                if not fair:
+                    return seq
+                tokens = self._tenant_tokens.get(tenant, 0.0)
+                if tokens < best_tokens:  # strict: the earlier head (longer wait) wins ties
+                    best, best_tokens = seq, tokens
+            if len(seen) >= active:
+                break
+        return best
+
+    def _admitted_tenant(self, seq: _Seq) -> None:
+        """Move ``seq``'s tenant counts from waiting to running; charge its first admission (fair)."""
+        tenant = seq.req.tenant
+        self._tenant_waiting[tenant] -= 1
+        self._tenant_running[tenant] = self._tenant_running.get(tenant, 0) + 1
+        if seq.admitted_s is None:
+            cost = seq.req.prompt_tokens + seq.req.max_output_tokens
+            self._tenant_tokens[tenant] = self._tenant_tokens.get(tenant, 0.0) + cost / self._weight(tenant)
 
     def _lookup(self, seq: _Seq, total: int) -> int:
         """Return the leading prompt blocks of ``seq`` cached now (leaving at least one token to compute)."""
@@ -599,6 +741,9 @@ class Scheduler:
         seq.decoding = False
         seq.computed = 0
         self._waiting.appendleft(seq)
+        if self._tenanted:
+            self._tenant_running[seq.req.tenant] -= 1
+            self._start_waiting(seq.req.tenant)
 
     # ------------------------------------------------------------------ commits
     def on_step_done(self, plan: StepPlan, now: float, finished: Iterable[str] = (),
@@ -741,6 +886,15 @@ class Scheduler:
             raise AssertionError(f"kv_tokens_used {self.kv_tokens_used} > budget {cfg.kv_budget_tokens}")
         if self._held_tokens != sum(seq.computed - seq.shared * bs for seq in running):
             raise AssertionError("held tokens differ from the running requests' computed tokens")
+        if self._tenanted:
+            for tenant in set(self._tenant_running) | {seq.req.tenant for seq in running}:
+                n = sum(1 for seq in running if seq.req.tenant == tenant)
+                if self._tenant_running.get(tenant, 0) != n:
+                    raise AssertionError(f"tenant {tenant!r}: {self._tenant_running.get(tenant, 0)} counted running "
+                                         f"!= {n}")
+                limit = self._limits.get(tenant) if tenant is not None else None
+                if limit is not None and limit.max_running is not None and n > limit.max_running:
+                    raise AssertionError(f"tenant {tenant!r}: {n} running > max_running {limit.max_running}")
 
     def snapshot(self) -> dict[str, int]:
         """Return counts for a trace row: running, waiting, kv_tokens_used."""
