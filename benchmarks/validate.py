@@ -41,13 +41,14 @@ def load() -> dict[str, Any]:
 
 def one_run(scenario: Path, out: Path, model: str, device: str) -> dict[str, Any]:
     """Run the scenario on the engine, validate it, and return the comparison with the machine's load."""
-    from servebench.cli.run import execute_run
     from servebench.serving.engine.rundir import read_run
+    from servebench.serving.engine.timing_run import execute_run
     from servebench.serving.engine.validation import validate_run
+    from servebench.serving.scenario import load_scenario
 
     before = load()
     t0 = time.monotonic()
-    meta = execute_run(scenario, out, model=model, device=device)
+    meta = execute_run(load_scenario(scenario), out, scenario_source=str(scenario), model=model, device=device)
     folder = read_run(out)
     result = validate_run(folder.records, folder.steps, folder.scenario, allow_poor_fit=True)
     return {"load_before": before, "load_after": load(), "wall_s": round(time.monotonic() - t0, 2),

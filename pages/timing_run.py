@@ -11,14 +11,14 @@ import streamlit as st
 import yaml
 
 from pages._shared import SAMPLE_DIR, RecordSource, fail, guarded, set_source, sharing, upload_error
-from servebench.cli.run import execute_run
 from servebench.serving.engine.model import PRESETS as ENGINE_PRESETS
 from servebench.serving.engine.model import device_name, pick_device
 from servebench.output.cautions import cpu_model_warning
 from servebench.serving.engine.rundir import METADATA, RECORDS, STEPS, read_run
+from servebench.serving.engine.timing_run import execute_run
 from servebench.errors import InputFormatError
 from servebench.output.figures.summary import fmt
-from servebench.serving.scenario import load_scenario, parse_scenario
+from servebench.serving.scenario import load_scenario, parse_scenario, with_request_count
 
 SCENARIO_DIR = SAMPLE_DIR / "scenarios"
 STEP_TRACE_KEY = "timing_run_steps"  # read by the Load sweep page to fit its step model
@@ -68,8 +68,8 @@ share = sharing()
 if not share.may_start_work:  # shared on a network: no button, so nobody else starts work on this machine
     st.warning(share.opt_in_message("a timing run"), icon=":material/lock:")
 elif st.button("Start the timing run", type="primary", key="run_start"):
-    workload = scenario.workload.model_copy(update={"num_requests": requests, "duration_s": None})
-    run_scenario_doc = scenario.model_copy(update={"workload": workload}).model_dump(mode="json", exclude_none=True)
+    to_run = guarded(with_request_count, scenario, requests)
+    source = up.name if up is not None else f"sample_data/scenarios/{sample}"
     bar = st.progress(0.0, text="Warming up…")
     last = [0.0, -1]
 
@@ -80,14 +80,11 @@ elif st.button("Start the timing run", type="primary", key="run_start"):
             bar.progress(ended / total, text=f"{ended:,} of {total:,} requests ended ({sent:,} sent)")
 
     with tempfile.TemporaryDirectory(prefix="servebench-run-") as tmp:
-        path = Path(tmp) / "scenario.yaml"
-        path.write_text(yaml.safe_dump(run_scenario_doc, sort_keys=False), encoding="utf-8")
         out = Path(tmp) / "run"
-        meta = guarded(execute_run, path, out, model=model, device=device, threads=threads,
-                       max_wall_s=max_wall_s, progress=on_progress)
+        meta = guarded(execute_run, to_run, out, scenario_source=source, model=model, device=device,
+                       threads=threads, max_wall_s=max_wall_s, progress=on_progress)
         folder = guarded(read_run, out)
         records = (out / RECORDS).read_bytes()
-    meta["scenario_source"] = up.name if up is not None else f"sample_data/scenarios/{sample}"
     name = f"timing run {scenario.name} ({model}, {meta['runtime']['device_name']}).jsonl"
     set_source(RecordSource.of(name, records, "timing run", metadata=meta, steps=folder.steps))
     st.session_state[STEP_TRACE_KEY] = (name, folder.steps)

@@ -373,6 +373,27 @@ def test_run_writes_records_trace_and_contract_then_validate_compares(tmp_path) 
     assert res.exit_code == 0 and "Measured vs simulated" in res.stdout
 
 
+def test_execute_run_takes_a_scenario_object_no_file(tmp_path) -> None:
+    import yaml
+
+    from servebench.serving.engine.rundir import read_run
+    from servebench.serving.engine.timing_run import execute_run
+    from servebench.serving.scenario import parse_scenario, with_request_count
+
+    scenario = with_request_count(parse_scenario(yaml.safe_load(SCENARIO), "inline"), 6)
+    out = tmp_path / "run"
+    meta = execute_run(scenario, out, scenario_source="mine.yaml", warmup_steps=0)
+    assert meta["scenario_source"] == "mine.yaml" and meta["run"]["offered_requests"] == 6
+    assert meta["scenario"]["workload"]["num_requests"] == 6
+    folder = read_run(out)
+    assert len(folder.records) == 6 and folder.scenario == scenario
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ConfigError, match="exists and is not a directory"):
+        execute_run(scenario, tmp_path / "file")
+    with pytest.raises(ConfigError, match="at least 1"):
+        with_request_count(scenario, 0)
+
+
 def test_validate_of_a_folder_that_is_not_a_run_exits_2(tmp_path, capsys) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["validate", str(tmp_path)])

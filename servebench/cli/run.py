@@ -10,42 +10,8 @@ from rich.console import Console
 from rich.table import Table
 
 from servebench.cli.core import app, console, emit_json
-from servebench.errors import ConfigError
 from servebench.output.terminal import fmt
 from servebench.output.safetext import safe_markup
-
-
-def execute_run(scenario_path: Path, out: Path, *, model: str = "tiny", device: str = "auto", threads: int = 1,
-                weights_seed: int = 0, max_wall_s: float | None = None, warmup_steps: int = 3,
-                progress: Any = None) -> dict[str, Any]:
-    """Run a scenario on the local engine, write the run folder, and return its metadata."""
-    import torch
-
-    from servebench.serving.engine.run_metadata import build_contract
-    from servebench.serving.engine.model import Decoder, configure_cpu, pick_device, preset
-    from servebench.serving.engine.rundir import write_run
-    from servebench.serving.engine.runner import run_scenario
-    from servebench.serving.scenario import load_scenario
-
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"output {out} exists and is not a directory")
-    sc = load_scenario(scenario_path)
-    shape = preset(model)
-    dev, dtype = pick_device(device)
-    previous_threads = torch.get_num_threads()
-    configure_cpu(threads)
-    try:  # a caller process (the dashboard) keeps its own torch thread count
-        decoder = Decoder(shape, seed=weights_seed, device=dev, dtype=dtype)
-        run = run_scenario(decoder, sc, max_wall_s=max_wall_s, warmup_steps=warmup_steps, progress=progress)
-    finally:
-        torch.set_num_threads(previous_threads)
-    if sc.server.prefill_lane != "shared":
-        run.notes.append("the scenario asks for a separate prefill lane; the engine computes prompts inside "
-                         "the batched step (shared)")
-    meta = build_contract(sc, decoder, run, seed_weights=weights_seed, threads=threads,
-                          scenario_source=str(scenario_path), warmup_steps=warmup_steps)
-    write_run(out, run.records, run.steps, meta)
-    return meta
 
 
 @app.command()
@@ -65,9 +31,12 @@ def run(
     """Serve a scenario's workload in real time on the local torch engine; write records, step trace and contract."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from servebench.serving.engine.rundir import read_run
     from servebench.analysis.summary import build_report
+    from servebench.serving.engine.rundir import read_run
+    from servebench.serving.engine.timing_run import execute_run
+    from servebench.serving.scenario import load_scenario
 
+    sc = load_scenario(scenario)
     err = Console(stderr=True)
     with Progress(TextColumn("[bold]timing run"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[sent]}"),
                   TimeElapsedColumn(), console=err, transient=True) as bar:
@@ -76,8 +45,9 @@ def run(
         def progress(ended: int, sent: int, total: int) -> None:
             bar.update(task, completed=ended, total=total, sent=f"sent {sent}")
 
-        meta = execute_run(scenario, out, model=model, device=device, threads=threads, weights_seed=weights_seed,
-                           max_wall_s=max_wall_s, warmup_steps=warmup_steps, progress=progress)
+        meta = execute_run(sc, out, scenario_source=str(scenario), model=model, device=device, threads=threads,
+                           weights_seed=weights_seed, max_wall_s=max_wall_s, warmup_steps=warmup_steps,
+                           progress=progress)
     folder = read_run(out)
     report = build_report(folder.records, 0.0, max(folder.window_end, 1e-9))
     info = {"out_dir": str(out), "files": ["records.jsonl", "steps.jsonl", "metadata.json"],

@@ -171,6 +171,14 @@ def load_scenario(path: str | Path) -> Scenario:
     return parse_scenario(data, str(p), p.parent)
 
 
+def with_request_count(scenario: Scenario, requests: int) -> Scenario:
+    """Return the scenario offering exactly ``requests`` requests (any duration limit dropped)."""
+    if requests < 1:
+        raise ConfigError(f"scenario {scenario.name!r}: {requests} requests; a run needs at least 1")
+    workload = scenario.workload.model_copy(update={"num_requests": requests, "duration_s": None})
+    return scenario.model_copy(update={"workload": workload})
+
+
 def _load_files(scenario: Scenario, source: str, base_dir: Path) -> Scenario:
     wl = scenario.workload
     classes = []
