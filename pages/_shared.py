@@ -19,7 +19,7 @@ from servebench.output.appsafety import Sharing, upload_size_error
 from servebench.errors import RecordValidationError, ServebenchError
 from servebench.records.extra_columns import extra_columns_note, slice_by as sliced
 from servebench.output.terminal import fmt_window
-from servebench.records.importers import FORMATS as FOREIGN_FORMATS
+from servebench.records.importers import FORMATS as FOREIGN_FORMATS, ImportOptions
 from servebench.records.loaders import LoadedRecords, read_bytes
 from servebench.output.plain import GLOSSARY, export_label, for_people
 from servebench.records.table import RecordTable
@@ -57,6 +57,19 @@ class RecordSource:
 
 
 @dataclass(frozen=True)
+class ReadAs:
+    """How a record set is read: the format picked (or auto) and, for another tool's export, its import options."""
+
+    fmt: str = "auto"
+    options: ImportOptions | None = None
+
+    @property
+    def key(self) -> str:
+        """Return a text key for caches and widget keys (just the format when there are no options)."""
+        return self.fmt if self.options is None else f"{self.fmt}:{self.options}"
+
+
+@dataclass(frozen=True)
 class Dataset:
     """The validated records on screen, the window they were validated over, and what the reader said."""
 
@@ -65,9 +78,9 @@ class Dataset:
     table: RecordTable
     window_start: float
     window_end: float
-    key: str = ""  # the file's digest and the format it was read with: the cache key of anything built from it
+    key: str = ""  # the file's digest and how it was read: the cache key of anything built from it
     zoom: TrimmedRecords | None = None  # what the window kept and left out
-    fmt: str = "auto"
+    read_as: ReadAs = ReadAs()
 
     @property
     def unavailable(self) -> frozenset[str]:
@@ -103,8 +116,8 @@ def sample_source(name: str) -> RecordSource:
 
 
 RUNS_KEY = "held_runs"  # digest -> RecordSource: every record set held at once (what Compare offers)
-LAST_GOOD_KEY = "last_good"  # (RecordSource, format) of the last record set that loaded and validated
-READ_AS_KEY = "read_as"  # digest -> the format string that record set was last read with
+LAST_GOOD_KEY = "last_good"  # (RecordSource, ReadAs, window) of the last record set that loaded and validated
+READ_AS_KEY = "read_as"  # digest -> the ReadAs that record set was last read with
 
 
 def held_runs() -> dict[str, RecordSource]:
@@ -153,30 +166,28 @@ READ_AS = ("auto", "csv", "json", "jsonl", "parquet", *FOREIGN_FORMATS)
 
 
 @st.cache_resource(max_entries=8, show_spinner=False)
-def _load(digest: str, name: str, fmt: str, _data: bytes) -> LoadedRecords:
-    return read_bytes(_data, name, fmt)
+def _load(digest: str, name: str, read_as_key: str, _data: bytes, _read_as: ReadAs) -> LoadedRecords:
+    return read_bytes(_data, name, _read_as.fmt, _read_as.options)
 
 
-def _import_format(loaded_format: str, run: int | None, drop_outside: bool) -> str | None:
-    """Return the format string that re-reads another tool's export with the user's options, or None."""
-    if loaded_format not in FOREIGN_FORMATS or (run is None and not drop_outside):
-        return None
-    options = ([f"run={run}"] if run is not None else []) + (["outside_window=drop"] if drop_outside else [])
-    return f"{loaded_format}:{','.join(options)}"
+def _read(src: RecordSource, read_as: ReadAs) -> LoadedRecords:
+    """Read a record set as asked (cached per file and ReadAs); a ServebenchError propagates."""
+    return _load(src.digest, src.name, read_as.key, src.data, read_as)
 
 
-def _import_options(src: RecordSource) -> tuple[LoadedRecords, str]:
+def _import_options(src: RecordSource) -> tuple[LoadedRecords, ReadAs]:
     """Read the record set with the sidebar's format override and, for another tool's export, its options.
 
-    Return the records and the format string they were read with; a ServebenchError propagates.
+    Return the records and how they were read; a ServebenchError propagates.
     """
     box = st.sidebar.expander("Import options")
     fmt = box.selectbox("Read as", READ_AS, key=f"fmt:{src.digest}",
                         help="auto-detects servebench records and the exports of " + ", ".join(FOREIGN_FORMATS))
-    loaded = _load(src.digest, src.name, fmt, src.data)
+    read_as = ReadAs(fmt)
+    loaded = _read(src, read_as)
     if loaded.format not in FOREIGN_FORMATS:
         box.caption(f"Read as {export_label(loaded.format)}.")
-        return loaded, fmt
+        return loaded, read_as
     runs = int(loaded.metadata.get("runs") or 1)
     run = None
     if runs > 1:
@@ -185,10 +196,10 @@ def _import_options(src: RecordSource) -> tuple[LoadedRecords, str]:
     drop = box.toggle("Leave out warm-up and cool-down requests", key=f"drop:{src.digest}",
                       help="Requests outside the tool's measured window; kept with slice 'warmup' or 'cooldown' "
                            "by default.")
-    again = _import_format(loaded.format, run, drop)
-    if again is None:
-        return loaded, fmt
-    return _load(src.digest, src.name, again, src.data), again
+    if run is None and not drop:
+        return loaded, read_as
+    again = ReadAs(loaded.format, ImportOptions(run=run, outside_window="drop" if drop else "mark"))
+    return _read(src, again), again
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)
@@ -303,8 +314,7 @@ def _show_load_error(exc: ServebenchError, src: RecordSource) -> None:
     text = for_people(str(exc))
     if isinstance(exc, RecordValidationError):
         try:
-            listed = bad_rows_text(_load(src.digest, src.name, st.session_state.get(f"fmt:{src.digest}", "auto"),
-                                         src.data).rows)
+            listed = bad_rows_text(_read(src, ReadAs(st.session_state.get(f"fmt:{src.digest}", "auto"))).rows)
         except ServebenchError:
             listed = None
         if listed and listed.count("\n- ") > 1:  # more than one bad row: list them so one pass fixes them all
@@ -312,10 +322,10 @@ def _show_load_error(exc: ServebenchError, src: RecordSource) -> None:
     st.error(safe_text(text, multiline=True), icon="🚫")
 
 
-def _dataset(src: RecordSource, loaded: LoadedRecords, fmt: str, window: tuple[float, float] | None,
+def _dataset(src: RecordSource, loaded: LoadedRecords, read_as: ReadAs, window: tuple[float, float] | None,
              widgets: bool) -> Dataset:
     """Validate a record set once, then zoom to the window (the sidebar's inputs when ``widgets``)."""
-    key = f"{src.digest}:{fmt}"  # the same bytes read another way are another record set
+    key = f"{src.digest}:{read_as.key}"  # the same bytes read another way are another record set
     full = _validate(key, loaded)
     default_ws, default_we = float(full.start.min()), float(full.end.max())
     ws, we = window if window is not None else _window(key, default_ws, default_we)
@@ -329,7 +339,7 @@ def _dataset(src: RecordSource, loaded: LoadedRecords, fmt: str, window: tuple[f
                        "inside it are left out and counted.")
         ws, we = _window(key, default_ws, default_we)
     zoom = _trim(key, ws, we, full)
-    return Dataset(src, loaded, zoom.table, ws, we, key, zoom=zoom, fmt=fmt)
+    return Dataset(src, loaded, zoom.table, ws, we, key, zoom=zoom, read_as=read_as)
 
 
 def records_sidebar() -> Dataset:
@@ -361,21 +371,20 @@ def records_sidebar() -> Dataset:
                          help="Every record set you uploaded or opened is kept; Compare shows them side by side.")
         st.caption(f"Showing **{safe_text(src.name)}** ({src.origin}, {len(src.data):,} bytes)")
     try:
-        loaded, fmt = _import_options(src)
-        ds = _dataset(src, loaded, fmt, None, widgets=True)
+        loaded, read_as = _import_options(src)
+        ds = _dataset(src, loaded, read_as, None, widgets=True)
     except ServebenchError as exc:
         _show_load_error(exc, src)
         last = st.session_state.get(LAST_GOOD_KEY)
         if last is None:
             st.stop()
-        good, good_fmt, good_window = last
+        good, good_read_as, good_window = last
         st.info(safe_text(f"Still showing **{good.name}**, the last record set that loaded. Fix the file, or remove "
                           "it with its x, to go on."), icon=":material/history:")
-        ds = guarded(lambda: _dataset(good, _load(good.digest, good.name, good_fmt, good.data), good_fmt,
-                                      good_window, widgets=False))
+        ds = guarded(lambda: _dataset(good, _read(good, good_read_as), good_read_as, good_window, widgets=False))
     else:
-        st.session_state[LAST_GOOD_KEY] = (src, fmt, (ds.window_start, ds.window_end))
-        st.session_state.setdefault(READ_AS_KEY, {})[src.digest] = fmt
+        st.session_state[LAST_GOOD_KEY] = (src, read_as, (ds.window_start, ds.window_end))
+        st.session_state.setdefault(READ_AS_KEY, {})[src.digest] = read_as
         _share_state(ds)
     if ds.zoom is not None and ds.zoom.left_out:
         if not len(ds.table):
@@ -401,14 +410,14 @@ def _share_state(ds: Dataset) -> None:
 
 def dataset_of(src: RecordSource) -> Dataset:
     """Return a held record set read as it was last read, over its last window (for Compare; raises ServebenchError)."""
-    fmt = st.session_state.get(READ_AS_KEY, {}).get(src.digest, "auto")
-    loaded = _load(src.digest, src.name, fmt, src.data)
-    key = f"{src.digest}:{fmt}"
+    read_as = st.session_state.get(READ_AS_KEY, {}).get(src.digest, ReadAs())
+    loaded = _read(src, read_as)
+    key = f"{src.digest}:{read_as.key}"
     window = st.session_state.get(f"window:{key}")
     if window is None:
         full = _validate(key, loaded)
         window = (float(full.start.min()), float(full.end.max()))
-    return _dataset(src, loaded, fmt, (float(window[0]), float(window[1])), widgets=False)
+    return _dataset(src, loaded, read_as, (float(window[0]), float(window[1])), widgets=False)
 
 
 def _run_input(ds: Dataset) -> RunInput:

@@ -7,6 +7,7 @@ counts exactly, means within rounding.
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from hypothesis import strategies as st
 from faulty_server import faulty_run
 
 from servebench.errors import InputFormatError
-from servebench.records.importers import FORMATS, detect, import_bytes, import_runs, parse_format
+from servebench.records.importers import FORMATS, ImportOptions, detect, import_bytes, import_runs, parse_format
 from servebench.records.loaders import read_bytes, read_path, to_table
 from servebench.records.table import STATUSES
 
@@ -84,6 +85,10 @@ def test_every_format_has_an_importer_and_options_parse():
         parse_format("guidellm:outside_window=keep")
     with pytest.raises(InputFormatError, match="unknown format option 'speed'"):
         parse_format("guidellm:speed=1")
+    for bad, field in (({"run": -1}, "run=-1"), ({"run": True}, "run=True"),
+                       ({"outside_window": "keep"}, "outside_window='keep'"), ({"tokens": "both"}, "tokens='both'")):
+        with pytest.raises(InputFormatError, match=f"import option {re.escape(field)}"):
+            ImportOptions(**bad)
 
 
 def test_explicit_format_forces_the_importer_and_says_when_it_does_not_fit():
@@ -172,8 +177,10 @@ def test_guidellm_several_benchmarks_pick_one_and_warn():
     assert first.rows.n == 40 and "holds 2 benchmarks" in first.warnings[0]
     assert import_bytes(data, "two.json", "guidellm:run=1").rows.n == 5
     assert read_bytes(data, "two.json", "guidellm:run=1").rows.n == 5
+    assert read_bytes(data, "two.json", "auto", ImportOptions(run=1)).rows.n == 5  # options as an object
+    assert import_bytes(data, "two.json", "guidellm:run=1", ImportOptions(run=0)).rows.n == 40  # they win
     with pytest.raises(InputFormatError, match="run 2 does not exist; the file holds 2 benchmark"):
-        import_bytes(data, "two.json", run=2)
+        import_bytes(data, "two.json", options=ImportOptions(run=2))
 
 
 def test_guidellm_csv_is_explained_not_misread():
@@ -299,7 +306,7 @@ def test_aiperf_error_lines_keep_status_cause_and_phase():
     assert t.error[4].startswith("HTTP 499 RequestCancellationError")
     assert any("discards the partial stream of cancelled requests" in w for w in loaded.warnings)
     dropped = import_bytes((DATA / "aiperf-errors-handmade.jsonl").read_bytes(), "e.jsonl",
-                           outside_window="drop")
+                           options=ImportOptions(outside_window="drop"))
     assert dropped.rows.n == 4
 
 

@@ -6,7 +6,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from servebench.records.importers import import_runs
+from servebench.records.importers import ImportOptions, import_runs
 from servebench.records.loaders import LoadedRecords
 from servebench.analysis.summary import build_report
 from servebench.records.window_zoom import full_table
@@ -21,10 +21,10 @@ def run_label(loaded: LoadedRecords) -> str:
     return f"run {m.get('run_index', 0)}: {what}{at}"
 
 
-def runs_table(data: bytes, name: str, fmt: str = "auto", outside_window: str | None = None) -> pd.DataFrame:
+def runs_table(data: bytes, name: str, fmt: str = "auto", options: ImportOptions | None = None) -> pd.DataFrame:
     """Return one row per run of an export: its rate, counts, throughput and p95s (each over its own span)."""
     rows = []
-    for loaded in import_runs(data, name, fmt, outside_window=outside_window):
+    for loaded in import_runs(data, name, fmt, options):
         table = full_table(loaded)
         ws, we = float(table.start.min()), float(table.end.max())
         r = build_report(table, ws, we)

@@ -9,7 +9,7 @@ import math
 import re
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, BinaryIO, Callable
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable
 
 import numpy as np
 import pyarrow as pa
@@ -20,6 +20,9 @@ from servebench.errors import InputFormatError, RecordValidationError, Servebenc
 from servebench.records.loaded import LoadedRecords
 from servebench.records.table import ParsedRows, RecordTable, canonical_name, default_window, parse_arrow, \
     parse_objects, printable_key, shown, validate
+
+if TYPE_CHECKING:  # the importers load on first use
+    from servebench.records.importers.common import ImportOptions
 
 REQUIRED_COLUMNS = ("start", "end", "status")
 
@@ -284,8 +287,12 @@ READERS: dict[str, Callable[..., ParsedRows]] = {
 CANONICAL_FORMATS: tuple[str, ...] = tuple(READERS)
 
 
-def read_bytes(data: bytes, name: str, fmt: str = "auto") -> LoadedRecords:
-    """Parse a file's bytes as canonical records, or through an importer for other tools' exports."""
+def read_bytes(data: bytes, name: str, fmt: str = "auto", options: ImportOptions | None = None) -> LoadedRecords:
+    """Parse a file's bytes as canonical records, or through an importer for other tools' exports.
+
+    ``options`` (which run, warm-up and cool-down) apply to another tool's export, chosen or detected;
+    servebench's own files have no options to apply.
+    """
     if not data.strip():
         raise InputFormatError(f"{name}: the file is empty")
     if fmt == "auto":
@@ -300,10 +307,10 @@ def read_bytes(data: bytes, name: str, fmt: str = "auto") -> LoadedRecords:
                 foreign = None
             if foreign is None:
                 raise
-            return import_bytes(data, name, foreign)
+            return import_bytes(data, name, foreign, options)
     if fmt not in READERS:
         from servebench.records.importers import import_bytes  # e.g. "vllm", "guidellm:run=1,outside_window=drop"
-        return import_bytes(data, name, fmt)
+        return import_bytes(data, name, fmt, options)
     return _loaded(READERS[fmt](data, name), fmt)
 
 

@@ -9,7 +9,8 @@ One module per tool. Each has ``sniff(doc) -> bool``, ``import_document(doc, sou
 * ``outside_window``: ``mark`` (default) labels requests outside the tool's measured window with slice
   ``warmup`` / ``cooldown``; ``drop`` leaves them out.
 
-A format name may carry options, so the CLI's ``--format`` can pass them: ``guidellm:run=1,outside_window=drop``.
+Code passes them as an :class:`ImportOptions`; the CLI's ``--format`` writes them into the format name
+(``guidellm:run=1,outside_window=drop``), which :func:`parse_format` reads.
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ class Importer:
     name: str
     tool: str
     sniff: Callable[[Document], bool]
-    import_document: Callable[[Document, str, ImportOptions], "LoadedRecords"]
-    import_runs: Callable[[Document, str, ImportOptions], list["LoadedRecords"]]
+    import_document: Callable[[Document, str, ImportOptions], LoadedRecords]
+    import_runs: Callable[[Document, str, ImportOptions], list[LoadedRecords]]
 
 
 IMPORTERS: dict[str, Importer] = {
@@ -133,25 +134,19 @@ def _expected(base: str) -> str:
     }[base]
 
 
-def import_bytes(data: bytes, name: str, fmt: str = "auto", *, run: int | None = None,
-                 outside_window: str | None = None) -> "LoadedRecords":
-    """Import one run of a foreign export (format name, ``auto``, or ``name:run=N,outside_window=drop``)."""
-    imp, doc, options = _resolve(data, name, fmt)
-    options = _override(options, run, outside_window)
-    return imp.import_document(doc, name, options)
+def import_bytes(data: bytes, name: str, fmt: str = "auto", options: ImportOptions | None = None) -> LoadedRecords:
+    """Import one run of a foreign export (a format name or ``auto``).
+
+    ``options``, when given, replace any the format name carries (``name:run=N,...``, the CLI's spelling).
+    """
+    imp, doc, parsed = _resolve(data, name, fmt)
+    return imp.import_document(doc, name, parsed if options is None else options)
 
 
-def import_runs(data: bytes, name: str, fmt: str = "auto", *,
-                outside_window: str | None = None) -> list["LoadedRecords"]:
-    """Import every run in a foreign export, one LoadedRecords each (a single-run file gives a list of one)."""
-    imp, doc, options = _resolve(data, name, fmt)
-    options = _override(options, None, outside_window)
-    return imp.import_runs(doc, name, options)
+def import_runs(data: bytes, name: str, fmt: str = "auto", options: ImportOptions | None = None) -> list[LoadedRecords]:
+    """Import every run in a foreign export, one LoadedRecords each (a single-run file gives a list of one).
 
-
-def _override(options: ImportOptions, run: int | None, outside_window: str | None) -> ImportOptions:
-    if outside_window is not None and outside_window not in OUTSIDE_WINDOW_CHOICES:
-        raise InputFormatError(f"outside_window={outside_window!r} must be one of {', '.join(OUTSIDE_WINDOW_CHOICES)}")
-    outside = options.outside_window if outside_window is None else outside_window
-    return ImportOptions(run=options.run if run is None else run, outside_window=outside,  # type: ignore[arg-type]
-                         tokens=options.tokens)
+    ``options`` as for :func:`import_bytes`; their ``run`` is ignored (every run is imported).
+    """
+    imp, doc, parsed = _resolve(data, name, fmt)
+    return imp.import_runs(doc, name, parsed if options is None else options)

@@ -43,6 +43,15 @@ class ImportOptions:
     outside_window: OutsideWindow = "mark"
     tokens: Literal["client", "server"] = "client"  # AIPerf: whose output token count a success keeps
 
+    def __post_init__(self) -> None:
+        if self.run is not None and (isinstance(self.run, bool) or not isinstance(self.run, int) or self.run < 0):
+            raise InputFormatError(f"import option run={self.run!r} must be a run number (0, 1, ...)")
+        if self.outside_window not in OUTSIDE_WINDOW_CHOICES:
+            raise InputFormatError(f"import option outside_window={self.outside_window!r} must be one of "
+                                   f"{', '.join(OUTSIDE_WINDOW_CHOICES)}")
+        if self.tokens not in ("client", "server"):
+            raise InputFormatError(f"import option tokens={self.tokens!r} must be client or server")
+
 
 def decode_text(data: bytes, source: str) -> str:
     """Return the bytes as UTF-8 text, or raise naming the file and the offset of the bad byte."""
