@@ -309,3 +309,17 @@ def test_waiting_never_exceeds_max_waiting_and_every_request_ends_once(
         if o.status == "success":
             assert o.output_tokens == reqs[int(o.request_id[1:])][2]
     validate(parse_objects([o.to_record() for o in ended]), 0.0, t + 1.0)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(prompt=st.integers(0, 300), cap=st.integers(1, 300), budget=st.integers(16, 600),
+       policy=st.sampled_from(["reserve", "paged"]), block=st.sampled_from([1, 7, 16]))
+def test_a_request_is_too_large_exactly_when_the_capacity_model_says_it_cannot_fit(
+        prompt: int, cap: int, budget: int, policy: str, block: int) -> None:
+    from servebench.capacity import kv
+    from servebench.serving import scheduler
+    assert scheduler.Policy is kv.Policy and scheduler.POLICIES is kv.POLICIES  # one definition
+    cfg = SchedulerConfig(kv_budget_tokens=max(budget, block), policy=policy, block_size_tokens=block)  # type: ignore[arg-type]
+    o = Scheduler(cfg).add_request(req("a", prompt=prompt, out=cap), 0.0)
+    too_large = kv.tokens_per_request(prompt, cap, policy, block_size=block) > cfg.kv_budget_tokens  # type: ignore[arg-type]
+    assert (o is not None and o.error == ERR_TOO_LARGE) == too_large

@@ -42,7 +42,8 @@ DTYPE_BYTES: dict[str, float] = {
     "int4": 0.5, "fp4": 0.5,
 }
 
-Policy = Literal["reserve", "paged"]
+Policy = Literal["reserve", "paged"]  # KV admission policy (see tokens_per_request)
+POLICIES: tuple[str, ...] = ("reserve", "paged")
 LayerKind = Literal["global", "local"]
 
 

@@ -13,7 +13,7 @@ from rich.table import Table
 from servebench.cli.core import app, console, emit_json
 from servebench.analysis.diagnosis import PRECEDENCE, ProfileTable, Thresholds, Verdict, diagnose_records, diagnose_table
 from servebench.errors import ConfigError, InputFormatError
-from servebench.capacity.kv import GIB
+from servebench.capacity.kv import GIB, POLICIES
 from servebench.capacity.model_presets import resolve_shape
 from servebench.output.terminal import fmt
 from servebench.output.safetext import safe_markup
@@ -131,7 +131,7 @@ def diagnose_command(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Diagnose what limits each load profile: kv_memory, queueing, prefill, decode or none."""
-    if policy is not None and policy not in ("reserve", "paged"):
+    if policy is not None and policy not in POLICIES:
         raise ConfigError(f"unknown admission policy {policy!r}; expected 'reserve' or 'paged'")
     shape = resolve_shape(model=model, config=str(config) if config else None, layers=layers, kv_heads=kv_heads,
                           head_dim=head_dim, bytes_per_element=bytes_per_element, required=False)

@@ -343,7 +343,7 @@ class _Mix(BaseModel):
     output_low: int
     smallest_request_tokens: int
     largest_request_tokens: int
-    policy: Literal["reserve", "paged"]
+    policy: kv.Policy
     block: int
     separate_lane: bool
 

@@ -27,7 +27,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from servebench.errors import ConfigError, ServebenchError
-from servebench.capacity.kv import GIB, ModelShape, budget_tokens
+from servebench.capacity.kv import GIB, ModelShape, Policy, budget_tokens
 from servebench.serving.scheduler import SchedulerConfig
 from servebench.capacity.stepmodel import StepModel
 from servebench.serving.workload import WorkloadSpec
@@ -38,7 +38,7 @@ class ServerSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    policy: Literal["reserve", "paged"] = Field("reserve", description="KV admission policy.")
+    policy: Policy = Field("reserve", description="KV admission policy.")
     kv_budget_tokens: int | None = Field(None, ge=1, description="KV budget in tokens (or give model + kv_budget_gib).")
     model: ModelShape | None = Field(None, description="Model shape, to turn kv_budget_gib into tokens.")
     kv_budget_gib: float | None = Field(None, gt=0, description="Memory left for the KV cache, GiB.")

@@ -97,12 +97,11 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from servebench.capacity.kv import POLICIES, Policy, tokens_per_request
 from servebench.errors import ConfigError
 from servebench.serving.prefix_cache import PrefixCache, PromptContent
 from servebench.records.table import record_dict
 
-Policy = Literal["reserve", "paged"]
-POLICIES: tuple[str, ...] = ("reserve", "paged")
 Scheduling = Literal["fcfs", "fair"]
 SCHEDULINGS: tuple[str, ...] = ("fcfs", "fair")
 
@@ -443,10 +442,8 @@ class Scheduler:
 
     def _max_tokens(self, req: Request) -> int:
         """Return the KV tokens a request can need at most (its reservation under ``reserve``)."""
-        if self.config.policy == "reserve":
-            return req.prompt_tokens + req.max_output_tokens
-        bs = self.config.block_size_tokens
-        return -(-(req.prompt_tokens + req.max_output_tokens) // bs) * bs
+        return tokens_per_request(req.prompt_tokens, req.max_output_tokens, self.config.policy,
+                                  block_size=self.config.block_size_tokens)
 
     def expire(self, now: float) -> list[Outcome]:
         """End every live request whose deadline is at or before ``now`` with "timeout", and shed

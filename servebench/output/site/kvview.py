@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from servebench.capacity.kv import Policy
 from servebench.errors import ConfigError, ServebenchError
 from servebench.output.terminal import fmt
 from servebench.analysis.summary import Report
@@ -34,7 +35,7 @@ class KvOptions(BaseModel):
     head_dim: int | None = Field(None, ge=1)
     bytes_per_element: float | None = Field(None, gt=0)
     budget_gib: float | None = Field(None, gt=0, description="Memory left for the KV cache, GiB per GPU.")
-    policy: Literal["reserve", "paged"] | None = Field(None, description="Default: the run's metadata, else reserve.")
+    policy: Policy | None = Field(None, description="Default: the run's metadata, else reserve.")
     output_cap: int | None = Field(None, ge=1, description="Output tokens reserved per request (default: max seen).")
 
     @model_validator(mode="after")
