@@ -323,3 +323,13 @@ def test_a_request_is_too_large_exactly_when_the_capacity_model_says_it_cannot_f
     o = Scheduler(cfg).add_request(req("a", prompt=prompt, out=cap), 0.0)
     too_large = kv.tokens_per_request(prompt, cap, policy, block_size=block) > cfg.kv_budget_tokens  # type: ignore[arg-type]
     assert (o is not None and o.error == ERR_TOO_LARGE) == too_large
+
+
+def test_output_target_is_the_drawn_output_capped_at_the_output_cap() -> None:
+    assert Request("a", 0.0, 10, 5, output_tokens=9).output_target_tokens == 5
+    assert Request("a", 0.0, 10, 5, output_tokens=3).output_target_tokens == 3
+    assert Request("a", 0.0, 10, 5).output_target_tokens == 5  # until the cap (or EOS)
+    s = Scheduler(SchedulerConfig(kv_budget_tokens=100))
+    s.add_request(Request("a", 0.0, 10, 5, output_tokens=9), 0.0)
+    (o,), _ = run(s)
+    assert (o.status, o.output_tokens) == ("success", 5)  # the scheduler ends it at that target

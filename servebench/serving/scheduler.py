@@ -194,6 +194,11 @@ class Request:
     tenant: str | None = None  # whose limits and share apply (see TenantLimit); None: the unnamed tenant
     deadline_error: str | None = None  # error of a timeout at its deadline; None: deadline_exceeded
 
+    @property
+    def output_target_tokens(self) -> int:
+        """Return the tokens it generates before it ends: ``output_tokens`` capped at ``max_output_tokens``."""
+        return self.max_output_tokens if self.output_tokens is None else min(self.output_tokens, self.max_output_tokens)
+
 
 @dataclass(frozen=True)
 class Outcome:
@@ -389,7 +394,7 @@ class Scheduler:
         if req.output_tokens is not None and req.output_tokens < 1:
             raise ConfigError(f"request {req.request_id!r}: output_tokens {req.output_tokens} must be >= 1 "
                               "(a request generates its first token when its prefill completes)")
-        target = req.max_output_tokens if req.output_tokens is None else min(req.output_tokens, req.max_output_tokens)
+        target = req.output_target_tokens
         error = None
         if cfg.max_waiting is not None and len(self._waiting) >= cfg.max_waiting:
             error = ERR_QUEUE_FULL

@@ -154,8 +154,7 @@ class EngineLoop:
             if outcome is None:
                 if prompt_ids is None:
                     prompt_ids = self._rng.integers(0, vocab, size=request.prompt_tokens).tolist()
-                target = request.max_output_tokens if request.output_tokens is None else \
-                    min(request.output_tokens, request.max_output_tokens)
+                target = request.output_target_tokens
                 sampling = sampling or SamplingParams()
                 if not sampling.greedy and sampling.seed is None:
                     sampling = dataclasses.replace(sampling, seed=int(self._rng.integers(2**63)))
