@@ -291,6 +291,7 @@ def violation_sql(window_start: float, window_end: float) -> str:
         f"{a} > CASE WHEN {ok} THEN {f} ELSE {e} END))",
         f"({has('prompt_tokens')} AND ({bad('prompt_tokens')} OR {q('prompt_tokens')} < 0))",
         " OR ".join(bad(t) for t in TEXT_FIELDS),
+        f"({has('attempt')} AND ({bad('attempt')} OR {q('attempt')} < 1))",
     ]
     return "(" + " OR ".join(rules) + ")"
 

@@ -230,7 +230,7 @@ def concat_tables(tables: Sequence[RecordTable], source: str) -> RecordTable:
         return tables[0] if tables[0].source == source else tables[0].with_columns(source=source)
     numeric = {name: np.concatenate([getattr(t, name) for t in tables]) for name in
                ("start", "end", "status", "first_token", "output_tokens", "admitted", "prompt_tokens",
-                "cached_prompt_tokens")}
+                "cached_prompt_tokens", "attempt")}
 
     def text(attr: str) -> pa.Array:
         return pa.concat_arrays([text_array(getattr(t, attr)) for t in tables])
@@ -245,8 +245,8 @@ def concat_tables(tables: Sequence[RecordTable], source: str) -> RecordTable:
     names = extra_names(list(t.extra) for t in tables)
     extra = {name: _concat_extra([t.extra.get(name) for t in tables], [len(t) for t in tables]) for name in names}
     return RecordTable.from_columns(request_id=text("request_id_arrow"), slice=text("slice_arrow"),
-                                    error=text("error_arrow"), source=source, extra=extra,
-                                    token_times=lists("token_times", pa.float64()),
+                                    error=text("error_arrow"), logical_id=text("logical_id_arrow"), source=source,
+                                    extra=extra, token_times=lists("token_times", pa.float64()),
                                     token_counts=lists("token_counts", pa.int64()), **numeric)
 
 

@@ -44,21 +44,23 @@ MSG_FIRST_TOKEN = "Invalid first token time"  # on a non-success that has one
 MSG_OUTPUT = "Invalid output tokens"
 MSG_PROMPT = "Invalid prompt tokens"
 MSG_CACHED = "Invalid cached prompt tokens"
+MSG_ATTEMPT = "Invalid attempt"
 MSG_TEXT = "Invalid text field"
 MSG_EXTRA = "Invalid extra field"
 NO_EXTRA: Mapping[str, Any] = MappingProxyType({})  # no columns beyond the schema
 
 FIELDS: tuple[str, ...] = (
     "request_id", "start", "admitted", "first_token", "end", "status",
-    "prompt_tokens", "output_tokens", "slice", "error", "cached_prompt_tokens",
+    "prompt_tokens", "output_tokens", "slice", "error", "cached_prompt_tokens", "logical_id", "attempt",
 )
 ALIASES: dict[str, str] = {
     "firstToken": "first_token", "outputTokens": "output_tokens", "requestId": "request_id",
     "promptTokens": "prompt_tokens", "id": "request_id", "cachedPromptTokens": "cached_prompt_tokens",
+    "logicalId": "logical_id",
 }
 FLOAT_FIELDS = ("start", "end", "first_token", "admitted")
-INT_FIELDS = ("output_tokens", "prompt_tokens", "cached_prompt_tokens")
-TEXT_FIELDS = ("request_id", "slice", "error")
+INT_FIELDS = ("output_tokens", "prompt_tokens", "cached_prompt_tokens", "attempt")
+TEXT_FIELDS = ("request_id", "slice", "error", "logical_id")
 
 
 def record_dict(**fields: Any) -> dict[str, Any]:
@@ -104,6 +106,11 @@ class TimingRecord(BaseModel):
     cached_prompt_tokens: StrictInt | None = Field(
         None, alias="cachedPromptTokens", ge=0,
         description="Prompt tokens served from the server's prefix cache (at most prompt_tokens).")
+    logical_id: StrictStr | None = Field(
+        None, alias="logicalId",
+        description="The user request this attempt belongs to: every attempt of one request (its retries) shares it.")
+    attempt: StrictInt | None = Field(
+        None, description="Which attempt of its logical request this record is: 1, 2, ... (at least 1).")
 
     @model_validator(mode="after")
     def _check_order(self) -> "TimingRecord":
@@ -126,6 +133,8 @@ class TimingRecord(BaseModel):
         if (self.cached_prompt_tokens is not None and self.prompt_tokens is not None
                 and self.cached_prompt_tokens > self.prompt_tokens):
             raise ValueError(MSG_CACHED)
+        if self.attempt is not None and self.attempt < 1:
+            raise ValueError(MSG_ATTEMPT)
         return self
 
 
@@ -566,10 +575,26 @@ class RecordTable:
     # columns the schema does not know (gpu, model), by name: Arrow arrays as read
     extra: Mapping[str, Any] = dataclass_field(default_factory=lambda: NO_EXTRA)
     cached_prompt_tokens: np.ndarray = None  # type: ignore[assignment]  # -1 where absent; from_columns fills it
+    attempt: np.ndarray = None  # type: ignore[assignment]  # int64, -1 where absent; from_columns fills it
+    logical_id_arrow: pa.Array = None  # type: ignore[assignment]  # string, null where absent
 
     def __post_init__(self) -> None:
         if self.cached_prompt_tokens is None:  # tables built before the field existed, or without it
             object.__setattr__(self, "cached_prompt_tokens", np.full(self.start.size, -1, dtype=np.int64))
+        if self.attempt is None:
+            object.__setattr__(self, "attempt", np.full(self.start.size, -1, dtype=np.int64))
+        if self.logical_id_arrow is None:
+            object.__setattr__(self, "logical_id_arrow", pa.nulls(self.start.size, pa.string()))
+
+    @property
+    def has_logical_ids(self) -> bool:
+        """Return True when some record names its logical request (a retrying client wrote it)."""
+        return self.logical_id_arrow.null_count < len(self.logical_id_arrow)
+
+    @cached_property
+    def logical_id(self) -> np.ndarray:
+        """Logical request IDs as an object array, None where absent."""
+        return to_objects(self.logical_id_arrow)
 
     @property
     def has_cached_prompt_tokens(self) -> bool:
@@ -577,7 +602,7 @@ class RecordTable:
         return bool((self.cached_prompt_tokens >= 0).any())
 
     @classmethod
-    def from_columns(cls, *, request_id: Any = None, slice: Any = None, error: Any = None,
+    def from_columns(cls, *, request_id: Any = None, slice: Any = None, error: Any = None, logical_id: Any = None,
                      source: str | None = None, extra: Mapping[str, Any] = NO_EXTRA,
                      token_times: Any = None, token_counts: Any = None,
                      **numeric: np.ndarray) -> "RecordTable":
@@ -599,13 +624,14 @@ class RecordTable:
 
         return cls(**numeric, request_id_arrow=text_array(text(request_id)), slice_arrow=categorical(text(slice)),
                    error_arrow=categorical(text(error)), source=source, extra=extra,
-                   token_times=listed(token_times, pa.float64()), token_counts=listed(token_counts, pa.int64()))
+                   token_times=listed(token_times, pa.float64()), token_counts=listed(token_counts, pa.int64()),
+                   logical_id_arrow=text_array(text(logical_id)))
 
     def with_columns(self, **changes: Any) -> "RecordTable":
         """Return a copy with some columns (canonical names, text as objects or Arrow) or the source replaced."""
         current: dict[str, Any] = {f: getattr(self, f) for f in _NUMERIC_FIELDS}
         current.update(request_id=self.request_id_arrow, slice=self.slice_arrow, error=self.error_arrow,
-                       source=self.source, extra=self.extra, token_times=self.token_times,
+                       logical_id=self.logical_id_arrow, source=self.source, extra=self.extra, token_times=self.token_times,
                        token_counts=self.token_counts)
         unknown = set(changes) - set(current)
         if unknown:
@@ -653,6 +679,7 @@ class RecordTable:
                            request_id_arrow=take_rows(self.request_id_arrow, index),
                            slice_arrow=take_rows(self.slice_arrow, index),
                            error_arrow=take_rows(self.error_arrow, index), source=self.source,
+                           logical_id_arrow=take_rows(self.logical_id_arrow, index),
                            extra=MappingProxyType({k: take_rows(v, index) for k, v in self.extra.items()})
                            if self.extra else NO_EXTRA,
                            token_times=None if self.token_times is None else take_rows(self.token_times, index),
@@ -663,6 +690,7 @@ class RecordTable:
         out = []
         status_names = np.array(STATUSES, dtype=object)[self.status]
         ids, slices, errors = self.request_id, self.slice, self.error
+        logical = self.logical_id if self.has_logical_ids else None
         extra = {name: [_json_value(v) for v in values.to_pylist()] for name, values in self.extra.items()}
         lists = {name: arr.to_pylist() for name, arr in (("token_times", self.token_times),
                                                           ("token_counts", self.token_counts)) if arr is not None}
@@ -687,6 +715,10 @@ class RecordTable:
                 rec["error"] = errors[i]
             if self.cached_prompt_tokens[i] >= 0:
                 rec["cached_prompt_tokens"] = int(self.cached_prompt_tokens[i])
+            if logical is not None and logical[i] is not None:
+                rec["logical_id"] = logical[i]
+            if self.attempt[i] >= 0:
+                rec["attempt"] = int(self.attempt[i])
             for name, values in lists.items():
                 if values[i] is not None:
                     rec[name] = values[i]
@@ -710,6 +742,10 @@ class RecordTable:
         }
         if self.has_cached_prompt_tokens:
             cols["cached_prompt_tokens"] = pa.array(self.cached_prompt_tokens, mask=self.cached_prompt_tokens < 0)
+        if self.has_logical_ids:
+            cols["logical_id"] = text_array(self.logical_id_arrow)
+        if bool((self.attempt >= 0).any()):
+            cols["attempt"] = pa.array(self.attempt, mask=self.attempt < 0)
         if self.token_times is not None:
             cols["token_times"] = self.token_times
         if self.token_counts is not None:
@@ -723,7 +759,7 @@ def _json_value(value: Any) -> Any:
 
 
 _NUMERIC_FIELDS = ("start", "end", "status", "first_token", "output_tokens", "admitted", "prompt_tokens",
-                   "cached_prompt_tokens")
+                   "cached_prompt_tokens", "attempt")
 
 
 @dataclass(frozen=True)
@@ -778,12 +814,14 @@ def first_violation(rows: ParsedRows, window_start: float, window_end: float,
         cached = c["cached_prompt_tokens"]
         cached_bad = cached.present & (cached.bad | (cached.values < 0)
                                        | (prompt.present & ~prompt_bad & (cached.values > prompt.values)))
-        text_bad = c["request_id"].bad | c["slice"].bad | c["error"].bad
+        text_bad = c["request_id"].bad | c["slice"].bad | c["error"].bad | c["logical_id"].bad
+        attempt = c["attempt"]
+        attempt_bad = attempt.present & (attempt.bad | (attempt.values < 1))
     if not optional_rules:
         nonsuccess_ft_bad = nonsuccess_out_bad = adm_bad = prompt_bad = text_bad = np.zeros(rows.n, dtype=bool)
-        cached_bad = prompt_bad
+        cached_bad = attempt_bad = prompt_bad
     any_bad = (rows.not_object | times_bad | status_bad | ft_bad | out_bad | nonsuccess_ft_bad
-               | nonsuccess_out_bad | adm_bad | prompt_bad | text_bad | cached_bad)
+               | nonsuccess_out_bad | adm_bad | prompt_bad | text_bad | cached_bad | attempt_bad)
     tokens = _token_rules(rows, codes) if optional_rules and rows.lists else None
     if tokens is not None:
         any_bad = any_bad | tokens.bad
@@ -830,6 +868,8 @@ def first_violation(rows: ParsedRows, window_start: float, window_end: float,
     if cached_bad[i]:
         bound = (f"between 0 and prompt_tokens {shown(prompt.values[i])}" if prompt.present[i] else "at least 0")
         return Violation(i, "cached_prompt_tokens", MSG_CACHED, _int_detail(cached, i, bound)), codes
+    if attempt_bad[i]:
+        return Violation(i, "attempt", MSG_ATTEMPT, _int_detail(attempt, i, "at least 1")), codes
     if tokens is not None and tokens.bad[i]:
         field, message, detail = tokens.explain(i)
         return Violation(i, field, message, detail), codes
@@ -893,7 +933,9 @@ def build_table(rows: ParsedRows, codes: np.ndarray) -> RecordTable:
         admitted=c["admitted"].values,
         prompt_tokens=c["prompt_tokens"].values,
         cached_prompt_tokens=c["cached_prompt_tokens"].values,
+        attempt=c["attempt"].values,
         request_id=c["request_id"].values,
+        logical_id=c["logical_id"].values,
         slice=c["slice"].values,
         error=c["error"].values,
         source=rows.source,

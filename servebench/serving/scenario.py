@@ -28,9 +28,28 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from servebench.errors import ConfigError, ServebenchError
 from servebench.capacity.kv import GIB, ModelShape, Policy, budget_tokens
-from servebench.serving.scheduler import SchedulerConfig
+from servebench.serving.retry import ClientSpec
+from servebench.serving.scheduler import SchedulerConfig, TenantLimit
 from servebench.capacity.stepmodel import StepModel
 from servebench.serving.workload import WorkloadSpec
+
+
+class AdmissionSpec(BaseModel):
+    """Load shedding at the server's queue."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_queue_wait_s: float | None = Field(
+        None, gt=0, description="A request still waiting this long after arrival is rejected (queue_wait_exceeded).")
+
+
+class TenantSpec(BaseModel):
+    """One tenant's cap on running sequences and its weight under fair scheduling."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_running: int | None = Field(None, ge=1, description="Most running sequences of this tenant; None: no cap.")
+    weight: float = Field(1.0, gt=0, description="Share under fair scheduling, relative to the other tenants.")
 
 
 class ServerSpec(BaseModel):
@@ -54,6 +73,10 @@ class ServerSpec(BaseModel):
                               "max_num_batched_tokens does not apply).")
     prefix_caching: bool = Field(False, description="Reuse cached full prompt blocks shared with earlier requests "
                                                     "(vLLM's automatic prefix caching); off by default.")
+    admission: AdmissionSpec | None = Field(None, description="Shedding: reject requests that waited too long.")
+    tenants: dict[str, TenantSpec] = Field(default_factory=dict, description="Per-tenant limits and weights.")
+    scheduling: Literal["fcfs", "fair"] = Field(
+        "fcfs", description="fcfs: admit in arrival order; fair: by weighted admitted tokens across tenants.")
 
     @model_validator(mode="after")
     def _check(self) -> "ServerSpec":
@@ -78,7 +101,10 @@ class ServerSpec(BaseModel):
             kv_budget_tokens=self.budget_tokens(), policy=self.policy, max_num_seqs=self.max_num_seqs,
             max_num_batched_tokens=self.max_num_batched_tokens, chunked_prefill=self.chunked_prefill,
             max_waiting=self.max_waiting, block_size_tokens=self.block_size_tokens, timeout_s=self.timeout_s,
-            prefix_caching=self.prefix_caching)
+            prefix_caching=self.prefix_caching,
+            max_queue_wait_s=None if self.admission is None else self.admission.max_queue_wait_s,
+            tenants=tuple(TenantLimit(name, t.max_running, t.weight) for name, t in self.tenants.items()),
+            scheduling=self.scheduling)
 
 
 class FlatStep(BaseModel):
@@ -137,6 +163,7 @@ class Scenario(BaseModel):
     step_model: StepModelSpec
     workload: WorkloadSpec
     cancel: CancelSpec | None = None
+    client: ClientSpec | None = Field(None, description="Retrying clients; None: one attempt, no retry.")
 
     def rng(self) -> np.random.Generator:
         """Return a fresh generator seeded by the scenario."""

@@ -42,6 +42,7 @@ from typing import Any, Literal
 import numpy as np
 
 from servebench.records.table import STATUSES, RecordTable
+from servebench.serving.retry import ERR_CLIENT_DEADLINE, ClientSpec
 from servebench.serving.scenario import Scenario
 from servebench.serving.scheduler import Outcome, Request, Scheduler, SchedulerConfig, StepPlan
 from servebench.capacity.stepmodel import StepModel
@@ -49,7 +50,7 @@ from servebench.records.token_times import TokenLog
 from servebench.serving.workload import ClosedLoopPlan, Workload, closed_loop_plan, generate_workload
 
 PRIO_RUN, PRIO_PREFILL, PRIO_CANCEL, PRIO_DEADLINE, PRIO_ARRIVAL = 0, 1, 2, 3, 4
-EV_RUN, EV_PREFILL, EV_CANCEL, EV_ARRIVAL = 0, 1, 2, 3
+EV_RUN, EV_PREFILL, EV_CANCEL, EV_ARRIVAL, EV_RETRY = 0, 1, 2, 3, 4
 LANES: tuple[str, ...] = ("step", "decode", "prefill")
 TRACE_COLUMNS: tuple[str, ...] = ("time", "duration", "steps", "lane", "active", "waiting", "kv_tokens_used",
                                   "kv_tokens_read", "prefill_tokens", "decode_seqs", "kv_tokens_held",
@@ -179,16 +180,26 @@ def simulate(scenario: Scenario, *, workload: Workload | ClosedLoopPlan | None =
     if scenario.cancel is not None and scenario.cancel.probability > 0:
         hit = rng.random(n) < scenario.cancel.probability
         cancel_after = np.where(hit, rng.exponential(scenario.cancel.after_s, size=n), np.nan)
+    client = scenario.client
+    client_rng = np.random.default_rng(int(rng.integers(2**62))) if client is not None and client.retries else None
     return simulate_workload(scenario.server.scheduler_config(), scenario.step_model.to_model(), workload,
                              prefill_lane=scenario.server.prefill_lane, cancel_after_s=cancel_after,
-                             name=scenario.name, decode_runs=decode_runs, token_times=token_times)
+                             name=scenario.name, decode_runs=decode_runs, token_times=token_times,
+                             client=client, client_rng=client_rng)
 
 
 def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workload | ClosedLoopPlan, *,
                       prefill_lane: Literal["shared", "separate"] = "shared",
                       cancel_after_s: np.ndarray | None = None, name: str = "simulation",
-                      decode_runs: bool = True, token_times: bool = True) -> SimResult:
-    """Run the event loop over a drawn workload; see the module docstring for the semantics."""
+                      decode_runs: bool = True, token_times: bool = True, client: ClientSpec | None = None,
+                      client_rng: np.random.Generator | None = None) -> SimResult:
+    """Run the event loop over a drawn workload; see the module docstring for the semantics.
+
+    With ``client`` each request is a logical request served by attempts (see
+    :mod:`servebench.serving.retry`): one record per attempt, with ``logical_id`` and ``attempt``;
+    ``client_rng`` draws the backoff jitter. A client's cancellation ends its live attempt, or its
+    wait for a retry, and no further attempt is sent.
+    """
     closed = isinstance(workload, ClosedLoopPlan)
     reqs = workload.requests if isinstance(workload, ClosedLoopPlan) else workload
     think = workload.think_s if isinstance(workload, ClosedLoopPlan) else None
@@ -197,7 +208,14 @@ def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workl
     if separate:  # each prefill runs whole on its own lane: no per-step token budget applies
         config = replace(config, max_num_batched_tokens=None)
     sched = Scheduler(config)
-    rec = _Recorder(n, reqs.class_names)
+    rows = n if client is None else n * client.max_attempts  # one record row per attempt
+    rec = _Recorder(rows, reqs.class_names)
+    # attempts (client given): rows below n are first attempts, row i of logical request i; retries follow
+    logical_of: list[int] = list(range(n)) if client is not None else []  # row -> logical request
+    attempt_of: list[int] = [1] * n if client is not None else []  # row -> attempt number
+    live_row: list[int] = list(range(n)) if client is not None else []  # logical -> its latest attempt's row
+    gave_up = [False] * n if client is not None else []  # the client cancelled: no more attempts
+    pending = [False] * n if client is not None else []  # a retry is scheduled (backing off)
     token_log = TokenLog() if token_times else None  # each output token's emission time: records' token_times
     run_ends: dict[int, np.ndarray] = {}  # a decode run's step ends, by id(plan), until the run ends
     prompt = reqs.prompt_tokens.tolist()
@@ -216,7 +234,7 @@ def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workl
     trace: list[tuple[float, float, int, int, int, int, int, int, int, int, int, int]] = []
     lag = model.arrival_lag_s  # a request reaches the scheduler this long after its arrival
     lead = model.emit_lead_s  # a step's tokens are stamped this long before it ends
-    intended = np.full(n, np.nan)  # each request's arrival (closed loop: set when it is scheduled)
+    intended = np.full(rows, np.nan)  # each request's arrival (closed loop: set when it is scheduled)
     busy = False  # the (decode) engine loop is running a step or run
     engine_steps = 0
     events = 0
@@ -233,18 +251,31 @@ def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workl
         return t if d is None or d > t else d
 
     def finish(outs: list[Outcome], now: float) -> None:
-        nonlocal next_request
         for o in outs:
             i = rec.add(o)
-            if next_turn is not None and next_turn[i] >= 0:  # the conversation's next turn, after think time
-                j = next_turn[i]
-                intended[j] = now + turn_think[j]  # type: ignore[index]
-                push(intended[j] + lag, PRIO_ARRIVAL, EV_ARRIVAL, j)
-            if closed and next_request < n:
-                assert think is not None
-                intended[next_request] = now + think[next_request]
-                push(intended[next_request] + lag, PRIO_ARRIVAL, EV_ARRIVAL, next_request)
-                next_request += 1
+            if client is not None:
+                lg = logical_of[i]
+                nxt = None if gave_up[lg] else client.next_start(attempt_of[i], o.status, o.error, o.end,
+                                                                 float(rec.arrival[lg]), client_rng)
+                if nxt is not None:  # backoff, then the next attempt (never overlapping this one)
+                    pending[lg] = True
+                    push(nxt + lag, PRIO_ARRIVAL, EV_RETRY, (lg, attempt_of[i] + 1, nxt))
+                    continue
+                i = lg
+            logical_done(i, now)
+
+    def logical_done(i: int, now: float) -> None:
+        """Start what follows a (logical) request's end: its conversation's next turn, or a user's next request."""
+        nonlocal next_request
+        if next_turn is not None and next_turn[i] >= 0:  # the conversation's next turn, after think time
+            j = next_turn[i]
+            intended[j] = now + turn_think[j]  # type: ignore[index]
+            push(intended[j] + lag, PRIO_ARRIVAL, EV_ARRIVAL, j)
+        if closed and next_request < n:
+            assert think is not None
+            intended[next_request] = now + think[next_request]
+            push(intended[next_request] + lag, PRIO_ARRIVAL, EV_ARRIVAL, next_request)
+            next_request += 1
 
     def start_run(now: float, plan: StepPlan, lane: int) -> None:
         """Time a plan (extending a pure decode plan into a run) and schedule its end."""
@@ -303,12 +334,21 @@ def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workl
     def arrive(i: int, now: float) -> None:
         start = float(intended[i]) if lag else now  # the record starts at the arrival, not when it was seen
         rec.arrival[i] = start
-        timeout = class_timeouts[cls[i]]
-        out = sched.add_request(Request(str(i), start, prompt[i], cap[i], output[i], timeout, names[cls[i]],
-                                        None if contents is None else contents[i]), now)
+        lg = i if client is None else logical_of[i]  # the logical request (itself without a client)
+        timeout = class_timeouts[cls[lg]]
+        why = None
+        if client is not None:  # the client's deadline, from the first attempt's start, cuts an attempt
+            timeout, by_client = client.attempt_timeout(start, float(rec.arrival[lg]),
+                                                        config.timeout_s if timeout is None else timeout)
+            why = ERR_CLIENT_DEADLINE if by_client else None
+            live_row[lg] = i
+        out = sched.add_request(Request(str(i), start, prompt[lg], cap[lg], output[lg], timeout, names[cls[lg]],
+                                        None if contents is None else contents[lg], reqs.tenant_of(cls[lg]), why),
+                                now)
+        first = i < n
         if out is not None:
             finish([out], now)
-        elif cancel is not None and cancel[i] == cancel[i]:  # not NaN
+        if first and cancel is not None and cancel[i] == cancel[i] and (out is None or client is not None):  # not NaN
             push(max(now, start + cancel[i]), PRIO_CANCEL, EV_CANCEL, str(i))
 
     if closed:
@@ -318,7 +358,7 @@ def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workl
             next_request += 1
     elif n:
         arrivals = reqs.arrival_s.tolist()
-        intended[:] = reqs.arrival_s
+        intended[:n] = reqs.arrival_s
         push(arrivals[firsts[0]] + lag, PRIO_ARRIVAL, EV_ARRIVAL, firsts[0])
         next_request = 1  # position in firsts: the requests that arrive at drawn times
 
@@ -345,9 +385,27 @@ def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workl
                 if token_log is not None:
                     token_log.add_step([int(rid) for rid, _ in emitted], now)
             elif kind == EV_CANCEL:
-                out = sched.cancel(payload, now)
-                if out is not None:
-                    finish([out], now)
+                if client is None:
+                    out = sched.cancel(payload, now)
+                    if out is not None:
+                        finish([out], now)
+                elif not gave_up[int(payload)]:
+                    lg = int(payload)
+                    gave_up[lg] = True
+                    out = sched.cancel(str(live_row[lg]), now)
+                    if out is not None:
+                        finish([out], now)
+                    elif pending[lg]:  # cancelled while backing off: the logical request ends now
+                        logical_done(lg, now)
+            elif kind == EV_RETRY:
+                lg, k, start_s = payload
+                pending[lg] = False
+                if not gave_up[lg]:
+                    row = len(logical_of)
+                    logical_of.append(lg)
+                    attempt_of.append(k)
+                    intended[row] = start_s
+                    arrive(row, now)
             else:
                 if not closed and next_request < len(firsts) and payload == firsts[next_request - 1]:
                     push(arrivals[firsts[next_request]] + lag, PRIO_ARRIVAL, EV_ARRIVAL, firsts[next_request])
@@ -361,16 +419,20 @@ def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workl
         else:
             break
 
-    if np.any(rec.status < 0):
-        raise RuntimeError(f"{int(np.sum(rec.status < 0))} requests never ended")  # a simulator bug
+    m = n if client is None else len(logical_of)  # record rows: attempts
+    lgs = np.arange(n) if client is None else np.asarray(logical_of, dtype=np.int64)
+    if np.any(rec.status[:m] < 0):
+        raise RuntimeError(f"{int(np.sum(rec.status[:m] < 0))} requests never ended")  # a simulator bug
     table = RecordTable.from_columns(
-        start=rec.arrival, end=rec.end, status=rec.status, first_token=rec.first_token, output_tokens=rec.output,
-        admitted=rec.admitted, prompt_tokens=reqs.prompt_tokens.astype(np.int64),
-        request_id=np.array([str(i) for i in range(n)], dtype=object),
-        slice=np.array(names, dtype=object)[reqs.class_index] if n else np.array([], dtype=object),
-        error=rec.error, source=name, cached_prompt_tokens=rec.cached,
-        token_times=None if token_log is None else token_log.to_arrow(n))
-    end = float(rec.end.max()) if n else 0.0
+        start=rec.arrival[:m], end=rec.end[:m], status=rec.status[:m], first_token=rec.first_token[:m],
+        output_tokens=rec.output[:m], admitted=rec.admitted[:m], prompt_tokens=reqs.prompt_tokens.astype(np.int64)[lgs],
+        request_id=np.array([str(i) for i in range(m)], dtype=object),
+        slice=np.array(names, dtype=object)[reqs.class_index[lgs]] if n else np.array([], dtype=object),
+        error=rec.error[:m], source=name, cached_prompt_tokens=rec.cached[:m],
+        token_times=None if token_log is None else token_log.to_arrow(m),
+        logical_id=None if client is None else np.array([str(x) for x in logical_of], dtype=object),
+        attempt=None if client is None else np.asarray(attempt_of, dtype=np.int64))
+    end = float(rec.end[:m].max()) if m else 0.0
     return SimResult(name, table, _trace(trace), 0.0, max(end, 0.0), config.kv_budget_tokens, engine_steps,
                      events, rec.preemptions, sched.evictions)
 

@@ -164,6 +164,15 @@ class ClassSpec(BaseModel):
     timeout_s: float | None = Field(None, gt=0, description="Deadline after arrival; default: the scenario's.")
     shared_prefix: SharedPrefixSpec | None = Field(None, description="Prompts begin with a shared document.")
     conversation: ConversationSpec | None = Field(None, description="Requests form multi-turn chats.")
+    tenant: str | None = Field(None, min_length=1, description="Tenant whose limits and share apply (server.tenants); "
+                                                               "records carry it as their slice unless 'name' is set.")
+
+    @property
+    def slice_name(self) -> str:
+        """Return the slice written to records: the class's own name if it set one, else its tenant."""
+        if self.tenant is not None and "name" not in self.model_fields_set:
+            return self.tenant
+        return self.name
 
     @model_validator(mode="after")
     def _prefix_fits(self) -> "ClassSpec":
@@ -267,6 +276,7 @@ class RequestSpec:
     max_output_tokens: int
     slice: str | None
     timeout_s: float | None = None
+    tenant: str | None = None
 
 
 @dataclass(frozen=True)
@@ -286,6 +296,11 @@ class Workload:
     prev_turn: np.ndarray | None = None  # int64, index of the previous turn of its conversation (-1: first turn)
     turn_think_s: np.ndarray | None = None  # float64, previous turn's end to this arrival, s
     content_salt: int = 0  # makes one seed's documents and messages differ from another's
+    class_tenants: tuple[str | None, ...] = ()  # each class's tenant (empty: none has one)
+
+    def tenant_of(self, class_index: int) -> str | None:
+        """Return the tenant of a class (None when it names none)."""
+        return self.class_tenants[class_index] if self.class_tenants else None
 
     @property
     def has_turns(self) -> bool:
@@ -328,7 +343,7 @@ class Workload:
     def to_specs(self) -> list[RequestSpec]:
         """Return the requests as RequestSpec objects."""
         names, timeouts = self.class_names, self.class_timeout_s
-        return [RequestSpec(float(a), int(p), int(o), int(m), names[c], timeouts[c])
+        return [RequestSpec(float(a), int(p), int(o), int(m), names[c], timeouts[c], self.tenant_of(c))
                 for a, p, o, m, c in zip(self.arrival_s.tolist(), self.prompt_tokens.tolist(),
                                          self.output_tokens.tolist(), self.max_output_tokens.tolist(),
                                          self.class_index.tolist())]
@@ -441,8 +456,9 @@ def draw_requests(classes: list[ClassSpec], n: int, rng: np.random.Generator) ->
             limit = int(out.max()) if out.size else 1
         output[sel] = np.minimum(out, limit)
         cap[sel] = limit
+    tenants = tuple(c.tenant for c in classes) if any(c.tenant is not None for c in classes) else ()
     wl = Workload(np.full(n, np.nan), prompt, output, cap, idx.astype(np.int64),
-                  tuple(c.name for c in classes), tuple(c.timeout_s for c in classes))
+                  tuple(c.slice_name for c in classes), tuple(c.timeout_s for c in classes), class_tenants=tenants)
     if any(c.shared_prefix is not None or c.conversation is not None for c in classes):
         wl = _draw_content(classes, wl, rng)
     return wl
