@@ -19,8 +19,8 @@ from faulty_server import FaultyServer, faulty_run
 
 from servebench.errors import ConfigError
 from servebench.load.client import LoadError, chunk_text, normalize_url, parse_sse_line
-from servebench.load.generator import (LoadConfig, Outcome, generator_stats, plan_requests, request_body, run_load_sync,
-                                to_record, to_send_row)
+from servebench.load.generator import (HttpOutcome, LoadConfig, generator_stats, plan_requests, request_body,
+                                       run_load_sync, to_record, to_send_row)
 from servebench.records.table import STATUSES, TimingRecord, parse_objects, validate
 from servebench.serving.engine.http_api import serve_in_background
 from servebench.analysis.summary import build_report
@@ -113,7 +113,7 @@ def make_plan(n: int, rate: float = 200.0, prompt_words: int = 5, out: int = 4, 
     return plan_requests(times, [prompt_words] * n, [out] * n, rng)
 
 
-def table_of(outcomes: list[Outcome]):
+def table_of(outcomes: list[HttpOutcome]):
     rows = parse_objects([to_record(o) for o in outcomes], "load", strict_keys=True)
     starts = [o.intended_s for o in outcomes]
     ends = [o.end_s for o in outcomes]
@@ -179,7 +179,7 @@ def test_normalize_url():
 
 @pytest.mark.parametrize("status", STATUSES)
 def test_every_outcome_is_a_valid_canonical_record(status):
-    o = Outcome(request_id="r", intended_s=1.0, status=status, sent_s=1.01, end_s=2.0)
+    o = HttpOutcome(request_id="r", intended_s=1.0, status=status, sent_s=1.01, end_s=2.0)
     if status == "success":
         o.first_token_s, o.output_tokens = 1.5, 3
     else:
@@ -193,7 +193,7 @@ def test_every_outcome_is_a_valid_canonical_record(status):
 @settings(max_examples=60, deadline=None, derandomize=True)
 @given(st.lists(st.sampled_from(STATUSES), min_size=1, max_size=40), st.integers(0, 5))
 def test_generator_stats_conserve_counts(statuses, unsent):
-    outs = [Outcome(request_id=str(i), intended_s=float(i), status=s, sent_s=float(i) + 0.001 * (i % 3),
+    outs = [HttpOutcome(request_id=str(i), intended_s=float(i), status=s, sent_s=float(i) + 0.001 * (i % 3),
                     end_s=float(i) + 1) for i, s in enumerate(statuses)]
     stats = generator_stats(outs, "open", len(outs) + unsent, 8, 3, 0)
     assert stats.offered == len(outs) and stats.not_sent_duration_limit == unsent
@@ -430,8 +430,8 @@ def test_measured_points_feed_the_sweep_figures():
     from servebench.analysis.summary import SLO
     from servebench.serving.sweep import Capacity, SweepResult, knee
 
-    def outs(load: float, slow: float) -> list[Outcome]:
-        return [Outcome(request_id=f"{load}-{i}", intended_s=i / load, status="success", sent_s=i / load,
+    def outs(load: float, slow: float) -> list[HttpOutcome]:
+        return [HttpOutcome(request_id=f"{load}-{i}", intended_s=i / load, status="success", sent_s=i / load,
                         first_token_s=i / load + 0.1 * slow, end_s=i / load + slow, output_tokens=4)
                 for i in range(10)]
     slo = SLO(latency_s=1.0)
@@ -622,7 +622,7 @@ def test_workload_plan_keeps_every_requested_arrival_under_a_duration(requests, 
                         duration_s=duration_s)
     plan = workload_plan(spec, np.random.default_rng(0))
     assert len(plan) == requests  # the duration ends the run; it does not shrink the plan
-    offered = [Outcome(request_id=p.request_id, intended_s=p.intended_s, status="cancelled", end_s=duration_s)
+    offered = [HttpOutcome(request_id=p.request_id, intended_s=p.intended_s, status="cancelled", end_s=duration_s)
                for p in plan if p.intended_s < duration_s]
     stats = generator_stats(offered, "open", len(plan), 8, 0, 0, duration_s)
     assert stats.offered + stats.not_sent_duration_limit == stats.planned == requests

@@ -1,4 +1,4 @@
-"""The HTTP side of the load generator: one request to an OpenAI-compatible endpoint, read into an Outcome.
+"""The HTTP side of the load generator: one request to an OpenAI-compatible endpoint, read into an HttpOutcome.
 
 Server-sent events (``data: {...}`` lines ending with ``data: [DONE]``) from ``/v1/completions`` or
 ``/v1/chat/completions``; the first content chunk is the first token, every content chunk's
@@ -29,8 +29,11 @@ class LoadError(ServebenchError):
 
 
 @dataclass
-class Outcome:
-    """One request as the generator saw it, on the run's clock (seconds since t0)."""
+class HttpOutcome:
+    """One HTTP request as the generator saw it, on the run's clock (seconds since t0).
+
+    Not the scheduler's :class:`servebench.serving.scheduler.Outcome` (a server-side terminal state).
+    """
 
     request_id: str
     intended_s: float
@@ -76,7 +79,7 @@ class Outcome:
         continuous usage stats). Chunks whose sizes the server never said get no token times at all,
         rather than a guess.
 
-        >>> o = Outcome("r", 0.0, chunk_times_s=[0.5, 0.75], output_tokens=5, chunk_usage_tokens=[2, 5])
+        >>> o = HttpOutcome("r", 0.0, chunk_times_s=[0.5, 0.75], output_tokens=5, chunk_usage_tokens=[2, 5])
         >>> o.token_timing()
         ([0.5, 0.75], [2, 3])
         """
@@ -131,7 +134,7 @@ def chunk_text(doc: dict[str, Any]) -> str:
     return "".join(parts)
 
 
-def apply_usage(out: Outcome, usage: Any) -> None:
+def apply_usage(out: HttpOutcome, usage: Any) -> None:
     """Copy prompt, cached prompt and completion token counts from an OpenAI ``usage`` object, if well formed.
 
     ``prompt_tokens_details.cached_tokens`` (OpenAI's and vLLM's prefix-cache hits) is kept only when
@@ -162,7 +165,7 @@ def normalize_url(url: str) -> str:
 
 
 async def exchange(client: httpx.AsyncClient, url: str, body: dict[str, Any], headers: dict[str, str],
-                   out: Outcome, now: Callable[[], float], stream: bool) -> None:
+                   out: HttpOutcome, now: Callable[[], float], stream: bool) -> None:
     """POST ``body`` and read the answer into ``out`` as it arrives (times from ``now``).
 
     Decides ``out.status`` for an answer that ended: success, or a failure status from
@@ -184,7 +187,7 @@ async def exchange(client: httpx.AsyncClient, url: str, body: dict[str, Any], he
             await _read_whole(resp, out, now)
 
 
-async def _read_stream(resp: httpx.Response, out: Outcome, now: Callable[[], float]) -> None:
+async def _read_stream(resp: httpx.Response, out: HttpOutcome, now: Callable[[], float]) -> None:
     """Read server-sent events into ``out``; the answer is settled at ``[DONE]`` (or at the end of the body)."""
     finish_reason = None
     async for line in resp.aiter_lines():
@@ -229,7 +232,7 @@ async def _read_stream(resp: httpx.Response, out: Outcome, now: Callable[[], flo
         _settle(out, finish_reason, streamed=True)
 
 
-async def _read_whole(resp: httpx.Response, out: Outcome, now: Callable[[], float]) -> None:
+async def _read_whole(resp: httpx.Response, out: HttpOutcome, now: Callable[[], float]) -> None:
     """Read a non-streaming answer: one JSON body, so the first token arrives with the end."""
     raw = await resp.aread()
     out.end_s = now()
@@ -249,7 +252,7 @@ async def _read_whole(resp: httpx.Response, out: Outcome, now: Callable[[], floa
     _settle(out, finish or "stop", streamed=False)
 
 
-def count_partial_tokens(out: Outcome) -> None:
+def count_partial_tokens(out: HttpOutcome) -> None:
     """On a non-success, keep the content chunks received as the (wasted) output token count.
 
     A usage report that arrived before the failure wins, unless it claims more than can have arrived.
@@ -275,7 +278,7 @@ def usage_problem(reported_tokens: int, max_tokens: int, text_bytes: int) -> str
     return None
 
 
-def check_usage(out: Outcome, streamed: bool) -> None:
+def check_usage(out: HttpOutcome, streamed: bool) -> None:
     """Replace an impossible ``usage.completion_tokens`` with what was received; say so in ``out.warning``.
 
     Streamed: the content chunks received (each carries at least one token). Not streamed: the
@@ -299,7 +302,7 @@ def check_usage(out: Outcome, streamed: bool) -> None:
                    f"recorded {received} ({what})")
 
 
-def _settle(out: Outcome, finish_reason: str | None, streamed: bool) -> None:
+def _settle(out: HttpOutcome, finish_reason: str | None, streamed: bool) -> None:
     """Decide success or failure of an answer that arrived with HTTP 200."""
     check_usage(out, streamed)
     if out.output_tokens is None and out.chunk_times_s:

@@ -10,7 +10,7 @@ failed; the cause in ``error``), with the content chunks it received before a fa
 One clock: ``loop.time()`` (``time.monotonic``), in seconds since the run's origin ``t0``. A record's
 ``start`` is the *intended* send time (the arrival, as in the simulator, so the generator's own
 delays are never dropped from what a user would have waited); the *actual* send time and the lag
-between the two are kept beside it (:class:`Outcome`, ``sends.jsonl``) and summarized in
+between the two are kept beside it (:class:`HttpOutcome`, ``sends.jsonl``) and summarized in
 :class:`GeneratorStats`, so a late generator is visible rather than blamed on the server.
 
 This module plans and schedules requests and turns their outcomes into records, statistics and
@@ -33,7 +33,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from servebench.errors import ConfigError
-from servebench.load.client import API_PATHS, Outcome, count_partial_tokens, discover_model, exc_text, exchange, normalize_url
+from servebench.load.client import (API_PATHS, HttpOutcome, count_partial_tokens, discover_model, exc_text,
+                                    exchange, normalize_url)
 from servebench.analysis.percentiles import percentile
 from servebench.records.table import RecordTable, default_window, parse_objects, record_dict, validate
 from servebench.records.statuses import failure_status
@@ -149,7 +150,7 @@ class GeneratorStats(BaseModel):
 class RunState:
     """What a run has gathered so far (readable by a caller after an interruption)."""
 
-    outcomes: list[Outcome] = field(default_factory=list)
+    outcomes: list[HttpOutcome] = field(default_factory=list)
     model: str | None = None
     started_utc: str = ""
     peak_in_flight: int = 0
@@ -161,7 +162,7 @@ class RunState:
 class LoadResult:
     """Everything one load run produced."""
 
-    outcomes: list[Outcome]
+    outcomes: list[HttpOutcome]
     stats: GeneratorStats
     model: str
     config: LoadConfig
@@ -263,7 +264,7 @@ def unsent_warning(planned: int, offered: int, duration_s: float | None, interru
             "counted as not_sent_duration_limit)")
 
 
-def usage_warning(outcomes: Sequence[Outcome]) -> str | None:
+def usage_warning(outcomes: Sequence[HttpOutcome]) -> str | None:
     """Summarize the replies whose reported output token count was impossible (the first one as an example)."""
     bad = [o for o in outcomes if o.reported_output_tokens is not None]
     if not bad:
@@ -288,7 +289,7 @@ def request_body(config: LoadConfig, model: str, req: PlannedRequest) -> dict[st
     return body
 
 
-def to_record(o: Outcome) -> dict[str, Any]:
+def to_record(o: HttpOutcome) -> dict[str, Any]:
     """Return the canonical timing record of an outcome (``start`` is the intended send time).
 
     With several workers the record also names its ``worker`` (an extra column, e.g. for ``--slice-by worker``).
@@ -306,7 +307,7 @@ def to_record(o: Outcome) -> dict[str, Any]:
     return rec
 
 
-def to_send_row(o: Outcome) -> dict[str, Any]:
+def to_send_row(o: HttpOutcome) -> dict[str, Any]:
     """Return the sidecar row (sends.jsonl): what the canonical record has no field for."""
     return {
         "request_id": o.request_id, "intended_s": o.intended_s, "sent_s": o.sent_s, "lag_s": o.lag_s,
@@ -317,7 +318,7 @@ def to_send_row(o: Outcome) -> dict[str, Any]:
     } | ({} if o.worker is None else {"worker": o.worker})
 
 
-def lag_stats(outcomes: Sequence[Outcome]) -> LagStats:
+def lag_stats(outcomes: Sequence[HttpOutcome]) -> LagStats:
     """Summarize schedule lag over the sent requests (nearest-rank percentiles)."""
     lags = np.array([o.lag_s for o in outcomes if o.lag_s is not None], dtype=np.float64)
     if lags.size == 0:
@@ -326,7 +327,7 @@ def lag_stats(outcomes: Sequence[Outcome]) -> LagStats:
                     max_s=float(lags.max()), mean_s=float(lags.mean()))
 
 
-def lag_warning(lag: LagStats, outcomes: Sequence[Outcome], mode: str) -> str | None:
+def lag_warning(lag: LagStats, outcomes: Sequence[HttpOutcome], mode: str) -> str | None:
     """Return a warning when p99 schedule lag exceeds 10 ms and 5% of the median request latency (open
     loop), or when requests never reached the wire (their lag is unknown, so the lag statistics leave them out).
     """
@@ -346,7 +347,7 @@ def lag_warning(lag: LagStats, outcomes: Sequence[Outcome], mode: str) -> str | 
     return "; ".join(warnings) or None
 
 
-def generator_stats(outcomes: Sequence[Outcome], mode: Literal["open", "closed"], planned: int,
+def generator_stats(outcomes: Sequence[HttpOutcome], mode: Literal["open", "closed"], planned: int,
                     max_in_flight: int, peak_in_flight: int, waited_for_slot: int,
                     duration_s: float | None = None, interrupted: bool = False) -> GeneratorStats:
     """Count outcomes into offered, accepted, completed, rejected work and the generator's limits.
@@ -379,7 +380,7 @@ class _Runner:
     """State shared by the dispatcher and the request coroutines of one run."""
 
     def __init__(self, config: LoadConfig, model: str, client: httpx.AsyncClient, t0: float,
-                 on_outcome: Callable[[Outcome], None] | None, state: RunState) -> None:
+                 on_outcome: Callable[[HttpOutcome], None] | None, state: RunState) -> None:
         self.config = config
         self.model = model
         self.client = client
@@ -396,10 +397,10 @@ class _Runner:
     def now(self) -> float:
         return self.loop.time() - self.t0
 
-    async def one(self, req: PlannedRequest, intended_s: float) -> Outcome:
+    async def one(self, req: PlannedRequest, intended_s: float) -> HttpOutcome:
         """Send one request and record its outcome; never raises except on cancellation from outside."""
         cfg = self.config
-        out = Outcome(request_id=req.request_id, intended_s=intended_s, slice=req.slice,
+        out = HttpOutcome(request_id=req.request_id, intended_s=intended_s, slice=req.slice,
                       requested_prompt_words=req.prompt_words, requested_output_tokens=req.max_tokens)
         deadline_s = cfg.deadline_s if req.deadline_s is None else req.deadline_s
         deadline_at = self.t0 + intended_s + deadline_s
@@ -446,7 +447,7 @@ class _Runner:
         self._finish(out)
         return out
 
-    def _finish(self, out: Outcome) -> None:
+    def _finish(self, out: HttpOutcome) -> None:
         if out.status != "success" and out.first_token_s is not None and out.first_token_s > out.end_s:
             out.first_token_s = None  # cannot happen on one clock; kept safe for the record's ordering rule
         self.state.outcomes.append(out)
@@ -465,7 +466,7 @@ def _client(config: LoadConfig, longest_deadline_s: float) -> httpx.AsyncClient:
 
 
 async def run_load(config: LoadConfig, plan: Sequence[PlannedRequest],
-                   on_outcome: Callable[[Outcome], None] | None = None,
+                   on_outcome: Callable[[HttpOutcome], None] | None = None,
                    state: RunState | None = None, start_at: float | None = None) -> LoadResult:
     """Send ``plan`` to the endpoint, open loop (by intended times) or closed loop (``config.users``).
 
@@ -519,7 +520,7 @@ def result_from_state(config: LoadConfig, planned: int, state: RunState) -> Load
 
 async def _open_loop(runner: _Runner, plan: Sequence[PlannedRequest]) -> None:
     """Start each request at its intended time, whatever earlier requests are doing."""
-    tasks: list[asyncio.Task[Outcome]] = []
+    tasks: list[asyncio.Task[HttpOutcome]] = []
     try:
         for req in plan:
             due = runner.t0 + req.intended_s
@@ -559,7 +560,7 @@ async def _closed_loop(runner: _Runner, plan: Sequence[PlannedRequest], users: i
 
 
 def run_load_sync(config: LoadConfig, plan: Sequence[PlannedRequest],
-                  on_outcome: Callable[[Outcome], None] | None = None,
+                  on_outcome: Callable[[HttpOutcome], None] | None = None,
                   state: RunState | None = None) -> LoadResult:
     """Run :func:`run_load` in a fresh event loop."""
     return asyncio.run(run_load(config, plan, on_outcome, state))
@@ -568,7 +569,7 @@ def run_load_sync(config: LoadConfig, plan: Sequence[PlannedRequest],
 # --------------------------------------------------------------------------- results on disk
 
 
-def records_table(outcomes: Sequence[Outcome], source: str = "load") -> tuple[RecordTable, float, float]:
+def records_table(outcomes: Sequence[HttpOutcome], source: str = "load") -> tuple[RecordTable, float, float]:
     """Validate the outcomes as canonical records over [first start, last end]."""
     if not outcomes:
         raise ConfigError("the run produced no records (every planned arrival came after the duration limit)")
@@ -634,7 +635,7 @@ def write_run(out_dir: str | Path, result: LoadResult, metadata: dict[str, Any])
 # --------------------------------------------------------------------------- sweep points
 
 
-def measured_point(outcomes: Sequence[Outcome], load: float, slo: Any, slo_target: float) -> Any:
+def measured_point(outcomes: Sequence[HttpOutcome], load: float, slo: Any, slo_target: float) -> Any:
     """Summarize one measured open-loop run as a :class:`servebench.serving.sweep.SweepPoint`.
 
     The metrics come from the same code as a simulated point. Fields only a server's step trace

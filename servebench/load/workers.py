@@ -29,7 +29,7 @@ from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
 from servebench.errors import ConfigError, WorkerError
-from servebench.load.client import Outcome
+from servebench.load.client import HttpOutcome
 from servebench.load.generator import (GeneratorStats, LoadConfig, LoadResult, PlannedRequest, RunState, WorkerStats, generator_stats,
                       lag_stats, run_load)
 
@@ -53,7 +53,7 @@ class WorkerRun:
     host: str
     pid: int
     planned: int
-    outcomes: list[Outcome]
+    outcomes: list[HttpOutcome]
     peak_in_flight: int
     waited_for_slot: int
     start_late_s: float
