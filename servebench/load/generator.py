@@ -39,6 +39,7 @@ from servebench.analysis.percentiles import percentile
 from servebench.records.table import RecordTable, default_window, parse_objects, record_dict, validate
 from servebench.records.statuses import failure_status
 from servebench.records.token_times import fits
+from servebench.serving.send_lag import lag_threshold_s, sent_late
 from servebench.serving.workload import Workload, WorkloadSpec, closed_loop_plan, generate_workload
 
 # Common English words that most tokenizers keep as one token each (with a leading space).
@@ -329,14 +330,15 @@ def lag_stats(outcomes: Sequence[HttpOutcome]) -> LagStats:
 
 def lag_warning(lag: LagStats, outcomes: Sequence[HttpOutcome], mode: str) -> str | None:
     """Return a warning when p99 schedule lag exceeds 10 ms and 5% of the median request latency (open
-    loop), or when requests never reached the wire (their lag is unknown, so the lag statistics leave them out).
+    loop; the rule of :mod:`servebench.serving.send_lag`), or when requests never reached the wire (their lag
+    is unknown, so the lag statistics leave them out).
     """
     warnings = []
     if mode == "open" and lag.p99_s is not None:
         lat = [o.end_s - o.intended_s for o in outcomes if o.status == "success"]
         p50_latency = percentile(lat, 50) if lat else None
-        threshold = max(0.010, 0.05 * p50_latency) if p50_latency is not None else 0.010
-        if lag.p99_s > threshold:
+        threshold = lag_threshold_s(p50_latency)
+        if sent_late(lag.p99_s, p50_latency):
             warnings.append(f"the generator was late: p99 schedule lag {lag.p99_s:.3g} s (max {lag.max_s:.3g} s) is "
                             f"above {threshold:.3g} s; latencies include it (see sends.jsonl); lower the rate or "
                             "raise --max-in-flight")

@@ -32,6 +32,7 @@ from servebench.errors import ConfigError, WorkerError
 from servebench.load.client import HttpOutcome
 from servebench.load.generator import (GeneratorStats, LoadConfig, LoadResult, PlannedRequest, RunState, WorkerStats, generator_stats,
                       lag_stats, run_load)
+from servebench.serving.send_lag import LAG_FLOOR_S
 
 PINGS = 8
 START_LEAD_S = 0.5  # from the last ping to the common origin: time for every worker to get its part
@@ -132,7 +133,7 @@ def peak_overlap(intervals: Sequence[tuple[float, float]]) -> int:
     return peak
 
 
-def clock_warnings(stats: Sequence[WorkerStats], lag_budget_s: float = 0.010) -> list[str]:
+def clock_warnings(stats: Sequence[WorkerStats], lag_budget_s: float = LAG_FLOOR_S) -> list[str]:
     """Say when a worker's clock drifted beyond what the pings can resolve, or the alignment is coarse."""
     out = []
     for w in stats:

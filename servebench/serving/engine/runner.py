@@ -30,6 +30,7 @@ from servebench.errors import ConfigError
 from servebench.analysis.percentiles import percentile
 from servebench.serving.scenario import CancelSpec, Scenario
 from servebench.serving.scheduler import Outcome, Request, SchedulerConfig
+from servebench.serving.send_lag import lag_threshold_s, sent_late
 from servebench.records.token_times import fits
 from servebench.serving.workload import RequestSpec, WorkloadSpec, closed_loop_plan, generate_workload
 from servebench.serving.engine.loop import EngineLoop, StepRow, warm_up
@@ -331,11 +332,12 @@ def _run_workload(model: Decoder, scheduler: SchedulerConfig, workload: Workload
 
 
 def arrival_lag_note(lag_p99_s: float | None, lag_max_s: float | None, records: list[dict[str, Any]]) -> str | None:
-    """Return a note when the arrival thread's p99 lag exceeds 10 ms and 5% of the median success TTFT."""
+    """Return a note when the arrival thread's p99 lag exceeds 10 ms and 5% of the median success TTFT
+    (the rule of :mod:`servebench.serving.send_lag`)."""
     ttft = [r["first_token"] - r["start"] for r in records if r["status"] == "success"]
     p50 = percentile(ttft, 50)
-    threshold = max(0.010, 0.05 * p50) if p50 is not None else 0.010
-    if lag_p99_s is None or lag_max_s is None or lag_p99_s <= threshold:
+    threshold = lag_threshold_s(p50)
+    if lag_p99_s is None or lag_max_s is None or not sent_late(lag_p99_s, p50):
         return None
     return (f"the arrival thread sent requests late: p99 {lag_p99_s * 1e3:.3g} ms, max {lag_max_s * 1e3:.3g} ms "
             f"(threshold {threshold * 1e3:.3g} ms); records start at the intended arrival, so the lag is inside "
