@@ -16,7 +16,7 @@ import streamlit as st
 from streamlit import config as st_config
 
 from servebench.output.appsafety import Sharing, upload_size_error
-from servebench.errors import RecordValidationError, ServebenchError
+from servebench.errors import InputFormatError, RecordValidationError, ServebenchError
 from servebench.records.extra_columns import extra_columns_note, slice_by as sliced
 from servebench.output.terminal import fmt_window
 from servebench.records.importers import FORMATS as FOREIGN_FORMATS, ImportOptions
@@ -29,10 +29,13 @@ from servebench.output.site.inputs import RunInput, unique_names
 from servebench.output.site.pages import SiteOptions
 from servebench.output.site.site import build_site, site_zip_bytes
 from servebench.output.safetext import safe_text
+from servebench.serving.scenario import Scenario, load_scenario, scenario_from_bytes
 from servebench.analysis.summary import SLO, Report, build_report
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE_DIR = REPO / "sample_data"
+SCENARIO_DIR = SAMPLE_DIR / "scenarios"
+STEP_TRACE_KEY = "timing_run_steps"  # (name, step trace) of the last timing run: the Load sweep page fits on it
 DEFAULT_SAMPLE = "requests_sample.csv"
 RECORD_SUFFIXES = (".csv", ".json", ".jsonl", ".ndjson", ".parquet", ".pq")
 SOURCE_KEY = "records_source"
@@ -108,6 +111,20 @@ def sample_files() -> list[str]:
     """Return the record files shipped in sample_data/, by name."""
     return sorted(p.name for p in SAMPLE_DIR.iterdir() if p.is_file() and p.suffix.lower() in RECORD_SUFFIXES
                   and not p.name.startswith("profiles"))
+
+
+def sample_scenarios() -> list[str]:
+    """Return the scenario files shipped in sample_data/scenarios/, by name."""
+    return sorted(p.name for p in SCENARIO_DIR.glob("*.y*ml"))
+
+
+def chosen_scenario(upload: Any, sample: str) -> Scenario:
+    """Return the uploaded scenario (YAML or JSON) if there is one, else the named sample; errors stop the page."""
+    if upload is None:
+        return guarded(load_scenario, SCENARIO_DIR / sample)
+    if (too_big := upload_error(upload)) is not None:
+        fail(InputFormatError(too_big))
+    return guarded(scenario_from_bytes, upload.getvalue(), upload.name)
 
 
 def sample_source(name: str) -> RecordSource:

@@ -6,23 +6,19 @@ import json
 
 import pandas as pd
 import streamlit as st
-import yaml
 
-from pages._shared import SAMPLE_DIR, fail, guarded
+from pages._shared import chosen_scenario, guarded, sample_scenarios
 from servebench.capacity import ACCELERATORS, DEFAULT_GPUS
 from servebench.planning import PlanRequest, Workload, plan
 from servebench.planning.interview import QUESTION, QUESTION_RATE_RPS, interview_request, interview_step
 from servebench.planning.planner import MAX_NUM_SEQS, TENSOR_PARALLEL, Evaluation, Plan
-from servebench.errors import InputFormatError
 from servebench.output.figures.planner import cost_vs_traffic
 from servebench.output.figures.summary import fmt
 from servebench.capacity.kv import dtype_bytes
 from servebench.capacity.model_presets import PRESETS, get_preset
-from servebench.serving.scenario import load_scenario, parse_scenario
 from servebench.analysis.summary import SLO
 from servebench.analysis.walkthrough import score_prediction
 
-SCENARIO_DIR = SAMPLE_DIR / "scenarios"
 HELP = {
     "capacity": "Highest arrival rate one replica serves with the SLO target met: the roofline step model goes "
                 "into the simulator and the load sweep's capacity search bisects between a load that meets the "
@@ -39,18 +35,6 @@ HELP = {
 @st.cache_resource(max_entries=8, show_spinner=False)
 def _interview(requests: int) -> tuple[Evaluation, Plan]:
     return plan(interview_request(requests), QUESTION_RATE_RPS)
-
-
-def _read_scenario_workload(upload, sample: str) -> Workload:
-    if upload is None:
-        return Workload.from_scenario(guarded(load_scenario, SCENARIO_DIR / sample))
-    try:
-        data = yaml.safe_load(upload.getvalue().decode("utf-8"))
-    except (UnicodeDecodeError, yaml.YAMLError) as exc:
-        fail(InputFormatError(f"{upload.name}: not YAML or JSON: {exc}"))
-    if not isinstance(data, dict):
-        fail(InputFormatError(f"{upload.name}: a scenario must be a mapping"))
-    return guarded(Workload.from_scenario, guarded(parse_scenario, data, upload.name))
 
 
 st.title("Capacity planner")
@@ -72,10 +56,10 @@ if traffic_how == "Fixed lengths":
     workload = guarded(Workload.fixed, prompt, output)
 else:
     c = st.columns(2)
-    samples = sorted(p.name for p in SCENARIO_DIR.glob("*.y*ml"))
+    samples = sample_scenarios()
     sample = c[0].selectbox("Sample scenario", samples, key="plan_scenario")
     up = c[1].file_uploader("…or upload one (YAML or JSON)", type=["yaml", "yml", "json"], key="plan_upload")
-    workload = _read_scenario_workload(up, sample)
+    workload = guarded(Workload.from_scenario, chosen_scenario(up, sample))
     st.caption("The scenario's request classes, arrival process and scheduler settings; its rate, KV budget, "
                "max_num_seqs and step model are the planner's.")
 

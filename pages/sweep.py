@@ -18,7 +18,7 @@ from servebench.output.figures.validate_sweep import measured_vs_simulated
 from servebench.output.figures.summary import fmt, fmt_share
 from servebench.capacity.model_presets import PRESETS, get_preset
 from servebench.records.rows import rows_from_bytes
-from servebench.serving.scenario import Scenario, load_scenario, parse_scenario
+from servebench.serving.scenario import Scenario, load_scenario, parse_scenario, scenario_from_bytes
 from servebench.capacity.stepmodel import COEFFICIENTS, StepFit, fit_step_model
 from servebench.output.cautions import fit_warning
 from servebench.analysis.summary import SLO
@@ -34,13 +34,7 @@ def _read_scenario(upload) -> Scenario:
     if upload is None:
         name = st.session_state.get("sweep_sample") or "profile_b.yaml"
         return guarded(load_scenario, SCENARIO_DIR / name)
-    try:
-        data = yaml.safe_load(upload.getvalue().decode("utf-8"))
-    except (UnicodeDecodeError, yaml.YAMLError) as exc:
-        fail(InputFormatError(f"{upload.name}: not YAML or JSON: {exc}"))
-    if not isinstance(data, dict):
-        fail(InputFormatError(f"{upload.name}: a scenario must be a mapping"))
-    return guarded(parse_scenario, data, upload.name)
+    return guarded(scenario_from_bytes, upload.getvalue(), upload.name)  # the shared upload parser
 
 
 def _read_trace(upload) -> list[dict]:

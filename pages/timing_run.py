@@ -8,41 +8,26 @@ import time
 from pathlib import Path
 
 import streamlit as st
-import yaml
-
-from pages._shared import SAMPLE_DIR, RecordSource, fail, guarded, set_source, sharing, upload_error
+from pages._shared import STEP_TRACE_KEY, RecordSource, chosen_scenario, guarded, sample_scenarios, set_source, sharing
 from servebench.serving.engine.model import PRESETS as ENGINE_PRESETS
 from servebench.serving.engine.model import device_name, pick_device
 from servebench.output.cautions import cpu_model_warning
 from servebench.serving.engine.rundir import METADATA, RECORDS, STEPS, read_run
 from servebench.serving.engine.timing_run import execute_run
-from servebench.errors import InputFormatError
 from servebench.output.figures.summary import fmt
-from servebench.serving.scenario import load_scenario, parse_scenario, with_request_count
-
-SCENARIO_DIR = SAMPLE_DIR / "scenarios"
-STEP_TRACE_KEY = "timing_run_steps"  # read by the Load sweep page to fit its step model
+from servebench.serving.scenario import with_request_count
 
 st.title("Timing run")
 st.caption("A real run: a decoder-only transformer with seeded random weights (no downloads) serves the scenario's "
            "arrivals on the wall clock, with a paged KV cache and continuous batching under the same scheduler as "
            "the simulator. Queueing is real; timeouts, rejections and cancellations stay in the records.")
 
-samples = sorted(p.name for p in SCENARIO_DIR.glob("*.y*ml"))
+samples = sample_scenarios()
 c1, c2 = st.columns(2)
 sample = c1.selectbox("Scenario", samples, index=samples.index("tiny_cpu.yaml") if "tiny_cpu.yaml" in samples else 0,
                       key="run_sample")
 up = c2.file_uploader("…or upload one (YAML or JSON)", type=["yaml", "yml", "json"], key="run_upload")
-if (too_big := upload_error(up)) is not None:
-    fail(InputFormatError(too_big))
-if up is None:
-    scenario = guarded(load_scenario, SCENARIO_DIR / sample)
-else:
-    try:
-        doc = yaml.safe_load(up.getvalue().decode("utf-8"))
-    except (UnicodeDecodeError, yaml.YAMLError) as exc:
-        fail(InputFormatError(f"{up.name}: not YAML or JSON: {exc}"))
-    scenario = guarded(parse_scenario, doc if isinstance(doc, dict) else None, up.name)
+scenario = chosen_scenario(up, sample)
 if scenario.description:
     st.caption(scenario.description)
 

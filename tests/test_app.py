@@ -493,6 +493,20 @@ def test_upload_over_the_limit_names_the_limit_and_keeps_the_records(monkeypatch
         assert "big.yaml is 1.1 MB" in at.error[0].value
 
 
+def test_a_bad_scenario_upload_says_why_on_every_page_that_takes_one() -> None:
+    at = _app()
+    for page, how, key in (("pages/timing_run.py", None, "run_upload"),
+                           ("pages/planner.py", ("plan_traffic_how", "A scenario's mix"), "plan_upload"),
+                           ("pages/sweep.py", None, "scenario_upload")):
+        at.switch_page(page).run()
+        if how is not None:
+            at.radio(key=how[0]).set_value(how[1]).run()
+        at.file_uploader(key=key).set_value(("list.yaml", b"- 1\n- 2\n", "application/yaml")).run()
+        assert not at.exception
+        assert at.error[0].value.startswith("list.yaml: a scenario must be a mapping, got list"), page
+        at.file_uploader(key=key).set_value(None).run()
+
+
 def test_several_uploads_are_held_and_compared_side_by_side() -> None:
     at = _app()
     a = (REPO / "sample_data" / "r1_r4.json").read_bytes()

@@ -189,13 +189,32 @@ def load_scenario(path: str | Path) -> Scenario:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read scenario {p}: {exc.strerror or exc}") from None
+    return parse_scenario(_scenario_document(text, str(p)), str(p), p.parent)
+
+
+def scenario_from_bytes(data: bytes, name: str, base_dir: Path | None = None) -> Scenario:
+    """Parse a scenario file's bytes (an upload): JSON when ``name`` ends in .json, else YAML.
+
+    Every problem is one ConfigError starting with ``name``: not UTF-8, not valid YAML or JSON, not a
+    mapping, or the first field the scenario refuses. Files it names are read relative to ``base_dir``.
+    """
     try:
-        data = json.loads(text) if p.suffix.lower() == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{p}: not valid {'JSON' if p.suffix.lower() == '.json' else 'YAML'}: {exc}") from None
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{name}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})") from None
+    return parse_scenario(_scenario_document(text, name), name, base_dir)
+
+
+def _scenario_document(text: str, name: str) -> dict[str, Any]:
+    """Return a scenario file's text parsed as JSON (a .json name) or YAML; it must be a mapping."""
+    as_json = name.lower().endswith(".json")
+    try:
+        data = json.loads(text) if as_json else yaml.safe_load(text)
+    except (ValueError, RecursionError, yaml.YAMLError) as exc:  # JSONDecodeError is a ValueError
+        raise ConfigError(f"{name}: not valid {'JSON' if as_json else 'YAML'}: {exc}") from None
     if not isinstance(data, dict):
-        raise ConfigError(f"{p}: a scenario must be a mapping, got {type(data).__name__}")
-    return parse_scenario(data, str(p), p.parent)
+        raise ConfigError(f"{name}: a scenario must be a mapping, got {type(data).__name__}")
+    return data
 
 
 def with_request_count(scenario: Scenario, requests: int) -> Scenario:
