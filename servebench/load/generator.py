@@ -40,7 +40,7 @@ from servebench.records.table import RecordTable, default_window, parse_objects,
 from servebench.records.statuses import failure_status
 from servebench.records.token_times import fits
 from servebench.serving.send_lag import lag_threshold_s, sent_late
-from servebench.serving.workload import Workload, WorkloadSpec, closed_loop_plan, generate_workload
+from servebench.serving.workload import Workload, WorkloadSpec, draw_workload
 
 # Common English words that most tokenizers keep as one token each (with a leading space).
 PROMPT_WORDS = (
@@ -225,11 +225,8 @@ def workload_plan(spec: WorkloadSpec, rng: np.random.Generator) -> list[PlannedR
     """
     if spec.num_requests is not None and spec.duration_s is not None:
         spec = spec.model_copy(update={"duration_s": None})
-    if spec.closed_loop is not None:
-        cl = closed_loop_plan(spec, rng)
-        wl, think = cl.requests, cl.think_s
-    else:
-        wl, think = generate_workload(spec, rng), None
+    drawn = draw_workload(spec, rng)  # the simulator's and the engine's draw; its clients never cancel
+    wl, think = drawn.requests, drawn.think_s
     if len(wl) == 0:
         raise ConfigError("the workload produced no requests (raise --requests or --duration)")
     names = [wl.class_names[c] for c in wl.class_index.tolist()]

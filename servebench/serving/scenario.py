@@ -31,7 +31,7 @@ from servebench.capacity.kv import GIB, ModelShape, Policy, budget_tokens
 from servebench.serving.retry import ClientSpec
 from servebench.serving.scheduler import SchedulerConfig, TenantLimit
 from servebench.capacity.stepmodel import StepModel
-from servebench.serving.workload import WorkloadSpec
+from servebench.serving.workload import CancelSpec, WorkloadSpec  # CancelSpec is importable from here too
 
 
 class AdmissionSpec(BaseModel):
@@ -140,15 +140,6 @@ class StepModelSpec(BaseModel):
                          per_decode_seq_s=self.per_decode_seq_s, per_kv_token_s=self.per_kv_token_s,
                          per_prefill_seq_s=self.per_prefill_seq_s, arrival_lag_s=self.arrival_lag_s,
                          emit_lead_s=self.emit_lead_s)
-
-
-class CancelSpec(BaseModel):
-    """Clients that give up: each request is cancelled with ``probability`` after an exponential wait."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    probability: float = Field(ge=0, le=1, description="Share of requests whose client cancels.")
-    after_s: float = Field(gt=0, description="Mean wait after arrival before cancelling, s.")
 
 
 class Scenario(BaseModel):

@@ -47,7 +47,7 @@ from servebench.serving.scenario import Scenario
 from servebench.serving.scheduler import Outcome, Request, Scheduler, SchedulerConfig, StepPlan
 from servebench.capacity.stepmodel import StepModel
 from servebench.records.token_times import TokenLog
-from servebench.serving.workload import ClosedLoopPlan, Workload, closed_loop_plan, generate_workload
+from servebench.serving.workload import ClosedLoopPlan, Workload, draw_cancellations, draw_workload
 
 PRIO_RUN, PRIO_PREFILL, PRIO_CANCEL, PRIO_DEADLINE, PRIO_ARRIVAL = 0, 1, 2, 3, 4
 EV_RUN, EV_PREFILL, EV_CANCEL, EV_ARRIVAL, EV_RETRY = 0, 1, 2, 3, 4
@@ -172,14 +172,12 @@ def simulate(scenario: Scenario, *, workload: Workload | ClosedLoopPlan | None =
     ``token_times=False`` leaves the records without token times (a sweep that reports no ITL saves the work).
     """
     rng = scenario.rng() if rng is None else rng
-    if workload is None:
-        wl = scenario.workload
-        workload = closed_loop_plan(wl, rng) if wl.closed_loop is not None else generate_workload(wl, rng)
-    n = len(workload.requests) if isinstance(workload, ClosedLoopPlan) else len(workload)
-    cancel_after = None
-    if scenario.cancel is not None and scenario.cancel.probability > 0:
-        hit = rng.random(n) < scenario.cancel.probability
-        cancel_after = np.where(hit, rng.exponential(scenario.cancel.after_s, size=n), np.nan)
+    if workload is None:  # the draw the engine run and the load generator make from the same seed
+        drawn = draw_workload(scenario.workload, rng, scenario.cancel)
+        workload, cancel_after = drawn.plan(), drawn.cancel_after_s
+    else:  # drawn already: only the clients' cancellations come from ``rng``
+        n = len(workload.requests) if isinstance(workload, ClosedLoopPlan) else len(workload)
+        cancel_after = draw_cancellations(n, scenario.cancel, rng)
     client = scenario.client
     client_rng = np.random.default_rng(int(rng.integers(2**62))) if client is not None and client.retries else None
     return simulate_workload(scenario.server.scheduler_config(), scenario.step_model.to_model(), workload,

@@ -15,7 +15,9 @@ Closed loop (N users, each sends its next request a think time after its last on
 
 The order of draws is fixed (arrival gaps, then class choices, then lengths class by class, then
 shared-prefix groups and the content salt when a class shares prefixes or holds conversations,
-then think times), so a seed gives the same workload on every machine. Classes are mixed by weight.
+then think times, then the clients' cancellations), so a seed gives the same workload on every machine.
+Classes are mixed by weight. :func:`draw_workload` is that whole draw, and the simulator, the engine
+run and the load generator all call it, so they serve the same requests.
 
 Prompt content, for prefix caching (``Workload.prompt_contents``; token ids from
 :mod:`servebench.serving.prefix_cache`, the same for the simulator and the engine):
@@ -220,6 +222,15 @@ class ClosedLoopSpec(BaseModel):
     users: int = Field(ge=1, description="Concurrent users.")
     think_s: float = Field(0.0, ge=0, description="Mean think time between a user's requests, s.")
     think: Literal["fixed", "exponential"] = Field("fixed", description="Think time distribution.")
+
+
+class CancelSpec(BaseModel):
+    """Clients that give up: each request is cancelled with ``probability`` after an exponential wait."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    probability: float = Field(ge=0, le=1, description="Share of requests whose client cancels.")
+    after_s: float = Field(gt=0, description="Mean wait after arrival before cancelling, s.")
 
 
 class WorkloadSpec(BaseModel):
@@ -525,3 +536,56 @@ def closed_loop_plan(spec: WorkloadSpec, rng: np.random.Generator) -> ClosedLoop
         think = np.full(n, cl.think_s)
     think[: min(cl.users, n)] = 0.0
     return ClosedLoopPlan(cl.users, wl, think)
+
+
+@dataclass(frozen=True)
+class DrawnWorkload:
+    """One seed's requests and clients: what the simulator, the engine run and the load generator all serve.
+
+    Open loop, ``requests`` carry their arrival times (``users`` is None). Closed loop, ``users``
+    users send them in order, request i ``think_s[i]`` after its user's previous request ended.
+    ``cancel_after_s`` is each client's wait after its request's arrival before it cancels (NaN:
+    never); None when no client cancels.
+    """
+
+    requests: Workload
+    users: int | None = None
+    think_s: np.ndarray | None = None  # float64, closed loop only
+    cancel_after_s: np.ndarray | None = None  # float64
+
+    def __len__(self) -> int:
+        return len(self.requests)
+
+    def plan(self) -> Workload | ClosedLoopPlan:
+        """Return the requests as the simulator takes them: the workload, or a closed-loop plan."""
+        if self.users is None or self.think_s is None:
+            return self.requests
+        return ClosedLoopPlan(self.users, self.requests, self.think_s)
+
+
+def draw_cancellations(n: int, cancel: CancelSpec | None, rng: np.random.Generator) -> np.ndarray | None:
+    """Return each of ``n`` clients' wait before it cancels (NaN: never), or None when no client cancels.
+
+    Who cancels is drawn first (one uniform each), then a wait for every client (exponential with
+    mean ``after_s``), so a seed gives the same cancellations on every machine.
+    """
+    if cancel is None or cancel.probability <= 0:
+        return None
+    hit = rng.random(n) < cancel.probability
+    return np.where(hit, rng.exponential(cancel.after_s, size=n), np.nan)
+
+
+def draw_workload(spec: WorkloadSpec, rng: np.random.Generator, cancel: CancelSpec | None = None) -> DrawnWorkload:
+    """Draw the requests (open-loop arrivals, or closed-loop lengths and think times), then the cancellations.
+
+    The one draw behind ``servebench simulate``, ``servebench run`` and ``servebench load``: one
+    spec and seed give all three the same arrivals, lengths and prompt contents (token ids), and
+    with ``cancel`` the simulator and the engine the same cancellations (the load generator's
+    clients never cancel).
+    """
+    if spec.closed_loop is not None:
+        plan = closed_loop_plan(spec, rng)
+        drawn = DrawnWorkload(plan.requests, plan.users, plan.think_s)
+    else:
+        drawn = DrawnWorkload(generate_workload(spec, rng))
+    return replace(drawn, cancel_after_s=draw_cancellations(len(drawn), cancel, rng))

@@ -32,7 +32,7 @@ from servebench.serving.scenario import CancelSpec, Scenario
 from servebench.serving.scheduler import Outcome, Request, SchedulerConfig
 from servebench.serving.send_lag import lag_threshold_s, sent_late
 from servebench.records.token_times import fits
-from servebench.serving.workload import RequestSpec, WorkloadSpec, closed_loop_plan, generate_workload
+from servebench.serving.workload import RequestSpec, WorkloadSpec, draw_workload
 from servebench.serving.engine.loop import EngineLoop, StepRow, warm_up
 from servebench.serving.engine.model import Decoder, denormals_flushed
 
@@ -214,7 +214,7 @@ def run_workload(model: Decoder, scheduler: SchedulerConfig, workload: WorkloadS
     """Serve ``workload`` in real time on ``model`` under ``scheduler``; return records and step trace.
 
     The workload (then the clients' cancellations) is drawn from ``numpy.random.default_rng(seed)``
-    exactly as the simulator draws it. ``max_wall_s`` bounds the run: requests still live then are
+    by :func:`~servebench.serving.workload.draw_workload`, the simulator's draw. ``max_wall_s`` bounds the run: requests still live then are
     cancelled with error ``run_time_limit`` (kept as records) and requests not yet sent are not offered.
     """
     with denormals_flushed(), gc_frozen():
@@ -225,24 +225,14 @@ def run_workload(model: Decoder, scheduler: SchedulerConfig, workload: WorkloadS
 def _run_workload(model: Decoder, scheduler: SchedulerConfig, workload: WorkloadSpec, *, seed: int,
                   cancel: CancelSpec | None, max_wall_s: float | None, warmup_steps: int,
                   progress: Progress | None, on_step: Callable[[StepRow], None] | None) -> TimingRun:
-    rng = np.random.default_rng(seed)
-    if workload.arrival is not None:
-        drawn = generate_workload(workload, rng)
-        specs = drawn.to_specs()
-        think = None
-        users = 0
-    else:
-        plan = closed_loop_plan(workload, rng)
-        drawn = plan.requests
-        specs = drawn.to_specs()
-        think = plan.think_s
-        users = plan.users
+    draw = draw_workload(workload, np.random.default_rng(seed), cancel)  # the simulator's draw
+    drawn = draw.requests
+    specs = drawn.to_specs()
+    think = draw.think_s  # None: open loop
+    users = draw.users or 0
     if not specs:
         raise ConfigError("the workload has no requests")
-    cancel_after: list[float] | None = None
-    if cancel is not None and cancel.probability > 0:
-        hit = rng.random(len(specs)) < cancel.probability
-        cancel_after = np.where(hit, rng.exponential(cancel.after_s, size=len(specs)), np.nan).tolist()
+    cancel_after = None if draw.cancel_after_s is None else draw.cancel_after_s.tolist()
     limit = model.config.max_positions
     worst = max(max(1, s.prompt_tokens) + s.max_output_tokens for s in specs)
     if worst > limit:
