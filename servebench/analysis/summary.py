@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from functools import partial
@@ -19,6 +19,7 @@ from servebench.analysis.percentiles import PercentileEstimate, estimate_sorted,
 from servebench.records.table import (MSG_EMPTY, STATUSES, SUCCESS, RecordTable, check_window, first_violation,
                       build_table, parse_objects)
 from servebench.records.textcolumns import category_codes, duplicates
+from servebench.analysis.retries import jain_index, logical_stats, normalised_goodput, warmup_slices
 from servebench.analysis.timeline import Timeline, active_timeline
 from servebench.records.token_times import Gaps, gaps as token_gaps
 
@@ -303,6 +304,49 @@ class Stalls(BaseModel):
     share: float | None = Field(description="stalled / requests; None without such requests.")
 
 
+class LogicalReport(BaseModel):
+    """Logical requests (a user request and its retries) over records with ``logical_id`` (analysis.retries)."""
+
+    model_config = ConfigDict(ser_json_inf_nan="strings")
+    logical_requests: int
+    logical_successes: int = Field(description="Logical requests one of whose attempts succeeded.")
+    success_fraction: float | None
+    attempts: int = Field(description="Records: one per attempt.")
+    amplification: float | None = Field(description="attempts / logical_requests: the load retries added (1: none).")
+    retried: int = Field(description="Logical requests with more than one attempt.")
+    partial_then_retry: int = Field(
+        description="Logical requests whose user saw partial output (an attempt that failed after delivering tokens) "
+                    "before a retry; those tokens are wasted, never joined to the retry's answer.")
+    attempts_cut_by_deadline: int = Field(description="Attempts the client's own deadline ended (client_deadline).")
+    user_latency_s: Distribution = Field(
+        description="First attempt's start to final attempt's end, every logical request (success or not).")
+    user_latency_success_s: Distribution = Field(description="The same over logical requests that succeeded.")
+
+
+class SliceFairness(BaseModel):
+    """One slice's share of the service."""
+
+    model_config = ConfigDict(ser_json_inf_nan="strings")
+    weight: float
+    goodput_requests_per_second: float = Field(description="Good requests (meeting the SLO; successes without one) / window.")
+    goodput_share: float | None = Field(description="This slice's good requests / all slices' good requests.")
+    slo_attainment: float | None = Field(description="Good requests / the slice's requests; None without an SLO.")
+    ttft_p95_s: float | None
+
+
+class FairnessReport(BaseModel):
+    """How evenly the slices (tenants, workload classes) were served (analysis.retries)."""
+
+    model_config = ConfigDict(ser_json_inf_nan="strings")
+    weights_from: str = Field(description="'metadata' (the run's tenant weights) or 'equal'.")
+    slices: dict[str, SliceFairness]
+    jain_index: float | None = Field(
+        description="Jain's index over goodput / weight: 1 = served in proportion to weight, 1/n = one slice got all; "
+                    "None when no slice had goodput.")
+    ttft_p95_ratio: float | None = Field(
+        description="Worst slice's TTFT p95 / best slice's; None when a slice has none or the best is 0.")
+
+
 class Report(BaseModel):
     """Everything servebench says about one set of records over one window."""
 
@@ -344,6 +388,9 @@ class Report(BaseModel):
     records_without_request_id: int
     prefix_cache: PrefixCacheReport | None = Field(
         None, description="Prefix-cache hits and their effect; None when no record has cached_prompt_tokens.")
+    logical: LogicalReport | None = Field(None, description="Logical requests and retries; None when no record "
+                                                            "has logical_id.")
+    fairness: FairnessReport | None = Field(None, description="Service across slices; None with fewer than two.")
     slices: dict[str, "Report"] = Field(default_factory=dict)
 
 
@@ -457,8 +504,14 @@ def _run_beside(main: Callable[[], T], jobs: list[tuple[K, Callable[[], Any]]],
 
 
 def build_report(table: RecordTable, window_start: float, window_end: float, slo: SLO | None = None,
-                 *, by_slice: bool = True) -> Report:
+                 *, by_slice: bool = True, weights: Mapping[str, float] | None = None,
+                 warmup_s: float | None = None) -> Report:
     """Return the full report for validated records over [window_start, window_end].
+
+    ``weights`` (slice -> weight, e.g. a run's tenant weights) normalise the fairness section's
+    goodput; without them every slice weighs 1. ``warmup_s`` reports the records that start in the
+    window's first ``warmup_s`` seconds as the slice ``cold`` and the rest as ``warm`` (in place
+    of the records' own slices).
 
     The duplicate check and the slice reports run in worker threads beside the whole file's report
     (numpy's sorts and searches release the GIL). Each distribution is sorted once and every
@@ -466,6 +519,10 @@ def build_report(table: RecordTable, window_start: float, window_end: float, slo
     """
     if len(table) == 0:
         raise ConfigError(MSG_EMPTY)
+    if warmup_s is not None:
+        if not warmup_s > 0:
+            raise ConfigError(f"warmup_s {warmup_s!r} must be positive")
+        table = table.with_columns(slice=warmup_slices(table, window_start, warmup_s))
     slice_rows = _slice_rows(table) if by_slice else {}
     error_code, error_names = category_codes(table.error_arrow)
     all_rows = _Rows.of(table, error_code)
@@ -490,7 +547,37 @@ def build_report(table: RecordTable, window_start: float, window_end: float, slo
     slices = {name: results[name] for name in slice_rows}
     return whole.model_copy(update=dict(
         duplicate_request_ids=sum(c - 1 for _, c in dups),
-        duplicate_request_id_examples=sorted(rid for rid, _ in dups)[:5], slices=slices))
+        duplicate_request_id_examples=sorted(rid for rid, _ in dups)[:5], slices=slices,
+        logical=_logical(table) if table.has_logical_ids else None,
+        fairness=_fairness(slices, window_end - window_start, weights) if len(slices) >= 2 else None))
+
+
+def _logical(table: RecordTable) -> LogicalReport:
+    """Return the logical-request section (see servebench.analysis.retries)."""
+    s = logical_stats(table)
+    return LogicalReport(logical_requests=s.logical_requests, logical_successes=s.logical_successes,
+                         success_fraction=s.success_fraction, attempts=s.attempts, amplification=s.amplification,
+                         retried=s.retried, partial_then_retry=s.partial_then_retry,
+                         attempts_cut_by_deadline=s.attempts_cut_by_deadline,
+                         user_latency_s=_distribution(s.user_latency_s),
+                         user_latency_success_s=_distribution(s.user_latency_success_s))
+
+
+def _fairness(slices: dict[str, Report], window_s: float, weights: Mapping[str, float] | None) -> FairnessReport:
+    """Return the fairness section over slice reports: goodput shares, SLO attainment, TTFT p95, Jain's index."""
+    good = {name: (r.slo.good_requests if r.slo is not None else r.completed) for name, r in slices.items()}
+    total = sum(good.values())
+    per_s = {name: g / window_s for name, g in good.items()}
+    p95 = {name: r.ttft_s.at(95) for name, r in slices.items()}
+    named = {name: float(weights[name]) for name in slices if weights and name in weights}
+    out = {name: SliceFairness(weight=named.get(name, 1.0), goodput_requests_per_second=per_s[name],
+                               goodput_share=good[name] / total if total else None,
+                               slo_attainment=None if r.slo is None else r.slo.attainment, ttft_p95_s=p95[name])
+           for name, r in slices.items()}
+    known = [v for v in p95.values() if v is not None]
+    ratio = max(known) / min(known) if len(known) == len(p95) and min(known) > 0 else None
+    return FairnessReport(weights_from="metadata" if named else "equal", slices=out,
+                          jain_index=jain_index(list(normalised_goodput(per_s, named).values())), ttft_p95_ratio=ratio)
 
 
 @dataclass(frozen=True)

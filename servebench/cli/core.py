@@ -73,6 +73,9 @@ def summarize(
     memory_limit: Optional[str] = typer.Option(None, "--memory-limit", metavar="SIZE",
                                                help="Memory servebench allows itself (4GB, 512MiB; default: half of "
                                                     "this machine's); DuckDB is held to it."),
+    warmup_s: Optional[float] = typer.Option(None, "--warmup-s", callback=_positive_s,
+                                             help="Report the window's first S seconds as the slice 'cold' and the "
+                                                  "rest as 'warm' (in place of the records' slices)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
 ) -> None:
     """Summarize a record file or set: the spec's eight fields, then the full failure-aware report."""
@@ -86,7 +89,7 @@ def summarize(
         from servebench.analysis.record_sets import summarize_path
         with Console(stderr=True).status(f"reading {user_text(file.name)}") as status:
             done = summarize_path(str(file), format, window_start, window_end, slo, slice_by, engine, memory_limit,
-                                  progress=status.update)
+                                  progress=status.update, warmup_s=warmup_s)
         if done.engine_note:
             Console(stderr=True).print(f"[cyan]note:[/] {user_text(done.engine_note)}")
         _print_summary(done.report, done.warnings, done.unavailable_metrics, done.extra_columns, slice_by,
@@ -109,7 +112,7 @@ def summarize(
         if slice_by is not None:
             table = sliced(table, slice_by)
         status.update(f"summarizing {len(table):,} records")
-        report = build_report(table, ws, we, slo)
+        report = build_report(table, ws, we, slo, warmup_s=warmup_s)
     note = extra_columns_note(table.extra)
     _print_summary(report, loaded.warnings, list(loaded.metadata.get("unavailable_metrics") or []), list(table.extra),
                    slice_by, [n for n in (note, trim_note) if n], "memory", as_json)

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from servebench.output.safetext import safe_markup
-from servebench.analysis.summary import Distribution, PrefixCacheReport, Report
+from servebench.analysis.summary import Distribution, FairnessReport, LogicalReport, PrefixCacheReport, Report
 
 user_text = safe_markup  # every user-supplied string in a table or line goes through this
 
@@ -154,6 +154,36 @@ def print_report(console: Console, report: Report, unavailable: frozenset[str] =
     for name, sub in report.slices.items():
         title = f"Slice '{name}'" if slice_by is None else f"{slice_by} = '{name}'"
         console.print(summary_table(sub.summary, title=user_text(title)))
+    if report.logical is not None:
+        print_logical(console, report.logical)
+    if report.fairness is not None:
+        print_fairness(console, report.fairness)
+
+
+def print_logical(console: Console, lg: LogicalReport) -> None:
+    """Print the logical-request section: successes, attempts, amplification, user-visible latency."""
+    share = "-" if lg.success_fraction is None else f"{lg.success_fraction:.1%}"
+    console.print(f"[bold]Logical requests[/]: {lg.logical_successes:,} of {lg.logical_requests:,} succeeded "
+                  f"({share}) in {lg.attempts:,} attempts: amplification {fmt(lg.amplification)}; "
+                  f"{lg.retried:,} retried, {lg.partial_then_retry:,} saw partial output then a retry, "
+                  f"{lg.attempts_cut_by_deadline:,} attempts cut by the client's deadline")
+    console.print(distribution_table({"user_latency_s": lg.user_latency_s,
+                                      "user_latency_success_s": lg.user_latency_success_s},
+                                     "User-visible latency: first attempt's start to final attempt's end"))
+
+
+def print_fairness(console: Console, fr: FairnessReport) -> None:
+    """Print the fairness section: each slice's goodput share, SLO attainment and TTFT p95; Jain's index."""
+    table = Table(title=f"Fairness across slices (weights: {fr.weights_from})")
+    for col in ("slice", "weight", "goodput, req/s", "goodput share", "SLO attainment", "TTFT p95, s"):
+        table.add_column(col, justify="left" if col == "slice" else "right")
+    for name, s in fr.slices.items():
+        table.add_row(user_text(name), fmt(s.weight), fmt(s.goodput_requests_per_second),
+                      "-" if s.goodput_share is None else f"{s.goodput_share:.1%}",
+                      "-" if s.slo_attainment is None else f"{s.slo_attainment:.1%}", fmt(s.ttft_p95_s))
+    console.print(table)
+    console.print(f"Jain's index over goodput / weight: {fmt(fr.jain_index)} (1 = in proportion to weight); "
+                  f"worst / best TTFT p95: {fmt(fr.ttft_p95_ratio)}")
 
 
 def print_prefix_cache(console: Console, pc: PrefixCacheReport) -> None:

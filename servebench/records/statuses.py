@@ -75,3 +75,5 @@ def failure_status(http_status: int | None = None, cause: str | None = None, *, 
         if _TIMEOUT_RE.search(cause):
             return "timeout"
     return "failed"
+
+CLIENT_DEADLINE_ERROR = "client_deadline"  # error of an attempt the client's own deadline cut (a retrying client)

@@ -25,9 +25,11 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from servebench.records.statuses import CLIENT_DEADLINE_ERROR
+
 RetryStatus = Literal["rejected", "timeout", "failed"]
 RETRY_STATUSES: tuple[str, ...] = ("rejected", "timeout", "failed")
-ERR_CLIENT_DEADLINE = "client_deadline"
+ERR_CLIENT_DEADLINE = CLIENT_DEADLINE_ERROR  # an attempt the logical deadline cut
 
 
 class BackoffSpec(BaseModel):

@@ -25,13 +25,14 @@ from servebench.output.site.html import Markup, figure, join, key_values, nested
 from servebench.output.site.inputs import RunInput
 from servebench.output.site.kvview import KvOptions, KvView, kv_section, kv_view
 from servebench.output.site.tokens import token_section
+from servebench.output.site.retries import fairness_section, logical_section
 
 
 
 SECTION_TITLES: tuple[tuple[str, str], ...] = (
     ("warnings", "warnings"), ("summary", "summary"), ("outcomes", "outcomes"), ("work", "work"),
     ("percentiles", "percentiles"), ("prefix_cache", "prefix cache"), ("cdfs", "CDFs"), ("tokens", "token timing"), ("timeline", "concurrency"), ("stages", "stages"),
-    ("steps", "step trace"), ("slices", "slices"), ("kv", "KV and diagnosis"), ("contract", "contract"),
+    ("steps", "step trace"), ("slices", "slices"), ("logical", "retries"), ("fairness", "fairness"), ("kv", "KV and diagnosis"), ("contract", "contract"),
     ("quality", "data quality"),
 )
 
@@ -269,6 +270,10 @@ def run_page(view: RunView, options: SiteOptions) -> str:
         id_="percentiles"))
     if report.prefix_cache is not None:
         parts.append(prefix_cache_section(report.prefix_cache))
+    if report.logical is not None:
+        parts.append(logical_section(report.logical))
+    if report.fairness is not None:
+        parts.append(fairness_section(report.fairness))
     cdfs = rfig.record_cdfs(t)
     parts.append(section("Distributions", tag("div", join(figs(f) for f in cdfs.values()), class_="grid2"),
                          id_="cdfs"))
