@@ -28,6 +28,7 @@ import numpy as np
 
 from servebench.errors import ConfigError
 from servebench.analysis.percentiles import percentile
+from servebench.serving.retry import ERR_CLIENT_DEADLINE, ClientSpec
 from servebench.serving.scenario import CancelSpec, Scenario
 from servebench.serving.scheduler import Outcome, Request, SchedulerConfig
 from servebench.serving.send_lag import lag_threshold_s, sent_late
@@ -93,9 +94,86 @@ def _request_id(i: int) -> str:
     return f"r{i:06d}"
 
 
-def _request(i: int, spec: RequestSpec, arrival_s: float) -> Request:
+def _request(i: int, spec: RequestSpec, arrival_s: float, timeout_s: float | None = None,
+             deadline_error: str | None = None) -> Request:
     return Request(_request_id(i), arrival_s, max(1, spec.prompt_tokens), spec.max_output_tokens,
-                   output_tokens=spec.output_tokens, timeout_s=spec.timeout_s, slice=spec.slice)
+                   output_tokens=spec.output_tokens, timeout_s=spec.timeout_s if timeout_s is None else timeout_s,
+                   slice=spec.slice, tenant=spec.tenant, deadline_error=deadline_error)
+
+
+class _Attempts:
+    """Retrying clients' state in an engine run (see :mod:`servebench.serving.retry`), shared by the threads.
+
+    Row i below n is the first attempt of logical request i; retries get the rows after. Every
+    method takes the lock: the producer thread sends and cancels, the engine thread ends attempts.
+    """
+
+    def __init__(self, client: ClientSpec, n: int, server_timeout_s: float | None, seed: int) -> None:
+        self.client = client
+        self.server_timeout_s = server_timeout_s
+        self.rng = np.random.default_rng([seed, 17])  # backoff jitter
+        self.lock = threading.Lock()
+        self.logical_of = list(range(n))
+        self.attempt_of = [1] * n
+        self.first_start = [0.0] * n
+        self.live = list(range(n))  # logical -> row of its latest attempt
+        self.gave_up = [False] * n
+        self.pending = [False] * n  # a retry is scheduled
+        self.done = 0  # logical requests ended (no retry to come)
+
+    def request(self, row: int, spec: RequestSpec, due_s: float) -> Request | None:
+        """Return the attempt to send at ``due_s``, its timeout cut by the client's deadline; None if given up."""
+        with self.lock:
+            lg = self.logical_of[row]
+            self.pending[lg] = False
+            if self.gave_up[lg]:
+                return None
+            if row == lg:
+                self.first_start[lg] = due_s
+            self.live[lg] = row
+            first = self.first_start[lg]
+        server = spec.timeout_s if spec.timeout_s is not None else self.server_timeout_s
+        timeout, by_client = self.client.attempt_timeout(due_s, first, server)
+        return _request(row, spec, due_s, timeout, ERR_CLIENT_DEADLINE if by_client else None)
+
+    def cancel(self, lg: int) -> str | None:
+        """Give up logical request ``lg``: return its live attempt's id to cancel, or None when none is live."""
+        with self.lock:
+            if self.gave_up[lg]:
+                return None
+            self.gave_up[lg] = True
+            if self.pending[lg]:  # backing off: the logical request ends now, its retry is not sent
+                self.pending[lg] = False
+                self.done += 1
+                return None
+            return _request_id(self.live[lg])
+
+    def after(self, outcome: Outcome) -> tuple[float, int] | None:
+        """Return (when, row) of the retry an ended attempt calls for, or None when its logical request is done."""
+        row = int(outcome.request_id[1:])
+        with self.lock:
+            lg = self.logical_of[row]
+            nxt = None if self.gave_up[lg] else self.client.next_start(
+                self.attempt_of[row], outcome.status, outcome.error, outcome.end, self.first_start[lg], self.rng)
+            if nxt is None:
+                self.done += 1
+                return None
+            new = len(self.logical_of)
+            self.logical_of.append(lg)
+            self.attempt_of.append(self.attempt_of[row] + 1)
+            self.pending[lg] = True
+            return nxt, new
+
+    def logical(self, row: int) -> int:
+        with self.lock:
+            return self.logical_of[row]
+
+    def label(self, record: dict[str, Any]) -> dict[str, Any]:
+        """Add ``logical_id`` (its first attempt's request id) and ``attempt`` to an attempt's record."""
+        row = int(record["request_id"][1:])
+        record["logical_id"] = _request_id(self.logical_of[row])
+        record["attempt"] = self.attempt_of[row]
+        return record
 
 
 class _RequestTokens:
@@ -136,6 +214,7 @@ class _Producer(threading.Thread):
         self.heap: list[tuple[float, int, int]] = []  # (due, kind, request index); cancels sort first
         self.cancel_after_s: list[float] | None = None
         self.prompt_ids: list[list[int] | None] | None = None  # each request's prompt (prefix caching)
+        self.attempts: _Attempts | None = None  # retrying clients; None: one attempt per request
         self.stopping = False
         self.sent = 0
         self.lags: list[float] = []
@@ -172,14 +251,20 @@ class _Producer(threading.Thread):
                     return
                 due, kind, index = heapq.heappop(self.heap)
             if kind == CANCEL:
-                self.loop.cancel(_request_id(index))
+                rid = _request_id(index) if self.attempts is None else self.attempts.cancel(index)
+                if rid is not None:
+                    self.loop.cancel(rid)
+                continue
+            lg = index if self.attempts is None else self.attempts.logical(index)
+            req = (_request(index, self.specs[lg], due) if self.attempts is None
+                   else self.attempts.request(index, self.specs[lg], due))
+            if req is None:  # its client gave up while backing off
                 continue
             self.lags.append(self.loop.clock() - due)
             self.sent += 1
-            if self.cancel_after_s is not None and self.cancel_after_s[index] == self.cancel_after_s[index]:
+            if index == lg and self.cancel_after_s is not None and self.cancel_after_s[index] == self.cancel_after_s[index]:
                 self.schedule(due + self.cancel_after_s[index], index, CANCEL)  # this client gives up then
-            self.loop.submit(_request(index, self.specs[index], due),
-                             None if self.prompt_ids is None else self.prompt_ids[index],
+            self.loop.submit(req, None if self.prompt_ids is None else self.prompt_ids[lg],
                              listener=self.collector.for_request(_request_id(index)))
 
 
@@ -205,13 +290,18 @@ def gc_frozen() -> Iterator[None]:
 def run_scenario(model: Decoder, scenario: Scenario, **kwargs: Any) -> TimingRun:
     """Serve a scenario's workload under its server limits (its step model is what gets measured)."""
     return run_workload(model, scenario.server.scheduler_config(), scenario.workload, seed=scenario.seed,
-                        cancel=scenario.cancel, **kwargs)
+                        cancel=scenario.cancel, client=scenario.client, **kwargs)
 
 
 def run_workload(model: Decoder, scheduler: SchedulerConfig, workload: WorkloadSpec, *, seed: int = 0,
                  cancel: CancelSpec | None = None, max_wall_s: float | None = None, warmup_steps: int = 3,
-                 progress: Progress | None = None, on_step: Callable[[StepRow], None] | None = None) -> TimingRun:
+                 progress: Progress | None = None, on_step: Callable[[StepRow], None] | None = None,
+                 client: ClientSpec | None = None) -> TimingRun:
     """Serve ``workload`` in real time on ``model`` under ``scheduler``; return records and step trace.
+
+    With ``client`` each request is a logical request served by attempts, as in the simulator: one
+    record per attempt with ``logical_id`` and ``attempt``, retries after a backoff, never past
+    the client's deadline (``planned`` and progress count logical requests).
 
     The workload (then the clients' cancellations) is drawn from ``numpy.random.default_rng(seed)``
     by :func:`~servebench.serving.workload.draw_workload`, the simulator's draw. ``max_wall_s`` bounds the run: requests still live then are
@@ -219,12 +309,13 @@ def run_workload(model: Decoder, scheduler: SchedulerConfig, workload: WorkloadS
     """
     with denormals_flushed(), gc_frozen():
         return _run_workload(model, scheduler, workload, seed=seed, cancel=cancel, max_wall_s=max_wall_s,
-                             warmup_steps=warmup_steps, progress=progress, on_step=on_step)
+                             warmup_steps=warmup_steps, progress=progress, on_step=on_step, client=client)
 
 
 def _run_workload(model: Decoder, scheduler: SchedulerConfig, workload: WorkloadSpec, *, seed: int,
                   cancel: CancelSpec | None, max_wall_s: float | None, warmup_steps: int,
-                  progress: Progress | None, on_step: Callable[[StepRow], None] | None) -> TimingRun:
+                  progress: Progress | None, on_step: Callable[[StepRow], None] | None,
+                  client: ClientSpec | None = None) -> TimingRun:
     draw = draw_workload(workload, np.random.default_rng(seed), cancel)  # the simulator's draw
     drawn = draw.requests
     specs = drawn.to_specs()
@@ -253,7 +344,14 @@ def _run_workload(model: Decoder, scheduler: SchedulerConfig, workload: Workload
     next_lock = threading.Lock()
     producer_ref: list[_Producer] = []
 
+    attempts = None if client is None else _Attempts(client, len(specs), scheduler.timeout_s, seed)
+
     def on_end(outcome: Outcome) -> None:
+        if attempts is not None:
+            retry = attempts.after(outcome)
+            if retry is not None:  # a retry after its backoff; the user is still waiting
+                producer_ref[0].schedule(*retry)
+                return
         # closed loop: the next request goes to the user that just became free
         with next_lock:
             if think is None or next_index[0] >= len(specs):
@@ -262,9 +360,10 @@ def _run_workload(model: Decoder, scheduler: SchedulerConfig, workload: Workload
             next_index[0] += 1
         producer_ref[0].schedule(outcome.end + float(think[i]), i)
 
-    collector = _Collector(on_end if think is not None else None)
+    collector = _Collector(on_end if think is not None or attempts is not None else None)
     producer = _Producer(loop, collector, specs)
     producer.cancel_after_s = cancel_after
+    producer.attempts = attempts
     if drawn.has_turns:
         raise ConfigError("servebench run does not send conversations yet (a later turn waits for the previous "
                           "answer): simulate this workload, or drop 'conversation' from its classes")
@@ -288,7 +387,7 @@ def _run_workload(model: Decoder, scheduler: SchedulerConfig, workload: Workload
         while True:
             if producer.error is not None:
                 raise producer.error
-            ended = collector.ended
+            ended = collector.ended if attempts is None else attempts.done
             if progress is not None and (ended, producer.sent) != shown:  # only on change: it runs between steps
                 shown = (ended, producer.sent)
                 progress(ended, producer.sent, total)
@@ -309,9 +408,11 @@ def _run_workload(model: Decoder, scheduler: SchedulerConfig, workload: Workload
     wall_s = loop.clock()
     end_state = loop.snapshot()
     if progress is not None:
-        progress(collector.ended, producer.sent, total)
+        progress(collector.ended if attempts is None else attempts.done, producer.sent, total)
     records = sorted((_with_token_times(o.to_record(), collector.token_times.get(o.request_id))
                       for o in collector.outcomes), key=lambda r: (r["start"], r["request_id"]))
+    if attempts is not None:
+        records = [attempts.label(r) for r in records]
     lag_p99 = percentile(producer.lags, 99)
     note = arrival_lag_note(lag_p99, max(producer.lags, default=None), records)
     if note is not None:
