@@ -241,7 +241,7 @@ def case_polars(path: Path) -> None:
 
 
 def case_duckdb_report(path: Path) -> None:
-    from servebench.analysis.duckdb_report import summarize_set
+    from servebench.analysis.duckdb_engine import summarize_set
     from servebench.records.recordset import find_parts
     from servebench.analysis.summary import SLO
     summarize_set(find_parts(path), slo=SLO(ttft_s=1.0, tpot_s=0.05))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 import tempfile
@@ -14,13 +15,14 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from servebench.analysis.duckdb_report import SortedSink, pairwise_sum, summarize_set
+from servebench.analysis.duckdb_engine import summarize_set
+from servebench.analysis.sorted_stream import SortedSink, pairwise_sum
 from servebench.errors import ConfigError, RecordValidationError, ServebenchError
 from servebench.records.loaders import write_records
-from servebench.records.table import RecordTable, STATUSES
+from servebench.records.table import FIELDS, RecordTable, STATUSES
 from servebench.analysis.record_sets import summarize_path
 from servebench.records.recordset import choose_engine, find_parts
-from servebench.analysis.summary import SLO
+from servebench.analysis.summary import SLO, Report
 
 
 def report_json(path: Path | str, engine: str, **kw) -> dict:
@@ -68,7 +70,7 @@ def test_streamed_sum_at_a_million_values_in_uneven_chunks():
 
 
 def test_space_chars_are_the_ones_blank_mask_counts():
-    from servebench.analysis.duckdb_report import SPACE_CHARS
+    from servebench.analysis.duckdb_parts import SPACE_CHARS
     from servebench.records.textcolumns import blank_mask
     chars = [chr(i) for i in range(0x3100) if not 0xD800 <= i < 0xE000]
     blank = blank_mask(pa.array(chars))
@@ -108,12 +110,38 @@ def records(draw) -> list[dict]:
     return out
 
 
+@st.composite
+def records_with_cache_and_tokens(draw) -> list[dict]:
+    """``records``, some with cached_prompt_tokens (hits and misses) and token times (some in chunks), on a grid."""
+    out = draw(records())
+    for rec in out:
+        if draw(st.booleans()):
+            rec["cached_prompt_tokens"] = draw(st.integers(0, rec.get("prompt_tokens", 9)))
+        start, end, k = rec["start"], rec["end"], rec.get("output_tokens")
+        if rec["status"] == "success" and draw(st.integers(0, 3)):
+            first = rec["first_token"]
+            arrivals = draw(st.integers(1, k))
+            later = sorted(draw(st.lists(st.integers(0, 4), min_size=arrivals - 1, max_size=arrivals - 1)))
+            rec["token_times"] = [first] + [first + (end - first) * j / 4 for j in later]
+            if arrivals < k or draw(st.booleans()):
+                rec["token_counts"] = [1] * (arrivals - 1) + [k - arrivals + 1]
+        elif rec["status"] != "success" and k and draw(st.booleans()):  # tokens before it failed
+            rec["first_token"] = start
+            rec["token_times"] = [start, end][:draw(st.integers(1, min(k, 2)))]
+    return out
+
+
+TYPES = {"start": pa.float64(), "end": pa.float64(), "admitted": pa.float64(), "first_token": pa.float64(),
+         "prompt_tokens": pa.int64(), "output_tokens": pa.int64(), "cached_prompt_tokens": pa.int64(),
+         "token_times": pa.list_(pa.float64()), "token_counts": pa.list_(pa.int64())}
+
+
 def write_parquet(recs: list[dict], path: Path) -> Path:
+    """Write records to Parquet: the usual columns, and cached_prompt_tokens and token columns where any has them."""
     cols = ["request_id", "start", "admitted", "first_token", "end", "status", "prompt_tokens", "output_tokens",
             "slice", "error", "gpu"]
-    types = {"start": pa.float64(), "end": pa.float64(), "admitted": pa.float64(), "first_token": pa.float64(),
-             "prompt_tokens": pa.int64(), "output_tokens": pa.int64()}
-    table = pa.table({c: pa.array([r.get(c) for r in recs], types.get(c, pa.string())) for c in cols})
+    cols += [c for c in ("cached_prompt_tokens", "token_times", "token_counts") if any(c in r for r in recs)]
+    table = pa.table({c: pa.array([r.get(c) for r in recs], TYPES.get(c, pa.string())) for c in cols})
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, path)
     return path
@@ -126,6 +154,79 @@ def test_duckdb_report_equals_the_in_memory_report_in_every_field(recs, slice_co
     with tempfile.TemporaryDirectory() as tmp:
         path = write_parquet(recs, Path(tmp) / "records.parquet")
         both_engines(path, slo=slo, slice_column=slice_column)
+
+
+@given(records_with_cache_and_tokens(), st.sampled_from([None, "gpu"]),
+       st.sampled_from([None, SLO(itl_p99_s=0.5), SLO(ttft_s=2.0, itl_p99_s=1.0, stall_s=0.5), SLO(stall_s=1.0)]),
+       st.booleans())
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_prefix_cache_and_token_sections_equal_the_in_memory_report(recs, slice_column, slo, split):
+    """cached_prompt_tokens and token times (ITL, stalls, the ITL SLO): the same in every field, one part or two."""
+    with tempfile.TemporaryDirectory() as tmp:
+        if split:  # a plain part DuckDB scans itself, then a part with the new columns, staged
+            plain = [{k: v for k, v in r.items() if k not in ("cached_prompt_tokens", "token_times", "token_counts")}
+                     for r in recs[: len(recs) // 2]]
+            write_parquet(plain, Path(tmp) / "set" / "a.parquet")
+            write_parquet(recs[len(recs) // 2:] or recs, Path(tmp) / "set" / "b.parquet")
+            both_engines(Path(tmp) / "set", slo=slo, slice_column=slice_column)
+        else:
+            both_engines(write_parquet(recs, Path(tmp) / "records.parquet"), slo=slo, slice_column=slice_column)
+
+
+def test_token_and_cache_sections_are_filled_by_both_engines(tmp_path):
+    """A fixed case that has every new section, so the equality above cannot pass by both leaving them out."""
+    recs = []
+    for i in range(30):
+        start = float(i)
+        end = start + 2.0
+        rec = {"start": start, "first_token": start + 0.5, "end": end, "status": "success", "output_tokens": 4,
+               "prompt_tokens": 100, "cached_prompt_tokens": 60 if i % 2 else 0, "admitted": start + 0.25,
+               "token_times": [start + 0.5, start + 0.75, start + (1.0 if i % 5 else 1.9), end],
+               "gpu": "a" if i % 3 else "b"}
+        recs.append(rec)
+    doc = both_engines(write_parquet(recs, tmp_path / "r.parquet"), slo=SLO(itl_p99_s=1.05), slice_column="gpu")
+    assert doc is not None
+    assert doc["itl_s"]["n"] == 90 and doc["max_stall_s"]["n"] == 30 and doc["stalls"]["stalled"] == 6
+    assert doc["prefix_cache"]["requests_with_hit"] == 15 and doc["prefix_cache"]["prefill_s_per_prompt_token"] == 0.0025
+    assert doc["slo"]["good_requests"] == 24 and doc["slices"]["b"]["itl_s"]["n"] == 30
+
+
+def test_the_engine_covers_every_field_of_the_report():
+    """A field build_report gains must be computed by the DuckDB engine too, or the engine refuses (see below)."""
+    from servebench.analysis.duckdb_report import COVERED_FIELDS, REFUSED_SECTIONS, uncovered_fields
+    from servebench.analysis.summary import Report
+    assert uncovered_fields() == [] and COVERED_FIELDS | set(REFUSED_SECTIONS) >= set(Report.model_fields)
+
+
+@pytest.mark.skipif("logical" not in Report.model_fields, reason="no logical-request section (issue 17) yet")
+def test_records_with_logical_ids_are_refused_by_duckdb_and_left_to_memory_in_auto(tmp_path, monkeypatch):
+    """The logical-request section is not computed out of core: refused by name, in memory when chosen for size."""
+    recs = rule_part()
+    for i, rec in enumerate(recs):
+        rec.update(logical_id=f"u{i // 2}", attempt=i % 2 + 1)
+    path = write_part(recs, tmp_path / "r.parquet")
+    with pytest.raises(ConfigError, match="^--engine duckdb: the DuckDB engine does not compute the report's "
+                                          "'logical' section \\(records with logical_id\\) yet; use --engine memory$"):
+        summarize_path(path, engine="duckdb")
+    monkeypatch.setattr("servebench.records.recordset.BYTES_PER_PARQUET_ROW", 10**12)  # auto takes DuckDB for size
+    out = summarize_path(path)
+    assert out.engine == "memory" and "'logical' section" in out.engine_note and out.report.logical is not None
+    recs[2]["attempt"] = 0  # a bad record is still reported as in memory, before the refusal
+    write_part(recs, tmp_path / "r.parquet")
+    with pytest.raises(RecordValidationError, match="^r.parquet, row 3, field 'attempt': Invalid attempt"):
+        summarize_path(path, engine="duckdb")
+
+
+def test_a_field_the_engine_lacks_is_refused_by_name_and_left_to_memory_in_auto(tmp_path, monkeypatch):
+    import servebench.analysis.duckdb_report as dr
+    path = write_parquet(sample_records(), tmp_path / "r.parquet")
+    monkeypatch.setattr(dr, "COVERED_FIELDS", dr.COVERED_FIELDS - {"prefix_cache"})
+    assert dr.uncovered_fields() == ["prefix_cache"]
+    with pytest.raises(ConfigError, match="^--engine duckdb: the DuckDB engine does not compute the report's "
+                                          "'prefix_cache' yet; use --engine memory$"):
+        summarize_path(path, engine="duckdb")
+    out = summarize_path(path, memory_limit="1KB")  # auto would take DuckDB for size
+    assert out.engine == "memory" and "'prefix_cache'" in out.engine_note and "in memory instead" in out.engine_note
 
 
 def test_distribution_edges_agree_at_sizes_that_bound_intervals(tmp_path):
@@ -260,6 +361,138 @@ def test_validation_names_the_same_part_row_and_field(tmp_path, suffix):
         messages.append(str(info.value))
     assert messages[0] == messages[1]
     assert messages[0].startswith(f"b.{suffix}, row {ok_at + 1}, field 'first_token': Invalid successful output")
+
+
+def rule_part(n: int = 8, tokens: bool = False) -> list[dict]:
+    """Good records for a part (every fourth a timeout), token times on successes when ``tokens``."""
+    out = []
+    for i in range(n):
+        start = float(i)
+        rec = {"request_id": f"b{i}", "start": start, "admitted": start + 0.1, "end": start + 2.0,
+               "status": "success", "prompt_tokens": 100, "output_tokens": 3, "cached_prompt_tokens": 40,
+               "slice": "chat"}
+        if i % 4 == 3:
+            rec.update(status="timeout", output_tokens=1, error="deadline")
+        else:
+            rec["first_token"] = start + 0.5
+            if tokens:
+                rec["token_times"] = [start + 0.5, start + 1.0, start + 2.0]
+        out.append(rec)
+    return out
+
+
+S, F, E = 2.0, 2.5, 4.0  # row 3's start, first token and end (0-based row 2: the part's fourth row is a timeout)
+RULES = [  # (what, format, the record's changes, field, message): every rule first_violation applies, in order
+    ("not an object", "jsonl", None, None, "Record must be an object"),
+    ("start missing", "parquet", {"start": None}, "start", "Invalid request times"),
+    ("start not finite", "parquet", {"start": math.nan}, "start", "Invalid request times"),
+    ("end not finite", "parquet", {"end": math.inf}, "end", "Invalid request times"),
+    ("end before start", "parquet", {"end": S - 0.5, "first_token": None, "status": "failed", "admitted": None},
+     "end", "Invalid request times"),
+    ("unknown status", "parquet", {"status": "ok"}, "status", "Invalid status"),
+    ("success without first token", "parquet", {"first_token": None}, "first_token", "Invalid successful output"),
+    ("success without output", "parquet", {"output_tokens": 0}, "output_tokens", "Invalid successful output"),
+    ("failure's first token after end", "parquet", {"status": "failed", "first_token": E + 1},
+     "first_token", "Invalid first token time"),
+    ("failure's negative output", "parquet", {"status": "failed", "output_tokens": -1},
+     "output_tokens", "Invalid output tokens"),
+    ("admitted before start", "parquet", {"admitted": S - 1}, "admitted", "Invalid admission time"),
+    ("admitted after first token", "parquet", {"admitted": F + 0.1}, "admitted", "Invalid admission time"),
+    ("negative prompt", "parquet", {"prompt_tokens": -1}, "prompt_tokens", "Invalid prompt tokens"),
+    ("slice not text", "jsonl", {"slice": 7}, "slice", "Invalid text field"),
+    ("cached above prompt", "parquet", {"cached_prompt_tokens": 101}, "cached_prompt_tokens",
+     "Invalid cached prompt tokens"),
+    ("cached negative", "parquet", {"cached_prompt_tokens": -1}, "cached_prompt_tokens",
+     "Invalid cached prompt tokens"),
+    ("cached not an integer", "jsonl", {"cached_prompt_tokens": 1.5}, "cached_prompt_tokens",
+     "Invalid cached prompt tokens"),
+    ("token times not a list", "jsonl", {"token_times": "soon"}, "token_times", "Invalid token times"),
+    ("token time not finite", "parquet", {"token_times": [F, math.nan, E]}, "token_times", "Invalid token times"),
+    ("first token time differs", "parquet", {"token_times": [F + 0.1, F + 0.5, E]}, "token_times",
+     "Invalid token times"),
+    ("token times decrease", "parquet", {"token_times": [F, F + 1, F + 0.5]}, "token_times", "Invalid token times"),
+    ("last token time after end", "parquet", {"token_times": [F, F + 0.5, E + 1]}, "token_times",
+     "Invalid token times"),
+    ("counts without times", "parquet", {"token_times": None, "token_counts": [3]}, "token_counts",
+     "Invalid token counts"),
+    ("counts of another length", "parquet", {"token_counts": [1, 2]}, "token_counts", "Invalid token counts"),
+    ("a count below 1", "parquet", {"token_counts": [0, 1, 2]}, "token_counts", "Invalid token counts"),
+    ("times short of output tokens", "jsonl", {"token_times": [F, E]}, "token_times", "Invalid token times"),
+    ("failure with more tokens than output", "parquet", {"status": "failed", "output_tokens": 1},
+     "token_times", "Invalid token times"),
+]
+if "attempt" in FIELDS:  # retries (issue 17): the attempt's rule, and logical_id as a text field
+    RULES[-12:-12] = [("attempt below 1", "parquet", {"attempt": 0}, "attempt", "Invalid attempt"),
+                      ("logical id not text", "jsonl", {"logical_id": 5}, "logical_id", "Invalid text field")]
+    TYPES["attempt"] = pa.int64()
+
+
+def write_part(recs: list, path: Path) -> Path:
+    """Write a part as Parquet (typed columns) or JSONL (absent keys left out; a non-object as it is)."""
+    if path.suffix == ".parquet":
+        cols = list(dict.fromkeys(k for r in recs for k in r))
+        pq.write_table(pa.table({c: pa.array([r.get(c) for r in recs], TYPES.get(c, pa.string())) for c in cols}),
+                       path)
+    else:
+        path.write_text("".join(json.dumps(r if not isinstance(r, dict) else
+                                           {k: v for k, v in r.items() if v is not None}) + "\n" for r in recs))
+    return path
+
+
+@pytest.mark.parametrize("what, fmt, change, field, message", RULES, ids=[r[0] for r in RULES])
+def test_each_rule_gives_the_same_first_bad_row_and_message(tmp_path, what, fmt, change, field, message):
+    """Row 3 of the second part breaks the rule, a later part another (a decoy): both engines name row 3 alike.
+
+    The decoy sits in another part, so a rule the SQL lacked would name the decoy: re-validating the
+    part SQL finds in Python could not correct it.
+    """
+    tokens = what.startswith(("token", "first token", "last token", "count", "a count", "times", "failure with"))
+    folder = tmp_path / "set"
+    folder.mkdir()
+    write_parquet(sample_records(10), folder / "a.parquet")
+    recs: list = rule_part(tokens=tokens)
+    recs[2] = [1, 2] if change is None else {**recs[2], **change}
+    write_part(recs, folder / f"b.{fmt}")
+    write_parquet([{**r, "status": "done"} for r in sample_records(3)], folder / "c.parquet")
+    errors = []
+    for engine in ("memory", "duckdb"):
+        with pytest.raises(RecordValidationError) as info:
+            summarize_path(folder, engine=engine)
+        errors.append(str(info.value))
+    assert errors[0] == errors[1]
+    where = f"b.{fmt}, row 3" + (f", field '{field}'" if field else "")
+    assert errors[0].startswith(f"{where}: {message}"), errors[0]
+
+
+def test_a_parquet_part_duckdb_reads_itself_is_checked_for_cached_prompt_tokens(tmp_path):
+    """The rule only servebench's validator knew: a native part's bad cached_prompt_tokens is found by SQL too."""
+    from servebench.analysis.duckdb_parts import plan_part
+    recs = rule_part()
+    recs[6] = {**recs[6], "cached_prompt_tokens": 500}
+    path = write_part(recs, tmp_path / "b.parquet")
+    assert plan_part(find_parts(path).parts[0], 0, "auto").native
+    with pytest.raises(RecordValidationError, match="^b.parquet, row 7, field 'cached_prompt_tokens': Invalid cached"):
+        summarize_path(path, engine="duckdb")
+
+
+def test_extra_columns_that_are_not_scalars_are_the_same_error(tmp_path):
+    folder = tmp_path / "set"
+    folder.mkdir()
+    write_parquet(sample_records(10), folder / "a.parquet")
+    recs = rule_part()
+    recs[2] = {**recs[2], "note": ["a", "list"]}
+    write_part(recs, folder / "b.jsonl")
+    nested = pa.table({"start": [0.0], "end": [1.0], "status": ["failed"], "tags": pa.array([{"k": 1}])})
+    for extra in (None, nested):
+        if extra is not None:
+            (folder / "b.jsonl").unlink()
+            pq.write_table(extra, folder / "b.parquet")
+        errors = []
+        for engine in ("memory", "duckdb"):
+            with pytest.raises(ServebenchError) as info:
+                summarize_path(folder, engine=engine)
+            errors.append((type(info.value), str(info.value)))
+        assert errors[0] == errors[1] and "Invalid extra field" in errors[0][1]
 
 
 def test_an_unknown_slice_column_is_the_same_error(tmp_path):

@@ -1,7 +1,9 @@
 """Summarize a record file or a record set (a folder or glob of parts) with either engine into the full report.
 
-In memory is the default; DuckDB (``servebench.analysis.duckdb_report``) computes the same report out of
-core when asked, or when the set would not fit in the memory servebench allows itself.
+In memory is the default; DuckDB (``servebench.analysis.duckdb_engine``) computes the same report out of
+core when asked, or when the set would not fit in the memory servebench allows itself. Should the DuckDB
+engine not compute some field of the report, it refuses when asked by name, and the automatic choice
+stays in memory with a note saying why.
 """
 
 from __future__ import annotations
@@ -33,9 +35,15 @@ def summarize_path(path: str | Path, fmt: str = "auto", window_start: float | No
     record_set = None if single and engine == "memory" else find_parts(path)
     chosen, note = choose_engine(engine, record_set, memory_limit) if record_set is not None else ("memory", None)
     if chosen == "duckdb" and warmup_s is None:
-        from servebench.analysis.duckdb_report import summarize_set  # imports duckdb: only when chosen
-        return summarize_set(record_set, fmt, window_start, window_end, slo, slice_column,  # type: ignore[arg-type]
-                             memory_limit, progress, engine_note=note)
+        from servebench.analysis.duckdb_engine import EngineRefused, summarize_set  # imports duckdb: only when chosen
+        try:
+            return summarize_set(record_set, fmt, window_start, window_end, slo,  # type: ignore[arg-type]
+                                 slice_column, memory_limit, progress, engine_note=note)
+        except EngineRefused as refused:  # asked for by name, the refusal is the error; chosen for size, memory
+            if engine == "duckdb":
+                raise
+            why = str(refused).removeprefix("--engine duckdb: ").removesuffix("; use --engine memory")
+            chosen, note = "memory", f"{str(note).split(';')[0]}; but {why}: summarizing them in memory instead"
     if single:  # one file (or a run folder's): the one-file reader, as ever
         progress(f"reading {Path(path).name}")
         loaded = [read_path(path, fmt)]

@@ -5,7 +5,7 @@ each ``key=value`` folder becomes a text column of its records, usable with ``--
 name the part (its path inside the set), the row inside that part and the field.
 
 In memory, every part is read and validated by the one-file readers and the tables are joined; the
-same report out of core is ``servebench.analysis.duckdb_report``. :func:`choose_engine` picks between them
+same report out of core is ``servebench.analysis.duckdb_engine``. :func:`choose_engine` picks between them
 from the parts' sizes and the memory servebench allows itself.
 """
 
@@ -135,9 +135,10 @@ def read_part(part: Part, fmt: str = "auto") -> LoadedRecords:
     suffix = part.path.suffix.lower()
     try:
         if fmt == "parquet" or (fmt == "auto" and suffix in (".parquet", ".pq")):
-            from servebench.records.loaders import _loaded, parse_parquet
+            from servebench.records.loaders import parse_parquet
             with pa.memory_map(str(part.path)) as mapped:
-                loaded = _loaded(parse_parquet(mapped, part.name), "parquet")
+                rows = parse_parquet(mapped, part.name)
+            loaded = LoadedRecords(rows, "parquet", list(rows.notes))  # as the one-file reader words its notes
         else:
             loaded = read_bytes(part.path.read_bytes(), part.name, fmt)
     except OSError as exc:

@@ -310,7 +310,7 @@ def parse_objects(records: Sequence[Any], source: str | None = None, *, strict_k
                 else:
                     bad[i] = True
         columns[name] = Column(vals, present, bad, raw=lambda i, rv=raw_vals: rv[i])
-    notes = (_int_ids_note(len(int_id_rows), int_id_rows[0]),) if int_id_rows else ()
+    notes = (int_ids_note(len(int_id_rows), int_id_rows[0]),) if int_id_rows else ()
     extra = {key: _extra_from_objects(key, [r.get(key) for r in rows], source) for key in extra_names}
     lists: dict[str, ListColumn] = {}
     for name in LIST_FIELDS:
@@ -370,7 +370,7 @@ def _check_one_value_per_field(rec: Mapping[str, Any], i: int, source: str | Non
             seen[canon] = key
 
 
-def _int_ids_note(count: int, first_row: int) -> str:
+def int_ids_note(count: int, first_row: int) -> str:
     """Say that integer request IDs were read as text: the schema's IDs are strings."""
     return (f"request_id: {count:,} integer ID{'s' if count > 1 else ''} (first in row {first_row + 1}) "
             "read as text, e.g. 7 as '7'; the schema's request IDs are strings")
@@ -528,7 +528,7 @@ def parse_arrow(table: pa.Table, source: str | None = None) -> ParsedRows:
     notes: tuple[str, ...] = ()
     ids = columns["request_id"]
     if "request_id" in names and pa.types.is_integer(table.column(names["request_id"]).type) and ids.present.any():
-        notes = (_int_ids_note(int(ids.present.sum()), int(np.argmax(ids.present))),)
+        notes = (int_ids_note(int(ids.present.sum()), int(np.argmax(ids.present))),)
     return ParsedRows(n, columns, np.zeros(n, dtype=bool), source, MappingProxyType(extra) if extra else NO_EXTRA,
                       notes=notes, lists=MappingProxyType(lists) if lists else NO_EXTRA)
 
@@ -822,7 +822,7 @@ def first_violation(rows: ParsedRows, window_start: float, window_end: float,
         cached_bad = attempt_bad = prompt_bad
     any_bad = (rows.not_object | times_bad | status_bad | ft_bad | out_bad | nonsuccess_ft_bad
                | nonsuccess_out_bad | adm_bad | prompt_bad | text_bad | cached_bad | attempt_bad)
-    tokens = _token_rules(rows, codes) if optional_rules and rows.lists else None
+    tokens = token_rules(rows, codes) if optional_rules and rows.lists else None
     if tokens is not None:
         any_bad = any_bad | tokens.bad
     if not any_bad.any():
@@ -876,7 +876,7 @@ def first_violation(rows: ParsedRows, window_start: float, window_end: float,
     raise AssertionError("unreachable: a row failed but no rule explains it")
 
 
-def _token_rules(rows: ParsedRows, codes: np.ndarray) -> tt.TokenRules | None:
+def token_rules(rows: ParsedRows, codes: np.ndarray) -> tt.TokenRules | None:
     """Return the token-time rules' masks over parsed rows (see ``token_times.check``)."""
     c = rows.columns
     return tt.check(rows.lists.get("token_times"), rows.lists.get("token_counts"), start=c["start"].values,

@@ -1,0 +1,245 @@
+"""The DuckDB engine's edge: a record set's parts into one DuckDB table, validated, sliced and reported.
+
+:func:`summarize_set` gives the same report, warnings and errors as the in-memory path
+(``servebench.analysis.record_sets``) for a record set that need not fit in memory. Steps: the
+parts become the table ``parsed`` (``duckdb_parts``), the window defaults as in memory, the rules
+run in SQL (``duckdb_checks``), ``--slice-by`` codes each record, and the validated ``records`` are
+reported (``duckdb_report``). DuckDB spills past ``--memory-limit`` to a temporary folder.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from servebench.analysis.duckdb_checks import explain_row, first_bad_row
+from servebench.analysis.duckdb_parts import (PartPlan, choose_native, extra_col, native_view_sql, plan_part, q,
+                                              staged_table, text_lit)
+from servebench.analysis.duckdb_report import REFUSED_SECTIONS, report_from_connection, uncovered_fields
+from servebench.analysis.summary import SLO
+from servebench.errors import ConfigError, InputFormatError, RecordValidationError
+from servebench.records.recordset import (RecordSet, SetSummary, check_set_window, extra_names, parse_size,
+                                          read_part)
+from servebench.records.table import FIELDS, RecordTable, int_ids_note
+
+
+class EngineRefused(ConfigError):
+    """The DuckDB engine does not compute a section these records would have (``--engine memory`` does)."""
+
+
+def unsupported() -> str | None:
+    """Say why the DuckDB engine cannot give the in-memory report's every field, or None if it can."""
+    missing = uncovered_fields()
+    if missing:
+        return f"the DuckDB engine does not compute the report's {', '.join(repr(m) for m in missing)} yet"
+    return None
+
+
+def slice_codes(con: duckdb.DuckDBPyConnection, column: str | None, extras: Sequence[str],
+                source: str) -> tuple[str, list[str]]:
+    """Return SQL for each record's slice code and the slice names (sorted), as ``--slice-by`` splits in memory.
+
+    An extra column's distinct values are turned into names by ``extra_columns.slice_by`` itself, on a
+    small table holding one row per distinct value, so the names, the checks and the messages are its own.
+    """
+    from servebench.records.extra_columns import MAX_SLICE_VALUES, SLICE_COLUMN, slice_by
+    if column is None or column == SLICE_COLUMN:
+        names = sorted(r[0] for r in con.sql("SELECT DISTINCT slice FROM parsed WHERE slice IS NOT NULL").fetchall())
+        if not names:
+            return "CAST(NULL AS INTEGER)", []
+        mapping = pa.table({"key": pa.array(names, pa.string()), "code": pa.array(range(len(names)), pa.int32())})
+        con.register("__slice_map_src", mapping)
+        con.sql("CREATE OR REPLACE TEMP TABLE __slice_map AS SELECT * FROM __slice_map_src")
+        return "(SELECT code FROM __slice_map m WHERE m.key = p.slice)", names
+    if column in extras:
+        col = extra_col(column)
+        distinct = con.sql(f"SELECT count(DISTINCT {col}) FROM parsed").fetchall()[0][0]
+        if distinct > 10 * MAX_SLICE_VALUES:
+            raise ConfigError(f"--slice-by {column!r}: {distinct:,} distinct values; a breakdown takes a column "
+                              f"with at most {MAX_SLICE_VALUES:,} (groups such as a GPU or a model, not IDs)")
+        values = con.sql(f"SELECT DISTINCT {col} AS key FROM parsed WHERE {col} IS NOT NULL").to_arrow_table()
+        keys = values.column("key").combine_chunks()
+    else:
+        keys = pa.array([], pa.string())
+    k = len(keys)
+    tiny = RecordTable.from_columns(
+        start=np.zeros(k), end=np.zeros(k), status=np.zeros(k, np.int8), first_token=np.zeros(k),
+        output_tokens=np.ones(k, np.int64), admitted=np.full(k, np.nan), prompt_tokens=np.full(k, -1, np.int64),
+        source=source, extra={name: (keys if name == column else pa.nulls(k)) for name in extras})
+    named = slice_by(tiny, column)  # raises the in-memory path's errors: unknown column, too many values
+    per_value = named.slice
+    names = sorted({v for v in per_value if v is not None})
+    code = {name: i for i, name in enumerate(names)}
+    mapping = pa.table({"key": keys, "code": pa.array([code.get(v) for v in per_value], pa.int32())})
+    con.register("__slice_map_src", mapping)
+    con.sql("CREATE OR REPLACE TEMP TABLE __slice_map AS SELECT * FROM __slice_map_src")
+    return f"(SELECT code FROM __slice_map m WHERE m.key = p.{extra_col(column)})", names
+
+
+@dataclass
+class _Scan:
+    plans: list[PartPlan]
+    extras: list[str]
+    warnings: list[str] = field(default_factory=list)
+    unavailable: list[str] = field(default_factory=list)
+
+
+def _scan(con: duckdb.DuckDBPyConnection, record_set: RecordSet, fmt: str, stage_dir: Path,
+          progress: Callable[[str], None], itl_p99: bool) -> _Scan:
+    """Create the table ``parsed`` over every part: native Parquet scanned by DuckDB, the rest staged."""
+    plans = choose_native([plan_part(p, i, fmt) for i, p in enumerate(record_set.parts)])
+    part_warnings: list[list[str]] = []
+    unavailable: list[str] = []
+    extras_per_part: list[list[str]] = []
+    files = []
+    for plan in plans:
+        if plan.native:
+            extras_per_part.append([*plan.extra, *(k for k, _ in plan.part.partition)])
+            part_warnings.append([])
+            continue
+        progress(f"reading {plan.part.name} ({plan.index + 1:,} of {len(plans):,} parts)")
+        loaded = read_part(plan.part, fmt)
+        part_warnings.append(list(loaded.warnings))
+        unavailable.extend(loaded.metadata.get("unavailable_metrics") or [])
+        extras_per_part.append(list(loaded.rows.extra))
+        path = stage_dir / f"part-{plan.index:06d}.parquet"
+        pq.write_table(staged_table(loaded.rows, plan.index, itl_p99=itl_p99), path)
+        files.append(path)
+        del loaded
+    extras = extra_names(extras_per_part)
+    selects = []
+    native_sql = native_view_sql(plans, extras)
+    if native_sql is not None:
+        selects.append(native_sql)
+    if files:
+        listed = ", ".join(text_lit(f.as_posix()) for f in files)
+        selects.append(f"SELECT * FROM read_parquet([{listed}], union_by_name=true)")
+    progress("reading records with DuckDB")
+    con.sql("CREATE OR REPLACE TABLE parsed AS " + " UNION ALL BY NAME ".join(selects))
+    for plan in plans:  # integer request IDs are read as text, with the note the one-file reader gives
+        if plan.native and any(c == "request_id" and k == "int" for _, c, k in plan.columns):
+            count, first = con.sql(f'SELECT count(*), min(part_row) FROM parsed WHERE part = {plan.index} '
+                                   f'AND "request_id.present"').fetchall()[0]
+            if count:
+                part_warnings[plan.index].append(int_ids_note(int(count), int(first)))
+    if len(plans) == 1:
+        warnings = part_warnings[0]
+    else:  # as recordset.set_warnings words them
+        warnings = [f"{p.part.name}: {w}" for p, ws in zip(plans, part_warnings) for w in ws]
+    return _Scan(plans, extras, warnings, list(dict.fromkeys(unavailable)))
+
+
+def _default_window(con: duckdb.DuckDBPyConnection) -> tuple[float, float] | None:
+    lo, hi = con.sql('SELECT min("start") FILTER (WHERE isfinite("start")), '
+                     'max("end") FILTER (WHERE isfinite("end")) FROM parsed').fetchall()[0]
+    return None if lo is None or hi is None else (float(lo), float(hi))
+
+
+def _validate(con: duckdb.DuckDBPyConnection, plans: Sequence[PartPlan], ws: float, we: float, fmt: str) -> None:
+    found = first_bad_row(con, ws, we)
+    if found is not None:
+        raise explain_row(plans[found[0]], found[1], ws, we, fmt)
+
+
+def _window(con: duckdb.DuckDBPyConnection, plans: Sequence[PartPlan], window_start: float | None,
+            window_end: float | None, source: str, fmt: str) -> tuple[float, float]:
+    """Return the window, defaulting as ``loaders.to_table`` does (a bad first row explains a bad default)."""
+    ws, we = window_start, window_end
+    if ws is None or we is None:
+        found = _default_window(con)
+        if found is None:
+            _validate(con, plans, -math.inf, math.inf, fmt)
+        assert found is not None
+        ws = found[0] if ws is None else ws
+        we = found[1] if we is None else we
+        if not (we > ws):
+            _validate(con, plans, -math.inf, math.inf, fmt)
+    check_set_window(ws, we, source)
+    return float(ws), float(we)
+
+
+def _sections(con: duckdb.DuckDBPyConnection) -> tuple[bool, bool]:
+    """Whether some record has token_times, and whether some has cached_prompt_tokens; refuse what is not computed."""
+    refused = {name: f for name, f in REFUSED_SECTIONS.items() if f in FIELDS}
+    found = con.sql(", ".join(["SELECT bool_or(times_present)", 'bool_or("cached_prompt_tokens.present")',
+                               *(f"bool_or({q(f + '.present')})" for f in refused.values())]) + " FROM parsed"
+                    ).fetchall()[0]
+    for (name, f), present in zip(refused.items(), found[2:]):
+        if present:
+            raise EngineRefused(f"--engine duckdb: the DuckDB engine does not compute the report's {name!r} section "
+                                f"(records with {f}) yet; use --engine memory")
+    return bool(found[0]), bool(found[1])
+
+
+def _records_table(con: duckdb.DuckDBPyConnection, code_sql: str, tokens: bool, cached: bool) -> None:
+    """Create ``records``: the validated rows with the in-memory table's columns and ``g``, the slice code."""
+    more = (", gaps, max_gap, itl_p99, has_times" if tokens else "") + \
+        (", cached_prompt_tokens, part, part_row" if cached else "")
+    con.sql(f"""CREATE OR REPLACE TABLE records AS SELECT "start", "end", status, first_token, output_tokens,
+                admitted, prompt_tokens, request_id, error{more}, {code_sql} AS g FROM parsed p""")
+    con.sql("DROP TABLE parsed")
+
+
+def _reader_error(record_set: RecordSet, fmt: str, exc: Exception) -> Exception:
+    """Return servebench's own error for what DuckDB could not read, by reading the parts in order."""
+    for part in record_set.parts:
+        try:
+            read_part(part, fmt)
+        except (InputFormatError, RecordValidationError) as err:
+            return err
+    return InputFormatError(f"{record_set.source}: DuckDB could not read the records: {' '.join(str(exc).split())[:300]}")
+
+
+def summarize_set(record_set: RecordSet, fmt: str = "auto", window_start: float | None = None,
+                  window_end: float | None = None, slo: SLO | None = None, slice_column: str | None = None,
+                  memory_limit: str | None = None, progress: Callable[[str], None] = lambda _: None,
+                  *, engine_note: str | None = None, threads: int | None = None) -> SetSummary:
+    """Summarize a record set out of core with DuckDB: the same report, warnings and errors as in memory."""
+    from servebench.records.extra_columns import extra_columns_note
+    refused = unsupported()
+    if refused is not None:
+        raise EngineRefused(f"--engine duckdb: {refused}; use --engine memory")
+    with tempfile.TemporaryDirectory(prefix="servebench-duckdb-") as tmp:
+        stage = Path(tmp)
+        # tables past the memory limit spill to the temporary folder
+        con = duckdb.connect(":memory:", config={"temp_directory": str(stage / "spill")})
+        try:
+            if memory_limit is not None:
+                con.sql(f"SET memory_limit = '{parse_size(memory_limit)}B'")
+            if threads is not None:
+                con.sql(f"SET threads = {int(threads)}")
+            con.sql("SET preserve_insertion_order = false")
+            con.sql("SET enable_progress_bar = false")
+            try:
+                scan = _scan(con, record_set, fmt, stage, progress,
+                             itl_p99=slo is not None and slo.itl_p99_s is not None)
+                progress("validating records with DuckDB")
+                ws, we = _window(con, scan.plans, window_start, window_end, record_set.source, fmt)
+                _validate(con, scan.plans, ws, we, fmt)
+                code_sql, names = slice_codes(con, slice_column, scan.extras, record_set.source)
+                tokens, cached = _sections(con)
+                _records_table(con, code_sql, tokens, cached)
+                progress("summarizing records with DuckDB")
+                report = report_from_connection(con, record_set.source, ws, we, slo, names,
+                                                tokens=tokens, cached=cached)
+            except duckdb.OutOfMemoryException as exc:
+                raise ConfigError(f"DuckDB ran out of memory within the limit ({memory_limit or 'its default'}); "
+                                  f"give it more with --memory-limit: {' '.join(str(exc).split())[:200]}") from None
+            except duckdb.Error as exc:
+                raise _reader_error(record_set, fmt, exc) from None
+        finally:
+            con.close()
+    note = extra_columns_note(scan.extras)
+    return SetSummary(report, scan.warnings, scan.unavailable, scan.extras, "duckdb", engine_note,
+                      [note] if note else [])
+
+
+__all__ = ["EngineRefused", "slice_codes", "summarize_set", "unsupported"]
