@@ -232,11 +232,14 @@ def _trim(key: str, window_start: float, window_end: float, _table: RecordTable)
 
 @st.cache_resource(max_entries=16, show_spinner="Building the report…")
 def cached_report(key: str, window_start: float, window_end: float, slo: tuple[float | None, ...],
-                  _table: RecordTable, slice_by: str = "slice") -> Report:
-    """Return the full report for the current records, window, SLO and slicing column (cached per combination)."""
+                  _table: RecordTable, slice_by: str = "slice", warmup_s: float | None = None) -> Report:
+    """Return the full report for the current records, window, SLO, slicing column and warm-up (cached per combination).
+
+    ``warmup_s`` reports the window's first seconds as the slice ``cold`` and the rest as ``warm``.
+    """
     ttft_s, tpot_s, latency_s = slo
     return build_report(sliced(_table, slice_by), window_start, window_end,
-                        SLO(ttft_s=ttft_s, tpot_s=tpot_s, latency_s=latency_s))
+                        SLO(ttft_s=ttft_s, tpot_s=tpot_s, latency_s=latency_s), warmup_s=warmup_s)
 
 
 def sharing() -> Sharing:

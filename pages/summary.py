@@ -12,6 +12,7 @@ from servebench.output.figures.compare import over_time
 from servebench.output.terminal import fmt_window
 from servebench.output.figures.summary import (cause_frame, contract_cells, distribution_frame, fmt, fmt_share,
                                         fmt_share_of, outcome_cells, slice_frame, status_frame)
+from servebench.output.figures.retries import fairness_frame, logical_frame
 from servebench.output.plain import label
 from servebench.records.loaders import encode_records
 from servebench.analysis.multirun import rate_curve, runs_table
@@ -51,7 +52,10 @@ st.subheader("Service-level objective")
 st.caption("The limits change what the page shows (SLO attainment and goodput). A success counts as good when it "
            "meets every limit you set; failures always count as misses.")
 slo = slo_inputs()
-report = guarded(cached_report, ds.key, ds.window_start, ds.window_end, slo, ds.table, slice_by)
+warmup_s = st.number_input("Warm-up, s (0: none)", min_value=0.0, value=0.0, step=1.0, key=f"warmup:{ds.key}",
+                           help="Report the window's first seconds as the slice 'cold' and the rest as 'warm', "
+                                "so a cold start is not averaged into the warmed service.") or None
+report = guarded(cached_report, ds.key, ds.window_start, ds.window_end, slo, ds.table, slice_by, warmup_s)
 slo_box = st.container()
 contract_box = st.container()
 outcome_box = st.container()
@@ -151,6 +155,19 @@ if report.slices:
     st.subheader("Slices" if slice_by == SLICE_COLUMN else f"Slices by {safe_text(slice_by)}")
     st.dataframe(slice_frame(report).assign(slice=lambda f: f["slice"].map(safe_text)).rename(columns=label),
                  hide_index=True)
+
+if report.logical is not None:
+    st.subheader("Retries: logical requests")
+    st.caption("Each attempt is one record; a logical request is a user's request and its retries "
+               "(records that share a logical_id).")
+    st.dataframe(logical_frame(report.logical), hide_index=True)
+if report.fairness is not None:
+    st.subheader("Fairness across slices")
+    st.dataframe(fairness_frame(report.fairness).assign(slice=lambda f: f["slice"].map(safe_text)).rename(
+        columns=label), hide_index=True)
+    st.caption(f"Jain's index over goodput / weight (weights: {report.fairness.weights_from}): "
+               f"{fmt(report.fairness.jain_index)} (1 = in proportion to weight); worst / best TTFT p95: "
+               f"{fmt(report.fairness.ttft_p95_ratio)}.")
 
 st.subheader("Downloads")
 stem = ds.source.name.rsplit(".", 1)[0]

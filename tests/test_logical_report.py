@@ -110,3 +110,17 @@ def test_report_site_shows_retries_and_fairness(tmp_path: Path) -> None:
     page = next((tmp_path / "site").glob("run-*.html")).read_text(encoding="utf-8")
     assert '<section id="logical">' in page and '<section id="fairness">' in page
     assert "amplification (attempts / logical)" in page
+
+
+def test_dashboard_summary_shows_retries_fairness_and_warm_up() -> None:
+    from streamlit.testing.v1 import AppTest
+    at = AppTest.from_file(str(Path(__file__).resolve().parent.parent / "app.py"), default_timeout=90)
+    at.run()
+    data = "\n".join(json.dumps(r) for r in ATTEMPTS).encode()
+    at.file_uploader(key="records_upload").set_value(("attempts.jsonl", data, "application/jsonl")).run()
+    assert not at.exception
+    heads = [h.value for h in at.subheader]
+    assert "Retries: logical requests" in heads and "Fairness across slices" in heads
+    next(n for n in at.number_input if n.label.startswith("Warm-up")).set_value(1.5).run()
+    assert not at.exception
+    assert any("cold" in str(df.value.to_dict()) for df in at.dataframe)
