@@ -209,3 +209,24 @@ def test_attempt_and_logical_id_are_validated_with_file_row_and_field() -> None:
         read_bytes(b'{"start": 0, "end": 1, "status": "timeout", "attempt": 1.0}\n', "runs.jsonl")
     with pytest.raises(RecordValidationError, match="row 1, field 'logical_id'"):
         read_bytes(b'{"start": 0, "end": 1, "status": "timeout", "logical_id": 7}\n', "runs.jsonl")
+
+
+def test_retry_policy_experiment_ranks_the_three_policies(storm: Scenario) -> None:
+    from servebench.analysis.summary import SLO
+    from servebench.serving.retry_experiment import BACKOFF_SHED, IMMEDIATE, NO_RETRY, retry_policies, run_variants
+    rows = {run.label: run.row() for run in run_variants(retry_policies(storm), SLO(ttft_s=5))}
+    assert rows[NO_RETRY]["amplification"] == 1.0 and rows[IMMEDIATE]["amplification"] > 1.5  # type: ignore[operator]
+    assert rows[BACKOFF_SHED]["goodput, req/s"] > rows[NO_RETRY]["goodput, req/s"]  # type: ignore[operator]
+    assert rows[BACKOFF_SHED]["goodput, req/s"] > rows[IMMEDIATE]["goodput, req/s"]  # type: ignore[operator]
+    assert rows[IMMEDIATE]["logical requests"] == rows[NO_RETRY]["logical requests"]  # same arrivals
+
+
+def test_shipped_two_tenant_scenario_is_fairer_under_fair() -> None:
+    from servebench.analysis.summary import SLO
+    from servebench.serving.retry_experiment import run_variants, scheduling_variants
+    sc = load_scenario(STORM.parent / "two_tenants.yaml")
+    runs = {run.label: run.report.fairness for run in run_variants(scheduling_variants(sc), SLO(ttft_s=5))}
+    fcfs, fair = runs["fcfs"], runs["fair"]
+    assert fcfs is not None and fair is not None
+    assert fair.slices["chat"].ttft_p95_s < fcfs.slices["chat"].ttft_p95_s / 2  # type: ignore[operator]
+    assert fair.jain_index > fcfs.jain_index  # type: ignore[operator]
