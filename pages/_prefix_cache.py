@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import streamlit as st
 
-from servebench.output.figures.summary import distribution_frame, fmt, fmt_share
+from servebench.output.figures.summary import distribution_frame
+from servebench.output.plain import fmt, fmt_share
 from servebench.analysis.summary import PrefixCacheReport
 
 
 def show_prefix_cache(pc: PrefixCacheReport, *, key: str = "pc") -> None:
     """Render hit rate, prefill saved, and TTFT and prefill with and without a hit."""
     c = st.columns(4)
-    c[0].metric("Token hit rate", "—" if pc.token_hit_rate is None else fmt_share(pc.token_hit_rate),
+    c[0].metric("Token hit rate", fmt_share(pc.token_hit_rate),
                 help=f"{pc.cached_prompt_tokens:,} of {pc.prompt_tokens:,} prompt tokens came from the cache.")
     c[1].metric("Requests with a hit", f"{pc.requests_with_hit:,} of {pc.requests:,}")
-    c[2].metric("Estimated prefill saved (s)", "—" if pc.estimated_prefill_saved_s is None
-                else fmt(pc.estimated_prefill_saved_s),
+    c[2].metric("Estimated prefill saved (s)", fmt(pc.estimated_prefill_saved_s),
                 help="Cached tokens × the prefill seconds per prompt token of requests without a hit.")
     ttft_hit, ttft_miss = pc.ttft_hit_s.at(50), pc.ttft_miss_s.at(50)
     c[3].metric("TTFT p50 with / without a hit (s)", f"{fmt(ttft_hit)} / {fmt(ttft_miss)}")

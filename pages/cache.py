@@ -7,7 +7,7 @@ import streamlit as st
 
 from pages._shared import guarded
 from servebench.serving.cache_experiment import WORKLOADS, CacheExperiment, run_cache_experiment
-from servebench.output.figures.summary import fmt, fmt_share
+from servebench.output.plain import NO_DATA, fmt, fmt_share
 
 st.title("Cache experiments")
 st.caption("Prefix caching keeps the KV of full prompt blocks that earlier requests computed and reuses the "
@@ -42,12 +42,12 @@ if st.session_state.get("cache_quiz_revealed"):
     quiz = _comparison(CacheExperiment(workload="partly_shared", shared_share=0.8, documents=4, rate_rps=2.0))
     d_ttft, d_tpot = quiz.ttft_p50_change, quiz.tpot_p50_change
     st.success(f"TTFT p50: {fmt(quiz.off.ttft_p50_s)} s → {fmt(quiz.on.ttft_p50_s)} s "
-               f"(**{'—' if d_ttft is None else f'{d_ttft:+.0%}'}**); request TPOT p50: "
+               f"(**{NO_DATA if d_ttft is None else f'{d_ttft:+.0%}'}**); request TPOT p50: "
                f"{fmt(quiz.off.request_tpot_p50_s)} s → {fmt(quiz.on.request_tpot_p50_s)} s "
-               f"(**{'—' if d_tpot is None else f'{d_tpot:+.0%}'}**). Token hit rate {fmt_share(quiz.on.token_hit_rate)}.")
+               f"(**{NO_DATA if d_tpot is None else f'{d_tpot:+.0%}'}**). Token hit rate {fmt_share(quiz.on.token_hit_rate)}.")
     if ttft_guess is not None or tpot_guess is not None:
-        st.write(f"Your prediction: TTFT {'—' if ttft_guess is None else f'{ttft_guess:+.0f}%'}, "
-                 f"TPOT {'—' if tpot_guess is None else f'{tpot_guess:+.0f}%'}.")
+        st.write(f"Your prediction: TTFT {NO_DATA if ttft_guess is None else f'{ttft_guess:+.0f}%'}, "
+                 f"TPOT {NO_DATA if tpot_guess is None else f'{tpot_guess:+.0f}%'}.")
     st.info("Most of TTFT here is prefill of a 1,600-token prompt; the cache skips the 1,584 shared tokens it holds "
             "in full blocks, so TTFT falls with the share of prefill left to do. TPOT is the time per generated "
             "token: the cache does not make decoding faster. It can fall a little on a server that batches "

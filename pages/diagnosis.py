@@ -11,7 +11,7 @@ from servebench.analysis import diagnosis, walkthrough
 from servebench.capacity import kv
 from servebench.errors import InputFormatError
 from servebench.output.plain import validation_text
-from servebench.output.figures.summary import fmt, fmt_share
+from servebench.output.plain import fmt, fmt_share
 from servebench.output.terminal import fmt_window
 from servebench.output.safetext import safe_text
 from servebench.capacity.model_presets import PRESETS, get_preset

@@ -9,7 +9,8 @@ import streamlit as st
 from pages._shared import SAMPLE_DIR, fail, guarded
 from servebench.capacity import kv
 from servebench.errors import InputFormatError
-from servebench.output.figures.summary import concurrency_figure, fmt, fmt_share
+from servebench.output.figures.summary import concurrency_figure
+from servebench.output.plain import NO_DATA, fmt, fmt_share
 from servebench.capacity.hf_config import shape_from_config
 from servebench.capacity.model_presets import PRESETS, get_preset
 
@@ -105,7 +106,7 @@ st.subheader("Results")
 c = st.columns(5)
 c[0].metric("KV bytes per token", fmt(res.bytes_per_token), help="Per GPU, below any sliding window.")
 c[1].metric(f"KV for {tokens:,} tokens",
-            "—" if res.bytes_for_tokens is None else f"{fmt(res.bytes_for_tokens / kv.GIB)} GiB",
+            NO_DATA if res.bytes_for_tokens is None else f"{fmt(res.bytes_for_tokens / kv.GIB)} GiB",
             help=f"{fmt(res.bytes_for_tokens)} bytes for one sequence.")
 c[2].metric("Tokens in the budget", fmt(res.budget_tokens), help=f"{fmt(budget_bytes)} bytes per GPU.")
 c[3].metric("Tokens per request", fmt(res.tokens_per_request))

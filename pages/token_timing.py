@@ -11,7 +11,7 @@ from pages._shared import guarded, records_sidebar, show_reader_warnings
 from servebench.serving.experiments import compare_prefill
 from servebench.output.figures import tokens as tfig
 from servebench.output.figures.records import record_cdfs
-from servebench.output.figures.summary import fmt
+from servebench.output.plain import fmt
 from servebench.serving.scenario import load_scenario
 from servebench.analysis.summary import build_report
 

@@ -259,7 +259,7 @@ def test_kv_section_with_a_diagnosis_when_records_have_admission_times() -> None
     files = build_site([run], SiteOptions(kv=kv))
     text = files["run-01-run-json.html"].decode()
     assert 'id="kv"' in text and "Evidence" in text and "experiment" in text
-    assert ">131072<" in text and ">65536<" in text  # the spec: bytes per token, tokens in 8 GiB
+    assert ">131,072<" in text and ">65,536<" in text  # the spec: bytes per token, tokens in 8 GiB
     limit = re.search(r'Limit: <span class="verdict">(\w+)</span>', text)
     assert limit is not None and limit.group(1) in ("kv_memory", "queueing", "prefill", "decode", "none")
     assert f'<span class="verdict">{limit.group(1)}</span>' in files["index.html"].decode()
@@ -272,7 +272,7 @@ def test_kv_section_without_admission_times_still_gives_the_limit() -> None:
     # without admitted times the verdict is the one the data supports, and it says what it cannot tell
     assert re.search(r'Limit: <span class="verdict">undetermined</span>', text)
     assert "without admitted times queue wait cannot be told from prefill" in text
-    assert ">131072<" in text and ">65536<" in text
+    assert ">131,072<" in text and ">65,536<" in text
     # mean prompt ceil((100 + 50) / 2) = 75 + 200 reserved = 275 tokens: 65536 // 275 = 238 sequences
     assert ">275<" in text and ">238<" in text
 
@@ -307,7 +307,7 @@ def test_timing_run_folder(tmp_path: Path, r1_r4: list[dict]) -> None:
     assert run.kind == "timing run" and run.name == "tiny-run" and run.steps and len(run.steps) == 50
     text = build_site([run])["run-01-tiny-run.html"].decode()
     assert 'id="contract"' in text and "2.13.0" in text and EVIL not in text
-    assert 'id="steps"' in text and 'id="kv"' in text and ">131072<" in text
+    assert 'id="steps"' in text and 'id="kv"' in text and ">131,072<" in text
     assert "admission policy</td><td>reserve<" in text
     # options win over the metadata
     text = build_site([run], SiteOptions(kv=KvOptions(policy="paged")))["run-01-tiny-run.html"].decode()
@@ -431,7 +431,7 @@ def test_simulated_profile_b_folder_is_diagnosed_kv_memory(tmp_path: Path) -> No
     files = build_site([run])
     page = files["run-01-profile-b.html"].decode()
     # shape, 8 GiB and the reserve policy come from the scenario; the spec's numbers follow
-    assert '<span class="verdict">kv_memory</span>' in page and ">8000<" in page
+    assert '<span class="verdict">kv_memory</span>' in page and ">8,000<" in page
     assert re.search(r"max concurrent sequences</td><td[^>]*>8<", page)
     assert '<span class="verdict">kv_memory</span>' in files["index.html"].decode()
     assert 'id="steps"' in page

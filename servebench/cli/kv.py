@@ -12,7 +12,7 @@ from servebench.cli.core import app, console, emit_json
 from servebench.errors import ConfigError
 from servebench.capacity.kv import GIB, KVReport, ModelShape, analyze, bytes_per_token, dtype_bytes, kv_budget_bytes, weight_bytes
 from servebench.capacity.model_presets import PRESETS, resolve_shape
-from servebench.output.terminal import fmt
+from servebench.output.plain import fmt
 from servebench.output.safetext import safe_markup
 
 

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from servebench.cli.core import app, console, emit_json
 from servebench.errors import ConfigError
+from servebench.output.plain import fmt
 from servebench.output.safetext import safe_markup
 
 
@@ -73,7 +74,7 @@ def _generator_table(stats: Any) -> Table:
     lag = stats.schedule_lag_s
 
     def f(v: float | None) -> str:
-        return "-" if v is None else f"{v:.3g}"
+        return fmt(v, 3)
     rows = [("planned", stats.planned), ("offered", stats.offered), ("sent", stats.sent),
             ("accepted", stats.accepted), ("completed", stats.completed), ("rejected", stats.rejected),
             ("failed", stats.failed), ("timed out", stats.timed_out), ("cancelled", stats.cancelled),
@@ -95,7 +96,7 @@ def _worker_table(stats: Any) -> Table:
         t.add_column(col, justify="right")
 
     def ms(v: float | None) -> str:
-        return "-" if v is None else f"{v * 1e3:.3g}"
+        return fmt(None if v is None else v * 1e3, 3)
     for w in stats.workers:
         lag = w.schedule_lag_s
         t.add_row(str(w.worker), safe_markup(w.host), f"{w.sent} / {w.planned}",
@@ -275,7 +276,6 @@ def _sweep(url: str, rates_text: str, out: Path, requests: int, arrival: str, cv
            slo: Any, slo_target: float, search: bool, as_json: bool, spread: dict[str, Any] | None = None) -> None:
     """Run one open-loop load per rate into OUT/rate_<r>/, then write the simulator's sweep output into OUT."""
     from servebench.load.generator import measured_point
-    from servebench.output.terminal import fmt
     from servebench.serving.sweep import SweepResult, knee, sweep_csv
     from servebench.serving.sweep import capacity_from_grid, search_capacity
 

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from servebench.cli.core import app, console, emit_json
 from servebench.errors import ConfigError
-from servebench.output.terminal import fmt
+from servebench.output.plain import fmt
 
 
 def _csv(text: str | None, what: str) -> list[str]:

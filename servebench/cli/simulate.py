@@ -15,7 +15,7 @@ from rich.table import Table
 from servebench.output import strict_json
 from servebench.cli.core import app, console, emit_json
 from servebench.errors import ConfigError
-from servebench.output.terminal import fmt
+from servebench.output.plain import fmt
 from servebench.output.safetext import safe_markup
 
 

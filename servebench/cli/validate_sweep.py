@@ -11,7 +11,7 @@ from rich.table import Table
 
 from servebench.cli.core import app, console, emit_json
 from servebench.errors import ConfigError
-from servebench.output.terminal import fmt
+from servebench.output.plain import fmt
 from servebench.output.safetext import safe_markup
 
 def parse_rates(text: str) -> list[float]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from servebench.capacity.stepmodel import StepFit
+from servebench.output.plain import NO_DATA
 
 CPU_PARAMS_LIMIT = 1_000_000_000  # above this, a CPU timing run takes minutes per request batch
 
@@ -11,8 +12,8 @@ def fit_warning(fit: StepFit) -> str | None:
     """Return a warning when a step-model fit is too poor to predict from, or None when it is usable."""
     if fit.quality is None or fit.quality.usable:
         return None
-    r2 = "-" if fit.r2 is None else f"{fit.r2:.2f}"
-    rel = "-" if fit.mean_abs_pct_error is None else f"{fit.mean_abs_pct_error:.0%}"
+    r2 = NO_DATA if fit.r2 is None else f"{fit.r2:.2f}"
+    rel = NO_DATA if fit.mean_abs_pct_error is None else f"{fit.mean_abs_pct_error:.0%}"
     return (f"This step model fits poorly (R² {r2}, mean error {rel} over {fit.steps:,} steps; usable needs R² at "
             f"least {fit.quality.min_r2:g} and mean error at most {fit.quality.max_mean_rel_error:.0%}), so the "
             f"sweep below may be far off. {fit.quality.reason} Suggestion: record a longer timing run with more "

@@ -8,21 +8,11 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from servebench.output.plain import NO_DATA, fmt
 from servebench.output.safetext import safe_markup
 from servebench.analysis.summary import Distribution, FairnessReport, LogicalReport, PrefixCacheReport, Report
 
 user_text = safe_markup  # every user-supplied string in a table or line goes through this
-
-
-def fmt(value: Any, digits: int = 4) -> str:
-    """Format a metric for a table: None as '-', infinity as 'inf', floats to a few significant digits."""
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        if value == float("inf"):
-            return "inf"
-        return f"{value:.{digits}g}"
-    return str(value)
 
 
 EPOCH_RANGE_S: tuple[float, float] = (1e9, 4e9)  # 2001 to 2096: a clock this far from 0 is Unix epoch seconds
@@ -140,7 +130,7 @@ def print_report(console: Console, report: Report, unavailable: frozenset[str] =
     work.add_row(str(report.total_output_tokens), str(report.successful_output_tokens),
                  str(report.wasted_output_tokens), str(report.active_requests.peak),
                  f"{report.active_requests.share_of_window_at_peak:.1%}",
-                 str(ins.peak) if ins else "-", f"{ins.share_of_window_at_peak:.1%}" if ins else "-")
+                 str(ins.peak) if ins else NO_DATA, f"{ins.share_of_window_at_peak:.1%}" if ins else NO_DATA)
     console.print(work)
     if report.prefix_cache is not None:
         print_prefix_cache(console, report.prefix_cache)
@@ -188,8 +178,8 @@ def print_fairness(console: Console, fr: FairnessReport) -> None:
 
 def print_prefix_cache(console: Console, pc: PrefixCacheReport) -> None:
     """Print the prefix-cache section: hit rate, TTFT and prefill with and without a hit, prefill saved."""
-    rate = "-" if pc.token_hit_rate is None else f"{pc.token_hit_rate:.1%}"
-    saved = "-" if pc.estimated_prefill_saved_s is None else f"{fmt(pc.estimated_prefill_saved_s)} s"
+    rate = NO_DATA if pc.token_hit_rate is None else f"{pc.token_hit_rate:.1%}"
+    saved = NO_DATA if pc.estimated_prefill_saved_s is None else f"{fmt(pc.estimated_prefill_saved_s)} s"
     console.print(f"[bold]Prefix cache[/]: {pc.cached_prompt_tokens:,} of {pc.prompt_tokens:,} prompt tokens "
                   f"from the cache (token hit rate {rate}); {pc.requests_with_hit:,} of {pc.requests:,} requests "
                   f"had a hit; estimated prefill saved {saved}")

@@ -11,59 +11,14 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from servebench.capacity import kv
 from servebench.analysis.summary import CONTRACT_LABELS, Distribution, Report
+from servebench.capacity import kv
+from servebench.output.plain import NO_DATA, fmt, fmt_share, fmt_share_of
 
 METRIC_LABELS: dict[str, str] = {
     "latency": "Latency (s)", "ttft": "TTFT (s)", "tpot": "Request TPOT (s)",
     "queue_wait": "Queue wait (s)", "prefill": "Prefill (s)",
 }
-
-
-def fmt(value: Any, digits: int = 4) -> str:
-    """Format a number for people: '—' for no data, '∞' for infinity, thousands separators for counts.
-
-    >>> fmt(None), fmt(float("inf")), fmt(3000), fmt(0.2), fmt(1234.5678)
-    ('—', '∞', '3,000', '0.2', '1,235')
-    """
-    if value is None:
-        return "—"
-    if isinstance(value, (bool, np.bool_)):
-        return str(bool(value))
-    if isinstance(value, (int, np.integer)):
-        return f"{int(value):,}"
-    if isinstance(value, (float, np.floating)):
-        v = float(value)
-        if math.isnan(v):
-            return "—"
-        if math.isinf(v):
-            return "∞" if v > 0 else "-∞"
-        if abs(v) >= 1000:
-            return f"{v:,.0f}"
-        return f"{v:.{digits}g}"
-    return str(value)
-
-
-def fmt_share(value: float | None) -> str:
-    """Format a fraction as a percentage.
-
-    >>> fmt_share(0.5), fmt_share(0.000971), fmt_share(None)
-    ('50%', '0.0971%', '—')
-    """
-    if value is None:
-        return "—"
-    return f"{value * 100:.3g}%"
-
-
-def fmt_share_of(part: int | float, whole: int | float) -> str | None:
-    """Format part / whole as a percentage; None when part is 0 or whole is 0 (nothing to show).
-
-    >>> fmt_share_of(46333, 353746), fmt_share_of(0, 10), fmt_share_of(3, 0)
-    ('13.1%', None, None)
-    """
-    if not part or not whole:
-        return None
-    return fmt_share(part / whole)
 
 
 @dataclass(frozen=True)
@@ -99,7 +54,7 @@ def _ci_text(d: Distribution, q: float) -> str:
     for p in d.percentiles:
         if p.q == q:
             return f"{fmt(p.value)} [{fmt(p.ci_low)}, {fmt(p.ci_high)}]"
-    return "—"
+    return NO_DATA
 
 
 def distribution_frame(rows: Mapping[str, Distribution | None]) -> pd.DataFrame:

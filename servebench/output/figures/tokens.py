@@ -14,6 +14,7 @@ import plotly.graph_objects as go
 from servebench.records.table import RecordTable
 from servebench.analysis.summary import Report
 from servebench.records.token_times import Gaps, flat, gaps
+from servebench.output.plain import NO_DATA
 from servebench.output.figures.records import MARKS, _layout, _titled, cdf_figure, plot_label
 
 TOKEN_METRIC_LABELS: dict[str, str] = {"itl": "Inter-token latency (every gap)",
@@ -122,7 +123,7 @@ def prefill_comparison(chunked: Report, whole: Report) -> go.Figure:
     for name, report, color in (("chunked prefill", chunked, "#2ca02c"), ("whole-prompt prefill", whole, "#ff7f0e")):
         values = [get(report) for _, get in metrics]
         fig.add_trace(go.Bar(name=name, x=[m for m, _ in metrics], y=values, marker_color=color,
-                             text=[f"{v:.3g} s" if v is not None else "-" for v in values], textposition="outside",
+                             text=[f"{v:.3g} s" if v is not None else NO_DATA for v in values], textposition="outside",
                              hovertemplate="%{x}: %{y:.4g} s<extra>" + name + "</extra>"))
     fig.update_layout(barmode="group")
     fig.update_yaxes(title_text="seconds")

@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from servebench.output.terminal import fmt
+from servebench.output.plain import fmt
 from servebench.output.safetext import safe_text
 
 PLOTLY_JS = "assets/plotly.min.js"
@@ -82,7 +82,7 @@ def _visible_in_json(match: re.Match[str]) -> str:
 
 
 def cell(value: object, digits: int = 4) -> object:
-    """Format a metric for a table cell: None as '-', floats to a few significant digits."""
+    """Format a metric for a table cell by ``plain.fmt``'s rule (None and NaN as '—', infinity as '∞')."""
     if isinstance(value, Markup):
         return value
     if value is None or isinstance(value, (int, float)) and not isinstance(value, bool):

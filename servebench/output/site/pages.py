@@ -19,7 +19,8 @@ from servebench import __version__
 from servebench.records.extra_columns import extra_columns_note, slice_by
 from servebench.output.figures import records as rfig
 from servebench.records.table import STATUSES, RecordTable
-from servebench.output.terminal import fmt, fmt_window
+from servebench.output.plain import NO_DATA, fmt
+from servebench.output.terminal import fmt_window
 from servebench.analysis.summary import CONTRACT_FIELDS, CONTRACT_LABELS, SLO, Distribution, PrefixCacheReport, Report, build_report
 from servebench.output.site.html import Markup, figure, join, key_values, nested, note, page, section, table, tag
 from servebench.output.site.inputs import RunInput
@@ -140,7 +141,7 @@ def _qs(d: Distribution) -> dict[float, float | None]:
 
 def _ci(p: Any) -> str:
     if p.value is None:
-        return "-"
+        return NO_DATA
     return f"{fmt(p.value)} [{fmt(p.ci_low)}, {fmt(p.ci_high)}]"
 
 
@@ -156,9 +157,9 @@ def _distribution_table(rows: dict[str, Distribution | None], caption: str) -> M
 
 def prefix_cache_section(pc: PrefixCacheReport) -> Markup:
     """Return the prefix-cache section: hit rate, what it saved, TTFT and prefill with and without a hit."""
-    rate = "-" if pc.token_hit_rate is None else share(pc.token_hit_rate)
-    saved = "-" if pc.estimated_prefill_saved_s is None else f"{fmt(pc.estimated_prefill_saved_s)} s"
-    per_token = "-" if pc.prefill_s_per_prompt_token is None else f"{fmt(pc.prefill_s_per_prompt_token)} s"
+    rate = NO_DATA if pc.token_hit_rate is None else share(pc.token_hit_rate)
+    saved = NO_DATA if pc.estimated_prefill_saved_s is None else f"{fmt(pc.estimated_prefill_saved_s)} s"
+    per_token = NO_DATA if pc.prefill_s_per_prompt_token is None else f"{fmt(pc.prefill_s_per_prompt_token)} s"
     return section("Prefix cache", key_values([
         ("requests that say (cached_prompt_tokens)", pc.requests), ("prompt tokens", pc.prompt_tokens),
         ("served from the cache", pc.cached_prompt_tokens), ("token hit rate (cached / prompt)", rate),
@@ -439,10 +440,10 @@ def index_page(views: Sequence[RunView], options: SiteOptions) -> str:
                      ["goodput, output tokens/s", *per_run("slo.goodput_output_tokens_per_second", [
                          r.slo.goodput_output_tokens_per_second if r.slo else None for r in reports])]]
         if any(r.itl_s is not None for r in reports):  # token timing, where the records have token_times
-            rows += [["ITL p99, s", *[fmt(r.itl_s.at(99)) if r.itl_s else "-" for r in reports]],
-                     ["longest stall p95, s", *[fmt(r.max_stall_s.at(95)) if r.max_stall_s else "-" for r in reports]],
-                     ["requests stalled", *[share(r.stalls.share) if r.stalls and r.stalls.share is not None else "-"
-                                            for r in reports]]]
+            rows += [["ITL p99, s", *[fmt(r.itl_s.at(99) if r.itl_s else None) for r in reports]],
+                     ["longest stall p95, s", *[fmt(r.max_stall_s.at(95) if r.max_stall_s else None) for r in reports]],
+                     ["requests stalled", *[share(r.stalls.share) if r.stalls and r.stalls.share is not None
+                                            else NO_DATA for r in reports]]]
         rows.append(["diagnosis", *[tag("span", v.kv.verdict, class_="verdict") if v.kv and v.kv.verdict else "-"
                                     for v in record_views]])
         rows.append(["importer warnings", *[len(v.run.warnings) for v in record_views]])

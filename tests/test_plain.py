@@ -1,0 +1,44 @@
+"""One number formatter for people: the same rule in the terminal, the figures, the HTML site and the dashboard."""
+
+from __future__ import annotations
+
+import io
+import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rich.console import Console
+
+from servebench.analysis.summary import build_report
+from servebench.output import plain, terminal
+from servebench.output.figures import summary as figures_summary
+from servebench.output.site.html import cell, table
+from servebench.records.table import parse_objects, validate
+
+
+def test_every_surface_uses_the_one_formatter() -> None:
+    assert terminal.fmt is plain.fmt and figures_summary.fmt is plain.fmt
+    assert figures_summary.fmt_share is plain.fmt_share
+
+
+def test_no_data_and_infinity_read_the_same_everywhere() -> None:
+    assert [plain.fmt(v) for v in (None, math.nan, math.inf, -math.inf)] == ["—", "—", "∞", "-∞"]
+    assert [cell(v) for v in (None, math.nan, math.inf)] == ["—", "—", "∞"]  # the HTML site's cells
+    assert "<td class=\"num\">—</td>" in str(table(["x"], [[None]]))
+    assert plain.fmt_share(None) == plain.fmt_share(math.nan) == plain.NO_DATA
+
+
+def test_terminal_report_shows_a_failure_aware_infinity_as_the_dashboard_does(r1_r4) -> None:
+    report = build_report(validate(parse_objects(r1_r4), 0, 10), 0, 10)
+    out = io.StringIO()
+    terminal.print_report(Console(file=out, width=250, color_system=None), report)
+    text = out.getvalue()
+    assert "∞" in text and " inf " not in text
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(allow_nan=False, allow_infinity=False))
+def test_a_finite_number_reads_back_within_its_shown_precision(x: float) -> None:
+    text = plain.fmt(x)
+    back = float(text.replace(",", ""))
+    assert abs(back - x) <= 5e-4 * abs(x) + 1e-300, (x, text)
