@@ -62,3 +62,16 @@ def test_engine_tenant_cap_and_shedding(model: Decoder) -> None:
         running += d
         peak = max(peak, running)
     assert peak <= 2
+
+
+def test_the_time_limit_note_counts_user_requests_never_sent_not_attempts(model: Decoder) -> None:
+    import re
+    cfg = SchedulerConfig(kv_budget_tokens=4096, max_num_seqs=1, max_waiting=1)  # most attempts bounce and retry
+    client = ClientSpec(max_attempts=5, backoff=BackoffSpec(base_s=0.005, jitter="none"))
+    workload = WorkloadSpec(arrival=ArrivalSpec(kind="constant", rate_rps=20.0), num_requests=40, classes=[
+        ClassSpec(prompt=LengthSpec(kind="fixed", value=16), output=LengthSpec(kind="fixed", value=200))])
+    run = run_workload(model, cfg, workload, seed=3, warmup_steps=0, max_wall_s=0.5, client=client)
+    first_attempts = sum(r["attempt"] == 1 for r in run.records)
+    assert len(run.records) > first_attempts  # retries were sent, so attempts and user requests differ
+    match = re.search(r"(\d+) requests never sent", " ".join(run.notes))
+    assert match is not None and int(match.group(1)) == 40 - first_attempts

@@ -216,7 +216,8 @@ class _Producer(threading.Thread):
         self.prompt_ids: list[list[int] | None] | None = None  # each request's prompt (prefix caching)
         self.attempts: _Attempts | None = None  # retrying clients; None: one attempt per request
         self.stopping = False
-        self.sent = 0
+        self.sent = 0  # attempts sent
+        self.sent_logical = 0  # logical requests whose first attempt was sent (equal to sent without retries)
         self.lags: list[float] = []
         self.error: BaseException | None = None
 
@@ -262,6 +263,7 @@ class _Producer(threading.Thread):
                 continue
             self.lags.append(self.loop.clock() - due)
             self.sent += 1
+            self.sent_logical += index == lg
             if index == lg and self.cancel_after_s is not None and self.cancel_after_s[index] == self.cancel_after_s[index]:
                 self.schedule(due + self.cancel_after_s[index], index, CANCEL)  # this client gives up then
             self.loop.submit(req, None if self.prompt_ids is None else self.prompt_ids[lg],
@@ -397,7 +399,8 @@ def _run_workload(model: Decoder, scheduler: SchedulerConfig, workload: Workload
                 producer.stop()
                 producer.join()
                 loop.cancel_all(ERR_RUN_LIMIT)
-                notes.append(f"stopped at the {max_wall_s:g} s limit: {total - producer.sent} requests never sent")
+                unsent = total - producer.sent_logical  # user requests, not attempts
+                notes.append(f"stopped at the {max_wall_s:g} s limit: {unsent} requests never sent")
                 break
             loop.run_once(idle_wait_s=0.02)
     finally:
