@@ -229,6 +229,20 @@ def test_a_field_the_engine_lacks_is_refused_by_name_and_left_to_memory_in_auto(
     assert out.engine == "memory" and "'prefix_cache'" in out.engine_note and "in memory instead" in out.engine_note
 
 
+@pytest.mark.skipif("fairness" not in Report.model_fields, reason="no fairness section (issue 17) yet")
+def test_fairness_with_a_run_folders_tenant_weights_and_warmup_slices_agree(tmp_path):
+    """The fairness section weighs slices by a run folder's tenant weights; --warmup-s slices cold and warm."""
+    folder = tmp_path / "run"
+    write_parquet(sample_records(60), folder / "records.parquet")
+    (folder / "metadata.json").write_text(json.dumps({"scenario": {"server": {"tenants": {"chat": {"weight": 3}}}}}))
+    doc = both_engines(folder, slo=SLO(ttft_s=1.0))
+    assert doc is not None and doc["fairness"]["weights_from"] == "metadata"
+    assert doc["fairness"]["slices"]["chat"]["weight"] == 3.0 and doc["fairness"]["slices"]["code"]["weight"] == 1.0
+    warm = both_engines(folder, warmup_s=5.0)
+    assert warm is not None and set(warm["slices"]) == {"cold", "warm"} and warm["fairness"] is not None
+    assert both_engines(folder, warmup_s=0.0) is None  # the same error from both
+
+
 def test_distribution_edges_agree_at_sizes_that_bound_intervals(tmp_path):
     """0, 1 and 2 successes, all failed, and enough rows for confidence bounds, with ties and failures."""
     rng = np.random.default_rng(3)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from servebench.analysis.duckdb_checks import explain_row, first_bad_row
-from servebench.analysis.duckdb_parts import (PartPlan, choose_native, extra_col, native_view_sql, plan_part, q,
+from servebench.analysis.duckdb_parts import (PartPlan, choose_native, extra_col, lit, native_view_sql, plan_part, q,
                                               staged_table, text_lit)
 from servebench.analysis.duckdb_report import REFUSED_SECTIONS, report_from_connection, uncovered_fields
 from servebench.analysis.summary import SLO
@@ -201,8 +201,12 @@ def _reader_error(record_set: RecordSet, fmt: str, exc: Exception) -> Exception:
 def summarize_set(record_set: RecordSet, fmt: str = "auto", window_start: float | None = None,
                   window_end: float | None = None, slo: SLO | None = None, slice_column: str | None = None,
                   memory_limit: str | None = None, progress: Callable[[str], None] = lambda _: None,
-                  *, engine_note: str | None = None, threads: int | None = None) -> SetSummary:
-    """Summarize a record set out of core with DuckDB: the same report, warnings and errors as in memory."""
+                  *, engine_note: str | None = None, threads: int | None = None,
+                  weights: Mapping[str, float] | None = None, warmup_s: float | None = None) -> SetSummary:
+    """Summarize a record set out of core with DuckDB: the same report, warnings and errors as in memory.
+
+    ``weights`` and ``warmup_s`` as ``build_report`` takes them (the fairness section; cold and warm slices).
+    """
     from servebench.records.extra_columns import extra_columns_note
     refused = unsupported()
     if refused is not None:
@@ -225,11 +229,15 @@ def summarize_set(record_set: RecordSet, fmt: str = "auto", window_start: float 
                 ws, we = _window(con, scan.plans, window_start, window_end, record_set.source, fmt)
                 _validate(con, scan.plans, ws, we, fmt)
                 code_sql, names = slice_codes(con, slice_column, scan.extras, record_set.source)
+                if warmup_s is not None:  # as build_report: the records' slices give way to cold and warm
+                    if not warmup_s > 0:
+                        raise ConfigError(f"warmup_s {warmup_s!r} must be positive")
+                    code_sql, names = f'CASE WHEN "start" < {lit(ws + warmup_s)} THEN 0 ELSE 1 END', ["cold", "warm"]
                 tokens, cached = _sections(con)
                 _records_table(con, code_sql, tokens, cached)
                 progress("summarizing records with DuckDB")
                 report = report_from_connection(con, record_set.source, ws, we, slo, names,
-                                                tokens=tokens, cached=cached)
+                                                tokens=tokens, cached=cached, weights=weights)
             except duckdb.OutOfMemoryException as exc:
                 raise ConfigError(f"DuckDB ran out of memory within the limit ({memory_limit or 'its default'}); "
                                   f"give it more with --memory-limit: {' '.join(str(exc).split())[:200]}") from None

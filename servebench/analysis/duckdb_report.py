@@ -15,7 +15,7 @@ The edge (files, staging, the connection) is ``servebench.analysis.duckdb_engine
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -260,12 +260,14 @@ def _prefix_cache(a: dict[str, Any], sinks: dict[str, SortedSink], prefill_sum: 
 
 def report_from_connection(con: duckdb.DuckDBPyConnection, source: str | None, window_start: float,
                            window_end: float, slo: SLO | None, slice_names: Sequence[str], *,
-                           tokens: bool = False, cached: bool = False) -> Report:
+                           tokens: bool = False, cached: bool = False,
+                           weights: Mapping[str, float] | None = None) -> Report:
     """Return the full report over the validated table ``records`` (columns as in memory, ``g`` the slice code).
 
     ``slice_names[g]`` names slice code g; the codes are in name order, as the in-memory report sorts them.
     ``tokens``: some record has token_times (``records`` has gaps, max_gap, itl_p99, has_times);
-    ``cached``: some record has cached_prompt_tokens (``records`` has it, and part and part_row).
+    ``cached``: some record has cached_prompt_tokens (``records`` has it, and part and part_row);
+    ``weights``: slice -> weight for the fairness section, as ``build_report`` takes them.
     """
     if slo is not None and slo.itl_p99_s is not None and not tokens:
         raise ConfigError("an ITL SLO (--slo-itl) needs token_times in the records; this file has none")
@@ -354,27 +356,27 @@ def report_from_connection(con: duckdb.DuckDBPyConnection, source: str | None, w
     slices = {slice_names[g]: one(g) for g in groups if g is not None}
     update: dict[str, Any] = dict(duplicate_request_ids=dups, duplicate_request_id_examples=examples, slices=slices)
     if "fairness" in Report.model_fields:
-        update["fairness"] = _fairness(slices, window_s) if len(slices) >= 2 else None
+        update["fairness"] = _fairness(slices, window_s, weights) if len(slices) >= 2 else None
     return one(None).model_copy(update=update)
 
 
-def _fairness(slices: dict[str, Report], window_s: float) -> Any:
-    """The fairness section over the slice reports, as ``summary.build_report`` gives it without tenant weights."""
+def _fairness(slices: dict[str, Report], window_s: float, weights: Mapping[str, float] | None) -> Any:
+    """The fairness section over the slice reports, as ``summary.build_report`` gives it."""
     from servebench.analysis.retries import jain_index, normalised_goodput
-    from servebench.analysis.summary import FairnessReport, SliceFairness  # type: ignore[attr-defined]
+    from servebench.analysis.summary import FairnessReport, SliceFairness
     good = {name: (r.slo.good_requests if r.slo is not None else r.completed) for name, r in slices.items()}
     total = sum(good.values())
     per_s = {name: g / window_s for name, g in good.items()}
     p95 = {name: r.ttft_s.at(95) for name, r in slices.items()}
-    out = {name: SliceFairness(weight=1.0, goodput_requests_per_second=per_s[name],
+    named = {name: float(weights[name]) for name in slices if weights and name in weights}
+    out = {name: SliceFairness(weight=named.get(name, 1.0), goodput_requests_per_second=per_s[name],
                                goodput_share=good[name] / total if total else None,
                                slo_attainment=None if r.slo is None else r.slo.attainment, ttft_p95_s=p95[name])
            for name, r in slices.items()}
     known = [v for v in p95.values() if v is not None]
     ratio = max(known) / min(known) if len(known) == len(p95) and min(known) > 0 else None
-    return FairnessReport(weights_from="equal", slices=out, jain_index=jain_index(list(normalised_goodput(per_s, {})
-                                                                                        .values())),
-                          ttft_p95_ratio=ratio)
+    return FairnessReport(weights_from="metadata" if named else "equal", slices=out,
+                          jain_index=jain_index(list(normalised_goodput(per_s, named).values())), ttft_p95_ratio=ratio)
 
 
 def uncovered_fields() -> list[str]:

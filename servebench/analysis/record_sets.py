@@ -13,7 +13,6 @@ from typing import Any, Callable
 
 from servebench.analysis.retries import read_tenant_weights
 from servebench.analysis.summary import build_report
-from servebench.errors import ConfigError
 from servebench.records.extra_columns import slice_by
 from servebench.records.loaders import read_path, to_table
 from servebench.records.recordset import (SetSummary, choose_engine, find_parts, is_record_set, read_set,
@@ -26,19 +25,19 @@ def summarize_path(path: str | Path, fmt: str = "auto", window_start: float | No
                    progress: Callable[[str], None] = lambda _: None, warmup_s: float | None = None) -> SetSummary:
     """Summarize a record file or set, in memory or with DuckDB (``engine``), into the full report.
 
-    ``warmup_s`` reports the window's first seconds as the slice ``cold`` (in memory only); a run
-    folder's tenant weights (its scenario's ``server.tenants``) weigh the fairness section.
+    ``warmup_s`` reports the window's first seconds as the slice ``cold``; a run folder's tenant
+    weights (its scenario's ``server.tenants``) weigh the fairness section.
     """
-    if warmup_s is not None and engine == "duckdb":
-        raise ConfigError("--warmup-s is computed in memory; it cannot be used with --engine duckdb")
     single = not is_record_set(path)
     record_set = None if single and engine == "memory" else find_parts(path)
     chosen, note = choose_engine(engine, record_set, memory_limit) if record_set is not None else ("memory", None)
-    if chosen == "duckdb" and warmup_s is None:
+    weights = read_tenant_weights(path) if single else None
+    if chosen == "duckdb":
         from servebench.analysis.duckdb_engine import EngineRefused, summarize_set  # imports duckdb: only when chosen
         try:
             return summarize_set(record_set, fmt, window_start, window_end, slo,  # type: ignore[arg-type]
-                                 slice_column, memory_limit, progress, engine_note=note)
+                                 slice_column, memory_limit, progress, engine_note=note, weights=weights,
+                                 warmup_s=warmup_s)
         except EngineRefused as refused:  # asked for by name, the refusal is the error; chosen for size, memory
             if engine == "duckdb":
                 raise
@@ -60,8 +59,7 @@ def summarize_path(path: str | Path, fmt: str = "auto", window_start: float | No
     if slice_column is not None:
         table = slice_by(table, slice_column)
     progress(f"summarizing {len(table):,} records")
-    report = build_report(table, ws, we, slo, weights=read_tenant_weights(path) if single else None,
-                          warmup_s=warmup_s)
+    report = build_report(table, ws, we, slo, weights=weights, warmup_s=warmup_s)
     names = [p.name for p in record_set.parts] if record_set is not None and not single else [source]
     unavailable = list(dict.fromkeys(m for part in loaded for m in part.metadata.get("unavailable_metrics") or []))
     return SetSummary(report, set_warnings(loaded, names), unavailable, list(table.extra), "memory", note)
