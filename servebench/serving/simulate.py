@@ -198,241 +198,322 @@ def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workl
     ``client_rng`` draws the backoff jitter. A client's cancellation ends its live attempt, or its
     wait for a retry, and no further attempt is sent.
     """
-    closed = isinstance(workload, ClosedLoopPlan)
-    reqs = workload.requests if isinstance(workload, ClosedLoopPlan) else workload
-    think = workload.think_s if isinstance(workload, ClosedLoopPlan) else None
-    n = len(reqs)
     separate = prefill_lane == "separate"
     if separate:  # each prefill runs whole on its own lane: no per-step token budget applies
         config = replace(config, max_num_batched_tokens=None)
-    sched = Scheduler(config)
-    rows = n if client is None else n * client.max_attempts  # one record row per attempt
-    rec = _Recorder(rows, reqs.class_names)
-    # attempts (client given): rows below n are first attempts, row i of logical request i; retries follow
-    logical_of: list[int] = list(range(n)) if client is not None else []  # row -> logical request
-    attempt_of: list[int] = [1] * n if client is not None else []  # row -> attempt number
-    live_row: list[int] = list(range(n)) if client is not None else []  # logical -> its latest attempt's row
-    gave_up = [False] * n if client is not None else []  # the client cancelled: no more attempts
-    pending = [False] * n if client is not None else []  # a retry is scheduled (backing off)
-    token_log = TokenLog() if token_times else None  # each output token's emission time: records' token_times
-    run_ends: dict[int, np.ndarray] = {}  # a decode run's step ends, by id(plan), until the run ends
-    prompt = reqs.prompt_tokens.tolist()
-    output = reqs.output_tokens.tolist()
-    cap = reqs.max_output_tokens.tolist()
-    cls = reqs.class_index.tolist()
-    names, class_timeouts = reqs.class_names, reqs.class_timeout_s
-    contents = reqs.prompt_contents() if config.prefix_caching else None
-    turns = reqs.has_turns and not closed
-    next_turn = reqs.next_turns().tolist() if turns else None
-    turn_think = reqs.turn_think_s.tolist() if turns else None  # type: ignore[union-attr]
-    firsts = np.flatnonzero(reqs.prev_turn < 0).tolist() if turns else range(n)  # type: ignore[operator]
-    cancel = None if cancel_after_s is None else cancel_after_s.tolist()
-    heap: list[tuple[float, int, int, int, Any]] = []
-    counter = 0
-    trace: list[tuple[float, float, int, int, int, int, int, int, int, int, int, int]] = []
-    lag = model.arrival_lag_s  # a request reaches the scheduler this long after its arrival
-    lead = model.emit_lead_s  # a step's tokens are stamped this long before it ends
-    intended = np.full(rows, np.nan)  # each request's arrival (closed loop: set when it is scheduled)
-    busy = False  # the (decode) engine loop is running a step or run
-    engine_steps = 0
-    events = 0
-    next_request = 0  # next request index to arrive (open loop: in time order)
+    loop = _EventLoop(config, model, workload, separate=separate, cancel_after_s=cancel_after_s,
+                      decode_runs=decode_runs, token_times=token_times, client=client, client_rng=client_rng)
+    loop.run()
+    return loop.result(name)
 
-    def push(t: float, prio: int, kind: int, payload: Any) -> None:
-        nonlocal counter
-        counter += 1
-        heapq.heappush(heap, (t, prio, counter, kind, payload))
 
-    def next_event_time() -> float:
-        t = heap[0][0] if heap else math.inf
-        d = sched.next_deadline()
+_TraceRow = tuple[float, float, int, int, int, int, int, int, int, int, int, int]
+
+
+class _EventLoop:
+    """One simulation: the event heap, the scheduler it drives, the records and the step trace.
+
+    Open loop, only the next drawn arrival is in the heap (``next_request`` is a position in
+    ``firsts``, the requests that arrive at drawn times) and a conversation's later turn is pushed
+    when the turn before it ends. Closed loop, ``next_request`` is the next request a user that
+    became free sends. With a client, record rows are attempts: rows below ``n`` are first
+    attempts (row i of logical request i), retries are appended.
+    """
+
+    def __init__(self, config: SchedulerConfig, model: StepModel, workload: Workload | ClosedLoopPlan, *,
+                 separate: bool, cancel_after_s: np.ndarray | None, decode_runs: bool, token_times: bool,
+                 client: ClientSpec | None, client_rng: np.random.Generator | None) -> None:
+        closed = isinstance(workload, ClosedLoopPlan)
+        reqs = workload.requests if isinstance(workload, ClosedLoopPlan) else workload
+        n = len(reqs)
+        self.closed, self.reqs, self.n = closed, reqs, n
+        self.users = workload.users if isinstance(workload, ClosedLoopPlan) else 0
+        self.think = workload.think_s if isinstance(workload, ClosedLoopPlan) else None
+        self.config, self.model, self.separate, self.decode_runs = config, model, separate, decode_runs
+        self.client, self.client_rng = client, client_rng
+        self.sched = Scheduler(config)
+        rows = n if client is None else n * client.max_attempts  # one record row per attempt
+        self.rec = _Recorder(rows, reqs.class_names)
+        self.logical_of: list[int] = list(range(n)) if client is not None else []  # row -> logical request
+        self.attempt_of: list[int] = [1] * n if client is not None else []  # row -> attempt number
+        self.live_row: list[int] = list(range(n)) if client is not None else []  # logical -> its latest row
+        self.gave_up = [False] * n if client is not None else []  # the client cancelled: no more attempts
+        self.pending = [False] * n if client is not None else []  # a retry is scheduled (backing off)
+        self.token_log = TokenLog() if token_times else None  # each output token's emission time: records' token_times
+        self.run_ends: dict[int, np.ndarray] = {}  # a decode run's step ends, by id(plan), until the run ends
+        self.prompt = reqs.prompt_tokens.tolist()
+        self.output = reqs.output_tokens.tolist()
+        self.cap = reqs.max_output_tokens.tolist()
+        self.cls = reqs.class_index.tolist()
+        self.names, self.class_timeouts = reqs.class_names, reqs.class_timeout_s
+        self.contents = reqs.prompt_contents() if config.prefix_caching else None
+        turns = reqs.has_turns and not closed
+        self.next_turn = reqs.next_turns().tolist() if turns else None
+        self.turn_think = reqs.turn_think_s.tolist() if turns else None  # type: ignore[union-attr]
+        self.firsts = np.flatnonzero(reqs.prev_turn < 0).tolist() if turns else range(n)  # type: ignore[operator]
+        self.arrivals: list[float] = reqs.arrival_s.tolist()  # open loop: the drawn arrival times
+        self.cancel = None if cancel_after_s is None else cancel_after_s.tolist()
+        self.heap: list[tuple[float, int, int, int, Any]] = []
+        self.counter = 0
+        self.trace: list[_TraceRow] = []
+        self.lag = model.arrival_lag_s  # a request reaches the scheduler this long after its arrival
+        self.lead = model.emit_lead_s  # a step's tokens are stamped this long before it ends
+        self.intended = np.full(rows, np.nan)  # each request's arrival (closed loop: set when it is scheduled)
+        self.busy = False  # the (decode) engine loop is running a step or run
+        self.engine_steps = 0
+        self.events = 0
+        self.next_request = 0
+
+    # ------------------------------------------------------------------ the loop
+    def run(self) -> None:
+        """Handle events in (time, priority, sequence number) order, deadlines between them, until none is left."""
+        self._first_arrivals()
+        sched, heap = self.sched, self.heap
+        while True:
+            d = sched.next_deadline()
+            if heap and (d is None or d > heap[0][0] or (d == heap[0][0] and heap[0][1] < PRIO_DEADLINE)):
+                now, _, _, kind, payload = heapq.heappop(heap)
+                self.events += 1
+                if kind == EV_RUN:
+                    self._run_done(payload, now)
+                elif kind == EV_PREFILL:
+                    self._prefill_done(payload, now)
+                elif kind == EV_CANCEL:
+                    self._cancel(payload, now)
+                elif kind == EV_RETRY:
+                    self._retry(*payload, now)
+                else:
+                    self._arrival(payload, now)
+                self._kick(now)
+            elif d is not None:
+                self.events += 1
+                self._finish(sched.expire(d), d)
+                self._kick(d)
+            else:
+                break
+
+    def _push(self, t: float, prio: int, kind: int, payload: Any) -> None:
+        self.counter += 1
+        heapq.heappush(self.heap, (t, prio, self.counter, kind, payload))
+
+    def _next_event_time(self) -> float:
+        t = self.heap[0][0] if self.heap else math.inf
+        d = self.sched.next_deadline()
         return t if d is None or d > t else d
 
-    def finish(outs: list[Outcome], now: float) -> None:
-        for o in outs:
-            i = rec.add(o)
-            if client is not None:
-                lg = logical_of[i]
-                nxt = None if gave_up[lg] else client.next_start(attempt_of[i], o.status, o.error, o.end,
-                                                                 float(rec.arrival[lg]), client_rng)
-                if nxt is not None:  # backoff, then the next attempt (never overlapping this one)
-                    pending[lg] = True
-                    push(nxt + lag, PRIO_ARRIVAL, EV_RETRY, (lg, attempt_of[i] + 1, nxt))
-                    continue
-                i = lg
-            logical_done(i, now)
+    # ------------------------------------------------------------------ arrivals, attempts, ends
+    def _first_arrivals(self) -> None:
+        """Push the first drawn arrival (open loop), or each user's first request at time 0 (closed loop)."""
+        if self.closed:
+            for _ in range(min(self.users, self.n)):
+                self.intended[self.next_request] = 0.0
+                self._push(0.0 + self.lag, PRIO_ARRIVAL, EV_ARRIVAL, self.next_request)
+                self.next_request += 1
+        elif self.n:
+            self.intended[:self.n] = self.reqs.arrival_s
+            first = self.firsts[0]
+            self._push(self.arrivals[first] + self.lag, PRIO_ARRIVAL, EV_ARRIVAL, first)
+            self.next_request = 1
 
-    def logical_done(i: int, now: float) -> None:
-        """Start what follows a (logical) request's end: its conversation's next turn, or a user's next request."""
-        nonlocal next_request
-        if next_turn is not None and next_turn[i] >= 0:  # the conversation's next turn, after think time
-            j = next_turn[i]
-            intended[j] = now + turn_think[j]  # type: ignore[index]
-            push(intended[j] + lag, PRIO_ARRIVAL, EV_ARRIVAL, j)
-        if closed and next_request < n:
-            assert think is not None
-            intended[next_request] = now + think[next_request]
-            push(intended[next_request] + lag, PRIO_ARRIVAL, EV_ARRIVAL, next_request)
-            next_request += 1
+    def _schedule_arrival(self, i: int, at_s: float) -> None:
+        """Request ``i`` arrives at ``at_s`` and reaches the scheduler ``arrival_lag_s`` later."""
+        self.intended[i] = at_s
+        self._push(self.intended[i] + self.lag, PRIO_ARRIVAL, EV_ARRIVAL, i)
 
-    def start_run(now: float, plan: StepPlan, lane: int) -> None:
-        """Time a plan (extending a pure decode plan into a run) and schedule its end."""
-        nonlocal busy, engine_steps
-        d = len(plan.decode)
-        if plan.prefill or d == 0:
-            end = now + model.step_s(plan.prefill_tokens, d, plan.kv_tokens_read, len(plan.prefill))
-        else:
-            kmax = sched.max_decode_steps(plan) if decode_runs else 1
-            one = model.step_s(0, d, plan.kv_tokens_read)
-            if kmax <= 1 or now + one > next_event_time():
-                end, k = now + one, 1
-            else:
-                horizon = next_event_time()
-                if horizon != math.inf and one > 0:  # steps only lengthen: at most this many end by then
-                    kmax = min(kmax, int((horizon - now) / one) + 2)
-                ends = model.decode_run_ends(now, d, plan.kv_tokens_read, kmax)
-                k = max(1, min(kmax, int(np.searchsorted(ends, horizon, side="right"))))
-                end = float(ends[k - 1])
-                if k > 1 and token_log is not None:
-                    run_ends[id(plan)] = ends[:k]
-                if k > 1:
-                    sched.extend(plan, k)
-        engine_steps += plan.steps
-        busy = True
-        trace.append((now, end - now, plan.steps, lane, plan.running, plan.waiting, plan.kv_tokens_used,
-                      plan.kv_tokens_read, plan.prefill_tokens, d, sched.kv_tokens_held, len(plan.prefill)))
-        push(end, PRIO_RUN, EV_RUN, plan)
+    def _arrival(self, i: int, now: float) -> None:
+        """Push the next drawn arrival when ``i`` is the one pushed last (open loop), then add ``i``."""
+        firsts, k = self.firsts, self.next_request
+        if not self.closed and k < len(firsts) and i == firsts[k - 1]:
+            self._push(self.arrivals[firsts[k]] + self.lag, PRIO_ARRIVAL, EV_ARRIVAL, firsts[k])
+            self.next_request += 1
+        self._arrive(i, now)
 
-    def kick(now: float) -> None:
-        """Start whatever can start now: the engine step (shared) or prefills and decodes (separate)."""
-        if not separate:
-            if not busy and sched.has_work:
-                plan = sched.step(now)
-                finish(plan.ended, now)  # preempted into a full queue: failed at once
-                if not plan.is_empty:
-                    start_run(now, plan, 0)
-            return
-        if sched.num_waiting:  # whole prompts on this lane: only admissions start new prefills
-            plan = sched.step(now, decode=False)
-            finish(plan.ended, now)
-            if plan.prefill:
-                longest = 0.0
-                for rid, chunk in plan.prefill:
-                    dur = model.prefill_s(chunk)
-                    longest = max(longest, dur)
-                    push(now + dur, PRIO_PREFILL, EV_PREFILL, plan.only({rid}))
-                trace.append((now, longest, 1, 2, plan.running, plan.waiting, plan.kv_tokens_used, 0,
-                              plan.prefill_tokens, 0, sched.kv_tokens_held, len(plan.prefill)))
-        if not busy and sched.num_running:
-            plan = sched.step(now, prefill=False)
-            finish(plan.ended, now)
-            if plan.decode:
-                start_run(now, plan, 1)
-
-    def arrive(i: int, now: float) -> None:
-        start = float(intended[i]) if lag else now  # the record starts at the arrival, not when it was seen
+    def _arrive(self, i: int, now: float) -> None:
+        """Give record row ``i`` to the scheduler; its first attempt also schedules its client's cancellation."""
+        client, rec = self.client, self.rec
+        start = float(self.intended[i]) if self.lag else now  # the record starts at the arrival, not when it was seen
         rec.arrival[i] = start
-        lg = i if client is None else logical_of[i]  # the logical request (itself without a client)
-        timeout = class_timeouts[cls[lg]]
+        lg = i if client is None else self.logical_of[i]  # the logical request (itself without a client)
+        c = self.cls[lg]
+        timeout = self.class_timeouts[c]
         why = None
         if client is not None:  # the client's deadline, from the first attempt's start, cuts an attempt
             timeout, by_client = client.attempt_timeout(start, float(rec.arrival[lg]),
-                                                        config.timeout_s if timeout is None else timeout)
+                                                        self.config.timeout_s if timeout is None else timeout)
             why = ERR_CLIENT_DEADLINE if by_client else None
-            live_row[lg] = i
-        out = sched.add_request(Request(str(i), start, prompt[lg], cap[lg], output[lg], timeout, names[cls[lg]],
-                                        None if contents is None else contents[lg], reqs.tenant_of(cls[lg]), why),
-                                now)
-        first = i < n
+            self.live_row[lg] = i
+        out = self.sched.add_request(Request(str(i), start, self.prompt[lg], self.cap[lg], self.output[lg], timeout,
+                                             self.names[c], None if self.contents is None else self.contents[lg],
+                                             self.reqs.tenant_of(c), why), now)
         if out is not None:
-            finish([out], now)
+            self._finish([out], now)
+        cancel = self.cancel
+        first = i < self.n  # cancellations are drawn per logical request: its first attempt schedules it
         if first and cancel is not None and cancel[i] == cancel[i] and (out is None or client is not None):  # not NaN
-            push(max(now, start + cancel[i]), PRIO_CANCEL, EV_CANCEL, str(i))
+            self._push(max(now, start + cancel[i]), PRIO_CANCEL, EV_CANCEL, str(i))
 
-    if closed:
-        for _ in range(min(workload.users, n)):  # type: ignore[union-attr]
-            intended[next_request] = 0.0
-            push(0.0 + lag, PRIO_ARRIVAL, EV_ARRIVAL, next_request)
-            next_request += 1
-    elif n:
-        arrivals = reqs.arrival_s.tolist()
-        intended[:n] = reqs.arrival_s
-        push(arrivals[firsts[0]] + lag, PRIO_ARRIVAL, EV_ARRIVAL, firsts[0])
-        next_request = 1  # position in firsts: the requests that arrive at drawn times
+    def _finish(self, outs: list[Outcome], now: float) -> None:
+        """Record terminal outcomes; a failed attempt may be retried, else its logical request has ended."""
+        client, rec = self.client, self.rec
+        for o in outs:
+            i = rec.add(o)
+            if client is not None:
+                lg = self.logical_of[i]
+                nxt = None if self.gave_up[lg] else client.next_start(self.attempt_of[i], o.status, o.error, o.end,
+                                                                      float(rec.arrival[lg]), self.client_rng)
+                if nxt is not None:  # backoff, then the next attempt (never overlapping this one)
+                    self.pending[lg] = True
+                    self._push(nxt + self.lag, PRIO_ARRIVAL, EV_RETRY, (lg, self.attempt_of[i] + 1, nxt))
+                    continue
+                i = lg
+            self._logical_done(i, now)
 
-    while True:
-        d = sched.next_deadline()
-        if heap and (d is None or d > heap[0][0] or (d == heap[0][0] and heap[0][1] < PRIO_DEADLINE)):
-            now, _, _, kind, payload = heapq.heappop(heap)
-            events += 1
-            if kind == EV_RUN:
-                busy = False
-                stamp = max(payload.now_s, now - lead) if lead else now  # tokens out before the bookkeeping
-                emitted: list[tuple[str, int]] = []
-                finish(sched.on_step_done(payload, stamp, tokens=None if token_log is None else emitted), now)
-                if token_log is not None:
-                    ends = run_ends.pop(id(payload), None)
-                    rows = [int(rid) for rid, _ in emitted]
-                    if ends is None:
-                        token_log.add_step(rows, stamp)
-                    else:  # a decode run: every decoder gets one token per step, each stamped like the run's last
-                        token_log.add_run(rows, np.maximum(ends - lead, payload.now_s) if lead else ends)
-            elif kind == EV_PREFILL:
-                emitted = []
-                finish(sched.on_step_done(payload, now, tokens=None if token_log is None else emitted), now)
-                if token_log is not None:
-                    token_log.add_step([int(rid) for rid, _ in emitted], now)
-            elif kind == EV_CANCEL:
-                if client is None:
-                    out = sched.cancel(payload, now)
-                    if out is not None:
-                        finish([out], now)
-                elif not gave_up[int(payload)]:
-                    lg = int(payload)
-                    gave_up[lg] = True
-                    out = sched.cancel(str(live_row[lg]), now)
-                    if out is not None:
-                        finish([out], now)
-                    elif pending[lg]:  # cancelled while backing off: the logical request ends now
-                        logical_done(lg, now)
-            elif kind == EV_RETRY:
-                lg, k, start_s = payload
-                pending[lg] = False
-                if not gave_up[lg]:
-                    row = len(logical_of)
-                    logical_of.append(lg)
-                    attempt_of.append(k)
-                    intended[row] = start_s
-                    arrive(row, now)
-            else:
-                if not closed and next_request < len(firsts) and payload == firsts[next_request - 1]:
-                    push(arrivals[firsts[next_request]] + lag, PRIO_ARRIVAL, EV_ARRIVAL, firsts[next_request])
-                    next_request += 1
-                arrive(payload, now)
-            kick(now)
-        elif d is not None:
-            events += 1
-            finish(sched.expire(d), d)
-            kick(d)
+    def _logical_done(self, i: int, now: float) -> None:
+        """Start what follows a (logical) request's end: its conversation's next turn, or a user's next request."""
+        if self.next_turn is not None and self.next_turn[i] >= 0:  # the conversation's next turn, after think time
+            j = self.next_turn[i]
+            self._schedule_arrival(j, now + self.turn_think[j])  # type: ignore[index]
+        if self.closed and self.next_request < self.n:
+            assert self.think is not None
+            self._schedule_arrival(self.next_request, now + self.think[self.next_request])
+            self.next_request += 1
+
+    def _cancel(self, request_id: str, now: float) -> None:
+        """A client gives up: end its request (its live attempt), or its wait for a retry."""
+        if self.client is None:
+            out = self.sched.cancel(request_id, now)
+            if out is not None:
+                self._finish([out], now)
+            return
+        lg = int(request_id)
+        if self.gave_up[lg]:
+            return
+        self.gave_up[lg] = True
+        out = self.sched.cancel(str(self.live_row[lg]), now)
+        if out is not None:
+            self._finish([out], now)
+        elif self.pending[lg]:  # cancelled while backing off: the logical request ends now
+            self._logical_done(lg, now)
+
+    def _retry(self, lg: int, attempt: int, start_s: float, now: float) -> None:
+        """Send logical request ``lg``'s next attempt (a new record row) unless its client gave up."""
+        self.pending[lg] = False
+        if not self.gave_up[lg]:
+            row = len(self.logical_of)
+            self.logical_of.append(lg)
+            self.attempt_of.append(attempt)
+            self.intended[row] = start_s
+            self._arrive(row, now)
+
+    # ------------------------------------------------------------------ steps
+    def _kick(self, now: float) -> None:
+        """Start whatever can start now: the engine step (shared) or prefills and decodes (separate)."""
+        if self.separate:
+            self._kick_separate(now)
+            return
+        sched = self.sched
+        if not self.busy and sched.has_work:
+            plan = sched.step(now)
+            self._finish(plan.ended, now)  # preempted into a full queue: failed at once
+            if not plan.is_empty:
+                self._start_run(now, plan, 0)
+
+    def _kick_separate(self, now: float) -> None:
+        """Start admitted prompts' whole prefills on their own lane, and the decode batch when it is idle."""
+        sched = self.sched
+        if sched.num_waiting:  # whole prompts on this lane: only admissions start new prefills
+            plan = sched.step(now, decode=False)
+            self._finish(plan.ended, now)
+            if plan.prefill:
+                longest = 0.0
+                for rid, chunk in plan.prefill:
+                    dur = self.model.prefill_s(chunk)
+                    longest = max(longest, dur)
+                    self._push(now + dur, PRIO_PREFILL, EV_PREFILL, plan.only({rid}))
+                self.trace.append((now, longest, 1, 2, plan.running, plan.waiting, plan.kv_tokens_used, 0,
+                                   plan.prefill_tokens, 0, sched.kv_tokens_held, len(plan.prefill)))
+        if not self.busy and sched.num_running:
+            plan = sched.step(now, prefill=False)
+            self._finish(plan.ended, now)
+            if plan.decode:
+                self._start_run(now, plan, 1)
+
+    def _start_run(self, now: float, plan: StepPlan, lane: int) -> None:
+        """Time a plan (a pure decode plan may become a run of steps) and schedule its end."""
+        d = len(plan.decode)
+        if plan.prefill or d == 0:
+            end = now + self.model.step_s(plan.prefill_tokens, d, plan.kv_tokens_read, len(plan.prefill))
         else:
-            break
+            end = self._decode_run_end(now, plan)
+        self.engine_steps += plan.steps
+        self.busy = True
+        self.trace.append((now, end - now, plan.steps, lane, plan.running, plan.waiting, plan.kv_tokens_used,
+                           plan.kv_tokens_read, plan.prefill_tokens, d, self.sched.kv_tokens_held, len(plan.prefill)))
+        self._push(end, PRIO_RUN, EV_RUN, plan)
 
-    m = n if client is None else len(logical_of)  # record rows: attempts
-    lgs = np.arange(n) if client is None else np.asarray(logical_of, dtype=np.int64)
-    if np.any(rec.status[:m] < 0):
-        raise RuntimeError(f"{int(np.sum(rec.status[:m] < 0))} requests never ended")  # a simulator bug
-    table = RecordTable.from_columns(
-        start=rec.arrival[:m], end=rec.end[:m], status=rec.status[:m], first_token=rec.first_token[:m],
-        output_tokens=rec.output[:m], admitted=rec.admitted[:m], prompt_tokens=reqs.prompt_tokens.astype(np.int64)[lgs],
-        request_id=np.array([str(i) for i in range(m)], dtype=object),
-        slice=np.array(names, dtype=object)[reqs.class_index[lgs]] if n else np.array([], dtype=object),
-        error=rec.error[:m], source=name, cached_prompt_tokens=rec.cached[:m],
-        token_times=None if token_log is None else token_log.to_arrow(m),
-        logical_id=None if client is None else np.array([str(x) for x in logical_of], dtype=object),
-        attempt=None if client is None else np.asarray(attempt_of, dtype=np.int64))
-    end = float(rec.end[:m].max()) if m else 0.0
-    return SimResult(name, table, _trace(trace), 0.0, max(end, 0.0), config.kv_budget_tokens, engine_steps,
-                     events, rec.preemptions, sched.evictions)
+    def _decode_run_end(self, now: float, plan: StepPlan) -> float:
+        """Return when a pure decode plan ends, extended to identical steps up to the next event (the fast path)."""
+        sched, model = self.sched, self.model
+        d = len(plan.decode)
+        kmax = sched.max_decode_steps(plan) if self.decode_runs else 1
+        one = model.step_s(0, d, plan.kv_tokens_read)
+        if kmax <= 1 or now + one > self._next_event_time():
+            return now + one
+        horizon = self._next_event_time()
+        if horizon != math.inf and one > 0:  # steps only lengthen: at most this many end by then
+            kmax = min(kmax, int((horizon - now) / one) + 2)
+        ends = model.decode_run_ends(now, d, plan.kv_tokens_read, kmax)
+        k = max(1, min(kmax, int(np.searchsorted(ends, horizon, side="right"))))
+        if k > 1 and self.token_log is not None:
+            self.run_ends[id(plan)] = ends[:k]
+        if k > 1:
+            sched.extend(plan, k)
+        return float(ends[k - 1])
+
+    def _run_done(self, plan: StepPlan, now: float) -> None:
+        """Commit a step or decode run; its tokens are stamped ``emit_lead_s`` before its end."""
+        self.busy = False
+        lead, token_log = self.lead, self.token_log
+        stamp = max(plan.now_s, now - lead) if lead else now  # tokens out before the bookkeeping
+        emitted: list[tuple[str, int]] = []
+        self._finish(self.sched.on_step_done(plan, stamp, tokens=None if token_log is None else emitted), now)
+        if token_log is not None:
+            ends = self.run_ends.pop(id(plan), None)
+            rows = [int(rid) for rid, _ in emitted]
+            if ends is None:
+                token_log.add_step(rows, stamp)
+            else:  # a decode run: every decoder gets one token per step, each stamped like the run's last
+                token_log.add_run(rows, np.maximum(ends - lead, plan.now_s) if lead else ends)
+
+    def _prefill_done(self, plan: StepPlan, now: float) -> None:
+        """Commit one whole prefill of the separate lane."""
+        token_log = self.token_log
+        emitted: list[tuple[str, int]] = []
+        self._finish(self.sched.on_step_done(plan, now, tokens=None if token_log is None else emitted), now)
+        if token_log is not None:
+            token_log.add_step([int(rid) for rid, _ in emitted], now)
+
+    # ------------------------------------------------------------------ the result
+    def result(self, name: str) -> SimResult:
+        """Return one record per attempt (per request without a client) and the step trace."""
+        rec, reqs, n, client = self.rec, self.reqs, self.n, self.client
+        m = n if client is None else len(self.logical_of)  # record rows: attempts
+        lgs = np.arange(n) if client is None else np.asarray(self.logical_of, dtype=np.int64)
+        if np.any(rec.status[:m] < 0):
+            raise RuntimeError(f"{int(np.sum(rec.status[:m] < 0))} requests never ended")  # a simulator bug
+        table = RecordTable.from_columns(
+            start=rec.arrival[:m], end=rec.end[:m], status=rec.status[:m], first_token=rec.first_token[:m],
+            output_tokens=rec.output[:m], admitted=rec.admitted[:m],
+            prompt_tokens=reqs.prompt_tokens.astype(np.int64)[lgs],
+            request_id=np.array([str(i) for i in range(m)], dtype=object),
+            slice=np.array(self.names, dtype=object)[reqs.class_index[lgs]] if n else np.array([], dtype=object),
+            error=rec.error[:m], source=name, cached_prompt_tokens=rec.cached[:m],
+            token_times=None if self.token_log is None else self.token_log.to_arrow(m),
+            logical_id=None if client is None else np.array([str(x) for x in self.logical_of], dtype=object),
+            attempt=None if client is None else np.asarray(self.attempt_of, dtype=np.int64))
+        end = float(rec.end[:m].max()) if m else 0.0
+        return SimResult(name, table, _trace(self.trace), 0.0, max(end, 0.0), self.config.kv_budget_tokens,
+                         self.engine_steps, self.events, rec.preemptions, self.sched.evictions)
 
 
 def _trace(rows: list[tuple[float, float, int, int, int, int, int, int, int, int, int, int]]) -> StepTrace:
