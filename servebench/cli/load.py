@@ -66,6 +66,29 @@ def _workload(rate: Optional[float], requests: int, users: Optional[int], arriva
         raise ConfigError(f"workload {where}: {first['msg']}") from None
 
 
+def _client_spec(max_attempts: int, backoff_base_s: float, backoff_multiplier: float, backoff_max_s: Optional[float],
+                 jitter: str, retry_on: str, deadline_s: Optional[float]) -> Any:
+    """Build the retrying clients' ClientSpec from the options; None when a request gets one attempt and no deadline."""
+    from pydantic import ValidationError
+
+    from servebench.serving.retry import BackoffSpec, ClientSpec
+
+    if max_attempts == 1 and deadline_s is None:
+        return None
+    statuses = [s.strip() for s in retry_on.split(",") if s.strip()]
+    try:
+        return ClientSpec(max_attempts=max_attempts, retry_on=statuses, deadline_s=deadline_s,
+                          backoff=BackoffSpec(base_s=backoff_base_s, multiplier=backoff_multiplier, max_s=backoff_max_s,
+                                              jitter=jitter))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field_name = str(first["loc"][0]) if first["loc"] else "retry_on"  # the one cross-field check: retry_on
+        flag = {"base_s": "--backoff-base-s", "multiplier": "--backoff-multiplier", "max_s": "--backoff-max-s"}.get(
+            field_name, "--" + field_name.replace("_", "-"))
+        raise ConfigError(f"{flag}: {first['msg']} (got {retry_on if flag == '--retry-on' else first['input']!r})") \
+            from None
+
+
 def _generator_table(stats: Any) -> Table:
     """Return the generator's work counts and own limits as a two-column table."""
     t = Table(title=f"Load generator ({stats.mode} loop)")
@@ -84,6 +107,11 @@ def _generator_table(stats: Any) -> Table:
             ("waited for a connection slot", stats.waited_for_slot),
             ("schedule lag p50 / p99 / max, s", f"{f(lag.p50_s)} / {f(lag.p99_s)} / {f(lag.max_s)}"),
             ("run, s", f(stats.run_s))]
+    if stats.logical_offered is not None:  # retrying clients: offered and the statuses count attempts
+        rows[1:1] = [("user requests offered", stats.logical_offered),
+                     ("user requests completed", stats.logical_completed),
+                     ("attempts per user request", fmt(stats.amplification, 3))]
+        rows[4] = ("attempts offered", stats.offered)
     for name, value in rows:
         t.add_row(name, str(value))
     return t
@@ -165,6 +193,8 @@ def _run_one(url: str, spec: Any, seed: int, out_dir: Path, cfg_kwargs: dict[str
             bad = [0]
 
             def tick(o: Any) -> None:
+                if o.retry_at_s is not None:
+                    return  # a retry follows: the user request is not done yet
                 bad[0] += o.status != "success"
                 progress.update(task, advance=1, bad=bad[0])
             result = run_load_sync(config, plan, on_outcome=tick, state=state)
@@ -200,6 +230,15 @@ def load(
                                              "are not sent, in-flight requests are cancelled."),
     deadline: float = typer.Option(30.0, min=0.001, help="Per-request deadline from its intended send time, s."),
     seed: int = typer.Option(0, help="Seed of arrivals, lengths and prompts."),
+    max_attempts: int = typer.Option(1, min=1, max=100, help="Attempts per user request, the first included "
+                                     "(1: no retry). Each attempt is a record with logical_id and attempt."),
+    backoff_base_s: float = typer.Option(0.0, min=0, help="Wait before the first retry, s (0: at once)."),
+    backoff_multiplier: float = typer.Option(2.0, min=1, help="Each later retry waits this many times longer."),
+    backoff_max_s: Optional[float] = typer.Option(None, min=0.001, help="Longest wait between attempts, s."),
+    jitter: str = typer.Option("full", help="full: wait uniformly in [0, backoff]; none: the backoff itself."),
+    retry_on: str = typer.Option("rejected,timeout,failed", help="Attempt statuses that are retried."),
+    deadline_s: Optional[float] = typer.Option(None, min=0.001, help="A user request's deadline from its first "
+                                               "attempt's start, s: no attempt starts after it."),
     api: str = typer.Option("completions", help="completions or chat."),
     model: Optional[str] = typer.Option(None, help="Model name (default: the first one /v1/models lists)."),
     stream: bool = typer.Option(True, "--stream/--no-stream", help="Stream tokens (SSE) or wait for the body."),
@@ -226,8 +265,10 @@ def load(
         raise ConfigError(f"--api {api!r}: expected completions or chat")
     if arrival not in ("poisson", "gamma", "constant"):
         raise ConfigError(f"--arrival {arrival!r}: expected poisson, gamma or constant")
+    client = _client_spec(max_attempts, backoff_base_s, backoff_multiplier, backoff_max_s, jitter, retry_on,
+                          deadline_s)
     cfg_kwargs = dict(api=api, model=model, stream=stream, ignore_eos=ignore_eos, deadline_s=deadline,
-                      max_in_flight=max_in_flight, api_key=api_key)
+                      max_in_flight=max_in_flight, api_key=api_key, client=client, jitter_seed=seed)
     use_ray = ray or ray_address is not None
     spread = dict(workers=workers, ray_address=ray_address, use_ray=use_ray)
     slo = SLO(ttft_s=slo_ttft, tpot_s=slo_tpot, latency_s=slo_latency)

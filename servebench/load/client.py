@@ -12,6 +12,8 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
 from typing import Any, Literal
 
 import httpx
@@ -22,6 +24,7 @@ from servebench.records.statuses import failure_status
 API_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 ERROR_TEXT_CHARS = 200
 CAUSE_CHARS = 2000  # how much of an error body the status rules read
+RETRY_AFTER_CODES = (429, 503)  # the statuses whose Retry-After header the generator honours
 
 
 class LoadError(ServebenchError):
@@ -58,6 +61,10 @@ class HttpOutcome:
     reported_output_tokens: int | None = None
     warning: str | None = None
     worker: int | None = None  # which of several load-generator workers sent it (None: one generator)
+    retry_after_s: float | None = None  # the server's Retry-After on a 429 or 503, in seconds
+    logical_id: str | None = None  # the user request this attempt serves (None: clients do not retry)
+    attempt: int | None = None  # 1, 2, ... within its logical request
+    retry_at_s: float | None = None  # when the next attempt of its logical request starts (None: none follows)
 
     @property
     def lag_s(self) -> float | None:
@@ -95,6 +102,33 @@ class HttpOutcome:
         if min(counts) < 1 or running[-1] != self.output_tokens:
             return None, None
         return list(times), counts  # type: ignore[return-value]
+
+
+def parse_retry_after(value: str | None, now_utc: datetime | None = None) -> float | None:
+    """Return a ``Retry-After`` header's wait in seconds: delta-seconds, or an HTTP-date less now; None if unusable.
+
+    A date in the past waits 0 s.
+
+    >>> parse_retry_after("2"), parse_retry_after(" 0.5 "), parse_retry_after("soon"), parse_retry_after(None)
+    (2.0, 0.5, None, None)
+    >>> parse_retry_after("Wed, 21 Oct 2015 07:28:10 GMT", datetime(2015, 10, 21, 7, 28, tzinfo=timezone.utc))
+    10.0
+    """
+    if value is None or not value.strip():
+        return None
+    text = value.strip()
+    try:
+        seconds = float(text)  # RFC 9110 says whole seconds; a fraction costs nothing to honour
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(text)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=timezone.utc)
+        seconds = (when - (now_utc or datetime.now(timezone.utc))).total_seconds()
+        return max(0.0, seconds)
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
 
 
 def parse_sse_line(line: str) -> dict[str, Any] | Literal["done"] | None:
@@ -180,6 +214,8 @@ async def exchange(client: httpx.AsyncClient, url: str, body: dict[str, Any], he
             out.end_s = now()
             out.status = failure_status(resp.status_code, text[:CAUSE_CHARS])
             out.error = f"HTTP {resp.status_code}: {error_message(text)}"
+            if resp.status_code in RETRY_AFTER_CODES:
+                out.retry_after_s = parse_retry_after(resp.headers.get("retry-after"))
             return
         if stream:
             await _read_stream(resp, out, now)

@@ -39,6 +39,7 @@ from servebench.analysis.percentiles import percentile
 from servebench.records.table import RecordTable, default_window, parse_objects, record_dict, validate
 from servebench.records.statuses import failure_status
 from servebench.records.token_times import fits
+from servebench.serving.retry import ERR_CLIENT_DEADLINE, ClientSpec
 from servebench.serving.send_lag import lag_threshold_s, sent_late
 from servebench.serving.workload import Workload, WorkloadSpec, draw_workload
 
@@ -69,6 +70,9 @@ class LoadConfig(BaseModel):
     max_in_flight: int = Field(256, ge=1, description="Generator capacity: open connections at once.")
     users: int | None = Field(None, ge=1, description="Closed loop with this many users; None: open loop.")
     api_key: str | None = None
+    client: ClientSpec | None = Field(None, description="Retrying clients (serving.retry's rules; a 429 or 503's "
+                                                        "Retry-After raises the wait); None: one attempt each.")
+    jitter_seed: int = Field(0, description="Seed of the backoff's full jitter.")
 
 
 @dataclass(frozen=True)
@@ -145,6 +149,10 @@ class GeneratorStats(BaseModel):
     run_s: float = Field(description="From t0 to the last outcome.")
     workers: list[WorkerStats] | None = Field(None, description="Per worker, when several shared the schedule "
                                                                 "(None: one generator).")
+    logical_offered: int | None = Field(None, description="User (logical) requests offered when clients retry; "
+                                                          "offered then counts their attempts (None: no retries).")
+    logical_completed: int | None = Field(None, description="Logical requests whose last attempt succeeded.")
+    amplification: float | None = Field(None, description="Attempts per logical request (1: no retry was sent).")
 
 
 @dataclass
@@ -294,7 +302,8 @@ def to_record(o: HttpOutcome) -> dict[str, Any]:
     """
     rec = record_dict(request_id=o.request_id, start=o.intended_s, first_token=o.first_token_s, end=o.end_s,
                       status=o.status, prompt_tokens=o.prompt_tokens, output_tokens=o.output_tokens,
-                      slice=o.slice, error=o.error, cached_prompt_tokens=o.cached_prompt_tokens)
+                      slice=o.slice, error=o.error, cached_prompt_tokens=o.cached_prompt_tokens,
+                      logical_id=o.logical_id, attempt=o.attempt)
     times, counts = o.token_timing()  # each streamed chunk's arrival, and its tokens when it carried several
     if times is not None and fits(times, rec, counts):
         rec["token_times"] = times
@@ -313,7 +322,7 @@ def to_send_row(o: HttpOutcome) -> dict[str, Any]:
         "requested_output_tokens": o.requested_output_tokens, "output_tokens_source": o.output_tokens_source,
         "token_level_chunks": o.token_level_chunks, "reported_output_tokens": o.reported_output_tokens,
         "warning": o.warning, "chunk_times_s": o.chunk_times_s,
-    } | ({} if o.worker is None else {"worker": o.worker})
+    } | ({} if o.attempt is None else {"retry_after_s": o.retry_after_s, "retry_at_s": o.retry_at_s}) | ({} if o.worker is None else {"worker": o.worker})
 
 
 def lag_stats(outcomes: Sequence[HttpOutcome]) -> LagStats:
@@ -351,7 +360,8 @@ def generator_stats(outcomes: Sequence[HttpOutcome], mode: Literal["open", "clos
                     duration_s: float | None = None, interrupted: bool = False) -> GeneratorStats:
     """Count outcomes into offered, accepted, completed, rejected work and the generator's limits.
 
-    Conservation: planned = offered + not sent, and offered = the five statuses summed.
+    Conservation: planned = offered + not sent, and offered = the five statuses summed. With retrying
+    clients offered counts attempts (one record each) and planned = logical requests offered + not sent.
     """
     counts = {s: 0 for s in ("success", "failed", "timeout", "cancelled", "rejected")}
     for o in outcomes:
@@ -359,11 +369,17 @@ def generator_stats(outcomes: Sequence[HttpOutcome], mode: Literal["open", "clos
     lag = lag_stats(outcomes)
     ends = [o.end_s for o in outcomes if math.isfinite(o.end_s)]
     lag_note = lag_warning(lag, outcomes, mode)
-    warnings = [w for w in (unsent_warning(planned, len(outcomes), duration_s, interrupted), usage_warning(outcomes),
+    retrying = any(o.logical_id is not None for o in outcomes)
+    logical = {o.logical_id or o.request_id for o in outcomes}
+    users = len(logical) if retrying else len(outcomes)
+    warnings = [w for w in (unsent_warning(planned, users, duration_s, interrupted), usage_warning(outcomes),
                             lag_note)
                 if w is not None]
     return GeneratorStats(
-        mode=mode, planned=planned, offered=len(outcomes), not_sent_duration_limit=planned - len(outcomes),
+        logical_offered=users if retrying else None,
+        logical_completed=len({o.logical_id for o in outcomes if o.status == "success"}) if retrying else None,
+        amplification=len(outcomes) / users if retrying and users else None,
+        mode=mode, planned=planned, offered=len(outcomes), not_sent_duration_limit=planned - users,
         sent=sum(o.sent_s is not None for o in outcomes), accepted=len(outcomes) - counts["rejected"],
         completed=counts["success"], rejected=counts["rejected"], failed=counts["failed"],
         timed_out=counts["timeout"], cancelled=counts["cancelled"], max_in_flight=max_in_flight,
@@ -392,16 +408,51 @@ class _Runner:
         self.state = state
         self.on_outcome = on_outcome
         self.in_flight = 0
+        self.jitter = np.random.default_rng([config.jitter_seed, 17])  # backoff jitter of retrying clients
 
     def now(self) -> float:
         return self.loop.time() - self.t0
 
     async def one(self, req: PlannedRequest, intended_s: float) -> HttpOutcome:
-        """Send one request and record its outcome; never raises except on cancellation from outside."""
+        """Serve one planned request: one attempt, or (``config.client``) attempts until none is due; return the last.
+
+        Attempts run one after another in this coroutine, so they never overlap; each waits until its
+        start (the previous end plus backoff, at least the server's Retry-After) and is its own outcome.
+        """
+        if self.config.client is None:
+            return await self._attempt(req, intended_s, req.request_id, None, intended_s)
+        attempt, start_s = 1, intended_s
+        while True:
+            rid = req.request_id if attempt == 1 else f"{req.request_id}.{attempt}"
+            out = await self._attempt(req, start_s, rid, attempt, intended_s)
+            if out.retry_at_s is None:
+                return out
+            attempt, start_s = attempt + 1, out.retry_at_s
+            delay = self.t0 + start_s - self.loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+
+    def _next_start(self, out: HttpOutcome, first_s: float) -> float | None:
+        """Return when the attempt after ``out`` starts (serving.retry's rules), or None; never past the run's end."""
+        client = self.config.client
+        if client is None or out.attempt is None or not math.isfinite(out.end_s):
+            return None
+        nxt = client.next_start(out.attempt, out.status, out.error, out.end_s, first_s, self.jitter,
+                                retry_after_s=out.retry_after_s)
+        return None if nxt is None or self.t0 + nxt >= self.stop_at else nxt
+
+    async def _attempt(self, req: PlannedRequest, intended_s: float, request_id: str, attempt: int | None,
+                       first_s: float) -> HttpOutcome:
+        """Send one attempt and record its outcome; never raises except on cancellation from outside."""
         cfg = self.config
-        out = HttpOutcome(request_id=req.request_id, intended_s=intended_s, slice=req.slice,
-                      requested_prompt_words=req.prompt_words, requested_output_tokens=req.max_tokens)
+        out = HttpOutcome(request_id=request_id, intended_s=intended_s, slice=req.slice,
+                          requested_prompt_words=req.prompt_words, requested_output_tokens=req.max_tokens,
+                          logical_id=None if attempt is None else req.request_id, attempt=attempt)
         deadline_s = cfg.deadline_s if req.deadline_s is None else req.deadline_s
+        by_client = False
+        if cfg.client is not None:  # the logical request's deadline, from its first start, may come first
+            left_s, by_client = cfg.client.attempt_timeout(intended_s, first_s, deadline_s)
+            deadline_s = deadline_s if left_s is None else left_s
         deadline_at = self.t0 + intended_s + deadline_s
         limit_at = min(deadline_at, self.stop_at)
         on_wire = False
@@ -426,7 +477,7 @@ class _Runner:
                     where = "while waiting for a generator connection slot" if out.sent_s is None else \
                         ("before the first token" if out.first_token_s is None else "while streaming")
                     out.status = failure_status(client_timeout=True)
-                    out.error = f"deadline {deadline_s:g} s passed {where}"
+                    out.error = ERR_CLIENT_DEADLINE if by_client else f"deadline {deadline_s:g} s passed {where}"
                 count_partial_tokens(out)
         except asyncio.CancelledError:
             if not out.done_marker:
@@ -443,6 +494,7 @@ class _Runner:
         finally:
             if on_wire:
                 self.in_flight -= 1
+        out.retry_at_s = self._next_start(out, first_s)
         self._finish(out)
         return out
 
