@@ -590,7 +590,7 @@ class Scheduler:
                 if need > self._free_blocks + self._num_evictable() - reused:
                     break
             else:
-                need = seq.req.prompt_tokens + seq.req.max_output_tokens - hit * bs
+                need = tokens_per_request(seq.req.prompt_tokens, seq.req.max_output_tokens) - hit * bs  # less cached
                 cached = 0 if cache is None else cache.num_cached - cache.num_evictable + reused
                 if need > cfg.kv_budget_tokens - self._reserved_tokens - cached * bs:
                     break
