@@ -13,16 +13,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from servebench.analysis.duckdb_engine import summarize_set
+from servebench.analysis.record_sets import summarize_path
 from servebench.analysis.sorted_stream import SortedSink, pairwise_sum
+from servebench.analysis.summary import SLO, Report
 from servebench.errors import ConfigError, RecordValidationError, ServebenchError
 from servebench.records.loaders import write_records
-from servebench.records.table import FIELDS, RecordTable, STATUSES
-from servebench.analysis.record_sets import summarize_path
 from servebench.records.recordset import choose_engine, find_parts
-from servebench.analysis.summary import SLO, Report
+from servebench.records.table import STATUSES, RecordTable
 
 
 def report_json(path: Path | str, engine: str, **kw) -> dict:
@@ -133,7 +134,7 @@ def records_with_cache_and_tokens(draw) -> list[dict]:
 
 TYPES = {"start": pa.float64(), "end": pa.float64(), "admitted": pa.float64(), "first_token": pa.float64(),
          "prompt_tokens": pa.int64(), "output_tokens": pa.int64(), "cached_prompt_tokens": pa.int64(),
-         "token_times": pa.list_(pa.float64()), "token_counts": pa.list_(pa.int64())}
+         "token_times": pa.list_(pa.float64()), "token_counts": pa.list_(pa.int64()), "attempt": pa.int64()}
 
 
 def write_parquet(recs: list[dict], path: Path) -> Path:
@@ -194,7 +195,6 @@ def test_token_and_cache_sections_are_filled_by_both_engines(tmp_path):
 def test_the_engine_covers_every_field_of_the_report():
     """A field build_report gains must be computed by the DuckDB engine too, or the engine refuses (see below)."""
     from servebench.analysis.duckdb_report import COVERED_FIELDS, REFUSED_SECTIONS, uncovered_fields
-    from servebench.analysis.summary import Report
     assert uncovered_fields() == [] and COVERED_FIELDS | set(REFUSED_SECTIONS) >= set(Report.model_fields)
 
 
@@ -292,7 +292,7 @@ def hive_folder(root: Path, recs: list[dict]) -> Path:
     """Write records as hive parts: gpu=a (Parquet, two parts), gpu=b (CSV) and gpu=c (JSONL)."""
     third = len(recs) // 3
     groups = {"a": recs[:third], "b": recs[third:2 * third], "c": recs[2 * third:]}
-    table = lambda rs: RecordTable.from_columns(  # noqa: E731
+    table = lambda rs: RecordTable.from_columns(
         start=np.array([r["start"] for r in rs]), end=np.array([r["end"] for r in rs]),
         status=np.array([STATUSES.index(r["status"]) for r in rs], np.int8),
         first_token=np.array([r.get("first_token", np.nan) for r in rs]),
@@ -414,12 +414,14 @@ RULES = [  # (what, format, the record's changes, field, message): every rule fi
     ("admitted after first token", "parquet", {"admitted": F + 0.1}, "admitted", "Invalid admission time"),
     ("negative prompt", "parquet", {"prompt_tokens": -1}, "prompt_tokens", "Invalid prompt tokens"),
     ("slice not text", "jsonl", {"slice": 7}, "slice", "Invalid text field"),
+    ("logical id not text", "jsonl", {"logical_id": 5}, "logical_id", "Invalid text field"),
     ("cached above prompt", "parquet", {"cached_prompt_tokens": 101}, "cached_prompt_tokens",
      "Invalid cached prompt tokens"),
     ("cached negative", "parquet", {"cached_prompt_tokens": -1}, "cached_prompt_tokens",
      "Invalid cached prompt tokens"),
     ("cached not an integer", "jsonl", {"cached_prompt_tokens": 1.5}, "cached_prompt_tokens",
      "Invalid cached prompt tokens"),
+    ("attempt below 1", "parquet", {"attempt": 0}, "attempt", "Invalid attempt"),
     ("token times not a list", "jsonl", {"token_times": "soon"}, "token_times", "Invalid token times"),
     ("token time not finite", "parquet", {"token_times": [F, math.nan, E]}, "token_times", "Invalid token times"),
     ("first token time differs", "parquet", {"token_times": [F + 0.1, F + 0.5, E]}, "token_times",
@@ -435,10 +437,7 @@ RULES = [  # (what, format, the record's changes, field, message): every rule fi
     ("failure with more tokens than output", "parquet", {"status": "failed", "output_tokens": 1},
      "token_times", "Invalid token times"),
 ]
-if "attempt" in FIELDS:  # retries (issue 17): the attempt's rule, and logical_id as a text field
-    RULES[-12:-12] = [("attempt below 1", "parquet", {"attempt": 0}, "attempt", "Invalid attempt"),
-                      ("logical id not text", "jsonl", {"logical_id": 5}, "logical_id", "Invalid text field")]
-    TYPES["attempt"] = pa.int64()
+
 
 
 def write_part(recs: list, path: Path) -> Path:

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 from servebench.analysis.duckdb_parts import PartPlan, lit, q
 from servebench.errors import RecordValidationError
 from servebench.records.recordset import read_part
-from servebench.records.table import FIELDS, TEXT_FIELDS, first_violation, parse_arrow
+from servebench.records.table import TEXT_FIELDS, first_violation, parse_arrow
 
 
 def violation_sql(window_start: float, window_end: float) -> str:
@@ -40,22 +40,21 @@ def violation_sql(window_start: float, window_end: float) -> str:
         f"(NOT {has('end')} OR {bad('end')} OR NOT isfinite({e}) OR {e} > {lit(window_end)})",
         f"({s} > {e})",
         f"({q('status')} < 0)",  # Invalid status
-        f"({ok} AND (NOT {has('first_token')} OR {bad('first_token')} OR NOT isfinite({f}) OR {f} < {s} "
-        f"OR {f} > {e}))",  # Invalid successful output
+        (f"({ok} AND (NOT {has('first_token')} OR {bad('first_token')} OR NOT isfinite({f}) OR {f} < {s} "
+         f"OR {f} > {e}))"),  # Invalid successful output
         f"({ok} AND (NOT {has('output_tokens')} OR {bad('output_tokens')} OR {q('output_tokens')} < 1))",
-        f"(NOT {ok} AND {has('first_token')} AND ({bad('first_token')} OR NOT isfinite({f}) OR {f} < {s} "
-        f"OR {f} > {e}))",  # Invalid first token time
+        (f"(NOT {ok} AND {has('first_token')} AND ({bad('first_token')} OR NOT isfinite({f}) OR {f} < {s} "
+         f"OR {f} > {e}))"),  # Invalid first token time
         f"(NOT {ok} AND {has('output_tokens')} AND ({bad('output_tokens')} OR {q('output_tokens')} < 0))",
-        f"({has('admitted')} AND ({bad('admitted')} OR NOT isfinite({a}) OR {a} < {s} OR "
-        f"{a} > CASE WHEN {ok} THEN {f} ELSE {e} END))",  # Invalid admission time
+        (f"({has('admitted')} AND ({bad('admitted')} OR NOT isfinite({a}) OR {a} < {s} OR "
+         f"{a} > CASE WHEN {ok} THEN {f} ELSE {e} END))"),  # Invalid admission time
         prompt_bad,  # Invalid prompt tokens
-        " OR ".join(bad(t) for t in TEXT_FIELDS),  # Invalid text field
-        f"({has('cached_prompt_tokens')} AND ({bad('cached_prompt_tokens')} OR {cached} < 0 "  # cached prompt
-        f"OR ({has('prompt_tokens')} AND NOT {prompt_bad} AND {cached} > {q('prompt_tokens')})))",
+        "(" + " OR ".join(bad(t) for t in TEXT_FIELDS) + ")",  # Invalid text field
+        (f"({has('cached_prompt_tokens')} AND ({bad('cached_prompt_tokens')} OR {cached} < 0 "
+         f"OR ({has('prompt_tokens')} AND NOT {prompt_bad} AND {cached} > {q('prompt_tokens')})))"),  # cached
+        f"({has('attempt')} AND ({bad('attempt')} OR {q('attempt')} < 1))",  # Invalid attempt
+        "tokens_bad",  # Invalid token times / counts: servebench's own check, while staging
     ]
-    if "attempt" in FIELDS:  # Invalid attempt (issue 17's retries)
-        rules.append(f"({has('attempt')} AND ({bad('attempt')} OR {q('attempt')} < 1))")
-    rules.append("tokens_bad")  # Invalid token times / counts: servebench's own check, while staging
     return "(" + " OR ".join(rules) + ")"
 
 

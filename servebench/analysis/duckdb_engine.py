@@ -26,8 +26,7 @@ from servebench.analysis.duckdb_parts import (PartPlan, choose_native, extra_col
 from servebench.analysis.duckdb_report import REFUSED_SECTIONS, report_from_connection, uncovered_fields
 from servebench.analysis.summary import SLO
 from servebench.errors import ConfigError, InputFormatError, RecordValidationError
-from servebench.records.recordset import (RecordSet, SetSummary, check_set_window, extra_names, parse_size,
-                                          read_part)
+from servebench.records.recordset import RecordSet, SetSummary, check_set_window, extra_names, parse_size, read_part
 from servebench.records.table import FIELDS, RecordTable, int_ids_note
 
 
@@ -50,7 +49,11 @@ def slice_codes(con: duckdb.DuckDBPyConnection, column: str | None, extras: Sequ
     An extra column's distinct values are turned into names by ``extra_columns.slice_by`` itself, on a
     small table holding one row per distinct value, so the names, the checks and the messages are its own.
     """
-    from servebench.records.extra_columns import MAX_SLICE_VALUES, SLICE_COLUMN, slice_by
+    from servebench.records.extra_columns import (
+        MAX_SLICE_VALUES,
+        SLICE_COLUMN,
+        slice_by,
+    )
     if column is None or column == SLICE_COLUMN:
         names = sorted(r[0] for r in con.sql("SELECT DISTINCT slice FROM parsed WHERE slice IS NOT NULL").fetchall())
         if not names:

@@ -23,8 +23,10 @@ import duckdb
 import numpy as np
 
 from servebench.analysis.duckdb_parts import lit
+from servebench.analysis.retries import jain_index, normalised_goodput
 from servebench.analysis.sorted_stream import PairwiseSum, PeakWalk, SortedSink, distribution, ranks_for
-from servebench.analysis.summary import (SLO, Concurrency, PrefixCacheReport, Report, SLOResult, Stalls)
+from servebench.analysis.summary import (SLO, Concurrency, FairnessReport, PrefixCacheReport, Report, SliceFairness,
+                                         SLOResult, Stalls)
 from servebench.errors import ConfigError
 from servebench.records.table import MSG_EMPTY, STATUSES
 
@@ -354,16 +356,13 @@ def report_from_connection(con: duckdb.DuckDBPyConnection, source: str | None, w
 
     dups, examples = _duplicates(con)
     slices = {slice_names[g]: one(g) for g in groups if g is not None}
-    update: dict[str, Any] = dict(duplicate_request_ids=dups, duplicate_request_id_examples=examples, slices=slices)
-    if "fairness" in Report.model_fields:
-        update["fairness"] = _fairness(slices, window_s, weights) if len(slices) >= 2 else None
-    return one(None).model_copy(update=update)
+    return one(None).model_copy(update={
+        "duplicate_request_ids": dups, "duplicate_request_id_examples": examples, "slices": slices,
+        "fairness": _fairness(slices, window_s, weights) if len(slices) >= 2 else None})
 
 
-def _fairness(slices: dict[str, Report], window_s: float, weights: Mapping[str, float] | None) -> Any:
+def _fairness(slices: dict[str, Report], window_s: float, weights: Mapping[str, float] | None) -> FairnessReport:
     """The fairness section over the slice reports, as ``summary.build_report`` gives it."""
-    from servebench.analysis.retries import jain_index, normalised_goodput
-    from servebench.analysis.summary import FairnessReport, SliceFairness
     good = {name: (r.slo.good_requests if r.slo is not None else r.completed) for name, r in slices.items()}
     total = sum(good.values())
     per_s = {name: g / window_s for name, g in good.items()}
