@@ -212,12 +212,15 @@ def sweep(
     for col in ("offered/s", "done/s", "rejected", "timeout", "TTFT p95", "TPOT p95", "latency p95",
                 "queue p95", "within SLOs", "peak run"):
         t.add_column(col, justify="right")
+    retried = any(p.attempted is not None and p.attempted > p.offered for p in result.points)
+    if retried:  # retrying clients: attempts per second beside the user requests offered
+        t.add_column("tried/s", justify="right")
     for p in result.points:
         style = None if p.meets_slo else "red"
         t.add_row(f"{p.load:g}" + ("*" if p.source == "search" else ""), fmt(p.offered_rps), fmt(p.throughput_rps),
                   fmt(p.rejected), fmt(p.timed_out), fmt(p.ttft_s["p95"]), fmt(p.tpot_s["p95"]),
                   fmt(p.latency_s["p95"]), fmt(p.queue_wait_s["p95"]), f"{p.slo_attainment:.1%}",
-                  fmt(p.peak_active), style=style)
+                  fmt(p.peak_active), *([fmt(p.attempted_rps)] if retried else []), style=style)
     console.print(t)
     cap = result.capacity
     console.print(f"usable capacity: [bold]{fmt(cap.load)}[/] ({cap.note}); knee at {fmt(result.knee_load)}; "

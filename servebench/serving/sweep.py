@@ -36,6 +36,7 @@ from servebench.errors import ConfigError
 from servebench.records.table import RecordTable
 from servebench.serving.scenario import Scenario
 from servebench.serving.simulate import SimResult, simulate
+from servebench.analysis.retries import logical_codes
 from servebench.analysis.summary import SLO, Distribution, Report, build_report
 from servebench.serving.workload import ClosedLoopSpec
 
@@ -52,7 +53,9 @@ class SweepPoint(BaseModel):
 
     load: float = Field(description="Arrival rate (req/s) or users, as swept.")
     source: Literal["grid", "search"] = "grid"
-    offered: int
+    offered: int = Field(description="User (logical) requests offered; each of their attempts is a record.")
+    attempted: int | None = Field(None, description="Attempts sent (records): offered times the retry "
+                                                    "amplification (None: a sweep file from before retries).")
     accepted: int
     completed: int
     rejected: int
@@ -60,11 +63,13 @@ class SweepPoint(BaseModel):
     cancelled: int
     failed: int
     window_s: float
-    offered_rps: float = Field(description="Offered requests per second of arrivals (closed loop: of window).")
+    offered_rps: float = Field(description="Offered user requests per second of arrivals (closed loop: of window).")
+    attempted_rps: float | None = Field(None, description="Attempts per second: offered_rps x attempts / offered.")
     throughput_rps: float = Field(description="Completed requests per second of window.")
     output_tokens_per_s: float = Field(description="Successful output tokens per second of window.")
     goodput_rps: float = Field(description="Requests meeting every SLO per second of window.")
-    slo_attainment: float = Field(description="Requests meeting every SLO / offered (failures are misses).")
+    slo_attainment: float = Field(description="Requests meeting every SLO / offered user requests (failures "
+                                              "are misses).")
     meets_slo: bool
     ttft_s: dict[str, float | None]
     tpot_s: dict[str, float | None]
@@ -308,12 +313,19 @@ def point_from_records(table: RecordTable, window_start_s: float, window_end_s: 
         good, goodput = report.slo.good_requests, report.slo.goodput_requests_per_second
     else:
         good, goodput = report.completed, report.completed / window_s
-    attainment = good / report.offered
-    span = float(np.nanmax(table.start) - np.nanmin(table.start)) if len(table) > 1 else 0.0
-    offered_rps = (len(table) - 1) / span if mode == "rate" and span > 0 else len(table) / window_s
+    # a retrying client's attempts are records; the user requests (logical) are what was offered
+    codes = logical_codes(table)
+    users = int(codes.max()) + 1 if codes.size else 0
+    first_start = np.full(users, np.inf)
+    np.minimum.at(first_start, codes, table.start)
+    attainment = good / users
+    span = float(first_start.max() - first_start.min()) if users > 1 else 0.0
+    offered_rps = (users - 1) / span if mode == "rate" and span > 0 else users / window_s
     server_fields = {name: None for name in SERVER_FIELDS} | (server or {})
     return SweepPoint(
-        load=load, source=source, offered=report.offered, accepted=report.accepted, completed=report.completed,
+        load=load, source=source, offered=users, attempted=len(table),
+        attempted_rps=offered_rps * (len(table) / users),
+        accepted=report.accepted, completed=report.completed,
         rejected=report.rejected, timed_out=report.timed_out, cancelled=by["cancelled"], failed=by["failed"],
         window_s=window_s, offered_rps=offered_rps, throughput_rps=report.completed / window_s,
         output_tokens_per_s=report.successful_output_tokens / window_s, goodput_rps=goodput,
@@ -498,8 +510,8 @@ def knee(points: Sequence[SweepPoint], factor: float = 2.0) -> float | None:
 
 
 CSV_SCALARS: tuple[str, ...] = (
-    "load", "source", "offered", "accepted", "completed", "rejected", "timed_out", "cancelled", "failed",
-    "window_s", "offered_rps", "throughput_rps", "output_tokens_per_s", "goodput_rps", "slo_attainment",
+    "load", "source", "offered", "attempted", "accepted", "completed", "rejected", "timed_out", "cancelled", "failed",
+    "window_s", "offered_rps", "attempted_rps", "throughput_rps", "output_tokens_per_s", "goodput_rps", "slo_attainment",
     "meets_slo", "peak_active", "mean_active", "peak_waiting", "max_kv_tokens_used", "preemptions",
 )
 CSV_DISTRIBUTIONS: tuple[str, ...] = ("ttft_s", "tpot_s", "latency_s", "queue_wait_s")

@@ -57,13 +57,21 @@ def latency_vs_load(result: SweepResult) -> go.Figure:
 
 
 def outcomes_vs_load(result: SweepResult) -> go.Figure:
-    """Return offered, completed, good (within SLOs), rejected and timed-out requests per second."""
+    """Return offered, attempted, completed, good (within SLOs), rejected and timed-out requests per second.
+
+    Offered counts user requests; attempted counts what retrying clients sent (drawn when any point
+    has retries), so the retry amplification shows as the gap between the two. Rejected and timed
+    out count attempts.
+    """
     pts = sorted(result.points, key=lambda p: p.load)
     x = [p.load for p in pts]
     fig = go.Figure()
     per_s = [(p.window_s or 1.0) for p in pts]
+    retried = any(p.attempted is not None and p.attempted > p.offered for p in pts)
+    attempted = [("attempted (with retries)", [p.attempted_rps for p in pts], "#9467bd", "dot")] if retried else []
     series = (
         ("offered", [p.offered_rps for p in pts], "#1f77b4", "solid"),
+        *attempted,
         ("completed", [p.throughput_rps for p in pts], "#2ca02c", "solid"),
         ("within SLOs", [p.goodput_rps for p in pts], "#17becf", "dash"),
         ("rejected", [p.rejected / w for p, w in zip(pts, per_s)], "#ff7f0e", "solid"),
@@ -72,7 +80,8 @@ def outcomes_vs_load(result: SweepResult) -> go.Figure:
     for name, y, color, dash in series:
         fig.add_trace(go.Scatter(x=x, y=y, mode="lines+markers", name=name, line={"color": color, "dash": dash}))
     _mark_loads(fig, result)
-    fig.update_layout(title=f"{result.scenario}: offered vs completed vs rejected", xaxis_title=_load_title(result),
+    what = "offered vs attempted vs completed" if retried else "offered vs completed vs rejected"
+    fig.update_layout(title=f"{result.scenario}: {what}", xaxis_title=_load_title(result),
                       yaxis_title="requests per second", yaxis_rangemode="tozero", hovermode="x unified")
     return fig
 
