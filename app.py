@@ -25,6 +25,7 @@ PAGES = {
         st.Page("pages/timing_run.py", title="Timing run", icon=":material/timer:"),
         st.Page("pages/planner.py", title="Capacity planner", icon=":material/calculate:"),
         st.Page("pages/cache.py", title="Cache experiments", icon=":material/cached:"),
+        st.Page("pages/retries.py", title="Retries and fairness", icon=":material/replay:"),
     ],
 }
 
