@@ -284,16 +284,5 @@ def _token_columns(rows: ParsedRows, itl_p99: bool) -> dict[str, pa.Array]:
             "itl_p99": pa.array(p99, mask=np.isnan(p99)), "has_times": pa.array(g.has_times)}
 
 
-__all__ = [
-    "SPACE_CHARS",
-    "TOKEN_COLUMNS",
-    "PartPlan",
-    "choose_native",
-    "extra_col",
-    "lit",
-    "native_view_sql",
-    "plan_part",
-    "q",
-    "staged_table",
-    "text_lit",
-]
+__all__ = ["SPACE_CHARS", "TOKEN_COLUMNS", "PartPlan", "choose_native", "extra_col", "lit", "native_view_sql",
+           "plan_part", "q", "staged_table", "text_lit"]

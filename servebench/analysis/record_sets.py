@@ -34,10 +34,7 @@ def summarize_path(path: str | Path, fmt: str = "auto", window_start: float | No
     chosen, note = choose_engine(engine, record_set, memory_limit) if record_set is not None else ("memory", None)
     weights = read_tenant_weights(path) if single else None
     if chosen == "duckdb":
-        from servebench.analysis.duckdb_engine import (  # imports duckdb: only when chosen
-            EngineRefused,
-            summarize_set,
-        )
+        from servebench.analysis.duckdb_engine import EngineRefused, summarize_set  # imports duckdb: only when chosen
         try:
             return summarize_set(record_set, fmt, window_start, window_end, slo,  # type: ignore[arg-type]
                                  slice_column, memory_limit, progress, engine_note=note, weights=weights,
