@@ -17,7 +17,7 @@ from servebench.output.figures import sweep as sweep_figs
 from servebench.output.figures.validate_sweep import measured_vs_simulated
 from servebench.output.figures.summary import fmt, fmt_share
 from servebench.capacity.model_presets import PRESETS, get_preset
-from servebench.records.rows import rows_from_bytes
+from servebench.records.steps import StepTrace, steps_from_bytes
 from servebench.serving.scenario import Scenario, load_scenario, parse_scenario, scenario_from_bytes
 from servebench.capacity.stepmodel import COEFFICIENTS, StepFit, fit_step_model
 from servebench.output.cautions import fit_warning
@@ -37,10 +37,10 @@ def _read_scenario(upload) -> Scenario:
     return guarded(scenario_from_bytes, upload.getvalue(), upload.name)  # the shared upload parser
 
 
-def _read_trace(upload) -> list[dict]:
+def _read_trace(upload) -> StepTrace:
     if (too_big := upload_error(upload)) is not None:
         fail(InputFormatError(too_big))
-    return guarded(rows_from_bytes, upload.getvalue(), upload.name)
+    return guarded(steps_from_bytes, upload.getvalue(), upload.name)  # the one step-trace reader
 
 
 @st.cache_resource(max_entries=4, show_spinner="Simulating that load…")

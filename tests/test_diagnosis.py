@@ -449,12 +449,12 @@ def test_every_crossed_rule_is_shown_and_the_first_wins() -> None:
 def test_cli_diagnose_a_timing_run_folder_uses_its_server(tmp_path: Path) -> None:
     """A run folder brings its KV budget in tokens, its cap on running sequences and its step trace."""
     from servebench.serving.engine.rundir import write_run
-    from servebench.serving.engine.loop import StepRow
+    from servebench.records.steps import StepRow
 
     recs = fifo([float(i) for i in range(60)], cap=1000, prefill_s=0.01, tpot_s=0.01, n_out=20, prompt=100)
-    steps = [StepRow(start=i * 0.01, duration_s=0.002 + 0.00001 * (i % 4) + 1e-5 * (100 if i % 7 == 0 else 0),
+    steps = [StepRow(start_s=i * 0.01, duration_s=0.002 + 0.00001 * (i % 4) + 1e-5 * (100 if i % 7 == 0 else 0),
                      compute_s=0.0019, prefill_tokens=100 if i % 7 == 0 else 0, decode_seqs=i % 4,
-                     kv_tokens=100 * (i % 4), kv_tokens_used=0, kv_tokens_held=0, running=1, waiting=0, preempted=0)
+                     kv_tokens_read=100 * (i % 4), kv_tokens_used=0, kv_tokens_held=0, running=1, waiting=0, preempted=0)
              for i in range(200)]
     scenario = {"name": "r", "seed": 1, "step_model": {"base_s": 0.001},
                 "server": {"policy": "paged", "kv_budget_tokens": 2048, "max_num_seqs": 4},

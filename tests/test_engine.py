@@ -319,6 +319,7 @@ from typer.testing import CliRunner  # noqa: E402
 
 from servebench.cli.core import app, main  # noqa: E402
 from servebench.analysis.summary import CONTRACT_FIELDS  # noqa: E402
+from servebench.records.steps import NAMES as STEP_COLUMNS  # noqa: E402
 
 SCENARIO = """
 name: cli_test
@@ -350,7 +351,7 @@ def test_run_writes_records_trace_and_contract_then_validate_compares(tmp_path) 
     records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
     assert len(records) == 24 and all("admitted" in r or r["status"] == "rejected" for r in records)
     steps = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
-    assert steps and {"start", "duration_s", "prefill_tokens", "decode_seqs", "kv_tokens"} <= set(steps[0])
+    assert steps and list(steps[0]) == list(STEP_COLUMNS)  # the one step-trace schema, in its order
     assert sum(s["prefill_tokens"] for s in steps) >= sum(r["prompt_tokens"] for r in records if "admitted" in r)
     meta = json.loads((out / "metadata.json").read_text())
     assert meta["model"]["parameters"] == TINY.param_count and meta["model"]["kv_heads"] == TINY.kv_heads

@@ -377,6 +377,9 @@ def test_load_command_writes_the_run_and_prints_the_summary(tmp_path):
     from servebench.records.loaders import load_table
     table, _, _ = load_table(out / "records.jsonl")
     assert len(table) == 6 and sorted(table.prompt_tokens.tolist()) == [-1] + [4] * 5  # no usage on a 503
+    from servebench.records.rundir import read_folder, read_sends
+    folder = read_folder(out, require=("metadata", "sends"))  # the run folder every command reads
+    assert folder.metadata == meta and read_sends(out) == sends and folder.steps is None
 
 
 def test_load_command_closed_loop_and_errors(tmp_path):

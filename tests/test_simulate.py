@@ -184,7 +184,7 @@ def in_service_share_at(result: SimResult, level: int) -> float:
     """Share of the run with exactly ``level`` sequences running (decode lane)."""
     tr = result.trace
     decode = tr.lane != 2
-    return float(tr.duration[decode & (tr.active == level)].sum() / (result.window_end_s - result.window_start_s))
+    return float(tr.duration_s[decode & (tr.running == level)].sum() / (result.window_end_s - result.window_start_s))
 
 
 def test_profile_a_does_not_saturate() -> None:
@@ -224,7 +224,7 @@ def test_profile_b_saturates_over_many_seeds() -> None:
     sc = load_scenario(SCENARIOS / "profile_b.yaml")
     for seed in range(8):
         r = simulate(sc.model_copy(update={"seed": seed}))
-        peaks.append(int(r.trace.active.max()))
+        peaks.append(int(r.trace.running.max()))
         ok = r.records.is_success
         q95.append(float(np.percentile((r.records.admitted - r.records.start)[ok], 95)))
     assert peaks == [8] * 8
@@ -300,8 +300,8 @@ def test_paged_preempts_and_recomputes() -> None:
     assert kv_within_budget(result)
     # with reserve the same budget holds only two requests at once and never preempts
     reserve = simulate(sc.model_copy(update={"server": sc.server.model_copy(update={"policy": "reserve"})}))
-    assert reserve.preemptions == 0 and int(reserve.trace.active.max()) == 2
-    assert int(result.trace.active.max()) > 2
+    assert reserve.preemptions == 0 and int(reserve.trace.running.max()) == 2
+    assert int(result.trace.running.max()) > 2
 
 
 def test_shared_lane_prefill_slows_decoders() -> None:
@@ -321,7 +321,7 @@ def test_closed_loop_keeps_users_busy() -> None:
     result = simulate(sc)
     assert_valid(result)
     assert result.status_counts()["success"] == 30
-    assert int(result.trace.active.max()) == 3
+    assert int(result.trace.running.max()) == 3
 
 
 def test_scenario_errors_name_the_field(tmp_path: Path) -> None:

@@ -133,7 +133,7 @@ def test_trace_figure_from_trace_or_columns() -> None:
     assert max(fig.data[0].y) == 8
     cols = result.trace.columns()
     many = {k: np.tile(np.asarray(v), 5) for k, v in cols.items() if k != "lane"}
-    many["time"] = np.arange(many["time"].size, dtype=float)
+    many["start_s"] = np.arange(many["start_s"].size, dtype=float)
     fig2 = trace_over_time(many)
     assert len(fig2.data[0].x) <= MAX_TRACE_POINTS
 
@@ -160,8 +160,8 @@ def test_simulate_command_writes_records_trace_summary(tmp_path: Path, capsys: p
     lines = (tmp_path / "records.jsonl").read_text().splitlines()
     assert len(lines) == 300 and json.loads(lines[0])["slice"] == "review"
     header = (tmp_path / "steps.csv").read_text().splitlines()[0]
-    assert header == ("time,duration,steps,lane,active,waiting,kv_tokens_used,kv_tokens_read,prefill_tokens,"
-                      "decode_seqs,kv_tokens_held,prefill_seqs")
+    assert header == ("start_s,duration_s,steps,lane,running,waiting,admitted,preempted,prefill_seqs,prefill_tokens,"
+                      "decode_seqs,kv_tokens_read,kv_tokens_used,kv_tokens_held,compute_start_s,compute_s")
     assert json.loads((tmp_path / "summary.json").read_text())["simulation"]["scenario"] == "profile_b"
     # the trace fits back to the scenario's flat timings
     code, out, err = run_cli(capsys, "fit-steps", str(tmp_path / "steps.csv"), "--json")

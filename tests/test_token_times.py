@@ -295,7 +295,7 @@ def small_scenario(policy: str = "reserve", **server: Any) -> Scenario:
 def test_simulator_token_times_are_its_step_ends():
     sc = small_scenario()
     slow = simulate(sc, decode_runs=False)  # one trace row per engine step
-    step_ends = set((slow.trace.time + slow.trace.duration).tolist())
+    step_ends = set((slow.trace.start_s + slow.trace.duration_s).tolist())
     table = slow.records
     f = flat(table.token_times)
     assert set(f.values.tolist()) <= step_ends
@@ -338,7 +338,7 @@ def test_engine_token_times_are_its_step_ends_and_preemption_stalls():
     wl = WorkloadSpec(arrival=ArrivalSpec(kind="constant", rate_rps=1e6), num_requests=4, classes=[
         ClassSpec(prompt=LengthSpec(kind="fixed", value=20), output=LengthSpec(kind="fixed", value=40))])
     run = run_workload(model, cfg, wl, seed=6, warmup_steps=0)
-    emitted_at = {s.compute_start + s.compute_s for s in run.steps if s.compute_start is not None}
+    emitted_at = {s.compute_start_s + s.compute_s for s in run.steps if s.compute_start_s is not None}
     for rec in run.records:
         assert rec["status"] == "success" and len(rec["token_times"]) == rec["output_tokens"] == 40
         assert set(rec["token_times"]) <= emitted_at

@@ -28,7 +28,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from scipy.optimize import nnls
 
-from servebench.errors import ConfigError
+from servebench.errors import ConfigError, InputFormatError
+from servebench.records.steps import LANES, NAMES, StepTrace, as_trace
 
 COEFFICIENTS: tuple[str, ...] = ("base_s", "per_prefill_token_s", "per_prefill_seq_s", "per_decode_seq_s",
                                  "per_kv_token_s")
@@ -145,15 +146,16 @@ class StepFit(BaseModel):
         return text
 
 
-def fit_step_model(rows: Sequence[Mapping[str, Any]] | Mapping[str, Sequence[float]],
+def fit_step_model(rows: StepTrace | Sequence[Mapping[str, Any]] | Mapping[str, Sequence[Any]],
                    fit: Sequence[str] = COEFFICIENTS, *, method: FitMethod = "huber") -> StepFit:
     """Fit the step model to a step trace, robustly (``huber``) or by plain ``least_squares``; never negative.
 
-    ``rows`` is a list of trace rows or a dict of columns with ``duration`` (s), ``prefill_tokens``,
-    ``decode_seqs`` and ``kv_tokens_read`` (``kv_tokens_used`` if that is missing), optionally
-    ``prefill_seqs`` (without it ``per_prefill_seq_s`` stays 0), ``steps`` (a row that covers several
-    decode steps, as the simulator writes: its duration is their total and ``kv_tokens_read`` is its
-    first step's) and ``lane`` (rows on the simulator's ``prefill`` lane have no step base). ``fit``
+    ``rows`` is a step trace (``records.steps``), or its rows or columns under the schema's names or the
+    old ones. It needs ``duration_s``, ``prefill_tokens``, ``decode_seqs`` and ``kv_tokens_read``
+    (``kv_tokens_used`` if that is missing), and uses ``prefill_seqs`` (without it ``per_prefill_seq_s``
+    stays 0), ``steps`` (a row that covers several decode steps, as the simulator writes: its duration
+    is their total and ``kv_tokens_read`` is its first step's) and ``lane`` (rows on the simulator's
+    ``prefill`` lane have no step base). ``fit``
     names the coefficients left free; the others are held at 0. Only the step-time coefficients are
     fitted here; ``engine.validation.fit_trace`` adds the arrival lag and emit lead of a timing run.
     """
@@ -163,10 +165,10 @@ def fit_step_model(rows: Sequence[Mapping[str, Any]] | Mapping[str, Sequence[flo
         raise ConfigError(f"fit {list(fit)!r}: expected some of {', '.join(COEFFICIENTS)}")
     if method not in ("huber", "least_squares"):
         raise ConfigError(f"fit method {method!r}: expected 'huber' or 'least_squares'")
-    steps = cols.get("steps", np.ones_like(cols["duration"]))
+    steps = cols.get("steps", np.ones_like(cols["duration_s"]))
     if np.any(steps < 1):
         raise ConfigError("step trace: 'steps' must be at least 1 in every row")
-    y = cols["duration"] / steps
+    y = cols["duration_s"] / steps
     features = {
         "base_s": cols["base"],
         "per_prefill_token_s": cols["prefill_tokens"] / steps,
@@ -294,49 +296,31 @@ def _stderr(x: np.ndarray, resid: np.ndarray, coef: np.ndarray, names: list[str]
     return out
 
 
-def _columns(rows: Sequence[Mapping[str, Any]] | Mapping[str, Sequence[float]]) -> dict[str, np.ndarray]:
-    if isinstance(rows, Mapping):
-        raw = {}
-        for k, v in rows.items():
-            try:
-                raw[k] = np.asarray(v, dtype=np.float64)
-            except (TypeError, ValueError):
-                continue  # a text column (the simulator's ``lane``), not a feature
-    else:
-        keys = set().union(*(r.keys() for r in rows)) if rows else set()
-        raw = {}
-        for k in keys:
-            try:
-                raw[k] = np.array([r.get(k, np.nan) for r in rows], dtype=np.float64)
-            except (TypeError, ValueError):
-                continue  # a text column, not a feature
+def _columns(rows: StepTrace | Sequence[Mapping[str, Any]] | Mapping[str, Sequence[Any]]) -> dict[str, np.ndarray]:
+    """Return the columns the fit uses as floats (and ``base``: 0 on the prefill lane, else 1)."""
+    try:
+        trace = as_trace(rows)
+    except InputFormatError as exc:  # rows handed over in memory: the trace, not a file, is at fault
+        raise ConfigError(str(exc)) from None
+    raw = {c: getattr(trace, c).astype(np.float64) for c in NAMES if c != "lane" and getattr(trace, c) is not None}
     # a row on the simulator's separate prefill lane runs beside the decode batch: no step base
-    lanes = rows.get("lane") if isinstance(rows, Mapping) else [r.get("lane") for r in rows]
-    n_rows = len(next(iter(raw.values()))) if raw else 0
-    raw["base"] = np.ones(n_rows)
-    if lanes is not None and len(lanes) == n_rows:
-        raw["base"][np.array([lane == "prefill" for lane in lanes], dtype=bool)] = 0.0
-    if "prefill_seqs" in raw and not np.all(np.isfinite(raw["prefill_seqs"])):
+    raw["base"] = np.ones(len(trace))
+    if trace.lane is not None:
+        raw["base"][trace.lane == LANES.index("prefill")] = 0.0
+    if "prefill_seqs" in raw and np.isnan(raw["prefill_seqs"]).any():
         del raw["prefill_seqs"]  # an older trace (or rows mixing old and new): the coefficient stays 0
+    if "steps" in raw and np.isnan(raw["steps"]).any():
+        del raw["steps"]  # rows that do not say how many steps they cover stand for one
     if "kv_tokens_read" not in raw and "kv_tokens_used" in raw:
         raw["kv_tokens_read"] = raw["kv_tokens_used"]
-    need = ("duration", "prefill_tokens", "decode_seqs", "kv_tokens_read")
-    present = set(rows) if isinstance(rows, Mapping) else set().union(*(r.keys() for r in rows)) if rows else set()
-    columns = rows if isinstance(rows, Mapping) else {k: [r.get(k) for r in rows] for k in need}
-    for c in need:
-        if c not in raw and c in present:  # present, but not all numbers: name the first bad row
-            for i, v in enumerate(columns[c]):
-                try:
-                    float(v)
-                except (TypeError, ValueError):
-                    raise ConfigError(f"step trace row {i + 1}, column '{c}': {v!r} is not a number") from None
+    need = ("duration_s", "prefill_tokens", "decode_seqs", "kv_tokens_read")
     missing = [c for c in need if c not in raw]
     if missing:
         raise ConfigError(f"step trace lacks column(s) {', '.join(missing)}; expected {', '.join(need)}")
-    for c in need + (("steps",) if "steps" in raw else ()):
-        bad = ~np.isfinite(raw[c])
+    for c in need:
+        bad = np.isnan(raw[c])
         if bad.any():
-            raise ConfigError(f"step trace row {int(np.argmax(bad)) + 1}, column '{c}': not a finite number")
-    if raw["duration"].size == 0:
+            raise ConfigError(f"step trace row {int(np.argmax(bad)) + 1}, column '{c}': no value")
+    if raw["duration_s"].size == 0:
         raise ConfigError("step trace is empty")
     return raw

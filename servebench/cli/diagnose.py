@@ -91,8 +91,9 @@ def _timing_run_server(path: Path, records: Any, use_budget: bool) -> dict[str, 
     budget are given), its policy, its cap on running sequences and its step trace; the step
     model is used only when its fit is good enough to predict from.
     """
-    from servebench.serving.engine.rundir import METADATA, STEPS, read_run
-    if not (path.is_dir() and (path / STEPS).is_file() and (path / METADATA).is_file()):
+    from servebench.records.rundir import METADATA, STEP_FILES, find_file
+    from servebench.serving.engine.rundir import read_run
+    if not (path.is_dir() and find_file(path, STEP_FILES) is not None and (path / METADATA).is_file()):
         return {}
     from servebench.serving.engine.validation import fit_trace
     folder = read_run(path)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import json
 from pathlib import Path
 from typing import Any, Optional
 
@@ -38,20 +36,6 @@ def _parse_list(text: str | None, what: str, integer: bool = False) -> list[floa
     return values
 
 
-def _write_trace(trace: Any, path: Path) -> None:
-    cols = trace.columns()
-    names = list(cols)
-    if path.suffix.lower() == ".csv":
-        with path.open("w", newline="", encoding="utf-8") as f:
-            w = csv.writer(f, lineterminator="\n")
-            w.writerow(names)
-            w.writerows(zip(*(cols[c] for c in names)))
-    else:
-        with path.open("w", encoding="utf-8") as f:
-            for row in zip(*(cols[c] for c in names)):
-                f.write(json.dumps(dict(zip(names, row))) + "\n")
-
-
 @app.command()
 def simulate(
     scenario: Path = typer.Argument(..., help="Scenario file (.yaml, .yml or .json)."),
@@ -67,7 +51,7 @@ def simulate(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
 ) -> None:
     """Simulate a continuous-batching server on a scenario; write records, step trace and summary."""
-    from servebench.records.loaders import write_records
+    from servebench.records import rundir
     from servebench.serving.scenario import load_scenario
     from servebench.serving.simulate import simulate as run_simulation
     from servebench.analysis.summary import build_report
@@ -94,11 +78,9 @@ def simulate(
         raise ConfigError(f"{scenario}: the workload produced no requests")
     report = build_report(result.records, result.window_start_s, result.window_end_s)
     d = _out_dir(out)
-    write_records(result.records, d / "records.jsonl")
-    trace_path = d / f"steps.{trace_format}"
-    _write_trace(result.trace, trace_path)
+    written = rundir.write_run(d, result.records, steps=result.trace, steps_format=trace_format)
     tr = result.trace
-    files = {"records": str(d / "records.jsonl"), "steps": str(trace_path), "summary": str(d / "summary.json")}
+    files = {"records": str(written["records"]), "steps": str(written["steps"]), "summary": str(d / rundir.SUMMARY)}
     if figures:
         from servebench.output.figures.sweep import trace_over_time
         fig = trace_over_time(tr, result.kv_budget_tokens, title=f"{sc.name}: engine over time")
@@ -110,13 +92,13 @@ def simulate(
         "offered": len(result.records), "by_status": result.status_counts(),
         "engine_steps": result.engine_steps, "trace_rows": len(tr), "events": result.events,
         "preemptions": result.preemptions,
-        "peak_running": int(tr.active.max()) if len(tr) else 0,
+        "peak_running": int(tr.running.max()) if len(tr) else 0,
         "peak_waiting": int(tr.waiting.max()) if len(tr) else 0,
         "max_kv_tokens_used": int(tr.kv_tokens_used.max()) if len(tr) else 0,
         "files": files,
     }
     doc = {"simulation": sim, "report": report}
-    (d / "summary.json").write_text(strict_json.dumps(doc, indent=2), encoding="utf-8")  # what --json prints
+    (d / rundir.SUMMARY).write_text(strict_json.dumps(doc, indent=2), encoding="utf-8")  # what --json prints
     if as_json:
         emit_json(doc)
         return
@@ -253,17 +235,18 @@ def _print_spread(spread: Any) -> None:
 
 @app.command("fit-steps")
 def fit_steps(
-    trace: Path = typer.Argument(..., help="Step trace (JSONL or CSV) with duration, prefill_tokens, decode_seqs, kv_tokens_read."),
+    trace: Path = typer.Argument(..., help="Step trace (JSONL, JSON or CSV; or a run folder holding one) with "
+                                           "duration_s, prefill_tokens, decode_seqs, kv_tokens_read (older "
+                                           "names read too)."),
     fit: str = typer.Option("base_s,per_prefill_token_s,per_decode_seq_s,per_kv_token_s",
                             help="Coefficients to fit (the rest are held at 0)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
 ) -> None:
     """Fit the step-time model to a step trace by non-negative least squares, with its error."""
-    from servebench.records.rows import read_rows
     from servebench.capacity.stepmodel import fit_step_model
+    from servebench.records.rundir import read_trace
 
-    rows = read_rows(trace)
-    result = fit_step_model(rows, [c.strip() for c in fit.split(",") if c.strip()])
+    result = fit_step_model(read_trace(trace), [c.strip() for c in fit.split(",") if c.strip()])
     if as_json:
         emit_json(result)
         return

@@ -20,7 +20,6 @@ files; :mod:`servebench.load.client` sends one request and reads its server-sent
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ from servebench.errors import ConfigError
 from servebench.load.client import (API_PATHS, HttpOutcome, count_partial_tokens, discover_model, exc_text,
                                     exchange, normalize_url)
 from servebench.analysis.percentiles import percentile
+from servebench.records import rundir
 from servebench.records.table import RecordTable, default_window, parse_objects, record_dict, validate
 from servebench.records.statuses import failure_status
 from servebench.records.token_times import fits
@@ -661,7 +661,7 @@ def run_metadata(result: LoadResult, workload: WorkloadSpec, seed: int, model_so
         "end": "arrival of [DONE] (or the whole body when not streaming); timeouts end at the deadline",
         "started_utc": result.started_utc,
         "generator": result.stats.model_dump(mode="json"),
-        "files": {"records": "records.jsonl", "sends": "sends.jsonl"},
+        "files": {"records": rundir.RECORDS, "sends": rundir.SENDS},
     }
 
 
@@ -671,15 +671,10 @@ def worker_count(result: LoadResult) -> int | None:
 
 
 def write_run(out_dir: str | Path, result: LoadResult, metadata: dict[str, Any]) -> Path:
-    """Write records.jsonl, sends.jsonl and metadata.json into ``out_dir``; return the directory."""
+    """Write the run folder (records, sends and metadata: ``records.rundir``) into ``out_dir``; return it."""
     d = Path(out_dir)
-    try:
-        d.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"cannot create output directory {d}: {exc.strerror}") from None
-    (d / "records.jsonl").write_text("".join(json.dumps(to_record(o)) + "\n" for o in result.outcomes))
-    (d / "sends.jsonl").write_text("".join(json.dumps(to_send_row(o)) + "\n" for o in result.outcomes))
-    (d / "metadata.json").write_text(json.dumps(metadata, indent=2) + "\n")
+    rundir.write_run(d, [to_record(o) for o in result.outcomes], metadata=metadata,
+                     sends=[to_send_row(o) for o in result.outcomes])
     return d
 
 

@@ -677,27 +677,20 @@ def load_calibration(run_dir: str, *, gpu: str | None = None) -> Calibration:
 
     The device comes from ``metadata.json`` (``runtime.device_name``) unless ``gpu`` names a preset.
     """
-    import json
     from pathlib import Path
 
     from servebench.errors import InputFormatError
     from servebench.records.loaders import load_table
-    from servebench.records.rows import read_rows
+    from servebench.records.rundir import METADATA, read_folder
     from servebench.capacity.stepmodel import fit_step_model
     from servebench.capacity.gpus import accelerator_for_device
     from servebench.capacity.roofline import calibrate
 
     d = Path(run_dir)
-    meta_path, steps_path, records_path = d / "metadata.json", d / "steps.jsonl", d / "records.jsonl"
-    for p in (meta_path, steps_path, records_path):
-        if not p.is_file():
-            raise InputFormatError(f"{d}: no {p.name}; give the -o folder of `servebench run`")
-    try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise InputFormatError(f"{meta_path}: invalid JSON at line {exc.lineno}: {exc.msg}") from None
-    model = meta.get("model") if isinstance(meta, dict) else None
-    runtime = meta.get("runtime") if isinstance(meta, dict) else None
+    folder = read_folder(d, require=("steps", "metadata"))  # the run folder's files, as every command reads them
+    meta, meta_path, records_path = folder.metadata or {}, d / METADATA, folder.records_path
+    model = meta.get("model")
+    runtime = meta.get("runtime")
     if not isinstance(model, dict) or not isinstance(runtime, dict):
         raise InputFormatError(f"{meta_path}: no 'model' and 'runtime' objects; was it written by servebench run?")
     try:
@@ -712,7 +705,7 @@ def load_calibration(run_dir: str, *, gpu: str | None = None) -> Calibration:
     if acc is None:
         raise ConfigError(f"{meta_path}: device {device!r} matches no GPU preset; say which with --calibrate-gpu "
                           f"({', '.join(ACCELERATORS)})")
-    fit = fit_step_model(read_rows(steps_path))
+    fit = fit_step_model(folder.steps if folder.steps is not None else [])
     table, _, _ = load_table(records_path)
     prompts = table.prompt_tokens[table.prompt_tokens >= 0]
     if prompts.size == 0:

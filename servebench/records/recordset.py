@@ -24,7 +24,8 @@ import numpy as np
 import pyarrow as pa
 
 from servebench.errors import ConfigError, InputFormatError
-from servebench.records.loaders import RUN_FOLDER_RECORDS, LoadedRecords, read_bytes
+from servebench.records.loaders import LoadedRecords, read_bytes
+from servebench.records.rundir import is_run_folder, records_file
 from servebench.records.table import ParsedRows, RecordTable, canonical_name, shown, validate
 from servebench.records.textcolumns import text_array
 
@@ -69,7 +70,7 @@ def is_record_set(path: str | Path) -> bool:
     if _GLOB_CHARS.search(text) and not Path(text).exists():
         return True
     p = Path(text)
-    return p.is_dir() and not any((p / name).is_file() for name in RUN_FOLDER_RECORDS)
+    return p.is_dir() and not is_run_folder(p)
 
 
 def find_parts(path: str | Path) -> RecordSet:
@@ -80,8 +81,8 @@ def find_parts(path: str | Path) -> RecordSet:
     """
     text = str(path)
     p = Path(text)
-    if p.is_dir():  # a folder written by run, load or simulate: its records file
-        p = next((p / name for name in RUN_FOLDER_RECORDS if (p / name).is_file()), p)
+    if is_run_folder(p):  # a folder written by run, load or simulate: its records file
+        p = records_file(p)
     if p.is_file():
         return RecordSet(p.name, (Part(p, p.name),))
     if p.is_dir():

@@ -46,56 +46,13 @@ from servebench.serving.retry import ERR_CLIENT_DEADLINE, ClientSpec
 from servebench.serving.scenario import Scenario
 from servebench.serving.scheduler import Outcome, Request, Scheduler, SchedulerConfig, StepPlan
 from servebench.capacity.stepmodel import StepModel
+from servebench.records.steps import StepTrace
 from servebench.records.token_times import TokenLog
 from servebench.serving.workload import ClosedLoopPlan, Workload, draw_cancellations, draw_workload
 
 PRIO_RUN, PRIO_PREFILL, PRIO_CANCEL, PRIO_DEADLINE, PRIO_ARRIVAL = 0, 1, 2, 3, 4
 EV_RUN, EV_PREFILL, EV_CANCEL, EV_ARRIVAL, EV_RETRY = 0, 1, 2, 3, 4
-LANES: tuple[str, ...] = ("step", "decode", "prefill")
-TRACE_COLUMNS: tuple[str, ...] = ("time", "duration", "steps", "lane", "active", "waiting", "kv_tokens_used",
-                                  "kv_tokens_read", "prefill_tokens", "decode_seqs", "kv_tokens_held",
-                                  "prefill_seqs")
 _STATUS_CODE = {s: i for i, s in enumerate(STATUSES)}
-
-
-@dataclass(frozen=True)
-class StepTrace:
-    """One row per engine step or decode run (``steps`` > 1), as columns.
-
-    ``time`` is the start, ``duration`` the total of its ``steps``; ``active``, ``waiting`` and
-    ``kv_tokens_used`` are after the step's admissions and allocations (``kv_tokens_used`` is the
-    most the run holds); ``kv_tokens_read`` is what its first step's decoders attend over;
-    ``kv_tokens_held`` is KV actually computed before the step (below ``kv_tokens_used`` by what
-    ``reserve`` sets aside for outputs not yet generated, or ``paged`` rounds up to blocks);
-    ``prefill_seqs`` counts the sequences with a prompt chunk in the step.
-    """
-
-    time: np.ndarray
-    duration: np.ndarray
-    steps: np.ndarray
-    lane: np.ndarray  # int8 index into LANES
-    active: np.ndarray
-    waiting: np.ndarray
-    kv_tokens_used: np.ndarray
-    kv_tokens_read: np.ndarray
-    prefill_tokens: np.ndarray
-    decode_seqs: np.ndarray
-    kv_tokens_held: np.ndarray
-    prefill_seqs: np.ndarray
-
-    def __len__(self) -> int:
-        return int(self.time.size)
-
-    def columns(self) -> dict[str, list[Any]]:
-        """Return the trace as plain columns (``lane`` as names), for JSON, CSV or a DataFrame."""
-        out: dict[str, list[Any]] = {c: getattr(self, c).tolist() for c in TRACE_COLUMNS if c != "lane"}
-        out["lane"] = [LANES[i] for i in self.lane.tolist()]
-        return {c: out[c] for c in TRACE_COLUMNS}
-
-    def to_rows(self) -> list[dict[str, Any]]:
-        """Return the trace as a list of row dicts."""
-        cols = self.columns()
-        return [dict(zip(TRACE_COLUMNS, vals)) for vals in zip(*(cols[c] for c in TRACE_COLUMNS))]
 
 
 @dataclass(frozen=True)
@@ -207,7 +164,7 @@ def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workl
     return loop.result(name)
 
 
-_TraceRow = tuple[float, float, int, int, int, int, int, int, int, int, int, int]
+_TraceRow = tuple[float, float, int, int, int, int, int, int, int, int, int, int, int, int]
 
 
 class _EventLoop:
@@ -431,7 +388,8 @@ class _EventLoop:
                     longest = max(longest, dur)
                     self._push(now + dur, PRIO_PREFILL, EV_PREFILL, plan.only({rid}))
                 self.trace.append((now, longest, 1, 2, plan.running, plan.waiting, plan.kv_tokens_used, 0,
-                                   plan.prefill_tokens, 0, sched.kv_tokens_held, len(plan.prefill)))
+                                   plan.prefill_tokens, 0, sched.kv_tokens_held, len(plan.prefill),
+                                   len(plan.admitted), len(plan.preempted)))
         if not self.busy and sched.num_running:
             plan = sched.step(now, prefill=False)
             self._finish(plan.ended, now)
@@ -448,7 +406,8 @@ class _EventLoop:
         self.engine_steps += plan.steps
         self.busy = True
         self.trace.append((now, end - now, plan.steps, lane, plan.running, plan.waiting, plan.kv_tokens_used,
-                           plan.kv_tokens_read, plan.prefill_tokens, d, self.sched.kv_tokens_held, len(plan.prefill)))
+                           plan.kv_tokens_read, plan.prefill_tokens, d, self.sched.kv_tokens_held, len(plan.prefill),
+                           len(plan.admitted), len(plan.preempted)))
         self._push(end, PRIO_RUN, EV_RUN, plan)
 
     def _decode_run_end(self, now: float, plan: StepPlan) -> float:
@@ -516,11 +475,11 @@ class _EventLoop:
                          self.engine_steps, self.events, rec.preemptions, self.sched.evictions)
 
 
-def _trace(rows: list[tuple[float, float, int, int, int, int, int, int, int, int, int, int]]) -> StepTrace:
-    if not rows:
-        z = np.zeros(0)
-        zi = np.zeros(0, dtype=np.int64)
-        return StepTrace(z, z, zi, zi.astype(np.int8), zi, zi, zi, zi, zi, zi, zi, zi)
-    a = np.array(rows, dtype=np.float64)
+def _trace(rows: list[tuple[float, float, int, int, int, int, int, int, int, int, int, int, int, int]]) -> StepTrace:
+    """Return the rows ``start_run`` and the prefill lane append as the step-trace schema's columns."""
+    a = np.array(rows, dtype=np.float64).reshape(len(rows), 14)
     i = a[:, 2:].astype(np.int64)
-    return StepTrace(a[:, 0], a[:, 1], i[:, 0], i[:, 1].astype(np.int8), *(i[:, c] for c in range(2, 10)))
+    return StepTrace(start_s=a[:, 0], duration_s=a[:, 1], steps=i[:, 0], lane=i[:, 1].astype(np.int8),
+                     running=i[:, 2], waiting=i[:, 3], kv_tokens_used=i[:, 4], kv_tokens_read=i[:, 5],
+                     prefill_tokens=i[:, 6], decode_seqs=i[:, 7], kv_tokens_held=i[:, 8], prefill_seqs=i[:, 9],
+                     admitted=i[:, 10], preempted=i[:, 11])  # compute_start_s, compute_s: null (no separate compute)

@@ -33,6 +33,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from servebench.errors import ConfigError
+from servebench.records.steps import LANES
 from servebench.records.table import RecordTable
 from servebench.serving.scenario import Scenario
 from servebench.serving.simulate import SimResult, simulate
@@ -338,11 +339,11 @@ def point_from(sim: SimResult, load: float, mode: Mode, slo: SLO, slo_target: fl
                source: Literal["grid", "search"] = "grid") -> SweepPoint:
     """Summarize a simulation as a sweep point, with the server-side fields read off its step trace."""
     tr = sim.trace
-    decode = tr.lane != 2
-    busy = float(tr.duration[decode].sum())
+    decode = tr.lane != LANES.index("prefill")
+    busy = float(tr.duration_s[decode].sum())
     server = {
-        "peak_active": int(tr.active.max()) if len(tr) else 0,
-        "mean_active": float(np.sum(tr.active[decode] * tr.duration[decode]) / busy) if busy > 0 else None,
+        "peak_active": int(tr.running.max()) if len(tr) else 0,
+        "mean_active": float(np.sum(tr.running[decode] * tr.duration_s[decode]) / busy) if busy > 0 else None,
         "peak_waiting": int(tr.waiting.max()) if len(tr) else 0,
         "max_kv_tokens_used": int(tr.kv_tokens_used.max()) if len(tr) else 0,
         "preemptions": sim.preemptions,

@@ -251,20 +251,19 @@ def comparison_figure(percentiles_by_run: Mapping[str, Mapping[str, Mapping[floa
     return fig
 
 
-STEP_SHOWN = ("active", "waiting", "running", "queue", "kv_tokens_used")
-STEP_TIME_KEYS = ("time_s", "time", "t", "t_s", "end_s", "end", "start_s", "start")
+STEP_SHOWN = ("running", "waiting", "kv_tokens_used")  # step-trace columns drawn at first (records.steps names)
 
 
 def step_trace_figure(steps: Sequence[Mapping[str, object]], max_points: int = MAX_POINTS) -> go.Figure | None:
     """Return a step trace's numeric columns over time: counts on the left axis, token counts on the right.
 
-    The time column is the first of ``STEP_TIME_KEYS`` present; None when there is none. Columns about
-    active, waiting and KV tokens used are shown; the others start hidden (click the legend).
+    ``steps`` are rows under the step-trace schema's names (``records.steps``: read through its reader), drawn
+    against ``start_s``; None without it. ``STEP_SHOWN`` columns are shown; the others start hidden (click the legend).
     """
     if not steps:
         return None
-    time_key = next((k for k in STEP_TIME_KEYS if k in steps[0]), None)
-    if time_key is None:
+    time_key = "start_s"
+    if steps[0].get(time_key) is None:
         return None
     stride = max(1, -(-len(steps) // max_points))
     rows = list(steps[::stride])
@@ -276,7 +275,7 @@ def step_trace_figure(steps: Sequence[Mapping[str, object]], max_points: int = M
 
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     x = [r.get(time_key) for r in rows]
-    shown = [k for k in numeric if any(w in k.lower() for w in STEP_SHOWN)] or numeric
+    shown = [k for k in numeric if k in STEP_SHOWN] or numeric
     for k in numeric:
         fig.add_trace(go.Scatter(x=x, y=[r.get(k) for r in rows], mode="lines", name=plot_label(k),
                                  line_shape="hv", visible=True if k in shown else "legendonly"),

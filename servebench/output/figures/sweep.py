@@ -9,6 +9,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from servebench.errors import ConfigError
+from servebench.records.steps import StepTrace, parse_columns
 from servebench.serving.sweep import SweepResult
 
 MAX_TRACE_POINTS = 4000
@@ -86,25 +88,23 @@ def outcomes_vs_load(result: SweepResult) -> go.Figure:
     return fig
 
 
-def _column(trace: Any, name: str) -> np.ndarray:
-    value = trace[name] if isinstance(trace, Mapping) else getattr(trace, name)
-    return np.asarray(value)
-
-
-def trace_over_time(trace: Any, kv_budget_tokens: int | None = None, title: str = "Engine over time") -> go.Figure:
+def trace_over_time(trace: StepTrace | Mapping[str, Any], kv_budget_tokens: int | None = None,
+                    title: str = "Engine over time") -> go.Figure:
     """Return running sequences, waiting requests and KV tokens in use over time from a step trace.
 
-    ``trace`` is a ``StepTrace``, or any mapping of columns (``time``, ``active``, ``waiting``,
-    ``kv_tokens_used``, optionally ``kv_tokens_held``; a DataFrame read from the trace CSV works).
+    ``trace`` is a ``StepTrace``, or a mapping of its columns (``start_s``, ``running``, ``waiting``,
+    ``kv_tokens_used``, optionally ``kv_tokens_held``; old column names are read too).
     KV "taken" is reserved or block-rounded; "computed" is what is actually cached. Long traces are thinned to
     at most ``MAX_TRACE_POINTS`` rows, keeping each bucket's largest values.
     """
-    t = _column(trace, "time").astype(np.float64)
-    active = _column(trace, "active").astype(np.float64)
-    waiting = _column(trace, "waiting").astype(np.float64)
-    kv = _column(trace, "kv_tokens_used").astype(np.float64)
-    has_held = (isinstance(trace, Mapping) and "kv_tokens_held" in trace) or hasattr(trace, "kv_tokens_held")
-    held = _column(trace, "kv_tokens_held").astype(np.float64) if has_held else None
+    if not isinstance(trace, StepTrace):
+        trace = parse_columns({k: list(trace[k]) for k in trace.keys()}, "step trace")
+    need = [c for c in ("start_s", "running", "waiting", "kv_tokens_used") if getattr(trace, c) is None]
+    if need and len(trace):
+        raise ConfigError(f"step trace lacks column(s) {', '.join(need)} to draw over time")
+    t, active, waiting, kv = (np.asarray(getattr(trace, c), dtype=np.float64) if len(trace) else np.zeros(0)
+                              for c in ("start_s", "running", "waiting", "kv_tokens_used"))
+    held = np.asarray(trace.kv_tokens_held, dtype=np.float64) if trace.has("kv_tokens_held") else None
     order = np.argsort(t, kind="stable")
     t, active, waiting, kv = t[order], active[order], waiting[order], kv[order]
     held = held[order] if held is not None else None

@@ -1,13 +1,15 @@
 """Read the runs a report shows: record files, timing-run and simulation folders, sweep outputs.
 
-This is the report's only file-reading edge. A folder is recognised by the files in it:
+This is the report's only file-reading edge. A folder is recognised by the files in it (their names and
+the order a folder is probed in are ``servebench.records.rundir``'s, the same for every command):
 
 =====================  ===============================================================
 ``records.*``          a record set (JSONL, JSON, CSV or Parquet); with ``metadata.json``
                        it is a timing run (the frozen benchmark contract; a load run or a
                        simulation when its ``kind`` says so), with a step trace and no
                        metadata a simulation
-``steps.*``            the step trace of a timing run or simulation (optional)
+``steps.*``            the step trace of a timing run or simulation (optional), read by
+                       ``servebench.records.steps`` under the one schema (older column names too)
 ``summary.json``       ``servebench simulate``'s summary: its ``simulation`` part is shown
 ``sweep.json|csv``     a sweep: one row per offered-load point (any folder without records
                        whose JSON or CSV holds a list of points with a rate or concurrency)
@@ -22,16 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from servebench.errors import InputFormatError, RecordValidationError
+from servebench.records import rundir
 from servebench.records.loaders import LoadedRecords, read_path, to_table
-from servebench.records.table import RecordTable
 from servebench.records.rows import read_rows
-
-RECORD_FILES = ("records.jsonl", "records.json", "records.csv", "records.parquet")
-STEP_FILES = ("steps.jsonl", "steps.json", "steps.csv", "step_trace.jsonl", "trace.jsonl", "step_trace.csv")
-METADATA_FILES = ("metadata.json",)
-SCENARIO_FILES = ("scenario.yaml", "scenario.yml", "scenario.json")
-SIM_SUMMARY_FILES = ("summary.json",)
-SWEEP_FILES = ("sweep.json", "sweep.csv", "sweep_points.json", "sweep_points.csv", "points.json", "points.csv")
+from servebench.records.rundir import METADATA, RECORD_FILES, SWEEP_FILES, find_file
+from servebench.records.table import RecordTable
 SWEEP_KEYS = ("rate", "rate_per_s", "offered_rate", "offered_rate_per_s", "arrival_rate", "concurrency",
               "users", "offered_load")
 KINDS = ("records", "timing run", "load run", "simulation", "sweep")
@@ -50,7 +47,7 @@ class RunInput:
     format: str | None = None
     warnings: list[str] = field(default_factory=list)
     metadata: dict[str, Any] | None = None
-    steps: list[dict[str, Any]] | None = None
+    steps: list[dict[str, Any]] | None = None  # rows under the step-trace schema's names
     sweep_points: list[dict[str, Any]] | None = None
     sweep_document: Any = None
     files: list[str] = field(default_factory=list)
@@ -69,10 +66,6 @@ def _read_mapping(path: Path) -> dict[str, Any]:
     return doc
 
 
-def _find(folder: Path, names: tuple[str, ...]) -> Path | None:
-    return next((folder / n for n in names if (folder / n).is_file()), None)
-
-
 def _looks_like_sweep(rows: list[dict[str, Any]]) -> bool:
     if not rows or not isinstance(rows[0], dict):
         return False
@@ -88,11 +81,11 @@ def _is_sweep_file(p: Path) -> bool:
 
 
 def _sweep_file(folder: Path) -> Path | None:
-    found = _find(folder, SWEEP_FILES)
+    found = find_file(folder, SWEEP_FILES)
     if found is not None:
         return found
     for p in sorted(folder.iterdir()):
-        if p.suffix.lower() in (".json", ".csv") and p.is_file() and p.name not in METADATA_FILES \
+        if p.suffix.lower() in (".json", ".csv") and p.is_file() and p.name != METADATA \
                 and _is_sweep_file(p):
             return p
     return None
@@ -102,11 +95,11 @@ def _load_sweep(sweep: Path, folder: Path, name: str, path: Path) -> RunInput:
     """Read a sweep's points (and the folder's metadata.json, if any) as one run."""
     rows = read_rows(sweep)
     doc = json.loads(sweep.read_text(encoding="utf-8-sig")) if sweep.suffix.lower() == ".json" else None
-    meta_path = _find(folder, METADATA_FILES)
-    meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path is not None else None
+    meta_path = find_file(folder, (METADATA,))
+    meta = rundir.read_metadata(meta_path) if meta_path is not None else None
     files = [sweep.name] + ([meta_path.name] if meta_path is not None else [])
     return RunInput(name=name, path=str(path), kind="sweep",
-                    sweep_points=rows, sweep_document=doc, metadata=meta if isinstance(meta, dict) else None,
+                    sweep_points=rows, sweep_document=doc, metadata=meta,
                     files=files)
 
 
@@ -178,37 +171,28 @@ def load_run(path: str | Path, fmt: str = "auto", window_start: float | None = N
     if not p.is_dir():
         raise InputFormatError(f"{p}: no such file or folder")
     name = p.resolve().name or str(p)
-    records = _find(p, RECORD_FILES)
-    if records is not None:
-        meta_path = _find(p, METADATA_FILES)
-        steps_path = _find(p, STEP_FILES)
-        kind = "timing run" if meta_path is not None else "simulation" if steps_path is not None else "records"
-        run = load_records(records, name, kind, fmt, window_start, window_end)
+    if rundir.is_run_folder(p):
+        folder = rundir.read_folder(p)
+        meta, steps = folder.metadata, folder.steps
+        kind = "timing run" if meta is not None else "simulation" if steps is not None else "records"
+        run = load_records(folder.records_path, name, kind, fmt, window_start, window_end)
         run.path = str(p)
-        if meta_path is not None:
-            try:
-                meta = json.loads(meta_path.read_text(encoding="utf-8"))
-            except json.JSONDecodeError as exc:
-                raise InputFormatError(f"{meta_path}: invalid JSON at line {exc.lineno}: {exc.msg}") from None
-            if not isinstance(meta, dict):
-                raise InputFormatError(f"{meta_path}: expected a JSON object (the benchmark contract)")
+        if meta is not None:
             run.metadata = {**(run.metadata or {}), **meta}
             run.kind = kind_from_metadata(meta, run.kind)
-            run.files.append(meta_path.name)
-        summary_path = _find(p, SIM_SUMMARY_FILES)
-        if meta_path is None and summary_path is not None:
-            sim = _read_mapping(summary_path).get("simulation")  # servebench simulate's own summary
+            run.files.append(METADATA)
+        if meta is None and folder.summary_path is not None:
+            sim = _read_mapping(folder.summary_path).get("simulation")  # servebench simulate's own summary
             if isinstance(sim, dict):
                 run.metadata = {**(run.metadata or {}), "simulation": sim}
                 run.kind = "simulation"
-                run.files.append(summary_path.name)
-        scenario_path = _find(p, SCENARIO_FILES)
-        if meta_path is None and scenario_path is not None:
-            run.metadata = {**(run.metadata or {}), "scenario": _read_mapping(scenario_path)}
-            run.files.append(scenario_path.name)
-        if steps_path is not None:
-            run.steps = read_rows(steps_path)
-            run.files.append(steps_path.name)
+                run.files.append(folder.summary_path.name)
+        if meta is None and folder.scenario_path is not None:
+            run.metadata = {**(run.metadata or {}), "scenario": _read_mapping(folder.scenario_path)}
+            run.files.append(folder.scenario_path.name)
+        if steps is not None and folder.steps_path is not None:
+            run.steps = steps.to_rows()
+            run.files.append(folder.steps_path.name)
         return run
     sweep = _sweep_file(p)
     if sweep is not None:

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from servebench import __version__
 from servebench.records.extra_columns import extra_columns_note, slice_by
+from servebench.records.steps import parse_columns
 from servebench.output.figures import records as rfig
 from servebench.records.table import STATUSES, RecordTable
 from servebench.output.plain import NO_DATA, fmt
@@ -369,20 +370,15 @@ def step_figure(run: RunInput) -> go.Figure | None:
     steps = run.steps or []
     if not steps:
         return None
-    first = steps[0]
-    names = {"time": next((k for k in ("time", "start", "time_s") if k in first), None),
-             "active": next((k for k in ("active", "running") if k in first), None),
-             "waiting": "waiting" if "waiting" in first else None,
-             "kv_tokens_used": "kv_tokens_used" if "kv_tokens_used" in first else None}
-    if all(names.values()):
-        try:
-            from servebench.output.figures.sweep import trace_over_time
-        except ImportError:
-            return rfig.step_trace_figure(steps)
-        cols = {k: np.asarray([r.get(v) for r in steps], dtype=np.float64) for k, v in names.items()}
+    trace = parse_columns({k: [r.get(k) for r in steps] for k in TRACE_CHART_COLUMNS}, run.name)
+    if all(trace.has(k) for k in TRACE_CHART_COLUMNS[:4]):  # kv_tokens_held: drawn when present
+        from servebench.output.figures.sweep import trace_over_time
         budget = _budget_tokens(run.metadata or {})
-        return trace_over_time(cols, budget, title=f"Engine over time ({len(steps)} trace rows)")
+        return trace_over_time(trace, budget, title=f"Engine over time ({len(steps)} trace rows)")
     return rfig.step_trace_figure(steps)
+
+
+TRACE_CHART_COLUMNS = ("start_s", "running", "waiting", "kv_tokens_used", "kv_tokens_held")
 
 
 def _budget_tokens(meta: dict[str, Any]) -> int | None:

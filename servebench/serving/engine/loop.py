@@ -23,13 +23,13 @@ import dataclasses
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 import torch
 
 from servebench.errors import ConfigError
+from servebench.records.steps import StepRow
 from servebench.serving.prefix_cache import TokenPrompt
 from servebench.serving.scheduler import Outcome, Request, Scheduler, SchedulerConfig
 from servebench.serving.engine.executor import ComputePlan, Executor
@@ -53,32 +53,6 @@ class NullListener:
 
     def on_outcome(self, outcome: Outcome) -> None:
         pass
-
-
-@dataclass(frozen=True)
-class StepRow:
-    """One step of the trace: when it started, how long it took, and what it computed.
-
-    ``duration_s`` runs from this step's planning to the next step's planning when the engine
-    went straight on (else to the end of its own iteration): the cycle the simulator models as
-    one step, scheduling and bookkeeping included. ``compute_s`` is the model's share of it, from
-    ``compute_start``; tokens are emitted at ``compute_start + compute_s``, before the step's bookkeeping.
-    """
-
-    start: float
-    duration_s: float
-    compute_s: float
-    prefill_tokens: int
-    decode_seqs: int
-    kv_tokens: int  # context tokens read by the decoding sequences (the step model's KV term)
-    kv_tokens_used: int  # scheduler's KV accounting after the step (reserved or in whole blocks)
-    kv_tokens_held: int  # tokens stored in the physical cache after the step
-    running: int
-    waiting: int
-    preempted: int
-    prefill_seqs: int = 0  # sequences with a prompt chunk in this step (per-sequence set-up in the step model)
-    admitted: int = 0  # requests admitted by this step's plan
-    compute_start: float | None = None  # when the model started computing (after planning and set-up)
 
 
 def cache_capacity_tokens(config: SchedulerConfig) -> int:
@@ -281,12 +255,13 @@ class EngineLoop:
             self._pin_registered()  # before a finished request's blocks are let go
             for outcome in done:
                 finished.append(self._close(outcome))
-            row = StepRow(start=now, duration_s=end - now, compute_s=end - started, prefill_tokens=plan.prefill_tokens,
-                          decode_seqs=len(plan.decode), kv_tokens=plan.kv_tokens_read,
+            row = StepRow(start_s=now, duration_s=end - now, compute_s=end - started,
+                          prefill_tokens=plan.prefill_tokens, decode_seqs=len(plan.decode),
+                          kv_tokens_read=plan.kv_tokens_read,
                           kv_tokens_used=self.scheduler.kv_tokens_used, kv_tokens_held=self.cache.used_tokens,
                           running=self.scheduler.num_running, waiting=self.scheduler.num_waiting,
                           preempted=len(plan.preempted), prefill_seqs=len(plan.prefill),
-                          admitted=len(plan.admitted), compute_start=started)
+                          admitted=len(plan.admitted), compute_start_s=started)
             self.steps += 1
         self._dispatch([(listener, token, end) for listener, token in tokens], finished)
         self._open_row = (row, self.clock())
@@ -304,7 +279,7 @@ class EngineLoop:
         row, iteration_end = self._open_row
         self._open_row = None
         end = iteration_end if next_start is None else next_start
-        return dataclasses.replace(row, duration_s=end - row.start)
+        return dataclasses.replace(row, duration_s=end - row.start_s)
 
     def _emit(self, row: StepRow | None) -> None:
         if row is not None and self.on_step is not None:

@@ -15,13 +15,15 @@ poor to predict from (``stepmodel.judge``) is refused unless ``allow_poor_fit``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, Field
 
-from servebench.errors import ConfigError
+from servebench.errors import ConfigError, InputFormatError
+from servebench.records.steps import StepTrace, as_trace
 from servebench.analysis.percentiles import percentile
 from servebench.records.table import STATUSES, RecordTable
 from servebench.serving.scenario import Scenario, StepModelSpec
@@ -70,48 +72,62 @@ class Validation(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
-def fit_trace(steps: Sequence[Mapping[str, Any]], records: RecordTable | None = None, *,
-              method: FitMethod = "huber") -> StepFit:
-    """Fit the step model to a timing run's step trace (rows of ``servebench run``'s steps.jsonl).
+Steps = StepTrace | Sequence[Mapping[str, Any]]  # a trace, or rows under its names or the old ones
+
+
+def _trace(steps: Steps) -> StepTrace:
+    try:
+        return as_trace(steps)
+    except InputFormatError as exc:  # rows handed over in memory, not a file
+        raise ConfigError(str(exc)) from None
+
+
+def _values(trace: StepTrace, name: str, null: float | None = None) -> np.ndarray:
+    """Return a column as floats; rows where it is null take ``null``, or the trace is refused."""
+    a = getattr(trace, name)
+    values = np.full(len(trace), math.nan) if a is None else a.astype(np.float64)
+    if null is not None:
+        return np.where(np.isnan(values), null, values)
+    if np.isnan(values).any():
+        raise ConfigError(f"step trace row {int(np.argmax(np.isnan(values))) + 1}: no {name}")
+    return values
+
+
+def fit_trace(steps: Steps, records: RecordTable | None = None, *, method: FitMethod = "huber") -> StepFit:
+    """Fit the step model to a timing run's step trace (``servebench run``'s steps.jsonl, read or in memory).
 
     With the run's ``records`` the arrival lag is measured too; the emit lead needs the trace's
-    ``compute_start`` (written since the trace has it; older traces leave both at 0).
+    ``compute_start_s`` (older traces without it leave the lead at 0).
     """
-    if not steps:
+    trace = _trace(steps)
+    if not len(trace):
         raise ConfigError("the step trace is empty: the run computed nothing")
-    try:
-        cols = {
-            "duration": [float(r["duration_s"]) for r in steps],
-            "prefill_tokens": [float(r["prefill_tokens"]) for r in steps],
-            "decode_seqs": [float(r["decode_seqs"]) for r in steps],
-            "kv_tokens_read": [float(r["kv_tokens"]) for r in steps],
-        }
-    except KeyError as exc:
-        raise ConfigError(f"step trace rows need duration_s, prefill_tokens, decode_seqs and kv_tokens; "
-                          f"missing {exc.args[0]!r}") from None
-    if all(r.get("prefill_seqs") is not None for r in steps):
-        cols["prefill_seqs"] = [float(r["prefill_seqs"]) for r in steps]
-    fit = fit_step_model(cols, method=method)
-    timing = {"emit_lead_s": emit_lead_s(steps) or 0.0}
+    fit = fit_step_model(trace, method=method)
+    timing = {"emit_lead_s": emit_lead_s(trace) or 0.0}
     if records is not None:
-        timing["arrival_lag_s"] = arrival_lag_s(records, steps) or 0.0
+        timing["arrival_lag_s"] = arrival_lag_s(records, trace) or 0.0
     fit.model = fit.model.model_copy(update=timing)
     return fit
 
 
-def emit_lead_s(steps: Sequence[Mapping[str, Any]]) -> float | None:
+def emit_lead_s(steps: Steps) -> float | None:
     """Return the median time from the model finishing a step to the step's end (None: not traced)."""
-    trailing = [float(r["start"]) + float(r["duration_s"]) - float(r["compute_start"]) - float(r["compute_s"])
-                for r in steps if r.get("compute_start") is not None and r.get("compute_s") is not None]
-    if not trailing:
+    t = _trace(steps)
+    if t.compute_start_s is None or t.compute_s is None:
+        return None
+    trailing = (_values(t, "start_s") + _values(t, "duration_s") - t.compute_start_s.astype(np.float64)
+                - t.compute_s.astype(np.float64))
+    trailing = trailing[np.isfinite(trailing)]
+    if not trailing.size:
         return None
     return max(0.0, float(np.median(trailing)))
 
 
-def idle_arrival_lags(records: RecordTable, steps: Sequence[Mapping[str, Any]]) -> np.ndarray:
+def idle_arrival_lags(records: RecordTable, steps: Steps) -> np.ndarray:
     """Return admitted - start of the requests that arrived while the engine was idle (no step running)."""
-    start = np.array([float(r["start"]) for r in steps])
-    end = start + np.array([float(r["duration_s"]) for r in steps])
+    t = _trace(steps)
+    start = _values(t, "start_s")
+    end = start + _values(t, "duration_s")
     order = np.argsort(start, kind="stable")
     start, end = start[order], np.maximum.accumulate(end[order])
     ok = np.isfinite(records.admitted)
@@ -121,7 +137,7 @@ def idle_arrival_lags(records: RecordTable, steps: Sequence[Mapping[str, Any]]) 
     return admitted[~busy] - arrival[~busy]
 
 
-def arrival_lag_s(records: RecordTable, steps: Sequence[Mapping[str, Any]]) -> float | None:
+def arrival_lag_s(records: RecordTable, steps: Steps) -> float | None:
     """Return the median lag from arrival to admission at an idle engine (None: too few idle arrivals)."""
     lags = idle_arrival_lags(records, steps)
     if lags.size < MIN_IDLE_ARRIVALS:
@@ -141,20 +157,20 @@ def _status_counts(table: RecordTable) -> dict[str, int]:
     return {s: int(c) for s, c in zip(STATUSES, counts)}
 
 
-def _queue_share(steps: Sequence[Mapping[str, Any]]) -> float:
-    busy = sum(float(r["duration_s"]) for r in steps)
-    waiting = sum(float(r["duration_s"]) for r in steps if int(r.get("waiting", 0)) > 0)
+def _queue_share(steps: Steps) -> float:
+    t = _trace(steps)
+    duration = _values(t, "duration_s")
+    busy = float(duration.sum())
+    waiting = float(duration[_values(t, "waiting", null=0) > 0].sum())
     return waiting / busy if busy > 0 else 0.0
 
 
-def speed_ratios(steps: Sequence[Mapping[str, Any]], fit: StepFit,
-                 window_s: float = SPEED_WINDOW_S) -> tuple[float | None, float | None]:
+def speed_ratios(steps: Steps, fit: StepFit, window_s: float = SPEED_WINDOW_S) -> tuple[float | None, float | None]:
     """Return the 5th and 95th percentiles, over time windows, of measured / fitted step time."""
-    m = fit.model
-    start = np.array([float(r["start"]) for r in steps])
-    measured = np.array([float(r["duration_s"]) for r in steps])
-    predicted = np.array([m.step_s(int(r["prefill_tokens"]), int(r["decode_seqs"]), int(r["kv_tokens"]),
-                                   int(r.get("prefill_seqs") or 0)) for r in steps])
+    t = _trace(steps)
+    start, measured = _values(t, "start_s"), _values(t, "duration_s")
+    predicted = fit.model.step_s(_values(t, "prefill_tokens"), _values(t, "decode_seqs"),  # type: ignore[arg-type]
+                                 _values(t, "kv_tokens_read"), _values(t, "prefill_seqs", null=0))
     window = np.floor(start / window_s).astype(np.int64)
     window -= window.min(initial=0)
     num = np.bincount(window, weights=measured)
@@ -181,9 +197,10 @@ def compare(measured: RecordTable, simulated: RecordTable) -> list[MetricCompari
     return out
 
 
-def validate_run(records: RecordTable, steps: Sequence[Mapping[str, Any]], scenario: Scenario, *,
+def validate_run(records: RecordTable, steps: Steps, scenario: Scenario, *,
                  allow_poor_fit: bool = False, method: FitMethod = "huber") -> Validation:
     """Fit, simulate and compare; see the module docstring. Raises ``PoorFitError`` on a poor fit."""
+    steps = _trace(steps)
     fit = fit_trace(steps, records, method=method)
     require_usable(fit, allow_poor_fit=allow_poor_fit, what="the run's step trace")
     sim = simulate(simulation_scenario(scenario, fit))

@@ -1,0 +1,177 @@
+"""The run folder: the files ``run``, ``load`` and ``simulate`` write, and ``summarize`` and ``report`` read.
+
+===================  ==========================================================================
+``records.*``        the records; a reader takes the first of :data:`RECORD_FILES` present
+``steps.*``          the step trace (:mod:`servebench.records.steps`); first of :data:`STEP_FILES`
+``metadata.json``    the frozen benchmark contract of a timing or load run (its ``kind`` says which)
+``sends.jsonl``      a load run's sends: actual send time and lag per request
+``summary.json``     ``servebench simulate``'s summary (its ``simulation`` part describes the run)
+``scenario.yaml``    a scenario put beside a simulation's files (first of :data:`SCENARIO_FILES`)
+===================  ==========================================================================
+
+A sweep's folder holds ``sweep.json`` and ``sweep.csv`` (:data:`SWEEP_FILES`) and one run folder per
+load. Records are read by :func:`servebench.records.loaders.read_path`, which asks :func:`records_file`
+here, so every command reads the same file of a folder; this module reads and writes the rest.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from servebench.errors import ConfigError, InputFormatError
+from servebench.records.rows import read_rows
+from servebench.records.steps import StepRow, StepTrace, read_steps, write_steps
+from servebench.records.table import RecordTable
+
+RECORD_FILES: tuple[str, ...] = ("records.jsonl", "records.parquet", "records.csv", "records.json")
+STEP_FILES: tuple[str, ...] = ("steps.jsonl", "steps.csv", "steps.json",
+                               "step_trace.jsonl", "step_trace.csv", "trace.jsonl")  # the last three: older names
+RECORDS = RECORD_FILES[0]  # what servebench writes
+STEPS = STEP_FILES[0]
+METADATA = "metadata.json"
+SENDS = "sends.jsonl"
+SUMMARY = "summary.json"
+SCENARIO_FILES: tuple[str, ...] = ("scenario.yaml", "scenario.yml", "scenario.json")
+SWEEP_FILES: tuple[str, ...] = ("sweep.json", "sweep.csv", "sweep_points.json", "sweep_points.csv",
+                                "points.json", "points.csv")
+
+
+def find_file(folder: Path, names: Sequence[str]) -> Path | None:
+    """Return the first of ``names`` that is a file in ``folder``, or None."""
+    return next((folder / n for n in names if (folder / n).is_file()), None)
+
+
+def is_run_folder(path: str | Path) -> bool:
+    """Return whether ``path`` is a folder holding one of :data:`RECORD_FILES`."""
+    p = Path(path)
+    return p.is_dir() and find_file(p, RECORD_FILES) is not None
+
+
+def records_file(folder: str | Path) -> Path:
+    """Return the record file of a run folder: the first of :data:`RECORD_FILES` present."""
+    p = Path(folder)
+    found = find_file(p, RECORD_FILES)
+    if found is None:
+        raise InputFormatError(f"{p}: a folder without {' or '.join(RECORD_FILES)}")
+    return found
+
+
+def read_trace(path: str | Path) -> StepTrace:
+    """Read a step-trace file, or the step trace of a run folder (the first of :data:`STEP_FILES` present)."""
+    p = Path(path)
+    if p.is_dir():
+        found = find_file(p, STEP_FILES)
+        if found is None:
+            raise InputFormatError(f"{p}: a folder without {' or '.join(STEP_FILES)}")
+        p = found
+    if not p.is_file():
+        raise InputFormatError(f"{p}: no such file")
+    return read_steps(p)
+
+
+def read_metadata(path: Path) -> dict[str, Any]:
+    """Read ``metadata.json`` (the benchmark contract); it must be one JSON object."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputFormatError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except json.JSONDecodeError as exc:
+        raise InputFormatError(f"{path}: invalid JSON at line {exc.lineno}: {exc.msg}") from None
+    if not isinstance(doc, dict):
+        raise InputFormatError(f"{path}: expected a JSON object (the benchmark contract)")
+    return doc
+
+
+@dataclass
+class RunFolder:
+    """A run folder's files, read (the records are read by ``loaders.read_path``, from ``records_path``)."""
+
+    path: Path
+    records_path: Path
+    steps_path: Path | None = None
+    steps: StepTrace | None = None
+    metadata_path: Path | None = None
+    metadata: dict[str, Any] | None = None
+    sends_path: Path | None = None
+    summary_path: Path | None = None
+    scenario_path: Path | None = None
+    files: list[str] = field(default_factory=list)
+
+
+def read_folder(folder: str | Path, *, require: Sequence[str] = ()) -> RunFolder:
+    """Read a run folder's step trace and metadata, and find its other files; ``require`` names files that must be there.
+
+    ``require`` takes ``"steps"``, ``"metadata"`` and ``"sends"``; a folder without one of them is refused
+    with the missing file's name.
+    """
+    p = Path(folder)
+    if not p.is_dir():
+        raise InputFormatError(f"{p}: not a folder (give the -o folder of servebench run, load or simulate)")
+    steps_path, meta_path = find_file(p, STEP_FILES), find_file(p, (METADATA,))
+    sends_path = find_file(p, (SENDS,))
+    found = {"records": find_file(p, RECORD_FILES), "steps": steps_path, "metadata": meta_path, "sends": sends_path}
+    missing = [RECORDS if k == "records" else {"steps": STEPS, "metadata": METADATA, "sends": SENDS}[k]
+               for k in ("records", *require) if found[k] is None]
+    if missing:
+        raise InputFormatError(f"{p}: missing {', '.join(missing)}; is it a folder written by servebench "
+                               "run, load or simulate?")
+    records_path = records_file(p)
+    run = RunFolder(path=p, records_path=records_path, steps_path=steps_path, metadata_path=meta_path,
+                    sends_path=sends_path, summary_path=find_file(p, (SUMMARY,)), scenario_path=find_file(p, SCENARIO_FILES),
+                    files=[records_path.name])
+    if meta_path is not None:
+        run.metadata = read_metadata(meta_path)
+        run.files.append(meta_path.name)
+    if steps_path is not None:
+        run.steps = read_steps(steps_path)
+        run.files.append(steps_path.name)
+    return run
+
+
+def read_sends(folder: str | Path) -> list[dict[str, Any]]:
+    """Read a load run's ``sends.jsonl``: per request, when it was meant to go, when it went, and the lag."""
+    path = Path(folder) / SENDS
+    if not path.is_file():
+        raise InputFormatError(f"{folder}: no {SENDS}; is it a folder written by servebench load?")
+    return read_rows(path)
+
+
+def _jsonl(rows: Sequence[Mapping[str, Any]]) -> str:
+    return "".join(json.dumps(dict(r)) + "\n" for r in rows)
+
+
+def write_run(folder: str | Path, records: RecordTable | Sequence[Mapping[str, Any]], *,
+              steps: StepTrace | Sequence[StepRow] | None = None, metadata: Mapping[str, Any] | None = None,
+              sends: Sequence[Mapping[str, Any]] | None = None,
+              steps_format: Literal["jsonl", "csv"] = "jsonl") -> dict[str, Path]:
+    """Write a run folder (created if needed): records, and the step trace, metadata and sends given.
+
+    Returns the files written by role (``records``, ``steps``, ``metadata``, ``sends``). Whatever
+    else a command keeps beside them (simulate's ``summary.json``) the command writes itself.
+    """
+    d = Path(folder)
+    if steps_format not in ("jsonl", "csv"):
+        raise ConfigError(f"step trace format {steps_format!r}: expected jsonl or csv")
+    files = {"records": d / RECORDS}
+    try:
+        if d.exists() and not d.is_dir():
+            raise ConfigError(f"output {d} exists and is not a folder")
+        d.mkdir(parents=True, exist_ok=True)
+        rows = records.to_dicts() if isinstance(records, RecordTable) else records
+        files["records"].write_text(_jsonl(rows), encoding="utf-8")
+        if steps is not None:
+            files["steps"] = d / f"steps.{steps_format}"
+            write_steps(steps, files["steps"])
+        if sends is not None:
+            files["sends"] = d / SENDS
+            files["sends"].write_text(_jsonl(sends), encoding="utf-8")
+        if metadata is not None:
+            files["metadata"] = d / METADATA
+            files["metadata"].write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot write the run to {d}: {exc.strerror or exc}") from None
+    return files
