@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import numpy as np
 import streamlit as st
 
+from pages._figures import percentile_charts
 from pages._shared import guarded, records_sidebar, show_reader_warnings
-from servebench.output.figures.summary import METRIC_LABELS, fmt, percentile_cdf, percentile_histogram
+from servebench.output.figures.summary import METRIC_LABELS, fmt
 from servebench.output.figures.tokens import TOKEN_METRIC_LABELS
-from servebench.analysis.percentiles import estimate
+from servebench.analysis.percentiles import estimate, nearest_rank
 from servebench.analysis.summary import RECORD_METRICS, TOKEN_METRICS, metric_values, token_metric_values
+
+SHOWN_ROWS = 1_000
 
 st.title("Percentile explorer")
 ds = records_sidebar()
@@ -66,10 +70,29 @@ if est.n == 0:
     st.info("No record counts toward this metric here (for queue wait and prefill the records need `admitted`).")
 else:
     left, right = st.columns(2)
-    left.plotly_chart(percentile_cdf(ok_values, fa_values, q, ok_est.value, fa_est.value, label), key="pct_cdf")
+    cdf, hist = percentile_charts(f"{ds.key}:{ds.window_start!r}:{ds.window_end!r}:{metric}:{chosen_slice}", view, q,
+                                  label, ok_values, fa_values, ok_est.value, fa_est.value)
+    left.plotly_chart(cdf, key="pct_cdf")
+    right.plotly_chart(hist, key="pct_hist")
     shown = ok_values if view == "success-only" else fa_values
-    right.plotly_chart(percentile_histogram(shown, q, est.value, label), key="pct_hist")
-    with st.expander(f"The {len(counted):,} records counted"):
-        frame = table.take(counted).to_arrow().to_pandas()
-        frame.insert(0, label, shown)
-        st.dataframe(frame, hide_index=True)
+    # built only when opened, and at most SHOWN_ROWS rows: the browser draws every row it is sent
+    box = st.expander(f"The {len(counted):,} records counted", key="pct_records_open", on_change="rerun")
+    if box.open:
+        order = np.argsort(shown, kind="stable")
+        rank = nearest_rank(q, len(order))  # 1-based, as the value above was picked
+        lo = max(0, min(rank - 1 - SHOWN_ROWS // 2, len(order) - SHOWN_ROWS))
+        near = order[lo:lo + SHOWN_ROWS]
+        frame = table.take(counted[near]).to_arrow().to_pandas()
+        frame.insert(0, label, shown[near])
+        if len(order) > SHOWN_ROWS:
+            box.caption(f"The {len(near):,} records around the p{q:g} rank ({rank:,} of {len(order):,}), by "
+                        f"{label.lower()}; download them all below.")
+        box.dataframe(frame, hide_index=True)
+        if len(order) > SHOWN_ROWS:
+            def _all_csv() -> bytes:
+                every = table.take(counted[order]).to_arrow().to_pandas()
+                every.insert(0, label, shown[order])
+                return every.to_csv(index=False).encode()
+
+            box.download_button(f"All {len(order):,} records counted (CSV)", _all_csv, on_click="ignore",
+                                file_name=f"p{q:g}_{metric}_records.csv", mime="text/csv")

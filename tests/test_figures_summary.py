@@ -151,7 +151,15 @@ def test_percentile_figures_mark_the_value() -> None:
     assert any("p95 failure-aware = ∞" in (a.text or "") for a in fig.layout.annotations)
     hist = percentile_histogram(fa, 50, 2.0, "Latency (s)")
     assert "1 non-successes at ∞" in hist.layout.title.text
-    assert list(hist.data[0].x) == [1.0, 2.0, 3.0]
+    bars = hist.data[0]
+    assert sum(bars.y) == 3  # the finite values, binned here
+    assert bars.customdata[0][0] == 1.0 and bars.customdata[-1][1] == 3.0
+
+
+def test_percentile_histogram_sends_bins_not_values() -> None:
+    values = np.random.default_rng(18).exponential(1.0, 100_000)
+    bars = percentile_histogram(values, 95, float(np.quantile(values, 0.95)), "TTFT (s)", bins=60).data[0]
+    assert len(bars.x) == 60 and sum(bars.y) == 100_000
 
 
 def test_concurrency_figure_marks_profile_b_at_8_and_never_rises() -> None:

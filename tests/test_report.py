@@ -196,6 +196,19 @@ def test_cdf_thins_large_inputs_but_keeps_the_marked_points() -> None:
         assert percentile(values, q) in xs
 
 
+def test_cdf_panel_puts_the_three_cdfs_in_one_figure_with_their_marks() -> None:
+    rng = np.random.default_rng(18)
+    figs = {m: rfig.cdf_figure(rng.exponential(1.0, 500), m) for m in ("latency", "ttft", "tpot")}
+    figs["tpot"] = rfig.cdf_figure(np.array([]), "tpot", left_out=4, left_out_reason="non-success")
+    panel = rfig.cdf_panel(figs)
+    assert {t.xaxis for t in panel.data} == {"x", "x2"}  # the empty TPOT has no trace, only its note
+    assert [t.name for t in panel.data if t.xaxis == "x2"] == ["CDF", "p50", "p95", "p99"]
+    assert sorted(s.xref for s in panel.layout.shapes) == ["x"] * 3 + ["x2"] * 3
+    titles = [a.text for a in panel.layout.annotations]
+    assert any(t.startswith("Latency<br>") for t in titles) and any(t.startswith("Request TPOT<br>") for t in titles)
+    assert any("no values" in t and a.xref == "x3 domain" for t, a in zip(titles, panel.layout.annotations))
+
+
 def test_cdf_of_no_values_says_so() -> None:
     fig = rfig.cdf_figure(np.array([]), "tpot", left_out=4, left_out_reason="non-success")
     assert not fig.data
@@ -239,7 +252,7 @@ def test_every_status_is_shown_even_at_zero(r1_r4: list[dict]) -> None:
 def test_run_page_sections(evil_site: dict[str, bytes]) -> None:
     text = evil_site["run-01-file-script-alert-1-script-json.html"].decode()
     for section_id in ("warnings", "summary", "outcomes", "work", "percentiles", "cdfs", "timeline", "stages",
-                       "slices", "contract", "quality"):
+                       "slices", "metadata", "quality"):
         assert f'id="{section_id}"' in text, section_id
     assert "wasted (by non-success requests)" in text and ">4<" in text  # the timeout's 4 tokens
     assert "Goodput under the SLO" in text
@@ -306,7 +319,7 @@ def test_timing_run_folder(tmp_path: Path, r1_r4: list[dict]) -> None:
     run = load_run(folder)
     assert run.kind == "timing run" and run.name == "tiny-run" and run.steps and len(run.steps) == 50
     text = build_site([run])["run-01-tiny-run.html"].decode()
-    assert 'id="contract"' in text and "2.13.0" in text and EVIL not in text
+    assert 'id="metadata"' in text and "2.13.0" in text and EVIL not in text
     assert 'id="steps"' in text and 'id="kv"' in text and ">131,072<" in text
     assert "admission policy</td><td>reserve<" in text
     # options win over the metadata
@@ -545,6 +558,6 @@ def test_load_run_folder_is_named_by_its_metadata(tmp_path: Path) -> None:
     run = load_run(folder)
     assert run.kind == "load run" and run.steps is None
     page = build_site([run])["run-01-load.html"].decode()
-    assert "Benchmark contract" in page and "http://127.0.0.1:8000" in page
+    assert "Run metadata" in page and "http://127.0.0.1:8000" in page
     tags = parse(page)
     assert not any(re.match(r"https?:", (t.get("href") or "")) for t in tags.links)

@@ -157,8 +157,11 @@ def percentile_histogram(values: np.ndarray, q: float, value: float | None, labe
     """Return a histogram of the finite values with percentile q marked; infinite values are counted in the title."""
     finite = values[np.isfinite(values)]
     n_inf = int(values.size - finite.size)
-    fig = go.Figure(go.Histogram(x=finite, nbinsx=bins, marker_color="#1565c0",
-                                 hovertemplate="%{x}: %{y} records<extra></extra>"))
+    # binned here, so the browser gets `bins` bars rather than every value (100,000 records: 2 MB of JSON)
+    counts, edges = np.histogram(finite, bins=bins) if finite.size else (np.zeros(0, dtype=np.int64), np.zeros(1))
+    fig = go.Figure(go.Bar(x=(edges[:-1] + edges[1:]) / 2, y=counts, width=np.diff(edges), marker_color="#1565c0",
+                           customdata=np.stack([edges[:-1], edges[1:]], axis=1) if counts.size else None,
+                           hovertemplate="%{customdata[0]:.4g} to %{customdata[1]:.4g}: %{y} records<extra></extra>"))
     if value is not None and math.isfinite(value):
         fig.add_vline(x=value, line={"color": "#c62828", "dash": "dash"}, annotation_text=f"p{q:g} = {fmt(value)}")
     title = f"Histogram of {label}"

@@ -15,7 +15,7 @@ from servebench.records.table import RecordTable
 from servebench.analysis.summary import Report
 from servebench.records.token_times import Gaps, flat, gaps
 from servebench.output.plain import NO_DATA
-from servebench.output.figures.records import MARKS, _layout, _titled, cdf_figure, plot_label
+from servebench.output.figures.records import MARKS, _layout, _titled, cdf_figure, new_figure, plot_label
 
 TOKEN_METRIC_LABELS: dict[str, str] = {"itl": "Inter-token latency (every gap)",
                                        "max_stall": "Longest stall per request (max gap)"}
@@ -53,7 +53,7 @@ def stall_histogram(table: RecordTable, threshold_s: float | None = None, bins: 
         return None
     g, itl = found
     stalls = g.max_gap[table.is_success & ~np.isnan(g.max_gap)]
-    fig = go.Figure()
+    fig = new_figure()
     if stalls.size == 0:
         fig.add_annotation(text="no success has two token arrivals", showarrow=False, x=0.5, y=0.5,
                            xref="paper", yref="paper")
@@ -88,7 +88,7 @@ def token_timeline(table: RecordTable, count: int = 8, max_ticks: int = 400) -> 
     latency = table.end[candidates] - table.start[candidates]
     slowest = candidates[np.argsort(-latency, kind="stable")[:count]]
     ids = table.request_id
-    fig = go.Figure()
+    fig = new_figure()
     for rank, row in enumerate(slowest):
         times = f.values[f.offsets[row]:f.offsets[row + 1]] - table.start[row]
         keep = np.arange(times.size)
@@ -119,7 +119,7 @@ def prefill_comparison(chunked: Report, whole: Report) -> go.Figure:
     """Return grouped bars of TTFT p95, ITL p99 and max_stall_s p95 for chunked vs whole-prompt prefill."""
     metrics = [("TTFT p95", lambda r: r.ttft_s.at(95)), ("ITL p99", lambda r: r.itl_s.at(99) if r.itl_s else None),
                ("longest stall p95", lambda r: r.max_stall_s.at(95) if r.max_stall_s else None)]
-    fig = go.Figure()
+    fig = new_figure()
     for name, report, color in (("chunked prefill", chunked, "#2ca02c"), ("whole-prompt prefill", whole, "#ff7f0e")):
         values = [get(report) for _, get in metrics]
         fig.add_trace(go.Bar(name=name, x=[m for m, _ in metrics], y=values, marker_color=color,
