@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import streamlit as st
 
+from pages._figures import cause_chart, over_time_chart, record_charts
 from pages._prefix_cache import show_prefix_cache
 from pages._shared import cached_report, guarded, records_sidebar, show_reader_warnings, site_zip, slo_inputs
 from servebench.records.extra_columns import SLICE_COLUMN, slice_choices
-from servebench.output.figures import records as record_figs
-from servebench.output.figures.compare import over_time
 from servebench.output.terminal import fmt_window
 from servebench.output.figures.summary import (cause_frame, contract_cells, distribution_frame, fmt, fmt_share,
                                         fmt_share_of, outcome_cells, slice_frame, status_frame)
@@ -75,9 +74,8 @@ with outcome_box:
     for col, cell in zip(st.columns(len(cells)), cells):
         col.metric(cell.label, fmt(cell.count), help=cell.help)
     left, right = st.columns(2)
-    left.plotly_chart(record_figs.status_figure(report.by_status), key="status_fig")
-    left.dataframe(status_frame(report), hide_index=True)
-    cause_fig = record_figs.cause_figure(report.by_cause)
+    left.dataframe(status_frame(report), hide_index=True)  # the counts above, with shares (no chart: same numbers)
+    cause_fig = cause_chart(ds.key, ds.window_start, ds.window_end, report.by_cause)
     if cause_fig is not None:
         right.plotly_chart(cause_fig, key="cause_fig")
         right.dataframe(cause_frame(report).assign(cause=lambda f: f["cause"].map(safe_text)), hide_index=True)
@@ -110,10 +108,15 @@ with outcome_box:
                     help=f"{fmt(report.in_service.time_at_peak_s)} s at the peak.")
     elif "in_service" not in no_clock:
         c[2].caption("No `admitted` times: in-service concurrency and queue wait are unknown.")
+    charts = record_charts(ds.key, ds.window_start, ds.window_end, ds.table)
     if "active_requests" not in no_clock:
-        st.plotly_chart(record_figs.timeline_figure(ds.table, ds.window_start, ds.window_end), key="timeline_fig")
-        with st.expander("Throughput, TTFT and latency over time (warm-up, drift, bursts)"):
-            st.plotly_chart(over_time(ds.table, ds.window_start, ds.window_end), key="over_time_fig")
+        st.plotly_chart(charts["timeline"], key="timeline_fig")
+        # drawn only when opened: a closed panel's chart would still be drawn, on every page load
+        later = st.expander("Throughput, TTFT and latency over time (warm-up, drift, bursts)", key="over_time_open",
+                            on_change="rerun")
+        if later.open:
+            later.plotly_chart(over_time_chart(ds.key, ds.window_start, ds.window_end, ds.table),
+                               key="over_time_fig")
 
     st.subheader("Percentiles with 95% confidence intervals")
     st.caption("Nearest rank. A '—' bound means the sample is too small to bound that side. "
@@ -127,10 +130,8 @@ with outcome_box:
     st.dataframe(distribution_frame({
         "Latency (s)": report.failure_aware_latency_s, "TTFT (s)": report.failure_aware_ttft_s,
     }), hide_index=True)
-    figs = record_figs.record_cdfs(ds.table)
-    for col, key in zip(st.columns(3), ("latency", "ttft", "tpot")):
-        col.plotly_chart(figs[key], key=f"cdf_{key}")
-    stage_fig = record_figs.stage_figure(ds.table)
+    st.plotly_chart(charts["cdfs"], key="cdfs")
+    stage_fig = charts["stages"]
     if stage_fig is not None:
         st.plotly_chart(stage_fig, key="stage_fig")
     if report.prefix_cache is not None:
