@@ -32,7 +32,7 @@ every row, and sorts each distribution per view.
 Where the report's time goes at 1M records (quiet machine): reading about 55 ms, parsing Arrow into
 numpy columns and masks about 35, validation about 25, the report about 250. The report's critical
 path is the whole file's view (about 170 ms of CPU): a quarter in the distribution sorts, a quarter in
-its two sweeps (then time buckets, then only the events that could be at the peak), the rest in masked
+its two sweeps (at the time by buckets, then only the events that could be at the peak), the rest in masked
 copies and sums. The slice views and the duplicate-ID hashing (about 40 ms) run in a worker
 thread beside it and finish at about the same time, so the two cores are both busy throughout.
 
@@ -41,8 +41,8 @@ Results: benchmarks/results/summary.json and summary.md.
 Token times (issue 21, ``--token-times``): the report on the same 1M records with and without
 token_times and token_counts (each success streamed in chunks of 16 tokens: about 11.7M arrivals).
 Where the extra time goes (quiet-ish machine, best of 3): Parquet decoding the two list columns about
-0.58 s (the records' own columns read in 0.07 s; dictionary pages, which servebench no longer writes
-for list columns, doubled it), validating every arrival about 0.3 s, the gaps and their sorted ITL
+0.58 s (the records' own columns read in 0.07 s; servebench writes list columns without dictionary
+pages, which read no faster: benchmarks/fast_paths.py), validating every arrival about 0.3 s, the gaps and their sorted ITL
 distributions (whole file and each slice) about 0.5 s. It grows with the arrivals, not the records.
 Results: benchmarks/results/summary_token_times.json and .md.
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from unittest.mock import patch
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -27,16 +25,13 @@ def brute_force(intervals, ws, we):
     return peak, time_at_peak
 
 
-# 1.0: always walk the buckets that could hold the peak; -1: always the full sweep
-@pytest.mark.parametrize("exact_share", [1.0, -1.0])
 @settings(max_examples=300, deadline=None, derandomize=True)
 @given(st.lists(st.tuples(st.integers(0, 20), st.integers(0, 6)), min_size=1, max_size=40))
-def test_matches_brute_force_with_ties(exact_share, pairs):
+def test_matches_brute_force_with_ties(pairs):
     intervals = [(float(s), float(s + d)) for s, d in pairs]
     start = np.array([s for s, _ in intervals])
     end = np.array([e for _, e in intervals])
-    with patch("servebench.analysis.timeline._MAX_EXACT_SHARE", exact_share):
-        tl = active_timeline(start, end, 0.0, 26.0)
+    tl = active_timeline(start, end, 0.0, 26.0)
     peak, time_at_peak = brute_force(intervals, 0.0, 26.0)
     assert tl.peak == peak
     if peak:
@@ -45,18 +40,15 @@ def test_matches_brute_force_with_ties(exact_share, pairs):
 
 
 @settings(max_examples=100, deadline=None, derandomize=True)
-@given(st.lists(st.tuples(st.floats(-50, 50), st.floats(0, 3)), min_size=1, max_size=300),
-       st.sampled_from([1, 2, 4, 64]))
-def test_buckets_find_the_same_peak_as_the_full_sweep(pairs, events_per_bucket):
+@given(st.lists(st.tuples(st.floats(-50, 50), st.floats(0, 3)), min_size=1, max_size=300), st.booleans())
+def test_float_intervals_match_brute_force_sorted_in_place_or_not(pairs, overwrite):
     start = np.array([s for s, _ in pairs])
     end = start + np.array([d for _, d in pairs])
-    with patch("servebench.analysis.timeline._EVENTS_PER_BUCKET", events_per_bucket), \
-            patch("servebench.analysis.timeline._MAX_EXACT_SHARE", 1.0):
-        bucketed = active_timeline(start, end, -60.0, 60.0)
-    with patch("servebench.analysis.timeline._MAX_EXACT_SHARE", -1.0):
-        swept = active_timeline(start, end, -60.0, 60.0)
-    assert bucketed.peak == swept.peak
-    assert bucketed.time_at_peak_s == pytest.approx(swept.time_at_peak_s)
+    peak, time_at_peak = brute_force(list(zip(start.tolist(), end.tolist())), -60.0, 60.0)
+    tl = active_timeline(start.copy(), end.copy(), -60.0, 60.0, overwrite=overwrite)
+    assert tl.peak == peak
+    if peak:
+        assert tl.time_at_peak_s == pytest.approx(time_at_peak)
 
 
 def test_a_departure_comes_before_an_arrival_at_equal_times():
@@ -72,12 +64,3 @@ def test_zero_length_requests_never_count_as_active():
 def test_active_counts_at_times():
     counts = active_counts(np.array([0.0, 1.0, 1.0]), np.array([2.0, 3.0, 1.5]), np.array([0.5, 1.0, 1.7, 2.0]))
     assert counts.tolist() == [1, 3, 2, 1]
-
-
-@settings(max_examples=100, deadline=None)
-@given(st.lists(st.integers(0, 30), max_size=200), st.lists(st.integers(0, 30), max_size=200))
-def test_blocked_search_counts_like_searchsorted(haystack, needles):
-    from servebench.analysis.timeline import _count_at_or_before
-    h, n = np.sort(np.array(haystack, dtype=float)), np.sort(np.array(needles, dtype=float))
-    with patch("servebench.analysis.timeline._SEARCH_BLOCK", 7):  # many blocks, ties across block edges
-        assert _count_at_or_before(h, n).tolist() == np.searchsorted(h, n, side="right").tolist()

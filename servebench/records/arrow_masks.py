@@ -1,13 +1,16 @@
-"""Arrow validity and boolean arrays as numpy masks, by unpacking their bitmaps.
+"""Arrow validity and boolean arrays as numpy masks.
 
-pyarrow's own ``to_numpy`` of a boolean array goes value by value; unpacking the bitmap with
-numpy is tens of times faster, which matters for every column of a ten-million-row file.
+Null masks unpack the validity bitmap with numpy: 2.3x to 3.6x less CPU than pyarrow's
+``is_null().to_numpy()`` on a 10M-row column (``benchmarks/fast_paths.py``, case ``null_mask``).
+Boolean values use pyarrow's own conversion: unpacking their bitmap by hand measured no faster
+(case ``bool_values``, 1.0x), so it was dropped.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 
 def chunks_of(arr: pa.Array | pa.ChunkedArray) -> list[pa.Array]:
@@ -49,10 +52,4 @@ def bool_values(arr: pa.Array | pa.ChunkedArray, null_as: bool) -> np.ndarray:
     >>> bool_values(pa.array([True, None, False]), null_as=True).tolist()
     [True, True, False]
     """
-    parts = []
-    for chunk in chunks_of(arr):
-        values = _bits(chunk.buffers()[1], chunk.offset, len(chunk))
-        if chunk.null_count:
-            values = np.where(null_mask(chunk), null_as, values)
-        parts.append(values)
-    return join_masks(parts)
+    return np.asarray(pc.fill_null(arr, null_as).to_numpy(zero_copy_only=False), dtype=bool)

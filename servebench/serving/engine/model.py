@@ -135,9 +135,10 @@ def flushing_denormals() -> bool:
 def denormals_flushed() -> Iterator[None]:
     """Flush denormal floats to zero in this thread while the engine computes, then restore the previous mode.
 
-    Random weights produce denormals and x86 arithmetic on them is many times slower; the flag is
-    per-thread processor state, so it is scoped here rather than left set for the whole process
-    (and a caller that had already turned it on keeps it on).
+    Random weights produce denormals, and x86 arithmetic on them is slow (a matmul over denormal
+    weights took about 200x the CPU time without the flush: ``benchmarks/fast_paths.py`` case
+    ``flush_denormals``). The flag is per-thread processor state, so it is scoped here rather than
+    left set for the whole process (and a caller that had already turned it on keeps it on).
     """
     was_on = flushing_denormals()
     torch.set_flush_denormal(True)
@@ -317,18 +318,16 @@ class AttentionGroup:
         return self.rows.flatten()
 
 
-def paged_attention(q: Tensor, k_flat: Tensor, v_flat: Tensor, group: AttentionGroup) -> Tensor:
+def paged_attention(q: Tensor, k_layer: Tensor, v_layer: Tensor, group: AttentionGroup) -> Tensor:
     """Attend a group's queries over keys gathered from the cache; return (B x Q, H, D).
 
-    ``k_flat``/``v_flat`` are one layer's cache as (slots, KV heads x D). ``index_select`` on that
-    2-D view gathers several times faster than advanced indexing of the 3-D cache.
+    ``k_layer``/``v_layer`` are one layer's cache, (slots, KV heads, D), gathered by plain indexing
+    (``index_select`` on a 2-D view measured 1.3x to 1.6x faster on a CPU: under 2x, so not kept;
+    ``benchmarks/fast_paths.py``, case ``index_select_2d``).
     """
     b, nq = group.rows.shape
-    length = group.keys.shape[1]
-    kvh = v_flat.shape[1] // q.shape[-1]
-    idx = group.keys.flatten()
-    k = k_flat.index_select(0, idx).view(b, length, kvh, -1).transpose(1, 2)
-    v = v_flat.index_select(0, idx).view(b, length, kvh, -1).transpose(1, 2)
+    k = k_layer[group.keys].transpose(1, 2)  # (B, L, KV heads, D) -> (B, KV heads, L, D)
+    v = v_layer[group.keys].transpose(1, 2)
     qb = q.index_select(0, group.flat_rows).view(b, nq, q.shape[1], q.shape[2]).transpose(1, 2)
     out = nn.functional.scaled_dot_product_attention(qb, k, v, attn_mask=group.mask.unsqueeze(1), enable_gqa=True)
     return out.transpose(1, 2).reshape(b * nq, q.shape[1], q.shape[2])
@@ -431,10 +430,8 @@ class Decoder(nn.Module):
             k_cache[layer].index_copy_(0, batch.write_slots, k)
             v_cache[layer].index_copy_(0, batch.write_slots, v)
             attn = torch.empty_like(q)
-            k_flat = k_cache[layer].flatten(1)
-            v_flat = v_cache[layer].flatten(1)
             for group in batch.groups:
-                attn[group.flat_rows] = paged_attention(q, k_flat, v_flat, group)
+                attn[group.flat_rows] = paged_attention(q, k_cache[layer], v_cache[layer], group)
             x = x + attn.flatten(-2) @ self.wo[layer]
             x = x + self._mlp(layer, x)
         return self._logits(x[batch.logit_rows])
