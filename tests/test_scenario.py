@@ -62,3 +62,29 @@ def test_request_count_replaces_a_duration_limit() -> None:
     five = with_request_count(base, 5)
     assert five.workload.num_requests == 5 and five.workload.duration_s is None
     assert five.server == base.server and base.workload.num_requests != 5
+
+
+def test_scenario_edits_are_validated_as_a_whole() -> None:
+    from servebench.capacity.kv import ModelShape
+    from servebench.serving.scenario import (with_kv_budget_tokens, with_max_num_seqs, with_mix, with_model,
+                                             with_policy, with_rate)
+
+    base = load_scenario(SAMPLES / "profile_b.yaml")
+    paged = with_policy(with_max_num_seqs(base, 8), "paged")
+    assert (paged.server.policy, paged.server.max_num_seqs, base.server.policy) == ("paged", 8, "reserve")
+    tokens = with_kv_budget_tokens(base, 4096)
+    assert tokens.server.budget_tokens() == 4096 and tokens.server.model is None
+    shaped = with_model(tokens, ModelShape(layers=32, kv_heads=8, head_dim=128), 8.0)
+    assert shaped.server.budget_tokens() == 65536 and shaped.server.kv_budget_tokens is None  # the spec's 8 GiB
+    assert with_rate(base, 2.5).workload.arrival.rate_rps == 2.5
+    mixed = with_mix(base, [{"name": "review", "weight": 3, "prompt_tokens": 7800, "output_tokens": 200,
+                             "output_cap": None}, {"name": "hint", "weight": 1, "prompt_tokens": 100,
+                                                   "output_tokens": 20, "output_cap": 40}])
+    assert [(c.name, c.weight, c.prompt.value, c.max_output_tokens) for c in mixed.workload.classes] == [
+        ("review", 3, 7800, None), ("hint", 1, 100, 40)]
+    with pytest.raises(ConfigError, match=r"with max_num_seqs 0, field 'server.max_num_seqs'"):
+        with_max_num_seqs(base, 0)
+    with pytest.raises(ConfigError, match="needs at least one class"):
+        with_mix(base, [])
+    with pytest.raises(ConfigError, match=r"an edited workload mix, field 'workload.classes.0.prompt'.*needs 'value'"):
+        with_mix(base, [{"name": "x", "weight": 1, "prompt_tokens": None, "output_tokens": 5}])

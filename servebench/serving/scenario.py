@@ -216,6 +216,84 @@ def with_request_count(scenario: Scenario, requests: int) -> Scenario:
     return scenario.model_copy(update={"workload": workload})
 
 
+def _revised(scenario: Scenario, edit: str, changes: dict[str, Any]) -> Scenario:
+    """Return the scenario with ``changes`` (dotted section -> fields) applied and every rule checked again.
+
+    A copy with updated fields would skip the cross-field checks (KV budget given one way, not both);
+    the edited document is validated as a whole, and a refusal names the edit and the field.
+    """
+    doc = scenario.model_dump(exclude_none=True)
+    for section, fields in changes.items():
+        node = doc
+        for part in section.split(".") if section else ():
+            node = node.setdefault(part, {})
+        for name, value in fields.items():
+            if value is None:
+                node.pop(name, None)
+            else:
+                node[name] = value
+    return parse_scenario(doc, f"scenario {scenario.name!r} with {edit}")
+
+
+def with_policy(scenario: Scenario, policy: Policy) -> Scenario:
+    """Return the scenario under another KV admission policy (reserve or paged)."""
+    return _revised(scenario, f"policy {policy}", {"server": {"policy": policy}})
+
+
+def with_max_num_seqs(scenario: Scenario, max_num_seqs: int) -> Scenario:
+    """Return the scenario with another limit on running sequences."""
+    return _revised(scenario, f"max_num_seqs {max_num_seqs}", {"server": {"max_num_seqs": max_num_seqs}})
+
+
+def with_model(scenario: Scenario, model: ModelShape, kv_budget_gib: float) -> Scenario:
+    """Return the scenario with a model shape and the GiB left for its KV cache (the budget in tokens follows)."""
+    return _revised(scenario, f"a model shape and {kv_budget_gib:g} GiB", {"server": {
+        "model": model.model_dump(exclude_none=True), "kv_budget_gib": kv_budget_gib, "kv_budget_tokens": None}})
+
+
+def with_kv_budget_tokens(scenario: Scenario, kv_budget_tokens: int) -> Scenario:
+    """Return the scenario with a KV budget in tokens (any model shape and GiB dropped)."""
+    return _revised(scenario, f"{kv_budget_tokens:,} KV tokens", {"server": {
+        "kv_budget_tokens": kv_budget_tokens, "model": None, "kv_budget_gib": None}})
+
+
+def with_step_model(scenario: Scenario, step_model: StepModelSpec | StepModel) -> Scenario:
+    """Return the scenario with another step-time model (coefficients, or flat timings)."""
+    return _revised(scenario, "another step model", {"": {"step_model": step_model.model_dump(exclude_none=True)}})
+
+
+def with_rate(scenario: Scenario, rate_rps: float) -> Scenario:
+    """Return the scenario with open-loop Poisson-like arrivals at ``rate_rps`` (its arrival kind kept)."""
+    if scenario.workload.arrival is None:
+        raise ConfigError(f"scenario {scenario.name!r} is closed-loop (users), so it has no arrival rate to set")
+    return _revised(scenario, f"rate {rate_rps:g} req/s", {"workload.arrival": {"rate_rps": rate_rps}})
+
+
+def with_mix(scenario: Scenario, rows: list[dict[str, Any]]) -> Scenario:
+    """Return the scenario with its workload classes edited as a table.
+
+    Each row has ``name`` and ``weight``; where every class has fixed lengths, also ``prompt_tokens``,
+    ``output_tokens`` and ``output_cap`` (None: no cap). A row past the existing classes is a new fixed
+    class; classes with length distributions keep them (only their name and weight change).
+    """
+    if not rows:
+        raise ConfigError(f"scenario {scenario.name!r}: the workload mix needs at least one class")
+    old = scenario.model_dump(exclude_none=True)["workload"]["classes"]
+    fixed = all(c["prompt"]["kind"] == "fixed" and c["output"]["kind"] == "fixed" for c in old)
+    classes = []
+    for i, row in enumerate(rows):
+        cl = dict(old[i]) if i < len(old) else {"prompt": {"kind": "fixed"}, "output": {"kind": "fixed"}}
+        cl["name"], cl["weight"] = str(row.get("name") or f"class{i + 1}"), row.get("weight")
+        if fixed:
+            cl["prompt"] = {"kind": "fixed", "value": row.get("prompt_tokens")}
+            cl["output"] = {"kind": "fixed", "value": row.get("output_tokens")}
+            cl.pop("max_output_tokens", None)
+            if row.get("output_cap") is not None:
+                cl["max_output_tokens"] = row["output_cap"]
+        classes.append({k: v for k, v in cl.items() if v is not None})
+    return _revised(scenario, "an edited workload mix", {"workload": {"classes": classes}})
+
+
 def _load_files(scenario: Scenario, source: str, base_dir: Path) -> Scenario:
     wl = scenario.workload
     classes = []
