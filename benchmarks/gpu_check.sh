@@ -100,4 +100,4 @@ ${T:+$T 300} "$PY" -m servebench validate-sweep "$SCENARIO" --rates "$SWEEP_RATE
   --long --model "$MODEL" --device "$DEVICE" --allow-poor-fit -o "$OUT/sweep"
 cp "$OUT/sweep/validate_sweep.json" "$RESULTS/gpu_check_validate_sweep.json"
 cp "$OUT/metadata.json" "$RESULTS/gpu_check_metadata.json"
-echo "records, step trace and contract: $OUT/; figures: $RESULTS/gpu_check_*.json"
+echo "records, step trace and run metadata: $OUT/; figures: $RESULTS/gpu_check_*.json"

@@ -50,7 +50,7 @@ class RecordSource:
     data: bytes
     origin: str
     digest: str
-    metadata: dict[str, Any] | None = None  # a timing run's frozen benchmark contract
+    metadata: dict[str, Any] | None = None  # a timing run's metadata.json
     steps: list[dict[str, Any]] | None = None  # a timing run's step trace
 
     @classmethod

@@ -45,7 +45,7 @@ if meta:
         f"{fmt(run.get('wall_s'))} s, {fmt(run.get('steps'))} engine steps."), icon=":material/timer:")
     for note in run.get("notes", []):
         st.warning(safe_text(note, multiline=True))
-    with st.expander("The frozen benchmark contract (metadata.json)"):
+    with st.expander("The run's metadata (metadata.json)"):
         st.json(meta, expanded=1)
 st.subheader("Service-level objective")
 st.caption("The limits change what the page shows (SLO attainment and goodput). A success counts as good when it "

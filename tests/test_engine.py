@@ -335,7 +335,7 @@ workload:
 """
 
 
-def test_run_writes_records_trace_and_contract_then_validate_compares(tmp_path) -> None:
+def test_run_writes_records_trace_and_run_metadata_then_validate_compares(tmp_path) -> None:
     scenario = tmp_path / "s.yaml"
     scenario.write_text(SCENARIO)
     out = tmp_path / "run"

@@ -28,7 +28,7 @@ def run(
                                      "(0 measures a cold start)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
 ) -> None:
-    """Serve a scenario's workload in real time on the local torch engine; write records, step trace and contract."""
+    """Serve a scenario's workload in real time on the local torch engine; write records, step trace and run metadata."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from servebench.analysis.summary import build_report

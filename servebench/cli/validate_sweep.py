@@ -55,7 +55,7 @@ def validate_sweep_command(
     """Run the engine at each rate, fit the step model on the traces, simulate the same rates, compare the knees."""
     import torch
 
-    from servebench.serving.engine.run_metadata import build_contract
+    from servebench.serving.engine.run_metadata import build_run_metadata
     from servebench.serving.engine.model import Decoder, configure_cpu, pick_device, preset
     from servebench.serving.engine.rundir import write_run
     from servebench.serving.engine.sweep_validation import (CPU_MAX_WALL_S_PER_RATE, CPU_REQUESTS_PER_RATE, LONG_MAX_WALL_S_PER_RATE,
@@ -81,8 +81,8 @@ def validate_sweep_command(
         decoder = Decoder(preset(model), seed=weights_seed, device=dev, dtype=dtype)
 
         def write(rate: float, run) -> None:  # each measured rate as a run folder (validate, diagnose, report)
-            meta = build_contract(scenario_at(sc, rate, "rate", n), decoder, run, seed_weights=weights_seed,
-                                  threads=threads, scenario_source=str(scenario), warmup_steps=3)
+            meta = build_run_metadata(scenario_at(sc, rate, "rate", n), decoder, run, seed_weights=weights_seed,
+                                      threads=threads, scenario_source=str(scenario), warmup_steps=3)
             write_run(out / run_folder_name(rate), run.records, run.steps, meta)
 
         with err.status("validate-sweep") as status:

@@ -633,7 +633,7 @@ def records_table(outcomes: Sequence[HttpOutcome], source: str = "load") -> tupl
 
 
 def run_metadata(result: LoadResult, workload: WorkloadSpec, seed: int, model_source: str) -> dict[str, Any]:
-    """Return the frozen benchmark contract of a load run (metadata.json)."""
+    """Return the run metadata of a load run (metadata.json): what was measured, and how."""
     from servebench import __version__
 
     cfg = result.config

@@ -3,7 +3,7 @@
 ===================  ==========================================================================
 ``records.*``        the records; a reader takes the first of :data:`RECORD_FILES` present
 ``steps.*``          the step trace (:mod:`servebench.records.steps`); first of :data:`STEP_FILES`
-``metadata.json``    the frozen benchmark contract of a timing or load run (its ``kind`` says which)
+``metadata.json``    the run metadata of a timing or load run: what was measured (``kind`` says which)
 ``sends.jsonl``      a load run's sends: actual send time and lag per request
 ``summary.json``     ``servebench simulate``'s summary (its ``simulation`` part describes the run)
 ``scenario.yaml``    a scenario put beside a simulation's files (first of :data:`SCENARIO_FILES`)
@@ -74,7 +74,7 @@ def read_trace(path: str | Path) -> StepTrace:
 
 
 def read_metadata(path: Path) -> dict[str, Any]:
-    """Read ``metadata.json`` (the benchmark contract); it must be one JSON object."""
+    """Read ``metadata.json`` (the run metadata); it must be one JSON object."""
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -82,7 +82,7 @@ def read_metadata(path: Path) -> dict[str, Any]:
     except json.JSONDecodeError as exc:
         raise InputFormatError(f"{path}: invalid JSON at line {exc.lineno}: {exc.msg}") from None
     if not isinstance(doc, dict):
-        raise InputFormatError(f"{path}: expected a JSON object (the benchmark contract)")
+        raise InputFormatError(f"{path}: expected a JSON object (the run metadata)")
     return doc
 
 

@@ -5,7 +5,7 @@ the order a folder is probed in are ``servebench.records.rundir``'s, the same fo
 
 =====================  ===============================================================
 ``records.*``          a record set (JSONL, JSON, CSV or Parquet); with ``metadata.json``
-                       it is a timing run (the frozen benchmark contract; a load run or a
+                       it is a timing run (its run metadata; a load run or a
                        simulation when its ``kind`` says so), with a step trace and no
                        metadata a simulation
 ``steps.*``            the step trace of a timing run or simulation (optional), read by

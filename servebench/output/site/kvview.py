@@ -1,7 +1,7 @@
 """The KV-memory and diagnosis section of a run page: the limit a model shape puts on concurrency.
 
 The shape comes from the report options (``--model`` or explicit numbers, plus ``--budget-gib``), or
-else from the run's frozen contract (metadata). Numbers come from ``servebench.capacity.kv``; the verdict
+else from the run's metadata (metadata.json). Numbers come from ``servebench.capacity.kv``; the verdict
 from ``servebench.analysis.diagnosis`` when it is installed.
 """
 

@@ -34,7 +34,7 @@ from servebench.output.site.retries import fairness_section, logical_section
 SECTION_TITLES: tuple[tuple[str, str], ...] = (
     ("warnings", "warnings"), ("summary", "summary"), ("outcomes", "outcomes"), ("work", "work"),
     ("percentiles", "percentiles"), ("prefix_cache", "prefix cache"), ("cdfs", "CDFs"), ("tokens", "token timing"), ("timeline", "concurrency"), ("stages", "stages"),
-    ("steps", "step trace"), ("slices", "slices"), ("logical", "retries"), ("fairness", "fairness"), ("kv", "KV and diagnosis"), ("contract", "contract"),
+    ("steps", "step trace"), ("slices", "slices"), ("logical", "retries"), ("fairness", "fairness"), ("kv", "KV and diagnosis"), ("metadata", "run metadata"),
     ("quality", "data quality"),
 )
 
@@ -307,10 +307,10 @@ def run_page(view: RunView, options: SiteOptions) -> str:
                                    _contract_rows(list(report.slices.values()))), id_="slices"))
     parts.append(kv_section(view.kv))
     if run.metadata:
-        origin = ("The benchmark contract, as frozen beside the records." if run.kind in ("timing run", "load run")
-                  else "What the reader or importer recorded about this file.")
-        parts.append(section("Benchmark contract" if run.kind in ("timing run", "load run") else "Metadata",
-                             tag("p", origin, class_="muted"), nested(run.metadata), id_="contract"))
+        origin = ("What was measured, as frozen beside the records (metadata.json)."
+                  if run.kind in ("timing run", "load run") else "What the reader or importer recorded about this file.")
+        parts.append(section("Run metadata" if run.kind in ("timing run", "load run") else "Metadata",
+                             tag("p", origin, class_="muted"), nested(run.metadata), id_="metadata"))
     quality = [("duplicate request IDs", report.duplicate_request_ids),
                ("records without a request ID", report.records_without_request_id)]
     if report.duplicate_request_id_examples:
@@ -345,7 +345,7 @@ def sweep_page(view: RunView, options: SiteOptions) -> str:
         parts.append(section("Points", tag("div", table(cols, [[p.get(c) for c in cols] for p in flat], cls="grid wide"),
                                            class_="scroll"), id_="points"))
     if run.metadata:
-        parts.append(section("Benchmark contract", nested(run.metadata), id_="contract"))
+        parts.append(section("Run metadata", nested(run.metadata), id_="metadata"))
     return page(run.name, join(parts), site_title=options.title)
 
 

@@ -1,4 +1,4 @@
-"""The benchmark contract of a timing run, frozen beside its records as ``metadata.json``.
+"""The metadata of a timing run, frozen beside its records as ``metadata.json``.
 
 It names everything a reader needs to know what was measured: the model's shape and weights,
 the runtime and hardware, the KV budget and admission policy, the workload distributions and
@@ -58,8 +58,8 @@ def arrival_pattern(scenario: Scenario) -> str:
     return f"open loop: {a.kind} arrivals at {a.rate_rps:g} requests/s{extra}"
 
 
-def build_contract(scenario: Scenario, model: Decoder, run: TimingRun, *, seed_weights: int, threads: int,
-                   scenario_source: str | None = None, warmup_steps: int = 3) -> dict[str, Any]:
+def build_run_metadata(scenario: Scenario, model: Decoder, run: TimingRun, *, seed_weights: int, threads: int,
+                       scenario_source: str | None = None, warmup_steps: int = 3) -> dict[str, Any]:
     """Return the metadata of a timing run as plain JSON values."""
     cfg: SchedulerConfig = scenario.server.scheduler_config()
     shape = model.config

@@ -22,8 +22,8 @@ def write_run(out_dir: Path, records: list[dict[str, Any]], steps: list[StepRow]
 
 @dataclass
 class RunFolder:
-    """A timing run read back: validated records, the step trace (rows under the schema's names), the contract
-    and its scenario."""
+    """A timing run read back: validated records, the step trace (rows under the schema's names), the run
+    metadata and its scenario."""
 
     records: RecordTable
     window_start: float

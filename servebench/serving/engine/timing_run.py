@@ -14,7 +14,7 @@ import torch
 
 from servebench.errors import ConfigError
 from servebench.serving.engine.model import Decoder, configure_cpu, pick_device, preset
-from servebench.serving.engine.run_metadata import build_contract
+from servebench.serving.engine.run_metadata import build_run_metadata
 from servebench.serving.engine.rundir import write_run
 from servebench.serving.engine.runner import run_scenario
 from servebench.serving.scenario import Scenario
@@ -44,7 +44,7 @@ def execute_run(scenario: Scenario, out: Path, *, scenario_source: str | None = 
     if scenario.server.prefill_lane != "shared":
         run.notes.append("the scenario asks for a separate prefill lane; the engine computes prompts inside "
                          "the batched step (shared)")
-    meta = build_contract(scenario, decoder, run, seed_weights=weights_seed, threads=threads,
-                          scenario_source=scenario_source, warmup_steps=warmup_steps)
+    meta = build_run_metadata(scenario, decoder, run, seed_weights=weights_seed, threads=threads,
+                              scenario_source=scenario_source, warmup_steps=warmup_steps)
     write_run(out, run.records, run.steps, meta)
     return meta
