@@ -26,7 +26,7 @@ steadier comparison, and the ratios to DuckDB and polars are given in both.
 What this says about the targets: one sweep alone costs half as much again as the floor (1.5x to
 2.0x of it) and the bare minimum 3.2x to 4.3x, so an exact report (peaks and nearest-rank percentiles,
 not estimates) cannot come within 2x of the floor on this machine; a selection instead of a sort does
-not help (numpy's partition at a dozen ranks takes 1.8x its sort: benchmarks/fast_paths.py).
+not help (numpy's partition at a dozen ranks takes 1.7x to 2.1x its sort: benchmarks/fast_paths.py).
 The report does the sweep four times (active and in service, for the file and per slice), validates
 every row, and sorts each distribution per view.
 Where the report's time goes at 1M records (quiet machine): reading about 55 ms, parsing Arrow into

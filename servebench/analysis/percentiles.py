@@ -129,7 +129,7 @@ def estimate(values: np.ndarray, qs: Sequence[float | int], confidence: float = 
     """Return each percentile in ``qs`` with its confidence interval, sorting once.
 
     One sort takes about half the CPU of ``np.partition`` at the dozen ranks a report asks for (each
-    percentile and both ends of its interval: 1.7x to 2x, ``benchmarks/fast_paths.py`` case
+    percentile and both ends of its interval: 1.7x to 2.1x, ``benchmarks/fast_paths.py`` case
     ``sort_vs_partition``), and every rank is then a lookup.
     """
     return estimate_sorted(np.sort(np.asarray(values, dtype=np.float64)), qs, confidence)
