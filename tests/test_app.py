@@ -381,7 +381,7 @@ def test_timing_run_shows_device_then_opens_its_records_on_summary() -> None:
     at.radio(key="step_how:profile_b").set_value("fitted from a timing run").run()
     assert not at.exception
     if at.error:  # a 12-request run on a busy machine can fit too poorly: the page refuses, then offers the override
-        assert "fits too poorly to predict from" in at.error[0].value
+        assert "This step model fits poorly" in at.error[0].value
         at.checkbox(key="allow_poor_fit").check().run()
         assert not at.exception
     assert int(_metrics(at)["Steps fitted"].replace(",", "")) > 0

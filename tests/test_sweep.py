@@ -122,7 +122,7 @@ def test_figures_mark_capacity_and_knee(profile_b_sweep: SweepResult) -> None:
     fig = latency_vs_load(profile_b_sweep)
     xs = [s.x0 for s in fig.layout.shapes]
     assert profile_b_sweep.capacity.load in xs and profile_b_sweep.knee_load in xs
-    assert len(fig.data) == 6
+    assert len(fig.data) == 7  # p50/p95/p99 of latency and TTFT, and latency p95 with failures as infinity
     names = [d.name for d in outcomes_vs_load(profile_b_sweep).data]
     assert names == ["offered", "completed", "within SLOs", "rejected", "timed out"]
 

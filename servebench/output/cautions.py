@@ -16,7 +16,7 @@ def fit_warning(fit: StepFit) -> str | None:
     rel = NO_DATA if fit.mean_abs_pct_error is None else f"{fit.mean_abs_pct_error:.0%}"
     return (f"This step model fits poorly (R² {r2}, mean error {rel} over {fit.steps:,} steps; usable needs R² at "
             f"least {fit.quality.min_r2:g} and mean error at most {fit.quality.max_mean_rel_error:.0%}), so the "
-            f"sweep below may be far off. {fit.quality.reason} Suggestion: record a longer timing run with more "
+            f"sweep below may be far off: {fit.quality.reason.rstrip('.')}. Suggestion: record a longer timing run with more "
             "varied load (several rates, longer prompts) on a quiet machine, or use the scenario's step model.")
 
 

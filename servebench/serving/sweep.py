@@ -76,6 +76,10 @@ class SweepPoint(BaseModel):
     tpot_s: dict[str, float | None]
     latency_s: dict[str, float | None]
     queue_wait_s: dict[str, float | None]
+    failure_aware_latency_s: dict[str, float | None] | None = Field(
+        None, description="Latency percentiles with every non-success as +infinity (None: a sweep file from before "
+                          "this field). Success-only latency can fall past saturation as the slowest requests fail; "
+                          "this one cannot.")
     peak_active: int | None = Field(description="Most running sequences (step trace; None when measured "
                                             "from a client, which cannot see it).")
     mean_active: float | None = Field(description="Time-weighted mean running sequences while the engine ran.")
@@ -332,7 +336,8 @@ def point_from_records(table: RecordTable, window_start_s: float, window_end_s: 
         output_tokens_per_s=report.successful_output_tokens / window_s, goodput_rps=goodput,
         slo_attainment=attainment, meets_slo=attainment >= slo_target,
         ttft_s=_quantiles(report.ttft_s), tpot_s=_quantiles(report.request_tpot_s),
-        latency_s=_quantiles(report.latency_s), queue_wait_s=_quantiles(report.queue_wait_s), **server_fields)
+        latency_s=_quantiles(report.latency_s), queue_wait_s=_quantiles(report.queue_wait_s),
+        failure_aware_latency_s=_quantiles(report.failure_aware_latency_s), **server_fields)
 
 
 def point_from(sim: SimResult, load: float, mode: Mode, slo: SLO, slo_target: float,

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from servebench.errors import ConfigError
+from servebench.output.figures.records import plot_label
+from servebench.output.plain import fmt, fmt_share
 from servebench.records.steps import StepTrace, parse_columns
-from servebench.serving.sweep import SweepResult
+from servebench.serving.sweep import SweepPoint, SweepResult
 
 MAX_TRACE_POINTS = 4000
 
@@ -21,19 +26,98 @@ def _load_title(result: SweepResult) -> str:
 
 
 def _mark_loads(fig: go.Figure, result: SweepResult, rows: Sequence[int] = (1,)) -> None:
-    """Draw the capacity and the knee as vertical lines on the given subplot rows."""
+    """Draw the capacity and the knee as vertical lines on the given subplot rows, labelled on the top row.
+
+    The lower load's label sits left of its line and the higher one's right of its line, so two close
+    marks never print over each other.
+    """
     marks = []
     if result.capacity.load is not None:
-        marks.append((result.capacity.load, "capacity", "#2ca02c", "dash"))
+        marks.append((result.capacity.load, f"capacity {capacity_reading(result).value}", "#2ca02c", "dash"))
     if result.knee_load is not None:
-        marks.append((result.knee_load, "knee", "#d62728", "dot"))
-    for x, label, color, dash in marks:
+        marks.append((result.knee_load, f"knee {result.knee_load:.3g}", "#d62728", "dot"))
+    marks.sort(key=lambda m: m[0])
+    for i, (x, label, color, dash) in enumerate(marks):
+        side = "top left" if i == 0 and len(marks) > 1 else "top right"
         for r in rows:
-            text = {"annotation_text": f"{label} {x:.3g}", "annotation_position": "top left"} if r == rows[0] else {}
+            text = {"annotation_text": label, "annotation_position": side} if r == rows[0] else {}
             if len(rows) > 1 or r != 1:
                 fig.add_vline(x=x, line_color=color, line_dash=dash, row=r, col=1, **text)
             else:
                 fig.add_vline(x=x, line_color=color, line_dash=dash, **text)
+
+
+@dataclass(frozen=True)
+class CapacityReading:
+    """The usable capacity as a person should read it: rounded to what the sweep resolved, with its interval."""
+
+    value: str  # e.g. "1.2", "at least 2", "below 0.25", "none found"
+    interval: str  # e.g. "between 1.2 and 1.3 req/s"
+    note: str  # whether the requests per point resolve the SLO attainment at that load
+    low: float | None = None  # the interval's ends, in the sweep's unit (None: open on that side)
+    high: float | None = None
+
+
+def _decimals(width: float) -> int:
+    """Return the decimals that show a step of ``width``: 0.05 -> 2, 0.5 -> 1, 5 -> 0."""
+    return max(0, math.ceil(-math.log10(width))) if width > 0 else 3
+
+
+def _wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Return the Wilson 95% interval of a share (successes of n)."""
+    if n == 0:
+        return 0.0, 1.0
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def capacity_reading(result: SweepResult) -> CapacityReading:
+    """Return the capacity with the precision its requests support, and the interval it plausibly lies in.
+
+    The search brackets capacity in [load, upper), but each point's SLO attainment is a share of a finite
+    number of requests. The interval runs from the highest load whose attainment is clearly above the
+    target (its Wilson 95% lower bound reaches it) to the lowest load clearly below it; the capacity is
+    rounded down to that interval's width, so 0.9219 measured on 200 requests a point reads "0.9", not "0.92".
+    """
+    unit = "req/s" if result.mode == "rate" else "users"
+    cap = result.capacity
+    if cap.load is None:
+        below = "none found" if cap.upper is None else f"below {cap.upper:g}"
+        return CapacityReading(below, f"below the lowest load tried ({cap.upper:g} {unit})" if cap.upper else "",
+                               "Even the lowest load missed the SLOs: try lower loads.", None, cap.upper)
+    if cap.upper is None:
+        return CapacityReading(f"at least {cap.load:g}", f"at least {cap.load:g} {unit} (no load tried missed)",
+                               "Every load tried met the SLOs: try higher loads to find the limit.", cap.load, None)
+    target = result.slo_target
+    bounds = {p.load: _wilson(round(p.slo_attainment * p.offered), p.offered) for p in result.points if p.offered}
+    clear_meet = max((x for x, (lo, _) in bounds.items() if lo >= target), default=None)
+    clear_miss = min((x for x, (_, hi) in bounds.items() if hi < target), default=None)
+    low = cap.load if clear_meet is None else min(clear_meet, cap.load)
+    high = cap.upper if clear_miss is None else max(clear_miss, cap.upper)
+    digits = _decimals(high - low)
+    value = f"{math.floor(cap.load * 10 ** digits + 1e-9) / 10 ** digits:.{digits}f}"  # down: never claim more
+    interval = f"between {low:.3g} and {high:.3g} {unit}"
+    at = next((p for p in result.points if p.load == cap.load and p.offered), None)
+    note = ""
+    if at is not None:
+        good = round(at.slo_attainment * at.offered)
+        lo, hi = bounds[at.load]
+        share = (f"At {cap.load:.4g} {unit}, {good:,} of {at.offered:,} requests met the SLOs ({good / at.offered:.1%}; "
+                 f"95% interval {lo:.1%} to {hi:.1%})")
+        if lo < target <= hi:
+            note = (f"{share}: with this many requests that cannot be told apart from the {target:.0%} target, so "
+                    f"the capacity is only known {interval}. More requests per point would narrow it.")
+        else:
+            note = f"{share}, clear of the {target:.0%} target."
+    return CapacityReading(value, interval, note, low, high)
+
+
+FAILURE_AWARE_NOTE = ("Success-only latency can fall past saturation: once the server rejects or times out requests, "
+                      "the slowest ones leave the success-only sample, so its percentiles shrink while users fare "
+                      "worse. The failure-aware line counts every non-success as ∞ (drawn at the top, marked ∞) and "
+                      "never falls that way.")
 
 
 def latency_vs_load(result: SweepResult) -> go.Figure:
@@ -47,6 +131,8 @@ def latency_vs_load(result: SweepResult) -> go.Figure:
             y = [getattr(p, metric)[q] for p in pts]
             fig.add_trace(go.Scatter(x=x, y=y, mode="lines+markers", name=f"{metric.removesuffix('_s')} {q}",
                                      line={"dash": dash}, legendgroup=metric), row=row, col=1)
+        if metric == "latency_s" and any(p.failure_aware_latency_s for p in pts):
+            _failure_aware_line(fig, pts, x)
         if slo_value is not None:
             fig.add_hline(y=slo_value, line_color="#7f7f7f", line_dash="longdash", row=row, col=1,
                           annotation_text=f"SLO {slo_value:g} s", annotation_position="bottom right")
@@ -56,6 +142,22 @@ def latency_vs_load(result: SweepResult) -> go.Figure:
     fig.update_layout(title=f"{result.scenario}: latency and TTFT against offered load", height=620,
                       hovermode="x unified")
     return fig
+
+
+def _failure_aware_line(fig: go.Figure, pts: Sequence[SweepPoint], x: list[float]) -> None:
+    """Add latency p95 with failures as +infinity to the top row; an infinite value is drawn at the top, marked ∞."""
+    fa = [(p.failure_aware_latency_s or {}).get("p95") for p in pts]
+    finite = [v for p in pts for v in (*p.latency_s.values(), *(p.failure_aware_latency_s or {}).values())
+              if v is not None and math.isfinite(v)]
+    top = 1.08 * max(finite) if finite else 1.0
+    y = [None if v is None else (v if math.isfinite(v) else top) for v in fa]
+    fig.add_trace(go.Scatter(
+        x=x, y=y, mode="lines+markers+text", name="latency p95, failures as ∞", legendgroup="failure-aware",
+        line={"color": "#6a1b9a", "width": 3}, marker={"symbol": ["triangle-up" if v == top else "circle" for v in y]},
+        text=["∞" if v is not None and not math.isfinite(v) else "" for v in fa], textposition="top center",
+        hovertemplate=[f"load {lx:g}: p95 {'∞ (failures reach it)' if v is not None and not math.isfinite(v) else f'{v:.4g} s'}"
+                       "<extra>failure-aware</extra>" if v is not None else "" for lx, v in zip(x, fa)]),
+        row=1, col=1)
 
 
 def outcomes_vs_load(result: SweepResult) -> go.Figure:
@@ -128,4 +230,80 @@ def trace_over_time(trace: StepTrace | Mapping[str, Any], kv_budget_tokens: int 
     fig.update_yaxes(rangemode="tozero")
     fig.update_xaxes(title_text="time (s)", row=2, col=1)
     fig.update_layout(title=title, height=560, hovermode="x unified")
+    return fig
+
+
+def sweep_frame(result: SweepResult) -> pd.DataFrame:
+    """Return the points as a table for people: labelled columns, shares as percents, numbers by ``fmt``."""
+    unit = "Load (req/s)" if result.mode == "rate" else "Users"
+    rows = []
+    for p in sorted(result.points, key=lambda p: p.load):
+        fa = (p.failure_aware_latency_s or {}).get("p95")
+        rows.append({
+            unit: fmt(p.load), "Found by": "search" if p.source == "search" else "grid",
+            "Offered": fmt(p.offered), "Completed": fmt(p.completed), "Rejected": fmt(p.rejected),
+            "Timed out": fmt(p.timed_out), "Cancelled": fmt(p.cancelled), "Failed": fmt(p.failed),
+            "Completed/s": fmt(p.throughput_rps), "Goodput (req/s)": fmt(p.goodput_rps),
+            "SLO attainment": fmt_share(p.slo_attainment), "Meets SLOs": "yes" if p.meets_slo else "no",
+            "TTFT p95 (s)": fmt(p.ttft_s.get("p95")), "Latency p95 (s)": fmt(p.latency_s.get("p95")),
+            "Latency p95, failures as ∞ (s)": fmt(fa), "Queue wait p95 (s)": fmt(p.queue_wait_s.get("p95")),
+            "Peak running": fmt(p.peak_active), "Preemptions": fmt(p.preemptions),
+        })
+    return pd.DataFrame(rows)
+
+
+@dataclass(frozen=True)
+class SweepSeries:
+    """One sweep's p95 TTFT, p95 latency and goodput (or throughput) by load, simulated or measured."""
+
+    name: str
+    loads: list[float]
+    ttft_p95_s: list[float | None]
+    latency_p95_s: list[float | None]
+    rate_rps: list[float | None]  # goodput for a simulated or load --sweep result; throughput for validate-sweep
+    measured: bool = False
+
+
+def series_of(result: SweepResult, name: str, measured: bool = False) -> SweepSeries:
+    """Return a sweep result (servebench sweep, or load --sweep when ``measured``) as a series."""
+    pts = sorted(result.points, key=lambda p: p.load)
+    return SweepSeries(name, [p.load for p in pts], [p.ttft_s.get("p95") for p in pts],
+                       [p.latency_s.get("p95") for p in pts], [p.goodput_rps for p in pts], measured)
+
+
+def series_of_validation(doc: Mapping[str, Any]) -> list[SweepSeries]:
+    """Return a validate-sweep result's measured and simulated curves as two series."""
+    pts = sorted(doc["points"], key=lambda p: p["rate_rps"])
+    out = []
+    def get(p: Mapping[str, Any], side: str, key: str) -> float | None:
+        v = p[side].get(key)
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    for side in ("measured", "simulated"):
+        out.append(SweepSeries(f"validate-sweep {side}", [float(p["rate_rps"]) for p in pts],
+                               [get(p, side, "ttft_p95_s") for p in pts], [get(p, side, "latency_p95_s") for p in pts],
+                               [get(p, side, "throughput_rps") for p in pts], measured=side == "measured"))
+    return out
+
+
+def overlay_sweeps(series: Sequence[SweepSeries], mode: str = "rate") -> go.Figure:
+    """Return several sweeps on shared axes: p95 TTFT, p95 latency (successes) and goodput against load.
+
+    Simulated sweeps are solid lines, measured ones dashed with diamonds, so A vs B (reserve vs paged,
+    two models) and measured vs simulated read off one chart.
+    """
+    fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.07,
+                        subplot_titles=("TTFT p95 (s, successes)", "Latency p95 (s, successes)",
+                                        "Goodput or throughput (requests/s)"))
+    palette = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
+    for i, s in enumerate(series):
+        style = {"line": {"color": palette[i % len(palette)], "dash": "dash" if s.measured else "solid"},
+                 "marker": {"symbol": "diamond" if s.measured else "circle"}, "legendgroup": f"s{i}"}
+        for row, ys in ((1, s.ttft_p95_s), (2, s.latency_p95_s), (3, s.rate_rps)):
+            fig.add_trace(go.Scatter(x=s.loads, y=ys, mode="lines+markers", name=plot_label(s.name),
+                                     showlegend=row == 1, **style), row=row, col=1)
+    fig.update_yaxes(rangemode="tozero")
+    fig.update_xaxes(title_text="Offered load (requests/s)" if mode == "rate" else "Concurrent users", row=3, col=1)
+    fig.update_layout(title="Sweeps side by side (solid: simulated, dashed: measured)", height=760,
+                      hovermode="x unified", legend={"orientation": "h", "y": -0.1})
     return fig

@@ -1,0 +1,103 @@
+"""The Load sweep page through AppTest: URL state, capacity with its interval, labels, overlays, one poor-fit message."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from streamlit.testing.v1 import AppTest
+
+REPO = Path(__file__).resolve().parent.parent
+APP = str(REPO / "app.py")
+
+
+def _sweep_page(**query: str) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=120)
+    for name, value in query.items():
+        at.query_params[name] = value
+    at.switch_page("pages/sweep.py").run()
+    assert not at.exception and not at.error
+    return at
+
+
+def _metrics(at: AppTest) -> dict[str, str]:
+    return {m.label: m.value for m in at.metric}
+
+
+def test_scenario_knobs_come_from_the_url_and_go_back_to_it() -> None:
+    at = _sweep_page(policy="paged", max_seqs="6", loads="0.5, 1, 2", requests="60", slo_ttft="4",
+                     scenario="no-such.yaml")
+    assert at.selectbox(key="sweep_sample").value == "profile_b.yaml"  # an unknown scenario is ignored
+    assert at.radio(key="sweep_policy:profile_b").value == "paged"
+    assert at.number_input(key="sweep_seqs:profile_b").value == 6
+    assert at.text_input(key="loads").value == "0.5, 1, 2"
+    assert at.number_input(key="sweep_requests").value == 60
+    assert at.number_input(key="sweep_slo_ttft").value == 4.0
+    at.radio(key="sweep_policy:profile_b").set_value("reserve").run()
+    at.number_input(key="sweep_seqs:profile_b").set_value(4).run()
+    assert not at.exception
+    url = dict(at.query_params)
+    assert "policy" not in url  # back to the scenario's own policy: a short link
+    assert url["max_seqs"] == "4" and url["loads"] == "0.5, 1, 2" and url["requests"] == "60"
+
+
+def test_capacity_reads_with_its_interval_and_the_table_uses_labels() -> None:
+    at = _sweep_page(loads="0.5, 1, 2", requests="100")
+    at.button(key="run_sweep").click().run()
+    assert not at.exception and not at.error
+    m = _metrics(at)
+    # 100 requests a point cannot place 95% attainment finely: one decimal, and the range it may lie in
+    assert m["Usable capacity"] == "1.0 req/s", m
+    low, high = m["Plausible range"].removesuffix(" req/s").split(" to ")
+    assert float(low) <= 1.0 < float(high)
+    assert any("cannot be told apart from the 95% target" in c.value for c in at.caption)
+    assert any(c.value.startswith("Success-only latency can fall past saturation") for c in at.caption)
+    columns = list(at.dataframe[-1].value.columns)
+    assert "Latency p95, failures as ∞ (s)" in columns and "SLO attainment" in columns
+    assert not [c for c in columns if "_" in c]  # no snake_case keys
+
+
+def test_sweeps_are_kept_and_overlaid_with_a_measured_sweep(tmp_path: Path) -> None:
+    from servebench.analysis.summary import SLO
+    from servebench.serving.scenario import load_scenario
+    from servebench.serving.sweep import sweep
+
+    at = _sweep_page(loads="0.5, 1.5", requests="40")
+    at.toggle(key="sweep_search").set_value(False)
+    at.button(key="run_sweep").click().run()
+    assert "Sweeps side by side" not in [s.value for s in at.subheader]  # one sweep: nothing to overlay yet
+    at.radio(key="sweep_policy:profile_b").set_value("paged").run()
+    at.button(key="run_sweep").click().run()
+    assert not at.exception and not at.error
+    assert "Sweeps side by side" in [s.value for s in at.subheader]
+    assert at.multiselect(key="overlay_pick").value == ["profile_b: reserve, 256 seqs, 8 GiB",
+                                                        "profile_b: paged, 256 seqs, 8 GiB"]
+    # a `servebench load --sweep` result is a SweepResult in sweep.json: upload it as the measured curve
+    measured = sweep(load_scenario(REPO / "sample_data" / "scenarios" / "profile_b.yaml"), [0.5, 1.0],
+                     slo=SLO(ttft_s=5), requests=30, search=False)
+    at.file_uploader(key="validate_sweep_upload").set_value(
+        ("sweep.json", measured.model_dump_json().encode(), "application/json")).run()
+    assert not at.exception and not at.error
+    overlay = next(c for c in at.get("plotly_chart") if "Sweeps side by side" in json.loads(c.proto.spec)
+                   ["layout"]["title"]["text"])
+    names = {t["name"] for t in json.loads(overlay.proto.spec)["data"]}
+    assert names == {"profile_b: reserve, 256 seqs, 8 GiB", "profile_b: paged, 256 seqs, 8 GiB",
+                     "measured: sweep.json"}
+
+
+def test_a_poor_step_fit_is_one_message_with_the_choice() -> None:
+    at = _sweep_page()
+    at.radio(key="step_how:profile_b").set_value("fitted from a timing run").run()
+    rng = np.random.default_rng(18)  # step times unrelated to the work: nothing to fit
+    rows = [{"duration_s": float(rng.uniform(0.001, 0.2)), "prefill_tokens": int(rng.integers(0, 500)),
+             "decode_seqs": int(rng.integers(1, 8)), "kv_tokens_read": int(rng.integers(10, 5000))} for _ in range(60)]
+    data = "\n".join(json.dumps(r) for r in rows).encode()
+    at.file_uploader(key="trace_upload").set_value(("noise.jsonl", data, "application/jsonl")).run()
+    assert not at.exception
+    assert len(at.error) == 1 and not at.warning
+    assert at.error[0].value.startswith("This step model fits poorly (R² 0.02")
+    assert "Suggestion:" in at.error[0].value
+    assert "run_sweep" not in {b.key for b in at.button}  # stopped until the user chooses
+    at.checkbox(key="allow_poor_fit").check().run()
+    assert not at.exception and "run_sweep" in {b.key for b in at.button}

@@ -1,0 +1,70 @@
+"""Sweep figures and tables: capacity read with its precision, marks that do not overlap, failure-aware latency."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from servebench.analysis.summary import SLO
+from servebench.output.figures import sweep as sf
+from servebench.serving.scenario import load_scenario
+from servebench.serving.sweep import sweep
+
+PROFILE_B = Path(__file__).resolve().parent.parent / "sample_data" / "scenarios" / "profile_b.yaml"
+
+
+@pytest.fixture(scope="module")
+def saturated():
+    """Profile B past saturation: timeouts from 1.5 req/s, so failure-aware p95 latency is infinite there."""
+    return sweep(load_scenario(PROFILE_B), [0.5, 1, 1.5, 3], slo=SLO(ttft_s=5), requests=120, search=True)
+
+
+def test_capacity_is_rounded_down_to_what_the_requests_resolve(saturated) -> None:
+    reading = sf.capacity_reading(saturated)
+    cap = saturated.capacity
+    assert reading.low <= cap.load < cap.upper <= reading.high
+    digits = len(reading.value.split(".")[1]) if "." in reading.value else 0
+    assert 10 ** -digits <= reading.high - reading.low < 10 ** (1 - digits)  # one digit of the interval's width
+    assert float(reading.value) <= cap.load  # never claims more than was measured
+
+
+def test_wilson_interval_matches_a_known_case() -> None:
+    lo, hi = sf._wilson(95, 100)
+    assert lo == pytest.approx(0.8883, abs=1e-4) and hi == pytest.approx(0.9785, abs=1e-4)
+
+
+def test_capacity_and_knee_labels_point_away_from_each_other(saturated) -> None:
+    fig = sf.latency_vs_load(saturated)
+    labels = {a.text.split()[0]: (a.x, a.xanchor) for a in fig.layout.annotations
+              if a.text.startswith(("capacity", "knee"))}
+    assert set(labels) == {"capacity", "knee"}
+    (x1, side1), (x2, side2) = sorted(labels.values())
+    assert x1 <= x2 and side1 == "right" and side2 == "left"  # the left mark's text ends at its line
+
+
+def test_failure_aware_latency_is_drawn_beside_success_only(saturated) -> None:
+    fig = sf.latency_vs_load(saturated)
+    fa = next(t for t in fig.data if t.name == "latency p95, failures as ∞")
+    points = sorted(saturated.points, key=lambda p: p.load)
+    infinite = [math.isinf(p.failure_aware_latency_s["p95"]) for p in points]
+    assert any(infinite)
+    assert [t == "∞" for t in fa.text] == infinite
+    top = max(fa.y)
+    success_p95 = [p.latency_s["p95"] for p in points]
+    assert all(top > v for v in success_p95)  # the ∞ points sit above every finite value
+
+
+def test_sweep_table_has_labels_and_percent_attainment(saturated) -> None:
+    frame = sf.sweep_frame(saturated)
+    assert not [c for c in frame.columns if "_" in c]
+    assert frame["SLO attainment"].str.endswith("%").all()
+    assert "∞" in set(frame["Latency p95, failures as ∞ (s)"])
+
+
+def test_overlay_draws_simulated_solid_and_measured_dashed(saturated) -> None:
+    fig = sf.overlay_sweeps([sf.series_of(saturated, "A"), sf.series_of(saturated, "B", measured=True)])
+    dashes = {(t.name, t.line.dash) for t in fig.data}
+    assert dashes == {("A", "solid"), ("B", "dash")}
+    assert len(fig.data) == 6  # TTFT, latency and goodput rows for each
