@@ -41,10 +41,13 @@ def over_time_chart(key: str, window_start: float, window_end: float, _table: Re
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)
-def percentile_charts(key: str, view: str, q: float, label: str, _ok: np.ndarray, _fa: np.ndarray,
+def percentile_charts(key: str, view: str, q: float, label: str, unit: str, _ok: np.ndarray, _fa: np.ndarray,
                       ok_value: float | None, fa_value: float | None) -> tuple[go.Figure, go.Figure]:
-    """Return the Percentile explorer's CDF and histogram; ``key`` names the records, metric and slice."""
+    """Return the Percentile explorer's CDF and histogram; ``key`` names the records, metric and slice.
+
+    The values come in ``unit`` (already scaled); ``unit`` is part of the cache key with them.
+    """
     shown = _ok if view == "success-only" else _fa
     value = ok_value if view == "success-only" else fa_value
-    return (percentile_cdf(_ok, _fa, q, ok_value, fa_value, label),
+    return (percentile_cdf(_ok, _fa, q, ok_value, fa_value, label, unit),
             percentile_histogram(shown, q, value, label))

@@ -215,19 +215,19 @@ def test_percentile_explorer_any_percentile_and_failure_aware() -> None:
     at.switch_page("pages/percentiles.py").run()
     assert not at.exception
     m = _metrics(at)
-    assert m["p95 (success-only)"] == "2.5"
+    assert m["p95 (success-only, s)"] == "2.5"
     assert m["Records counted"] == "2 of 4"
     at.number_input(key="q_input").set_value(99.9).run()
     assert at.slider(key="q_slider").value == pytest.approx(99.9)
-    assert "p99.9 (success-only)" in _metrics(at)
+    assert "p99.9 (success-only, s)" in _metrics(at)
     at.number_input(key="q_input").set_value(40.0)
     at.radio(key="view").set_value("failure-aware").run()
     m = _metrics(at)
-    assert m["p40 (failure-aware)"] == "2.5"  # rank 2 of latencies [0.25, 2.5, inf, inf]
+    assert m["p40 (failure-aware, s)"] == "2.5"  # rank 2 of latencies [0.25, 2.5, inf, inf]
     assert m["Records counted"] == "4 of 4"
     at.radio(key="view").set_value("failure-aware")
     at.number_input(key="q_input").set_value(75.0).run()
-    assert _metrics(at)["p75 (failure-aware)"] == "∞"
+    assert _metrics(at)["p75 (failure-aware, s)"] == "∞"
     at.selectbox(key="metric").select("queue_wait").run()
     assert not at.exception
     assert at.info  # R1-R4 has no admitted times

@@ -50,17 +50,21 @@ def contract_cells(summary: Mapping[str, Any], unavailable: frozenset[str] = fro
     return cells
 
 
-def _ci_text(d: Distribution, q: float) -> str:
+def _ci_text(d: Distribution, q: float, scale: float = 1.0) -> str:
+    def scaled(v: float | None) -> str:
+        return fmt(None if v is None else v * scale)
+
     for p in d.percentiles:
         if p.q == q:
-            return f"{fmt(p.value)} [{fmt(p.ci_low)}, {fmt(p.ci_high)}]"
+            return f"{scaled(p.value)} [{scaled(p.ci_low)}, {scaled(p.ci_high)}]"
     return NO_DATA
 
 
-def distribution_frame(rows: Mapping[str, Distribution | None]) -> pd.DataFrame:
+def distribution_frame(rows: Mapping[str, Distribution | None], scale: float = 1.0) -> pd.DataFrame:
     """Return one row per metric: n, each percentile as 'value [CI low, CI high]', max and mean.
 
-    A missing CI bound ('—') means the sample is too small to bound the percentile on that side.
+    A missing CI bound ('—') means the sample is too small to bound the percentile on that side. Values
+    are multiplied by ``scale`` (1000 shows seconds as milliseconds).
     """
     records = []
     for name, d in rows.items():
@@ -68,9 +72,9 @@ def distribution_frame(rows: Mapping[str, Distribution | None]) -> pd.DataFrame:
             continue
         row: dict[str, Any] = {"metric": name, "n": d.n}
         for p in d.percentiles:
-            row[f"p{p.q:g} [95% CI]"] = _ci_text(d, p.q)
-        row["max"] = fmt(d.max)
-        row["mean"] = fmt(d.mean)
+            row[f"p{p.q:g} [95% CI]"] = _ci_text(d, p.q, scale)
+        row["max"] = fmt(None if d.max is None else d.max * scale)
+        row["mean"] = fmt(None if d.mean is None else d.mean * scale)
         records.append(row)
     return pd.DataFrame.from_records(records)
 
@@ -123,10 +127,12 @@ def _cdf_points(values: np.ndarray, n_total: int, max_points: int = 4000) -> tup
 
 
 def percentile_cdf(success_values: np.ndarray, failure_aware_values: np.ndarray, q: float,
-                   success_value: float | None, failure_aware_value: float | None, label: str) -> go.Figure:
+                   success_value: float | None, failure_aware_value: float | None, label: str,
+                   unit: str = "s") -> go.Figure:
     """Return the CDFs of one metric, success-only and failure-aware, with percentile q marked on each.
 
     The failure-aware curve counts non-successes as +infinity, so it stops below 1 at the success share.
+    Values are in ``unit`` (the caller scales them: seconds, or milliseconds for the ms view).
     """
     fig = go.Figure()
     curves = (("success-only", success_values, success_value, "#1565c0"),
@@ -136,7 +142,7 @@ def percentile_cdf(success_values: np.ndarray, failure_aware_values: np.ndarray,
             continue
         x, y = _cdf_points(values, values.size)
         fig.add_trace(go.Scatter(x=x, y=y, mode="lines", line={"shape": "hv", "color": color}, name=name,
-                                 hovertemplate=f"{name}<br>%{{x:.4g}} s: %{{y:.2%}}<extra></extra>"))
+                                 hovertemplate=f"{name}<br>%{{x:.4g}} {unit}: %{{y:.2%}}<extra></extra>"))
         if value is not None and math.isfinite(value):
             fig.add_vline(x=value, line={"color": color, "dash": "dash"},
                           annotation_text=f"p{q:g} {name}: {fmt(value)}", annotation_position="top left"

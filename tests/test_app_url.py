@@ -1,0 +1,49 @@
+"""Shareable views through AppTest: the Percentile explorer's percentile, metric and unit, and Summary's ms / s."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+REPO = Path(__file__).resolve().parent.parent
+APP = str(REPO / "app.py")
+
+
+def _page(page: str, **query: str) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=120)
+    for name, value in query.items():
+        at.query_params[name] = value
+    at.switch_page(page).run()
+    assert not at.exception and not at.error
+    return at
+
+
+def test_percentile_explorer_opens_on_the_urls_percentile_metric_and_unit() -> None:
+    at = _page("pages/percentiles.py", run="r1_r4.json", q="50", metric="ttft", unit="ms")
+    assert at.number_input(key="q_input").value == 50.0 and at.slider(key="q_slider").value == 50.0
+    assert at.selectbox(key="metric").value == "ttft"
+    m = {x.label: x.value for x in at.metric}
+    assert m["p50 (success-only, ms)"] == "250"  # R1-R4's TTFTs 0.25 s and 0.5 s: rank 1 of 2
+    at.number_input(key="q_input").set_value(95.0).run()
+    at.selectbox(key="metric").select("tpot").run()
+    url = dict(at.query_params)
+    assert "q" not in url and url["metric"] == "tpot" and url["unit"] == "ms"  # 95 is the default: dropped
+
+
+def test_percentile_explorer_ignores_a_bad_url() -> None:
+    at = _page("pages/percentiles.py", q="250", metric="nonsense")
+    assert at.number_input(key="q_input").value == 95.0
+    assert at.selectbox(key="metric").value == "latency"
+
+
+def test_summary_percentile_tables_follow_the_unit() -> None:
+    at = _page("pages/summary.py", run="r1_r4.json", ws="0", we="10")
+    seconds = at.dataframe[[d.value.columns[0] for d in at.dataframe].index("metric")].value
+    assert seconds["metric"].iloc[0] == "Latency (s)"
+    at.segmented_control(key="unit").set_value("ms").run()
+    assert not at.exception
+    tables = [d.value for d in at.dataframe if d.value.columns[0] == "metric"]
+    assert tables[0]["metric"].iloc[0] == "Latency (ms)"
+    assert tables[0]["max"].iloc[0] == "2,500"  # R1-R4's slowest success, 2.5 s
+    assert at.query_params["unit"] == "ms"
