@@ -6,7 +6,8 @@ import streamlit as st
 
 from pages._figures import cause_chart, over_time_chart, record_charts
 from pages._prefix_cache import show_prefix_cache
-from pages._shared import cached_report, guarded, records_sidebar, show_reader_warnings, site_zip, slo_inputs
+from pages._shared import (cached_report, guarded, records_sidebar, show_reader_warnings, site_zip, slo_inputs,
+                           unit_choice)
 from servebench.records.extra_columns import SLICE_COLUMN, slice_choices
 from servebench.output.terminal import fmt_window
 from servebench.output.figures.summary import (cause_frame, contract_cells, distribution_frame, fmt, fmt_share,
@@ -121,15 +122,17 @@ with outcome_box:
     st.subheader("Percentiles with 95% confidence intervals")
     st.caption("Nearest rank. A '—' bound means the sample is too small to bound that side. "
                "Failure-aware rows count every non-success as ∞, so a tail made of failures shows as ∞.")
+    unit, scale = unit_choice()  # the tables in ms or s (the contract fields above keep the spec's seconds)
     st.markdown("**Success-only**")
     st.dataframe(distribution_frame({
-        "Latency (s)": report.latency_s, "TTFT (s)": report.ttft_s, "Request TPOT (s)": report.request_tpot_s,
-        "Queue wait (s)": report.queue_wait_s, "Prefill (s)": report.prefill_s,
-    }), hide_index=True)
+        f"Latency ({unit})": report.latency_s, f"TTFT ({unit})": report.ttft_s,
+        f"Request TPOT ({unit})": report.request_tpot_s, f"Queue wait ({unit})": report.queue_wait_s,
+        f"Prefill ({unit})": report.prefill_s,
+    }, scale), hide_index=True)
     st.markdown("**Failure-aware** (all requests)")
     st.dataframe(distribution_frame({
-        "Latency (s)": report.failure_aware_latency_s, "TTFT (s)": report.failure_aware_ttft_s,
-    }), hide_index=True)
+        f"Latency ({unit})": report.failure_aware_latency_s, f"TTFT ({unit})": report.failure_aware_ttft_s,
+    }, scale), hide_index=True)
     st.plotly_chart(charts["cdfs"], key="cdfs")
     stage_fig = charts["stages"]
     if stage_fig is not None:
