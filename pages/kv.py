@@ -79,7 +79,8 @@ with c1:
                                        key="overhead_gib")
         weights = guarded(kv.weight_bytes, int(params_b * 1e9), bpp, tensor_parallel=tp)
         budget_bytes = guarded(kv.kv_budget_bytes, device_gib * kv.GIB, memory_utilization=util,
-                               weights_bytes=weights, overhead_bytes=overhead_gib * kv.GIB)
+                               weights_bytes=weights, overhead_bytes=overhead_gib * kv.GIB,
+                               tensor_parallel=tp)  # so the fix names the setting above, as the CLI does
         st.caption(f"Weights {fmt(weights / kv.GIB)} GiB per GPU → KV budget {fmt(budget_bytes / kv.GIB)} GiB per GPU")
 with c2:
     r1, r2 = st.columns(2)

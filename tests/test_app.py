@@ -245,6 +245,19 @@ def test_percentile_explorer_slices() -> None:
     assert _metrics(at)["Records counted"] == f"{int(review.is_success.sum()):,} of {len(review):,}"
 
 
+def test_kv_calculator_names_the_tensor_parallelism_that_fits_the_weights() -> None:
+    at = _app()
+    at.switch_page("pages/kv.py").run()
+    at.selectbox(key="preset").select("llama-3.1-70b").run()
+    at.radio(key="budget_how").set_value("From GPU memory").run()
+    assert not at.exception
+    text = at.error[0].value
+    assert "no memory left for the KV cache: 80.0 GiB x 90% usable = 72.0 GiB" in text
+    assert "Fix: raise tensor parallelism to 2" in text  # the page's own setting, as `servebench kv` says
+    at.number_input(key="tp").set_value(2).run()
+    assert not at.exception and not at.error
+
+
 def test_kv_calculator_profile_b_allows_8_sequences() -> None:
     at = _app()
     at.switch_page("pages/kv.py").run()

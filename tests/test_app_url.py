@@ -47,3 +47,4 @@ def test_summary_percentile_tables_follow_the_unit() -> None:
     assert tables[0]["metric"].iloc[0] == "Latency (ms)"
     assert tables[0]["max"].iloc[0] == "2,500"  # R1-R4's slowest success, 2.5 s
     assert at.query_params["unit"] == "ms"
+
