@@ -23,10 +23,9 @@ import duckdb
 import numpy as np
 
 from servebench.analysis.duckdb_parts import lit
-from servebench.analysis.retries import jain_index, normalised_goodput
 from servebench.analysis.sorted_stream import PairwiseSum, PeakWalk, SortedSink, distribution, ranks_for
-from servebench.analysis.summary import (SLO, Concurrency, FairnessReport, PrefixCacheReport, Report, SliceFairness,
-                                         SLOResult, Stalls)
+from servebench.analysis.summary import (SLO, Concurrency, PrefixCacheReport, Report, SLOResult, Stalls,
+                                         fairness_of)
 from servebench.errors import ConfigError
 from servebench.records.table import MSG_EMPTY, STATUSES
 
@@ -358,24 +357,7 @@ def report_from_connection(con: duckdb.DuckDBPyConnection, source: str | None, w
     slices = {slice_names[g]: one(g) for g in groups if g is not None}
     return one(None).model_copy(update={
         "duplicate_request_ids": dups, "duplicate_request_id_examples": examples, "slices": slices,
-        "fairness": _fairness(slices, window_s, weights) if len(slices) >= 2 else None})
-
-
-def _fairness(slices: dict[str, Report], window_s: float, weights: Mapping[str, float] | None) -> FairnessReport:
-    """The fairness section over the slice reports, as ``summary.build_report`` gives it."""
-    good = {name: (r.slo.good_requests if r.slo is not None else r.completed) for name, r in slices.items()}
-    total = sum(good.values())
-    per_s = {name: g / window_s for name, g in good.items()}
-    p95 = {name: r.ttft_s.at(95) for name, r in slices.items()}
-    named = {name: float(weights[name]) for name in slices if weights and name in weights}
-    out = {name: SliceFairness(weight=named.get(name, 1.0), goodput_requests_per_second=per_s[name],
-                               goodput_share=good[name] / total if total else None,
-                               slo_attainment=None if r.slo is None else r.slo.attainment, ttft_p95_s=p95[name])
-           for name, r in slices.items()}
-    known = [v for v in p95.values() if v is not None]
-    ratio = max(known) / min(known) if len(known) == len(p95) and min(known) > 0 else None
-    return FairnessReport(weights_from="metadata" if named else "equal", slices=out,
-                          jain_index=jain_index(list(normalised_goodput(per_s, named).values())), ttft_p95_ratio=ratio)
+        "fairness": fairness_of(slices, window_s, weights) if len(slices) >= 2 else None})
 
 
 def uncovered_fields() -> list[str]:

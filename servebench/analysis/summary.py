@@ -549,7 +549,7 @@ def build_report(table: RecordTable, window_start: float, window_end: float, slo
         duplicate_request_ids=sum(c - 1 for _, c in dups),
         duplicate_request_id_examples=sorted(rid for rid, _ in dups)[:5], slices=slices,
         logical=_logical(table) if table.has_logical_ids else None,
-        fairness=_fairness(slices, window_end - window_start, weights) if len(slices) >= 2 else None))
+        fairness=fairness_of(slices, window_end - window_start, weights) if len(slices) >= 2 else None))
 
 
 def _logical(table: RecordTable) -> LogicalReport:
@@ -563,7 +563,7 @@ def _logical(table: RecordTable) -> LogicalReport:
                          user_latency_success_s=_distribution(s.user_latency_success_s))
 
 
-def _fairness(slices: dict[str, Report], window_s: float, weights: Mapping[str, float] | None) -> FairnessReport:
+def fairness_of(slices: dict[str, Report], window_s: float, weights: Mapping[str, float] | None) -> FairnessReport:
     """Return the fairness section over slice reports: goodput shares, SLO attainment, TTFT p95, Jain's index."""
     good = {name: (r.slo.good_requests if r.slo is not None else r.completed) for name, r in slices.items()}
     total = sum(good.values())
