@@ -288,8 +288,8 @@ reading = sweep_figs.capacity_reading(result)
 unit = "req/s" if result.mode == "rate" else "users"
 c = st.columns(4)
 c[0].metric("Usable capacity", f"{reading.value} {unit}", help=f"{reading.interval}. {cap.note}.")
-c[1].metric("Plausible range", "—" if reading.low is None or reading.high is None else
-            f"{reading.low:.3g} to {reading.high:.3g} {unit}",
+c[1].metric(f"Plausible range ({unit})", "—" if reading.low is None or reading.high is None else
+            sweep_figs.range_text(reading.low, reading.high),
             help="From the highest load clearly meeting the SLOs to the lowest clearly missing them, given the "
                  "requests per point (Wilson 95% intervals of each load's SLO attainment).")
 c[2].metric("Knee (p95 latency or TTFT doubles)", fmt(result.knee_load))

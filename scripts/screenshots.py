@@ -18,8 +18,10 @@ from browser import browser_page, streamlit_server  # noqa: E402
 
 OUT = REPO / "docs" / "screenshots"
 TIMEOUT_MS = 180_000
-IDLE = """() => !document.querySelector('[data-testid="stStatusWidget"]')
-  && [...document.querySelectorAll('[data-testid="stPlotlyChart"]')].every(c => c.querySelector('.main-svg'))"""
+# the script has ended and every chart container (there before plotly's code has loaded) holds a drawn chart
+IDLE = """() => document.querySelector('[data-testid="stApp"]')?.dataset.testScriptState === 'notRunning'
+  && [...document.querySelectorAll('.stPrintGraphic, [data-testid="stPlotlyChart"]')]
+       .every(c => c.querySelector('.main-svg'))"""
 PAGES = (  # sidebar link -> file name
     ("Summary", "summary"), ("Percentile explorer", "percentiles"), ("Diagnosis", "diagnosis"),
     ("KV calculator", "kv"), ("Load sweep", "sweep"), ("Timing run", "timing_run"),

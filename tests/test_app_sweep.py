@@ -49,7 +49,7 @@ def test_capacity_reads_with_its_interval_and_the_table_uses_labels() -> None:
     m = _metrics(at)
     # 100 requests a point cannot place 95% attainment finely: one decimal, and the range it may lie in
     assert m["Usable capacity"] == "1.0 req/s", m
-    low, high = m["Plausible range"].removesuffix(" req/s").split(" to ")
+    low, high = m["Plausible range (req/s)"].split("–")
     assert float(low) <= 1.0 < float(high)
     assert any("cannot be told apart from the 95% target" in c.value for c in at.caption)
     assert any(c.value.startswith("Success-only latency can fall past saturation") for c in at.caption)

@@ -73,6 +73,17 @@ def _wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
+def range_text(low: float, high: float) -> str:
+    """Return 'low–high' outward-rounded to the decimals of its width, short enough for a metric.
+
+    >>> range_text(0.84375, 0.875), range_text(0.5, 1.0625)
+    ('0.84–0.88', '0.5–1.1')
+    """
+    digits = _decimals(high - low)
+    scale = 10 ** digits
+    return f"{math.floor(low * scale + 1e-9) / scale:.{digits}f}–{math.ceil(high * scale - 1e-9) / scale:.{digits}f}"
+
+
 def capacity_reading(result: SweepResult) -> CapacityReading:
     """Return the capacity with the precision its requests support, and the interval it plausibly lies in.
 
