@@ -559,7 +559,7 @@ def test_dashboard_shows_uploaded_token_times_and_the_percentile_explorer_offers
     at.number_input(key="q_input").set_value(99.0).run()
     assert not at.exception
     metrics = {m.label: m.value for m in at.metric}
-    assert metrics["Gaps counted"] == "14" and metrics["p99 (success-only)"] == "2"
+    assert metrics["Gaps counted"] == "14" and metrics["p99 (success-only, s)"] == "2"
 
 
 def test_token_times_given_under_both_names_with_different_values_is_refused():
