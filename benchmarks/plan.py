@@ -20,29 +20,16 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from servebench.planning import PlanRequest, Workload, evaluate_configurations, plan, planned_point
 from servebench.capacity.model_presets import get_preset
 from servebench.analysis.summary import SLO
+from simulate import timed  # benchmarks/simulate.py: best CPU and wall time over repeats
 
 RESULTS = Path(__file__).resolve().parent / "results"
 RATE_RPS = 20.0
-
-
-def timed(fn: Callable[[], Any], repeat: int) -> tuple[Any, float, float]:
-    """Return fn's result and its best CPU and wall seconds over ``repeat`` runs."""
-    best_cpu = best_wall = float("inf")
-    out = None
-    for _ in range(repeat):
-        c0, w0 = time.process_time(), time.perf_counter()
-        out = fn()
-        best_cpu = min(best_cpu, time.process_time() - c0)
-        best_wall = min(best_wall, time.perf_counter() - w0)
-    return out, best_cpu, best_wall
 
 
 def request(model: str) -> PlanRequest:
