@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -526,24 +527,29 @@ def build_report(table: RecordTable, window_start: float, window_end: float, slo
     slice_rows = _slice_rows(table) if by_slice else {}
     error_code, error_names = category_codes(table.error_arrow)
     all_rows = _Rows.of(table, error_code)
-    tokens, whole_itl = _tokens(table, slo)
+    tokens = _Once(partial(_tokens, table, slo))
+    if table.token_times is None:
+        tokens.get()  # nothing to compute; an ITL SLO without token times is refused here
     common = dict(source=table.source, window_start=window_start, window_end=window_end, slo=slo,
-                  error_names=error_names, tokens=tokens)
+                  error_names=error_names)
 
     def slice_report(name: str) -> Report:
-        return _report(all_rows.take(slice_rows[name]), row_index=slice_rows[name], **common)
+        return _report(all_rows.take(slice_rows[name]), row_index=slice_rows[name],
+                       tokens=lambda: (tokens.get()[0], None), **common)
 
     def check_duplicates() -> list[tuple[str, int]]:
         # duplicates are a property of the whole file: slices skip the hashing
         return duplicates(table.request_id_arrow) if by_slice else []
 
     # largest slices first, the duplicate check last (the last queued are the first taken back)
-    jobs: list[tuple[str | None, Callable[[], Any]]] = [
-        (name, partial(slice_report, name)) for name in sorted(slice_rows, key=lambda k: -slice_rows[k].size)]
+    # the token gaps and the file's ITL (a slice's stall threshold) first: every report ends waiting on them
+    jobs: list[tuple[str | None, Callable[[], Any]]] = [("", tokens.get)] if table.token_times is not None else []
+    jobs += [(name, partial(slice_report, name)) for name in sorted(slice_rows, key=lambda k: -slice_rows[k].size)]
     jobs.append((None, check_duplicates))
     parallel = len(table) >= _PARALLEL_MIN_ROWS and (os.cpu_count() or 1) > 1
-    whole, results = _run_beside(lambda: _report(all_rows, itl=whole_itl, **common), jobs, parallel)
+    whole, results = _run_beside(lambda: _report(all_rows, tokens=tokens.get, **common), jobs, parallel)
     dups = results.pop(None)
+    results.pop("", None)
     slices = {name: results[name] for name in slice_rows}
     return whole.model_copy(update=dict(
         duplicate_request_ids=sum(c - 1 for _, c in dups),
@@ -580,6 +586,21 @@ def fairness_of(slices: dict[str, Report], window_s: float, weights: Mapping[str
                           jain_index=jain_index(list(normalised_goodput(per_s, named).values())), ttft_p95_ratio=ratio)
 
 
+class _Once(Generic[T]):
+    """A value computed once, by the first thread that asks (a worker started early, or a report that needs it)."""
+
+    def __init__(self, compute: Callable[[], T]) -> None:
+        self._compute = compute
+        self._lock = threading.Lock()
+        self._value: list[T] = []
+
+    def get(self) -> T:
+        with self._lock:  # a second caller waits for the first's result rather than computing it again
+            if not self._value:
+                self._value.append(self._compute())
+        return self._value[0]
+
+
 @dataclass(frozen=True)
 class _Tokens:
     """Token gaps of the whole table, the stall threshold, and each row's p99 gap when an SLO needs it."""
@@ -598,7 +619,7 @@ def _tokens(table: RecordTable, slo: SLO | None) -> tuple[_Tokens | None, Distri
             raise ConfigError("an ITL SLO (--slo-itl) needs token_times in the records; this file has none")
         return None, None
     g = token_gaps(table.token_times)
-    itl = _sorted_values_distribution(g.select(table.is_success))
+    itl = _distribution(g.sorted_of(table.is_success))
     median = itl.at(50)
     if stall_s is not None:
         threshold, rule = stall_s, "--stall-s"
@@ -606,12 +627,6 @@ def _tokens(table: RecordTable, slo: SLO | None) -> tuple[_Tokens | None, Distri
         threshold, rule = (None if median is None else 4 * median), "4x median ITL"
     p99 = g.row_percentile(99) if slo is not None and slo.itl_p99_s is not None else None
     return _Tokens(g, threshold, rule, p99), itl
-
-
-def _sorted_values_distribution(values: np.ndarray) -> Distribution:
-    """Summarize a fresh array of values, sorted in place (numpy's SIMD sort beats a partition at a dozen ranks)."""
-    values.sort()
-    return _distribution(values)
 
 
 def _token_fields(tokens: _Tokens, ok: np.ndarray, row_index: np.ndarray | None,
@@ -626,7 +641,7 @@ def _token_fields(tokens: _Tokens, ok: np.ndarray, row_index: np.ndarray | None,
         chosen[row_index[ok]] = True
         max_gap = g.max_gap[row_index]
     if itl is None:
-        itl = _sorted_values_distribution(g.select(chosen))
+        itl = _distribution(g.sorted_of(chosen))
     stalls = max_gap[ok & ~np.isnan(max_gap)]
     stalls.sort()
     counted = None
@@ -639,12 +654,13 @@ def _token_fields(tokens: _Tokens, ok: np.ndarray, row_index: np.ndarray | None,
 
 
 def _report(rows: _Rows, *, source: str | None, window_start: float, window_end: float, slo: SLO | None,
-            error_names: list[str], tokens: "_Tokens | None" = None, row_index: np.ndarray | None = None,
-            itl: Distribution | None = None) -> Report:
+            error_names: list[str], tokens: Callable[[], Any] | None = None,
+            row_index: np.ndarray | None = None) -> Report:
     """Return one report (no slices, no duplicate check) over rows in any order.
 
-    ``row_index``: the table rows these are (a slice's), for the token gaps; ``itl``: the ITL
-    distribution when already known (the whole file's, computed for the stall threshold).
+    ``tokens`` returns the table's token gaps and, for the whole file, its ITL distribution (a
+    slice's rows are ``row_index`` of the table); it is asked for last, so that another thread can
+    compute it meanwhile.
     """
     window_s = window_end - window_start
     n = rows.start.size
@@ -654,13 +670,13 @@ def _report(rows: _Rows, *, source: str | None, window_start: float, window_end:
     failures = n - by_status["success"]
     out = rows.output_tokens
     latency, ttft, tpot = request_times(rows.start, rows.end, rows.first_token, out)
-    token_fields: dict[str, Any] = {}
+
     itl_p99 = None
-    if tokens is not None:
-        token_fields = _token_fields(tokens, ok, row_index, itl)
-        if tokens.itl_p99 is not None:
+    if slo is not None and slo.itl_p99_s is not None and tokens is not None:  # the SLO needs the gaps now
+        found = tokens()[0]
+        if found is not None and found.itl_p99 is not None:
             pick = slice(None) if row_index is None else row_index
-            itl_p99 = (tokens.gaps.has_times[pick], tokens.itl_p99[pick])
+            itl_p99 = (found.gaps.has_times[pick], found.itl_p99[pick])
     slo_result = (_slo_result(rows, ok, latency, ttft, tpot, slo, window_s, itl_p99)
                   if slo is not None and slo.any else None)
     # masked copies are fresh arrays, so each is sorted in place (memory at 10M records)
@@ -688,6 +704,9 @@ def _report(rows: _Rows, *, source: str | None, window_start: float, window_end:
     if adm_all.any():
         in_service = _concurrency(active_timeline(rows.admitted[adm_all], rows.end[adm_all], window_start, window_end,
                                                   overwrite=True))
+    active = _concurrency(active_timeline(rows.start, rows.end, window_start, window_end))
+    found, itl = tokens() if tokens is not None else (None, None)
+    token_fields = {} if found is None else _token_fields(found, ok, row_index, itl)
     return Report(
         source=source,
         window_start=window_start, window_end=window_end, window_s=window_s,
@@ -703,7 +722,7 @@ def _report(rows: _Rows, *, source: str | None, window_start: float, window_end:
         total_output_tokens=total_tokens, successful_output_tokens=success_tokens,
         wasted_output_tokens=total_tokens - success_tokens,
         total_prompt_tokens=token_sum(prompt[prompt >= 0]) if (prompt >= 0).any() else None,
-        active_requests=_concurrency(active_timeline(rows.start, rows.end, window_start, window_end)),
+        active_requests=active,
         in_service=in_service,
         duplicate_request_ids=0, duplicate_request_id_examples=[],
         records_without_request_id=int(np.count_nonzero(rows.missing_request_id)),

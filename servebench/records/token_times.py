@@ -13,6 +13,7 @@ import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -62,6 +63,9 @@ def flat(array: pa.Array | pa.ChunkedArray, dtype: Any = np.float64) -> Flat:
     """
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks() if array.num_chunks != 1 else array.chunk(0)
+    fast = _flat_views(array, dtype)
+    if fast is not None:
+        return fast
     lengths = pc.list_value_length(array)
     present = ~np.asarray(lengths.is_null().to_numpy(zero_copy_only=False), dtype=bool)
     counts = np.asarray(lengths.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
@@ -71,6 +75,26 @@ def flat(array: pa.Array | pa.ChunkedArray, dtype: Any = np.float64) -> Flat:
     if values.null_count:
         values = values.fill_null(0)
     return Flat(np.asarray(values.to_numpy(zero_copy_only=False), dtype=dtype), offsets, present)
+
+
+def _flat_views(array: pa.Array, dtype: Any) -> Flat | None:
+    """Return ``flat(array)`` from the list array's own offsets and values (no copy of the values), or None.
+
+    None where a view would not do: a large or fixed-size list, null elements, a values type other
+    than ``dtype``, or a null row that points at values (Arrow allows it; Parquet readers never write it).
+    """
+    if not pa.types.is_list(array.type) or array.values.null_count:
+        return None
+    present = np.ones(len(array), dtype=bool) if array.null_count == 0 else \
+        ~np.asarray(array.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    offsets = np.asarray(array.offsets.to_numpy(), dtype=np.int64)
+    if not present.all() and np.any(np.diff(offsets)[~present]):
+        return None
+    base = int(offsets[0])
+    child = array.values.slice(base, int(offsets[-1]) - base)
+    if child.type != pa.from_numpy_dtype(np.dtype(dtype)):
+        return None
+    return Flat(child.to_numpy(zero_copy_only=False), offsets - base if base else offsets, present)
 
 
 def from_flat(values: np.ndarray, offsets: np.ndarray, present: np.ndarray | None = None,
@@ -180,11 +204,15 @@ def column_from_arrow(name: str, arr: pa.ChunkedArray | pa.Array) -> ListColumn:
     bad = np.zeros(n, dtype=bool)
     # a null element, or an integer count too large, makes its row bad
     values = arr.flatten()
-    element_bad = np.asarray(values.is_null().to_numpy(zero_copy_only=False), dtype=bool)
-    if name == "token_counts" and vt in (pa.int64(), pa.uint64()):
-        element_bad |= np.asarray(pc.greater_equal(values, pa.scalar(_COUNT_LIMIT, vt)).fill_null(False)
-                                  .to_numpy(zero_copy_only=False), dtype=bool)
-    if element_bad.any():
+    too_big = (name == "token_counts" and vt in (pa.int64(), pa.uint64()) and len(values) > 0
+               and (pc.max(values).as_py() or 0) >= _COUNT_LIMIT)
+    element_bad = None
+    if values.null_count or too_big:  # one pass over the elements finds no problem in a clean column
+        element_bad = np.asarray(values.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+        if too_big:
+            element_bad |= np.asarray(pc.greater_equal(values, pa.scalar(_COUNT_LIMIT, vt)).fill_null(False)
+                                      .to_numpy(zero_copy_only=False), dtype=bool)
+    if element_bad is not None and element_bad.any():
         f = flat(arr, dtype=np.float64) if name == "token_times" else flat(pc.cast(arr, pa.list_(pa.float64())))
         rows = np.searchsorted(f.offsets, np.flatnonzero(element_bad), side="right") - 1
         bad[rows] = True
@@ -301,11 +329,13 @@ def check(times: ListColumn | None, counts: ListColumn | None, *, start: np.ndar
         if c.values.size and c.values.min() < 1:
             count_small[_rows_of(np.flatnonzero(c.values < 1), c.offsets)] = True
             count_small &= ok_counts
-        sums = np.zeros(c.values.size + 1, dtype=np.int64)
         cap = _COUNT_LIMIT // max(1, c.values.size)
         big = c.values.size and c.values.max() > cap
-        np.cumsum(np.minimum(c.values, cap) if big else c.values, out=sums[1:])  # a capped sum cannot wrap
-        chunk_tokens = sums[c.offsets[1:]] - sums[c.offsets[:-1]]
+        chunk_tokens = np.zeros(n, dtype=np.int64)
+        filled = c.lengths > 0
+        if filled.any():  # a capped sum cannot wrap
+            chunk_tokens[filled] = np.add.reduceat(np.minimum(c.values, cap) if big else c.values,
+                                                   c.offsets[:-1][filled])
         if has_times:
             tokens = np.where(ok_counts, chunk_tokens, tokens)
     if has_times:
@@ -369,24 +399,56 @@ def check(times: ListColumn | None, counts: ListColumn | None, *, start: np.ndar
 
 @dataclass(frozen=True)
 class Gaps:
-    """Every request's gaps between consecutive token arrivals, grouped by row.
+    """Every request's gaps between consecutive token arrivals.
 
-    Row i's gaps are ``values[offsets[i]:offsets[i+1]]``; ``has_times`` marks rows with at least one
-    token time, ``max_gap`` is each row's longest gap (NaN with fewer than two arrivals).
+    ``diffs[j]`` is the gap from flat arrival j to j+1 when both belong to one row, NaN where the
+    next arrival starts another row; row i's arrivals are ``value_offsets[i]:value_offsets[i+1]``.
+    ``has_times`` marks rows with at least one token time, ``max_gap`` is each row's longest gap
+    (NaN with fewer than two arrivals).
     """
 
-    values: np.ndarray
-    offsets: np.ndarray
+    diffs: np.ndarray
+    value_offsets: np.ndarray
     has_times: np.ndarray
     max_gap: np.ndarray
 
     @property
     def counts(self) -> np.ndarray:
-        return np.diff(self.offsets)
+        """Gaps per row."""
+        return np.maximum(np.diff(self.value_offsets) - 1, 0)
+
+    @cached_property
+    def offsets(self) -> np.ndarray:
+        """Row i's gaps are ``values[offsets[i]:offsets[i+1]]``."""
+        offsets = np.zeros(self.value_offsets.size, dtype=np.int64)
+        np.cumsum(self.counts, out=offsets[1:])
+        return offsets
+
+    @cached_property
+    def values(self) -> np.ndarray:
+        """Every gap, grouped by row in row order."""
+        keep = np.ones(self.diffs.size, dtype=bool)
+        keep[_row_steps(self.value_offsets)] = False
+        return self.diffs[keep] if not keep.all() else self.diffs.copy()
 
     def select(self, rows: np.ndarray) -> np.ndarray:
         """Return the gaps of the rows a boolean mask selects (a fresh array, in row order)."""
         return self.values[np.repeat(rows, self.counts)]
+
+    def sorted_of(self, rows: np.ndarray) -> np.ndarray:
+        """Return the gaps of the rows a boolean mask selects, sorted ascending (a fresh array).
+
+        >>> gaps(pa.array([[0.0, 0.5, 2.5], None, [3.0], [4.0, 4.25]])).sorted_of(np.array([1, 1, 1, 0], bool)).tolist()
+        [0.5, 2.0]
+        """
+        counts = self.counts
+        kept = int(counts[rows].sum())
+        if kept == counts.sum():  # every gap is selected: copy the diffs, no mask over them
+            out = self.diffs.copy()
+        else:
+            out = self.diffs[np.repeat(rows, np.diff(self.value_offsets))[:self.diffs.size]]
+        out.sort()  # the NaNs between rows sort last
+        return out[:kept]
 
     def row_percentile(self, q: int) -> np.ndarray:
         """Return each row's nearest-rank q-th percentile gap (an integer q; NaN for a row without gaps).
@@ -407,8 +469,16 @@ class Gaps:
         return out
 
 
+def _row_steps(value_offsets: np.ndarray) -> np.ndarray:
+    """Return the positions in the diffs of flat values that step from one row to the next."""
+    starts = value_offsets[1:-1]
+    return starts[(starts > 0) & (starts < value_offsets[-1])] - 1
+
+
 def gaps(times: pa.Array | pa.ChunkedArray) -> Gaps:
     """Return the gaps between consecutive token times of each row (one ``np.diff`` on the flat values).
+
+    A NaN in the diffs marks the step from one row to the next (validated times are finite).
 
     >>> g = gaps(pa.array([[0.0, 0.5, 2.5], None, [3.0], [4.0, 4.25]]))
     >>> g.values.tolist(), g.offsets.tolist(), g.max_gap.tolist()
@@ -416,22 +486,13 @@ def gaps(times: pa.Array | pa.ChunkedArray) -> Gaps:
     """
     f = flat(times)
     lengths = f.lengths
-    counts = np.maximum(lengths - 1, 0)
-    offsets = np.zeros(counts.size + 1, dtype=np.int64)
-    np.cumsum(counts, out=offsets[1:])
-    if f.values.size > 1:
-        d = np.diff(f.values)
-        keep = np.ones(d.size, dtype=bool)
-        starts = f.offsets[1:-1]
-        keep[starts[(starts > 0) & (starts < f.values.size)] - 1] = False
-        values = d[keep] if not keep.all() else d
-    else:
-        values = np.empty(0)
-    max_gap = np.full(counts.size, np.nan)
-    has = counts > 0
-    if has.any():
-        max_gap[has] = np.maximum.reduceat(values, offsets[:-1][has])
-    return Gaps(values, offsets, f.present & (lengths > 0), max_gap)
+    diffs = np.diff(f.values) if f.values.size > 1 else np.empty(0)
+    diffs[_row_steps(f.offsets)] = np.nan
+    max_gap = np.full(lengths.size, np.nan)
+    has = lengths > 1
+    if has.any():  # a row's segment runs on over the rows without gaps after it: their NaNs are ignored
+        max_gap[has] = np.fmax.reduceat(diffs, f.offsets[:-1][has])
+    return Gaps(diffs, f.offsets, f.present & (lengths > 0), max_gap)
 
 
 def as_json_text(array: pa.Array) -> pa.Array:
