@@ -451,26 +451,33 @@ def _slice_rows(table: RecordTable) -> dict[str, np.ndarray]:
     return {name: rows for name, rows in sorted(found.items()) if rows.size}
 
 
-def _slo_result(rows: _Rows, ok: np.ndarray, latency: np.ndarray, ttft: np.ndarray, tpot: np.ndarray,
-                slo: SLO, window_s: float, itl_p99: tuple[np.ndarray, np.ndarray] | None = None) -> SLOResult:
-    good = ok.copy()
+def _slo_result(output_tokens: np.ndarray, requests: int, latency: np.ndarray, ttft: np.ndarray,
+                tpot: np.ndarray, slo: SLO, window_s: float,
+                itl_p99: tuple[np.ndarray, np.ndarray] | None = None) -> SLOResult:
+    """Return goodput over the successes' aligned arrays (a non-success is never good) of ``requests`` records."""
+    good = np.ones(output_tokens.size, dtype=bool)
     if slo.itl_p99_s is not None and itl_p99 is not None:
         has_times, p99 = itl_p99  # a success without token times cannot show it met the limit
         with np.errstate(invalid="ignore"):
-            good &= (has_times & ~(p99 > slo.itl_p99_s)) | (rows.output_tokens <= 1)
+            good &= (has_times & ~(p99 > slo.itl_p99_s)) | (output_tokens <= 1)
     with np.errstate(invalid="ignore"):
         if slo.ttft_s is not None:
             good &= ttft <= slo.ttft_s
         if slo.latency_s is not None:
             good &= latency <= slo.latency_s
         if slo.tpot_s is not None:
-            good &= (tpot <= slo.tpot_s) | (rows.output_tokens <= 1)
+            good &= (tpot <= slo.tpot_s) | (output_tokens <= 1)
     n_good = int(np.count_nonzero(good))
     return SLOResult(
-        slo=slo, good_requests=n_good, attainment=n_good / ok.size,
+        slo=slo, good_requests=n_good, attainment=n_good / requests,
         goodput_requests_per_second=n_good / window_s,
-        goodput_output_tokens_per_second=token_sum(rows.output_tokens[good]) / window_s,
+        goodput_output_tokens_per_second=token_sum(output_tokens[good]) / window_s,
     )
+
+
+def _positive(counts: np.ndarray) -> np.ndarray:
+    """Return the counts above zero (an absent count is -1)."""
+    return counts[counts > 0]
 
 
 def _causes(error_code: np.ndarray, names: list[str]) -> dict[str, int]:
@@ -669,35 +676,41 @@ def _report(rows: _Rows, *, source: str | None, window_start: float, window_end:
     by_status = {name: int(status_counts[i]) for i, name in enumerate(STATUSES)}
     failures = n - by_status["success"]
     out = rows.output_tokens
-    latency, ttft, tpot = request_times(rows.start, rows.end, rows.first_token, out)
+    # every per-request time is computed over the successes only: m arrays, not n (memory at 10M records)
+    every = failures == 0
+    start_ok, first_ok = (rows.start, rows.first_token) if every else (rows.start[ok], rows.first_token[ok])
+    out_ok = out if every else out[ok]
+    latency, ttft, tpot = request_times(start_ok, rows.end if every else rows.end[ok], first_ok, out_ok)
 
     itl_p99 = None
     if slo is not None and slo.itl_p99_s is not None and tokens is not None:  # the SLO needs the gaps now
         found = tokens()[0]
         if found is not None and found.itl_p99 is not None:
             pick = slice(None) if row_index is None else row_index
-            itl_p99 = (found.gaps.has_times[pick], found.itl_p99[pick])
-    slo_result = (_slo_result(rows, ok, latency, ttft, tpot, slo, window_s, itl_p99)
+            itl_p99 = (found.gaps.has_times[pick][ok], found.itl_p99[pick][ok])
+    slo_result = (_slo_result(out_ok, n, latency, ttft, tpot, slo, window_s, itl_p99)
                   if slo is not None and slo.any else None)
-    # masked copies are fresh arrays, so each is sorted in place (memory at 10M records)
-    m = _success_values(ok, out, latency, ttft, tpot)
-    del latency, ttft, tpot
+    # fresh arrays, so each is sorted in place
+    m = {"latency": latency, "ttft": ttft, "tpot": tpot if bool((out_ok > 1).all()) else tpot[out_ok > 1]}
+    del tpot
     for values in m.values():
         values.sort()
-    has_adm = ok & np.isfinite(rows.admitted)
+    adm_ok = rows.admitted if every else rows.admitted[ok]
+    has_adm = np.isfinite(adm_ok)
     wait = prefill = None
     if has_adm.any():
-        adm = rows.admitted[has_adm]
-        stage = adm - rows.start[has_adm]
+        if not has_adm.all():
+            adm_ok, start_ok, first_ok = adm_ok[has_adm], start_ok[has_adm], first_ok[has_adm]
+        stage = adm_ok - start_ok
         stage.sort()
         wait = _distribution(stage)
-        stage = rows.first_token[has_adm] - adm
+        stage = first_ok - adm_ok
         stage.sort()
         prefill = _distribution(stage)
-        del adm, stage
-    produced = np.where(out > 0, out, 0)
-    total_tokens = token_sum(produced)
-    success_tokens = token_sum(produced[ok])
+        del stage
+    del adm_ok, start_ok, first_ok
+    success_tokens = token_sum(out_ok)  # a success has at least one output token
+    total_tokens = success_tokens + (0 if every else token_sum(_positive(out[~ok])))
     prompt = rows.prompt_tokens
     adm_all = np.isfinite(rows.admitted)
     in_service = None

@@ -521,9 +521,10 @@ def parse_arrow(table: pa.Table, source: str | None = None) -> ParsedRows:
             columns[name] = _arrow_column(table.column(names[name]), name,
                                           optional_nan_is_missing=name not in ("start", "end"))
         else:
-            empty_vals = (np.full(n, np.nan) if name in FLOAT_FIELDS else
-                          np.full(n, -1, dtype=np.int64) if name in INT_FIELDS else
-                          np.full(n, -1, dtype=np.int8) if name == "status" else pa.nulls(n, pa.string()))
+            # an absent column is one read-only marker seen n times: no memory per row
+            empty_vals = (np.broadcast_to(np.float64(np.nan), n) if name in FLOAT_FIELDS else
+                          np.broadcast_to(np.int64(-1), n) if name in INT_FIELDS else
+                          np.broadcast_to(np.int8(-1), n) if name == "status" else pa.nulls(n, pa.string()))
             columns[name] = Column(empty_vals, np.zeros(n, dtype=bool), np.zeros(n, dtype=bool), raw=lambda i: None)
     notes: tuple[str, ...] = ()
     ids = columns["request_id"]

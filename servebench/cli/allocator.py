@@ -1,0 +1,38 @@
+"""Keep freed large arrays in the process for reuse, so a big report does not zero fresh pages again and again.
+
+glibc's malloc serves every block above 32 MB (an array of 4M floats) with a new ``mmap`` and unmaps it
+when freed, so each temporary column of a 10M-record report costs the kernel a page fault and a zeroing
+per page; on a virtual machine that is half the report's CPU time (``benchmarks/summary.py``, system
+time). The CLI is a short-lived process, so it asks malloc to take large blocks from its heap and keep
+what is freed. The dashboard, a long-lived server, does not.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import platform
+
+_M_TRIM_THRESHOLD = -1  # glibc's mallopt parameters (malloc.h)
+_M_MMAP_MAX = -4
+_M_ARENA_MAX = -8
+_TRIM_THRESHOLD_BYTES = 2**31 - 1  # mallopt takes an int: keep up to 2 GiB of freed heap
+
+
+def reuse_freed_memory() -> bool:
+    """Ask glibc malloc to serve large blocks from its heap and keep freed ones; return True if it agreed.
+
+    Does nothing on other C libraries (musl, macOS) or where libc cannot be loaded.
+    """
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    # one arena: a worker thread's blocks come from the same heap (a thread arena would mmap them anyway)
+    return all(mallopt(param, value) for param, value in
+               ((_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, _TRIM_THRESHOLD_BYTES), (_M_ARENA_MAX, 1)))

@@ -1,0 +1,40 @@
+"""servebench.cli.allocator: after the CLI's malloc setting, a freed large array's pages are reused."""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+import sys
+
+import pytest
+
+PROBE = """
+import json, resource, sys
+import numpy as np
+if sys.argv[1] == "tuned":
+    from servebench.cli.allocator import reuse_freed_memory
+    assert reuse_freed_memory()
+def faults_of_one_array():
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    a = np.ones(12_000_000)  # 96 MB: past glibc's largest mmap threshold
+    after = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    del a
+    return after - before
+first = faults_of_one_array()
+print(json.dumps([first, faults_of_one_array(), faults_of_one_array()]))
+"""
+
+
+def _faults(mode: str) -> list[int]:
+    out = subprocess.run([sys.executable, "-c", PROBE, mode], capture_output=True, text=True, check=True, timeout=120)
+    return json.loads(out.stdout)
+
+
+@pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc only")
+def test_freed_large_arrays_are_reused_only_after_the_setting() -> None:
+    first, *again = _faults("tuned")
+    assert first > 0
+    assert max(again) <= first // 4  # the heap hands back the pages it already has
+    plain_first, *plain_again = _faults("plain")
+    assert min(plain_again) > plain_first // 4  # by default each array is a fresh mapping, faulted anew
