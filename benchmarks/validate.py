@@ -7,6 +7,8 @@
 
 The machine's load (1-minute load average before and after, CPU count) is recorded beside the
 figures, since on a shared machine other processes slow some steps and no fitted model replays that.
+With ``--repeats 2`` or more the engine's own run-to-run spread is recorded too: the same scenario
+and seed served twice differ by this much, a floor under any simulator's error.
 
     python benchmarks/validate.py [--scenario sample_data/scenarios/tiny_cpu.yaml] [--rates 10,20,40,60,80]
                                   [--repeats 1] [--skip-sweep] [--device auto] [--model tiny]
@@ -55,9 +57,22 @@ def one_run(scenario: Path, out: Path, model: str, device: str) -> dict[str, Any
             "device": meta["runtime"]["device_name"], "fit": result.fit_summary,
             "fit_usable": bool(result.fit.quality and result.fit.quality.usable),
             "step_model": result.fit.model.model_dump(),
+            "measured_s": {f"{c.metric}_p{c.q}": c.measured_s for c in result.comparisons},
+            "simulated_s": {f"{c.metric}_p{c.q}": c.simulated_s for c in result.comparisons},
             "rel_error": {f"{c.metric}_p{c.q}": c.rel_error for c in result.comparisons},
             "max_abs_rel_error": result.max_abs_rel_error, "within_5pct": result.passed,
             "speed_ratio_p5_p95": [result.speed_ratio_p5, result.speed_ratio_p95], "notes": result.notes}
+
+
+def run_to_run(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Return how far each later run's measured percentiles are from the first run's (the engine's own spread)."""
+    if len(runs) < 2:
+        return None
+    first = runs[0]["measured_s"]
+    diffs = {k: [None if r["measured_s"][k] is None or not first[k] else r["measured_s"][k] / first[k] - 1
+                 for r in runs[1:]] for k in first}
+    worst = max((abs(v) for vs in diffs.values() for v in vs if v is not None), default=None)
+    return {"rel_diff_vs_first_run": diffs, "max_abs_rel_diff": worst}
 
 
 def sweep(scenario: Path, rates: list[float], model: str, device: str) -> dict[str, Any]:
@@ -102,13 +117,17 @@ def main() -> None:
                                                args.model, args.device)
     doc = {"benchmark": "simulator fidelity against the engine", "scenario": str(args.scenario.relative_to(ROOT))
            if args.scenario.is_relative_to(ROOT) else str(args.scenario), "model": args.model,
-           "python": platform.python_version(), "machine": platform.machine(), "runs": runs, "sweep": swept,
+           "python": platform.python_version(), "machine": platform.machine(), "runs": runs,
+           "engine_run_to_run": run_to_run(runs), "sweep": swept,
            "targets": {"validate_rel_error": 0.05, "knee_rel_error": 0.10, "below_knee_rel_error": 0.10}}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=2) + "\n")
     for r in runs:
         errs = ", ".join(f"{k} {v:+.1%}" for k, v in r["rel_error"].items() if v is not None)
         print(f"validate (load {r['load_before']['load_avg_1min']}): {errs}; {r['fit']}")
+    spread = doc["engine_run_to_run"]
+    if spread is not None:
+        print(f"engine run to run (same scenario and seed): up to {spread['max_abs_rel_diff']:.1%}")
     if swept is not None:
         print(f"validate-sweep: measured knee {swept['measured_knee_rps']}, simulated {swept['simulated_knee_rps']}, "
               f"error {swept['knee_relative_error']}, below-knee max {swept['max_below_knee_rel_error']}")

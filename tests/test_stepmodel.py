@@ -9,7 +9,8 @@ from pydantic import ValidationError
 from servebench.errors import ConfigError
 from servebench.serving.scenario import parse_scenario
 from servebench.serving.simulate import simulate
-from servebench.capacity.stepmodel import MIN_R2, PoorFitError, StepModel, fit_step_model, require_usable
+from servebench.capacity.stepmodel import (MIN_R2, NOISE_BINS, PoorFitError, StepModel, StepNoise, fit_noise,
+                                         fit_step_model, require_usable)
 
 TRUE = StepModel(base_s=0.012, per_prefill_token_s=8e-5, per_decode_seq_s=3e-4, per_kv_token_s=2e-8)
 FITTED = ("base_s", "per_prefill_token_s", "per_decode_seq_s", "per_kv_token_s")  # the synthetic trace's columns
@@ -47,7 +48,7 @@ def test_fit_never_goes_negative_and_pins_coefficients() -> None:
     fit = fit_step_model(trace, ["base_s", "per_prefill_token_s"])
     assert fit.model.per_decode_seq_s == 0 and fit.model.per_kv_token_s == 0
     assert fit.stderr["per_kv_token_s"] is None
-    assert all(v >= 0 for v in fit.model.model_dump().values())
+    assert all(v >= 0 for v in fit.model.model_dump(exclude={"noise_factors", "arrival_lags_s"}).values())
 
 
 def test_fit_from_simulated_trace_recovers_model() -> None:
@@ -191,3 +192,83 @@ def test_simulator_applies_the_arrival_lag_and_the_emit_lead() -> None:
     np.testing.assert_allclose(lagged.first_token - lagged.start, ttft + 0.0007 - 0.0001, rtol=1e-9)
     np.testing.assert_allclose(lagged.admitted - lagged.start, 0.0007, rtol=1e-9)
     np.testing.assert_allclose(lagged.end - plain.end, 0.0007 - 0.0001, atol=1e-9)
+
+
+# --------------------------------------------------------------------------- step-time noise and the lag's spread
+
+
+def test_noise_stream_has_the_fitted_distribution_and_autocorrelation() -> None:
+    factors = tuple(np.linspace(0.6, 1.8, 50))
+    ratio = StepNoise(factors, 0.6, np.random.default_rng(3)).take(40_000)
+    fitted, rho = fit_noise(ratio)
+    np.testing.assert_allclose(fitted, factors, rtol=0.03)  # each 2% of the steps, recovered
+    assert rho == pytest.approx(0.6, abs=0.06)
+    independent = fit_noise(StepNoise(factors, 0.0, np.random.default_rng(4)).take(40_000))[1]
+    assert independent < 0.05
+    assert fit_noise(ratio[:50]) == ((), 0.0)  # too few steps: no noise
+
+
+def test_noise_stream_peeks_without_drawing_and_is_seeded() -> None:
+    a = StepNoise((0.5, 1.0, 2.0), 0.3, np.random.default_rng(5))
+    b = StepNoise((0.5, 1.0, 2.0), 0.3, np.random.default_rng(5))
+    ahead = a.peek(10_000).copy()  # longer than one chunk
+    a.advance(3)
+    np.testing.assert_array_equal(np.concatenate([b.take(3), b.take(9_997)]), ahead)
+    np.testing.assert_array_equal(a.take(9_997), ahead[3:])
+    assert set(np.unique(ahead)) <= {0.5, 1.0, 2.0}
+
+
+def test_fit_with_noise_keeps_the_total_and_the_spread_of_the_steps() -> None:
+    trace = synthetic_trace(3000, 0.0, 12)
+    rng = np.random.default_rng(13)
+    clean = trace["duration"].copy()
+    trace["duration"] = clean * rng.lognormal(0.0, 0.25, size=clean.size)
+    fit = fit_step_model(trace, noise=True)
+    factors = np.array(fit.model.noise_factors)
+    assert len(factors) == NOISE_BINS
+    modelled = fit.model.step_s(trace["prefill_tokens"], trace["decode_seqs"], trace["kv_tokens_read"])
+    assert fit.model.noise_mean == pytest.approx(trace["duration"].sum() / modelled.sum(), rel=1e-9)
+    spread = factors[int(0.9 * NOISE_BINS)] / factors[int(0.1 * NOISE_BINS)]  # p90 / p10 of the step ratio
+    assert spread == pytest.approx(np.exp(0.25 * 2 * 1.2816), rel=0.15)
+    assert fit.model.noise_autocorrelation < 0.1  # the injected noise is independent from step to step
+    assert fit_step_model(trace).model.noise_factors == ()  # only when asked for
+
+
+def test_simulated_noise_keeps_the_mean_widens_the_tails_and_is_deterministic() -> None:
+    step = {"base_s": 0.002, "per_prefill_token_s": 1e-5, "per_decode_seq_s": 1e-4}
+    sc = parse_scenario({
+        "seed": 2, "server": {"kv_budget_tokens": 20_000, "max_num_batched_tokens": 256}, "step_model": step,
+        "workload": {"arrival": {"kind": "poisson", "rate_rps": 4}, "num_requests": 300,
+                     "classes": [{"prompt": {"kind": "uniform", "low": 16, "high": 200},
+                                  "output": {"kind": "uniform", "low": 20, "high": 60}}]}})
+    factors = tuple(float(x) for x in np.exp(np.linspace(-1.0, 1.0, 50)))
+    factors = tuple(f / np.mean(factors) for f in factors)  # mean 1: the model's time on average
+    noisy_sc = sc.model_copy(update={"step_model": sc.step_model.model_copy(
+        update={"noise_factors": factors, "noise_autocorrelation": 0.5})})
+    plain, noisy = simulate(sc), simulate(noisy_sc)
+    assert noisy_sc.step_model.to_model().noise_mean == pytest.approx(1.0)
+
+    def tpot(records) -> np.ndarray:
+        return (records.end - records.first_token) / (records.output_tokens - 1)
+
+    assert tpot(noisy.records).mean() == pytest.approx(tpot(plain.records).mean(), rel=0.05)
+    assert np.percentile(tpot(noisy.records), 95) > 1.1 * np.percentile(tpot(plain.records), 95)
+    assert np.ptp(tpot(noisy.records)) > 3 * np.ptp(tpot(plain.records))
+    again, stepwise = simulate(noisy_sc), simulate(noisy_sc, decode_runs=False)
+    np.testing.assert_array_equal(again.records.end, noisy.records.end)  # the same seed, the same run
+    np.testing.assert_array_equal(stepwise.records.end, noisy.records.end)  # runs use the factors steps would
+    other = simulate(noisy_sc.model_copy(update={"seed": 3}), workload=None)
+    assert not np.array_equal(other.records.end, noisy.records.end)
+
+
+def test_simulator_draws_each_requests_arrival_lag_from_its_spread() -> None:
+    step = {"base_s": 0.001, "per_prefill_token_s": 1e-5, "arrival_lag_s": 0.002,
+            "arrival_lags_s": [0.001, 0.003]}
+    records = simulate(_one_request_scenario(step)).records  # every request finds the engine idle
+    lags = np.round(records.admitted - records.start, 9)
+    assert set(lags) == {0.001, 0.003}
+    np.testing.assert_array_equal(simulate(_one_request_scenario(step)).records.admitted, records.admitted)
+    with pytest.raises(ConfigError, match="arrival_lags_s"):
+        parse_scenario({"server": {"kv_budget_tokens": 100}, "step_model": {"arrival_lags_s": [-1.0]},
+                        "workload": {"arrival": {"kind": "poisson", "rate_rps": 1}, "num_requests": 1,
+                                     "classes": [{"prompt": {"value": 10}, "output": {"value": 2}}]}})

@@ -23,12 +23,14 @@ runner = CliRunner()
 # --------------------------------------------------------------------------- the overhead model of a timing run
 
 
-def engine_like_run(lag_s: float, trailing_s: float) -> tuple[list[dict], list[dict]]:
-    """Return records and a step trace of an engine serving lone requests: one prefill step and 4 decodes each."""
+def engine_like_run(lag_s: float | list[float], trailing_s: float) -> tuple[list[dict], list[dict]]:
+    """Return records and a step trace of an engine serving lone requests: one prefill step and 4 decodes each
+    (request i seen ``lag_s`` late, or ``lag_s[i]`` late)."""
     steps, records = [], []
-    for i in range(12):
+    for i in range(12 if isinstance(lag_s, float) else len(lag_s)):
         arrival = i * 1.0
-        t = arrival + lag_s  # the engine notices the arrival lag_s late, and plans then
+        lag = lag_s if isinstance(lag_s, float) else lag_s[i]
+        t = arrival + lag  # the engine notices the arrival lag late, and plans then
         first_token = None
         for k in range(5):
             compute_s = 0.004 if k == 0 else 0.001
@@ -40,7 +42,7 @@ def engine_like_run(lag_s: float, trailing_s: float) -> tuple[list[dict], list[d
             emitted = compute_start + compute_s
             first_token = emitted if first_token is None else first_token
             t += 0.0001 + compute_s + trailing_s
-        records.append({"request_id": f"r{i}", "start": arrival, "admitted": arrival + lag_s,
+        records.append({"request_id": f"r{i}", "start": arrival, "admitted": arrival + lag,
                         "first_token": first_token, "end": emitted, "status": "success", "prompt_tokens": 100,
                         "output_tokens": 5})
     return records, steps
@@ -56,6 +58,17 @@ def test_fit_trace_measures_the_arrival_lag_and_the_emit_lead() -> None:
     assert fit_trace(steps).model.arrival_lag_s == 0  # no records: the lag is not known
     old = [{k: v for k, v in s.items() if k not in ("compute_start", "prefill_seqs")} for s in steps]
     assert emit_lead_s(old) is None and fit_trace(old).model.per_prefill_seq_s == 0  # an older trace
+
+
+def test_fit_trace_measures_the_arrival_lags_spread() -> None:
+    lags = [0.0002 + 0.0001 * (i % 10) for i in range(38)] + [0.02, 0.03]  # two late wake-ups
+    records, steps = engine_like_run(lags, trailing_s=0.0)
+    table = validate(parse_objects(records, "run"), 0.0, 60.0)
+    model = fit_trace(steps, table).model
+    assert model.arrival_lag_s == pytest.approx(np.median(lags))
+    assert len(model.arrival_lags_s) == 20 and np.mean(model.arrival_lags_s) == pytest.approx(np.mean(lags))
+    assert model.arrival_lags_s[-1] == pytest.approx(0.025)  # the slowest 5%: both late wake-ups
+    assert fit_trace(steps, table, noise=False).model.arrival_lags_s == ()
 
 
 def test_arrivals_while_busy_do_not_count_toward_the_lag() -> None:

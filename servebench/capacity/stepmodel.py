@@ -10,6 +10,13 @@ step's tokens come out ``emit_lead_s`` before the step ends (the engine emits th
 finishes, then does its bookkeeping and plans the next step). Both are 0 in a model you write;
 ``servebench.serving.engine.validation.fit_trace`` measures them from a timing run.
 
+Real steps scatter around the model: the machine's jitter, another process taking the CPU, work
+the linear terms do not see. A fitted model can carry that scatter (``noise_factors``,
+``noise_autocorrelation``): each simulated step's time is multiplied by a factor drawn from the
+fitted ratios measured / modelled, with slow steps following slow steps as often as in the trace,
+so the simulation's tails widen as the run's did. ``fit_noise`` measures both; ``StepNoise`` draws
+the factors from a seeded generator, so a simulation stays deterministic for its seed.
+
 The spec's flat profile ("prefill of this prompt takes X s, each decode step takes TPOT") is
 ``per_prefill_token_s = X / prompt_tokens``, ``base_s = TPOT``, the rest 0.
 
@@ -21,12 +28,16 @@ not drag the coefficients. Every fit carries its quality (R², mean relative err
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
-from scipy.optimize import nnls
+from scipy.optimize import brentq, nnls
+from scipy.signal import lfilter
+from scipy.special import ndtr, ndtri
+from scipy.stats import rankdata
 
 from servebench.errors import ConfigError, InputFormatError
 from servebench.records.steps import LANES, NAMES, StepTrace, as_trace
@@ -39,6 +50,12 @@ MAD_TO_SIGMA = 1.4826  # median absolute deviation -> standard deviation for nor
 MAX_MEAN_REL_ERROR = 0.35  # a fit whose steps are off by more than this on average is refused
 MIN_R2 = 0.30  # ... and one explaining less of the step-time variation than this, when the steps vary
 MIN_SPREAD_FOR_R2 = 0.10  # R² is judged only when predicted step times vary (coefficient of variation)
+NOISE_BINS = 50  # step-time noise: the mean ratio of each 2% of the steps, fastest to slowest
+NOISE_WINDOW_STEPS = 32  # the noise's autocorrelation makes windows of this many steps vary as in the trace
+MAX_NOISE_AUTOCORRELATION = 0.99
+MIN_NOISE_STEPS = 200  # fewer steps than this: no noise is fitted
+NoiseFactor = Annotated[float, Field(gt=0, allow_inf_nan=False)]  # measured / modelled step time
+LagS = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
 class PoorFitError(ConfigError):
@@ -59,6 +76,48 @@ class StepModel(BaseModel):
     arrival_lag_s: float = Field(0.0, ge=0, description="Delay from a request's arrival to the scheduler seeing "
                                                        "it, s.")
     emit_lead_s: float = Field(0.0, ge=0, description="How long before a step's end its tokens are emitted, s.")
+    noise_factors: tuple[NoiseFactor, ...] = Field((), description="Step-time noise: measured / modelled step time, the "
+                                             "mean of each equal share of the fitted steps from fastest to "
+                                             "slowest; a simulated step's time is multiplied by one, drawn at "
+                                             "random (empty: every step takes exactly the model's time).")
+    noise_autocorrelation: float = Field(0.0, ge=0, le=MAX_NOISE_AUTOCORRELATION,
+                                         description="Correlation of one step's noise with the next's (normal "
+                                                     "scores; 0: independent steps).")
+    arrival_lags_s: tuple[LagS, ...] = Field((), description="The arrival lag's spread: the mean lag of each "
+                                              "equal share of the measured lags, shortest to longest; each "
+                                              "request draws one at random (empty: every request is seen "
+                                              "arrival_lag_s late).")
+
+    def draw_arrival_lags_s(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """Return ``n`` requests' arrival lags: drawn from ``arrival_lags_s`` by ``rng``, else ``arrival_lag_s``."""
+        if not self.arrival_lags_s:
+            return np.full(n, self.arrival_lag_s)
+        return np.asarray(self.arrival_lags_s)[rng.integers(0, len(self.arrival_lags_s), size=n)]
+
+    @property
+    def noise_mean(self) -> float:
+        """Return the mean noise factor (1 without noise): simulated steps take this times the model's time."""
+        return float(np.mean(self.noise_factors)) if self.noise_factors else 1.0
+
+    @property
+    def spread_text(self) -> str:
+        """Return the noise and the arrival lag's spread in one phrase ("" when the model has neither)."""
+        parts = []
+        if self.noise_factors:
+            f = self.noise_factors
+            parts.append(f"step-time noise x{f[len(f) // 10]:.2f} to x{f[len(f) * 9 // 10]:.2f} (10th to 90th "
+                         f"percentile, mean x{self.noise_mean:.2f}), step-to-step correlation "
+                         f"{self.noise_autocorrelation:.2f}")
+        if self.arrival_lags_s:
+            lags = self.arrival_lags_s
+            parts.append(f"arrival lags {lags[0] * 1e3:.3g} to {lags[-1] * 1e3:.3g} ms")
+        return "; ".join(parts)
+
+    def noise(self, rng: np.random.Generator) -> "StepNoise | None":
+        """Return a stream of this model's step-time factors drawn from ``rng`` (None without noise)."""
+        if not self.noise_factors:
+            return None
+        return StepNoise(self.noise_factors, self.noise_autocorrelation, rng)
 
     def step_s(self, prefill_tokens: int, decode_seqs: int, kv_tokens_read: int, prefill_seqs: int = 0) -> float:
         """Return the duration of one step.
@@ -73,11 +132,13 @@ class StepModel(BaseModel):
         """Return the time of one prompt's prefill on its own lane (no base, no decode)."""
         return self.per_prefill_token_s * prefill_tokens + self.per_prefill_seq_s
 
-    def decode_run_ends(self, start_s: float, decode_seqs: int, kv_tokens_read: int, steps: int) -> np.ndarray:
+    def decode_run_ends(self, start_s: float, decode_seqs: int, kv_tokens_read: int, steps: int,
+                        factors: np.ndarray | None = None) -> np.ndarray:
         """Return the end times of ``steps`` pure decode steps; each step reads ``decode_seqs`` more KV tokens.
 
-        Bit for bit what adding ``step_s`` one step at a time gives (same operations, same order),
-        so a simulation that jumps over a run breaks ties exactly as one that steps through it.
+        Bit for bit what adding ``step_s`` (times its noise factor, one per step from ``factors``)
+        one step at a time gives (same operations, same order), so a simulation that jumps over a
+        run breaks ties exactly as one that steps through it.
         """
         fixed = self.base_s + self.per_prefill_token_s * 0 + self.per_decode_seq_s * decode_seqs
         times = np.empty(steps + 1)
@@ -87,6 +148,8 @@ class StepModel(BaseModel):
         else:
             kv = kv_tokens_read + decode_seqs * np.arange(steps, dtype=np.int64)
             times[1:] = fixed + self.per_kv_token_s * kv.astype(np.float64) + self.per_prefill_seq_s * 0
+        if factors is not None:
+            times[1:] *= factors[:steps]
         return np.cumsum(times)[1:]
 
     @classmethod
@@ -99,6 +162,122 @@ class StepModel(BaseModel):
         if prompt_tokens <= 0:
             raise ConfigError(f"prompt_tokens {prompt_tokens} must be positive for a flat step model")
         return cls(base_s=tpot_s, per_prefill_token_s=prefill_s / prompt_tokens)
+
+
+class StepNoise:
+    """A seeded stream of step-time factors: one per simulated step, drawn in step order.
+
+    A Gaussian AR(1) process (coefficient ``autocorrelation``) is mapped through the normal CDF to
+    a probability, which picks one of ``factors`` (equal shares): each step's factor has the
+    fitted distribution, and a slow step is followed by a slow one as often as fitted. ``peek``
+    looks ahead without drawing (a decode run looks at more steps than it keeps), ``advance``
+    consumes, so a run of k steps uses exactly the factors k single steps would.
+    """
+
+    CHUNK = 4096
+
+    def __init__(self, factors: Sequence[float], autocorrelation: float, rng: np.random.Generator) -> None:
+        if not factors:
+            raise ConfigError("step noise needs at least one factor")
+        self.factors = np.asarray(factors, dtype=np.float64)
+        self.min_factor = float(self.factors.min())
+        self.rho = float(autocorrelation)
+        self.rng = rng
+        self._z = float(rng.standard_normal())  # the process starts in its stationary distribution
+        self._buf = np.empty(0)
+        self._pos = 0
+
+    def _fill(self, need: int) -> None:
+        left = self._buf[self._pos:]
+        count = max(self.CHUNK, need - left.size)
+        e = self.rng.standard_normal(count)
+        if self.rho > 0:  # z[t] = rho z[t-1] + sqrt(1 - rho^2) e[t], continuing from the last z
+            z, _ = lfilter([math.sqrt(1 - self.rho ** 2)], [1.0, -self.rho], e, zi=[self.rho * self._z])
+        else:
+            z = e
+        self._z = float(z[-1])
+        k = self.factors.size
+        index = np.minimum((ndtr(z) * k).astype(np.int64), k - 1)
+        self._buf = np.concatenate([left, self.factors[index]])
+        self._pos = 0
+
+    def peek(self, k: int) -> np.ndarray:
+        """Return the next ``k`` factors without consuming them."""
+        if self._pos + k > self._buf.size:
+            self._fill(k)
+        return self._buf[self._pos:self._pos + k]
+
+    def advance(self, k: int) -> None:
+        """Consume ``k`` factors (after ``peek`` of at least ``k``)."""
+        if self._pos + k > self._buf.size:
+            self._fill(k)
+        self._pos += k
+
+    def take(self, k: int = 1) -> np.ndarray:
+        """Return and consume the next ``k`` factors."""
+        out = self.peek(k).copy()
+        self.advance(k)
+        return out
+
+
+def bin_means(values: np.ndarray, bins: int) -> np.ndarray:
+    """Return the mean of each of ``bins`` equal shares of ``values`` sorted; a value on a share's edge is
+    split between the two, so the bins' mean is the values' mean.
+
+    >>> bin_means(np.array([4.0, 1.0, 3.0, 2.0]), 2).tolist()
+    [1.5, 3.5]
+    >>> [round(float(x), 3) for x in bin_means(np.array([1.0, 2.0, 6.0]), 2)]  # 2 is split half and half
+    [1.333, 4.667]
+    """
+    v = np.sort(np.asarray(values, dtype=np.float64))
+    n = v.size
+    cumulative = np.concatenate([[0.0], np.cumsum(v)])  # the sum of the smallest k values, k = 0..n
+    edges = np.interp(np.linspace(0.0, n, bins + 1), np.arange(n + 1), cumulative)
+    return np.diff(edges) * bins / n
+
+
+def fit_noise(ratio: np.ndarray, total_ratio: float | None = None, *, bins: int = NOISE_BINS,
+              window: int = NOISE_WINDOW_STEPS) -> tuple[tuple[float, ...], float]:
+    """Return ``noise_factors`` and ``noise_autocorrelation`` for steps' measured / modelled ratios, in step order.
+
+    The factors are the mean ratio of each of ``bins`` equal shares of the steps, sorted, scaled so
+    that their mean is ``total_ratio`` (total measured over total modelled time; default the mean
+    ratio): the simulated busy time is the run's. The autocorrelation is the AR(1) coefficient
+    under which the mean normal score of ``window`` consecutive steps varies as much as in the
+    trace (what a request's TPOT, an average over its steps, sees).
+    """
+    r = np.asarray(ratio, dtype=np.float64)
+    r = r[np.isfinite(r) & (r > 0)]
+    if r.size < max(MIN_NOISE_STEPS, bins):
+        return (), 0.0
+    factors = bin_means(r, bins)
+    if total_ratio is not None and total_ratio > 0:
+        factors *= total_ratio / factors.mean()
+    z = ndtri((rankdata(r) - 0.5) / r.size)
+    return tuple(float(f) for f in factors), _ar1_for_window(z, window)
+
+
+def window_variance_share(rho: float, window: int) -> float:
+    """Return Var(mean of ``window`` steps) / Var(one step) for an AR(1) process with coefficient ``rho``.
+
+    >>> window_variance_share(0.0, 4), window_variance_share(1.0, 4)
+    (0.25, 1.0)
+    """
+    k = np.arange(1, window)
+    return float((1 + 2 * np.sum((1 - k / window) * rho ** k)) / window)
+
+
+def _ar1_for_window(z: np.ndarray, window: int) -> float:
+    blocks = z.size // window
+    if blocks < 8:
+        return 0.0
+    means = z[:blocks * window].reshape(blocks, window).mean(axis=1)
+    share = float(np.var(means) / np.var(z))
+    if share <= window_variance_share(0.0, window):
+        return 0.0
+    if share >= window_variance_share(MAX_NOISE_AUTOCORRELATION, window):
+        return MAX_NOISE_AUTOCORRELATION
+    return float(brentq(lambda rho: window_variance_share(rho, window) - share, 0.0, MAX_NOISE_AUTOCORRELATION))
 
 
 class FitQuality(BaseModel):
@@ -147,7 +326,7 @@ class StepFit(BaseModel):
 
 
 def fit_step_model(rows: StepTrace | Sequence[Mapping[str, Any]] | Mapping[str, Sequence[Any]],
-                   fit: Sequence[str] = COEFFICIENTS, *, method: FitMethod = "huber") -> StepFit:
+                   fit: Sequence[str] = COEFFICIENTS, *, method: FitMethod = "huber", noise: bool = False) -> StepFit:
     """Fit the step model to a step trace, robustly (``huber``) or by plain ``least_squares``; never negative.
 
     ``rows`` is a step trace (``records.steps``), or its rows or columns under the schema's names or the
@@ -158,6 +337,8 @@ def fit_step_model(rows: StepTrace | Sequence[Mapping[str, Any]] | Mapping[str, 
     ``prefill`` lane have no step base). ``fit``
     names the coefficients left free; the others are held at 0. Only the step-time coefficients are
     fitted here; ``engine.validation.fit_trace`` adds the arrival lag and emit lead of a timing run.
+    With ``noise`` the model also carries the steps' scatter around it (``fit_noise``; rows in the
+    order the steps ran).
     """
     cols = _columns(rows)
     unknown = [c for c in fit if c not in COEFFICIENTS]
@@ -195,6 +376,10 @@ def fit_step_model(rows: StepTrace | Sequence[Mapping[str, Any]] | Mapping[str, 
     predicted = x @ coef
     total_pred = float(np.sum(steps * predicted))
     excess = float(np.sum(steps * y)) / total_pred - 1.0 if total_pred > 0 else None
+    if noise and excess is not None:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            factors, rho = fit_noise(y / predicted, excess + 1.0)
+        model = model.model_copy(update={"noise_factors": factors, "noise_autocorrelation": rho})
     w = np.sqrt(steps * robust_w)
     result = StepFit(model=model, method=method, steps=int(total_w), rmse_s=rmse,
                      mean_abs_error_s=float(np.sum(steps * abs_err) / total_w),

@@ -99,6 +99,8 @@ def print_validation(out: Console, result: Any) -> None:
               f"{fmt(m.per_prefill_seq_s)} s/prefilling seq + {fmt(m.per_decode_seq_s)} s/decoding seq + "
               f"{fmt(m.per_kv_token_s)} s/KV token read; arrival lag {fmt(m.arrival_lag_s)} s, tokens out "
               f"{fmt(m.emit_lead_s)} s before a step ends")
+    if m.spread_text:
+        out.print(f"replayed spread: {m.spread_text}")
     t = Table(title=f"Measured vs simulated (target within {result.target_rel_error:.0%})")
     for col in ("metric", "measured s", "simulated s", "rel. error", "ok"):
         t.add_column(col, justify="left" if col == "metric" else "right")

@@ -30,7 +30,7 @@ from servebench.errors import ConfigError, ServebenchError
 from servebench.capacity.kv import GIB, ModelShape, Policy, budget_tokens
 from servebench.serving.retry import ClientSpec
 from servebench.serving.scheduler import SchedulerConfig, TenantLimit
-from servebench.capacity.stepmodel import StepModel
+from servebench.capacity.stepmodel import MAX_NOISE_AUTOCORRELATION, LagS, NoiseFactor, StepModel
 from servebench.serving.workload import CancelSpec, WorkloadSpec  # CancelSpec is importable from here too
 
 
@@ -130,16 +130,25 @@ class StepModelSpec(BaseModel):
     per_prefill_seq_s: float = Field(0.0, ge=0, description="Cost per sequence prefilling in a step, s.")
     arrival_lag_s: float = Field(0.0, ge=0, description="Arrival to the scheduler seeing the request, s.")
     emit_lead_s: float = Field(0.0, ge=0, description="Tokens come out this long before their step ends, s.")
+    noise_factors: tuple[NoiseFactor, ...] = Field((), description="Step-time noise factors (StepModel.noise_factors); "
+                                             "empty: none.")
+    noise_autocorrelation: float = Field(0.0, ge=0, le=MAX_NOISE_AUTOCORRELATION,
+                                         description="Step-to-step correlation of the noise.")
+    arrival_lags_s: tuple[LagS, ...] = Field((), description="The arrival lag's spread (StepModel.arrival_lags_s); "
+                                              "empty: arrival_lag_s for every request.")
 
     def to_model(self) -> StepModel:
         """Return the step model."""
+        noise = {"noise_factors": self.noise_factors, "noise_autocorrelation": self.noise_autocorrelation,
+                 "arrival_lags_s": self.arrival_lags_s}
         if self.flat is not None:
             flat = StepModel.flat(self.flat.prefill_s, self.flat.prompt_tokens, self.flat.tpot_s)
-            return flat.model_copy(update={"arrival_lag_s": self.arrival_lag_s, "emit_lead_s": self.emit_lead_s})
+            return StepModel(**flat.model_dump() | noise | {"arrival_lag_s": self.arrival_lag_s,
+                                                            "emit_lead_s": self.emit_lead_s})
         return StepModel(base_s=self.base_s, per_prefill_token_s=self.per_prefill_token_s,
                          per_decode_seq_s=self.per_decode_seq_s, per_kv_token_s=self.per_kv_token_s,
                          per_prefill_seq_s=self.per_prefill_seq_s, arrival_lag_s=self.arrival_lag_s,
-                         emit_lead_s=self.emit_lead_s)
+                         emit_lead_s=self.emit_lead_s, **noise)
 
 
 class Scenario(BaseModel):

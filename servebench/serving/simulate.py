@@ -17,6 +17,10 @@ The step model places requests in time too: a request reaches the scheduler ``ar
 after it arrives (its record still starts at its arrival, so the lag is inside its TTFT), and a
 step's tokens (first tokens, ends) are stamped ``emit_lead_s`` before the step ends, as the real
 engine emits them when the model finishes and then does its bookkeeping. Both default to 0.
+A model with step-time noise (``StepModel.noise_factors``, fitted by ``servebench validate``)
+multiplies each step's time by the next factor of its seeded stream (``StepNoise``; the seed is
+the scenario's, on a stream of its own, so the workload draw is unchanged): one factor per step,
+in the order the steps run, whether they run one by one or as a decode run.
 
 With ``prefix_caching`` on, each request carries its prompt's content (``Workload.prompt_contents``)
 so the scheduler can reuse cached blocks, and its record says how many prompt tokens it reused
@@ -45,12 +49,14 @@ from servebench.records.table import STATUSES, RecordTable
 from servebench.serving.retry import ERR_CLIENT_DEADLINE, ClientSpec
 from servebench.serving.scenario import Scenario
 from servebench.serving.scheduler import Outcome, Request, Scheduler, SchedulerConfig, StepPlan
-from servebench.capacity.stepmodel import StepModel
+from servebench.capacity.stepmodel import StepModel, StepNoise
 from servebench.records.steps import StepTrace
 from servebench.records.token_times import TokenLog
 from servebench.serving.workload import ClosedLoopPlan, Workload, draw_cancellations, draw_workload
 
 PRIO_RUN, PRIO_PREFILL, PRIO_CANCEL, PRIO_DEADLINE, PRIO_ARRIVAL = 0, 1, 2, 3, 4
+NOISE_STREAM = 0x5E  # the step noise's generator: default_rng([seed, NOISE_STREAM]), apart from the workload's
+LAG_STREAM = 0x1A  # the arrival lags' generator (a model with arrival_lags_s): default_rng([seed, LAG_STREAM])
 EV_RUN, EV_PREFILL, EV_CANCEL, EV_ARRIVAL, EV_RETRY = 0, 1, 2, 3, 4
 _STATUS_CODE = {s: i for i, s in enumerate(STATUSES)}
 
@@ -140,26 +146,30 @@ def simulate(scenario: Scenario, *, workload: Workload | ClosedLoopPlan | None =
     return simulate_workload(scenario.server.scheduler_config(), scenario.step_model.to_model(), workload,
                              prefill_lane=scenario.server.prefill_lane, cancel_after_s=cancel_after,
                              name=scenario.name, decode_runs=decode_runs, token_times=token_times,
-                             client=client, client_rng=client_rng)
+                             client=client, client_rng=client_rng, noise_seed=scenario.seed)
 
 
 def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workload | ClosedLoopPlan, *,
                       prefill_lane: Literal["shared", "separate"] = "shared",
                       cancel_after_s: np.ndarray | None = None, name: str = "simulation",
                       decode_runs: bool = True, token_times: bool = True, client: ClientSpec | None = None,
-                      client_rng: np.random.Generator | None = None) -> SimResult:
+                      client_rng: np.random.Generator | None = None, noise_seed: int = 0) -> SimResult:
     """Run the event loop over a drawn workload; see the module docstring for the semantics.
 
     With ``client`` each request is a logical request served by attempts (see
     :mod:`servebench.serving.retry`): one record per attempt, with ``logical_id`` and ``attempt``;
     ``client_rng`` draws the backoff jitter. A client's cancellation ends its live attempt, or its
-    wait for a retry, and no further attempt is sent.
+    wait for a retry, and no further attempt is sent. A model with step-time noise draws it from
+    ``default_rng([noise_seed, NOISE_STREAM])``, one with a spread of arrival lags draws each
+    request's from ``default_rng([noise_seed, LAG_STREAM])`` (a retry is seen as late as its request).
     """
     separate = prefill_lane == "separate"
     if separate:  # each prefill runs whole on its own lane: no per-step token budget applies
         config = replace(config, max_num_batched_tokens=None)
     loop = _EventLoop(config, model, workload, separate=separate, cancel_after_s=cancel_after_s,
-                      decode_runs=decode_runs, token_times=token_times, client=client, client_rng=client_rng)
+                      decode_runs=decode_runs, token_times=token_times, client=client, client_rng=client_rng,
+                      noise=model.noise(np.random.default_rng([noise_seed, NOISE_STREAM])),
+                      lag_rng=np.random.default_rng([noise_seed, LAG_STREAM]))
     loop.run()
     return loop.result(name)
 
@@ -179,7 +189,8 @@ class _EventLoop:
 
     def __init__(self, config: SchedulerConfig, model: StepModel, workload: Workload | ClosedLoopPlan, *,
                  separate: bool, cancel_after_s: np.ndarray | None, decode_runs: bool, token_times: bool,
-                 client: ClientSpec | None, client_rng: np.random.Generator | None) -> None:
+                 client: ClientSpec | None, client_rng: np.random.Generator | None,
+                 noise: StepNoise | None = None, lag_rng: np.random.Generator | None = None) -> None:
         closed = isinstance(workload, ClosedLoopPlan)
         reqs = workload.requests if isinstance(workload, ClosedLoopPlan) else workload
         n = len(reqs)
@@ -213,8 +224,11 @@ class _EventLoop:
         self.heap: list[tuple[float, int, int, int, Any]] = []
         self.counter = 0
         self.trace: list[_TraceRow] = []
-        self.lag = model.arrival_lag_s  # a request reaches the scheduler this long after its arrival
+        # request row i reaches the scheduler lags[i] after its arrival (a retry: as late as its request)
+        self.lags = model.draw_arrival_lags_s(rows, lag_rng or np.random.default_rng(0)).tolist()
+        self.lagged = any(self.lags)
         self.lead = model.emit_lead_s  # a step's tokens are stamped this long before it ends
+        self.noise = noise  # each step's time factor, in step order (None: the model's time exactly)
         self.intended = np.full(rows, np.nan)  # each request's arrival (closed loop: set when it is scheduled)
         self.busy = False  # the (decode) engine loop is running a step or run
         self.engine_steps = 0
@@ -264,31 +278,31 @@ class _EventLoop:
         if self.closed:
             for _ in range(min(self.users, self.n)):
                 self.intended[self.next_request] = 0.0
-                self._push(0.0 + self.lag, PRIO_ARRIVAL, EV_ARRIVAL, self.next_request)
+                self._push(0.0 + self.lags[self.next_request], PRIO_ARRIVAL, EV_ARRIVAL, self.next_request)
                 self.next_request += 1
         elif self.n:
             self.intended[:self.n] = self.reqs.arrival_s
             first = self.firsts[0]
-            self._push(self.arrivals[first] + self.lag, PRIO_ARRIVAL, EV_ARRIVAL, first)
+            self._push(self.arrivals[first] + self.lags[first], PRIO_ARRIVAL, EV_ARRIVAL, first)
             self.next_request = 1
 
     def _schedule_arrival(self, i: int, at_s: float) -> None:
-        """Request ``i`` arrives at ``at_s`` and reaches the scheduler ``arrival_lag_s`` later."""
+        """Request ``i`` arrives at ``at_s`` and reaches the scheduler its arrival lag later."""
         self.intended[i] = at_s
-        self._push(self.intended[i] + self.lag, PRIO_ARRIVAL, EV_ARRIVAL, i)
+        self._push(self.intended[i] + self.lags[i], PRIO_ARRIVAL, EV_ARRIVAL, i)
 
     def _arrival(self, i: int, now: float) -> None:
         """Push the next drawn arrival when ``i`` is the one pushed last (open loop), then add ``i``."""
         firsts, k = self.firsts, self.next_request
         if not self.closed and k < len(firsts) and i == firsts[k - 1]:
-            self._push(self.arrivals[firsts[k]] + self.lag, PRIO_ARRIVAL, EV_ARRIVAL, firsts[k])
+            self._push(self.arrivals[firsts[k]] + self.lags[firsts[k]], PRIO_ARRIVAL, EV_ARRIVAL, firsts[k])
             self.next_request += 1
         self._arrive(i, now)
 
     def _arrive(self, i: int, now: float) -> None:
         """Give record row ``i`` to the scheduler; its first attempt also schedules its client's cancellation."""
         client, rec = self.client, self.rec
-        start = float(self.intended[i]) if self.lag else now  # the record starts at the arrival, not when it was seen
+        start = float(self.intended[i]) if self.lagged else now  # the record starts at the arrival, not when seen
         rec.arrival[i] = start
         lg = i if client is None else self.logical_of[i]  # the logical request (itself without a client)
         c = self.cls[lg]
@@ -320,7 +334,7 @@ class _EventLoop:
                                                                       float(rec.arrival[lg]), self.client_rng)
                 if nxt is not None:  # backoff, then the next attempt (never overlapping this one)
                     self.pending[lg] = True
-                    self._push(nxt + self.lag, PRIO_ARRIVAL, EV_RETRY, (lg, self.attempt_of[i] + 1, nxt))
+                    self._push(nxt + self.lags[lg], PRIO_ARRIVAL, EV_RETRY, (lg, self.attempt_of[i] + 1, nxt))
                     continue
                 i = lg
             self._logical_done(i, now)
@@ -385,6 +399,8 @@ class _EventLoop:
                 longest = 0.0
                 for rid, chunk in plan.prefill:
                     dur = self.model.prefill_s(chunk)
+                    if self.noise is not None:
+                        dur *= float(self.noise.take()[0])
                     longest = max(longest, dur)
                     self._push(now + dur, PRIO_PREFILL, EV_PREFILL, plan.only({rid}))
                 self.trace.append((now, longest, 1, 2, plan.running, plan.waiting, plan.kv_tokens_used, 0,
@@ -400,7 +416,8 @@ class _EventLoop:
         """Time a plan (a pure decode plan may become a run of steps) and schedule its end."""
         d = len(plan.decode)
         if plan.prefill or d == 0:
-            end = now + self.model.step_s(plan.prefill_tokens, d, plan.kv_tokens_read, len(plan.prefill))
+            dur = self.model.step_s(plan.prefill_tokens, d, plan.kv_tokens_read, len(plan.prefill))
+            end = now + (dur if self.noise is None else dur * float(self.noise.take()[0]))
         else:
             end = self._decode_run_end(now, plan)
         self.engine_steps += plan.steps
@@ -412,17 +429,24 @@ class _EventLoop:
 
     def _decode_run_end(self, now: float, plan: StepPlan) -> float:
         """Return when a pure decode plan ends, extended to identical steps up to the next event (the fast path)."""
-        sched, model = self.sched, self.model
+        sched, model, noise = self.sched, self.model, self.noise
         d = len(plan.decode)
         kmax = sched.max_decode_steps(plan) if self.decode_runs else 1
-        one = model.step_s(0, d, plan.kv_tokens_read)
+        base = model.step_s(0, d, plan.kv_tokens_read)
+        one = base if noise is None else base * float(noise.peek(1)[0])
         if kmax <= 1 or now + one > self._next_event_time():
+            if noise is not None:
+                noise.advance(1)
             return now + one
         horizon = self._next_event_time()
-        if horizon != math.inf and one > 0:  # steps only lengthen: at most this many end by then
-            kmax = min(kmax, int((horizon - now) / one) + 2)
-        ends = model.decode_run_ends(now, d, plan.kv_tokens_read, kmax)
+        if horizon != math.inf and base > 0:  # steps only lengthen (noise: by at least its smallest factor)
+            shortest = base if noise is None else base * noise.min_factor
+            kmax = min(kmax, int((horizon - now) / shortest) + 2)
+        ends = model.decode_run_ends(now, d, plan.kv_tokens_read, kmax,
+                                     None if noise is None else noise.peek(kmax))
         k = max(1, min(kmax, int(np.searchsorted(ends, horizon, side="right"))))
+        if noise is not None:
+            noise.advance(k)
         if k > 1 and self.token_log is not None:
             self.run_ends[id(plan)] = ends[:k]
         if k > 1:

@@ -24,7 +24,7 @@ from servebench.serving.simulate import simulate
 from servebench.capacity.stepmodel import FitMethod, StepFit, require_usable
 from servebench.analysis.summary import SLO
 from servebench.serving.sweep import SweepPoint, point_from, point_from_records, scenario_at
-from servebench.serving.engine.validation import fit_trace, idle_arrival_lags, simulation_scenario
+from servebench.serving.engine.validation import arrival_lag_fields, fit_trace, idle_arrival_lags, simulation_scenario
 
 KNEE_FACTOR = 2.0  # the knee: TTFT p95 at least this many times its value at the lowest rate
 TARGET_KNEE_REL_ERROR = 0.10
@@ -205,9 +205,7 @@ def validate_sweep(model: Any, scenario: Scenario, rates: Sequence[float], *, re
             lags.append(idle_arrival_lags(table, steps))
             all_steps += steps
     fit = fit_trace(all_steps, method=method)
-    idle = np.concatenate(lags) if lags else np.zeros(0)
-    if idle.size >= 5:
-        fit.model = fit.model.model_copy(update={"arrival_lag_s": max(0.0, float(np.median(idle)))})
+    fit.model = fit.model.model_copy(update=arrival_lag_fields(np.concatenate(lags) if lags else np.zeros(0)))
     require_usable(fit, allow_poor_fit=allow_poor_fit, what="the sweep's step traces")
     if fit.quality is not None and not fit.quality.usable:
         notes.append(f"simulated from a poor fit (--allow-poor-fit): {fit.quality.reason}")

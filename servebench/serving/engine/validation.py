@@ -28,13 +28,14 @@ from servebench.analysis.percentiles import percentile
 from servebench.records.table import STATUSES, RecordTable
 from servebench.serving.scenario import Scenario, StepModelSpec
 from servebench.serving.simulate import simulate
-from servebench.capacity.stepmodel import FitMethod, StepFit, fit_step_model, require_usable
+from servebench.capacity.stepmodel import FitMethod, StepFit, bin_means, fit_step_model, require_usable
 from servebench.analysis.summary import metric_values
 
 METRICS: tuple[str, ...] = ("ttft", "tpot", "latency")
 QUANTILES: tuple[int, ...] = (50, 95)
 TARGET_REL_ERROR = 0.05
 MIN_IDLE_ARRIVALS = 5  # arrivals at an idle engine needed to measure the arrival lag
+LAG_BINS = 20  # the arrival lag's spread: the mean of each 5% of the idle arrivals' lags
 SATURATED_QUEUE_SHARE = 0.2  # share of busy time with requests waiting above which a run is saturated
 SPEED_WINDOW_S = 0.5  # window over which measured step time is compared with the fitted model
 
@@ -93,21 +94,36 @@ def _values(trace: StepTrace, name: str, null: float | None = None) -> np.ndarra
     return values
 
 
-def fit_trace(steps: Steps, records: RecordTable | None = None, *, method: FitMethod = "huber") -> StepFit:
+def fit_trace(steps: Steps, records: RecordTable | None = None, *, method: FitMethod = "huber",
+              noise: bool = True) -> StepFit:
     """Fit the step model to a timing run's step trace (``servebench run``'s steps.jsonl, read or in memory).
 
     With the run's ``records`` the arrival lag is measured too; the emit lead needs the trace's
-    ``compute_start_s`` (older traces without it leave the lead at 0).
+    ``compute_start_s`` (older traces without it leave the lead at 0). With ``noise`` the model
+    carries the steps' scatter around it (``stepmodel.fit_noise``), so a simulation replays it.
     """
     trace = _trace(steps)
     if not len(trace):
         raise ConfigError("the step trace is empty: the run computed nothing")
-    fit = fit_step_model(trace, method=method)
-    timing = {"emit_lead_s": emit_lead_s(trace) or 0.0}
+    fit = fit_step_model(trace, method=method, noise=noise)
+    timing: dict[str, Any] = {"emit_lead_s": emit_lead_s(trace) or 0.0}
     if records is not None:
-        timing["arrival_lag_s"] = arrival_lag_s(records, trace) or 0.0
+        timing |= arrival_lag_fields(idle_arrival_lags(records, trace), spread=noise)
     fit.model = fit.model.model_copy(update=timing)
     return fit
+
+
+def arrival_lag_fields(lags_s: np.ndarray, *, spread: bool = True) -> dict[str, Any]:
+    """Return the step model's ``arrival_lag_s`` (the median idle arrival lag) and, with ``spread``,
+    ``arrival_lags_s`` (its distribution); nothing with fewer than ``MIN_IDLE_ARRIVALS`` lags."""
+    lags = np.maximum(np.asarray(lags_s, dtype=np.float64), 0.0)
+    lags = lags[np.isfinite(lags)]
+    if lags.size < MIN_IDLE_ARRIVALS:
+        return {}
+    out: dict[str, Any] = {"arrival_lag_s": float(np.median(lags))}
+    if spread:
+        out["arrival_lags_s"] = tuple(float(x) for x in bin_means(lags, min(LAG_BINS, lags.size)))
+    return out
 
 
 def emit_lead_s(steps: Steps) -> float | None:
