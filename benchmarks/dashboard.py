@@ -51,9 +51,11 @@ IDLE = """([want, runs]) => {
   const app = document.querySelector('[data-testid="stApp"]');
   if (!app || app.dataset.testScriptState !== 'notRunning') return false;
   if (runs && (window.__runs || 0) < runs) return false;
-  // a chart's container is there before plotly's code has loaded: count containers, not drawn charts
-  const charts = [...document.querySelectorAll('.stPrintGraphic, [data-testid="stPlotlyChart"]')];
-  if (charts.some(c => !c.querySelector('.main-svg'))) return false;
+  // a chart's container is there before its code has loaded: count containers, not drawn charts
+  const plotly = [...document.querySelectorAll('[data-testid="stPlotlyChart"]')];
+  if (plotly.some(c => !c.querySelector('.main-svg'))) return false;
+  const vega = [...document.querySelectorAll('[data-testid="stVegaLiteChart"]')];
+  if (vega.some(c => !c.querySelector('canvas, svg.marks'))) return false;
   return !want || document.body.innerText.includes(want);
 }"""
 

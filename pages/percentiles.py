@@ -102,8 +102,8 @@ else:
                                   label, unit, ok_values * scale, fa_values * scale,
                                   None if ok_est.value is None else ok_est.value * scale,
                                   None if fa_est.value is None else fa_est.value * scale)
-    left.plotly_chart(cdf, key="pct_cdf")
-    right.plotly_chart(hist, key="pct_hist")
+    left.vega_lite_chart(spec=cdf, key="pct_cdf")
+    right.vega_lite_chart(spec=hist, key="pct_hist")
     shown = (ok_values if view == "success-only" else fa_values) * scale
     # built only when opened, and at most SHOWN_ROWS rows: the browser draws every row it is sent
     box = st.expander(f"The {len(counted):,} records counted", key="pct_records_open", on_change="rerun")

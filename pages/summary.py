@@ -23,6 +23,7 @@ ds = records_sidebar()
 show_reader_warnings(ds)
 st.caption(f"{safe_text(ds.source.name)} · {len(ds.table):,} records · "
            f"window {fmt_window(ds.window_start, ds.window_end)}")
+unit, scale = unit_choice()  # every time on the page in ms or s: contract fields, tables, chart axes
 slice_by = SLICE_COLUMN
 if ds.table.extra:  # columns the schema does not know (gpu, model): any can be the breakdown
     slice_by = st.selectbox("Break down by", slice_choices(ds.table), key=f"slice_by:{ds.key}",
@@ -62,7 +63,7 @@ outcome_box = st.container()
 
 with contract_box:
     st.subheader("The contract: eight fields")
-    cells = contract_cells(report.summary, no_clock)
+    cells = contract_cells(report.summary, no_clock, unit)
     for row in (cells[:4], cells[4:]):
         for col, cell in zip(st.columns(4), row):
             col.metric(cell.label, cell.text, help=cell.help)
@@ -78,7 +79,7 @@ with outcome_box:
     left.dataframe(status_frame(report), hide_index=True)  # the counts above, with shares (no chart: same numbers)
     cause_fig = cause_chart(ds.key, ds.window_start, ds.window_end, report.by_cause)
     if cause_fig is not None:
-        right.plotly_chart(cause_fig, key="cause_fig")
+        right.vega_lite_chart(spec=cause_fig, key="cause_fig")
         right.dataframe(cause_frame(report).assign(cause=lambda f: f["cause"].map(safe_text)), hide_index=True)
     else:
         right.info("Every request succeeded: no causes to break down.")
@@ -109,9 +110,9 @@ with outcome_box:
                     help=f"{fmt(report.in_service.time_at_peak_s)} s at the peak.")
     elif "in_service" not in no_clock:
         c[2].caption("No `admitted` times: in-service concurrency and queue wait are unknown.")
-    charts = record_charts(ds.key, ds.window_start, ds.window_end, ds.table)
+    charts = record_charts(ds.key, ds.window_start, ds.window_end, unit, ds.table)
     if "active_requests" not in no_clock:
-        st.plotly_chart(charts["timeline"], key="timeline_fig")
+        st.vega_lite_chart(spec=charts["timeline"], key="timeline_fig")
         # drawn only when opened: a closed panel's chart would still be drawn, on every page load
         later = st.expander("Throughput, TTFT and latency over time (warm-up, drift, bursts)", key="over_time_open",
                             on_change="rerun")
@@ -122,7 +123,6 @@ with outcome_box:
     st.subheader("Percentiles with 95% confidence intervals")
     st.caption("Nearest rank. A '—' bound means the sample is too small to bound that side. "
                "Failure-aware rows count every non-success as ∞, so a tail made of failures shows as ∞.")
-    unit, scale = unit_choice()  # the tables in ms or s (the contract fields above keep the spec's seconds)
     st.markdown("**Success-only**")
     st.dataframe(distribution_frame({
         f"Latency ({unit})": report.latency_s, f"TTFT ({unit})": report.ttft_s,
@@ -133,10 +133,10 @@ with outcome_box:
     st.dataframe(distribution_frame({
         f"Latency ({unit})": report.failure_aware_latency_s, f"TTFT ({unit})": report.failure_aware_ttft_s,
     }, scale), hide_index=True)
-    st.plotly_chart(charts["cdfs"], key="cdfs")
-    stage_fig = charts["stages"]
-    if stage_fig is not None:
-        st.plotly_chart(stage_fig, key="stage_fig")
+    for col, (name, spec) in zip(st.columns(len(charts["cdfs"])), charts["cdfs"].items()):
+        col.vega_lite_chart(spec=spec, key=f"cdf_{name}")
+    if charts["stages"] is not None:
+        st.vega_lite_chart(spec=charts["stages"], key="stage_fig")
     if report.prefix_cache is not None:
         st.subheader("Prefix cache")
         show_prefix_cache(report.prefix_cache)
@@ -157,17 +157,17 @@ with slo_box:
 
 if report.slices:
     st.subheader("Slices" if slice_by == SLICE_COLUMN else f"Slices by {safe_text(slice_by)}")
-    st.dataframe(slice_frame(report).assign(slice=lambda f: f["slice"].map(safe_text)).rename(columns=label),
+    st.dataframe(slice_frame(report, unit).assign(slice=lambda f: f["slice"].map(safe_text)).rename(columns=label),
                  hide_index=True)
 
 if report.logical is not None:
     st.subheader("Retries: logical requests")
     st.caption("Each attempt is one record; a logical request is a user's request and its retries "
                "(records that share a logical_id).")
-    st.dataframe(logical_frame(report.logical), hide_index=True)
+    st.dataframe(logical_frame(report.logical, unit), hide_index=True)
 if report.fairness is not None:
     st.subheader("Fairness across slices")
-    st.dataframe(fairness_frame(report.fairness).assign(slice=lambda f: f["slice"].map(safe_text)).rename(
+    st.dataframe(fairness_frame(report.fairness, unit).assign(slice=lambda f: f["slice"].map(safe_text)).rename(
         columns=label), hide_index=True)
     st.caption(f"Jain's index over goodput / weight (weights: {report.fairness.weights_from}): "
                f"{fmt(report.fairness.jain_index)} (1 = in proportion to weight); worst / best TTFT p95: "

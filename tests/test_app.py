@@ -54,7 +54,7 @@ def test_r1_r4_over_window_0_10_gives_0_2_successful_requests_per_second() -> No
     m = _metrics(at)
     assert m["Successful requests/s"] == "0.2"
     assert m["Successful output tokens/s"] == "1"
-    assert m["Non-success fraction"] == "0.5"
+    assert m["Non-success fraction"] == "50%"  # a fraction, shown as a percent
     assert m["Latency p95 (s)"] == "2.5"
     assert m["TTFT p95 (s)"] == "0.5"
     assert m["Request TPOT p95 (s)"] == "0.25"

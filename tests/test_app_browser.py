@@ -14,6 +14,7 @@ from browser import REPO, browser_page, require_chromium, screenshot, streamlit_
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 TIMEOUT_MS = 60_000
+VEGA_DRAWN = '[data-testid="stVegaLiteChart"] canvas, [data-testid="stVegaLiteChart"] svg.marks'
 
 
 def _wait_idle(page) -> None:
@@ -35,9 +36,12 @@ def test_summary_upload_renders_contract_and_charts() -> None:
         page.set_default_timeout(TIMEOUT_MS)
         page.goto(url, wait_until="domcontentloaded")
         page.get_by_role("heading", name="Summary").first.wait_for()
-        page.locator('[data-testid="stPlotlyChart"]').first.wait_for()
+        page.locator(VEGA_DRAWN).first.wait_for()
         _wait_idle(page)
         assert _metric(page, "Requests") == "3,000"  # opens on the sample with nothing to do
+        # Summary's charts are Vega-Lite: opening the dashboard never loads plotly.js (4.7 MB)
+        assert page.locator('[data-testid="stPlotlyChart"]').count() == 0
+        assert not page.evaluate("performance.getEntriesByType('resource').some(e => e.name.includes('PlotlyChart'))")
         screenshot(page, "summary_sample")
 
         upload = page.locator('[data-testid="stFileUploader"] input[type="file"]').first
@@ -50,15 +54,22 @@ def test_summary_upload_renders_contract_and_charts() -> None:
         assert _metric(page, "Requests") == "4"
         assert _metric(page, "Successes") == "2"
         assert _metric(page, "Successful requests/s") == "0.2857"  # 2 successes over the default window 0-7 s
-        chart = page.locator('[data-testid="stPlotlyChart"] .main-svg').first
+        assert _metric(page, "Non-success fraction") == "50%"
+        chart = page.locator(VEGA_DRAWN).first
         chart.wait_for()
         assert chart.bounding_box()["height"] > 100
+        page.get_by_role("radio", name="ms", exact=True).first.click()  # the unit toggle: contract fields in milliseconds
+        page.wait_for_function(
+            """() => [...document.querySelectorAll('[data-testid="stMetricValue"]')]
+                     .some(e => e.innerText.trim() === '2,500')""", timeout=TIMEOUT_MS)
+        _wait_idle(page)
+        assert _metric(page, "Latency p95 (ms)") == "2,500"
         assert page.locator('[data-testid="stException"]').count() == 0
         screenshot(page, "summary_upload_r1_r4")
 
         page.get_by_role("link", name="Percentile explorer").click()
         page.get_by_role("heading", name="Percentile explorer").first.wait_for()
-        page.locator('[data-testid="stPlotlyChart"] .main-svg').first.wait_for()
+        page.locator(VEGA_DRAWN).first.wait_for()
         _wait_idle(page)
         assert _metric(page, "Records counted") == "2 of 4"  # the upload carries across pages
         screenshot(page, "percentiles_r1_r4")
@@ -110,7 +121,7 @@ def test_every_page_loads_only_from_the_apps_own_origin() -> None:
         page.on("websocket", lambda ws: seen.append(ws.url))
         page.goto(url, wait_until="networkidle")
         page.get_by_role("heading", name="Summary").first.wait_for()
-        page.locator('[data-testid="stPlotlyChart"] .main-svg').first.wait_for()
+        page.locator(VEGA_DRAWN).first.wait_for()
         _wait_idle(page)
         assert page.get_by_text("Shared on the network").count() == 0  # local: no banner
         assert page.locator('[data-testid="stAppDeployButton"]').count() == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
@@ -48,3 +49,27 @@ def test_summary_percentile_tables_follow_the_unit() -> None:
     assert tables[0]["max"].iloc[0] == "2,500"  # R1-R4's slowest success, 2.5 s
     assert at.query_params["unit"] == "ms"
 
+
+
+def _vega_specs(at: AppTest) -> dict[str, dict]:
+    """Return the page's Vega-Lite charts by title."""
+    specs = [json.loads(c.proto.spec) for c in at.get("vega_lite_chart")]
+    return {s["title"]["text"]: s for s in specs}
+
+
+def test_summary_contract_fields_and_cdf_axes_follow_the_unit_and_fractions_are_percents() -> None:
+    at = _page("pages/summary.py", run="r1_r4.json", ws="0", we="10")
+    m = {x.label: x.value for x in at.metric}
+    assert m["Non-success fraction"] == "50%"  # the spec's 0.5, for people
+    assert m["Latency p95 (s)"] == "2.5" and m["TTFT p95 (s)"] == "0.5"
+    assert _vega_specs(at)["Latency"]["layer"][0]["encoding"]["x"]["title"] == "seconds"
+    at.segmented_control(key="unit").set_value("ms").run()
+    assert not at.exception
+    m = {x.label: x.value for x in at.metric}
+    assert m["Latency p95 (ms)"] == "2,500" and m["TTFT p95 (ms)"] == "500" and m["Request TPOT p95 (ms)"] == "250"
+    assert m["Non-success fraction"] == "50%" and m["Successful requests/s"] == "0.2"  # not times: unchanged
+    assert "Latency p95 (s)" not in m
+    cdfs = {k: v for k, v in _vega_specs(at).items() if k in ("Latency", "TTFT", "Request TPOT")}
+    assert len(cdfs) == 3
+    assert all(c["layer"][0]["encoding"]["x"]["title"] == "milliseconds" for c in cdfs.values())
+    assert "p95 2,500 ms" in " ".join(cdfs["Latency"]["title"]["subtitle"])

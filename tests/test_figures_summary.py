@@ -13,8 +13,8 @@ from servebench.errors import ConfigError, InputFormatError
 from servebench.output.figures.records import cdf_figure, timeline_figure
 from servebench.output.terminal import epoch_utc, fmt_window
 from servebench.output.figures.summary import (contract_cells, distribution_frame, fmt, fmt_share, fmt_share_of,
-                                        percentile_cdf,
-                                        percentile_histogram, slice_frame, status_frame)
+                                               slice_frame, status_frame)
+from servebench.output.figures.vegalite import percentile_cdf, percentile_histogram
 from servebench.records.loaders import encode_records, read_bytes, to_table
 from servebench.records.table import parse_objects, validate
 from servebench.analysis.summary import SLO, build_report, metric_values
@@ -82,6 +82,33 @@ def test_contract_cells_keep_spec_order_and_keys(table) -> None:
     assert by_key["successful_requests_per_second"].label == "Successful requests/s"
 
 
+def test_contract_cells_show_fractions_as_percents_and_times_in_the_unit(table) -> None:
+    report = build_report(table, 0, 10)  # R1-R4: half the requests fail, latency p95 2.5 s, TTFT p95 0.5 s
+    by_key = {c.key: c for c in contract_cells(report.summary)}
+    assert by_key["non_success_fraction"].text == "50%"
+    assert "0.5" in by_key["non_success_fraction"].help  # the spec's fraction is still there for who wants it
+    assert by_key["success_latency_p95_s"].text == "2.5" and by_key["success_latency_p95_s"].label == "Latency p95 (s)"
+    in_ms = {c.key: c for c in contract_cells(report.summary, unit="ms")}
+    assert in_ms["success_latency_p95_s"].text == "2,500"
+    assert in_ms["success_latency_p95_s"].label == "Latency p95 (ms)"
+    assert in_ms["success_ttft_p95_s"].text == "500" and in_ms["success_request_tpot_p95_s"].text == "250"
+    assert in_ms["non_success_fraction"].text == "50%"  # no time: the same in either unit
+    assert in_ms["successful_requests_per_second"].text == "0.2"  # a rate, not a time
+
+
+def test_slice_frame_for_people_shows_percents_and_the_unit() -> None:
+    rows = [{"start": 0, "first_token": 0.5, "end": 1, "status": "success", "output_tokens": 3, "slice": "a"},
+            {"start": 0, "end": 2, "status": "timeout", "slice": "a"},
+            {"start": 1, "first_token": 1.25, "end": 2, "status": "success", "output_tokens": 3, "slice": "b"}]
+    report = build_report(validate(parse_objects(rows), 0, 2), 0, 2, SLO(ttft_s=1))
+    raw = slice_frame(report).set_index("slice")
+    assert raw.loc["a", "non_success_fraction"] == 0.5  # the raw numbers, for a download
+    shown = slice_frame(report, "ms").set_index("slice")
+    assert shown.loc["a", "non_success_fraction"] == "50%" and shown.loc["a", "slo_attainment"] == "50%"
+    assert shown.loc["b", "success_ttft_p95_ms"] == pytest.approx(250.0)
+    assert "success_ttft_p95_s" not in shown.columns
+
+
 def test_contract_cell_for_none_says_why() -> None:
     (cell,) = contract_cells({"success_request_tpot_p95_s": None})
     assert cell.text == "—" and "no value counts" in cell.help
@@ -141,25 +168,26 @@ def test_encode_records_unknown_format(table) -> None:
         encode_records(table, "xml")
 
 
-def test_percentile_figures_mark_the_value() -> None:
+def test_percentile_charts_mark_the_value() -> None:
     ok = np.array([1.0, 2.0, 3.0])
     fa = np.array([1.0, 2.0, 3.0, np.inf])
-    fig = percentile_cdf(ok, fa, 95, 3.0, math.inf, "Latency (s)")
-    assert [t.name for t in fig.data] == ["success-only", "failure-aware"]
-    assert max(fig.data[1].y) == pytest.approx(0.75)  # the failure-aware CDF stops at the success share
-    assert any("p95 success-only: 3" in (a.text or "") for a in fig.layout.annotations)
-    assert any("p95 failure-aware = ∞" in (a.text or "") for a in fig.layout.annotations)
+    spec = percentile_cdf(ok, fa, 95, 3.0, math.inf, "Latency (s)")
+    curves = spec["datasets"]["curves"]
+    assert list(curves["view"].unique()) == ["success-only", "failure-aware"]
+    assert curves[curves["view"] == "failure-aware"]["share"].max() == pytest.approx(0.75)  # stops at the success share
+    assert list(spec["datasets"]["rules"]["about"]) == ["p95 success-only: 3"]
+    assert spec["title"]["subtitle"] == ["p95 failure-aware = ∞: non-successes reach it"]
     hist = percentile_histogram(fa, 50, 2.0, "Latency (s)")
-    assert "1 non-successes at ∞" in hist.layout.title.text
-    bars = hist.data[0]
-    assert sum(bars.y) == 3  # the finite values, binned here
-    assert bars.customdata[0][0] == 1.0 and bars.customdata[-1][1] == 3.0
+    assert hist["title"]["subtitle"] == ["1 non-successes at ∞ not drawn"]
+    bins = hist["datasets"]["bins"]
+    assert bins["records"].sum() == 3  # the finite values, binned here
+    assert bins["lo"].iloc[0] == 1.0 and bins["hi"].iloc[-1] == 3.0
 
 
 def test_percentile_histogram_sends_bins_not_values() -> None:
     values = np.random.default_rng(18).exponential(1.0, 100_000)
-    bars = percentile_histogram(values, 95, float(np.quantile(values, 0.95)), "TTFT (s)", bins=60).data[0]
-    assert len(bars.x) == 60 and sum(bars.y) == 100_000
+    bins = percentile_histogram(values, 95, float(np.quantile(values, 0.95)), "TTFT (s)", bins=60)["datasets"]["bins"]
+    assert len(bins) == 60 and bins["records"].sum() == 100_000
 
 
 def test_concurrency_figure_marks_profile_b_at_8_and_never_rises() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import plotly.graph_objects as go
@@ -76,63 +77,96 @@ def _thin(n: int, keep: Sequence[int], max_points: int) -> np.ndarray:
     return np.unique(np.concatenate([spread, np.asarray(keep, dtype=np.int64)]))
 
 
-def cdf_figure(values_s: np.ndarray, metric: str, *, left_out: int = 0, left_out_reason: str = "",
-               marks: Sequence[float] = MARKS, max_points: int = MAX_POINTS) -> go.Figure:
-    """Return the empirical CDF of ``values_s`` with nearest-rank percentiles marked.
+@dataclass(frozen=True)
+class CdfSeries:
+    """One metric's empirical CDF, thinned for drawing, with its nearest-rank marks and the words around it."""
+
+    title: str
+    formula: str | None
+    subtitle: str  # n, and how many requests the curve leaves out and why
+    x: np.ndarray  # seconds, a staircase from (first value, 0)
+    y: np.ndarray
+    marks: tuple[tuple[float, float, int], ...]  # (q, value in seconds, rank): the value the report's tables show
+    n: int
+
+
+def cdf_series(values_s: np.ndarray, metric: str, *, left_out: int = 0, left_out_reason: str = "",
+               marks: Sequence[float] = MARKS, max_points: int = MAX_POINTS) -> CdfSeries:
+    """Return the empirical CDF of ``values_s``: at most ``max_points`` points plus every marked rank.
 
     A point at (x, k/n) means k of the n values are <= x; each mark sits on the value the nearest-rank
-    rule picks, so it matches the report's tables. ``left_out`` counts requests this curve omits
-    (non-successes, one-token requests for TPOT); it is named under the title rather than hidden.
+    rule picks. ``left_out`` counts requests the curve omits (non-successes, one-token requests for TPOT).
     """
-    title = METRIC_TITLES.get(metric, metric)
-    lines = [METRIC_FORMULAS[metric]] if metric in METRIC_FORMULAS else []
     values = np.sort(np.asarray(values_s, dtype=np.float64))
     n = int(values.size)
-    fig = new_figure()
     subtitle = f"n = {n}"
     if left_out:
         subtitle += f"; {left_out} request{'s' if left_out != 1 else ''} not in the curve ({left_out_reason})"
+    title = METRIC_TITLES.get(metric, metric)
     if n == 0:
-        fig.add_annotation(text="no values: no request counted for this metric", showarrow=False,
-                           x=0.5, y=0.5, xref="paper", yref="paper")
-        return _layout(fig, _titled(title, [*lines, plot_label(subtitle)]), height=400, top=110)
+        return CdfSeries(title, METRIC_FORMULAS.get(metric), subtitle, values, values, (), 0)
     ranks = [nearest_rank(q, n) for q in marks]
     idx = _thin(n, [r - 1 for r in ranks], max_points)
     xs = np.concatenate([[values[0]], values[idx]])
     ys = np.concatenate([[0.0], (idx + 1) / n])
-    fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line_shape="hv", name="CDF",
+    marked = tuple((float(q), float(percentile(values, q)), int(rank)) for q, rank in zip(marks, ranks))
+    return CdfSeries(title, METRIC_FORMULAS.get(metric), subtitle, xs, ys, marked, n)
+
+
+def cdf_figure(values_s: np.ndarray, metric: str, *, left_out: int = 0, left_out_reason: str = "",
+               marks: Sequence[float] = MARKS, max_points: int = MAX_POINTS) -> go.Figure:
+    """Return the empirical CDF of ``values_s`` with nearest-rank percentiles marked (see :func:`cdf_series`)."""
+    return series_figure(cdf_series(values_s, metric, left_out=left_out, left_out_reason=left_out_reason,
+                                    marks=marks, max_points=max_points))
+
+
+def series_figure(s: CdfSeries) -> go.Figure:
+    """Return a CDF as a plotly figure: each mark on the value the report's tables show, the left-out named."""
+    lines = [s.formula] if s.formula else []
+    fig = new_figure()
+    if s.n == 0:
+        fig.add_annotation(text="no values: no request counted for this metric", showarrow=False,
+                           x=0.5, y=0.5, xref="paper", yref="paper")
+        return _layout(fig, _titled(s.title, [*lines, plot_label(s.subtitle)]), height=400, top=110)
+    fig.add_trace(go.Scatter(x=s.x, y=s.y, mode="lines", line_shape="hv", name="CDF",
                              hovertemplate="%{x:.4g} s<br>share <= x: %{y:.3f}<extra></extra>"))
-    marked, lines_at = [], []
-    for q, rank in zip(marks, ranks):
-        value = percentile(values, q)
+    marked = []
+    for q, value, rank in s.marks:
         marked.append(f"p{q:g} {value:.4g} s")
         fig.add_trace(go.Scatter(
-            x=[value], y=[rank / n], mode="markers+text", name=f"p{q:g}", text=[f"p{q:g}"],
+            x=[value], y=[rank / s.n], mode="markers+text", name=f"p{q:g}", text=[f"p{q:g}"],
             textposition="bottom right", cliponaxis=False, marker=dict(size=9, symbol="diamond"),
-            hovertemplate=f"p{q:g} = %{{x:.6g}} s (rank {rank} of {n})<extra></extra>"))
-        lines_at.append(value)
+            hovertemplate=f"p{q:g} = %{{x:.6g}} s (rank {rank} of {s.n})<extra></extra>"))
     # one shapes list rather than add_vline per mark: add_vline re-walks the layout each call (~20 ms)
     fig.update_layout(showlegend=False, shapes=[
         dict(type="line", xref="x", yref="paper", x0=v, x1=v, y0=0, y1=1,
-             line=dict(dash="dot", color="#999", width=1)) for v in lines_at])
+             line=dict(dash="dot", color="#999", width=1)) for _, v, _ in s.marks])
     fig.update_xaxes(title_text="seconds")
     fig.update_yaxes(title_text="share of counted requests", range=[0, 1.02])
     # short lines under the title, so the chart reads in a third of a page
-    return _layout(fig, _titled(title, [*lines, ", ".join(marked), plot_label(subtitle)]), height=420, top=110)
+    return _layout(fig, _titled(s.title, [*lines, ", ".join(marked), plot_label(s.subtitle)]), height=420, top=110)
 
 
-def record_cdfs(table: RecordTable, marks: Sequence[float] = MARKS) -> dict[str, go.Figure]:
-    """Return CDFs of success latency, TTFT and request TPOT, keyed ``latency``, ``ttft``, ``tpot``."""
+def record_series(table: RecordTable, marks: Sequence[float] = MARKS,
+                  max_points: int = MAX_POINTS) -> dict[str, CdfSeries]:
+    """Return the CDFs of success latency, TTFT and request TPOT, keyed ``latency``, ``ttft``, ``tpot``."""
     m = success_metrics(table)
     failed = int(len(table) - np.count_nonzero(table.is_success))
     one_token = int(np.count_nonzero(table.is_success & (table.output_tokens == 1)))
     tpot_reason = "non-success or a single output token" if one_token else "non-success"
     return {
-        "latency": cdf_figure(m["latency"], "latency", left_out=failed, left_out_reason="non-success", marks=marks),
-        "ttft": cdf_figure(m["ttft"], "ttft", left_out=failed, left_out_reason="non-success", marks=marks),
-        "tpot": cdf_figure(m["tpot"], "tpot", left_out=failed + one_token, left_out_reason=tpot_reason,
-                           marks=marks),
+        "latency": cdf_series(m["latency"], "latency", left_out=failed, left_out_reason="non-success", marks=marks,
+                              max_points=max_points),
+        "ttft": cdf_series(m["ttft"], "ttft", left_out=failed, left_out_reason="non-success", marks=marks,
+                           max_points=max_points),
+        "tpot": cdf_series(m["tpot"], "tpot", left_out=failed + one_token, left_out_reason=tpot_reason,
+                           marks=marks, max_points=max_points),
     }
+
+
+def record_cdfs(table: RecordTable, marks: Sequence[float] = MARKS) -> dict[str, go.Figure]:
+    """Return CDFs of success latency, TTFT and request TPOT, keyed ``latency``, ``ttft``, ``tpot``."""
+    return {key: series_figure(s) for key, s in record_series(table, marks).items()}
 
 
 def cdf_panel(figures: Mapping[str, go.Figure], height: int = 440) -> go.Figure:
@@ -172,8 +206,29 @@ def _sample_times(times: np.ndarray, window_start: float, window_end: float,
     return np.linspace(window_start, window_end, max_points), True
 
 
-def timeline_figure(table: RecordTable, window_start: float, window_end: float,
-                    max_points: int = MAX_POINTS) -> go.Figure:
+@dataclass(frozen=True)
+class TimelineSeries:
+    """Requests active (and in service, waiting) at each drawn time, with the x axis's origin and title."""
+
+    x: np.ndarray  # seconds from ``origin``
+    counts: dict[str, np.ndarray]  # series name -> requests at each x
+    x_title: str
+    x_range: tuple[float, float]
+    sampled: bool  # more events than points: counts on an even grid
+
+    @property
+    def title(self) -> str:
+        return "Requests over the window" + (" (sampled on a grid)" if self.sampled else "")
+
+
+TIMELINE_ACTIVE, TIMELINE_IN_SERVICE, TIMELINE_WAITING = ("active (start to end)", "in service (admitted to end)",
+                                                          "waiting (queue)")
+TIMELINE_COLORS = {TIMELINE_ACTIVE: "#444", TIMELINE_IN_SERVICE: STAGE_COLORS["prefill"],
+                   TIMELINE_WAITING: STAGE_COLORS["queue wait"]}
+
+
+def timeline_series(table: RecordTable, window_start: float, window_end: float,
+                    max_points: int = MAX_POINTS) -> TimelineSeries:
     """Return requests active over the window and, where ``admitted`` exists, in service and waiting.
 
     Active is [start, end), in service [admitted, end), waiting = active - in service (so a request
@@ -185,29 +240,47 @@ def timeline_figure(table: RecordTable, window_start: float, window_end: float,
     all_times = [table.start, table.end, table.admitted[has_adm]]
     times, sampled = _sample_times(np.concatenate(all_times), window_start, window_end, max_points)
     active = active_counts(table.start, table.end, times)
-    utc = epoch_utc(window_start)
-    origin = window_start if utc is not None else 0.0
-    x = times - origin
-    fig = new_figure()
-    fig.add_trace(go.Scatter(x=x, y=active, mode="lines", line_shape="hv", name="active (start to end)",
-                             line=dict(color="#444")))
+    counts = {TIMELINE_ACTIVE: active}
     if has_adm.any():
         in_service = active_counts(table.admitted[has_adm], table.end[has_adm], times)
-        fig.add_trace(go.Scatter(x=x, y=in_service, mode="lines", line_shape="hv",
-                                 name="in service (admitted to end)", line=dict(color=STAGE_COLORS["prefill"])))
-        fig.add_trace(go.Scatter(x=x, y=active - in_service, mode="lines", line_shape="hv",
-                                 name="waiting (queue)", line=dict(color=STAGE_COLORS["queue wait"])))
-    fig.update_xaxes(title_text="time, s" if utc is None else f"seconds from {utc} ({window_start:.3f} s)",
-                     range=[window_start - origin, window_end - origin])
+        counts[TIMELINE_IN_SERVICE] = in_service
+        counts[TIMELINE_WAITING] = active - in_service
+    utc = epoch_utc(window_start)
+    origin = window_start if utc is not None else 0.0
+    x_title = "time, s" if utc is None else f"seconds from {utc} ({window_start:.3f} s)"
+    return TimelineSeries(times - origin, counts, x_title, (window_start - origin, window_end - origin), sampled)
+
+
+def timeline_figure(table: RecordTable, window_start: float, window_end: float,
+                    max_points: int = MAX_POINTS) -> go.Figure:
+    """Return requests active over the window and, where ``admitted`` exists, in service and waiting.
+
+    The counts are :func:`timeline_series`'s: exact at every event time up to ``max_points`` events.
+    """
+    s = timeline_series(table, window_start, window_end, max_points)
+    fig = new_figure()
+    for name, y in s.counts.items():
+        fig.add_trace(go.Scatter(x=s.x, y=y, mode="lines", line_shape="hv", name=name,
+                                 line=dict(color=TIMELINE_COLORS[name])))
+    fig.update_xaxes(title_text=s.x_title, range=list(s.x_range))
     fig.update_yaxes(title_text="requests", rangemode="tozero")
-    return _layout(fig, "Requests over the window" + (" (sampled on a grid)" if sampled else ""))
+    return _layout(fig, s.title)
 
 
-def stage_figure(table: RecordTable) -> go.Figure | None:
+@dataclass(frozen=True)
+class StageMeans:
+    """Mean (and median) seconds of each stage, overall and per slice, for successes with ``admitted``."""
+
+    groups: list[str]  # 'all (n=...)', then each slice
+    means_s: dict[str, list[float]]  # stage -> mean per group
+    p50s_s: dict[str, list[float]]  # stage -> median per group
+
+
+def stage_means(table: RecordTable) -> StageMeans | None:
     """Return mean queue wait, prefill and decode of successes with ``admitted``, overall and per slice.
 
     Means add up exactly to the mean latency of the same requests, which medians would not. None when
-    no success has an admission time.
+    no success has an admission time. Group names are plain text (slice names as the user wrote them).
     """
     keep = table.is_success & np.isfinite(table.admitted)
     if not keep.any():
@@ -223,18 +296,27 @@ def stage_figure(table: RecordTable) -> go.Figure | None:
     named = labels != None  # noqa: E711 (element-wise)
     if named.any():
         groups += [(str(name), labels == name) for name in sorted(set(labels[named].tolist()))]
-    names = [plot_label(f"{g} (n={int(mask.sum())})") for g, mask in groups]
+    return StageMeans([f"{g} (n={int(mask.sum())})" for g, mask in groups],
+                      {stage: [float(v[mask].mean()) for _, mask in groups] for stage, v in stages.items()},
+                      {stage: [float(percentile(v[mask], 50)) for _, mask in groups] for stage, v in stages.items()})
+
+
+def stage_figure(table: RecordTable) -> go.Figure | None:
+    """Return :func:`stage_means` as stacked bars (queue wait, prefill, decode); None without ``admitted``."""
+    means = stage_means(table)
+    if means is None:
+        return None
+    names = [plot_label(g) for g in means.groups]
     fig = new_figure()
-    for stage, values in stages.items():
-        means = [float(values[mask].mean()) for _, mask in groups]
-        p50s = [float(percentile(values[mask], 50)) for _, mask in groups]
-        fig.add_trace(go.Bar(y=names, x=means, name=stage, orientation="h", marker_color=STAGE_COLORS[stage],
-                             customdata=p50s,
+    for stage, values in means.means_s.items():
+        fig.add_trace(go.Bar(y=names, x=values, name=stage, orientation="h", marker_color=STAGE_COLORS[stage],
+                             customdata=means.p50s_s[stage],
                              hovertemplate=f"{stage}: mean %{{x:.4g}} s, p50 %{{customdata:.4g}} s<extra></extra>"))
     fig.update_layout(barmode="stack", legend_traceorder="normal")
     fig.update_xaxes(title_text="mean seconds per successful request")
     fig.update_yaxes(autorange="reversed")
-    return _layout(fig, "Where the time goes: queue wait, prefill, decode", height=max(220, 120 + 45 * len(groups)))
+    return _layout(fig, "Where the time goes: queue wait, prefill, decode",
+                   height=max(220, 120 + 45 * len(names)))
 
 
 def status_figure(by_status: Mapping[str, int]) -> go.Figure:
@@ -248,15 +330,21 @@ def status_figure(by_status: Mapping[str, int]) -> go.Figure:
     return _layout(fig, "Outcomes by status", height=300)
 
 
-def cause_figure(by_cause: Mapping[str, int], max_bars: int = 15) -> go.Figure | None:
-    """Return non-success counts by cause (error text), largest first; None when there are none."""
-    if not by_cause:
-        return None
+def cause_items(by_cause: Mapping[str, int], max_bars: int = 15) -> list[tuple[str, int]]:
+    """Return (cause, count) largest first, at most ``max_bars`` (the rest as one 'N other causes'), names cut at 60."""
     items = sorted(by_cause.items(), key=lambda kv: -kv[1])
     if len(items) > max_bars:
         rest = sum(v for _, v in items[max_bars - 1:])
         items = items[: max_bars - 1] + [(f"{len(items) - max_bars + 1} other causes", rest)]
-    labels = [plot_label(k if len(k) <= 60 else k[:57] + "...") for k, _ in items]
+    return [(k if len(k) <= 60 else k[:57] + "...", v) for k, v in items]
+
+
+def cause_figure(by_cause: Mapping[str, int], max_bars: int = 15) -> go.Figure | None:
+    """Return non-success counts by cause (error text), largest first; None when there are none."""
+    if not by_cause:
+        return None
+    items = cause_items(by_cause, max_bars)
+    labels = [plot_label(k) for k, _ in items]
     counts = [v for _, v in items]
     fig = new_figure(go.Bar(y=labels, x=counts, orientation="h", text=counts, textposition="outside",
                            cliponaxis=False, marker_color="#d62728", hovertemplate="%{y}: %{x}<extra></extra>"))

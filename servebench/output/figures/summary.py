@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -31,22 +30,38 @@ class ContractCell:
     text: str
 
 
-def contract_cells(summary: Mapping[str, Any], unavailable: frozenset[str] = frozenset()) -> list[ContractCell]:
-    """Return the eight contract fields in the spec's order, labelled and formatted.
+FRACTION_KEYS = frozenset({"non_success_fraction", "slo_attainment"})  # fractions, shown as percents
 
-    Fields in ``unavailable`` (an importer's ``unavailable_metrics``: the file has no shared clock) show
-    as 'n/a' instead of a number computed from invented times.
+
+def contract_cells(summary: Mapping[str, Any], unavailable: frozenset[str] = frozenset(),
+                   unit: str = "s") -> list[ContractCell]:
+    """Return the eight contract fields in the spec's order, labelled and formatted for people.
+
+    Fractions show as percents (0.5 -> '50%'); the p95 times (keys ending ``_s``) in ``unit``, 's' or
+    'ms', with the label saying which. Fields in ``unavailable`` (an importer's ``unavailable_metrics``:
+    the file has no shared clock) show as 'n/a' instead of a number computed from invented times.
     """
+    scale = 1000.0 if unit == "ms" else 1.0
     cells = []
     for key, value in summary.items():
         label, help_text = CONTRACT_LABELS.get(key, (key, ""))
+        if key.endswith("_s"):
+            label = label.replace("(s)", f"({unit})")
         if key in unavailable:
             cells.append(ContractCell(key, label, help_text + " n/a: the file has no timestamps on a shared clock.",
                                       "n/a"))
             continue
         if value is None:
             help_text += " None: no value counts toward it."
-        cells.append(ContractCell(key, label, help_text, fmt(value)))
+        if key in FRACTION_KEYS:
+            text = fmt_share(value)
+            if value is not None:
+                help_text += f" As a fraction: {fmt(value)}."
+        elif key.endswith("_s"):
+            text = fmt(None if value is None else value * scale)
+        else:
+            text = fmt(value)
+        cells.append(ContractCell(key, label, help_text, text))
     return cells
 
 
@@ -97,8 +112,13 @@ def cause_frame(report: Report) -> pd.DataFrame:
     return _count_frame("cause", report.by_cause, report.offered)
 
 
-def slice_frame(report: Report) -> pd.DataFrame:
-    """Return one row per slice with its contract fields (and SLO attainment when set)."""
+def slice_frame(report: Report, unit: str | None = None) -> pd.DataFrame:
+    """Return one row per slice with its contract fields (and SLO attainment when set).
+
+    With ``unit`` ('s' or 'ms') the table is for people: fractions as percents and the p95 times in that
+    unit (their keys then end in ``_ms`` for the ms view); without it, the raw numbers.
+    """
+    scale = 1000.0 if unit == "ms" else 1.0
     records = []
     for name, sub in report.slices.items():
         row: dict[str, Any] = {"slice": name}
@@ -109,73 +129,16 @@ def slice_frame(report: Report) -> pd.DataFrame:
             row["goodput_requests_per_second"] = sub.slo.goodput_requests_per_second
         row["wasted_output_tokens"] = sub.wasted_output_tokens
         row["peak_active"] = sub.active_requests.peak
+        if unit is not None:
+            row = {_unit_key(k, unit): (fmt_share(v) if k in FRACTION_KEYS else
+                                        v * scale if k.endswith("_s") and v is not None else v)
+                   for k, v in row.items()}
         records.append(row)
     return pd.DataFrame.from_records(records)
 
 
-def _cdf_points(values: np.ndarray, n_total: int, max_points: int = 4000) -> tuple[np.ndarray, np.ndarray]:
-    """Return (x, y) of the empirical CDF of the finite values from y = 0, with y as a share of n_total."""
-    finite = np.sort(values[np.isfinite(values)])
-    if finite.size == 0:
-        return finite, finite
-    y = np.arange(1, finite.size + 1) / n_total
-    if finite.size > max_points:
-        idx = np.unique(np.linspace(0, finite.size - 1, max_points).round().astype(np.int64))
-        finite, y = finite[idx], y[idx]
-    # start the staircase at 0 so the first step is drawn
-    return np.concatenate([finite[:1], finite]), np.concatenate([[0.0], y])
-
-
-def percentile_cdf(success_values: np.ndarray, failure_aware_values: np.ndarray, q: float,
-                   success_value: float | None, failure_aware_value: float | None, label: str,
-                   unit: str = "s") -> go.Figure:
-    """Return the CDFs of one metric, success-only and failure-aware, with percentile q marked on each.
-
-    The failure-aware curve counts non-successes as +infinity, so it stops below 1 at the success share.
-    Values are in ``unit`` (the caller scales them: seconds, or milliseconds for the ms view).
-    """
-    fig = go.Figure()
-    curves = (("success-only", success_values, success_value, "#1565c0"),
-              ("failure-aware", failure_aware_values, failure_aware_value, "#c62828"))
-    for name, values, value, color in curves:
-        if values.size == 0:
-            continue
-        x, y = _cdf_points(values, values.size)
-        fig.add_trace(go.Scatter(x=x, y=y, mode="lines", line={"shape": "hv", "color": color}, name=name,
-                                 hovertemplate=f"{name}<br>%{{x:.4g}} {unit}: %{{y:.2%}}<extra></extra>"))
-        if value is not None and math.isfinite(value):
-            fig.add_vline(x=value, line={"color": color, "dash": "dash"},
-                          annotation_text=f"p{q:g} {name}: {fmt(value)}", annotation_position="top left"
-                          if name == "success-only" else "bottom right")
-        elif value is not None:
-            fig.add_annotation(text=f"p{q:g} {name} = ∞: non-successes reach it", showarrow=False,
-                               xref="paper", yref="paper", x=1, y=0.02, xanchor="right", font={"color": color})
-    fig.add_hline(y=q / 100, line={"color": "#757575", "dash": "dot"})
-    fig.update_layout(title=f"CDF of {label}", xaxis_title=label, yaxis_title="share of records counted",
-                      yaxis={"range": [0, 1.02], "tickformat": ".0%"}, height=380,
-                      margin={"l": 10, "r": 10, "t": 40, "b": 10}, legend={"orientation": "h", "y": -0.2},
-                      template="plotly_white")
-    return fig
-
-
-def percentile_histogram(values: np.ndarray, q: float, value: float | None, label: str,
-                         bins: int = 60) -> go.Figure:
-    """Return a histogram of the finite values with percentile q marked; infinite values are counted in the title."""
-    finite = values[np.isfinite(values)]
-    n_inf = int(values.size - finite.size)
-    # binned here, so the browser gets `bins` bars rather than every value (100,000 records: 2 MB of JSON)
-    counts, edges = np.histogram(finite, bins=bins) if finite.size else (np.zeros(0, dtype=np.int64), np.zeros(1))
-    fig = go.Figure(go.Bar(x=(edges[:-1] + edges[1:]) / 2, y=counts, width=np.diff(edges), marker_color="#1565c0",
-                           customdata=np.stack([edges[:-1], edges[1:]], axis=1) if counts.size else None,
-                           hovertemplate="%{customdata[0]:.4g} to %{customdata[1]:.4g}: %{y} records<extra></extra>"))
-    if value is not None and math.isfinite(value):
-        fig.add_vline(x=value, line={"color": "#c62828", "dash": "dash"}, annotation_text=f"p{q:g} = {fmt(value)}")
-    title = f"Histogram of {label}"
-    if n_inf:
-        title += f" ({fmt(n_inf)} non-successes at ∞ not drawn)"
-    fig.update_layout(title=title, xaxis_title=label, yaxis_title="records", height=380, bargap=0.02,
-                      margin={"l": 10, "r": 10, "t": 40, "b": 10}, template="plotly_white")
-    return fig
+def _unit_key(key: str, unit: str) -> str:
+    return key[:-2] + "_ms" if unit == "ms" and key.endswith("_s") else key
 
 
 def concurrency_figure(shape: kv.ModelShape, budget_bytes: int, prompt_tokens: int, output_cap: int, *,

@@ -1,0 +1,241 @@
+"""Vega-Lite charts for the dashboard's Summary and Percentile explorer: data in, a Vega-Lite spec (a dict) out.
+
+plotly.js is a 4.7 MB script that headless Chromium on a 2-core machine takes about 2 s to compile and
+run the first time a page draws a plotly chart (benchmarks/results/dashboard.md), so the pages a user
+opens first draw these specs with Streamlit's built-in Vega-Lite instead, and a spec is built in
+milliseconds where a validated plotly figure takes a tenth of a second. The numbers come from the same
+functions as the report site's plotly figures (``figures.records``), so both show the same values.
+
+Each spec keeps its data under ``datasets`` as pandas frames (Streamlit sends them to the browser as
+Arrow); pass it as ``st.vega_lite_chart(spec=...)``. Times are drawn in ``unit`` ('s' or 'ms').
+User text (slice names, causes) goes through :func:`safe_text`: Vega-Lite draws text, never markup.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from servebench.output.figures.records import (
+    STAGE_COLORS,
+    TIMELINE_COLORS,
+    CdfSeries,
+    StageMeans,
+    TimelineSeries,
+    cause_items,
+)
+from servebench.output.plain import fmt
+from servebench.output.safetext import safe_text
+
+Spec = dict[str, Any]
+UNIT_SCALE: dict[str, float] = {"s": 1.0, "ms": 1000.0}
+UNIT_WORDS: dict[str, str] = {"s": "seconds", "ms": "milliseconds"}
+SUCCESS_COLOR, FAILURE_COLOR, NOTE_COLOR = "#1565c0", "#c62828", "#757575"
+# Points per line: a chart a few hundred pixels wide shows no more. Streamlit's Vega runs without eval
+# (an expression interpreter), so every datum costs: 2,000-point curves took ~1 s to draw on 100,000 records.
+LINE_POINTS = 600
+TIMELINE_POINTS = 1000
+# the data hold no NaN or infinity, so Vega-Lite need not test every datum for them
+CONFIG: Spec = {"mark": {"invalid": "show"}}
+
+
+def _zoom(*encodings: str) -> list[Spec]:
+    """Return the parameter that lets a reader drag to pan and scroll to zoom (double-click resets)."""
+    return [{"name": "zoom", "select": {"type": "interval", "encodings": list(encodings)}, "bind": "scales"}]
+
+
+def _title(text: str, lines: list[str] | None = None) -> Spec:
+    return {"text": text, "subtitle": lines or [], "anchor": "start", "subtitleColor": NOTE_COLOR}
+
+
+def _number(field: str, title: str) -> Spec:
+    return {"field": field, "type": "quantitative", "title": title, "format": ".4~g"}
+
+
+def _note(title: Spec, text: str, height: int) -> Spec:
+    """Return a chart that says why there is nothing to draw."""
+    return {"title": title, "height": height, "data": {"values": [{}]},
+            "mark": {"type": "text", "color": NOTE_COLOR, "fontSize": 13}, "encoding": {"text": {"value": text}}}
+
+
+def timeline_chart(s: TimelineSeries, height: int = 380) -> Spec:
+    """Return requests active (in service, waiting) over the window as step lines (from ``timeline_series``)."""
+    names = list(s.counts)
+    frame = pd.DataFrame({"t": np.tile(s.x, len(names)), "requests": np.concatenate(list(s.counts.values())),
+                          "series": np.repeat(names, len(s.x))})
+    return {
+        "title": _title(s.title), "height": height, "config": CONFIG,
+        "datasets": {"timeline": frame}, "data": {"name": "timeline"},
+        "mark": {"type": "line", "interpolate": "step-after", "strokeWidth": 1.5}, "params": _zoom("x"),
+        "encoding": {
+            "x": {"field": "t", "type": "quantitative", "title": s.x_title, "scale": {"domain": list(s.x_range)}},
+            "y": {"field": "requests", "type": "quantitative", "title": "requests"},
+            "color": {"field": "series", "type": "nominal", "title": None, "legend": {"orient": "bottom"},
+                      "scale": {"domain": names, "range": [TIMELINE_COLORS[n] for n in names]}},
+        },
+    }
+
+
+def cdf_chart(s: CdfSeries, unit: str = "s", height: int = 420) -> Spec:
+    """Return one metric's CDF with its nearest-rank marks (p50, p95, p99) as a dotted rule and a labelled diamond.
+
+    The title names the formula, the marked values in ``unit`` and how many requests the curve leaves out.
+    """
+    k = UNIT_SCALE[unit]
+    marked = ", ".join(f"p{q:g} {fmt(v * k)} {unit}" for q, v, _ in s.marks)
+    title = _title(s.title, [line for line in (s.formula, marked, s.subtitle) if line])
+    if s.n == 0:
+        return _note(title, "no values: no request counted for this metric", height)
+    x = {"field": "x", "type": "quantitative", "title": UNIT_WORDS[unit]}
+    y = {"field": "share", "type": "quantitative", "title": "share of counted requests",
+         "scale": {"domain": [0, 1.02]}, "axis": {"format": "%"}}
+    marks = pd.DataFrame({"x": [v * k for _, v, _ in s.marks], "share": [r / s.n for _, _, r in s.marks],
+                          "mark": [f"p{q:g}" for q, _, _ in s.marks],
+                          "about": [f"p{q:g} = {fmt(v * k)} {unit} (rank {r:,} of {s.n:,})" for q, v, r in s.marks]})
+    return {
+        "title": title, "height": height, "config": CONFIG,
+        "datasets": {"cdf": pd.DataFrame({"x": s.x * k, "share": s.y}), "marks": marks},
+        "layer": [
+            {"data": {"name": "cdf"}, "mark": {"type": "line", "interpolate": "step-after", "color": SUCCESS_COLOR},
+             "params": _zoom("x"),
+             "encoding": {"x": x, "y": y}},  # no tooltip per point: the marks carry the numbers
+            {"data": {"name": "marks"}, "mark": {"type": "rule", "color": "#999", "strokeDash": [2, 3]},
+             "encoding": {"x": x}},
+            {"data": {"name": "marks"}, "mark": {"type": "point", "shape": "diamond", "filled": True, "size": 70},
+             "encoding": {"x": x, "y": y, "tooltip": [{"field": "about", "title": "mark"}]}},
+            {"data": {"name": "marks"}, "mark": {"type": "text", "align": "right", "dx": -7, "dy": -8},
+             "encoding": {"x": x, "y": y, "text": {"field": "mark"}}},
+        ],
+    }
+
+
+def stage_chart(means: StageMeans, unit: str = "s") -> Spec:
+    """Return mean queue wait, prefill and decode per group as stacked bars (from ``stage_means``)."""
+    k = UNIT_SCALE[unit]
+    stages = list(means.means_s)
+    rows = [{"group": safe_text(g), "stage": stage, "order": j, "mean": means.means_s[stage][i] * k,
+             "p50": means.p50s_s[stage][i] * k}
+            for i, g in enumerate(means.groups) for j, stage in enumerate(stages)]
+    return {
+        "title": _title("Where the time goes: queue wait, prefill, decode"),
+        "height": {"step": 34}, "datasets": {"stages": pd.DataFrame(rows)},
+        "data": {"name": "stages"}, "mark": "bar",
+        "encoding": {
+            "y": {"field": "group", "type": "nominal", "title": None, "sort": [safe_text(g) for g in means.groups]},
+            "x": {"field": "mean", "type": "quantitative", "stack": "zero",
+                  "title": f"mean {UNIT_WORDS[unit]} per successful request"},
+            "color": {"field": "stage", "type": "nominal", "title": None, "legend": {"orient": "bottom"},
+                      "scale": {"domain": stages, "range": [STAGE_COLORS[s] for s in stages]}},
+            "order": {"field": "order"},
+            "tooltip": [{"field": "group"}, {"field": "stage"}, _number("mean", f"mean ({unit})"),
+                        _number("p50", f"p50 ({unit})")],
+        },
+    }
+
+
+def cause_chart(by_cause: Mapping[str, int], max_bars: int = 15) -> Spec | None:
+    """Return non-success counts by cause, largest first, each bar labelled; None when there are none."""
+    if not by_cause:
+        return None
+    items = cause_items(by_cause, max_bars)
+    frame = pd.DataFrame({"cause": [safe_text(c) for c, _ in items], "requests": [n for _, n in items]})
+    y = {"field": "cause", "type": "nominal", "title": None, "sort": list(frame["cause"]),
+         "axis": {"labelLimit": 320}}
+    x = {"field": "requests", "type": "quantitative", "title": "non-success requests",
+         "scale": {"domain": [0, max(frame["requests"]) * 1.15]}}
+    return {
+        "title": _title("Non-success causes"), "height": {"step": 24},
+        "datasets": {"causes": frame}, "data": {"name": "causes"},
+        "encoding": {"y": y, "x": x},
+        "layer": [{"mark": {"type": "bar", "color": "#d62728"},
+                   "encoding": {"tooltip": [{"field": "cause"}, {"field": "requests", "format": ","}]}},
+                  {"mark": {"type": "text", "align": "left", "dx": 3},
+                   "encoding": {"text": {"field": "requests", "format": ","}}}],
+    }
+
+
+def _cdf_points(values: np.ndarray, n_total: int, max_points: int = LINE_POINTS) -> tuple[np.ndarray, np.ndarray]:
+    """Return (x, y) of the empirical CDF of the finite values from y = 0, with y as a share of n_total."""
+    finite = np.sort(values[np.isfinite(values)])
+    if finite.size == 0:
+        return finite, finite
+    y = np.arange(1, finite.size + 1) / n_total
+    if finite.size > max_points:
+        idx = np.unique(np.linspace(0, finite.size - 1, max_points).round().astype(np.int64))
+        finite, y = finite[idx], y[idx]
+    # start the staircase at 0 so the first step is drawn
+    return np.concatenate([finite[:1], finite]), np.concatenate([[0.0], y])
+
+
+def percentile_cdf(success_values: np.ndarray, failure_aware_values: np.ndarray, q: float,
+                   success_value: float | None, failure_aware_value: float | None, label: str,
+                   height: int = 420) -> Spec:
+    """Return the CDFs of one metric, success-only and failure-aware, with percentile q marked on each.
+
+    The failure-aware curve counts non-successes as +infinity, so it stops below 1 at the success share.
+    Values come in the unit ``label`` names (the caller scales them); a percentile at infinity is named in
+    the title.
+    """
+    curves, rules, notes = [], [], []
+    for name, values, value in (("success-only", success_values, success_value),
+                                ("failure-aware", failure_aware_values, failure_aware_value)):
+        if values.size == 0:
+            continue
+        x, y = _cdf_points(values, values.size)
+        curves.append(pd.DataFrame({"x": x, "share": y, "view": name}))
+        if value is not None and math.isfinite(value):
+            rules.append({"x": value, "view": name, "about": f"p{q:g} {name}: {fmt(value)}"})
+        elif value is not None:
+            notes.append(f"p{q:g} {name} = ∞: non-successes reach it")
+    views = ["success-only", "failure-aware"]
+    color = {"field": "view", "type": "nominal", "title": None, "legend": {"orient": "bottom"},
+             "scale": {"domain": views, "range": [SUCCESS_COLOR, FAILURE_COLOR]}}
+    x = {"field": "x", "type": "quantitative", "title": label}
+    y = {"field": "share", "type": "quantitative", "title": "share of records counted",
+         "scale": {"domain": [0, 1.02]}, "axis": {"format": "%"}}
+    frame = pd.concat(curves, ignore_index=True) if curves else pd.DataFrame({"x": [], "share": [], "view": []})
+    layers: list[Spec] = [
+        {"data": {"name": "curves"}, "mark": {"type": "line", "interpolate": "step-after"}, "params": _zoom("x"),
+         "encoding": {"x": x, "y": y, "color": color}},
+        {"data": {"values": [{"share": q / 100}]}, "mark": {"type": "rule", "color": NOTE_COLOR, "strokeDash": [2, 3]},
+         "encoding": {"y": {"field": "share", "type": "quantitative"}}},
+    ]
+    if rules:
+        layers += [{"data": {"name": "rules"}, "mark": {"type": "rule", "strokeDash": [6, 4]},
+                    "encoding": {"x": x, "color": color, "tooltip": [{"field": "about", "title": "percentile"}]}},
+                   {"data": {"name": "rules"}, "mark": {"type": "text", "align": "left", "dx": 4, "baseline": "top",
+                                                        "y": 4},
+                    "encoding": {"x": x, "color": color, "text": {"field": "about"}}}]
+    return {"title": _title(f"CDF of {label}", notes), "height": height, "config": CONFIG,
+            "datasets": {"curves": frame, "rules": pd.DataFrame(rules or {"x": [], "view": [], "about": []})},
+            "layer": layers}
+
+
+def percentile_histogram(values: np.ndarray, q: float, value: float | None, label: str,
+                         bins: int = 60, height: int = 420) -> Spec:
+    """Return a histogram of the finite values with percentile q marked; values at infinity are counted in the title.
+
+    Binned here, so the browser gets ``bins`` bars rather than every value (100,000 records: 2 MB).
+    """
+    finite = values[np.isfinite(values)]
+    n_inf = int(values.size - finite.size)
+    counts, edges = np.histogram(finite, bins=bins) if finite.size else (np.zeros(0, dtype=np.int64), np.zeros(1))
+    frame = pd.DataFrame({"lo": edges[:-1], "hi": edges[1:], "records": counts})
+    title = _title(f"Histogram of {label}", [f"{fmt(n_inf)} non-successes at ∞ not drawn"] if n_inf else [])
+    x = {"field": "lo", "type": "quantitative", "title": label}
+    layers: list[Spec] = [
+        {"data": {"name": "bins"}, "mark": {"type": "bar", "color": SUCCESS_COLOR}, "params": _zoom("x"),
+         "encoding": {"x": x, "x2": {"field": "hi"}, "y": {"field": "records", "type": "quantitative"},
+                      "tooltip": [_number("lo", "from"), _number("hi", "to"), {"field": "records", "format": ","}]}}]
+    if value is not None and math.isfinite(value):
+        mark = {"values": [{"lo": value, "about": f"p{q:g} = {fmt(value)}"}]}
+        layers += [{"data": mark, "mark": {"type": "rule", "color": FAILURE_COLOR, "strokeDash": [6, 4]},
+                    "encoding": {"x": x}},
+                   {"data": mark, "mark": {"type": "text", "align": "left", "dx": 4, "baseline": "top", "y": 4,
+                                           "color": FAILURE_COLOR},
+                    "encoding": {"x": x, "text": {"field": "about"}}}]
+    return {"title": title, "height": height, "datasets": {"bins": frame}, "layer": layers}

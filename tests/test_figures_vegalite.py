@@ -1,0 +1,92 @@
+"""The dashboard's Vega-Lite charts: valid Vega-Lite, the same numbers as the report's tables, in the unit asked."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pytest
+
+from servebench.analysis.percentiles import percentile
+from servebench.output.figures import records as rf
+from servebench.output.figures import vegalite
+from servebench.records.table import parse_objects, validate
+
+alt = pytest.importorskip("altair")  # ships with Streamlit; its Vega-Lite schema checks the specs
+
+
+def _valid(spec: dict[str, Any]) -> dict[str, Any]:
+    """Return ``spec`` with its frames as rows, after checking it against the Vega-Lite schema and JSON."""
+    plain = dict(spec)
+    if "datasets" in plain:
+        plain["datasets"] = {k: json.loads(v.to_json(orient="records")) for k, v in spec["datasets"].items()}
+    (alt.LayerChart if "layer" in plain else alt.Chart).from_dict(plain)  # raises on anything not Vega-Lite
+    json.dumps(plain)
+    return plain
+
+
+@pytest.fixture
+def admitted_table():
+    rows = [{"start": 0.0, "admitted": 0.5, "first_token": 1.0, "end": 2.0, "status": "success", "output_tokens": 5,
+             "slice": "<b>chat</b>"},
+            {"start": 0.5, "admitted": 1.0, "first_token": 1.2, "end": 3.0, "status": "success", "output_tokens": 3,
+             "slice": "batch"},
+            {"start": 1.0, "end": 2.5, "status": "timeout"}]
+    return validate(parse_objects(rows), 0, 3)
+
+
+def test_timeline_has_active_in_service_and_waiting(admitted_table) -> None:
+    spec = vegalite.timeline_chart(rf.timeline_series(admitted_table, 0, 3))
+    _valid(spec)
+    frame = spec["datasets"]["timeline"]
+    assert list(frame["series"].unique()) == [rf.TIMELINE_ACTIVE, rf.TIMELINE_IN_SERVICE, rf.TIMELINE_WAITING]
+    active = frame[frame["series"] == rf.TIMELINE_ACTIVE].set_index("t")["requests"]
+    assert active.loc[1.0] == 3 and active.loc[0.0] == 1  # all three between 1 and 2 s
+    assert spec["encoding"]["x"]["scale"]["domain"] == [0.0, 3.0]
+
+
+def test_cdf_marks_are_the_nearest_rank_values_in_the_unit_asked() -> None:
+    values = np.random.default_rng(18).exponential(0.2, 5_000)
+    series = rf.cdf_series(values, "ttft", left_out=12, left_out_reason="non-success", max_points=vegalite.LINE_POINTS)
+    in_s, in_ms = vegalite.cdf_chart(series, "s"), vegalite.cdf_chart(series, "ms")
+    _valid(in_s)
+    marks_s, marks_ms = in_s["datasets"]["marks"], in_ms["datasets"]["marks"]
+    assert list(marks_s["mark"]) == ["p50", "p95", "p99"]
+    assert marks_s["x"].tolist() == [percentile(values, q) for q in (50, 95, 99)]
+    assert marks_ms["x"].tolist() == pytest.approx([1000 * percentile(values, q) for q in (50, 95, 99)])
+    assert in_ms["layer"][0]["encoding"]["x"]["title"] == "milliseconds"
+    assert in_ms["datasets"]["cdf"]["x"].max() == pytest.approx(1000 * values.max())
+    assert len(in_ms["datasets"]["cdf"]) <= vegalite.LINE_POINTS + 4  # thinned, the marked ranks kept
+    assert "12 requests not in the curve (non-success)" in in_s["title"]["subtitle"][-1]
+
+
+def test_cdf_with_no_values_says_so() -> None:
+    spec = vegalite.cdf_chart(rf.cdf_series(np.array([]), "tpot"), "ms")
+    assert spec["encoding"]["text"]["value"].startswith("no values")
+
+
+def test_stages_per_slice_in_ms_with_slice_names_as_text(admitted_table) -> None:
+    spec = vegalite.stage_chart(rf.stage_means(admitted_table), "ms")
+    _valid(spec)
+    rows = spec["datasets"]["stages"]
+    assert spec["encoding"]["y"]["sort"] == ["all (n=2)", "<b>chat</b> (n=1)", "batch (n=1)"]  # shown as typed
+    chat = rows[rows["group"] == "<b>chat</b> (n=1)"].set_index("stage")["mean"]
+    assert chat.to_dict() == pytest.approx({"queue wait": 500.0, "prefill": 500.0, "decode": 1000.0})
+
+
+def test_causes_largest_first_and_capped() -> None:
+    causes = {f"cause {i}": i for i in range(1, 21)}
+    spec = vegalite.cause_chart(causes)
+    _valid(spec)
+    frame = spec["datasets"]["causes"]
+    assert len(frame) == 15 and frame["requests"].iloc[0] == 20
+    assert frame["cause"].iloc[-1] == "6 other causes" and frame["requests"].iloc[-1] == sum(range(1, 7))
+    assert vegalite.cause_chart({}) is None
+
+
+def test_percentile_charts_are_valid_vega_lite() -> None:
+    ok = np.linspace(1, 3, 50)
+    fa = np.concatenate([ok, [np.inf] * 5])
+    _valid(vegalite.percentile_cdf(ok, fa, 99, 3.0, np.inf, "Latency (s)"))
+    _valid(vegalite.percentile_histogram(fa, 99, None, "Latency (s)"))
