@@ -7,7 +7,7 @@ import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Generic, TypeVar
 
@@ -411,30 +411,58 @@ def _concurrency(tl: Timeline) -> Concurrency:
     return Concurrency(peak=tl.peak, share_of_window_at_peak=tl.share_at_peak, time_at_peak_s=tl.time_at_peak_s)
 
 
-@dataclass(frozen=True)
-class _Rows:
-    """The per-record arrays one report reads: a whole table's, or one slice's rows of it."""
+_ROW_FIELDS = ("start", "end", "admitted", "first_token", "status", "output_tokens", "prompt_tokens",
+               "error_code", "missing_request_id", "cached_prompt_tokens")
 
-    start: np.ndarray
-    end: np.ndarray
-    admitted: np.ndarray
-    first_token: np.ndarray
-    status: np.ndarray
-    output_tokens: np.ndarray
-    prompt_tokens: np.ndarray
-    error_code: np.ndarray  # int32 into the error names, -1 where absent
-    missing_request_id: np.ndarray  # bool
-    cached_prompt_tokens: np.ndarray  # int64, -1 where absent
+
+class _Rows:
+    """The per-record arrays one report reads: a whole table's, or one slice's rows of it.
+
+    A slice copies a column only when the report reads all of it; ``pick`` takes just the rows a
+    mask selects (the successes' times), and a column that is one absent marker stays a marker.
+    Fields: start, end, admitted, first_token, status, output_tokens, prompt_tokens, error_code
+    (int32 into the error names, -1 where absent), missing_request_id (bool) and
+    cached_prompt_tokens (-1 where absent).
+    """
+
+    def __init__(self, columns: Mapping[str, np.ndarray], index: np.ndarray | None = None) -> None:
+        self._columns = columns
+        self._index = index
+        self._taken: dict[str, np.ndarray] = {}
 
     @classmethod
-    def of(cls, table: RecordTable, error_code: np.ndarray) -> "_Rows":
+    def of(cls, table: RecordTable, error_code: np.ndarray) -> _Rows:
         """Take the table's columns as they are (views, no copies), with its error codes."""
-        return cls(table.start, table.end, table.admitted, table.first_token, table.status, table.output_tokens,
-                   table.prompt_tokens, error_code, null_mask(table.request_id_arrow), table.cached_prompt_tokens)
+        return cls({"start": table.start, "end": table.end, "admitted": table.admitted,
+                    "first_token": table.first_token, "status": table.status, "output_tokens": table.output_tokens,
+                    "prompt_tokens": table.prompt_tokens, "error_code": error_code,
+                    "missing_request_id": null_mask(table.request_id_arrow),
+                    "cached_prompt_tokens": table.cached_prompt_tokens})
 
-    def take(self, rows: np.ndarray) -> "_Rows":
-        """Return the rows at these indices."""
-        return _Rows(*(getattr(self, f.name)[rows] for f in fields(self)))
+    def take(self, rows: np.ndarray) -> _Rows:
+        """Return the rows at these indices (of the whole table)."""
+        return _Rows(self._columns, rows)
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        if name not in _ROW_FIELDS:
+            raise AttributeError(name)
+        if name not in self._taken:
+            self._taken[name] = self._at(name, self._index)
+        return self._taken[name]
+
+    def pick(self, name: str, mask: np.ndarray) -> np.ndarray:
+        """Return the column's values at the rows ``mask`` selects (a mask over these rows)."""
+        if name in self._taken or self._index is None:
+            return getattr(self, name)[mask]
+        return self._at(name, self._index[mask])
+
+    def _at(self, name: str, index: np.ndarray | None) -> np.ndarray:
+        base = self._columns[name]
+        if index is None:
+            return base
+        if base.ndim == 1 and base.strides == (0,):  # an absent column's marker, seen once per row
+            return np.broadcast_to(base[:1], index.size) if base.size else base
+        return base[index]
 
 
 def _slice_rows(table: RecordTable) -> dict[str, np.ndarray]:
@@ -678,9 +706,10 @@ def _report(rows: _Rows, *, source: str | None, window_start: float, window_end:
     out = rows.output_tokens
     # every per-request time is computed over the successes only: m arrays, not n (memory at 10M records)
     every = failures == 0
-    start_ok, first_ok = (rows.start, rows.first_token) if every else (rows.start[ok], rows.first_token[ok])
+    start_ok, first_ok = (rows.start, rows.first_token) if every else (rows.pick("start", ok),
+                                                                       rows.pick("first_token", ok))
     out_ok = out if every else out[ok]
-    latency, ttft, tpot = request_times(start_ok, rows.end if every else rows.end[ok], first_ok, out_ok)
+    latency, ttft, tpot = request_times(start_ok, rows.end if every else rows.pick("end", ok), first_ok, out_ok)
 
     itl_p99 = None
     if slo is not None and slo.itl_p99_s is not None and tokens is not None:  # the SLO needs the gaps now
@@ -695,7 +724,7 @@ def _report(rows: _Rows, *, source: str | None, window_start: float, window_end:
     del tpot
     for values in m.values():
         values.sort()
-    adm_ok = rows.admitted if every else rows.admitted[ok]
+    adm_ok = rows.admitted if every else rows.pick("admitted", ok)
     has_adm = np.isfinite(adm_ok)
     wait = prefill = None
     if has_adm.any():
@@ -726,7 +755,7 @@ def _report(rows: _Rows, *, source: str | None, window_start: float, window_end:
         summary=_contract_fields(n, success_tokens, window_s, m, ordered=True),
         offered=n, accepted=n - by_status["rejected"], completed=by_status["success"],
         rejected=by_status["rejected"], timed_out=by_status["timeout"],
-        by_status=by_status, by_cause=_causes(rows.error_code[~ok], error_names),
+        by_status=by_status, by_cause=_causes(rows.pick("error_code", ~ok), error_names),
         latency_s=_distribution(m["latency"]), ttft_s=_distribution(m["ttft"]),
         request_tpot_s=_distribution(m["tpot"]), queue_wait_s=wait, prefill_s=prefill, **token_fields,
         failure_aware_latency_s=_distribution(m["latency"], infinite=failures),

@@ -359,7 +359,9 @@ def _no_finite_times(rows: ParsedRows) -> bool:
 def load_table(path: str | Path, window_start: float | None = None, window_end: float | None = None,
                fmt: str = "auto") -> tuple[RecordTable, float, float]:
     """Read and validate a record file; return the table and the window used."""
-    return to_table(read_path(path, fmt), window_start, window_end)
+    found = to_table(read_path(path, fmt), window_start, window_end)
+    pa.default_memory_pool().release_unused()  # Arrow's pool keeps what reading freed; the report needs it
+    return found
 
 
 def encode_records(table: RecordTable, fmt: str) -> bytes:
