@@ -64,3 +64,18 @@ def test_zero_length_requests_never_count_as_active():
 def test_active_counts_at_times():
     counts = active_counts(np.array([0.0, 1.0, 1.0]), np.array([2.0, 3.0, 1.5]), np.array([0.5, 1.0, 1.7, 2.0]))
     assert counts.tolist() == [1, 3, 2, 1]
+
+
+def test_peak_past_one_block_matches_the_direct_count() -> None:
+    """More records than the sweep's block (2**20): the peak and its time equal a direct count."""
+    rng = np.random.default_rng(3)
+    n = (1 << 20) * 2 + 17
+    start = np.sort(rng.uniform(0, 100, n))
+    end = start + rng.exponential(0.05, n)
+    end[n - 5:] = start[n - 5:] + 50  # the peak forms late, in the last block
+    s, e = np.sort(start), np.sort(end)
+    direct = np.arange(1, n + 1) - np.searchsorted(e, s, side="right")
+    tl = active_timeline(start, end, 0.0, 200.0)
+    assert tl.peak == int(direct.max())
+    at = np.flatnonzero(direct == tl.peak)
+    assert tl.time_at_peak_s == pytest.approx(float(np.sum(np.clip(e[at + 1 - tl.peak], 0, 200) - np.clip(s[at], 0, 200))))

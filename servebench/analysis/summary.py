@@ -700,8 +700,8 @@ def _report(rows: _Rows, *, source: str | None, window_start: float, window_end:
     window_s = window_end - window_start
     n = rows.start.size
     ok = rows.status == SUCCESS
-    status_counts = np.bincount(rows.status.astype(np.int64), minlength=len(STATUSES))
-    by_status = {name: int(status_counts[i]) for i, name in enumerate(STATUSES)}
+    status = rows.status
+    by_status = {name: int(np.count_nonzero(status == i)) for i, name in enumerate(STATUSES)}  # no int64 copy
     failures = n - by_status["success"]
     out = rows.output_tokens
     # every per-request time is computed over the successes only: m arrays, not n (memory at 10M records)

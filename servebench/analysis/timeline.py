@@ -36,6 +36,9 @@ def active_timeline(start: np.ndarray, end: np.ndarray, window_start: float, win
     return Timeline(peak, time_at_peak, float(time_at_peak / window_s))
 
 
+_BLOCK = 1 << 20
+
+
 def _peak_by_sorting(start: np.ndarray, end: np.ndarray, overwrite: bool) -> tuple[int, np.ndarray, np.ndarray]:
     """Return the peak and the spans held at it with two sorts and a binary search, no merged event list.
 
@@ -48,7 +51,9 @@ def _peak_by_sorting(start: np.ndarray, end: np.ndarray, overwrite: bool) -> tup
     s = start if _ascending(start) else _sorted(start, overwrite)  # records usually arrive in start order
     e = _sorted(end, overwrite)
     active = np.searchsorted(e, s, side="right")  # departures so far, turned into the count open in place
-    np.subtract(np.arange(1, s.size + 1), active, out=active)
+    for lo in range(0, s.size, _BLOCK):  # in blocks: one small arange reused, not a fresh one per record
+        hi = min(lo + _BLOCK, s.size)
+        np.subtract(np.arange(lo + 1, hi + 1), active[lo:hi], out=active[lo:hi])
     peak = int(active.max())
     if peak <= 0:
         return peak, s[:0], s[:0]
