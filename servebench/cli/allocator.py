@@ -15,7 +15,6 @@ import platform
 
 _M_TRIM_THRESHOLD = -1  # glibc's mallopt parameters (malloc.h)
 _M_MMAP_MAX = -4
-_M_ARENA_MAX = -8
 _TRIM_THRESHOLD_BYTES = 2**31 - 1  # mallopt takes an int: keep up to 2 GiB of freed heap
 
 
@@ -33,6 +32,4 @@ def reuse_freed_memory() -> bool:
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
-    # one arena: a worker thread's blocks come from the same heap (a thread arena would mmap them anyway)
-    return all(mallopt(param, value) for param, value in
-               ((_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, _TRIM_THRESHOLD_BYTES), (_M_ARENA_MAX, 1)))
+    return bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD_BYTES))
