@@ -35,10 +35,11 @@ Spec = dict[str, Any]
 UNIT_SCALE: dict[str, float] = {"s": 1.0, "ms": 1000.0}
 UNIT_WORDS: dict[str, str] = {"s": "seconds", "ms": "milliseconds"}
 SUCCESS_COLOR, FAILURE_COLOR, NOTE_COLOR = "#1565c0", "#c62828", "#757575"
-# Points per line: a chart a few hundred pixels wide shows no more. Streamlit's Vega runs without eval
-# (an expression interpreter), so every datum costs: 2,000-point curves took ~1 s to draw on 100,000 records.
-LINE_POINTS = 600
-TIMELINE_POINTS = 1000
+# Points per line: a CDF a third of a page wide shows no more. Streamlit's Vega runs without eval (an
+# expression interpreter), so every datum costs: with 2,000-point curves a window change on 100,000 records
+# took the browser longer than with plotly; with these it takes less (benchmarks/results/dashboard.md).
+LINE_POINTS = 300
+TIMELINE_POINTS = 600
 # the data hold no NaN or infinity, so Vega-Lite need not test every datum for them
 CONFIG: Spec = {"mark": {"invalid": "show"}}
 
@@ -229,7 +230,8 @@ def percentile_histogram(values: np.ndarray, q: float, value: float | None, labe
     x = {"field": "lo", "type": "quantitative", "title": label}
     layers: list[Spec] = [
         {"data": {"name": "bins"}, "mark": {"type": "bar", "color": SUCCESS_COLOR}, "params": _zoom("x"),
-         "encoding": {"x": x, "x2": {"field": "hi"}, "y": {"field": "records", "type": "quantitative"},
+         "encoding": {"x": {**x, "bin": "binned"}, "x2": {"field": "hi"},
+                      "y": {"field": "records", "type": "quantitative"},
                       "tooltip": [_number("lo", "from"), _number("hi", "to"), {"field": "records", "format": ","}]}}]
     if value is not None and math.isfinite(value):
         mark = {"values": [{"lo": value, "about": f"p{q:g} = {fmt(value)}"}]}
