@@ -272,3 +272,50 @@ def test_simulator_draws_each_requests_arrival_lag_from_its_spread() -> None:
         parse_scenario({"server": {"kv_budget_tokens": 100}, "step_model": {"arrival_lags_s": [-1.0]},
                         "workload": {"arrival": {"kind": "poisson", "rate_rps": 1}, "num_requests": 1,
                                      "classes": [{"prompt": {"value": 10}, "output": {"value": 2}}]}})
+
+
+# --------------------------------------------------------------------------- what came before a step
+
+
+def _wake_scenario(step: dict) -> object:
+    return parse_scenario({
+        "seed": 6, "server": {"kv_budget_tokens": 50_000, "max_num_batched_tokens": 256}, "step_model": step,
+        "workload": {"arrival": {"kind": "poisson", "rate_rps": 15}, "num_requests": 400,
+                     "classes": [{"prompt": {"kind": "uniform", "low": 16, "high": 500},
+                                  "output": {"kind": "uniform", "low": 5, "high": 60}}]}})
+
+
+def test_wake_and_after_prefill_terms_are_recovered_from_a_simulated_trace() -> None:
+    true = {"base_s": 0.001, "per_prefill_token_s": 1.5e-5, "per_decode_seq_s": 1.2e-4, "per_kv_token_s": 2e-7,
+            "wake_s": 0.0012, "wake_tau_s": 0.02, "after_prefill_s": 0.0003}
+    result = simulate(_wake_scenario(true))
+    cols = result.trace.columns()
+    idle = np.asarray(cols["start_s"]) > 0  # rows after an idle engine and rows straight after a prefill exist
+    assert idle.any()
+    fit = fit_step_model(cols)
+    assert fit.model.wake_tau_s == 0.02  # the time constant, picked from the grid
+    for name in ("wake_s", "after_prefill_s", "base_s", "per_prefill_token_s", "per_decode_seq_s"):
+        assert getattr(fit.model, name) == pytest.approx(true[name], rel=1e-4), name
+    plain = simulate(_wake_scenario({k: v for k, v in true.items() if k not in ("wake_s", "after_prefill_s")}))
+    assert (plain.records.first_token - plain.records.start).mean() < (
+        result.records.first_token - result.records.start).mean()  # waking costs time to first token
+    no_start = {k: v for k, v in cols.items() if k != "start_s"}  # a trace without start times: both pinned at 0
+    assert fit_step_model(no_start).model.wake_s == 0 and fit_step_model(no_start).model.after_prefill_s == 0
+
+
+def test_simulator_adds_the_wake_after_idle_and_the_cost_after_a_prefill() -> None:
+    # lone requests 2 s apart: each prefill step wakes an engine idle for about 2 s, its first decode follows it
+    step = {"base_s": 0.001, "per_prefill_token_s": 1e-5, "wake_s": 0.004, "wake_tau_s": 0.5,
+            "after_prefill_s": 0.0005}
+    records = simulate(_one_request_scenario(step)).records
+    plain = simulate(_one_request_scenario({"base_s": 0.001, "per_prefill_token_s": 1e-5})).records
+    idle = records.start - np.concatenate([[0.0], records.end[:-1]])
+    np.testing.assert_allclose(records.first_token - records.start,
+                               plain.first_token - plain.start + 0.004 * -np.expm1(-idle / 0.5), rtol=1e-9)
+    np.testing.assert_allclose((records.end - records.first_token) - (plain.end - plain.first_token), 0.0005,
+                               rtol=1e-9)  # once per request: its first decode step
+    again = simulate(_one_request_scenario(step), decode_runs=False).records
+    np.testing.assert_array_equal(again.end, records.end)
+    model = StepModel(wake_s=0.004, after_prefill_s=0.0005)  # tau 0: the whole wake after any idle
+    assert model.extra_s(0.0, True) == 0.0005 and model.extra_s(0.0, False) == 0.0
+    assert model.extra_s(0.2, True) == 0.004  # after idle the engine wakes; the prefill before is long gone

@@ -3,6 +3,11 @@
     step_s = base_s + per_prefill_token_s x prefill tokens + per_prefill_seq_s x sequences prefilling
              + per_decode_seq_s x decoding sequences + per_kv_token_s x KV tokens read by the decoders
 
+Two terms add time to a step for what came before it, as the real engine shows: ``wake_s`` to the
+first step after the engine sat idle (``wake_s x (1 - exp(-idle / wake_tau_s))``: caches and the CPU
+cool down while it waits), and ``after_prefill_s`` to a step that follows one with prompt tokens
+(the decode kernels run cold after the prefill's). Both are 0 in a model you write.
+
 All coefficients are >= 0. Two more terms place a request in time around the steps: a request
 reaches the scheduler ``arrival_lag_s`` after it arrives (the real engine notices an arrival a
 little late: the arrival thread's wake-up, the interpreter lock, the idle engine's wake-up), and a
@@ -43,7 +48,7 @@ from servebench.errors import ConfigError, InputFormatError
 from servebench.records.steps import LANES, NAMES, StepTrace, as_trace
 
 COEFFICIENTS: tuple[str, ...] = ("base_s", "per_prefill_token_s", "per_prefill_seq_s", "per_decode_seq_s",
-                                 "per_kv_token_s")
+                                 "per_kv_token_s", "wake_s", "after_prefill_s")
 FitMethod = Literal["huber", "least_squares"]
 HUBER_K = 3.0  # residuals beyond 3 robust standard deviations count less: stalls, not ordinary jitter
 MAD_TO_SIGMA = 1.4826  # median absolute deviation -> standard deviation for normal noise
@@ -56,6 +61,9 @@ MAX_NOISE_AUTOCORRELATION = 0.99
 MIN_NOISE_STEPS = 200  # fewer steps than this: no noise is fitted
 NoiseFactor = Annotated[float, Field(gt=0, allow_inf_nan=False)]  # measured / modelled step time
 LagS = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+IDLE_EPS_S = 1e-7  # a step starting more than this after the previous one ended found the engine idle
+WAKE_TAU_GRID_S: tuple[float, ...] = (0.0, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)  # wake_tau_s tried
+MIN_WAKE_STEPS = 5  # steps after idle needed to fit wake_s
 
 
 class PoorFitError(ConfigError):
@@ -76,6 +84,12 @@ class StepModel(BaseModel):
     arrival_lag_s: float = Field(0.0, ge=0, description="Delay from a request's arrival to the scheduler seeing "
                                                        "it, s.")
     emit_lead_s: float = Field(0.0, ge=0, description="How long before a step's end its tokens are emitted, s.")
+    wake_s: float = Field(0.0, ge=0, description="Extra time of the first step after the engine sat idle long, s.")
+    wake_tau_s: float = Field(0.0, ge=0, description="How fast an idle engine cools: after t s idle its first step "
+                                                    "takes wake_s x (1 - exp(-t / wake_tau_s)) more (0: wake_s "
+                                                    "after any idle), s.")
+    after_prefill_s: float = Field(0.0, ge=0, description="Extra time of a step that directly follows a step with "
+                                                         "prompt tokens, s.")
     noise_factors: tuple[NoiseFactor, ...] = Field((), description="Step-time noise: measured / modelled step time, the "
                                              "mean of each equal share of the fitted steps from fastest to "
                                              "slowest; a simulated step's time is multiplied by one, drawn at "
@@ -128,17 +142,31 @@ class StepModel(BaseModel):
         return (self.base_s + self.per_prefill_token_s * prefill_tokens + self.per_decode_seq_s * decode_seqs
                 + self.per_kv_token_s * kv_tokens_read + self.per_prefill_seq_s * prefill_seqs)
 
+    def extra_s(self, idle_s: float, after_prefill: bool) -> float:
+        """Return the time a step adds for what came before it: ``idle_s`` of idle engine (0: it started as
+        the previous step ended), or a previous step with prompt tokens.
+
+        >>> StepModel(wake_s=0.001, after_prefill_s=0.0002).extra_s(0.0, True)
+        0.0002
+        """
+        extra = 0.0
+        if idle_s > IDLE_EPS_S:
+            extra += self.wake_s * float(wake_share(np.asarray(idle_s), self.wake_tau_s))
+        elif after_prefill:
+            extra += self.after_prefill_s
+        return extra
+
     def prefill_s(self, prefill_tokens: int) -> float:
         """Return the time of one prompt's prefill on its own lane (no base, no decode)."""
         return self.per_prefill_token_s * prefill_tokens + self.per_prefill_seq_s
 
     def decode_run_ends(self, start_s: float, decode_seqs: int, kv_tokens_read: int, steps: int,
-                        factors: np.ndarray | None = None) -> np.ndarray:
+                        factors: np.ndarray | None = None, first_extra_s: float = 0.0) -> np.ndarray:
         """Return the end times of ``steps`` pure decode steps; each step reads ``decode_seqs`` more KV tokens.
 
-        Bit for bit what adding ``step_s`` (times its noise factor, one per step from ``factors``)
-        one step at a time gives (same operations, same order), so a simulation that jumps over a
-        run breaks ties exactly as one that steps through it.
+        Bit for bit what adding ``step_s`` (plus ``first_extra_s`` to the first, then times its noise
+        factor, one per step from ``factors``) one step at a time gives (same operations, same
+        order), so a simulation that jumps over a run breaks ties exactly as one that steps through it.
         """
         fixed = self.base_s + self.per_prefill_token_s * 0 + self.per_decode_seq_s * decode_seqs
         times = np.empty(steps + 1)
@@ -148,6 +176,8 @@ class StepModel(BaseModel):
         else:
             kv = kv_tokens_read + decode_seqs * np.arange(steps, dtype=np.int64)
             times[1:] = fixed + self.per_kv_token_s * kv.astype(np.float64) + self.per_prefill_seq_s * 0
+        if first_extra_s:
+            times[1] += first_extra_s
         if factors is not None:
             times[1:] *= factors[:steps]
         return np.cumsum(times)[1:]
@@ -162,6 +192,20 @@ class StepModel(BaseModel):
         if prompt_tokens <= 0:
             raise ConfigError(f"prompt_tokens {prompt_tokens} must be positive for a flat step model")
         return cls(base_s=tpot_s, per_prefill_token_s=prefill_s / prompt_tokens)
+
+
+def wake_share(idle_s: np.ndarray, tau_s: float) -> np.ndarray:
+    """Return the share of ``wake_s`` a step pays after ``idle_s`` of idle engine: 1 - exp(-idle / tau), 0 when
+    it started straight after the previous step, 1 for any idle when ``tau_s`` is 0.
+
+    >>> wake_share(np.array([0.0, 0.01, 1.0]), 0.01).round(3).tolist()
+    [0.0, 0.632, 1.0]
+    """
+    idle = np.asarray(idle_s, dtype=np.float64)
+    was_idle = idle > IDLE_EPS_S
+    if tau_s <= 0:
+        return was_idle.astype(np.float64)
+    return np.where(was_idle, -np.expm1(-np.maximum(idle, 0.0) / tau_s), 0.0)
 
 
 class StepNoise:
@@ -357,14 +401,38 @@ def fit_step_model(rows: StepTrace | Sequence[Mapping[str, Any]] | Mapping[str, 
         "per_decode_seq_s": cols["decode_seqs"],
         # a run's decoders read ``decode_seqs`` more tokens each step: use the run's mean
         "per_kv_token_s": cols["kv_tokens_read"] + cols["decode_seqs"] * (steps - 1) / 2,
+        "wake_s": None,  # set per wake_tau_s tried, below
+        "after_prefill_s": cols["after_prefill"] / steps if "after_prefill" in cols else None,
     }
+    idle = cols.get("idle_before_s")
+    wake = "wake_s" in fit and idle is not None and int(np.sum(idle > IDLE_EPS_S)) >= MIN_WAKE_STEPS
+    if wake:
+        features["wake_s"] = np.zeros_like(y)  # a placeholder column, replaced for each time constant
     names = [c for c in COEFFICIENTS if c in fit and features[c] is not None]
     n = y.size
     if n < len(names):
         raise ConfigError(f"step trace has {n} rows; fitting {len(names)} coefficients needs at least that many")
     x = np.column_stack([features[c] for c in names])
-    coef, robust_w = _fit(x, y, steps.astype(np.float64), method)
-    model = StepModel(**{c: float(v) for c, v in zip(names, coef)})
+    weights = steps.astype(np.float64)
+    tau = 0.0
+    if wake:
+        assert idle is not None
+        col = names.index("wake_s")
+        ref, _ = _fit(np.delete(x, col, axis=1), y, weights, method)
+        ref_resid = y - np.delete(x, col, axis=1) @ ref
+        scale = HUBER_K * MAD_TO_SIGMA * float(np.median(np.abs(ref_resid - np.median(ref_resid))))
+        best = None
+        for candidate in WAKE_TAU_GRID_S:  # the time constant by a robust loss on one common scale
+            x[:, col] = wake_share(idle, candidate) / steps
+            c, _ = _fit(x, y, weights, method)
+            loss = float(np.sum(weights * _huber_loss(y - x @ c, scale)))
+            if best is None or loss < best[0]:
+                best = (loss, candidate)
+        assert best is not None
+        tau = best[1]
+        x[:, col] = wake_share(idle, tau) / steps
+    coef, robust_w = _fit(x, y, weights, method)
+    model = StepModel(**{c: float(v) for c, v in zip(names, coef)}, wake_tau_s=tau if wake else 0.0)
     resid = y - x @ coef
     total_w = float(steps.sum())
     rmse = float(np.sqrt(np.sum(steps * resid ** 2) / total_w))
@@ -388,6 +456,14 @@ def fit_step_model(rows: StepTrace | Sequence[Mapping[str, Any]] | Mapping[str, 
                      outlier_share=float(np.sum(steps * (robust_w < 1)) / total_w), excess_share=excess)
     result.quality = judge(result, predicted, steps)
     return result
+
+
+def _huber_loss(resid: np.ndarray, c: float) -> np.ndarray:
+    """Return the Huber loss of each residual at threshold ``c`` (squared error when ``c`` is 0)."""
+    a = np.abs(resid)
+    if c <= 0:
+        return a ** 2
+    return np.where(a <= c, 0.5 * a ** 2, c * (a - 0.5 * c))
 
 
 def _fit(x: np.ndarray, y: np.ndarray, steps: np.ndarray, method: FitMethod,
@@ -508,4 +584,17 @@ def _columns(rows: StepTrace | Sequence[Mapping[str, Any]] | Mapping[str, Sequen
             raise ConfigError(f"step trace row {int(np.argmax(bad)) + 1}, column '{c}': no value")
     if raw["duration_s"].size == 0:
         raise ConfigError("step trace is empty")
+    separate = trace.lane is not None and bool(np.any(trace.lane == LANES.index("prefill")))
+    start = raw.get("start_s")
+    if start is not None and not np.isnan(start).any() and not separate:  # what came before each step
+        order = np.argsort(start, kind="stable")
+        s, d = start[order], raw["duration_s"][order]
+        previous_end = np.concatenate([[0.0], s[:-1] + d[:-1]])  # the engine starts idle at 0
+        idle = np.maximum(s - previous_end, 0.0)
+        prefill = raw["prefill_tokens"][order]
+        after = np.concatenate([[False], prefill[:-1] > 0]) & (idle <= IDLE_EPS_S)
+        raw["idle_before_s"] = np.empty_like(idle)
+        raw["idle_before_s"][order] = idle
+        raw["after_prefill"] = np.empty_like(idle)
+        raw["after_prefill"][order] = after.astype(np.float64)
     return raw

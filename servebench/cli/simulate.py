@@ -255,7 +255,8 @@ def fit_steps(
     t.add_column("value", justify="right")
     t.add_column("std. error", justify="right")
     for name, value in result.model.model_dump().items():
-        t.add_row(name, f"{value:.6g}", fmt(result.stderr.get(name)))
+        if isinstance(value, float):  # the noise fields are tuples, empty here
+            t.add_row(name, f"{value:.6g}", fmt(result.stderr.get(name)))
     console.print(t)
     console.print(f"RMSE {result.rmse_s:.4g} s, mean abs error {result.mean_abs_error_s:.4g} s, "
                   f"max {result.max_abs_error_s:.4g} s, R² {fmt(result.r2)}, "

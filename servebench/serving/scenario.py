@@ -130,6 +130,10 @@ class StepModelSpec(BaseModel):
     per_prefill_seq_s: float = Field(0.0, ge=0, description="Cost per sequence prefilling in a step, s.")
     arrival_lag_s: float = Field(0.0, ge=0, description="Arrival to the scheduler seeing the request, s.")
     emit_lead_s: float = Field(0.0, ge=0, description="Tokens come out this long before their step ends, s.")
+    wake_s: float = Field(0.0, ge=0, description="Extra time of the first step after a long idle, s.")
+    wake_tau_s: float = Field(0.0, ge=0, description="Idle time constant of wake_s, s (StepModel.wake_tau_s).")
+    after_prefill_s: float = Field(0.0, ge=0, description="Extra time of a step right after one with prompt "
+                                                         "tokens, s.")
     noise_factors: tuple[NoiseFactor, ...] = Field((), description="Step-time noise factors (StepModel.noise_factors); "
                                              "empty: none.")
     noise_autocorrelation: float = Field(0.0, ge=0, le=MAX_NOISE_AUTOCORRELATION,
@@ -140,7 +144,8 @@ class StepModelSpec(BaseModel):
     def to_model(self) -> StepModel:
         """Return the step model."""
         noise = {"noise_factors": self.noise_factors, "noise_autocorrelation": self.noise_autocorrelation,
-                 "arrival_lags_s": self.arrival_lags_s}
+                 "arrival_lags_s": self.arrival_lags_s, "wake_s": self.wake_s, "wake_tau_s": self.wake_tau_s,
+                 "after_prefill_s": self.after_prefill_s}
         if self.flat is not None:
             flat = StepModel.flat(self.flat.prefill_s, self.flat.prompt_tokens, self.flat.tpot_s)
             return StepModel(**flat.model_dump() | noise | {"arrival_lag_s": self.arrival_lag_s,

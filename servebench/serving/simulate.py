@@ -17,6 +17,8 @@ The step model places requests in time too: a request reaches the scheduler ``ar
 after it arrives (its record still starts at its arrival, so the lag is inside its TTFT), and a
 step's tokens (first tokens, ends) are stamped ``emit_lead_s`` before the step ends, as the real
 engine emits them when the model finishes and then does its bookkeeping. Both default to 0.
+A step adds ``StepModel.extra_s`` for what came before it on its lane: the engine's idle time
+(``wake_s``), or a previous step with prompt tokens (``after_prefill_s``).
 A model with step-time noise (``StepModel.noise_factors``, fitted by ``servebench validate``)
 multiplies each step's time by the next factor of its seeded stream (``StepNoise``; the seed is
 the scenario's, on a stream of its own, so the workload draw is unchanged): one factor per step,
@@ -229,6 +231,8 @@ class _EventLoop:
         self.lagged = any(self.lags)
         self.lead = model.emit_lead_s  # a step's tokens are stamped this long before it ends
         self.noise = noise  # each step's time factor, in step order (None: the model's time exactly)
+        self.last_end = 0.0  # when the engine loop's last step or run ends (it starts idle at 0)
+        self.last_prefill = False  # whether that step had prompt tokens
         self.intended = np.full(rows, np.nan)  # each request's arrival (closed loop: set when it is scheduled)
         self.busy = False  # the (decode) engine loop is running a step or run
         self.engine_steps = 0
@@ -415,11 +419,15 @@ class _EventLoop:
     def _start_run(self, now: float, plan: StepPlan, lane: int) -> None:
         """Time a plan (a pure decode plan may become a run of steps) and schedule its end."""
         d = len(plan.decode)
+        extra = self.model.extra_s(now - self.last_end, self.last_prefill)
         if plan.prefill or d == 0:
             dur = self.model.step_s(plan.prefill_tokens, d, plan.kv_tokens_read, len(plan.prefill))
+            if extra:
+                dur += extra
             end = now + (dur if self.noise is None else dur * float(self.noise.take()[0]))
         else:
-            end = self._decode_run_end(now, plan)
+            end = self._decode_run_end(now, plan, extra)
+        self.last_end, self.last_prefill = end, bool(plan.prefill)
         self.engine_steps += plan.steps
         self.busy = True
         self.trace.append((now, end - now, plan.steps, lane, plan.running, plan.waiting, plan.kv_tokens_used,
@@ -427,13 +435,15 @@ class _EventLoop:
                            len(plan.admitted), len(plan.preempted)))
         self._push(end, PRIO_RUN, EV_RUN, plan)
 
-    def _decode_run_end(self, now: float, plan: StepPlan) -> float:
-        """Return when a pure decode plan ends, extended to identical steps up to the next event (the fast path)."""
+    def _decode_run_end(self, now: float, plan: StepPlan, extra_s: float = 0.0) -> float:
+        """Return when a pure decode plan ends, extended to identical steps up to the next event (the fast path);
+        its first step adds ``extra_s``."""
         sched, model, noise = self.sched, self.model, self.noise
         d = len(plan.decode)
         kmax = sched.max_decode_steps(plan) if self.decode_runs else 1
         base = model.step_s(0, d, plan.kv_tokens_read)
-        one = base if noise is None else base * float(noise.peek(1)[0])
+        first = base + extra_s if extra_s else base
+        one = first if noise is None else first * float(noise.peek(1)[0])
         if kmax <= 1 or now + one > self._next_event_time():
             if noise is not None:
                 noise.advance(1)
@@ -443,7 +453,7 @@ class _EventLoop:
             shortest = base if noise is None else base * noise.min_factor
             kmax = min(kmax, int((horizon - now) / shortest) + 2)
         ends = model.decode_run_ends(now, d, plan.kv_tokens_read, kmax,
-                                     None if noise is None else noise.peek(kmax))
+                                     None if noise is None else noise.peek(kmax), extra_s)
         k = max(1, min(kmax, int(np.searchsorted(ends, horizon, side="right"))))
         if noise is not None:
             noise.advance(k)
