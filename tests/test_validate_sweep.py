@@ -71,6 +71,21 @@ def test_fit_trace_measures_the_arrival_lags_spread() -> None:
     assert fit_trace(steps, table, noise=False).model.arrival_lags_s == ()
 
 
+def test_a_sweeps_traces_are_laid_end_to_end_before_the_fit() -> None:
+    from servebench.serving.engine.sweep_validation import _after
+
+    _, first = engine_like_run(lag_s=0.0006, trailing_s=0.0)
+    second = [{"start_s": s["start"], "duration_s": s["duration_s"], "compute_start_s": s["compute_start"]}
+              for s in first]
+    rows = [{"start_s": s["start"], "duration_s": s["duration_s"]} for s in first]
+    moved = _after(rows, second)
+    first_end = max(r["start_s"] + r["duration_s"] for r in rows)
+    assert moved[0]["start_s"] == pytest.approx(first_end + 1.0 + second[0]["start_s"])  # after the first run
+    assert [m["compute_start_s"] - m["start_s"] for m in moved] == pytest.approx(
+        [s["compute_start_s"] - s["start_s"] for s in second])
+    assert _after([], second) is second
+
+
 def test_arrivals_while_busy_do_not_count_toward_the_lag() -> None:
     records, steps = engine_like_run(lag_s=0.0006, trailing_s=0.0)
     # a request arriving mid-step waits for the step: admitted at the next plan, not lag_s later

@@ -166,6 +166,24 @@ def _server_fields(steps: list[dict[str, Any]]) -> dict[str, Any]:
             "preemptions": int(sum(s["preempted"] for s in steps))}
 
 
+def _after(earlier: list[dict[str, Any]], steps: list[dict[str, Any]], gap_s: float = 1.0) -> list[dict[str, Any]]:
+    """Return a run's steps moved on the clock to start ``gap_s`` after the ``earlier`` runs' last step ended.
+
+    Every run's clock starts at 0; laid end to end, the traces fit as one (each run's first step
+    after an idle engine, as it was).
+    """
+    if not earlier:
+        return steps
+    offset = max(s["start_s"] + s["duration_s"] for s in earlier) + gap_s
+    moved = []
+    for s in steps:
+        row = dict(s, start_s=s["start_s"] + offset)
+        if row.get("compute_start_s") is not None:
+            row["compute_start_s"] += offset
+        moved.append(row)
+    return moved
+
+
 def validate_sweep(model: Any, scenario: Scenario, rates: Sequence[float], *, requests: int | None = None,
                    max_wall_s_per_rate: float | None = CPU_MAX_WALL_S_PER_RATE, slo: SLO | None = None,
                    slo_target: float = 0.95, allow_poor_fit: bool = False, method: FitMethod = "huber",
@@ -203,7 +221,7 @@ def validate_sweep(model: Any, scenario: Scenario, rates: Sequence[float], *, re
         notes += [f"at {rate:g}/s: {note}" for note in run.notes]
         if steps:
             lags.append(idle_arrival_lags(table, steps))
-            all_steps += steps
+            all_steps += _after(all_steps, steps)
     fit = fit_trace(all_steps, method=method)
     fit.model = fit.model.model_copy(update=arrival_lag_fields(np.concatenate(lags) if lags else np.zeros(0)))
     require_usable(fit, allow_poor_fit=allow_poor_fit, what="the sweep's step traces")
