@@ -1,10 +1,12 @@
-"""Regenerate docs/screenshots/: every dashboard page in headless Chromium, as a reader would first see it.
+"""Regenerate docs/screenshots/: every dashboard page in headless Chromium, whole, as a reader would first see it.
 
     python scripts/screenshots.py
 
 Starts `streamlit run app.py` on loopback (tests/browser.py), opens each page at 1,400 px wide, waits until
-Streamlit is idle and every chart is drawn, and saves a full-page PNG. Compare is shown with three runs (the
-sample, R1-R4 and a GuideLLM export uploaded together); the Load sweep after one run of its default sweep.
+Streamlit is idle and every chart is drawn, then makes the window as tall as the page (Streamlit scrolls its
+main area inside the window, so a full-page shot alone would stop at the window's height) and saves it.
+The Load sweep is shown after one run of its default sweep; Compare with three runs (the sample, R1-R4 and
+a GuideLLM export uploaded together); Token timing on a vLLM export, whose records carry token times.
 """
 
 from __future__ import annotations
@@ -17,15 +19,22 @@ sys.path.insert(0, str(REPO / "tests"))
 from browser import browser_page, streamlit_server  # noqa: E402
 
 OUT = REPO / "docs" / "screenshots"
+WIDTH_PX, WINDOW_PX = 1400, 1000
+MAX_HEIGHT_PX = 16_000  # Chromium's limit for one screenshot is 16,384 px
 TIMEOUT_MS = 180_000
-# the script has ended and every chart container (there before plotly's code has loaded) holds a drawn chart
+IMPORTERS = REPO / "tests" / "data" / "importers"
+# the script has ended and every chart container (there before its chart's code has loaded) holds a drawn chart
 IDLE = """() => document.querySelector('[data-testid="stApp"]')?.dataset.testScriptState === 'notRunning'
-  && [...document.querySelectorAll('.stPrintGraphic, [data-testid="stPlotlyChart"]')]
-       .every(c => c.querySelector('.main-svg'))"""
-PAGES = (  # sidebar link -> file name
+  && [...document.querySelectorAll('[data-testid="stPlotlyChart"]')].every(c => c.querySelector('.main-svg'))
+  && [...document.querySelectorAll('[data-testid="stVegaLiteChart"]')]
+       .every(c => c.querySelector('canvas, svg.marks'))"""
+PAGE_HEIGHT = """() => { const main = document.querySelector('[data-testid="stMain"]');
+  const side = document.querySelector('[data-testid="stSidebarContent"]');
+  return Math.max(main ? main.scrollHeight : 0, side ? side.scrollHeight : 0); }"""
+PAGES = (  # sidebar link -> file name, in the order the sidebar lists them (Compare and Token timing below)
     ("Summary", "summary"), ("Percentile explorer", "percentiles"), ("Diagnosis", "diagnosis"),
     ("KV calculator", "kv"), ("Load sweep", "sweep"), ("Timing run", "timing_run"),
-    ("Capacity planner", "planner"),
+    ("Capacity planner", "planner"), ("Cache experiments", "cache"), ("Retries and fairness", "retries"),
 )
 
 
@@ -37,45 +46,56 @@ def settle(page) -> None:
 
 
 def shoot(page, name: str) -> None:
-    """Bring every chart into view once (Streamlit draws them when seen), then save the page."""
-    charts = page.locator('[data-testid="stPlotlyChart"]')
-    for i in range(charts.count()):
-        charts.nth(i).scroll_into_view_if_needed()
-        page.wait_for_timeout(150)
-    page.locator('[data-testid="stMain"]').evaluate("e => e.scrollTo(0, 0)")
-    page.wait_for_timeout(300)
+    """Make the window as tall as the page (until its height stops changing), then save the whole page."""
+    height = WINDOW_PX
+    for _ in range(4):  # charts drawn in a taller window can change the page's height once or twice
+        wanted = min(MAX_HEIGHT_PX, max(WINDOW_PX, int(page.evaluate(PAGE_HEIGHT)) + 40))
+        if wanted == height:
+            break
+        height = wanted
+        page.set_viewport_size({"width": WIDTH_PX, "height": height})
+        settle(page)
+        page.wait_for_timeout(500)
     OUT.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(OUT / f"{name}.png"), full_page=True)
-    print(f"docs/screenshots/{name}.png")
+    page.screenshot(path=str(OUT / f"{name}.png"))
+    page.set_viewport_size({"width": WIDTH_PX, "height": WINDOW_PX})
+    print(f"docs/screenshots/{name}.png ({WIDTH_PX} x {height} px)")
+
+
+def open_page(page, link: str) -> None:
+    page.get_by_role("link", name=link, exact=True).click()
+    page.get_by_role("heading", name=link).first.wait_for()
+    settle(page)
 
 
 def main() -> None:
-    with streamlit_server() as url, browser_page(viewport=(1400, 2600)) as page:  # tall: the main area scrolls inside
+    with streamlit_server() as url, browser_page(viewport=(WIDTH_PX, WINDOW_PX)) as page:
         page.set_default_timeout(TIMEOUT_MS)
         page.goto(url, wait_until="domcontentloaded")
         page.get_by_role("heading", name="Summary").first.wait_for()
         settle(page)
         for link, name in PAGES:
-            page.get_by_role("link", name=link).click()
-            page.get_by_role("heading", name=link).first.wait_for()
-            settle(page)
+            open_page(page, link)
             if name == "sweep":
                 page.get_by_role("button", name="Run the sweep").click()
                 page.locator('[data-testid="stPlotlyChart"] .main-svg').first.wait_for()
                 settle(page)
             shoot(page, name)
-        page.get_by_role("link", name="Summary").click()
-        settle(page)
-        page.locator('[data-testid="stFileUploader"] input[type="file"]').first.set_input_files(
-            [str(REPO / "sample_data" / "r1_r4.json"),
-             str(REPO / "tests" / "data" / "importers" / "guidellm-0.8.1-errors.json")])
+        open_page(page, "Summary")
+        upload = page.locator('[data-testid="stFileUploader"] input[type="file"]').first
+        upload.set_input_files([str(REPO / "sample_data" / "r1_r4.json"),
+                                str(IMPORTERS / "guidellm-0.8.1-errors.json")])
         page.get_by_text("guidellm-0.8.1-errors.json (upload").first.wait_for()
         settle(page)
         shoot(page, "summary_guidellm_upload")
-        page.get_by_role("link", name="Compare runs").click()
-        page.get_by_role("heading", name="Compare runs").first.wait_for()
-        settle(page)
+        open_page(page, "Compare runs")
         shoot(page, "compare")
+        open_page(page, "Summary")
+        upload.set_input_files(str(IMPORTERS / "vllm-serve-detailed.json"))
+        page.get_by_text("vllm-serve-detailed.json (upload").first.wait_for()
+        settle(page)
+        open_page(page, "Token timing")
+        shoot(page, "token_timing")
 
 
 if __name__ == "__main__":

@@ -176,9 +176,10 @@ def test_percentile_charts_mark_the_value() -> None:
     assert list(curves["view"].unique()) == ["success-only", "failure-aware"]
     assert curves[curves["view"] == "failure-aware"]["share"].max() == pytest.approx(0.75)  # stops at the success share
     assert list(spec["datasets"]["rules"]["about"]) == ["p95 success-only: 3"]
-    assert spec["title"]["subtitle"] == ["p95 failure-aware = ∞: non-successes reach it"]
+    assert spec["title"]["subtitle"] == ["p95 success-only: 3 (dashed line)",
+                                         "p95 failure-aware = ∞: non-successes reach it"]
     hist = percentile_histogram(fa, 50, 2.0, "Latency (s)")
-    assert hist["title"]["subtitle"] == ["1 non-successes at ∞ not drawn"]
+    assert hist["title"]["subtitle"] == ["p50 = 2 (dashed line)", "1 non-successes at ∞ not drawn"]
     bins = hist["datasets"]["bins"]
     assert bins["records"].sum() == 3  # the finite values, binned here
     assert bins["lo"].iloc[0] == 1.0 and bins["hi"].iloc[-1] == 3.0

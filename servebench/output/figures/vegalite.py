@@ -190,6 +190,7 @@ def percentile_cdf(success_values: np.ndarray, failure_aware_values: np.ndarray,
         curves.append(pd.DataFrame({"x": x, "share": y, "view": name}))
         if value is not None and math.isfinite(value):
             rules.append({"x": value, "view": name, "about": f"p{q:g} {name}: {fmt(value)}"})
+            notes.append(f"p{q:g} {name}: {fmt(value)} (dashed line)")
         elif value is not None:
             notes.append(f"p{q:g} {name} = ∞: non-successes reach it")
     views = ["success-only", "failure-aware"]
@@ -205,12 +206,10 @@ def percentile_cdf(success_values: np.ndarray, failure_aware_values: np.ndarray,
         {"data": {"values": [{"share": q / 100}]}, "mark": {"type": "rule", "color": NOTE_COLOR, "strokeDash": [2, 3]},
          "encoding": {"y": {"field": "share", "type": "quantitative"}}},
     ]
-    if rules:
-        layers += [{"data": {"name": "rules"}, "mark": {"type": "rule", "strokeDash": [6, 4]},
-                    "encoding": {"x": x, "color": color, "tooltip": [{"field": "about", "title": "percentile"}]}},
-                   {"data": {"name": "rules"}, "mark": {"type": "text", "align": "left", "dx": 4, "baseline": "top",
-                                                        "y": 4},
-                    "encoding": {"x": x, "color": color, "text": {"field": "about"}}}]
+    if rules:  # the values are in the title: a label beside the line would leave the chart near its edge
+        layers.append({"data": {"name": "rules"}, "mark": {"type": "rule", "strokeDash": [6, 4], "strokeWidth": 2},
+                       "encoding": {"x": x, "color": color,
+                                    "tooltip": [{"field": "about", "title": "percentile"}]}})
     return {"title": _title(f"CDF of {label}", notes), "height": height, "config": CONFIG,
             "datasets": {"curves": frame, "rules": pd.DataFrame(rules or {"x": [], "view": [], "about": []})},
             "layer": layers}
@@ -226,18 +225,17 @@ def percentile_histogram(values: np.ndarray, q: float, value: float | None, labe
     n_inf = int(values.size - finite.size)
     counts, edges = np.histogram(finite, bins=bins) if finite.size else (np.zeros(0, dtype=np.int64), np.zeros(1))
     frame = pd.DataFrame({"lo": edges[:-1], "hi": edges[1:], "records": counts})
-    title = _title(f"Histogram of {label}", [f"{fmt(n_inf)} non-successes at ∞ not drawn"] if n_inf else [])
+    notes = [f"p{q:g} = {fmt(value)} (dashed line)"] if value is not None and math.isfinite(value) else []
+    title = _title(f"Histogram of {label}", notes + ([f"{fmt(n_inf)} non-successes at ∞ not drawn"] if n_inf else []))
     x = {"field": "lo", "type": "quantitative", "title": label}
     layers: list[Spec] = [
-        {"data": {"name": "bins"}, "mark": {"type": "bar", "color": SUCCESS_COLOR}, "params": _zoom("x"),
+        {"data": {"name": "bins"}, "mark": {"type": "bar", "color": SUCCESS_COLOR, "binSpacing": 0},
+         "params": _zoom("x"),
          "encoding": {"x": {**x, "bin": "binned"}, "x2": {"field": "hi"},
                       "y": {"field": "records", "type": "quantitative"},
                       "tooltip": [_number("lo", "from"), _number("hi", "to"), {"field": "records", "format": ","}]}}]
     if value is not None and math.isfinite(value):
-        mark = {"values": [{"lo": value, "about": f"p{q:g} = {fmt(value)}"}]}
-        layers += [{"data": mark, "mark": {"type": "rule", "color": FAILURE_COLOR, "strokeDash": [6, 4]},
-                    "encoding": {"x": x}},
-                   {"data": mark, "mark": {"type": "text", "align": "left", "dx": 4, "baseline": "top", "y": 4,
-                                           "color": FAILURE_COLOR},
-                    "encoding": {"x": x, "text": {"field": "about"}}}]
+        layers.append({"data": {"values": [{"lo": value, "about": f"p{q:g} = {fmt(value)}"}]},
+                       "mark": {"type": "rule", "color": FAILURE_COLOR, "strokeDash": [6, 4], "strokeWidth": 2},
+                       "encoding": {"x": x, "tooltip": [{"field": "about", "title": "percentile"}]}})
     return {"title": title, "height": height, "datasets": {"bins": frame}, "layer": layers}
