@@ -14,6 +14,8 @@ Cases:
   upload 100k          uploading a 100,000-record CSV until Summary shows it (read, validate, report, draw)
   SLO change 100k      setting a TTFT limit on that file (a new report; the file is cached)
   window change 100k   narrowing the window end (the zoom: a new report over the kept records)
+  charts opened 100k   opening Summary's panel of CDFs and stages (its charts are drawn only once opened; the
+                       first time in a browser, this also loads Streamlit's Vega-Lite code)
   page switch 100k     opening the Percentile explorer on that file
 
 Results: benchmarks/results/dashboard.json and dashboard.md.
@@ -46,18 +48,19 @@ TIMEOUT_MS = 120_000
 WATCH = """() => {
   window.__runs = 0;
   const app = document.querySelector('[data-testid="stApp"]');
-  new MutationObserver(() => { if (app.dataset.testScriptState === 'running') window.__runs += 1; })
-    .observe(app, {attributes: true, attributeFilter: ['data-test-script-state']});
+  // each record says what the state was: a short run can be over before the observer is called
+  new MutationObserver(records => {
+    if (records.some(m => m.oldValue === 'running') || app.dataset.testScriptState === 'running') window.__runs += 1;
+  }).observe(app, {attributes: true, attributeOldValue: true, attributeFilter: ['data-test-script-state']});
 }"""
 IDLE = """([want, runs]) => {
   const app = document.querySelector('[data-testid="stApp"]');
   if (!app || app.dataset.testScriptState !== 'notRunning') return false;
   if (runs && (window.__runs || 0) < runs) return false;
-  // a chart's container is there before its code has loaded: count containers, not drawn charts
-  const plotly = [...document.querySelectorAll('[data-testid="stPlotlyChart"]')];
-  if (plotly.some(c => !c.querySelector('.main-svg'))) return false;
-  const vega = [...document.querySelectorAll('[data-testid="stVegaLiteChart"]')];
-  if (vega.some(c => !c.querySelector('canvas, svg.marks'))) return false;
+  // a chart's container (.stPrintGraphic, a skeleton inside) is there before its chart library has loaded:
+  // count containers, not charts, and wait for a drawn plotly (.main-svg) or Vega-Lite (canvas) chart in each
+  const charts = [...document.querySelectorAll('.stPrintGraphic')];
+  if (charts.some(c => !c.querySelector('.main-svg, canvas, svg.marks'))) return false;
   return !want || document.body.innerText.includes(want);
 }"""
 
@@ -133,7 +136,8 @@ def measure(repeat: int) -> dict[str, list[float]]:
                 timed(page, lambda: page.goto(url, wait_until="commit"), "The contract", rerun=False)
                 times["reload"] = [timed(page, lambda: page.goto(url, wait_until="commit"), "The contract",
                                          rerun=False) for _ in range(repeat)]
-            for case in ("upload 100k", "SLO change 100k", "window change 100k", "page switch 100k"):
+            for case in ("upload 100k", "SLO change 100k", "window change 100k", "charts opened 100k",
+                         "page switch 100k"):
                 times[case] = []
             for i in range(repeat):
                 with browser_page(viewport=(1400, 1000)) as page:
@@ -147,6 +151,8 @@ def measure(repeat: int) -> dict[str, list[float]]:
                     end = page.get_by_label("Window end (s)")
                     times["window change 100k"].append(
                         timed(page, lambda: (end.fill(f"{1500 - i:g}"), end.press("Enter")), "left out"))
+                    panel = page.get_by_text("CDFs of latency, TTFT and TPOT").first
+                    times["charts opened 100k"].append(timed(page, panel.click))
                     times["page switch 100k"].append(
                         timed(page, lambda: page.get_by_role("link", name="Percentile explorer").click(),
                               "Records counted"))
@@ -181,12 +187,14 @@ def main() -> None:
     lines += ["", f"One plotly chart adds {med['plotly chart page'] - base:.2f} s to a bare page's first load "
               f"(plotly.js, 4.7 MB, compiled by a new browser profile); one Vega-Lite chart adds "
               f"{med['vega chart page'] - base:.2f} s. Summary and the Percentile explorer draw Vega-Lite, so "
-              "the dashboard's first load does not pay for plotly.js; pages that still draw plotly charts pay "
-              "it on the first visit to one of them.", "",
+              "the dashboard never pays for plotly.js there; pages that still draw plotly charts pay it on the "
+              "first visit to one of them. Summary's first view has no chart at all: its charts are drawn in "
+              "panels, once opened.", "",
               "Against the targets (first load under 3 s, each interaction on 100,000 records under 1 s): "
               + "; ".join(f"{case} {med[case]:.2f} s {'met' if med[case] < target else 'NOT met'}"
                           for case, target in (("first load", 3.0), ("upload 100k", 1.0), ("SLO change 100k", 1.0),
-                                               ("window change 100k", 1.0), ("page switch 100k", 1.0))) + "."]
+                                               ("window change 100k", 1.0), ("charts opened 100k", 1.0),
+                                               ("page switch 100k", 1.0))) + "."]
     (RESULTS / "dashboard.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

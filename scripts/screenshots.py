@@ -23,14 +23,14 @@ WIDTH_PX, WINDOW_PX = 1400, 1000
 MAX_HEIGHT_PX = 16_000  # Chromium's limit for one screenshot is 16,384 px
 TIMEOUT_MS = 180_000
 IMPORTERS = REPO / "tests" / "data" / "importers"
-# the script has ended and every chart container (there before its chart's code has loaded) holds a drawn chart
+# the script has ended and every chart container (.stPrintGraphic, there with a skeleton before its chart
+# library has loaded) holds a drawn plotly (.main-svg) or Vega-Lite (canvas) chart
 IDLE = """() => document.querySelector('[data-testid="stApp"]')?.dataset.testScriptState === 'notRunning'
-  && [...document.querySelectorAll('[data-testid="stPlotlyChart"]')].every(c => c.querySelector('.main-svg'))
-  && [...document.querySelectorAll('[data-testid="stVegaLiteChart"]')]
-       .every(c => c.querySelector('canvas, svg.marks'))"""
+  && [...document.querySelectorAll('.stPrintGraphic')].every(c => c.querySelector('.main-svg, canvas, svg.marks'))"""
 PAGE_HEIGHT = """() => { const main = document.querySelector('[data-testid="stMain"]');
   const side = document.querySelector('[data-testid="stSidebarContent"]');
   return Math.max(main ? main.scrollHeight : 0, side ? side.scrollHeight : 0); }"""
+SUMMARY_PANELS = ("Non-success causes as a chart", "Requests over the window", "CDFs of latency, TTFT and TPOT")
 PAGES = (  # sidebar link -> file name, in the order the sidebar lists them (Compare and Token timing below)
     ("Summary", "summary"), ("Percentile explorer", "percentiles"), ("Diagnosis", "diagnosis"),
     ("KV calculator", "kv"), ("Load sweep", "sweep"), ("Timing run", "timing_run"),
@@ -66,6 +66,12 @@ def open_page(page, link: str) -> None:
     page.get_by_role("link", name=link, exact=True).click()
     page.get_by_role("heading", name=link).first.wait_for()
     settle(page)
+    if link == "Summary":  # its charts are drawn in panels, once opened (they stay open in the session)
+        for panel in SUMMARY_PANELS:
+            box = page.locator('[data-testid="stExpander"] summary', has_text=panel).first
+            if box.count() and box.evaluate("s => !s.parentElement.open"):
+                box.click()
+                settle(page)
 
 
 def main() -> None:

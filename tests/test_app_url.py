@@ -62,6 +62,8 @@ def test_summary_contract_fields_and_cdf_axes_follow_the_unit_and_fractions_are_
     m = {x.label: x.value for x in at.metric}
     assert m["Non-success fraction"] == "50%"  # the spec's 0.5, for people
     assert m["Latency p95 (s)"] == "2.5" and m["TTFT p95 (s)"] == "0.5"
+    at.session_state["cdfs_open"] = True  # the charts' panel, opened
+    at.run()
     assert _vega_specs(at)["Latency"]["layer"][0]["encoding"]["x"]["title"] == "seconds"
     at.segmented_control(key="unit").set_value("ms").run()
     assert not at.exception
@@ -73,3 +75,18 @@ def test_summary_contract_fields_and_cdf_axes_follow_the_unit_and_fractions_are_
     assert len(cdfs) == 3
     assert all(c["layer"][0]["encoding"]["x"]["title"] == "milliseconds" for c in cdfs.values())
     assert "p95 2,500 ms" in " ".join(cdfs["Latency"]["title"]["subtitle"])
+
+
+def test_summary_draws_its_charts_only_in_the_panels_opened() -> None:
+    at = _page("pages/summary.py", run="r1_r4.json", ws="0", we="10")
+    assert not at.get("vega_lite_chart") and not at.get("plotly_chart")  # the first view: numbers, no charts
+    panels = {"causes_chart_open": {"Non-success causes"},
+              "timeline_open": {"Requests over the window"},
+              "cdfs_open": {"Latency", "TTFT", "Request TPOT"}}  # R1-R4 has no `admitted`: no stage chart
+    drawn: set[str] = set()
+    for key, titles in panels.items():
+        at.session_state[key] = True
+        at.run()
+        assert not at.exception
+        drawn |= titles
+        assert set(_vega_specs(at)) == drawn, key
