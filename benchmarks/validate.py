@@ -52,7 +52,8 @@ def one_run(scenario: Path, out: Path, model: str, device: str) -> dict[str, Any
     t0 = time.monotonic()
     meta = execute_run(load_scenario(scenario), out, scenario_source=str(scenario), model=model, device=device)
     folder = read_run(out)
-    result = validate_run(folder.records, folder.steps, folder.scenario, allow_poor_fit=True)
+    result = validate_run(folder.records, folder.steps, folder.scenario, allow_poor_fit=True,
+                          send_lags_s=(folder.metadata.get("run") or {}).get("send_lags_s"))
     return {"load_before": before, "load_after": load(), "wall_s": round(time.monotonic() - t0, 2),
             "device": meta["runtime"]["device_name"], "fit": result.fit_summary,
             "fit_usable": bool(result.fit.quality and result.fit.quality.usable),

@@ -509,6 +509,8 @@ def test_records_start_at_the_intended_arrivals_and_the_lag_is_reported(model: D
     expected = [s.arrival_s for s in generate_arrivals(wl, np.random.default_rng(9))]
     assert [r["start"] for r in run.records] == expected  # the simulator's arrivals, not when the thread woke
     assert run.arrival_lag_p99_s is not None and 0 <= run.arrival_lag_p99_s <= run.arrival_lag_max_s
+    assert sorted(run.send_lags_s) == sorted(r["request_id"] for r in run.records)  # each request's own lag
+    assert max(run.send_lags_s.values()) == run.arrival_lag_max_s
     ok = [{"status": "success", "start": 0.0, "first_token": 1.0}]
     assert arrival_lag_note(0.04, 0.05, ok) is None  # under 5% of a 1 s median TTFT
     assert "p99 60 ms" in arrival_lag_note(0.06, 0.07, ok)

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from servebench.cli.core import app
 from servebench.serving.engine.sweep_validation import (compare_sweeps, knee_rps, read_sweep_validation, rel_error,
                                                 sweep_validation_doc)
-from servebench.serving.engine.validation import arrival_lag_s, emit_lead_s, fit_trace
+from servebench.serving.engine.validation import arrival_lag_s, busy_arrival_lags, emit_lead_s, fit_trace
 from servebench.errors import InputFormatError
 from servebench.records.table import parse_objects, validate
 from servebench.serving.sweep import SweepPoint
@@ -69,6 +69,20 @@ def test_fit_trace_measures_the_arrival_lags_spread() -> None:
     assert len(model.arrival_lags_s) == 20 and np.mean(model.arrival_lags_s) == pytest.approx(np.mean(lags))
     assert model.arrival_lags_s[-1] == pytest.approx(0.025)  # the slowest 5%: both late wake-ups
     assert fit_trace(steps, table, noise=False).model.arrival_lags_s == ()
+
+
+def test_lags_of_arrivals_while_a_step_runs_come_from_the_send_lags() -> None:
+    records, steps = engine_like_run(lag_s=0.0006, trailing_s=0.0)
+    busy = [{"request_id": f"b{i}", "start": i + 0.0026, "admitted": i + 0.0051, "first_token": i + 0.01,
+             "end": i + 0.02, "status": "success", "prompt_tokens": 10, "output_tokens": 2} for i in range(12)]
+    table = validate(parse_objects(records + busy, "run"), 0.0, 20.0)
+    send = {f"r{i}": 0.0002 for i in range(12)} | {f"b{i}": 0.001 + 0.0001 * i for i in range(12)}
+    lags = busy_arrival_lags(table, steps, send)
+    assert sorted(lags) == pytest.approx([0.001 + 0.0001 * i for i in range(12)])  # only arrivals mid-step
+    model = fit_trace(steps, table, send_lags_s=send).model
+    assert np.mean(model.busy_arrival_lags_s) == pytest.approx(np.mean(lags))
+    assert model.arrival_lag_s == pytest.approx(0.0006)  # idle arrivals: admitted - start, as before
+    assert fit_trace(steps, table).model.busy_arrival_lags_s == ()  # no send lags: as at an idle engine
 
 
 def test_a_sweeps_traces_are_laid_end_to_end_before_the_fit() -> None:

@@ -39,10 +39,9 @@ from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
-from scipy.optimize import brentq, nnls
+from scipy.optimize import nnls
 from scipy.signal import lfilter
-from scipy.special import ndtr, ndtri
-from scipy.stats import rankdata
+from scipy.special import ndtr
 
 from servebench.errors import ConfigError, InputFormatError
 from servebench.records.steps import LANES, NAMES, StepTrace, as_trace
@@ -101,12 +100,17 @@ class StepModel(BaseModel):
                                               "equal share of the measured lags, shortest to longest; each "
                                               "request draws one at random (empty: every request is seen "
                                               "arrival_lag_s late).")
+    busy_arrival_lags_s: tuple[LagS, ...] = Field((), description="The lag of a request that arrives while a step "
+                                                   "runs, as arrival_lags_s (the load generator's thread waits for "
+                                                   "the engine's); empty: the same lags as at an idle engine.")
 
-    def draw_arrival_lags_s(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        """Return ``n`` requests' arrival lags: drawn from ``arrival_lags_s`` by ``rng``, else ``arrival_lag_s``."""
-        if not self.arrival_lags_s:
+    def draw_arrival_lags_s(self, n: int, rng: np.random.Generator, *, busy: bool = False) -> np.ndarray:
+        """Return ``n`` requests' arrival lags: drawn from ``arrival_lags_s`` (``busy``: ``busy_arrival_lags_s``)
+        by ``rng``, else ``arrival_lag_s``."""
+        lags = self.busy_arrival_lags_s if busy and self.busy_arrival_lags_s else self.arrival_lags_s
+        if not lags:
             return np.full(n, self.arrival_lag_s)
-        return np.asarray(self.arrival_lags_s)[rng.integers(0, len(self.arrival_lags_s), size=n)]
+        return np.asarray(lags)[rng.integers(0, len(lags), size=n)]
 
     @property
     def noise_mean(self) -> float:
@@ -221,9 +225,9 @@ class StepNoise:
     CHUNK = 4096
 
     def __init__(self, factors: Sequence[float], autocorrelation: float, rng: np.random.Generator) -> None:
-        if not factors:
-            raise ConfigError("step noise needs at least one factor")
         self.factors = np.asarray(factors, dtype=np.float64)
+        if not self.factors.size:
+            raise ConfigError("step noise needs at least one factor")
         self.min_factor = float(self.factors.min())
         self.rho = float(autocorrelation)
         self.rng = rng
@@ -286,9 +290,10 @@ def fit_noise(ratio: np.ndarray, total_ratio: float | None = None, *, bins: int 
 
     The factors are the mean ratio of each of ``bins`` equal shares of the steps, sorted, scaled so
     that their mean is ``total_ratio`` (total measured over total modelled time; default the mean
-    ratio): the simulated busy time is the run's. The autocorrelation is the AR(1) coefficient
-    under which the mean normal score of ``window`` consecutive steps varies as much as in the
-    trace (what a request's TPOT, an average over its steps, sees).
+    ratio): the simulated busy time is the run's. The autocorrelation is the one under which the
+    mean factor of ``window`` consecutive steps spreads as in the trace (90th over 10th percentile
+    of the windows' means): what a request's TPOT, an average over its steps, sees. It is found by
+    bisection on a seeded stream of ``NOISE_FIT_WINDOWS`` windows, so the fit is deterministic.
     """
     r = np.asarray(ratio, dtype=np.float64)
     r = r[np.isfinite(r) & (r > 0)]
@@ -297,31 +302,46 @@ def fit_noise(ratio: np.ndarray, total_ratio: float | None = None, *, bins: int 
     factors = bin_means(r, bins)
     if total_ratio is not None and total_ratio > 0:
         factors *= total_ratio / factors.mean()
-    z = ndtri((rankdata(r) - 0.5) / r.size)
-    return tuple(float(f) for f in factors), _ar1_for_window(z, window)
+    return tuple(float(f) for f in factors), _autocorrelation_for_windows(r, factors, window)
 
 
-def window_variance_share(rho: float, window: int) -> float:
-    """Return Var(mean of ``window`` steps) / Var(one step) for an AR(1) process with coefficient ``rho``.
+def window_spread(values: np.ndarray, window: int) -> float | None:
+    """Return the 90th over the 10th percentile of the means of consecutive ``window``-value windows (None:
+    fewer than 8 windows).
 
-    >>> window_variance_share(0.0, 4), window_variance_share(1.0, 4)
-    (0.25, 1.0)
+    >>> window_spread(np.array([1.0, 1.0, 3.0, 3.0] * 8), 2)
+    3.0
     """
-    k = np.arange(1, window)
-    return float((1 + 2 * np.sum((1 - k / window) * rho ** k)) / window)
-
-
-def _ar1_for_window(z: np.ndarray, window: int) -> float:
-    blocks = z.size // window
+    blocks = values.size // window
     if blocks < 8:
+        return None
+    means = values[:blocks * window].reshape(blocks, window).mean(axis=1)
+    low, high = np.percentile(means, [10, 90])
+    return float(high / low) if low > 0 else None
+
+
+NOISE_FIT_WINDOWS = 2000  # windows of a seeded stream per autocorrelation tried
+NOISE_FIT_SEED = 0
+
+
+def _autocorrelation_for_windows(ratio: np.ndarray, factors: np.ndarray, window: int) -> float:
+    target = window_spread(ratio, window)
+    if target is None:
         return 0.0
-    means = z[:blocks * window].reshape(blocks, window).mean(axis=1)
-    share = float(np.var(means) / np.var(z))
-    if share <= window_variance_share(0.0, window):
+
+    def spread(rho: float) -> float:
+        stream = StepNoise(factors, rho, np.random.default_rng(NOISE_FIT_SEED)).take(window * NOISE_FIT_WINDOWS)
+        return window_spread(stream, window) or 1.0
+
+    low, high = 0.0, MAX_NOISE_AUTOCORRELATION
+    if spread(low) >= target:
         return 0.0
-    if share >= window_variance_share(MAX_NOISE_AUTOCORRELATION, window):
-        return MAX_NOISE_AUTOCORRELATION
-    return float(brentq(lambda rho: window_variance_share(rho, window) - share, 0.0, MAX_NOISE_AUTOCORRELATION))
+    if spread(high) <= target:
+        return high
+    for _ in range(20):  # the spread grows with the autocorrelation: bisect to about 1e-6
+        mid = (low + high) / 2
+        low, high = (mid, high) if spread(mid) < target else (low, mid)
+    return round((low + high) / 2, 4)
 
 
 class FitQuality(BaseModel):

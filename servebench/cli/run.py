@@ -84,7 +84,8 @@ def validate(
 
     folder = read_run(run_dir)
     result = validate_run(folder.records, folder.steps, folder.scenario, allow_poor_fit=allow_poor_fit,
-                          method="least_squares" if least_squares else "huber")
+                          method="least_squares" if least_squares else "huber",
+                          send_lags_s=(folder.metadata.get("run") or {}).get("send_lags_s"))
     if as_json:
         emit_json(result.model_dump(mode="json"))
         return

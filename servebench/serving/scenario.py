@@ -140,11 +140,14 @@ class StepModelSpec(BaseModel):
                                          description="Step-to-step correlation of the noise.")
     arrival_lags_s: tuple[LagS, ...] = Field((), description="The arrival lag's spread (StepModel.arrival_lags_s); "
                                               "empty: arrival_lag_s for every request.")
+    busy_arrival_lags_s: tuple[LagS, ...] = Field((), description="Lags of arrivals while a step runs "
+                                                   "(StepModel.busy_arrival_lags_s); empty: as idle.")
 
     def to_model(self) -> StepModel:
         """Return the step model."""
         noise = {"noise_factors": self.noise_factors, "noise_autocorrelation": self.noise_autocorrelation,
-                 "arrival_lags_s": self.arrival_lags_s, "wake_s": self.wake_s, "wake_tau_s": self.wake_tau_s,
+                 "arrival_lags_s": self.arrival_lags_s, "busy_arrival_lags_s": self.busy_arrival_lags_s,
+                 "wake_s": self.wake_s, "wake_tau_s": self.wake_tau_s,
                  "after_prefill_s": self.after_prefill_s}
         if self.flat is not None:
             flat = StepModel.flat(self.flat.prefill_s, self.flat.prompt_tokens, self.flat.tpot_s)

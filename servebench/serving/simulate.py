@@ -59,7 +59,7 @@ from servebench.serving.workload import ClosedLoopPlan, Workload, draw_cancellat
 PRIO_RUN, PRIO_PREFILL, PRIO_CANCEL, PRIO_DEADLINE, PRIO_ARRIVAL = 0, 1, 2, 3, 4
 NOISE_STREAM = 0x5E  # the step noise's generator: default_rng([seed, NOISE_STREAM]), apart from the workload's
 LAG_STREAM = 0x1A  # the arrival lags' generator (a model with arrival_lags_s): default_rng([seed, LAG_STREAM])
-EV_RUN, EV_PREFILL, EV_CANCEL, EV_ARRIVAL, EV_RETRY = 0, 1, 2, 3, 4
+EV_RUN, EV_PREFILL, EV_CANCEL, EV_ARRIVAL, EV_RETRY, EV_SEEN = 0, 1, 2, 3, 4, 5
 _STATUS_CODE = {s: i for i, s in enumerate(STATUSES)}
 
 
@@ -130,11 +130,13 @@ class _Recorder:
 
 def simulate(scenario: Scenario, *, workload: Workload | ClosedLoopPlan | None = None,
              rng: np.random.Generator | None = None, decode_runs: bool = True,
-             token_times: bool = True) -> SimResult:
+             token_times: bool = True, replica: int = 0) -> SimResult:
     """Simulate a scenario; the workload (and cancellations) come from ``rng`` (default: its seed).
 
     ``decode_runs=False`` turns off the fast path (one event per step: the baseline to check against).
     ``token_times=False`` leaves the records without token times (a sweep that reports no ITL saves the work).
+    ``replica`` k > 0 draws the step noise and arrival lags from other seeds (``[seed, k]``), the workload
+    unchanged: another replay of the same run, for a model with noise or a spread of lags.
     """
     rng = scenario.rng() if rng is None else rng
     if workload is None:  # the draw the engine run and the load generator make from the same seed
@@ -148,14 +150,16 @@ def simulate(scenario: Scenario, *, workload: Workload | ClosedLoopPlan | None =
     return simulate_workload(scenario.server.scheduler_config(), scenario.step_model.to_model(), workload,
                              prefill_lane=scenario.server.prefill_lane, cancel_after_s=cancel_after,
                              name=scenario.name, decode_runs=decode_runs, token_times=token_times,
-                             client=client, client_rng=client_rng, noise_seed=scenario.seed)
+                             client=client, client_rng=client_rng,
+                             noise_seed=scenario.seed if replica == 0 else (scenario.seed, replica))
 
 
 def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workload | ClosedLoopPlan, *,
                       prefill_lane: Literal["shared", "separate"] = "shared",
                       cancel_after_s: np.ndarray | None = None, name: str = "simulation",
                       decode_runs: bool = True, token_times: bool = True, client: ClientSpec | None = None,
-                      client_rng: np.random.Generator | None = None, noise_seed: int = 0) -> SimResult:
+                      client_rng: np.random.Generator | None = None,
+                      noise_seed: int | tuple[int, ...] = 0) -> SimResult:
     """Run the event loop over a drawn workload; see the module docstring for the semantics.
 
     With ``client`` each request is a logical request served by attempts (see
@@ -165,13 +169,14 @@ def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workl
     ``default_rng([noise_seed, NOISE_STREAM])``, one with a spread of arrival lags draws each
     request's from ``default_rng([noise_seed, LAG_STREAM])`` (a retry is seen as late as its request).
     """
+    seeds = (noise_seed,) if isinstance(noise_seed, int) else tuple(noise_seed)
     separate = prefill_lane == "separate"
     if separate:  # each prefill runs whole on its own lane: no per-step token budget applies
         config = replace(config, max_num_batched_tokens=None)
     loop = _EventLoop(config, model, workload, separate=separate, cancel_after_s=cancel_after_s,
                       decode_runs=decode_runs, token_times=token_times, client=client, client_rng=client_rng,
-                      noise=model.noise(np.random.default_rng([noise_seed, NOISE_STREAM])),
-                      lag_rng=np.random.default_rng([noise_seed, LAG_STREAM]))
+                      noise=model.noise(np.random.default_rng([*seeds, NOISE_STREAM])),
+                      lag_rng=np.random.default_rng([*seeds, LAG_STREAM]))
     loop.run()
     return loop.result(name)
 
@@ -226,9 +231,15 @@ class _EventLoop:
         self.heap: list[tuple[float, int, int, int, Any]] = []
         self.counter = 0
         self.trace: list[_TraceRow] = []
-        # request row i reaches the scheduler lags[i] after its arrival (a retry: as late as its request)
-        self.lags = model.draw_arrival_lags_s(rows, lag_rng or np.random.default_rng(0)).tolist()
-        self.lagged = any(self.lags)
+        # request row i reaches the scheduler lags[i] after its arrival (a retry: as late as its request), or
+        # busy_lags[i] after it when a step is running then (the model has busy_arrival_lags_s): then arrivals
+        # are pushed at their arrival (push_lags 0) and the lag is chosen there (_arrive)
+        lag_rng = lag_rng or np.random.default_rng(0)
+        self.lags = model.draw_arrival_lags_s(rows, lag_rng).tolist()
+        self.busy_lags = (model.draw_arrival_lags_s(rows, lag_rng, busy=True).tolist()
+                          if model.busy_arrival_lags_s else None)
+        self.push_lags = self.lags if self.busy_lags is None else [0.0] * rows
+        self.lagged = any(self.lags) or self.busy_lags is not None
         self.lead = model.emit_lead_s  # a step's tokens are stamped this long before it ends
         self.noise = noise  # each step's time factor, in step order (None: the model's time exactly)
         self.last_end = 0.0  # when the engine loop's last step or run ends (it starts idle at 0)
@@ -257,6 +268,8 @@ class _EventLoop:
                     self._cancel(payload, now)
                 elif kind == EV_RETRY:
                     self._retry(*payload, now)
+                elif kind == EV_SEEN:
+                    self._arrive(payload, now, seen=True)
                 else:
                     self._arrival(payload, now)
                 self._kick(now)
@@ -282,29 +295,37 @@ class _EventLoop:
         if self.closed:
             for _ in range(min(self.users, self.n)):
                 self.intended[self.next_request] = 0.0
-                self._push(0.0 + self.lags[self.next_request], PRIO_ARRIVAL, EV_ARRIVAL, self.next_request)
+                self._push(0.0 + self.push_lags[self.next_request], PRIO_ARRIVAL, EV_ARRIVAL, self.next_request)
                 self.next_request += 1
         elif self.n:
             self.intended[:self.n] = self.reqs.arrival_s
             first = self.firsts[0]
-            self._push(self.arrivals[first] + self.lags[first], PRIO_ARRIVAL, EV_ARRIVAL, first)
+            self._push(self.arrivals[first] + self.push_lags[first], PRIO_ARRIVAL, EV_ARRIVAL, first)
             self.next_request = 1
 
     def _schedule_arrival(self, i: int, at_s: float) -> None:
         """Request ``i`` arrives at ``at_s`` and reaches the scheduler its arrival lag later."""
         self.intended[i] = at_s
-        self._push(self.intended[i] + self.lags[i], PRIO_ARRIVAL, EV_ARRIVAL, i)
+        self._push(self.intended[i] + self.push_lags[i], PRIO_ARRIVAL, EV_ARRIVAL, i)
 
     def _arrival(self, i: int, now: float) -> None:
         """Push the next drawn arrival when ``i`` is the one pushed last (open loop), then add ``i``."""
         firsts, k = self.firsts, self.next_request
         if not self.closed and k < len(firsts) and i == firsts[k - 1]:
-            self._push(self.arrivals[firsts[k]] + self.lags[firsts[k]], PRIO_ARRIVAL, EV_ARRIVAL, firsts[k])
+            self._push(self.arrivals[firsts[k]] + self.push_lags[firsts[k]], PRIO_ARRIVAL, EV_ARRIVAL, firsts[k])
             self.next_request += 1
         self._arrive(i, now)
 
-    def _arrive(self, i: int, now: float) -> None:
-        """Give record row ``i`` to the scheduler; its first attempt also schedules its client's cancellation."""
+    def _arrive(self, i: int, now: float, seen: bool = False) -> None:
+        """Give record row ``i`` to the scheduler; its first attempt also schedules its client's cancellation.
+
+        With lags by the engine's state, a row not yet ``seen`` is seen its lag later (longer while a step runs).
+        """
+        if self.busy_lags is not None and not seen:
+            lag = self.busy_lags[i] if self.busy else self.lags[i]
+            if lag > 0:
+                self._push(now + lag, PRIO_ARRIVAL, EV_SEEN, i)
+                return
         client, rec = self.client, self.rec
         start = float(self.intended[i]) if self.lagged else now  # the record starts at the arrival, not when seen
         rec.arrival[i] = start
@@ -338,7 +359,7 @@ class _EventLoop:
                                                                       float(rec.arrival[lg]), self.client_rng)
                 if nxt is not None:  # backoff, then the next attempt (never overlapping this one)
                     self.pending[lg] = True
-                    self._push(nxt + self.lags[lg], PRIO_ARRIVAL, EV_RETRY, (lg, self.attempt_of[i] + 1, nxt))
+                    self._push(nxt + self.push_lags[lg], PRIO_ARRIVAL, EV_RETRY, (lg, self.attempt_of[i] + 1, nxt))
                     continue
                 i = lg
             self._logical_done(i, now)

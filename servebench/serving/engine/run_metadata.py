@@ -127,6 +127,7 @@ def build_run_metadata(scenario: Scenario, model: Decoder, run: TimingRun, *, se
             "wall_s": run.wall_s, "planned_requests": run.planned, "offered_requests": run.offered,
             "records": len(run.records), "steps": len(run.steps),
             "arrival_lag_p99_s": run.arrival_lag_p99_s, "arrival_lag_max_s": run.arrival_lag_max_s,
+            "send_lags_s": run.send_lags_s,  # request ID -> how late the arrival thread submitted it
             "end_state": run.end_state, "notes": run.notes,
         },
         "scenario_source": scenario_source,

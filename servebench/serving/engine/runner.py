@@ -53,6 +53,7 @@ class TimingRun:
     arrival_lag_p99_s: float | None  # how late the producer sent requests (its own queueing)
     arrival_lag_max_s: float | None
     end_state: dict[str, int] = field(default_factory=dict)  # loop snapshot once every request ended
+    send_lags_s: dict[str, float] = field(default_factory=dict)  # request ID -> how late it was sent (submitted)
     notes: list[str] = field(default_factory=list)
 
     def step_dicts(self) -> list[dict[str, Any]]:
@@ -219,6 +220,7 @@ class _Producer(threading.Thread):
         self.sent = 0  # attempts sent
         self.sent_logical = 0  # logical requests whose first attempt was sent (equal to sent without retries)
         self.lags: list[float] = []
+        self.send_lags: dict[str, float] = {}  # request ID -> its lag (the clock when submitted - its arrival)
         self.error: BaseException | None = None
 
     def schedule(self, due_s: float, index: int, kind: int = ARRIVE) -> None:
@@ -261,7 +263,9 @@ class _Producer(threading.Thread):
                    else self.attempts.request(index, self.specs[lg], due))
             if req is None:  # its client gave up while backing off
                 continue
-            self.lags.append(self.loop.clock() - due)
+            lag = self.loop.clock() - due
+            self.lags.append(lag)
+            self.send_lags[req.request_id] = lag
             self.sent += 1
             self.sent_logical += index == lg
             if index == lg and self.cancel_after_s is not None and self.cancel_after_s[index] == self.cancel_after_s[index]:
@@ -422,7 +426,7 @@ def _run_workload(model: Decoder, scheduler: SchedulerConfig, workload: Workload
         notes.append(note)
     return TimingRun(records=records, steps=steps, offered=producer.sent, planned=total, wall_s=wall_s,
                      arrival_lag_p99_s=lag_p99, arrival_lag_max_s=max(producer.lags, default=None),
-                     end_state=end_state, notes=notes)
+                     end_state=end_state, notes=notes, send_lags_s=dict(producer.send_lags))
 
 
 def arrival_lag_note(lag_p99_s: float | None, lag_max_s: float | None, records: list[dict[str, Any]]) -> str | None:

@@ -24,7 +24,8 @@ from servebench.serving.simulate import simulate
 from servebench.capacity.stepmodel import FitMethod, StepFit, require_usable
 from servebench.analysis.summary import SLO
 from servebench.serving.sweep import SweepPoint, point_from, point_from_records, scenario_at
-from servebench.serving.engine.validation import arrival_lag_fields, fit_trace, idle_arrival_lags, simulation_scenario
+from servebench.serving.engine.validation import (arrival_lag_fields, busy_arrival_lags, fit_trace, idle_arrival_lags,
+                                                  simulation_scenario)
 
 KNEE_FACTOR = 2.0  # the knee: TTFT p95 at least this many times its value at the lowest rate
 TARGET_KNEE_REL_ERROR = 0.10
@@ -204,7 +205,7 @@ def validate_sweep(model: Any, scenario: Scenario, rates: Sequence[float], *, re
     slo = slo or SLO()
     slo_given = any(v is not None for v in (slo.ttft_s, slo.tpot_s, slo.latency_s))
     n = requests if requests is not None else scenario.workload.num_requests
-    measured, all_steps, lags, m_status, notes = [], [], [], [], []
+    measured, all_steps, lags, busy_lags, m_status, notes = [], [], [], [], [], []
     for rate in grid:
         if progress is not None:
             progress("run", rate)
@@ -221,9 +222,11 @@ def validate_sweep(model: Any, scenario: Scenario, rates: Sequence[float], *, re
         notes += [f"at {rate:g}/s: {note}" for note in run.notes]
         if steps:
             lags.append(idle_arrival_lags(table, steps))
+            busy_lags.append(busy_arrival_lags(table, steps, run.send_lags_s))
             all_steps += _after(all_steps, steps)
     fit = fit_trace(all_steps, method=method)
-    fit.model = fit.model.model_copy(update=arrival_lag_fields(np.concatenate(lags) if lags else np.zeros(0)))
+    fit.model = fit.model.model_copy(update=arrival_lag_fields(
+        np.concatenate(lags) if lags else np.zeros(0), busy_lags_s=np.concatenate(busy_lags) if busy_lags else None))
     require_usable(fit, allow_poor_fit=allow_poor_fit, what="the sweep's step traces")
     if fit.quality is not None and not fit.quality.usable:
         notes.append(f"simulated from a poor fit (--allow-poor-fit): {fit.quality.reason}")

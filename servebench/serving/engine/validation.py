@@ -5,8 +5,14 @@ The simulated server is the one the engine is: the same scheduler limits, the sa
 drawn from the same seed, prompts computed inside the batched step (``prefill_lane: shared``).
 Besides the step time, ``fit_trace`` measures what happens around the steps, from the run's own
 trace and records: the arrival lag (a request that arrives at an idle engine is admitted this
-long after its arrival: the arrival thread's wake-up and the engine's) and the emit lead (tokens
-come out when the model finishes, before the step's bookkeeping and the next plan).
+long after its arrival: the arrival thread's wake-up and the engine's; its spread too), the lag of
+a request that arrives while a step runs (the arrival thread waits for the engine thread's
+interpreter lock: from the run metadata's ``send_lags_s``), the emit lead (tokens come out when
+the model finishes, before the step's bookkeeping and the next plan), the cost of waking an idle
+engine and of the step after a prefill, and the steps' scatter around the model (step-time
+noise). With noise or lag spreads in the model, the simulated percentiles pool ``REPLICAS``
+replays of the run that differ only in those seeded draws: the comparison is against the
+model's distribution, not one draw of it.
 
 The target is a relative error within 5% below saturation; above it, small differences in
 step time compound through the queue and the comparison says so instead of passing. A fit too
@@ -38,6 +44,7 @@ MIN_IDLE_ARRIVALS = 5  # arrivals at an idle engine needed to measure the arriva
 LAG_BINS = 20  # the arrival lag's spread: the mean of each 5% of the idle arrivals' lags
 SATURATED_QUEUE_SHARE = 0.2  # share of busy time with requests waiting above which a run is saturated
 SPEED_WINDOW_S = 0.5  # window over which measured step time is compared with the fitted model
+REPLICAS = 8  # replays of the run pooled for the simulated percentiles (they differ in noise and lags only)
 
 
 class MetricComparison(BaseModel):
@@ -95,12 +102,15 @@ def _values(trace: StepTrace, name: str, null: float | None = None) -> np.ndarra
 
 
 def fit_trace(steps: Steps, records: RecordTable | None = None, *, method: FitMethod = "huber",
-              noise: bool = True) -> StepFit:
+              noise: bool = True, send_lags_s: Mapping[str, float] | None = None) -> StepFit:
     """Fit the step model to a timing run's step trace (``servebench run``'s steps.jsonl, read or in memory).
 
     With the run's ``records`` the arrival lag is measured too; the emit lead needs the trace's
     ``compute_start_s`` (older traces without it leave the lead at 0). With ``noise`` the model
-    carries the steps' scatter around it (``stepmodel.fit_noise``), so a simulation replays it.
+    carries the steps' scatter around it (``stepmodel.fit_noise``), and the spread of the arrival
+    lags, so a simulation replays both; with the run's ``send_lags_s`` (request ID -> how late the
+    arrival thread submitted it: the run metadata's ``run.send_lags_s``) also the lags of requests
+    that arrived while a step ran (the thread waits for the engine's).
     """
     trace = _trace(steps)
     if not len(trace):
@@ -108,22 +118,32 @@ def fit_trace(steps: Steps, records: RecordTable | None = None, *, method: FitMe
     fit = fit_step_model(trace, method=method, noise=noise)
     timing: dict[str, Any] = {"emit_lead_s": emit_lead_s(trace) or 0.0}
     if records is not None:
-        timing |= arrival_lag_fields(idle_arrival_lags(records, trace), spread=noise)
+        busy = busy_arrival_lags(records, trace, send_lags_s) if send_lags_s and noise else None
+        timing |= arrival_lag_fields(idle_arrival_lags(records, trace), spread=noise, busy_lags_s=busy)
     fit.model = fit.model.model_copy(update=timing)
     return fit
 
 
-def arrival_lag_fields(lags_s: np.ndarray, *, spread: bool = True) -> dict[str, Any]:
+def arrival_lag_fields(lags_s: np.ndarray, *, spread: bool = True,
+                       busy_lags_s: np.ndarray | None = None) -> dict[str, Any]:
     """Return the step model's ``arrival_lag_s`` (the median idle arrival lag) and, with ``spread``,
-    ``arrival_lags_s`` (its distribution); nothing with fewer than ``MIN_IDLE_ARRIVALS`` lags."""
-    lags = np.maximum(np.asarray(lags_s, dtype=np.float64), 0.0)
-    lags = lags[np.isfinite(lags)]
+    ``arrival_lags_s`` (its distribution); nothing with fewer than ``MIN_IDLE_ARRIVALS`` lags. With
+    ``busy_lags_s`` (lags of arrivals while a step ran) also ``busy_arrival_lags_s``."""
+    lags = _finite_lags(lags_s)
     if lags.size < MIN_IDLE_ARRIVALS:
         return {}
     out: dict[str, Any] = {"arrival_lag_s": float(np.median(lags))}
     if spread:
         out["arrival_lags_s"] = tuple(float(x) for x in bin_means(lags, min(LAG_BINS, lags.size)))
+        busy = _finite_lags(busy_lags_s if busy_lags_s is not None else np.zeros(0))
+        if busy.size >= MIN_IDLE_ARRIVALS:
+            out["busy_arrival_lags_s"] = tuple(float(x) for x in bin_means(busy, min(LAG_BINS, busy.size)))
     return out
+
+
+def _finite_lags(lags_s: np.ndarray) -> np.ndarray:
+    lags = np.maximum(np.asarray(lags_s, dtype=np.float64), 0.0)
+    return lags[np.isfinite(lags)]
 
 
 def emit_lead_s(steps: Steps) -> float | None:
@@ -139,18 +159,30 @@ def emit_lead_s(steps: Steps) -> float | None:
     return max(0.0, float(np.median(trailing)))
 
 
-def idle_arrival_lags(records: RecordTable, steps: Steps) -> np.ndarray:
-    """Return admitted - start of the requests that arrived while the engine was idle (no step running)."""
+def _arrived_busy(arrival_s: np.ndarray, steps: Steps) -> np.ndarray:
+    """Return whether a step was running at each arrival time."""
     t = _trace(steps)
     start = _values(t, "start_s")
     end = start + _values(t, "duration_s")
     order = np.argsort(start, kind="stable")
     start, end = start[order], np.maximum.accumulate(end[order])
+    i = np.searchsorted(start, arrival_s, side="right") - 1
+    return (i >= 0) & (end[np.maximum(i, 0)] > arrival_s)
+
+
+def idle_arrival_lags(records: RecordTable, steps: Steps) -> np.ndarray:
+    """Return admitted - start of the requests that arrived while the engine was idle (no step running)."""
     ok = np.isfinite(records.admitted)
     arrival, admitted = records.start[ok], records.admitted[ok]
-    i = np.searchsorted(start, arrival, side="right") - 1
-    busy = (i >= 0) & (end[np.maximum(i, 0)] > arrival)
+    busy = _arrived_busy(arrival, steps)
     return admitted[~busy] - arrival[~busy]
+
+
+def busy_arrival_lags(records: RecordTable, steps: Steps, send_lags_s: Mapping[str, float]) -> np.ndarray:
+    """Return how late the requests that arrived while a step ran were submitted (from ``send_lags_s``)."""
+    lags = np.array([send_lags_s.get(str(rid), math.nan) for rid in records.request_id], dtype=np.float64)
+    busy = _arrived_busy(records.start, steps) & np.isfinite(lags)
+    return lags[busy]
 
 
 def arrival_lag_s(records: RecordTable, steps: Steps) -> float | None:
@@ -199,12 +231,13 @@ def speed_ratios(steps: Steps, fit: StepFit, window_s: float = SPEED_WINDOW_S) -
     return float(np.percentile(ratio, 5)), float(np.percentile(ratio, 95))
 
 
-def compare(measured: RecordTable, simulated: RecordTable) -> list[MetricComparison]:
-    """Return p50 and p95 of each metric, measured against simulated."""
+def compare(measured: RecordTable, simulated: RecordTable | Sequence[RecordTable]) -> list[MetricComparison]:
+    """Return p50 and p95 of each metric, measured against simulated (several replays: pooled)."""
+    replays = [simulated] if isinstance(simulated, RecordTable) else list(simulated)
     out = []
     for metric in METRICS:
         mv, _ = metric_values(measured, metric)
-        sv, _ = metric_values(simulated, metric)
+        sv = np.concatenate([metric_values(t, metric)[0] for t in replays])
         for q in QUANTILES:
             m, s = percentile(mv, q), percentile(sv, q)
             rel = None if m is None or s is None or m <= 0 else (s - m) / m
@@ -214,13 +247,20 @@ def compare(measured: RecordTable, simulated: RecordTable) -> list[MetricCompari
 
 
 def validate_run(records: RecordTable, steps: Steps, scenario: Scenario, *,
-                 allow_poor_fit: bool = False, method: FitMethod = "huber") -> Validation:
-    """Fit, simulate and compare; see the module docstring. Raises ``PoorFitError`` on a poor fit."""
+                 allow_poor_fit: bool = False, method: FitMethod = "huber",
+                 send_lags_s: Mapping[str, float] | None = None) -> Validation:
+    """Fit, simulate and compare; see the module docstring. Raises ``PoorFitError`` on a poor fit.
+
+    ``send_lags_s`` is the run metadata's ``run.send_lags_s`` (see ``fit_trace``), when the run has it.
+    """
     steps = _trace(steps)
-    fit = fit_trace(steps, records, method=method)
+    fit = fit_trace(steps, records, method=method, send_lags_s=send_lags_s)
     require_usable(fit, allow_poor_fit=allow_poor_fit, what="the run's step trace")
-    sim = simulate(simulation_scenario(scenario, fit))
-    comparisons = compare(records, sim.records)
+    sc = simulation_scenario(scenario, fit)
+    noisy = bool(fit.model.noise_factors or fit.model.arrival_lags_s or fit.model.busy_arrival_lags_s)
+    sims = [simulate(sc, replica=k) for k in range(REPLICAS if noisy else 1)]
+    sim = sims[0]
+    comparisons = compare(records, [s.records for s in sims])
     measured_status = _status_counts(records)
     share = _queue_share(steps)
     failed = measured_status["rejected"] + measured_status["timeout"]
