@@ -224,14 +224,18 @@ def test_fit_with_noise_keeps_the_total_and_the_spread_of_the_steps() -> None:
     clean = trace["duration"].copy()
     trace["duration"] = clean * rng.lognormal(0.0, 0.25, size=clean.size)
     fit = fit_step_model(trace, noise=True)
-    factors = np.array(fit.model.noise_factors)
-    assert len(factors) == NOISE_BINS
     modelled = fit.model.step_s(trace["prefill_tokens"], trace["decode_seqs"], trace["kv_tokens_read"])
-    assert fit.model.noise_mean == pytest.approx(trace["duration"].sum() / modelled.sum(), rel=1e-9)
-    spread = factors[int(0.9 * NOISE_BINS)] / factors[int(0.1 * NOISE_BINS)]  # p90 / p10 of the step ratio
-    assert spread == pytest.approx(np.exp(0.25 * 2 * 1.2816), rel=0.15)
+    prefill = trace["prefill_tokens"] > 0  # 40% of the steps: enough for factors of their own
+    for kind, table in ((~prefill, fit.model.noise_factors), (prefill, fit.model.prefill_noise_factors)):
+        factors = np.array(table)
+        assert len(factors) == NOISE_BINS
+        assert factors.mean() == pytest.approx(trace["duration"][kind].sum() / modelled[kind].sum(), rel=1e-9)
+        spread = factors[int(0.9 * NOISE_BINS)] / factors[int(0.1 * NOISE_BINS)]  # p90 / p10 of the step ratio
+        assert spread == pytest.approx(np.exp(0.25 * 2 * 1.2816), rel=0.15)
     assert fit.model.noise_autocorrelation < 0.1  # the injected noise is independent from step to step
     assert fit_step_model(trace).model.noise_factors == ()  # only when asked for
+    few = {k: v[:220] for k, v in trace.items()}  # under 100 steps with prompt tokens: one table for all
+    assert fit_step_model(few, noise=True).model.prefill_noise_factors == ()
 
 
 def test_simulated_noise_keeps_the_mean_widens_the_tails_and_is_deterministic() -> None:

@@ -93,6 +93,10 @@ class StepModel(BaseModel):
                                              "mean of each equal share of the fitted steps from fastest to "
                                              "slowest; a simulated step's time is multiplied by one, drawn at "
                                              "random (empty: every step takes exactly the model's time).")
+    prefill_noise_factors: tuple[NoiseFactor, ...] = Field((), description="Noise factors of steps with prompt "
+                                                     "tokens, fitted apart when the trace has enough of them "
+                                                     "(a stall is a smaller share of a long step); empty: "
+                                                     "noise_factors.")
     noise_autocorrelation: float = Field(0.0, ge=0, le=MAX_NOISE_AUTOCORRELATION,
                                          description="Correlation of one step's noise with the next's (normal "
                                                      "scores; 0: independent steps).")
@@ -135,7 +139,7 @@ class StepModel(BaseModel):
         """Return a stream of this model's step-time factors drawn from ``rng`` (None without noise)."""
         if not self.noise_factors:
             return None
-        return StepNoise(self.noise_factors, self.noise_autocorrelation, rng)
+        return StepNoise(self.noise_factors, self.noise_autocorrelation, rng, self.prefill_noise_factors)
 
     def step_s(self, prefill_tokens: int, decode_seqs: int, kv_tokens_read: int, prefill_seqs: int = 0) -> float:
         """Return the duration of one step.
@@ -216,19 +220,22 @@ class StepNoise:
     """A seeded stream of step-time factors: one per simulated step, drawn in step order.
 
     A Gaussian AR(1) process (coefficient ``autocorrelation``) is mapped through the normal CDF to
-    a probability, which picks one of ``factors`` (equal shares): each step's factor has the
-    fitted distribution, and a slow step is followed by a slow one as often as fitted. ``peek``
-    looks ahead without drawing (a decode run looks at more steps than it keeps), ``advance``
-    consumes, so a run of k steps uses exactly the factors k single steps would.
+    a probability, which picks one of ``factors`` (equal shares), or of ``prefill_factors`` for a
+    step with prompt tokens when given: each step's factor has the fitted distribution of its
+    kind, and a slow step is followed by a slow one as often as fitted. ``peek`` looks ahead
+    without drawing (a decode run looks at more steps than it keeps), ``advance`` consumes, so a
+    run of k steps uses exactly the factors k single steps would.
     """
 
     CHUNK = 4096
 
-    def __init__(self, factors: Sequence[float], autocorrelation: float, rng: np.random.Generator) -> None:
+    def __init__(self, factors: Sequence[float], autocorrelation: float, rng: np.random.Generator,
+                 prefill_factors: Sequence[float] = ()) -> None:
         self.factors = np.asarray(factors, dtype=np.float64)
         if not self.factors.size:
             raise ConfigError("step noise needs at least one factor")
-        self.min_factor = float(self.factors.min())
+        self.prefill_factors = np.asarray(prefill_factors, dtype=np.float64) if len(prefill_factors) else self.factors
+        self.min_factor = float(min(self.factors.min(), self.prefill_factors.min()))
         self.rho = float(autocorrelation)
         self.rng = rng
         self._z = float(rng.standard_normal())  # the process starts in its stationary distribution
@@ -244,16 +251,15 @@ class StepNoise:
         else:
             z = e
         self._z = float(z[-1])
-        k = self.factors.size
-        index = np.minimum((ndtr(z) * k).astype(np.int64), k - 1)
-        self._buf = np.concatenate([left, self.factors[index]])
+        self._buf = np.concatenate([left, ndtr(z)])  # probabilities; the step's kind picks the table
         self._pos = 0
 
-    def peek(self, k: int) -> np.ndarray:
-        """Return the next ``k`` factors without consuming them."""
+    def peek(self, k: int, prefill: bool = False) -> np.ndarray:
+        """Return the next ``k`` factors (of steps with prompt tokens: ``prefill``) without consuming them."""
         if self._pos + k > self._buf.size:
             self._fill(k)
-        return self._buf[self._pos:self._pos + k]
+        table = self.prefill_factors if prefill else self.factors
+        return table[np.minimum((self._buf[self._pos:self._pos + k] * table.size).astype(np.int64), table.size - 1)]
 
     def advance(self, k: int) -> None:
         """Consume ``k`` factors (after ``peek`` of at least ``k``)."""
@@ -261,9 +267,9 @@ class StepNoise:
             self._fill(k)
         self._pos += k
 
-    def take(self, k: int = 1) -> np.ndarray:
+    def take(self, k: int = 1, prefill: bool = False) -> np.ndarray:
         """Return and consume the next ``k`` factors."""
-        out = self.peek(k).copy()
+        out = self.peek(k, prefill)
         self.advance(k)
         return out
 
@@ -303,6 +309,23 @@ def fit_noise(ratio: np.ndarray, total_ratio: float | None = None, *, bins: int 
     if total_ratio is not None and total_ratio > 0:
         factors *= total_ratio / factors.mean()
     return tuple(float(f) for f in factors), _autocorrelation_for_windows(r, factors, window)
+
+
+MIN_PREFILL_NOISE_STEPS = 100  # steps with prompt tokens needed for their own noise factors
+
+
+def kind_noise_factors(ratio: np.ndarray, total_ratio: float | None = None, *, bins: int = NOISE_BINS,
+                       min_steps: int = MIN_PREFILL_NOISE_STEPS) -> tuple[float, ...]:
+    """Return noise factors for one kind of step's measured / modelled ratios (empty with fewer than
+    ``min_steps``), scaled as ``fit_noise`` scales its factors."""
+    r = np.asarray(ratio, dtype=np.float64)
+    r = r[np.isfinite(r) & (r > 0)]
+    if r.size < max(min_steps, 1):
+        return ()
+    factors = bin_means(r, bins)
+    if total_ratio is not None and total_ratio > 0:
+        factors *= total_ratio / factors.mean()
+    return tuple(float(f) for f in factors)
 
 
 def window_spread(values: np.ndarray, window: int) -> float | None:
@@ -465,9 +488,19 @@ def fit_step_model(rows: StepTrace | Sequence[Mapping[str, Any]] | Mapping[str, 
     total_pred = float(np.sum(steps * predicted))
     excess = float(np.sum(steps * y)) / total_pred - 1.0 if total_pred > 0 else None
     if noise and excess is not None:
+        prefill = cols["prefill_tokens"] > 0
         with np.errstate(divide="ignore", invalid="ignore"):
-            factors, rho = fit_noise(y / predicted, excess + 1.0)
-        model = model.model_copy(update={"noise_factors": factors, "noise_autocorrelation": rho})
+            ratio = y / predicted
+            factors, rho = fit_noise(ratio, excess + 1.0)
+
+            def total(kind: np.ndarray) -> float:
+                return float(np.sum((steps * y)[kind])) / float(np.sum((steps * predicted)[kind]) or 1.0)
+
+            prefill_factors = kind_noise_factors(ratio[prefill], total(prefill)) if factors else ()
+            if prefill_factors:  # the decode steps get their own too, each kind keeping its total time
+                factors = kind_noise_factors(ratio[~prefill], total(~prefill), min_steps=0) or factors
+        model = model.model_copy(update={"noise_factors": factors, "noise_autocorrelation": rho,
+                                         "prefill_noise_factors": prefill_factors})
     w = np.sqrt(steps * robust_w)
     result = StepFit(model=model, method=method, steps=int(total_w), rmse_s=rmse,
                      mean_abs_error_s=float(np.sum(steps * abs_err) / total_w),

@@ -136,6 +136,9 @@ class StepModelSpec(BaseModel):
                                                          "tokens, s.")
     noise_factors: tuple[NoiseFactor, ...] = Field((), description="Step-time noise factors (StepModel.noise_factors); "
                                              "empty: none.")
+    prefill_noise_factors: tuple[NoiseFactor, ...] = Field((), description="Noise factors of steps with prompt "
+                                                     "tokens (StepModel.prefill_noise_factors); empty: "
+                                                     "noise_factors.")
     noise_autocorrelation: float = Field(0.0, ge=0, le=MAX_NOISE_AUTOCORRELATION,
                                          description="Step-to-step correlation of the noise.")
     arrival_lags_s: tuple[LagS, ...] = Field((), description="The arrival lag's spread (StepModel.arrival_lags_s); "
@@ -146,6 +149,7 @@ class StepModelSpec(BaseModel):
     def to_model(self) -> StepModel:
         """Return the step model."""
         noise = {"noise_factors": self.noise_factors, "noise_autocorrelation": self.noise_autocorrelation,
+                 "prefill_noise_factors": self.prefill_noise_factors,
                  "arrival_lags_s": self.arrival_lags_s, "busy_arrival_lags_s": self.busy_arrival_lags_s,
                  "wake_s": self.wake_s, "wake_tau_s": self.wake_tau_s,
                  "after_prefill_s": self.after_prefill_s}

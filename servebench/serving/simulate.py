@@ -425,7 +425,7 @@ class _EventLoop:
                 for rid, chunk in plan.prefill:
                     dur = self.model.prefill_s(chunk)
                     if self.noise is not None:
-                        dur *= float(self.noise.take()[0])
+                        dur *= float(self.noise.take(1, prefill=True)[0])
                     longest = max(longest, dur)
                     self._push(now + dur, PRIO_PREFILL, EV_PREFILL, plan.only({rid}))
                 self.trace.append((now, longest, 1, 2, plan.running, plan.waiting, plan.kv_tokens_used, 0,
@@ -445,7 +445,7 @@ class _EventLoop:
             dur = self.model.step_s(plan.prefill_tokens, d, plan.kv_tokens_read, len(plan.prefill))
             if extra:
                 dur += extra
-            end = now + (dur if self.noise is None else dur * float(self.noise.take()[0]))
+            end = now + (dur if self.noise is None else dur * float(self.noise.take(1, bool(plan.prefill))[0]))
         else:
             end = self._decode_run_end(now, plan, extra)
         self.last_end, self.last_prefill = end, bool(plan.prefill)
