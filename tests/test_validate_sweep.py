@@ -216,3 +216,19 @@ def test_validate_sweep_end_to_end(tmp_path: Path) -> None:
     assert (out / "rate_10" / "records.jsonl").is_file() and (out / "rate_40" / "steps.jsonl").is_file()
     measured_ttft = np.array([p["measured"]["ttft_p95_s"] for p in doc["points"]])
     assert np.all(np.isfinite(measured_ttft))
+
+
+def test_compare_pools_the_simulated_replays() -> None:
+    from servebench.serving.engine.validation import compare
+
+    def table(ttfts: list[float]) -> object:
+        rows = [{"request_id": f"r{i}", "start": float(i), "first_token": i + t, "end": i + t + 0.1,
+                 "status": "success", "prompt_tokens": 10, "output_tokens": 5} for i, t in enumerate(ttfts)]
+        return validate(parse_objects(rows, "t"), 0.0, 100.0)
+
+    measured = table([0.2, 0.2, 0.2, 0.2])
+    low, high = table([0.1, 0.1, 0.1, 0.1]), table([0.3, 0.3, 0.3, 0.3])
+    ttft = {(c.metric, c.q): c for c in compare(measured, [low, high])}
+    assert ttft[("ttft", 50)].simulated_s == pytest.approx(0.1)  # p50 of the 8 pooled values: the 4th
+    assert ttft[("ttft", 95)].simulated_s == pytest.approx(0.3)
+    assert compare(measured, low)[0].simulated_s == pytest.approx(0.1)  # one table: as before
