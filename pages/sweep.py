@@ -140,7 +140,7 @@ if step_how == "flat timings":
     scenario = guarded(with_step_model, scenario, spec)
 elif step_how == "coefficients":
     current = guarded(lambda: base.step_model.to_model())
-    c = st.columns(4)
+    c = [col for _ in range(0, len(COEFFICIENTS), 4) for col in st.columns(4)]  # rows of 4, one per coefficient
     spec = StepModelSpec(**{name: col.number_input(name, min_value=0.0, value=float(getattr(current, name)),
                                                    format="%.3e", key=f"coef_{name}:{base.name}")
                             for col, name in zip(c, COEFFICIENTS)})

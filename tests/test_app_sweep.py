@@ -101,3 +101,16 @@ def test_a_poor_step_fit_is_one_message_with_the_choice() -> None:
     assert "run_sweep" not in {b.key for b in at.button}  # stopped until the user chooses
     at.checkbox(key="allow_poor_fit").check().run()
     assert not at.exception and "run_sweep" in {b.key for b in at.button}
+
+
+def test_every_step_model_coefficient_has_an_input_and_keeps_its_value() -> None:
+    from servebench.capacity.stepmodel import COEFFICIENTS
+    at = _sweep_page(requests="60", loads="0.5, 1")
+    at.radio(key="step_how:profile_b").set_value("coefficients").run()
+    assert not at.exception and not at.error
+    keys = {w.key for w in at.number_input if (w.key or "").startswith("coef_")}
+    assert keys == {f"coef_{name}:profile_b" for name in COEFFICIENTS}
+    last = COEFFICIENTS[-1]  # the one a zip over four columns used to drop
+    at.number_input(key=f"coef_{last}:profile_b").set_value(0.002).run()
+    assert not at.exception and not at.error
+    assert at.number_input(key=f"coef_{last}:profile_b").value == 0.002

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 import typer.main
 
 from servebench.cli.core import app
@@ -78,3 +79,18 @@ def test_metrics_a_file_cannot_support_are_null_in_json():
     assert doc["summary"]["successful_requests_per_second"] is None  # llmperf records no timestamps
     assert doc["summary"]["success_latency_p95_s"] is not None
     assert "successful_requests_per_second" in doc["unavailable_metrics"]
+
+
+@pytest.mark.parametrize("command", [
+    ["summarize", str(SAMPLE_DATA / "requests_sample.csv")],
+    ["sweep", str(SAMPLE_DATA / "scenarios" / "profile_a.yaml"), "-o", "unused-site"],
+    ["report", str(SAMPLE_DATA / "requests_sample.csv"), "-o", "unused-site"],
+])
+@pytest.mark.parametrize("option,value", [("--slo-ttft", "0"), ("--slo-tpot", "-1"), ("--slo-latency", "inf")])
+def test_an_slo_that_is_not_a_positive_time_is_a_usage_error(command, option, value, tmp_path):
+    res = subprocess.run([sys.executable, "-m", "servebench", *command, option, value], capture_output=True,
+                         text=True, timeout=120, cwd=tmp_path)
+    assert res.returncode == 2
+    assert f"Invalid value for '{option}'" in res.stderr and "positive number of seconds" in res.stderr
+    assert "Traceback" not in res.stderr and "pydantic" not in res.stderr
+    assert not (tmp_path / "unused-site").exists()

@@ -37,7 +37,7 @@ def schema() -> None:
     emit_json(TimingRecord.model_json_schema(by_alias=False))
 
 
-def _positive_s(value: Optional[float]) -> Optional[float]:
+def positive_s(value: Optional[float]) -> Optional[float]:
     """Refuse a limit in seconds that is not a positive number (a usage error, exit code 2)."""
     if value is not None and not (value > 0 and value != float("inf")):
         raise typer.BadParameter(f"must be a positive number of seconds, got {value}")
@@ -51,12 +51,12 @@ def summarize(
                                 "set."),
     window_start: Optional[float] = typer.Option(None, help="Observation window start, s (default: min start)."),
     window_end: Optional[float] = typer.Option(None, help="Observation window end, s (default: max end)."),
-    slo_ttft: Optional[float] = typer.Option(None, help="SLO on TTFT, s."),
-    slo_tpot: Optional[float] = typer.Option(None, help="SLO on request TPOT, s."),
-    slo_latency: Optional[float] = typer.Option(None, help="SLO on latency, s."),
-    slo_itl: Optional[float] = typer.Option(None, "--slo-itl", callback=_positive_s,
+    slo_ttft: Optional[float] = typer.Option(None, callback=positive_s, help="SLO on TTFT, s."),
+    slo_tpot: Optional[float] = typer.Option(None, callback=positive_s, help="SLO on request TPOT, s."),
+    slo_latency: Optional[float] = typer.Option(None, callback=positive_s, help="SLO on latency, s."),
+    slo_itl: Optional[float] = typer.Option(None, "--slo-itl", callback=positive_s,
                                             help="SLO on each request's p99 inter-token gap, s (needs token_times)."),
-    stall_s: Optional[float] = typer.Option(None, "--stall-s", callback=_positive_s,
+    stall_s: Optional[float] = typer.Option(None, "--stall-s", callback=positive_s,
                                             help="A gap between tokens longer than this is a stall, s "
                                                  "(default: 4x the median inter-token latency)."),
     format: str = typer.Option("auto", "--format", help="Input format (auto-detected by default): csv, json, jsonl, "
@@ -74,7 +74,7 @@ def summarize(
     memory_limit: Optional[str] = typer.Option(None, "--memory-limit", metavar="SIZE",
                                                help="Memory servebench allows itself (4GB, 512MiB; default: half of "
                                                     "this machine's); DuckDB is held to it."),
-    warmup_s: Optional[float] = typer.Option(None, "--warmup-s", callback=_positive_s,
+    warmup_s: Optional[float] = typer.Option(None, "--warmup-s", callback=positive_s,
                                              help="Report the window's first S seconds as the slice 'cold' and the "
                                                   "rest as 'warm' (in place of the records' slices)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from servebench.cli.core import app, console, emit_json
+from servebench.cli.core import app, console, emit_json, positive_s
 from servebench.errors import ConfigError
 from servebench.output.plain import fmt
 from servebench.output.safetext import safe_markup
@@ -251,9 +251,9 @@ def load(
                                               help="An existing Ray cluster (auto, HOST:PORT or ray://HOST:PORT); "
                                                    "implies --ray."),
     api_key: Optional[str] = typer.Option(None, envvar="OPENAI_API_KEY", help="Bearer token, if the server wants one."),
-    slo_ttft: Optional[float] = typer.Option(None, help="SLO on TTFT, s."),
-    slo_tpot: Optional[float] = typer.Option(None, help="SLO on request TPOT, s."),
-    slo_latency: Optional[float] = typer.Option(None, help="SLO on latency, s."),
+    slo_ttft: Optional[float] = typer.Option(None, callback=positive_s, help="SLO on TTFT, s."),
+    slo_tpot: Optional[float] = typer.Option(None, callback=positive_s, help="SLO on request TPOT, s."),
+    slo_latency: Optional[float] = typer.Option(None, callback=positive_s, help="SLO on latency, s."),
     slo_target: float = typer.Option(0.95, help="Sweep: share of offered requests that must meet every SLO."),
     search: bool = typer.Option(False, "--search/--no-search", help="Sweep: bisect for the capacity with extra runs."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),

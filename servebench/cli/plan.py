@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from servebench.cli.core import app, console, emit_json
+from servebench.cli.core import app, console, emit_json, positive_s
 from servebench.errors import ConfigError
 from servebench.output.plain import fmt
 
@@ -43,9 +43,9 @@ def plan(
     output_tokens: Optional[int] = typer.Option(None, "--output-tokens", help="Output length, tokens."),
     scenario: Optional[Path] = typer.Option(None, "--scenario", help="A scenario file: its request mix, arrival "
                                             "process and scheduler settings replace --prompt/--output-tokens."),
-    slo_ttft: Optional[float] = typer.Option(None, help="SLO on TTFT, s."),
-    slo_tpot: Optional[float] = typer.Option(None, help="SLO on request TPOT, s."),
-    slo_latency: Optional[float] = typer.Option(None, help="SLO on latency, s."),
+    slo_ttft: Optional[float] = typer.Option(None, callback=positive_s, help="SLO on TTFT, s."),
+    slo_tpot: Optional[float] = typer.Option(None, callback=positive_s, help="SLO on request TPOT, s."),
+    slo_latency: Optional[float] = typer.Option(None, callback=positive_s, help="SLO on latency, s."),
     slo_target: float = typer.Option(0.95, help="Share of requests that must meet every SLO."),
     gpus: Optional[str] = typer.Option(None, "--gpus", help="GPU types to consider, e.g. H100,A100-80GB "
                                        "(default: every GPU preset; CPU on request)."),

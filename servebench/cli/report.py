@@ -9,7 +9,7 @@ from typing import List, Optional
 import typer
 from pydantic import ValidationError
 
-from servebench.cli.core import app, console, emit_json
+from servebench.cli.core import app, console, emit_json, positive_s
 from servebench.errors import ConfigError
 
 
@@ -20,9 +20,9 @@ def report(
                                                 "timing-run or simulation folders, or sweep outputs."),
     out: Path = typer.Option(..., "-o", "--out", help="Folder to write the site into (created if needed)."),
     title: str = typer.Option("servebench report", "--title", help="Title shown on every page."),
-    slo_ttft: Optional[float] = typer.Option(None, help="SLO on TTFT, s (goodput is shown when any SLO is set)."),
-    slo_tpot: Optional[float] = typer.Option(None, help="SLO on request TPOT, s."),
-    slo_latency: Optional[float] = typer.Option(None, help="SLO on latency, s."),
+    slo_ttft: Optional[float] = typer.Option(None, callback=positive_s, help="SLO on TTFT, s (goodput is shown when any SLO is set)."),
+    slo_tpot: Optional[float] = typer.Option(None, callback=positive_s, help="SLO on request TPOT, s."),
+    slo_latency: Optional[float] = typer.Option(None, callback=positive_s, help="SLO on latency, s."),
     model: Optional[str] = typer.Option(None, "--model", help="Model preset for the KV section (servebench kv "
                                                              "--list-models)."),
     config: Optional[Path] = typer.Option(None, "--config", help="Model shape from a Hugging Face config.json."),

@@ -40,7 +40,7 @@ def serve_engine(
     """
     from servebench.serving.engine.service import EngineService
     from servebench.serving.scheduler import SchedulerConfig
-    from servebench.serving.engine.http_api import bind_socket, create_app, make_server
+    from servebench.serving.engine.http_api import bind_socket, create_app, http_url, make_server
 
     if not is_loopback(host):  # stderr, so --json output on stdout stays one object
         typer.echo(f"warning: --host {host} serves the engine beyond this machine: anyone who can reach "
@@ -55,7 +55,7 @@ def serve_engine(
     sock = bind_socket(host, port)  # bound now, so --port 0 prints the port it got
     port = sock.getsockname()[1]
     model_id = f"servebench-{service.model.config.name}"
-    info = {"url": f"http://{host}:{port}", "model": model_id, "device": str(service.model.device),
+    info = {"url": http_url(host, port), "model": model_id, "device": str(service.model.device),
             "kv_budget_tokens": kv_budget_tokens, "max_num_seqs": max_num_seqs, "max_waiting": max_waiting,
             "max_num_batched_tokens": max_num_batched_tokens, "policy": policy, "timeout_s": timeout,
             "read_timeout_s": read_timeout, "prefix_caching": prefix_caching}

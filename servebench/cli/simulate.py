@@ -11,7 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from servebench.output import strict_json
-from servebench.cli.core import app, console, emit_json
+from servebench.cli.core import app, console, emit_json, positive_s
 from servebench.errors import ConfigError
 from servebench.output.plain import fmt
 from servebench.output.safetext import safe_markup
@@ -124,9 +124,9 @@ def sweep(
         None, help="Arrival rates to sweep, requests/s, e.g. 0.5,1,2,4 (default: 10 from 0.25x to 2.5x the scenario's)."),
     concurrency: Optional[str] = typer.Option(None, help="Closed-loop user counts to sweep, e.g. 1,2,4,8."),
     requests: Optional[int] = typer.Option(2000, help="Requests per point (0: the scenario's own count)."),
-    slo_ttft: Optional[float] = typer.Option(None, help="SLO on TTFT, s."),
-    slo_tpot: Optional[float] = typer.Option(None, help="SLO on request TPOT, s."),
-    slo_latency: Optional[float] = typer.Option(None, help="SLO on latency, s."),
+    slo_ttft: Optional[float] = typer.Option(None, callback=positive_s, help="SLO on TTFT, s."),
+    slo_tpot: Optional[float] = typer.Option(None, callback=positive_s, help="SLO on request TPOT, s."),
+    slo_latency: Optional[float] = typer.Option(None, callback=positive_s, help="SLO on latency, s."),
     slo_target: float = typer.Option(0.95, help="Share of offered requests that must meet every SLO."),
     search: bool = typer.Option(True, "--search/--no-search", help="Bisect for the capacity between grid points."),
     seeds: int = typer.Option(1, min=1, max=1000, help="Repeat the sweep over this many seeds (the scenario's and "

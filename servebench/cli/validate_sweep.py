@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from servebench.cli.core import app, console, emit_json
+from servebench.cli.core import app, console, emit_json, positive_s
 from servebench.errors import ConfigError
 from servebench.output.plain import fmt
 from servebench.output.safetext import safe_markup
@@ -45,9 +45,9 @@ def validate_sweep_command(
     device: str = typer.Option("auto", help="auto, cpu or cuda."),
     threads: int = typer.Option(1, min=1, help="torch CPU threads."),
     weights_seed: int = typer.Option(0, help="Seed of the random weights."),
-    slo_ttft: Optional[float] = typer.Option(None, help="SLO on TTFT, s (then the knee is where the SLOs fail)."),
-    slo_tpot: Optional[float] = typer.Option(None, help="SLO on request TPOT, s."),
-    slo_latency: Optional[float] = typer.Option(None, help="SLO on latency, s."),
+    slo_ttft: Optional[float] = typer.Option(None, callback=positive_s, help="SLO on TTFT, s (then the knee is where the SLOs fail)."),
+    slo_tpot: Optional[float] = typer.Option(None, callback=positive_s, help="SLO on request TPOT, s."),
+    slo_latency: Optional[float] = typer.Option(None, callback=positive_s, help="SLO on latency, s."),
     allow_poor_fit: bool = typer.Option(False, "--allow-poor-fit", help="Simulate even from a step model that "
                                         "fits too poorly (the result says so)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),

@@ -53,6 +53,15 @@ Send = Callable[[Message], Awaitable[None]]
 # --------------------------------------------------------------------------- sockets and uvicorn
 
 
+def http_url(host: str, port: int) -> str:
+    """Return the base URL of a server on ``host``:``port``, an IPv6 address in brackets.
+
+    >>> http_url("127.0.0.1", 8011), http_url("::1", 8011)
+    ('http://127.0.0.1:8011', 'http://[::1]:8011')
+    """
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
 def bind_socket(host: str, port: int) -> socket.socket:
     """Return a TCP socket bound to ``host:port`` (``port=0``: a free one), for uvicorn to listen on.
 
@@ -180,8 +189,7 @@ def serve_in_background(app: Any, host: str = "127.0.0.1", port: int = 0, log_le
     try:
         if not ready.is_set():
             raise ConfigError(f"the server on {host}:{bound_port} did not start within {start_timeout_s:g} s")
-        url_host = f"[{host}]" if ":" in host else host
-        yield f"http://{url_host}:{bound_port}"
+        yield http_url(host, bound_port)
     finally:
         server.should_exit = True
         thread.join(timeout=10)
