@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
 from pages._figures import cause_chart, over_time_chart, record_charts
@@ -16,6 +17,7 @@ from servebench.output.figures.retries import fairness_frame, logical_frame
 from servebench.output.plain import label
 from servebench.records.loaders import encode_records
 from servebench.analysis.multirun import rate_curve, runs_table
+from servebench.analysis.summary import Distribution
 from servebench.output.safetext import safe_text
 from streamlit.delta_generator import DeltaGenerator
 
@@ -27,6 +29,22 @@ def chart_panel(parent: DeltaGenerator, title: str, key: str) -> DeltaGenerator:
     (benchmarks/results/dashboard.md); the page's metrics and tables give their key numbers without them.
     """
     return parent.expander(title, key=key, on_change="rerun", icon=":material/bar_chart:")
+
+
+def show_distributions(rows: dict[str, Distribution | None], scale: float) -> None:
+    """Show each metric's percentiles with their intervals, then its max and mean in a narrow table beside.
+
+    One table of both was wider than the page at 1,400 px (eight columns, four of them 'value [low, high]').
+    """
+    frame = distribution_frame(rows, scale).rename(columns={"metric": "Metric", "max": "Max", "mean": "Mean"})
+    st.dataframe(frame.drop(columns=["Max", "Mean"]), hide_index=True)
+    st.dataframe(frame[["Metric", "Max", "Mean"]], hide_index=True, width="content")
+
+
+def slice_tables(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Split the slices' table in two that each fit the page: counts and shares; rates and p95 times."""
+    rates = [k for k in frame.columns if k.endswith(("_per_second", "_s", "_ms"))]
+    return frame.drop(columns=rates), frame[["slice", *rates]]
 
 
 st.title("Summary")
@@ -138,15 +156,15 @@ with outcome_box:
     st.caption("Nearest rank. A '—' bound means the sample is too small to bound that side. "
                "Failure-aware rows count every non-success as ∞, so a tail made of failures shows as ∞.")
     st.markdown("**Success-only**")
-    st.dataframe(distribution_frame({
+    show_distributions({
         f"Latency ({unit})": report.latency_s, f"TTFT ({unit})": report.ttft_s,
         f"Request TPOT ({unit})": report.request_tpot_s, f"Queue wait ({unit})": report.queue_wait_s,
         f"Prefill ({unit})": report.prefill_s,
-    }, scale), hide_index=True)
+    }, scale)
     st.markdown("**Failure-aware** (all requests)")
-    st.dataframe(distribution_frame({
+    show_distributions({
         f"Latency ({unit})": report.failure_aware_latency_s, f"TTFT ({unit})": report.failure_aware_ttft_s,
-    }, scale), hide_index=True)
+    }, scale)
     box = chart_panel(st, "CDFs of latency, TTFT and TPOT with p50, p95, p99 marked; where the time goes",
                       "cdfs_open")
     if box.open:
@@ -175,8 +193,9 @@ with slo_box:
 
 if report.slices:
     st.subheader("Slices" if slice_by == SLICE_COLUMN else f"Slices by {safe_text(slice_by)}")
-    st.dataframe(slice_frame(report, unit).assign(slice=lambda f: f["slice"].map(safe_text)).rename(columns=label),
-                 hide_index=True)
+    counts, rates = slice_tables(slice_frame(report, unit).assign(slice=lambda f: f["slice"].map(safe_text)))
+    st.dataframe(counts.rename(columns=label), hide_index=True)
+    st.dataframe(rates.rename(columns=label), hide_index=True)
 
 if report.logical is not None:
     st.subheader("Retries: logical requests")

@@ -172,3 +172,30 @@ def test_several_files_uploaded_at_once_are_compared() -> None:
         text = page.locator('[data-testid="stMain"]').inner_text()
         assert "requests_sample.csv" in text and "r1_r4.json" in text and "guidellm-0.8.1-errors.json" in text
         screenshot(page, "compare_three_runs")
+
+
+WIDE_TABLES = """() => [...document.querySelectorAll('[data-testid="stDataFrame"], [data-testid="stTable"]')].map(e => {
+  const s = e.querySelector('.dvn-scroller') || e.querySelector('table')?.parentElement || e;
+  const heads = [...e.querySelectorAll('[role="columnheader"], th')].map(c => c.innerText.trim()).join('|');
+  return {columns: heads, scroll_px: s.scrollWidth, visible_px: s.clientWidth};
+}).filter(t => t.scroll_px > t.visible_px + 1)"""
+
+
+def test_summary_tables_fit_a_1400_px_window_without_scrolling_sideways() -> None:
+    """Every table on Summary fits a 1,400 px window: the grid's scrollable width is its visible width, s and ms."""
+    require_chromium()
+    with streamlit_server() as url, browser_page(viewport=(1400, 3200)) as page:
+        page.set_default_timeout(TIMEOUT_MS)
+        page.goto(url, wait_until="domcontentloaded")
+        page.get_by_role("heading", name="Slices").first.wait_for()  # the sample has slices: the widest table
+        _wait_idle(page)
+        page.locator('[data-testid="stDataFrame"] .dvn-scroller').nth(6).wait_for()
+        assert page.locator('[data-testid="stDataFrame"]').count() >= 7
+        assert page.evaluate(WIDE_TABLES) == []
+        page.get_by_role("radio", name="ms", exact=True).first.click()  # longer numbers in milliseconds
+        page.wait_for_function(
+            """() => [...document.querySelectorAll('[role="columnheader"]')]
+                     .some(e => e.innerText.trim() === 'Latency p95 (ms)')""", timeout=TIMEOUT_MS)
+        _wait_idle(page)
+        assert page.evaluate(WIDE_TABLES) == []
+        screenshot(page, "summary_tables_1400px")

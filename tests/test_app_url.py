@@ -40,13 +40,16 @@ def test_percentile_explorer_ignores_a_bad_url() -> None:
 
 def test_summary_percentile_tables_follow_the_unit() -> None:
     at = _page("pages/summary.py", run="r1_r4.json", ws="0", we="10")
-    seconds = at.dataframe[[d.value.columns[0] for d in at.dataframe].index("metric")].value
-    assert seconds["metric"].iloc[0] == "Latency (s)"
+    seconds = at.dataframe[[d.value.columns[0] for d in at.dataframe].index("Metric")].value
+    assert seconds["Metric"].iloc[0] == "Latency (s)"
+    assert seconds["p95 [95% CI]"].iloc[0].startswith("2.5 [")
     at.segmented_control(key="unit").set_value("ms").run()
     assert not at.exception
-    tables = [d.value for d in at.dataframe if d.value.columns[0] == "metric"]
-    assert tables[0]["metric"].iloc[0] == "Latency (ms)"
-    assert tables[0]["max"].iloc[0] == "2,500"  # R1-R4's slowest success, 2.5 s
+    tables = [d.value for d in at.dataframe if d.value.columns[0] == "Metric"]
+    assert tables[0]["Metric"].iloc[0] == "Latency (ms)"
+    assert tables[0]["p95 [95% CI]"].iloc[0].startswith("2,500 [")
+    extremes = next(t for t in tables if "Max" in t.columns)  # max and mean in their own narrow table
+    assert extremes["Max"].iloc[0] == "2,500"  # R1-R4's slowest success, 2.5 s
     assert at.query_params["unit"] == "ms"
 
 
