@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 from servebench.analysis.retries import read_tenant_weights
 from servebench.analysis.summary import build_report
 from servebench.records.extra_columns import slice_by
@@ -59,11 +61,14 @@ def summarize_path(path: str | Path, fmt: str = "auto", window_start: float | No
         table, ws, we = table_of_set(loaded, source, window_start, window_end)
     if slice_column is not None:
         table = slice_by(table, slice_column)
-    progress(f"summarizing {len(table):,} records")
-    report = build_report(table, ws, we, slo, weights=weights, warmup_s=warmup_s)
     names = [p.name for p in record_set.parts] if record_set is not None and not single else [source]
     unavailable = list(dict.fromkeys(m for part in loaded for m in part.metadata.get("unavailable_metrics") or []))
-    return SetSummary(report, set_warnings(loaded, names), unavailable, list(table.extra), "memory", note)
+    warnings = set_warnings(loaded, names)
+    del loaded  # the parsed rows and Arrow columns behind them: the report needs only the table
+    pa.default_memory_pool().release_unused()
+    progress(f"summarizing {len(table):,} records")
+    report = build_report(table, ws, we, slo, weights=weights, warmup_s=warmup_s)
+    return SetSummary(report, warnings, unavailable, list(table.extra), "memory", note)
 
 
 __all__ = ["SetSummary", "summarize_path"]
