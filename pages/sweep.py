@@ -308,7 +308,9 @@ sim = guarded(_trace_at, scenario_run.model_dump_json(), at_load, result.mode, r
 st.plotly_chart(sweep_figs.trace_over_time(sim.trace, kv_budget_tokens=sim.kv_budget_tokens,
                                            title=f"Engine over time at load {at_load:g}"), key="sweep_trace")
 
-st.dataframe(sweep_figs.sweep_frame(result), hide_index=True)
+for title, frame in sweep_figs.sweep_frames(result):
+    st.caption(title)
+    st.dataframe(frame, hide_index=True)
 c = st.columns(2)
 c[0].download_button("Sweep (CSV)", lambda: sweep_csv(result), file_name=f"{result.scenario}.sweep.csv",
                      mime="text/csv", on_click="ignore")

@@ -142,6 +142,8 @@ def test_every_page_loads_only_from_the_apps_own_origin() -> None:
         _wait_idle(page)
         page.wait_for_load_state("networkidle")
         screenshot(page, "sweep_local_only")
+        page.locator('[data-testid="stDataFrame"] .dvn-scroller').nth(2).wait_for()
+        assert page.evaluate(WIDE_TABLES) == []  # the sweep's tables fit the 1,400 px window too
     assert any(u.startswith(url) for u in seen), "no request was recorded at all"
     assert any(u.startswith("ws://") for u in seen), "the app's WebSocket was not recorded"
     assert not outside, f"requests outside {url}: {sorted(set(outside))}"

@@ -68,3 +68,14 @@ def test_overlay_draws_simulated_solid_and_measured_dashed(saturated) -> None:
     dashes = {(t.name, t.line.dash) for t in fig.data}
     assert dashes == {("A", "solid"), ("B", "dash")}
     assert len(fig.data) == 6  # TTFT, latency and goodput rows for each
+
+
+def test_sweep_tables_keep_every_column_once_each_led_by_the_load(saturated) -> None:
+    whole = sf.sweep_frame(saturated)
+    parts = sf.sweep_frames(saturated)
+    load = whole.columns[0]
+    assert all(frame.columns[0] == load for _, frame in parts)
+    shown = [c for _, frame in parts for c in frame.columns[1:]]
+    assert sorted(shown) == sorted(whole.columns[1:]) and len(shown) == len(set(shown))
+    for _, frame in parts:
+        assert frame.equals(whole[frame.columns])

@@ -263,6 +263,21 @@ def sweep_frame(result: SweepResult) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+SWEEP_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (  # sweep_frame's columns in tables that fit a window
+    ("Outcomes", ("Found by", "Offered", "Completed", "Rejected", "Timed out", "Cancelled", "Failed")),
+    ("Rates and SLOs", ("Completed/s", "Goodput (req/s)", "SLO attainment", "Meets SLOs")),
+    ("Times and the engine", ("TTFT p95 (s)", "Latency p95 (s)", "Latency p95, failures as ∞ (s)",
+                              "Queue wait p95 (s)", "Peak running", "Preemptions")),
+)
+
+
+def sweep_frames(result: SweepResult) -> list[tuple[str, pd.DataFrame]]:
+    """Return ``sweep_frame`` as titled tables narrow enough for a 1,400 px window, each led by the load."""
+    frame = sweep_frame(result)
+    load = frame.columns[0]
+    return [(title, frame[[load, *columns]]) for title, columns in SWEEP_TABLES]
+
+
 @dataclass(frozen=True)
 class SweepSeries:
     """One sweep's p95 TTFT, p95 latency and goodput (or throughput) by load, simulated or measured."""
