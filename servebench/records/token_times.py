@@ -316,8 +316,7 @@ def check(times: ListColumn | None, counts: ListColumn | None, *, start: np.ndar
             first_differs = nonempty & first_token_present & ~nonfinite & (firsts != first_token)
             if v.size > 1:
                 drop = v[1:] < v[:-1]
-                starts = t.offsets[1:-1]
-                drop[starts[(starts > 0) & (starts < v.size)] - 1] = False  # gaps from one row to the next
+                drop[_row_steps(t.offsets)] = False  # steps from one row to the next
                 if drop.any():
                     decreasing[_rows_of(np.flatnonzero(drop), t.offsets)] = True
             after_end = nonempty & ~nonfinite & (lasts > end)
@@ -486,7 +485,7 @@ def gaps(times: pa.Array | pa.ChunkedArray) -> Gaps:
     """
     f = flat(times)
     lengths = f.lengths
-    diffs = np.diff(f.values) if f.values.size > 1 else np.empty(0)
+    diffs = np.diff(f.values)  # empty for fewer than two values
     diffs[_row_steps(f.offsets)] = np.nan
     max_gap = np.full(lengths.size, np.nan)
     has = lengths > 1
