@@ -45,6 +45,16 @@ def both_engines(path: Path | str, **kw) -> dict | None:
     return memory
 
 
+def refusals(path: Path | str, error: type[ServebenchError] = RecordValidationError, **kw) -> list[str]:
+    """Return the message each engine refuses the set with, the in-memory one first."""
+    messages = []
+    for engine in ("memory", "duckdb"):
+        with pytest.raises(error) as info:
+            summarize_path(path, engine=engine, **kw)
+        messages.append(str(info.value))
+    return messages
+
+
 # --------------------------------------------------------------------------- numpy's pairwise sum, streamed
 
 
@@ -337,11 +347,7 @@ def test_a_part_with_a_column_of_another_type_is_read_by_servebench(tmp_path):
                        "status": ["success"] * 5, "first_token": [r["start"] for r in recs[5:]],
                        "output_tokens": [3.0] * 5})
     pq.write_table(second, tmp_path / "set" / "p1.parquet")
-    errors = []
-    for engine in ("memory", "duckdb"):
-        with pytest.raises(RecordValidationError) as info:
-            summarize_path(tmp_path / "set", engine=engine)
-        errors.append(str(info.value))
+    errors = refusals(tmp_path / "set")
     assert errors[0] == errors[1]
     assert errors[0].startswith("p1.parquet, row 1, field 'output_tokens': Invalid successful output")
 
@@ -368,11 +374,7 @@ def test_validation_names_the_same_part_row_and_field(tmp_path, suffix):
         pacsv.write_csv(table, path)
     else:
         path.write_text("".join(json.dumps({k: v for k, v in r.items() if v is not None}) + "\n" for r in bad))
-    messages = []
-    for engine in ("memory", "duckdb"):
-        with pytest.raises(RecordValidationError) as info:
-            summarize_path(folder, engine=engine)
-        messages.append(str(info.value))
+    messages = refusals(folder)
     assert messages[0] == messages[1]
     assert messages[0].startswith(f"b.{suffix}, row {ok_at + 1}, field 'first_token': Invalid successful output")
 
@@ -467,11 +469,7 @@ def test_each_rule_gives_the_same_first_bad_row_and_message(tmp_path, what, fmt,
     recs[2] = [1, 2] if change is None else {**recs[2], **change}
     write_part(recs, folder / f"b.{fmt}")
     write_parquet([{**r, "status": "done"} for r in sample_records(3)], folder / "c.parquet")
-    errors = []
-    for engine in ("memory", "duckdb"):
-        with pytest.raises(RecordValidationError) as info:
-            summarize_path(folder, engine=engine)
-        errors.append(str(info.value))
+    errors = refusals(folder)
     assert errors[0] == errors[1]
     where = f"b.{fmt}, row 3" + (f", field '{field}'" if field else "")
     assert errors[0].startswith(f"{where}: {message}"), errors[0]
@@ -510,11 +508,7 @@ def test_extra_columns_that_are_not_scalars_are_the_same_error(tmp_path):
 
 def test_an_unknown_slice_column_is_the_same_error(tmp_path):
     folder = hive_folder(tmp_path / "trace", sample_records())
-    errors = []
-    for engine in ("memory", "duckdb"):
-        with pytest.raises(ConfigError) as info:
-            summarize_path(folder, engine=engine, slice_column="gpus")
-        errors.append(str(info.value))
+    errors = refusals(folder, ConfigError, slice_column="gpus")
     assert errors[0] == errors[1] and "did you mean 'gpu'" in errors[0]
 
 
