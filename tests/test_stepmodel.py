@@ -9,7 +9,7 @@ from pydantic import ValidationError
 from servebench.errors import ConfigError
 from servebench.serving.scenario import parse_scenario
 from servebench.serving.simulate import simulate
-from servebench.capacity.stepmodel import (MIN_R2, NOISE_BINS, PoorFitError, StepModel, StepNoise, fit_noise,
+from servebench.capacity.stepmodel import (EXCESS_BINS, MIN_R2, NOISE_BINS, PoorFitError, StepModel, StepNoise, fit_noise,
                                          fit_step_model, require_usable)
 
 TRUE = StepModel(base_s=0.012, per_prefill_token_s=8e-5, per_decode_seq_s=3e-4, per_kv_token_s=2e-8)
@@ -218,27 +218,50 @@ def test_noise_stream_peeks_without_drawing_and_is_seeded() -> None:
     assert set(np.unique(ahead)) <= {0.5, 1.0, 2.0}
 
 
-def test_fit_with_noise_keeps_the_total_and_the_spread_of_the_steps() -> None:
+def test_fit_with_noise_keeps_the_total_and_the_spread_of_each_kind_of_step() -> None:
     trace = synthetic_trace(3000, 0.0, 12)
     rng = np.random.default_rng(13)
-    clean = trace["duration"].copy()
-    trace["duration"] = clean * rng.lognormal(0.0, 0.25, size=clean.size)
+    trace["duration"] = trace["duration"] + rng.normal(0.0, 0.002, size=trace["duration"].size)
     fit = fit_step_model(trace, noise=True)
     modelled = fit.model.step_s(trace["prefill_tokens"], trace["decode_seqs"], trace["kv_tokens_read"])
-    prefill = trace["prefill_tokens"] > 0  # 40% of the steps: enough for factors of their own
-    for kind, table in ((~prefill, fit.model.noise_factors), (prefill, fit.model.prefill_noise_factors)):
-        factors = np.array(table)
-        assert len(factors) == NOISE_BINS
-        assert factors.mean() == pytest.approx(trace["duration"][kind].sum() / modelled[kind].sum(), rel=1e-9)
-        spread = factors[int(0.9 * NOISE_BINS)] / factors[int(0.1 * NOISE_BINS)]  # p90 / p10 of the step ratio
-        assert spread == pytest.approx(np.exp(0.25 * 2 * 1.2816), rel=0.15)
+    prefill = trace["prefill_tokens"] > 0  # 40% of the steps: enough for a table of their own
+    for kind, table in ((~prefill, fit.model.noise_excess_s), (prefill, fit.model.prefill_noise_excess_s)):
+        excess = np.array(table)
+        assert len(excess) == EXCESS_BINS and np.all(np.diff(excess) >= 0)
+        assert excess.mean() == pytest.approx((trace["duration"] - modelled)[kind].mean(), rel=1e-9)
+        spread = excess[int(0.9 * EXCESS_BINS)] - excess[int(0.1 * EXCESS_BINS)]  # p90 - p10 of the excess
+        assert spread == pytest.approx(0.002 * 2 * 1.2816, rel=0.15)
     assert fit.model.noise_autocorrelation < 0.1  # the injected noise is independent from step to step
-    assert fit_step_model(trace).model.noise_factors == ()  # only when asked for
+    assert fit.model.noise_factors == ()  # the scatter is fitted as seconds, not as factors
+    assert fit_step_model(trace).model.noise_excess_s == ()  # only when asked for
     few = {k: v[:220] for k, v in trace.items()}  # under 100 steps with prompt tokens: one table for all
-    assert fit_step_model(few, noise=True).model.prefill_noise_factors == ()
+    assert fit_step_model(few, noise=True).model.prefill_noise_excess_s == ()
 
 
-def test_simulated_noise_keeps_the_mean_widens_the_tails_and_is_deterministic() -> None:
+def test_fit_recovers_a_stall_that_costs_the_same_seconds_on_short_and_long_steps() -> None:
+    """As on the engine: the slowest steps are a fixed stall over the model whatever their size, so the
+    fitted noise is that stall in seconds, and a simulated long step is not blown up several-fold."""
+    trace = synthetic_trace(4000, 0.0, 21)  # steps of 12 ms to 0.4 s
+    rng = np.random.default_rng(22)
+    n = trace["duration"].size
+    stalled = rng.random(n) < 0.04  # 4% of the steps, whatever their size, lose 20 ms to another thread
+    trace["duration"] = trace["duration"] + rng.normal(0.0, 0.0005, size=n) + np.where(stalled, 0.020, 0.0)
+    fit = fit_step_model(trace, noise=True)
+    for table in (fit.model.noise_excess_s, fit.model.prefill_noise_excess_s):
+        np.testing.assert_allclose(table[-7:], 0.020, atol=0.002)  # the slowest 3.5%: the stall, recovered
+        assert abs(float(np.median(table))) < 0.001  # the rest: the jitter around the model
+    long_s = fit.model.step_s(4000, 0, 0)
+    noise = fit.model.noise(np.random.default_rng(0))
+    assert noise is not None and noise.additive
+    worst = max(noise.apply(long_s, v) for v in noise.take(5000, prefill=True))
+    assert worst < long_s + 0.025  # a 0.33 s step gains at most the stall, as in the trace
+    modelled = fit.model.step_s(trace["prefill_tokens"], trace["decode_seqs"], trace["kv_tokens_read"])
+    ratio, long = (trace["duration"] / modelled)[stalled], modelled[stalled] > 0.2
+    assert ratio[~long].max() > 2.0 and ratio[long].max() < 1.15  # as a factor, the stall depends on the size
+
+
+@pytest.mark.parametrize("kind", ["noise_factors", "noise_excess_s"])
+def test_simulated_noise_keeps_the_mean_widens_the_tails_and_is_deterministic(kind: str) -> None:
     step = {"base_s": 0.002, "per_prefill_token_s": 1e-5, "per_decode_seq_s": 1e-4}
     sc = parse_scenario({
         "seed": 2, "server": {"kv_budget_tokens": 20_000, "max_num_batched_tokens": 256}, "step_model": step,
@@ -247,10 +270,17 @@ def test_simulated_noise_keeps_the_mean_widens_the_tails_and_is_deterministic() 
                                   "output": {"kind": "uniform", "low": 20, "high": 60}}]}})
     factors = tuple(float(x) for x in np.exp(np.linspace(-1.0, 1.0, 50)))
     factors = tuple(f / np.mean(factors) for f in factors)  # mean 1: the model's time on average
+    excess = tuple(float(x) for x in np.linspace(-0.0015, 0.0015, 50))  # mean 0 s: the same on average
+    table = factors if kind == "noise_factors" else excess
     noisy_sc = sc.model_copy(update={"step_model": sc.step_model.model_copy(
-        update={"noise_factors": factors, "noise_autocorrelation": 0.5})})
+        update={kind: table, "noise_autocorrelation": 0.5})})
     plain, noisy = simulate(sc), simulate(noisy_sc)
-    assert noisy_sc.step_model.to_model().noise_mean == pytest.approx(1.0)
+    model = noisy_sc.step_model.to_model()
+    assert model.noise_mean == pytest.approx(1.0)
+    t = simulate(noisy_sc, decode_runs=False).trace  # each step: the model's time with one value of the table on it
+    clean = model.step_s(t.prefill_tokens, t.decode_seqs, t.kv_tokens_read, t.prefill_seqs)
+    applied = t.duration_s / clean if kind == "noise_factors" else t.duration_s - clean
+    assert np.all(np.min(np.abs(applied[:, None] - np.array(table)[None, :]), axis=1) < 1e-9)
 
     def tpot(records) -> np.ndarray:
         return (records.end - records.first_token) / (records.output_tokens - 1)

@@ -16,11 +16,16 @@ finishes, then does its bookkeeping and plans the next step). Both are 0 in a mo
 ``servebench.serving.engine.validation.fit_trace`` measures them from a timing run.
 
 Real steps scatter around the model: the machine's jitter, another process taking the CPU, work
-the linear terms do not see. A fitted model can carry that scatter (``noise_factors``,
-``noise_autocorrelation``): each simulated step's time is multiplied by a factor drawn from the
-fitted ratios measured / modelled, with slow steps following slow steps as often as in the trace,
-so the simulation's tails widen as the run's did. ``fit_noise`` measures both; ``StepNoise`` draws
-the factors from a seeded generator, so a simulation stays deterministic for its seed.
+the linear terms do not see. A fitted model carries that scatter as seconds added to each step
+(``noise_excess_s``, ``noise_autocorrelation``): each simulated step takes the model's time plus an
+excess drawn from the fitted excesses measured - modelled, with slow steps following slow steps as
+often as in the trace, so the simulation's tails widen as the run's did. The excess is additive
+because the engine's trace says so: its slowest 2% of decode steps are about 4 ms over the model
+whatever the step's size (a stall: the interpreter lock handed to another thread, the OS taking
+the CPU), so a factor fitted on short steps blew long steps up several-fold. A model may instead
+carry ``noise_factors`` (each step's time multiplied by a factor drawn from measured / modelled),
+as older fits did. ``fit_noise`` measures the scatter; ``StepNoise`` draws it from a seeded
+generator, so a simulation stays deterministic for its seed.
 
 The spec's flat profile ("prefill of this prompt takes X s, each decode step takes TPOT") is
 ``per_prefill_token_s = X / prompt_tokens``, ``base_s = TPOT``, the rest 0.
@@ -38,7 +43,7 @@ from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from scipy.optimize import nnls
 from scipy.signal import lfilter
 from scipy.special import ndtr
@@ -54,11 +59,15 @@ MAD_TO_SIGMA = 1.4826  # median absolute deviation -> standard deviation for nor
 MAX_MEAN_REL_ERROR = 0.35  # a fit whose steps are off by more than this on average is refused
 MIN_R2 = 0.30  # ... and one explaining less of the step-time variation than this, when the steps vary
 MIN_SPREAD_FOR_R2 = 0.10  # R² is judged only when predicted step times vary (coefficient of variation)
-NOISE_BINS = 50  # step-time noise: the mean ratio of each 2% of the steps, fastest to slowest
+NOISE_BINS = 50  # step-time noise factors: the mean ratio of each 2% of the steps, fastest to slowest
+EXCESS_BINS = 200  # step-time excess: the mean of each 0.5% of the steps; finer, so that one rare long stall
+#                   (70 ms among 200 prefill steps of 5 ms) stays one step's, not averaged into a 2% bin's
 NOISE_WINDOW_STEPS = 32  # the noise's autocorrelation makes windows of this many steps vary as in the trace
 MAX_NOISE_AUTOCORRELATION = 0.99
 MIN_NOISE_STEPS = 200  # fewer steps than this: no noise is fitted
 NoiseFactor = Annotated[float, Field(gt=0, allow_inf_nan=False)]  # measured / modelled step time
+NoiseExcess = Annotated[float, Field(allow_inf_nan=False)]  # measured - modelled step time, s
+MIN_NOISE_SHARE = 0.2  # an additive excess never makes a step shorter than this share of the model's time
 LagS = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 IDLE_EPS_S = 1e-7  # a step starting more than this after the previous one ended found the engine idle
 WAKE_TAU_GRID_S: tuple[float, ...] = (0.0, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)  # wake_tau_s tried
@@ -97,6 +106,15 @@ class StepModel(BaseModel):
                                                      "tokens, fitted apart when the trace has enough of them "
                                                      "(a stall is a smaller share of a long step); empty: "
                                                      "noise_factors.")
+    noise_excess_s: tuple[NoiseExcess, ...] = Field((), description="Step-time noise in seconds: measured - "
+                                               "modelled step time, the mean of each equal share of the fitted "
+                                               "steps from fastest to slowest; a simulated step takes the "
+                                               "model's time plus one, drawn at random (at least "
+                                               f"{MIN_NOISE_SHARE:g} x the model's time). Not with "
+                                               "noise_factors.")
+    prefill_noise_excess_s: tuple[NoiseExcess, ...] = Field((), description="noise_excess_s of steps with prompt "
+                                                       "tokens, fitted apart when the trace has enough of them; "
+                                                       "empty: noise_excess_s.")
     noise_autocorrelation: float = Field(0.0, ge=0, le=MAX_NOISE_AUTOCORRELATION,
                                          description="Correlation of one step's noise with the next's (normal "
                                                      "scores; 0: independent steps).")
@@ -107,6 +125,15 @@ class StepModel(BaseModel):
     busy_arrival_lags_s: tuple[LagS, ...] = Field((), description="The lag of a request that arrives while a step "
                                                    "runs, as arrival_lags_s (the load generator's thread waits for "
                                                    "the engine's); empty: the same lags as at an idle engine.")
+
+    @model_validator(mode="after")
+    def _one_kind_of_noise(self) -> "StepModel":
+        if self.noise_excess_s and self.noise_factors:
+            raise ValueError("give noise_excess_s (seconds added to a step) or noise_factors (a step's time "
+                             "multiplied), not both")
+        if self.prefill_noise_excess_s and not self.noise_excess_s:
+            raise ValueError("prefill_noise_excess_s needs noise_excess_s (the other steps' excess)")
+        return self
 
     def draw_arrival_lags_s(self, n: int, rng: np.random.Generator, *, busy: bool = False) -> np.ndarray:
         """Return ``n`` requests' arrival lags: drawn from ``arrival_lags_s`` (``busy``: ``busy_arrival_lags_s``)
@@ -125,6 +152,11 @@ class StepModel(BaseModel):
     def spread_text(self) -> str:
         """Return the noise and the arrival lag's spread in one phrase ("" when the model has neither)."""
         parts = []
+        if self.noise_excess_s:
+            e = self.noise_excess_s
+            parts.append(f"step-time noise {e[len(e) // 10] * 1e3:+.2f} to {e[len(e) * 9 // 10] * 1e3:+.2f} ms "
+                         f"(10th to 90th percentile, mean {float(np.mean(e)) * 1e3:+.2f} ms), step-to-step "
+                         f"correlation {self.noise_autocorrelation:.2f}")
         if self.noise_factors:
             f = self.noise_factors
             parts.append(f"step-time noise x{f[len(f) // 10]:.2f} to x{f[len(f) * 9 // 10]:.2f} (10th to 90th "
@@ -136,7 +168,10 @@ class StepModel(BaseModel):
         return "; ".join(parts)
 
     def noise(self, rng: np.random.Generator) -> "StepNoise | None":
-        """Return a stream of this model's step-time factors drawn from ``rng`` (None without noise)."""
+        """Return a stream of this model's step-time noise drawn from ``rng`` (None without noise)."""
+        if self.noise_excess_s:
+            return StepNoise(self.noise_excess_s, self.noise_autocorrelation, rng, self.prefill_noise_excess_s,
+                             additive=True)
         if not self.noise_factors:
             return None
         return StepNoise(self.noise_factors, self.noise_autocorrelation, rng, self.prefill_noise_factors)
@@ -169,12 +204,14 @@ class StepModel(BaseModel):
         return self.per_prefill_token_s * prefill_tokens + self.per_prefill_seq_s
 
     def decode_run_ends(self, start_s: float, decode_seqs: int, kv_tokens_read: int, steps: int,
-                        factors: np.ndarray | None = None, first_extra_s: float = 0.0) -> np.ndarray:
+                        factors: np.ndarray | None = None, first_extra_s: float = 0.0,
+                        additive: bool = False) -> np.ndarray:
         """Return the end times of ``steps`` pure decode steps; each step reads ``decode_seqs`` more KV tokens.
 
-        Bit for bit what adding ``step_s`` (plus ``first_extra_s`` to the first, then times its noise
-        factor, one per step from ``factors``) one step at a time gives (same operations, same
-        order), so a simulation that jumps over a run breaks ties exactly as one that steps through it.
+        Bit for bit what adding ``step_s`` (plus ``first_extra_s`` to the first, then its noise, one
+        value per step from ``factors``: times it, or with ``additive`` plus it as
+        ``StepNoise.apply``) one step at a time gives (same operations, same order), so a simulation
+        that jumps over a run breaks ties exactly as one that steps through it.
         """
         fixed = self.base_s + self.per_prefill_token_s * 0 + self.per_decode_seq_s * decode_seqs
         times = np.empty(steps + 1)
@@ -187,7 +224,7 @@ class StepModel(BaseModel):
         if first_extra_s:
             times[1] += first_extra_s
         if factors is not None:
-            times[1:] *= factors[:steps]
+            times[1:] = noisy_s(times[1:], factors[:steps], additive)
         return np.cumsum(times)[1:]
 
     @classmethod
@@ -200,6 +237,19 @@ class StepModel(BaseModel):
         if prompt_tokens <= 0:
             raise ConfigError(f"prompt_tokens {prompt_tokens} must be positive for a flat step model")
         return cls(base_s=tpot_s, per_prefill_token_s=prefill_s / prompt_tokens)
+
+
+def noisy_s(duration_s: Any, noise: Any, additive: bool) -> Any:
+    """Return a step's time with its noise: ``duration_s x noise``, or with ``additive``
+    ``max(duration_s + noise, MIN_NOISE_SHARE x duration_s)`` (scalars or arrays, the same operations).
+
+    >>> noisy_s(0.002, 0.004, True), noisy_s(0.002, -0.003, True), noisy_s(0.002, 1.5, False)
+    (0.006, 0.0004, 0.003)
+    """
+    if not additive:
+        return duration_s * noise
+    return np.maximum(duration_s + noise, duration_s * MIN_NOISE_SHARE) if isinstance(duration_s, np.ndarray) \
+        else max(duration_s + noise, duration_s * MIN_NOISE_SHARE)
 
 
 def wake_share(idle_s: np.ndarray, tau_s: float) -> np.ndarray:
@@ -217,12 +267,14 @@ def wake_share(idle_s: np.ndarray, tau_s: float) -> np.ndarray:
 
 
 class StepNoise:
-    """A seeded stream of step-time factors: one per simulated step, drawn in step order.
+    """A seeded stream of step-time noise: one factor (or, ``additive``, one excess in seconds) per simulated
+    step, drawn in step order.
 
     A Gaussian AR(1) process (coefficient ``autocorrelation``) is mapped through the normal CDF to
     a probability, which picks one of ``factors`` (equal shares), or of ``prefill_factors`` for a
-    step with prompt tokens when given: each step's factor has the fitted distribution of its
-    kind, and a slow step is followed by a slow one as often as fitted. ``peek`` looks ahead
+    step with prompt tokens when given: each step's noise has the fitted distribution of its
+    kind, and a slow step is followed by a slow one as often as fitted. ``apply`` puts a value on
+    a step's time (``noisy_s``). ``peek`` looks ahead
     without drawing (a decode run looks at more steps than it keeps), ``advance`` consumes, so a
     run of k steps uses exactly the factors k single steps would.
     """
@@ -230,12 +282,13 @@ class StepNoise:
     CHUNK = 4096
 
     def __init__(self, factors: Sequence[float], autocorrelation: float, rng: np.random.Generator,
-                 prefill_factors: Sequence[float] = ()) -> None:
+                 prefill_factors: Sequence[float] = (), *, additive: bool = False) -> None:
         self.factors = np.asarray(factors, dtype=np.float64)
         if not self.factors.size:
             raise ConfigError("step noise needs at least one factor")
         self.prefill_factors = np.asarray(prefill_factors, dtype=np.float64) if len(prefill_factors) else self.factors
-        self.min_factor = float(min(self.factors.min(), self.prefill_factors.min()))
+        self.additive = additive
+        self.min_value = float(min(self.factors.min(), self.prefill_factors.min()))
         self.rho = float(autocorrelation)
         self.rng = rng
         self._z = float(rng.standard_normal())  # the process starts in its stationary distribution
@@ -272,6 +325,14 @@ class StepNoise:
         out = self.peek(k, prefill)
         self.advance(k)
         return out
+
+    def apply(self, duration_s: float, value: float) -> float:
+        """Return a step's time with one drawn value on it (``noisy_s``)."""
+        return float(noisy_s(duration_s, value, self.additive))
+
+    def shortest_s(self, duration_s: float) -> float:
+        """Return the least time a step of ``duration_s`` can take with any value of this stream on it."""
+        return float(noisy_s(duration_s, self.min_value, self.additive))
 
 
 def bin_means(values: np.ndarray, bins: int) -> np.ndarray:
@@ -311,21 +372,35 @@ def fit_noise(ratio: np.ndarray, total_ratio: float | None = None, *, bins: int 
     return tuple(float(f) for f in factors), _autocorrelation_for_windows(r, factors, window)
 
 
-MIN_PREFILL_NOISE_STEPS = 100  # steps with prompt tokens needed for their own noise factors
+def fit_excess_noise(excess_s: np.ndarray, typical_s: float, *, bins: int = EXCESS_BINS,
+                     window: int = NOISE_WINDOW_STEPS) -> tuple[tuple[float, ...], float]:
+    """Return ``noise_excess_s`` and ``noise_autocorrelation`` for steps' measured - modelled times, in step order.
+
+    The table is the mean excess of each of ``bins`` equal shares of the steps, sorted (its mean is
+    the steps' mean excess: the simulated busy time is the run's). The autocorrelation is the one
+    under which ``window`` consecutive steps' mean time spreads as in the trace, for a step of
+    ``typical_s`` (the mean modelled step) as ``fit_noise`` finds it.
+    """
+    e = np.asarray(excess_s, dtype=np.float64)
+    e = e[np.isfinite(e)]
+    if e.size < MIN_NOISE_STEPS or not typical_s > 0:
+        return (), 0.0
+    table = bin_means(e, bins)
+    rho = _autocorrelation_for_windows(1.0 + e / typical_s, 1.0 + table / typical_s, window)
+    return tuple(float(x) for x in table), rho
 
 
-def kind_noise_factors(ratio: np.ndarray, total_ratio: float | None = None, *, bins: int = NOISE_BINS,
-                       min_steps: int = MIN_PREFILL_NOISE_STEPS) -> tuple[float, ...]:
-    """Return noise factors for one kind of step's measured / modelled ratios (empty with fewer than
-    ``min_steps``), scaled as ``fit_noise`` scales its factors."""
-    r = np.asarray(ratio, dtype=np.float64)
-    r = r[np.isfinite(r) & (r > 0)]
-    if r.size < max(min_steps, 1):
+MIN_PREFILL_NOISE_STEPS = 100  # steps with prompt tokens needed for their own noise
+
+
+def kind_excess(excess_s: np.ndarray, *, bins: int = EXCESS_BINS,
+                min_steps: int = MIN_PREFILL_NOISE_STEPS) -> tuple[float, ...]:
+    """Return the excess table of one kind of step (empty with fewer than ``min_steps``), as ``fit_excess_noise``."""
+    e = np.asarray(excess_s, dtype=np.float64)
+    e = e[np.isfinite(e)]
+    if e.size < max(min_steps, 1):
         return ()
-    factors = bin_means(r, bins)
-    if total_ratio is not None and total_ratio > 0:
-        factors *= total_ratio / factors.mean()
-    return tuple(float(f) for f in factors)
+    return tuple(float(x) for x in bin_means(e, bins))
 
 
 def window_spread(values: np.ndarray, window: int) -> float | None:
@@ -487,20 +562,15 @@ def fit_step_model(rows: StepTrace | Sequence[Mapping[str, Any]] | Mapping[str, 
     predicted = x @ coef
     total_pred = float(np.sum(steps * predicted))
     excess = float(np.sum(steps * y)) / total_pred - 1.0 if total_pred > 0 else None
-    if noise and excess is not None:
+    if noise and total_pred > 0:
         prefill = cols["prefill_tokens"] > 0
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = y / predicted
-            factors, rho = fit_noise(ratio, excess + 1.0)
-
-            def total(kind: np.ndarray) -> float:
-                return float(np.sum((steps * y)[kind])) / float(np.sum((steps * predicted)[kind]) or 1.0)
-
-            prefill_factors = kind_noise_factors(ratio[prefill], total(prefill)) if factors else ()
-            if prefill_factors:  # the decode steps get their own too, each kind keeping its total time
-                factors = kind_noise_factors(ratio[~prefill], total(~prefill), min_steps=0) or factors
-        model = model.model_copy(update={"noise_factors": factors, "noise_autocorrelation": rho,
-                                         "prefill_noise_factors": prefill_factors})
+        over_s = y - predicted  # each step's excess over the model (a row of several steps: per step)
+        table, rho = fit_excess_noise(over_s, total_pred / total_w)
+        prefill_table = kind_excess(over_s[prefill]) if table else ()
+        if prefill_table:  # the decode steps get their own too (a longer step meets more stalls)
+            table = kind_excess(over_s[~prefill], min_steps=0) or table
+        model = model.model_copy(update={"noise_excess_s": table, "noise_autocorrelation": rho,
+                                         "prefill_noise_excess_s": prefill_table})
     w = np.sqrt(steps * robust_w)
     result = StepFit(model=model, method=method, steps=int(total_w), rmse_s=rmse,
                      mean_abs_error_s=float(np.sum(steps * abs_err) / total_w),

@@ -30,7 +30,7 @@ from servebench.errors import ConfigError, ServebenchError
 from servebench.capacity.kv import GIB, ModelShape, Policy, budget_tokens
 from servebench.serving.retry import ClientSpec
 from servebench.serving.scheduler import SchedulerConfig, TenantLimit
-from servebench.capacity.stepmodel import MAX_NOISE_AUTOCORRELATION, LagS, NoiseFactor, StepModel
+from servebench.capacity.stepmodel import MAX_NOISE_AUTOCORRELATION, LagS, NoiseExcess, NoiseFactor, StepModel
 from servebench.serving.workload import CancelSpec, WorkloadSpec  # CancelSpec is importable from here too
 
 
@@ -139,6 +139,11 @@ class StepModelSpec(BaseModel):
     prefill_noise_factors: tuple[NoiseFactor, ...] = Field((), description="Noise factors of steps with prompt "
                                                      "tokens (StepModel.prefill_noise_factors); empty: "
                                                      "noise_factors.")
+    noise_excess_s: tuple[NoiseExcess, ...] = Field((), description="Step-time noise as seconds added to a step "
+                                               "(StepModel.noise_excess_s); empty: none.")
+    prefill_noise_excess_s: tuple[NoiseExcess, ...] = Field((), description="noise_excess_s of steps with prompt "
+                                                       "tokens (StepModel.prefill_noise_excess_s); empty: "
+                                                       "noise_excess_s.")
     noise_autocorrelation: float = Field(0.0, ge=0, le=MAX_NOISE_AUTOCORRELATION,
                                          description="Step-to-step correlation of the noise.")
     arrival_lags_s: tuple[LagS, ...] = Field((), description="The arrival lag's spread (StepModel.arrival_lags_s); "
@@ -149,7 +154,8 @@ class StepModelSpec(BaseModel):
     def to_model(self) -> StepModel:
         """Return the step model."""
         noise = {"noise_factors": self.noise_factors, "noise_autocorrelation": self.noise_autocorrelation,
-                 "prefill_noise_factors": self.prefill_noise_factors,
+                 "prefill_noise_factors": self.prefill_noise_factors, "noise_excess_s": self.noise_excess_s,
+                 "prefill_noise_excess_s": self.prefill_noise_excess_s,
                  "arrival_lags_s": self.arrival_lags_s, "busy_arrival_lags_s": self.busy_arrival_lags_s,
                  "wake_s": self.wake_s, "wake_tau_s": self.wake_tau_s,
                  "after_prefill_s": self.after_prefill_s}

@@ -19,10 +19,11 @@ step's tokens (first tokens, ends) are stamped ``emit_lead_s`` before the step e
 engine emits them when the model finishes and then does its bookkeeping. Both default to 0.
 A step adds ``StepModel.extra_s`` for what came before it on its lane: the engine's idle time
 (``wake_s``), or a previous step with prompt tokens (``after_prefill_s``).
-A model with step-time noise (``StepModel.noise_factors``, fitted by ``servebench validate``)
-multiplies each step's time by the next factor of its seeded stream (``StepNoise``; the seed is
-the scenario's, on a stream of its own, so the workload draw is unchanged): one factor per step,
-in the order the steps run, whether they run one by one or as a decode run.
+A model with step-time noise (``StepModel.noise_excess_s``, fitted by ``servebench validate``, or
+``noise_factors``) adds to each step's time the next excess of its seeded stream, or multiplies it
+by the next factor (``StepNoise``; the seed is the scenario's, on a stream of its own, so the
+workload draw is unchanged): one value per step, in the order the steps run, whether they run one
+by one or as a decode run.
 
 With ``prefix_caching`` on, each request carries its prompt's content (``Workload.prompt_contents``)
 so the scheduler can reuse cached blocks, and its record says how many prompt tokens it reused
@@ -425,7 +426,7 @@ class _EventLoop:
                 for rid, chunk in plan.prefill:
                     dur = self.model.prefill_s(chunk)
                     if self.noise is not None:
-                        dur *= float(self.noise.take(1, prefill=True)[0])
+                        dur = self.noise.apply(dur, float(self.noise.take(1, prefill=True)[0]))
                     longest = max(longest, dur)
                     self._push(now + dur, PRIO_PREFILL, EV_PREFILL, plan.only({rid}))
                 self.trace.append((now, longest, 1, 2, plan.running, plan.waiting, plan.kv_tokens_used, 0,
@@ -445,7 +446,8 @@ class _EventLoop:
             dur = self.model.step_s(plan.prefill_tokens, d, plan.kv_tokens_read, len(plan.prefill))
             if extra:
                 dur += extra
-            end = now + (dur if self.noise is None else dur * float(self.noise.take(1, bool(plan.prefill))[0]))
+            end = now + (dur if self.noise is None else
+                         self.noise.apply(dur, float(self.noise.take(1, bool(plan.prefill))[0])))
         else:
             end = self._decode_run_end(now, plan, extra)
         self.last_end, self.last_prefill = end, bool(plan.prefill)
@@ -464,17 +466,18 @@ class _EventLoop:
         kmax = sched.max_decode_steps(plan) if self.decode_runs else 1
         base = model.step_s(0, d, plan.kv_tokens_read)
         first = base + extra_s if extra_s else base
-        one = first if noise is None else first * float(noise.peek(1)[0])
+        one = first if noise is None else noise.apply(first, float(noise.peek(1)[0]))
         if kmax <= 1 or now + one > self._next_event_time():
             if noise is not None:
                 noise.advance(1)
             return now + one
         horizon = self._next_event_time()
-        if horizon != math.inf and base > 0:  # steps only lengthen (noise: by at least its smallest factor)
-            shortest = base if noise is None else base * noise.min_factor
+        if horizon != math.inf and base > 0:  # steps only lengthen (noise: by at least its smallest value)
+            shortest = base if noise is None else noise.shortest_s(base)
             kmax = min(kmax, int((horizon - now) / shortest) + 2)
         ends = model.decode_run_ends(now, d, plan.kv_tokens_read, kmax,
-                                     None if noise is None else noise.peek(kmax), extra_s)
+                                     None if noise is None else noise.peek(kmax), extra_s,
+                                     additive=noise is not None and noise.additive)
         k = max(1, min(kmax, int(np.searchsorted(ends, horizon, side="right"))))
         if noise is not None:
             noise.advance(k)

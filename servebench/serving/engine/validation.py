@@ -257,7 +257,8 @@ def validate_run(records: RecordTable, steps: Steps, scenario: Scenario, *,
     fit = fit_trace(steps, records, method=method, send_lags_s=send_lags_s)
     require_usable(fit, allow_poor_fit=allow_poor_fit, what="the run's step trace")
     sc = simulation_scenario(scenario, fit)
-    noisy = bool(fit.model.noise_factors or fit.model.arrival_lags_s or fit.model.busy_arrival_lags_s)
+    noisy = bool(fit.model.noise_factors or fit.model.noise_excess_s or fit.model.arrival_lags_s
+                 or fit.model.busy_arrival_lags_s)
     sims = [simulate(sc, replica=k) for k in range(REPLICAS if noisy else 1)]
     sim = sims[0]
     comparisons = compare(records, [s.records for s in sims])
