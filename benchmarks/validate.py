@@ -2,8 +2,9 @@
 
 1. ``servebench run SCENARIO`` then ``servebench validate``: the relative error of p50/p95 TTFT,
    request TPOT and latency (goal on a quiet machine: every one within 5%).
-2. ``servebench validate-sweep SCENARIO --rates ...`` (CPU-sized: at most 200 requests per rate): the
-   measured and simulated knee (goal: within 10%) and the largest TTFT/latency error below it.
+2. ``servebench validate-sweep SCENARIO --rates ...`` (CPU-sized: at most 200 requests per rate, each
+   rate served twice): the measured and simulated knee (goal: within 10%), the largest TTFT/latency
+   error below it, and the engine's own run-to-run difference there (the measurement's noise floor).
 
 The machine's load (1-minute load average before and after, CPU count) is recorded beside the
 figures, since on a shared machine other processes slow some steps and no fitted model replays that.
@@ -90,16 +91,23 @@ def sweep(scenario: Path, rates: list[float], model: str, device: str) -> dict[s
     t0 = time.monotonic()
     result = validate_sweep(decoder, sc, rates, requests=min(sc.workload.num_requests or CPU_REQUESTS_PER_RATE,
                                                              CPU_REQUESTS_PER_RATE),
-                            max_wall_s_per_rate=CPU_MAX_WALL_S_PER_RATE, allow_poor_fit=True)
+                            max_wall_s_per_rate=CPU_MAX_WALL_S_PER_RATE, allow_poor_fit=True, engine_repeats=2)
     return {"load_before": before, "load_after": load(), "wall_s": round(time.monotonic() - t0, 2),
             "rates_rps": rates, "requests_per_rate": result.requests_per_rate, "fit": result.fit_summary,
             "measured_knee_rps": result.measured_knee_rps, "simulated_knee_rps": result.simulated_knee_rps,
             "knee_relative_error": result.knee_relative_error,
             "max_below_knee_rel_error": result.max_below_knee_rel_error,
-            "points": [{"rate_rps": p.rate_rps, "below_knee": p.below_knee,
-                        "rel_error": {k: p.rel_error[k] for k in ("ttft_p50_s", "ttft_p95_s", "latency_p50_s",
-                                                                  "latency_p95_s", "throughput_rps")}}
+            "max_below_knee_engine_rel_diff": result.max_below_knee_engine_rel_diff,
+            "engine_repeats": result.engine_repeats, "replicas": result.replicas,
+            "points": [{"rate_rps": p.rate_rps, "below_knee": p.below_knee, "fit": p.fit_summary,
+                        "rel_error": {k: p.rel_error[k] for k in KEYS},
+                        "engine_rel_diff": None if p.engine_rel_diff is None else {k: p.engine_rel_diff[k]
+                                                                                   for k in KEYS},
+                        "within_engine_spread": p.within_engine_spread}
                        for p in result.points], "notes": result.notes}
+
+
+KEYS = ("ttft_p50_s", "ttft_p95_s", "latency_p50_s", "latency_p95_s", "throughput_rps")
 
 
 def main() -> None:
@@ -131,7 +139,8 @@ def main() -> None:
         print(f"engine run to run (same scenario and seed): up to {spread['max_abs_rel_diff']:.1%}")
     if swept is not None:
         print(f"validate-sweep: measured knee {swept['measured_knee_rps']}, simulated {swept['simulated_knee_rps']}, "
-              f"error {swept['knee_relative_error']}, below-knee max {swept['max_below_knee_rel_error']}")
+              f"error {swept['knee_relative_error']}, below-knee max {swept['max_below_knee_rel_error']}, the "
+              f"engine's own run to run there {swept['max_below_knee_engine_rel_diff']}")
     print(f"wrote {args.out}")
 
 

@@ -10,10 +10,11 @@ import pytest
 from typer.testing import CliRunner
 
 from servebench.cli.core import app
-from servebench.serving.engine.sweep_validation import (compare_sweeps, knee_rps, read_sweep_validation, rel_error,
+from servebench.serving.engine.sweep_validation import (compare_sweeps, knee_rps, pooled, read_sweep_validation, rel_error,
                                                 sweep_validation_doc)
 from servebench.serving.engine.validation import arrival_lag_s, busy_arrival_lags, emit_lead_s, fit_trace
-from servebench.errors import InputFormatError
+from servebench.analysis.summary import SLO
+from servebench.errors import ConfigError, InputFormatError
 from servebench.records.table import parse_objects, validate
 from servebench.serving.sweep import SweepPoint
 
@@ -139,6 +140,14 @@ def test_knee_on_synthetic_curves() -> None:
     assert knee_rps([]) is None
 
 
+def test_one_noisy_p95_below_the_knee_is_not_the_knee() -> None:
+    spike = [point(1, 0.1), point(2, 0.25), point(3, 0.12), point(4, 0.5), point(5, 0.9)]
+    assert knee_rps(spike) == 4  # 2/s crossed twice its value at 1/s, but 3/s came back: one stall, not the knee
+    assert knee_rps([point(1, 0.1), point(2, 0.25), point(3, 0.12)]) is None  # back below at the top: no knee
+    slo = [point(1, 0.1), point(2, 0.1, meets=False), point(3, 0.1), point(4, 0.1, meets=False)]
+    assert knee_rps(slo, slo_given=True) == 4
+
+
 def test_knee_with_slos_is_where_the_slo_capacity_falls() -> None:
     pts = [point(1, 0.1), point(2, 0.5), point(3, 0.6, meets=False), point(4, 9.0, meets=False)]
     assert knee_rps(pts, slo_given=True) == 3
@@ -157,6 +166,43 @@ def test_compare_sweeps_errors_and_below_knee() -> None:
     assert points[0].rel_error["latency_p50_s"] == pytest.approx(0.05)
     assert summary["max_below_knee_rel_error"] == pytest.approx(1 / 12)  # the point past the knee is not held to it
     assert rel_error(0.0, 1.0) is None and rel_error(None, 1.0) is None and rel_error(2.0, 3.0) == 0.5
+
+
+def test_compare_sweeps_reports_the_engines_own_spread() -> None:
+    measured = [point(r, t, lat50=1.0, lat95=2.0) for r, t in ((1, 0.1), (2, 0.12), (4, 0.5))]
+    again = [point(r, t, lat50=1.1, lat95=2.0) for r, t in ((1, 0.1), (2, 0.15), (4, 0.6))]
+    simulated = [point(r, t, lat50=1.05, lat95=2.3) for r, t in ((1, 0.1), (2, 0.135), (4, 0.3))]
+    points, summary = compare_sweeps(measured, simulated, repeated=again, fit_summaries=["a", "b", "c"])
+    assert points[1].engine_rel_diff["ttft_p95_s"] == pytest.approx(0.25)
+    # TTFT p95 off by 12.5% where the engine's second run was off by 25%; latency p95 off by 15%, the engine 0%
+    assert "ttft_p95_s" in points[1].within_engine_spread and "latency_p50_s" in points[1].within_engine_spread
+    assert "latency_p95_s" not in points[1].within_engine_spread
+    assert summary["max_below_knee_engine_rel_diff"] == pytest.approx(0.25)  # 4/s is past the knee: not counted
+    assert [p.fit_summary for p in points] == ["a", "b", "c"]
+    assert compare_sweeps(measured, simulated)[0][0].engine_rel_diff is None
+    with pytest.raises(ConfigError, match="repeated engine runs"):
+        compare_sweeps(measured, simulated, repeated=again[:2])
+
+
+def test_pooled_replays_keep_the_rate_and_pool_the_percentiles() -> None:
+    from servebench.serving.scenario import parse_scenario
+    from servebench.serving.simulate import simulate
+    from servebench.serving.sweep import point_from
+
+    sc = parse_scenario({"seed": 1, "server": {"kv_budget_tokens": 4096},
+                         "step_model": {"base_s": 0.002, "per_prefill_token_s": 1e-5, "noise_excess_s": [-0.001, 0.003]},
+                         "workload": {"arrival": {"kind": "poisson", "rate_rps": 20}, "num_requests": 50,
+                                      "classes": [{"prompt": {"kind": "uniform", "low": 16, "high": 64},
+                                                   "output": {"kind": "uniform", "low": 4, "high": 16}}]}})
+    sims = [simulate(sc, replica=k, token_times=False) for k in range(3)]
+    both = pooled(sims)
+    assert len(both.records) == 150 and len(set(both.records.request_id)) == 150
+    ttft = np.concatenate([s.records.first_token - s.records.start for s in sims])
+    np.testing.assert_allclose(np.sort(both.records.first_token - both.records.start), np.sort(ttft), atol=1e-9)
+    one, three = (point_from(x, 20, "rate", SLO(), 0.95) for x in (sims[0], both))
+    assert three.throughput_rps == pytest.approx(np.mean([point_from(s, 20, "rate", SLO(), 0.95).throughput_rps
+                                                          for s in sims]), rel=0.05)
+    assert three.offered == 150 and one.offered == 50
 
 
 def test_reading_a_result_names_what_is_wrong(tmp_path: Path) -> None:
@@ -210,6 +256,9 @@ def test_validate_sweep_end_to_end(tmp_path: Path) -> None:
                                     "queue_wait_p50_s", "queue_wait_p95_s"}
             assert p[side]["ttft_p95_s"] > 0
     assert doc["fit"]["steps"] > 0 and "R²" in doc["fit_summary"]
+    assert doc["engine_repeats"] == 2 and doc["replicas"] == 8  # the CLI's defaults
+    for p in doc["points"]:  # each rate served twice: the engine's own spread beside the simulated error
+        assert set(p["engine_rel_diff"]) >= {"ttft_p95_s", "latency_p95_s"} and "R²" in p["fit_summary"]
     assert read_sweep_validation(out)["points"] == doc["points"]
     html = (out / "validate_sweep.html").read_text()
     assert "measured" in html and "simulated" in html and "plotly" in html.lower()

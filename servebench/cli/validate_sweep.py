@@ -40,7 +40,12 @@ def validate_sweep_command(
                              "one run folder per rate."),
     long: bool = typer.Option(False, "--long", help="The scenario's full request count per rate and up to 300 s "
                               "per rate (default: CPU-sized, at most 200 requests and 30 s per rate)."),
-    requests: Optional[int] = typer.Option(None, min=10, help="Requests per rate (overrides the default)."),
+    requests: Optional[int] = typer.Option(None, "--requests-per-rate", "--requests", min=10,
+                                           help="Requests per rate (overrides the default; more: steadier p95s)."),
+    engine_repeats: int = typer.Option(2, "--engine-repeats", min=1, max=2, help="Serve each rate this many times: "
+                                       "with 2 the second run measures the engine's own run-to-run spread, the "
+                                       "noise floor under every simulated error."),
+    replicas: int = typer.Option(8, "--replicas", min=1, help="Seeded simulated replays pooled per rate."),
     model: str = typer.Option("tiny", help="Model preset (seeded random weights)."),
     device: str = typer.Option("auto", help="auto, cpu or cuda."),
     threads: int = typer.Option(1, min=1, help="torch CPU threads."),
@@ -91,7 +96,8 @@ def validate_sweep_command(
 
             result = validate_sweep(decoder, sc, grid, requests=n, max_wall_s_per_rate=wall,
                                     slo=SLO(ttft_s=slo_ttft, tpot_s=slo_tpot, latency_s=slo_latency),
-                                    allow_poor_fit=allow_poor_fit, progress=progress, on_run=write)
+                                    allow_poor_fit=allow_poor_fit, progress=progress, on_run=write,
+                                    engine_repeats=engine_repeats, replicas=replicas)
     finally:
         torch.set_num_threads(previous)
     doc = result.model_dump(mode="json")
@@ -110,28 +116,38 @@ def validate_sweep_command(
 
 def print_sweep_validation(out: Console, result, folder: Path) -> None:
     """Print a sweep validation as tables."""
+    from servebench.serving.engine.sweep_validation import COMPARED
+
     out.print(safe_markup(result.fit_summary))
     t = Table(title=f"Measured vs simulated ({result.requests_per_rate} requests per rate; target below the knee "
                     f"within {result.target_below_knee_rel_error:.0%})")
     for col in ("rate/s", "TTFT p50", "TTFT p95", "latency p50", "latency p95", "throughput/s", "queue p95",
-                "below knee"):
+                "below knee", "engine run to run"):
         t.add_column(col, justify="right")
 
     def cell(p, key: str) -> str:
         e = p.rel_error[key]
         return f"{fmt(p.measured[key])} / {fmt(p.simulated[key])}" + ("" if e is None else f" ({e:+.0%})")
 
+    def spread(p) -> str:  # the engine's own difference between two runs of the rate, largest of the four
+        if p.engine_rel_diff is None:
+            return "-"
+        worst = max((abs(v) for k, v in p.engine_rel_diff.items() if v is not None and k in COMPARED), default=None)
+        return "-" if worst is None else f"up to {worst:.0%}"
+
     for p in result.points:
         t.add_row(f"{p.rate_rps:g}", cell(p, "ttft_p50_s"), cell(p, "ttft_p95_s"), cell(p, "latency_p50_s"),
                   cell(p, "latency_p95_s"), cell(p, "throughput_rps"), cell(p, "queue_wait_p95_s"),
-                  "yes" if p.below_knee else "no")
+                  "yes" if p.below_knee else "no", spread(p))
     out.print(t)
     err = result.knee_relative_error
     out.print(f"knee ({safe_markup(result.knee_rule)}): measured {fmt(result.measured_knee_rps)}/s, simulated "
               f"{fmt(result.simulated_knee_rps)}/s" + ("" if err is None else f", error {err:+.1%} (target "
                                                      f"{result.target_knee_rel_error:.0%})"))
     if result.max_below_knee_rel_error is not None:
-        out.print(f"largest TTFT/latency error below the knee: {result.max_below_knee_rel_error:.1%}")
+        floor = result.max_below_knee_engine_rel_diff
+        out.print(f"largest TTFT/latency error below the knee: {result.max_below_knee_rel_error:.1%}"
+                  + ("" if floor is None else f"; the engine's own run-to-run difference there: up to {floor:.1%}"))
     for note in result.notes:
         out.print(f"[yellow]note:[/] {safe_markup(note)}")
     out.print(f"wrote {safe_markup(str(folder))}/validate_sweep.json, validate_sweep.html and one run "

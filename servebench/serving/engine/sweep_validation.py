@@ -1,15 +1,21 @@
 """A measured offered-load sweep against a simulated one: does the simulator find the same knee?
 
 At each offered rate the real engine serves the scenario open loop, in process (as ``servebench
-run``); the step model is fitted once to every rate's step trace together (and the arrival lag
-to every rate's records); the simulator then replays the same rates with the same seeds. Per rate
-the measured and simulated TTFT and latency p50/p95, throughput and queue wait are compared, and
-the knee is found both ways by one rule (``knee_rps``).
+run``); the step model is fitted to each rate's own step trace and records (the engine's steps and
+lags change with the load: one model for all rates left 14-30% errors below the knee), with the
+fit's quality beside each point, and the pooled fit of every rate's trace stands in where a rate's
+own is too poor. The simulator replays each rate with the same seed, ``REPLICAS`` times with
+different noise and lag draws, pooled, so one unlucky draw does not decide a p95. Per rate the
+measured and simulated TTFT and latency p50/p95, throughput and queue wait are compared, and the
+knee is found both ways by one rule (``knee_rps``). With ``engine_repeats`` 2 the engine serves
+each rate twice: the second run's difference from the first is the measurement's own noise floor,
+and each simulated error is reported against it.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,19 +26,20 @@ from pydantic import BaseModel, ConfigDict, Field
 from servebench.errors import ConfigError, InputFormatError
 from servebench.records.table import RecordTable, parse_objects, validate
 from servebench.serving.scenario import Scenario
-from servebench.serving.simulate import simulate
+from servebench.serving.simulate import SimResult, simulate
 from servebench.capacity.stepmodel import FitMethod, StepFit, require_usable
 from servebench.analysis.summary import SLO
 from servebench.serving.sweep import SweepPoint, point_from, point_from_records, scenario_at
-from servebench.serving.engine.validation import (arrival_lag_fields, busy_arrival_lags, fit_trace, idle_arrival_lags,
-                                                  simulation_scenario)
+from servebench.serving.engine.validation import (REPLICAS, arrival_lag_fields, busy_arrival_lags, fit_trace,
+                                                  idle_arrival_lags, simulation_scenario)
 
 KNEE_FACTOR = 2.0  # the knee: TTFT p95 at least this many times its value at the lowest rate
 TARGET_KNEE_REL_ERROR = 0.10
 TARGET_BELOW_KNEE_REL_ERROR = 0.10
-CPU_REQUESTS_PER_RATE = 200  # the CPU-sized default: about a minute for five rates of tiny_cpu on 2 cores
+CPU_REQUESTS_PER_RATE = 200  # the CPU-sized default: about 40 s per engine pass over five rates of tiny_cpu
 CPU_MAX_WALL_S_PER_RATE = 30.0
 LONG_MAX_WALL_S_PER_RATE = 300.0
+COMPARED: tuple[str, ...] = ("ttft_p50_s", "ttft_p95_s", "latency_p50_s", "latency_p95_s")  # held to the target
 METRICS: tuple[str, ...] = ("ttft_p50_s", "ttft_p95_s", "latency_p50_s", "latency_p95_s", "throughput_rps",
                             "queue_wait_p50_s", "queue_wait_p95_s")
 RESULT = "validate_sweep.json"  # in the output folder, beside REPORT and one run folder per rate
@@ -53,6 +60,12 @@ class PointComparison(BaseModel):
                                          "held to the target.")
     measured_status: dict[str, int]
     simulated_status: dict[str, int]
+    fit_summary: str | None = Field(None, description="The fit the simulation of this rate used, in one line.")
+    engine_rel_diff: dict[str, float | None] | None = Field(None, description="The engine's own repeatability: "
+                                                            "a second run of this rate against the first, as "
+                                                            "rel_error (None: served once).")
+    within_engine_spread: list[str] | None = Field(None, description="The compared metrics whose simulated error "
+                                                   "is no larger than the engine's own run-to-run difference.")
 
 
 class SweepValidation(BaseModel):
@@ -71,6 +84,11 @@ class SweepValidation(BaseModel):
     knee_rule: str
     max_below_knee_rel_error: float | None = Field(description="Largest |error| of TTFT and latency p50/p95 "
                                                                "below the measured knee.")
+    max_below_knee_engine_rel_diff: float | None = Field(None, description="Largest |difference| of the same "
+                                                         "metrics between two engine runs of one rate, below the "
+                                                         "knee (None: served once): the measurement's noise floor.")
+    engine_repeats: int = 1
+    replicas: int = Field(1, description="Seeded simulated replays pooled per rate.")
     target_knee_rel_error: float = TARGET_KNEE_REL_ERROR
     target_below_knee_rel_error: float = TARGET_BELOW_KNEE_REL_ERROR
     fit: StepFit
@@ -85,7 +103,8 @@ def knee_rps(points: Sequence[SweepPoint], factor: float = KNEE_FACTOR, slo_give
 
     With SLOs given, the knee is instead the lowest rate whose point no longer meets them (where
     the SLO capacity falls). A point with no successful request counts as past the knee; None
-    when no rate is past it.
+    when no rate is past it. The knee is where the curve stays past: a rate past it followed by
+    a higher rate back below is one noisy p95 (a stall in a 200-request run), not the knee.
 
     >>> from servebench.serving.sweep import SweepPoint
     >>> def p(rate, ttft):
@@ -97,15 +116,18 @@ def knee_rps(points: Sequence[SweepPoint], factor: float = KNEE_FACTOR, slo_give
     if not ordered:
         return None
     if slo_given:
-        return next((float(p.load) for p in ordered if not p.meets_slo), None)
-    base = ordered[0].ttft_s.get("p95")
-    if base is None:
-        return float(ordered[0].load)
-    for p in ordered[1:]:
-        v = p.ttft_s.get("p95")
-        if v is None or v >= factor * base:
-            return float(p.load)
-    return None
+        past = [not p.meets_slo for p in ordered]
+    else:
+        base = ordered[0].ttft_s.get("p95")
+        if base is None:
+            return float(ordered[0].load)
+        past = [False] + [p.ttft_s.get("p95") is None or p.ttft_s["p95"] >= factor * base for p in ordered[1:]]
+    knee = None
+    for p, is_past in zip(reversed(ordered), reversed(past)):  # from the top: the lowest rate of the last run past
+        if not is_past:
+            break
+        knee = float(p.load)
+    return knee
 
 
 def metrics_of(point: SweepPoint) -> dict[str, float | None]:
@@ -125,27 +147,62 @@ def rel_error(measured: float | None, simulated: float | None) -> float | None:
 
 def compare_sweeps(measured: Sequence[SweepPoint], simulated: Sequence[SweepPoint], *, slo_given: bool = False,
                    measured_status: Sequence[dict[str, int]] | None = None,
-                   simulated_status: Sequence[dict[str, int]] | None = None) -> tuple[list[PointComparison], dict[str, Any]]:
-    """Pair points by rate, compute relative errors, the knee both ways and the below-knee error."""
+                   simulated_status: Sequence[dict[str, int]] | None = None,
+                   repeated: Sequence[SweepPoint] | None = None,
+                   fit_summaries: Sequence[str] | None = None) -> tuple[list[PointComparison], dict[str, Any]]:
+    """Pair points by rate, compute relative errors, the knee both ways and the below-knee error.
+
+    ``repeated`` is a second engine run of each rate: its difference from the first is reported
+    per point and below the knee (the noise floor any simulated error is judged against).
+    """
+    if repeated is not None and [p.load for p in repeated] != [p.load for p in measured]:
+        raise ConfigError("the repeated engine runs must cover the measured rates")
     if [p.load for p in measured] != [p.load for p in simulated]:
         raise ConfigError("measured and simulated sweeps must cover the same rates")
     m_knee = knee_rps(measured, slo_given=slo_given)
     s_knee = knee_rps(simulated, slo_given=slo_given)
-    out, below = [], []
+    out, below, floor = [], [], []
     for i, (m, s) in enumerate(zip(measured, simulated)):
         mv, sv = metrics_of(m), metrics_of(s)
         errs = {k: rel_error(mv[k], sv[k]) for k in METRICS}
+        diffs = within = None
+        if repeated is not None:
+            again = metrics_of(repeated[i])
+            diffs = {k: rel_error(mv[k], again[k]) for k in METRICS}
+            within = [k for k in COMPARED if errs[k] is not None and diffs[k] is not None
+                      and abs(errs[k]) <= abs(diffs[k])]
         is_below = m_knee is None or m.load < m_knee
         if is_below:
-            below += [abs(errs[k]) for k in ("ttft_p50_s", "ttft_p95_s", "latency_p50_s", "latency_p95_s")
-                      if errs[k] is not None]
+            below += [abs(errs[k]) for k in COMPARED if errs[k] is not None]
+            floor += [abs(diffs[k]) for k in COMPARED if diffs is not None and diffs[k] is not None]
         out.append(PointComparison(rate_rps=m.load, measured=mv, simulated=sv, rel_error=errs, below_knee=is_below,
                                    measured_status=dict(measured_status[i]) if measured_status else {},
-                                   simulated_status=dict(simulated_status[i]) if simulated_status else {}))
+                                   simulated_status=dict(simulated_status[i]) if simulated_status else {},
+                                   fit_summary=fit_summaries[i] if fit_summaries else None,
+                                   engine_rel_diff=diffs, within_engine_spread=within))
     summary = {"measured_knee_rps": m_knee, "simulated_knee_rps": s_knee,
                "knee_relative_error": rel_error(m_knee, s_knee),
-               "max_below_knee_rel_error": max(below) if below else None}
+               "max_below_knee_rel_error": max(below) if below else None,
+               "max_below_knee_engine_rel_diff": max(floor) if floor else None}
     return out, summary
+
+
+def pooled(sims: Sequence[SimResult]) -> SimResult:
+    """Return replays of one run as one: their records laid end to end on the clock (percentiles over all,
+    throughput over their summed windows), the first replay's step trace."""
+    offsets = np.cumsum([0.0] + [s.window_end_s - s.window_start_s for s in sims[:-1]])
+    tables = [s.records for s in sims]
+
+    def joined(name: str, shift: bool = False) -> np.ndarray:
+        return np.concatenate([getattr(t, name) + (o if shift else 0.0) for t, o in zip(tables, offsets)])
+
+    records = RecordTable.from_columns(
+        start=joined("start", True), end=joined("end", True), first_token=joined("first_token", True),
+        admitted=joined("admitted", True), status=joined("status"), output_tokens=joined("output_tokens"),
+        prompt_tokens=joined("prompt_tokens"), source=sims[0].name,
+        request_id=np.array([f"{k}:{rid}" for k, t in enumerate(tables) for rid in t.request_id], dtype=object))
+    return replace(sims[0], records=records, window_start_s=0.0,
+                   window_end_s=float(offsets[-1] + sims[-1].window_end_s - sims[-1].window_start_s))
 
 
 def _table(records: list[dict[str, Any]], name: str) -> tuple[RecordTable, float, float]:
@@ -189,11 +246,13 @@ def validate_sweep(model: Any, scenario: Scenario, rates: Sequence[float], *, re
                    max_wall_s_per_rate: float | None = CPU_MAX_WALL_S_PER_RATE, slo: SLO | None = None,
                    slo_target: float = 0.95, allow_poor_fit: bool = False, method: FitMethod = "huber",
                    warmup_steps: int = 3, progress: Progress | None = None,
-                   on_run: Callable[[float, Any], None] | None = None) -> SweepValidation:
+                   on_run: Callable[[float, Any], None] | None = None, engine_repeats: int = 1,
+                   replicas: int = REPLICAS) -> SweepValidation:
     """Run the engine at each rate, fit, simulate the same rates and compare (see the module docstring).
 
     ``model`` is a ``servebench.serving.engine.model.Decoder``; ``on_run(rate, timing_run)`` sees each
-    measured run (to write its folder). Raises ``PoorFitError`` when the fit is too poor.
+    rate's first measured run (to write its folder). ``engine_repeats`` 2 serves every rate a second
+    time, after the first pass over all rates. Raises ``PoorFitError`` when even the pooled fit is too poor.
     """
     from servebench.serving.engine.runner import run_scenario
 
@@ -202,50 +261,73 @@ def validate_sweep(model: Any, scenario: Scenario, rates: Sequence[float], *, re
         raise ConfigError(f"rates must be positive and finite, got {list(rates)}")
     if scenario.workload.arrival is None:
         raise ConfigError(f"scenario {scenario.name!r} is closed loop; validate-sweep needs open-loop arrivals")
+    if engine_repeats not in (1, 2) or replicas < 1:
+        raise ConfigError(f"engine_repeats must be 1 or 2 and replicas at least 1, got {engine_repeats}, {replicas}")
     slo = slo or SLO()
     slo_given = any(v is not None for v in (slo.ttft_s, slo.tpot_s, slo.latency_s))
     n = requests if requests is not None else scenario.workload.num_requests
-    measured, all_steps, lags, busy_lags, m_status, notes = [], [], [], [], [], []
-    for rate in grid:
-        if progress is not None:
-            progress("run", rate)
-        sc = scenario_at(scenario, rate, "rate", n)
-        run = run_scenario(model, sc, max_wall_s=max_wall_s_per_rate, warmup_steps=warmup_steps)
-        if on_run is not None:
-            on_run(rate, run)
-        steps = run.step_dicts()
-        table, ws, we = _table(run.records, f"measured at {rate:g}/s")
-        measured.append(point_from_records(table, ws, we, rate, "rate", slo, slo_target,
-                                           server=_server_fields(steps)))
-        m_status.append({s: int(c) for s, c in zip(*np.unique([r["status"] for r in run.records],
-                                                               return_counts=True))})
-        notes += [f"at {rate:g}/s: {note}" for note in run.notes]
-        if steps:
-            lags.append(idle_arrival_lags(table, steps))
-            busy_lags.append(busy_arrival_lags(table, steps, run.send_lags_s))
-            all_steps += _after(all_steps, steps)
+    measured, repeated, m_status, notes = [], [], [], []
+    all_steps, lags, busy_lags, own_fits = [], [], [], []
+    for attempt in range(engine_repeats):
+        for rate in grid:
+            if progress is not None:
+                progress("run", rate)
+            sc = scenario_at(scenario, rate, "rate", n)
+            run = run_scenario(model, sc, max_wall_s=max_wall_s_per_rate, warmup_steps=warmup_steps)
+            steps = run.step_dicts()
+            table, ws, we = _table(run.records, f"measured at {rate:g}/s")
+            point = point_from_records(table, ws, we, rate, "rate", slo, slo_target, server=_server_fields(steps))
+            if attempt:
+                repeated.append(point)
+                continue
+            if on_run is not None:
+                on_run(rate, run)
+            measured.append(point)
+            m_status.append({s: int(c) for s, c in zip(*np.unique([r["status"] for r in run.records],
+                                                                   return_counts=True))})
+            notes += [f"at {rate:g}/s: {note}" for note in run.notes]
+            own_fits.append(fit_trace(steps, table, method=method, send_lags_s=run.send_lags_s) if steps else None)
+            if steps:
+                lags.append(idle_arrival_lags(table, steps))
+                busy_lags.append(busy_arrival_lags(table, steps, run.send_lags_s))
+                all_steps += _after(all_steps, steps)
     fit = fit_trace(all_steps, method=method)
     fit.model = fit.model.model_copy(update=arrival_lag_fields(
         np.concatenate(lags) if lags else np.zeros(0), busy_lags_s=np.concatenate(busy_lags) if busy_lags else None))
     require_usable(fit, allow_poor_fit=allow_poor_fit, what="the sweep's step traces")
     if fit.quality is not None and not fit.quality.usable:
         notes.append(f"simulated from a poor fit (--allow-poor-fit): {fit.quality.reason}")
-    simulated, s_status = [], []
-    for rate in grid:
+    simulated, s_status, summaries = [], [], []
+    for rate, own in zip(grid, own_fits):
         if progress is not None:
             progress("simulate", rate)
-        sim = simulate(simulation_scenario(scenario_at(scenario, rate, "rate", n), fit))
-        simulated.append(point_from(sim, rate, "rate", slo, slo_target))
-        s_status.append({s: c for s, c in sim.status_counts().items() if c})
+        usable = own is not None and own.quality is not None and own.quality.usable
+        if own is not None and not usable:
+            notes.append(f"at {rate:g}/s: this rate's own fit is too poor ({own.summary}); simulated with the "
+                         "fit of every rate's trace")
+        used = own if usable and own is not None else fit
+        summaries.append(("this rate's trace: " if used is own else "every rate's traces: ") + used.summary)
+        sc = simulation_scenario(scenario_at(scenario, rate, "rate", n), used)
+        sims = [simulate(sc, replica=k, token_times=False) for k in range(replicas)]
+        simulated.append(point_from(pooled(sims), rate, "rate", slo, slo_target))
+        s_status.append({s: c for s, c in sims[0].status_counts().items() if c})
     points, summary = compare_sweeps(measured, simulated, slo_given=slo_given, measured_status=m_status,
-                                     simulated_status=s_status)
-    rule = ("the lowest rate whose point misses the SLOs (where the SLO capacity falls)" if slo_given else
-            f"the lowest rate where TTFT p95 is at least {KNEE_FACTOR:g}x its value at the lowest rate")
+                                     simulated_status=s_status, repeated=repeated or None,
+                                     fit_summaries=summaries)
+    rule = ("the lowest rate whose point misses the SLOs (where the SLO capacity falls), and every higher rate "
+            "too" if slo_given else f"the lowest rate where TTFT p95 is at least {KNEE_FACTOR:g}x its value at "
+            "the lowest rate, and at every higher rate")
     if summary["measured_knee_rps"] is None:
         notes.append(f"no knee in the measured sweep up to {grid[-1]:g}/s: add higher rates to find it")
+    floor = summary["max_below_knee_engine_rel_diff"]
+    if floor is not None and floor > TARGET_BELOW_KNEE_REL_ERROR:
+        notes.append(f"the engine itself is not repeatable to the target: a second run of the same rate and seed "
+                     f"differs by up to {floor:.0%} below the knee (target {TARGET_BELOW_KNEE_REL_ERROR:.0%}), so "
+                     "simulated errors up to that are within the measurement's own noise")
     return SweepValidation(scenario=scenario.name, rates_rps=grid, requests_per_rate=int(n or 0), points=points,
                            knee_rule=rule, fit=fit, fit_summary=fit.summary, measured_sweep=measured,
-                           simulated_sweep=simulated, notes=notes, **summary)
+                           simulated_sweep=simulated, notes=notes, engine_repeats=engine_repeats,
+                           replicas=replicas, **summary)
 
 
 def read_sweep_validation(path: Path) -> dict[str, Any]:
@@ -274,5 +356,5 @@ def run_folder_name(rate: float) -> str:
     return f"rate_{rate:g}".replace(".", "_")
 
 
-__all__ = ["PointComparison", "SweepValidation", "compare_sweeps", "knee_rps", "metrics_of", "rel_error",
+__all__ = ["PointComparison", "SweepValidation", "compare_sweeps", "knee_rps", "metrics_of", "pooled", "rel_error",
            "read_sweep_validation", "run_folder_name", "sweep_validation_doc", "validate_sweep"]
