@@ -436,3 +436,42 @@ def test_token_sums_past_int64_stay_exact():
     big = 10**18 - 1
     records = [{"start": 0, "first_token": 0.5, "end": 1, "status": "success", "output_tokens": big}] * 20
     assert summarize(records, 0, 10)["successful_output_tokens_per_second"] == 20 * big / 10
+
+
+# --------------------------------------------------------------------------- the whole file merged from its slices
+
+def _whole_only(report):
+    """The whole file's own fields: what a report measured without slices must equal."""
+    return report.model_dump(exclude={"slices", "fairness", "duplicate_request_ids", "duplicate_request_id_examples"})
+
+
+@settings(max_examples=120, deadline=None, derandomize=True)
+@given(st.lists(rich_record(), min_size=1, max_size=40), st.booleans())
+def test_whole_file_merged_from_its_slices_equals_it_measured_directly(records, shuffled):
+    """With slices, the whole file's report is merged from theirs (and the rows in no slice): exactly the same."""
+    if shuffled:  # starts out of order: the merged starts come from the slices' sorted runs
+        random.Random(len(records)).shuffle(records)
+    table = table_of(records)
+    slo = SLO(ttft_s=1.0, tpot_s=0.05)
+    merged, measured = build_report(table, 0, 10, slo), build_report(table, 0, 10, slo, by_slice=False)
+    assert _whole_only(merged) == _whole_only(measured)
+
+
+def test_merged_whole_file_keeps_token_fields_and_the_itl_slo():
+    rng = np.random.default_rng(5)
+    recs = []
+    for i in range(300):
+        s = float(rng.uniform(0, 8))
+        ok = rng.random() < 0.85
+        rec = {"start": s, "end": s + 1.5, "status": "success" if ok else "failed",
+               "slice": [None, "chat", "batch"][i % 3], "admitted": s + 0.1 if i % 4 else None}
+        if ok:
+            times = np.sort(s + 0.2 + rng.uniform(0, 1.3, 6)).tolist()
+            rec.update(first_token=times[0], end=times[-1], output_tokens=6, token_times=times)
+        recs.append(rec)
+    table = table_of(recs)
+    slo = SLO(ttft_s=0.5, tpot_s=0.5, itl_p99_s=0.4)
+    merged, measured = build_report(table, 0, 10, slo), build_report(table, 0, 10, slo, by_slice=False)
+    assert merged.itl_s is not None and merged.stalls is not None and merged.slo.good_requests > 0
+    assert merged.in_service is not None and merged.queue_wait_s.n < merged.completed  # some lack admitted
+    assert _whole_only(merged) == _whole_only(measured)

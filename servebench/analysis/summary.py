@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -21,7 +21,7 @@ from servebench.records.table import (MSG_EMPTY, STATUSES, SUCCESS, RecordTable,
                       build_table, parse_objects)
 from servebench.records.textcolumns import category_codes, duplicates
 from servebench.analysis.retries import jain_index, logical_stats, normalised_goodput, warmup_slices
-from servebench.analysis.timeline import Timeline, active_timeline
+from servebench.analysis.timeline import Timeline, active_timeline, ascending, sorted_timeline
 from servebench.records.token_times import Gaps, gaps as token_gaps
 
 CONTRACT_FIELDS: tuple[str, ...] = (
@@ -481,8 +481,9 @@ def _slice_rows(table: RecordTable) -> dict[str, np.ndarray]:
 
 def _slo_result(output_tokens: np.ndarray, requests: int, latency: np.ndarray, ttft: np.ndarray,
                 tpot: np.ndarray, slo: SLO, window_s: float,
-                itl_p99: tuple[np.ndarray, np.ndarray] | None = None) -> SLOResult:
-    """Return goodput over the successes' aligned arrays (a non-success is never good) of ``requests`` records."""
+                itl_p99: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[SLOResult, int]:
+    """Return goodput over the successes' aligned arrays (a non-success is never good) of ``requests`` records,
+    and the good requests' output tokens."""
     good = np.ones(output_tokens.size, dtype=bool)
     if slo.itl_p99_s is not None and itl_p99 is not None:
         has_times, p99 = itl_p99  # a success without token times cannot show it met the limit
@@ -495,12 +496,14 @@ def _slo_result(output_tokens: np.ndarray, requests: int, latency: np.ndarray, t
             good &= latency <= slo.latency_s
         if slo.tpot_s is not None:
             good &= (tpot <= slo.tpot_s) | (output_tokens <= 1)
-    n_good = int(np.count_nonzero(good))
-    return SLOResult(
-        slo=slo, good_requests=n_good, attainment=n_good / requests,
-        goodput_requests_per_second=n_good / window_s,
-        goodput_output_tokens_per_second=token_sum(output_tokens[good]) / window_s,
-    )
+    good_tokens = token_sum(output_tokens[good])
+    return _slo_of(slo, int(np.count_nonzero(good)), good_tokens, requests, window_s), good_tokens
+
+
+def _slo_of(slo: SLO, good_requests: int, good_tokens: int, requests: int, window_s: float) -> SLOResult:
+    return SLOResult(slo=slo, good_requests=good_requests, attainment=good_requests / requests,
+                     goodput_requests_per_second=good_requests / window_s,
+                     goodput_output_tokens_per_second=good_tokens / window_s)
 
 
 def _positive(counts: np.ndarray) -> np.ndarray:
@@ -511,13 +514,19 @@ def _positive(counts: np.ndarray) -> np.ndarray:
 def _causes(error_code: np.ndarray, names: list[str]) -> dict[str, int]:
     """Count non-success records by error text ('unspecified' if none), most common first."""
     counts = np.bincount(error_code + 1, minlength=len(names) + 1)
+    return _added(zip(["unspecified"] + names, counts.tolist()))  # an error named 'unspecified' adds to it
+
+
+def _added(counts: Iterable[tuple[str, int]]) -> dict[str, int]:
+    """Add counts by cause; keep those above zero, most common first (then by name)."""
     by_name: dict[str, int] = {}
-    for name, count in zip(["unspecified"] + names, counts.tolist()):
+    for name, count in counts:
         if count:
             by_name[name] = by_name.get(name, 0) + count
     return dict(sorted(by_name.items(), key=lambda p: (-p[1], p[0])))
 
 
+_REST = ("rows in no slice",)  # the group a merged report adds for them; a tuple is never a slice name
 _PARALLEL_MIN_ROWS = 50_000  # below this, starting threads costs more than they save
 T = TypeVar("T")
 K = TypeVar("K")
@@ -568,23 +577,43 @@ def build_report(table: RecordTable, window_start: float, window_end: float, slo
     common = dict(source=table.source, window_start=window_start, window_end=window_end, slo=slo,
                   error_names=error_names)
 
-    def slice_report(name: str) -> Report:
-        return _report(all_rows.take(slice_rows[name]), row_index=slice_rows[name],
-                       tokens=lambda: (tokens.get()[0], None), **common)
+    # with slices, the whole file's report is merged from theirs (and from the rows in no slice), not measured again
+    groups: dict[Any, np.ndarray] = dict(slice_rows)
+    merge = bool(groups) and not bool((table.cached_prompt_tokens >= 0).any())  # the cache section is not merged
+    if merge:
+        rest = np.ones(len(table), dtype=bool)
+        for rows in groups.values():
+            rest[rows] = False
+        if rest.any():
+            groups[_REST] = np.flatnonzero(rest)
+        del rest
+    kept: dict[Any, dict[str, Any] | None] = {key: {} if merge else None for key in groups}
+
+    def group_report(key: Any) -> Report:
+        return _report(all_rows.take(groups[key]), row_index=groups[key],
+                       tokens=lambda: (tokens.get()[0], None), keep=kept[key], **common)
 
     def check_duplicates() -> list[tuple[str, int]]:
         # duplicates are a property of the whole file: slices skip the hashing
         return duplicates(table.request_id_arrow) if by_slice else []
 
-    # largest slices first, the duplicate check last (the last queued are the first taken back)
+    # largest groups first, the duplicate check last (the last queued are the first taken back)
     # the token gaps and the file's ITL (a slice's stall threshold) first: every report ends waiting on them
-    jobs: list[tuple[str | None, Callable[[], Any]]] = [("", tokens.get)] if table.token_times is not None else []
-    jobs += [(name, partial(slice_report, name)) for name in sorted(slice_rows, key=lambda k: -slice_rows[k].size)]
+    by_size = sorted(groups, key=lambda k: -groups[k].size)
+    jobs: list[tuple[Any, Callable[[], Any]]] = [("", tokens.get)] if table.token_times is not None else []
+    jobs += [(key, partial(group_report, key)) for key in (by_size[1:] if merge else by_size)]
     jobs.append((None, check_duplicates))
     parallel = len(table) >= _PARALLEL_MIN_ROWS and (os.cpu_count() or 1) > 1
-    whole, results = _run_beside(lambda: _report(all_rows, tokens=tokens.get, **common), jobs, parallel)
+    main = partial(group_report, by_size[0]) if merge else lambda: _report(all_rows, tokens=tokens.get, **common)
+    first, results = _run_beside(main, jobs, parallel)
     dups = results.pop(None)
     results.pop("", None)
+    if merge:
+        results[by_size[0]] = first
+        whole = _merged([(results[key], kept.pop(key) or {}) for key in groups], whole_start=table.start,
+                        ok=table.is_success, tokens=tokens.get, **common)
+    else:
+        whole = first
     slices = {name: results[name] for name in slice_rows}
     return whole.model_copy(update=dict(
         duplicate_request_ids=sum(c - 1 for _, c in dups),
@@ -690,12 +719,13 @@ def _token_fields(tokens: _Tokens, ok: np.ndarray, row_index: np.ndarray | None,
 
 def _report(rows: _Rows, *, source: str | None, window_start: float, window_end: float, slo: SLO | None,
             error_names: list[str], tokens: Callable[[], Any] | None = None,
-            row_index: np.ndarray | None = None) -> Report:
+            row_index: np.ndarray | None = None, keep: dict[str, Any] | None = None) -> Report:
     """Return one report (no slices, no duplicate check) over rows in any order.
 
     ``tokens`` returns the table's token gaps and, for the whole file, its ITL distribution (a
     slice's rows are ``row_index`` of the table); it is asked for last, so that another thread can
-    compute it meanwhile.
+    compute it meanwhile. ``keep`` receives the sorted arrays and exact counts that ``_merged``
+    needs to build the whole file's report from its slices'.
     """
     window_s = window_end - window_start
     n = rows.start.size
@@ -717,13 +747,15 @@ def _report(rows: _Rows, *, source: str | None, window_start: float, window_end:
         if found is not None and found.itl_p99 is not None:
             pick = slice(None) if row_index is None else row_index
             itl_p99 = (found.gaps.has_times[pick][ok], found.itl_p99[pick][ok])
-    slo_result = (_slo_result(out_ok, n, latency, ttft, tpot, slo, window_s, itl_p99)
-                  if slo is not None and slo.any else None)
+    slo_result, good_tokens = (_slo_result(out_ok, n, latency, ttft, tpot, slo, window_s, itl_p99)
+                               if slo is not None and slo.any else (None, 0))
     # fresh arrays, so each is sorted in place
     m = {"latency": latency, "ttft": ttft, "tpot": tpot if bool((out_ok > 1).all()) else tpot[out_ok > 1]}
     del tpot
     for values in m.values():
         values.sort()
+    if keep is not None:
+        keep.update(m, good_tokens=good_tokens, queue_wait=None, prefill=None, admitted=None, admitted_end=None)
     adm_ok = rows.admitted if every else rows.pick("admitted", ok)
     has_adm = np.isfinite(adm_ok)
     wait = prefill = None
@@ -733,9 +765,13 @@ def _report(rows: _Rows, *, source: str | None, window_start: float, window_end:
         stage = adm_ok - start_ok
         stage.sort()
         wait = _distribution(stage)
+        if keep is not None:
+            keep["queue_wait"] = stage
         stage = first_ok - adm_ok
         stage.sort()
         prefill = _distribution(stage)
+        if keep is not None:
+            keep["prefill"] = stage
         del stage
     del adm_ok, start_ok, first_ok
     success_tokens = token_sum(out_ok)  # a success has at least one output token
@@ -744,32 +780,103 @@ def _report(rows: _Rows, *, source: str | None, window_start: float, window_end:
     adm_all = np.isfinite(rows.admitted)
     in_service = None
     if adm_all.any():
-        in_service = _concurrency(active_timeline(rows.admitted[adm_all], rows.end[adm_all], window_start, window_end,
-                                                  overwrite=True))
-    active = _concurrency(active_timeline(rows.start, rows.end, window_start, window_end))
+        admitted, admitted_end = rows.admitted[adm_all], rows.end[adm_all]
+        admitted.sort()
+        admitted_end.sort()
+        in_service = _concurrency(sorted_timeline(admitted, admitted_end, window_start, window_end))
+        if keep is not None:
+            keep.update(admitted=admitted, admitted_end=admitted_end)
+        del admitted, admitted_end
+    if keep is None:
+        active = _concurrency(active_timeline(rows.start, rows.end, window_start, window_end))
+    else:
+        keep.update(start=rows.start if ascending(rows.start) else np.sort(rows.start), end=np.sort(rows.end))
+        active = _concurrency(sorted_timeline(keep["start"], keep["end"], window_start, window_end))
     found, itl = tokens() if tokens is not None else (None, None)
     token_fields = {} if found is None else _token_fields(found, ok, row_index, itl)
+    return _assemble(
+        n=n, source=source, window_start=window_start, window_end=window_end, by_status=by_status,
+        by_cause=_causes(rows.pick("error_code", ~ok), error_names), m=m, queue_wait_s=wait, prefill_s=prefill,
+        token_fields=token_fields, slo=slo_result, total_output_tokens=total_tokens,
+        successful_output_tokens=success_tokens,
+        total_prompt_tokens=token_sum(prompt[prompt >= 0]) if (prompt >= 0).any() else None,
+        active_requests=active, in_service=in_service,
+        records_without_request_id=int(np.count_nonzero(rows.missing_request_id)),
+        prefix_cache=_prefix_cache(rows, ok))
+
+
+def _assemble(*, n: int, window_start: float, window_end: float, by_status: dict[str, int],
+              m: dict[str, np.ndarray], token_fields: dict[str, Any], total_output_tokens: int,
+              successful_output_tokens: int, **fields: Any) -> Report:
+    """Return the Report of ``n`` records from their counts and their sorted success distributions ``m``."""
+    failures = n - by_status["success"]
+    window_s = window_end - window_start
     return Report(
-        source=source,
         window_start=window_start, window_end=window_end, window_s=window_s,
-        summary=_contract_fields(n, success_tokens, window_s, m, ordered=True),
+        summary=_contract_fields(n, successful_output_tokens, window_s, m, ordered=True),
         offered=n, accepted=n - by_status["rejected"], completed=by_status["success"],
-        rejected=by_status["rejected"], timed_out=by_status["timeout"],
-        by_status=by_status, by_cause=_causes(rows.pick("error_code", ~ok), error_names),
+        rejected=by_status["rejected"], timed_out=by_status["timeout"], by_status=by_status,
         latency_s=_distribution(m["latency"]), ttft_s=_distribution(m["ttft"]),
-        request_tpot_s=_distribution(m["tpot"]), queue_wait_s=wait, prefill_s=prefill, **token_fields,
+        request_tpot_s=_distribution(m["tpot"]), **token_fields,
         failure_aware_latency_s=_distribution(m["latency"], infinite=failures),
         failure_aware_ttft_s=_distribution(m["ttft"], infinite=failures),
-        slo=slo_result,
-        total_output_tokens=total_tokens, successful_output_tokens=success_tokens,
-        wasted_output_tokens=total_tokens - success_tokens,
-        total_prompt_tokens=token_sum(prompt[prompt >= 0]) if (prompt >= 0).any() else None,
-        active_requests=active,
-        in_service=in_service,
-        duplicate_request_ids=0, duplicate_request_id_examples=[],
-        records_without_request_id=int(np.count_nonzero(rows.missing_request_id)),
-        prefix_cache=_prefix_cache(rows, ok),
-    )
+        total_output_tokens=total_output_tokens, successful_output_tokens=successful_output_tokens,
+        wasted_output_tokens=total_output_tokens - successful_output_tokens,
+        duplicate_request_ids=0, duplicate_request_id_examples=[], **fields)
+
+
+def _merged(parts: list[tuple[Report, dict[str, Any]]], *, whole_start: np.ndarray, ok: np.ndarray,
+            tokens: Callable[[], Any], source: str | None, window_start: float, window_end: float,
+            slo: SLO | None, error_names: list[str]) -> Report:
+    """Return the report over groups of rows that together hold every row once, from the groups' reports.
+
+    Counts are added and each sorted distribution is merged from the groups' sorted runs (a stable
+    sort of sorted runs is a merge), so the whole file is not measured a second time beside its
+    slices; the result equals ``_report`` over the whole file, field for field (tests/test_summary.py).
+    ``whole_start``: the file's starts, used as they are when already in order.
+    """
+    reports = [r for r, _ in parts]
+    kept = [k for _, k in parts]
+
+    def merged(key: str) -> np.ndarray | None:
+        runs = [k.pop(key) for k in kept]  # popped: each group's run is freed once merged
+        runs = [r for r in runs if r is not None]
+        if not runs:
+            return None
+        if len(runs) == 1:
+            return runs[0]
+        out = np.concatenate(runs)
+        del runs
+        out.sort(kind="stable")
+        return out
+
+    def added(field: str) -> int:
+        return sum(getattr(r, field) for r in reports)
+
+    m = {"latency": merged("latency"), "ttft": merged("ttft"), "tpot": merged("tpot")}
+    wait, prefill = merged("queue_wait"), merged("prefill")
+    admitted = merged("admitted")
+    in_service = None if admitted is None else _concurrency(
+        sorted_timeline(admitted, merged("admitted_end"), window_start, window_end))
+    del admitted
+    start = whole_start if ascending(whole_start) else merged("start")
+    active = _concurrency(sorted_timeline(start, merged("end"), window_start, window_end))
+    prompts = [r.total_prompt_tokens for r in reports if r.total_prompt_tokens is not None]
+    n = added("offered")
+    found, itl = tokens()
+    return _assemble(
+        n=n, source=source, window_start=window_start, window_end=window_end,
+        by_status={name: sum(r.by_status[name] for r in reports) for name in STATUSES},
+        by_cause=_added(p for r in reports for p in r.by_cause.items()), m=m,
+        queue_wait_s=None if wait is None else _distribution(wait),
+        prefill_s=None if prefill is None else _distribution(prefill),
+        token_fields={} if found is None else _token_fields(found, ok, None, itl),
+        slo=_slo_of(slo, sum(r.slo.good_requests for r in reports if r.slo is not None),
+                    sum(k["good_tokens"] for k in kept), n, window_end - window_start) if slo is not None and slo.any
+        else None,
+        total_output_tokens=added("total_output_tokens"), successful_output_tokens=added("successful_output_tokens"),
+        total_prompt_tokens=sum(prompts) if prompts else None, active_requests=active, in_service=in_service,
+        records_without_request_id=added("records_without_request_id"), prefix_cache=None)
 
 
 def _sorted_distribution(values: np.ndarray) -> Distribution:
