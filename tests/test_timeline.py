@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from servebench.analysis import timeline
 from servebench.analysis.timeline import active_counts, active_timeline
 
 
@@ -79,3 +80,29 @@ def test_peak_past_one_block_matches_the_direct_count() -> None:
     assert tl.peak == int(direct.max())
     at = np.flatnonzero(direct == tl.peak)
     assert tl.time_at_peak_s == pytest.approx(float(np.sum(np.clip(e[at + 1 - tl.peak], 0, 200) - np.clip(s[at], 0, 200))))
+
+
+def _direct(start, end, ws, we):
+    """Peak and time at it from the count after every arrival (what the block bound may skip)."""
+    s, e = np.sort(start), np.sort(end)
+    level = np.arange(1, s.size + 1) - np.searchsorted(e, s, side="right")
+    peak = int(level.max())
+    at = np.flatnonzero(level == peak)
+    return peak, float(np.sum(np.clip(e[at + 1 - peak], ws, we) - np.clip(s[at], ws, we)))
+
+
+@settings(max_examples=80, deadline=None, derandomize=True)
+@given(st.integers(2_000, 8_000), st.integers(0, 3_000), st.integers(1, 300), st.sampled_from([2, 8, 64]),
+       st.integers(0, 2**32 - 1))
+def test_blocks_bounded_from_their_first_arrival_find_the_direct_peak(n, burst, steps, block, seed):
+    """Records on a coarse time grid (ties at every step), on a plateau or with a burst: the direct peak and time.
+
+    Small blocks make the bounded search run on thousands of records, not only on millions.
+    """
+    rng = np.random.default_rng(seed)
+    start = np.concatenate([rng.integers(0, 1_000, n), rng.integers(500, 500 + steps, burst)]).astype(float)
+    end = start + rng.integers(0, 30, start.size)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(timeline, "_HEAD_EVERY", block)
+        tl = active_timeline(start, end, 0.0, 1_100.0)
+    assert (tl.peak, tl.time_at_peak_s) == _direct(start, end, 0.0, 1_100.0)
