@@ -384,6 +384,8 @@ def test_threaded_report_equals_the_inline_one(monkeypatch):
     monkeypatch.setattr("servebench.analysis.summary._PARALLEL_MIN_ROWS", 0)
     monkeypatch.setattr("servebench.analysis.summary.os.cpu_count", lambda: 4)
     assert build_report(table, 0, 60, SLO(ttft_s=0.9)) == inline
+    monkeypatch.setattr("servebench.analysis.summary._VIEWS_AT_ONCE_MAX_ROWS", 0)  # views one at a time
+    assert build_report(table, 0, 60, SLO(ttft_s=0.9)) == inline
     assert inline.duplicate_request_ids == 10 and set(inline.slices) == {"batch", "chat", "eval"}
 
 

@@ -528,6 +528,10 @@ def _added(counts: Iterable[tuple[str, int]]) -> dict[str, int]:
 
 _REST = ("rows in no slice",)  # the group a merged report adds for them; a tuple is never a slice name
 _PARALLEL_MIN_ROWS = 50_000  # below this, starting threads costs more than they save
+# above this, the views (the file's slices) are reported one after another: each holds about 100 bytes a
+# record of temporaries, and two at once raised a 10M-record report's peak by 0.25 GB and its system time
+# (the kernel zeroing pages) for no less wall time on 2 cores (benchmarks/summary.py, docs/scale.md)
+_VIEWS_AT_ONCE_MAX_ROWS = 2_000_000
 T = TypeVar("T")
 K = TypeVar("K")
 
@@ -600,12 +604,16 @@ def build_report(table: RecordTable, window_start: float, window_end: float, slo
     # largest groups first, the duplicate check last (the last queued are the first taken back)
     # the token gaps and the file's ITL (a slice's stall threshold) first: every report ends waiting on them
     by_size = sorted(groups, key=lambda k: -groups[k].size)
+    first_view = partial(group_report, by_size[0]) if merge else lambda: _report(all_rows, tokens=tokens.get, **common)
+    views = [(key, partial(group_report, key)) for key in (by_size[1:] if merge else by_size)]
     jobs: list[tuple[Any, Callable[[], Any]]] = [("", tokens.get)] if table.token_times is not None else []
-    jobs += [(key, partial(group_report, key)) for key in (by_size[1:] if merge else by_size)]
-    jobs.append((None, check_duplicates))
     parallel = len(table) >= _PARALLEL_MIN_ROWS and (os.cpu_count() or 1) > 1
-    main = partial(group_report, by_size[0]) if merge else lambda: _report(all_rows, tokens=tokens.get, **common)
-    first, results = _run_beside(main, jobs, parallel)
+    if len(table) > _VIEWS_AT_ONCE_MAX_ROWS:  # one view's temporaries at a time; the duplicate check beside them
+        (first, results), beside = _run_beside(lambda: (first_view(), {key: job() for key, job in views}),
+                                               jobs + [(None, check_duplicates)], parallel)
+        results.update(beside)
+    else:
+        first, results = _run_beside(first_view, jobs + views + [(None, check_duplicates)], parallel)
     dups = results.pop(None)
     results.pop("", None)
     if merge:
