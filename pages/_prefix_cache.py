@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import streamlit as st
 
+from pages._shared import static_table
 from servebench.output.figures.summary import distribution_frame
 from servebench.output.plain import fmt, fmt_share
 from servebench.analysis.summary import PrefixCacheReport
 
 
-def show_prefix_cache(pc: PrefixCacheReport, *, key: str = "pc") -> None:
-    """Render hit rate, prefill saved, and TTFT and prefill with and without a hit."""
+def show_prefix_cache(pc: PrefixCacheReport, unit: str = "s") -> None:
+    """Render hit rate, prefill saved, and TTFT and prefill with and without a hit, times in ``unit`` (s or ms)."""
+    scale = 1000.0 if unit == "ms" else 1.0
     c = st.columns(4)
     c[0].metric("Token hit rate", fmt_share(pc.token_hit_rate),
                 help=f"{pc.cached_prompt_tokens:,} of {pc.prompt_tokens:,} prompt tokens came from the cache.")
@@ -18,10 +20,12 @@ def show_prefix_cache(pc: PrefixCacheReport, *, key: str = "pc") -> None:
     c[2].metric("Estimated prefill saved (s)", fmt(pc.estimated_prefill_saved_s),
                 help="Cached tokens × the prefill seconds per prompt token of requests without a hit.")
     ttft_hit, ttft_miss = pc.ttft_hit_s.at(50), pc.ttft_miss_s.at(50)
-    c[3].metric("TTFT p50 with / without a hit (s)", f"{fmt(ttft_hit)} / {fmt(ttft_miss)}")
-    st.dataframe(distribution_frame({
-        "TTFT with a hit (s)": pc.ttft_hit_s, "TTFT without a hit (s)": pc.ttft_miss_s,
-        "Prefill with a hit (s)": pc.prefill_hit_s, "Prefill without a hit (s)": pc.prefill_miss_s,
-    }), hide_index=True, key=f"{key}_dist")
+    c[3].metric(f"TTFT p50 with / without a hit ({unit})",
+                f"{fmt(None if ttft_hit is None else ttft_hit * scale)} / "
+                f"{fmt(None if ttft_miss is None else ttft_miss * scale)}")
+    static_table(distribution_frame({
+        f"TTFT with a hit ({unit})": pc.ttft_hit_s, f"TTFT without a hit ({unit})": pc.ttft_miss_s,
+        f"Prefill with a hit ({unit})": pc.prefill_hit_s, f"Prefill without a hit ({unit})": pc.prefill_miss_s,
+    }, scale))
     st.caption("A hit skips recomputing the cached part of the prompt: it shortens prefill and TTFT. It does not "
                "make the answer generate faster (TPOT), and it does nothing for a long new response.")

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, NoReturn, TypeVar
 
+import pandas as pd
 import streamlit as st
 from streamlit import config as st_config
 
@@ -21,7 +22,7 @@ from servebench.records.extra_columns import extra_columns_note, slice_by as sli
 from servebench.output.terminal import fmt_window
 from servebench.records.importers import FORMATS as FOREIGN_FORMATS, ImportOptions
 from servebench.records.loaders import LoadedRecords, read_bytes
-from servebench.output.plain import GLOSSARY, export_label, for_people
+from servebench.output.plain import GLOSSARY, export_label, fmt, for_people
 from servebench.records.table import RecordTable
 from servebench.records.validation_report import bad_rows_text
 from servebench.records.window_zoom import TrimmedRecords, full_table, trim
@@ -527,7 +528,20 @@ def unit_choice() -> tuple[str, float]:
 
 
 def glossary() -> None:
-    """Explain the metrics in plain words (a sidebar panel on every page)."""
+    """Explain the metrics in plain words (a sidebar panel on every page), as one element: each is drawn."""
     with st.sidebar.expander("Glossary", icon=":material/menu_book:"):
-        for term, text in GLOSSARY.items():
-            st.markdown(f"**{term}**: {text}")
+        st.markdown("\n\n".join(f"**{term}**: {text}" for term, text in GLOSSARY.items()))
+
+
+def static_table(frame: pd.DataFrame, where: Any = None, *, width: str = "stretch") -> None:
+    """Show a small table as a static HTML table, every number formatted by ``fmt`` (thousands separators).
+
+    An interactive grid (st.dataframe) is a canvas the browser loads code for and draws after the run has ended:
+    Summary's nine grids were about a second of its first view on a 2-core machine
+    (benchmarks/results/dashboard.md). A table of a few rows needs no sorting or scrolling.
+    """
+    shown = frame.copy()
+    for name in shown.columns:
+        if pd.api.types.is_numeric_dtype(shown[name]) and not pd.api.types.is_bool_dtype(shown[name]):
+            shown[name] = shown[name].map(fmt)
+    (where or st).table(shown, hide_index=True, width=width)

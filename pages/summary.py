@@ -7,8 +7,8 @@ import streamlit as st
 
 from pages._figures import cause_chart, over_time_chart, record_charts
 from pages._prefix_cache import show_prefix_cache
-from pages._shared import (cached_report, guarded, records_sidebar, show_reader_warnings, site_zip, slo_inputs,
-                           unit_choice)
+from pages._shared import (Dataset, cached_report, guarded, records_sidebar, show_reader_warnings, site_zip, slo_inputs,
+                           static_table, unit_choice)
 from servebench.records.extra_columns import SLICE_COLUMN, slice_choices
 from servebench.output.terminal import fmt_window
 from servebench.output.figures.summary import (cause_frame, contract_cells, distribution_frame, fmt, fmt_share,
@@ -27,8 +27,44 @@ def chart_panel(parent: DeltaGenerator, title: str, key: str) -> DeltaGenerator:
 
     Drawn in place, Summary's six charts took its first view from about 2.7 to 4.4 s on a 2-core machine
     (benchmarks/results/dashboard.md); the page's metrics and tables give their key numbers without them.
+    Call it in a fragment (``st.fragment``): opening the panel then reruns the panel alone, not the page
+    (a whole page's rerun was about half the time of opening the CDF panel).
     """
     return parent.expander(title, key=key, on_change="rerun", icon=":material/bar_chart:")
+
+
+@st.fragment
+def cause_panel(ds: Dataset, by_cause: dict[str, int]) -> None:
+    """Non-successes by cause as a chart, drawn once its panel is opened."""
+    box = chart_panel(st, "Non-success causes as a chart", "causes_chart_open")
+    if box.open:
+        box.vega_lite_chart(spec=cause_chart(ds.key, ds.window_start, ds.window_end, by_cause), key="cause_fig")
+
+
+@st.fragment
+def timeline_panels(ds: Dataset, unit: str) -> None:
+    """Requests over the window, and throughput, TTFT and latency over time, each drawn once its panel is opened."""
+    box = chart_panel(st, "Requests over the window (active, in service, waiting)", "timeline_open")
+    if box.open:
+        box.vega_lite_chart(spec=record_charts(ds.key, ds.window_start, ds.window_end, unit, ds.table)["timeline"],
+                            key="timeline_fig")
+    later = st.expander("Throughput, TTFT and latency over time (warm-up, drift, bursts)", key="over_time_open",
+                        on_change="rerun")
+    if later.open:
+        later.plotly_chart(over_time_chart(ds.key, ds.window_start, ds.window_end, ds.table), key="over_time_fig")
+
+
+@st.fragment
+def cdf_panel(ds: Dataset, unit: str) -> None:
+    """The CDFs of latency, TTFT and TPOT and the stages, drawn once their panel is opened."""
+    box = chart_panel(st, "CDFs of latency, TTFT and TPOT with p50, p95, p99 marked; where the time goes",
+                      "cdfs_open")
+    if box.open:
+        charts = record_charts(ds.key, ds.window_start, ds.window_end, unit, ds.table)
+        for col, (name, spec) in zip(box.columns(len(charts["cdfs"])), charts["cdfs"].items()):
+            col.vega_lite_chart(spec=spec, key=f"cdf_{name}")
+        if charts["stages"] is not None:
+            box.vega_lite_chart(spec=charts["stages"], key="stage_fig")
 
 
 def show_distributions(rows: dict[str, Distribution | None], scale: float) -> None:
@@ -37,8 +73,8 @@ def show_distributions(rows: dict[str, Distribution | None], scale: float) -> No
     One table of both was wider than the page at 1,400 px (eight columns, four of them 'value [low, high]').
     """
     frame = distribution_frame(rows, scale).rename(columns={"metric": "Metric", "max": "Max", "mean": "Mean"})
-    st.dataframe(frame.drop(columns=["Max", "Mean"]), hide_index=True)
-    st.dataframe(frame[["Metric", "Max", "Mean"]], hide_index=True, width="content")
+    static_table(frame.drop(columns=["Max", "Mean"]))
+    static_table(frame[["Metric", "Max", "Mean"]], width="content")
 
 
 def slice_tables(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -105,13 +141,11 @@ with outcome_box:
     for col, cell in zip(st.columns(len(cells)), cells):
         col.metric(cell.label, fmt(cell.count), help=cell.help)
     left, right = st.columns(2)
-    left.dataframe(status_frame(report), hide_index=True)  # the counts above, with shares (no chart: same numbers)
+    static_table(status_frame(report), left)  # the counts above, with shares (no chart: same numbers)
     if report.by_cause:
-        right.dataframe(cause_frame(report).assign(cause=lambda f: f["cause"].map(safe_text)), hide_index=True)
-        box = chart_panel(right, "Non-success causes as a chart", "causes_chart_open")
-        if box.open:
-            box.vega_lite_chart(spec=cause_chart(ds.key, ds.window_start, ds.window_end, report.by_cause),
-                                key="cause_fig")
+        static_table(cause_frame(report).assign(cause=lambda f: f["cause"].map(safe_text)), right)
+        with right:
+            cause_panel(ds, report.by_cause)
     else:
         right.info("Every request succeeded: no causes to break down.")
     if report.duplicate_request_ids:
@@ -142,15 +176,7 @@ with outcome_box:
     elif "in_service" not in no_clock:
         c[2].caption("No `admitted` times: in-service concurrency and queue wait are unknown.")
     if "active_requests" not in no_clock:
-        box = chart_panel(st, "Requests over the window (active, in service, waiting)", "timeline_open")
-        if box.open:
-            box.vega_lite_chart(spec=record_charts(ds.key, ds.window_start, ds.window_end, unit, ds.table)["timeline"],
-                                key="timeline_fig")
-        later = st.expander("Throughput, TTFT and latency over time (warm-up, drift, bursts)", key="over_time_open",
-                            on_change="rerun")
-        if later.open:
-            later.plotly_chart(over_time_chart(ds.key, ds.window_start, ds.window_end, ds.table),
-                               key="over_time_fig")
+        timeline_panels(ds, unit)
 
     st.subheader("Percentiles with 95% confidence intervals")
     st.caption("Nearest rank. A '—' bound means the sample is too small to bound that side. "
@@ -165,17 +191,10 @@ with outcome_box:
     show_distributions({
         f"Latency ({unit})": report.failure_aware_latency_s, f"TTFT ({unit})": report.failure_aware_ttft_s,
     }, scale)
-    box = chart_panel(st, "CDFs of latency, TTFT and TPOT with p50, p95, p99 marked; where the time goes",
-                      "cdfs_open")
-    if box.open:
-        charts = record_charts(ds.key, ds.window_start, ds.window_end, unit, ds.table)
-        for col, (name, spec) in zip(box.columns(len(charts["cdfs"])), charts["cdfs"].items()):
-            col.vega_lite_chart(spec=spec, key=f"cdf_{name}")
-        if charts["stages"] is not None:
-            box.vega_lite_chart(spec=charts["stages"], key="stage_fig")
+    cdf_panel(ds, unit)
     if report.prefix_cache is not None:
         st.subheader("Prefix cache")
-        show_prefix_cache(report.prefix_cache)
+        show_prefix_cache(report.prefix_cache, unit)
 
 with slo_box:
     if report.slo is None:
@@ -194,18 +213,18 @@ with slo_box:
 if report.slices:
     st.subheader("Slices" if slice_by == SLICE_COLUMN else f"Slices by {safe_text(slice_by)}")
     counts, rates = slice_tables(slice_frame(report, unit).assign(slice=lambda f: f["slice"].map(safe_text)))
-    st.dataframe(counts.rename(columns=label), hide_index=True)
-    st.dataframe(rates.rename(columns=label), hide_index=True)
+    static_table(counts.rename(columns=label))
+    static_table(rates.rename(columns=label))
 
 if report.logical is not None:
     st.subheader("Retries: logical requests")
     st.caption("Each attempt is one record; a logical request is a user's request and its retries "
                "(records that share a logical_id).")
-    st.dataframe(logical_frame(report.logical, unit), hide_index=True)
+    static_table(logical_frame(report.logical, unit))
 if report.fairness is not None:
     st.subheader("Fairness across slices")
-    st.dataframe(fairness_frame(report.fairness, unit).assign(slice=lambda f: f["slice"].map(safe_text)).rename(
-        columns=label), hide_index=True)
+    static_table(fairness_frame(report.fairness, unit).assign(slice=lambda f: f["slice"].map(safe_text)).rename(
+        columns=label))
     st.caption(f"Jain's index over goodput / weight (weights: {report.fairness.weights_from}): "
                f"{fmt(report.fairness.jain_index)} (1 = in proportion to weight); worst / best TTFT p95: "
                f"{fmt(report.fairness.ttft_p95_ratio)}.")

@@ -201,9 +201,9 @@ def test_extra_columns_are_noted_once_and_break_the_summary_down() -> None:
     box.set_value("gpu").run()
     assert not at.exception and not at.error
     assert "Slices by gpu" in [h.value for h in at.subheader]
-    slices = next(d.value for d in at.dataframe if "Slice" in d.value.columns)
+    slices = next(d.value for d in at.table if "Slice" in d.value.columns)
     assert sorted(slices["Slice"]) == ["A100", "H100\\x1b[31m"]  # the escape shown, not sent to the page
-    causes = next(d.value for d in at.dataframe if "cause" in d.value.columns)
+    causes = next(d.value for d in at.table if "cause" in d.value.columns)
     assert list(causes["cause"]) == ["boom<U+202E>[x]"]
     shown = [e.value for e in (*at.markdown, *at.caption, *at.warning, *at.info, *at.subheader)]
     assert not [s for s in shown if any(ch in str(s) for ch in "\x1b\u202e")]
@@ -231,6 +231,24 @@ def test_percentile_explorer_any_percentile_and_failure_aware() -> None:
     at.selectbox(key="metric").select("queue_wait").run()
     assert not at.exception
     assert at.info  # R1-R4 has no admitted times
+
+
+def test_percentile_explorer_records_grid_shows_what_the_metric_is_computed_from() -> None:
+    """The records grid fits the page: the value, who, how it ended and the metric's own fields; the CSV has all."""
+    at = _app()
+    at.selectbox(key="records_sample").select("r1_r4.json").run()
+    at.switch_page("pages/percentiles.py").run()
+    at.session_state["pct_records_open"] = True
+    at.run()
+    assert not at.exception
+    assert list(at.dataframe[0].value.columns) == ["Latency (s)", "request_id", "status", "slice", "start", "end"]
+    at.selectbox(key="metric").select("ttft")
+    at.radio(key="view").set_value("failure-aware").run()
+    grid = at.dataframe[0].value
+    assert list(grid.columns)[1:] == ["request_id", "status", "slice", "start", "first_token", "error"]
+    assert len(grid) == 4  # failures counted too
+    (download,) = [b for b in at.get("download_button") if "every field" in b.proto.label]
+    assert "All 4 records counted" in download.proto.label
 
 
 def test_percentile_explorer_slices() -> None:
@@ -539,3 +557,25 @@ def test_several_uploads_are_held_and_compared_side_by_side() -> None:
     statuses = ["Completed", "Failed", "Timed out", "Cancelled", "Rejected"]
     assert (outcomes[statuses].sum(axis=1) == outcomes["Offered"]).all()
     assert len(at.get("plotly_chart")) == 4  # three overlaid CDFs and the percentile bars
+
+
+def test_summary_prefix_cache_tables_are_static_and_follow_the_unit() -> None:
+    """Summary's small tables are static tables (no grid to load); the prefix cache's times follow the ms toggle."""
+    import pandas as pd
+
+    frame = pd.read_csv(REPO / "sample_data" / "requests_sample.csv").head(400)
+    frame["cached_prompt_tokens"] = (frame["prompt_tokens"] // 2).where(frame.index % 2 == 0, 0)
+    at = _app()
+    at.file_uploader(key="records_upload").set_value(("cached.csv", frame.to_csv(index=False).encode(),
+                                                      "text/csv")).run()
+    assert not at.exception and not at.error
+    assert not at.dataframe  # every table on Summary is static
+    metrics = [t.value["metric"].iloc[0] for t in at.table if "metric" in t.value.columns]
+    assert metrics == ["TTFT with a hit (s)"]
+    seconds = next(t.value for t in at.table if "metric" in t.value.columns)
+    at.segmented_control(key="unit").set_value("ms").run()
+    ms = next(t.value for t in at.table if "metric" in t.value.columns)
+    assert list(ms["metric"]) == ["TTFT with a hit (ms)", "TTFT without a hit (ms)", "Prefill with a hit (ms)",
+                                  "Prefill without a hit (ms)"]
+    assert float(ms["max"].iloc[0].replace(",", "")) == pytest.approx(float(seconds["max"].iloc[0]) * 1000, rel=1e-3)
+    assert "TTFT p50 with / without a hit (ms)" in _metrics(at)

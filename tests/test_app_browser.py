@@ -183,21 +183,59 @@ WIDE_TABLES = """() => [...document.querySelectorAll('[data-testid="stDataFrame"
 }).filter(t => t.scroll_px > t.visible_px + 1)"""
 
 
-def test_summary_tables_fit_a_1400_px_window_without_scrolling_sideways() -> None:
-    """Every table on Summary fits a 1,400 px window: the grid's scrollable width is its visible width, s and ms."""
+def _records_with_every_section(tmp_path) -> "Path":
+    """Write the sample with cached prompt tokens and logical ids, so Summary also shows its prefix-cache and
+    retries tables (which appear only with such columns)."""
+    import pandas as pd
+
+    frame = pd.read_csv(REPO / "sample_data" / "requests_sample.csv")
+    frame["cached_prompt_tokens"] = (frame["prompt_tokens"] // 2).where(frame.index % 2 == 0, 0)
+    frame["logical_id"] = frame["request_id"].str.slice(0, 8)  # ten attempts share each logical request
+    frame["attempt"] = frame.groupby("logical_id").cumcount() + 1
+    path = tmp_path / "every_section.csv"
+    frame.to_csv(path, index=False)
+    return path
+
+
+def _tables(page) -> int:
+    return page.locator('[data-testid="stDataFrame"], [data-testid="stTable"]').count()
+
+
+def test_summary_tables_fit_a_1400_px_window_without_scrolling_sideways(tmp_path) -> None:
+    """Every table on Summary (the prefix-cache and retries tables too) and the Percentile explorer's records grid
+    fits a 1,400 px window: each table's scrollable width is its visible width, in s and in ms."""
     require_chromium()
-    with streamlit_server() as url, browser_page(viewport=(1400, 3200)) as page:
+    records = _records_with_every_section(tmp_path)
+    with streamlit_server() as url, browser_page(viewport=(1400, 3600)) as page:
         page.set_default_timeout(TIMEOUT_MS)
         page.goto(url, wait_until="domcontentloaded")
         page.get_by_role("heading", name="Slices").first.wait_for()  # the sample has slices: the widest table
         _wait_idle(page)
-        page.locator('[data-testid="stDataFrame"] .dvn-scroller').nth(6).wait_for()
-        assert page.locator('[data-testid="stDataFrame"]').count() >= 7
+        page.locator('[data-testid="stTable"] table').nth(6).wait_for()
+        assert _tables(page) >= 7
+        assert page.evaluate(WIDE_TABLES) == []
+        page.locator('[data-testid="stFileUploader"] input[type="file"]').first.set_input_files(str(records))
+        page.get_by_role("heading", name="Prefix cache").first.wait_for()
+        page.get_by_role("heading", name="Retries: logical requests").first.wait_for()
+        _wait_idle(page)
+        page.locator('[data-testid="stTable"] table').nth(9).wait_for()
+        shown = _tables(page)
+        assert shown >= 10  # the sample's tables, the prefix cache's and the logical requests'
         assert page.evaluate(WIDE_TABLES) == []
         page.get_by_role("radio", name="ms", exact=True).first.click()  # longer numbers in milliseconds
         page.wait_for_function(
-            """() => [...document.querySelectorAll('[role="columnheader"]')]
-                     .some(e => e.innerText.trim() === 'Latency p95 (ms)')""", timeout=TIMEOUT_MS)
+            """() => [...document.querySelectorAll('th')].some(e => e.innerText.trim() === 'Latency p95 (ms)')""",
+            timeout=TIMEOUT_MS)
         _wait_idle(page)
+        assert _tables(page) == shown
         assert page.evaluate(WIDE_TABLES) == []
         screenshot(page, "summary_tables_1400px")
+
+        page.get_by_role("link", name="Percentile explorer").click()  # its records grid, in a closed panel
+        page.get_by_role("heading", name="Percentile explorer").first.wait_for()
+        page.locator('[data-testid="stExpander"] summary', has_text="records counted").first.click()
+        grid = page.locator('[data-testid="stDataFrame"] .dvn-scroller').first
+        grid.wait_for()
+        _wait_idle(page)
+        assert page.evaluate(WIDE_TABLES) == []
+        screenshot(page, "percentile_records_1400px")

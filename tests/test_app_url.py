@@ -40,12 +40,12 @@ def test_percentile_explorer_ignores_a_bad_url() -> None:
 
 def test_summary_percentile_tables_follow_the_unit() -> None:
     at = _page("pages/summary.py", run="r1_r4.json", ws="0", we="10")
-    seconds = at.dataframe[[d.value.columns[0] for d in at.dataframe].index("Metric")].value
+    seconds = next(t.value for t in at.table if t.value.columns[0] == "Metric")  # static tables, not grids
     assert seconds["Metric"].iloc[0] == "Latency (s)"
     assert seconds["p95 [95% CI]"].iloc[0].startswith("2.5 [")
     at.segmented_control(key="unit").set_value("ms").run()
     assert not at.exception
-    tables = [d.value for d in at.dataframe if d.value.columns[0] == "Metric"]
+    tables = [t.value for t in at.table if t.value.columns[0] == "Metric"]
     assert tables[0]["Metric"].iloc[0] == "Latency (ms)"
     assert tables[0]["p95 [95% CI]"].iloc[0].startswith("2,500 [")
     extremes = next(t for t in tables if "Max" in t.columns)  # max and mean in their own narrow table
