@@ -591,7 +591,8 @@ def build_report(table: RecordTable, window_start: float, window_end: float, slo
         if rest.any():
             groups[_REST] = np.flatnonzero(rest)
         del rest
-    kept: dict[Any, dict[str, Any] | None] = {key: {} if merge else None for key in groups}
+    in_order = merge and ascending(table.start)  # then the whole file's starts need no merge
+    kept: dict[Any, dict[str, Any] | None] = {key: {"start_needed": not in_order} if merge else None for key in groups}
 
     def group_report(key: Any) -> Report:
         return _report(all_rows.take(groups[key]), row_index=groups[key],
@@ -618,7 +619,8 @@ def build_report(table: RecordTable, window_start: float, window_end: float, slo
     results.pop("", None)
     if merge:
         results[by_size[0]] = first
-        whole = _merged([(results[key], kept.pop(key) or {}) for key in groups], whole_start=table.start,
+        whole = _merged([(results[key], kept.pop(key) or {}) for key in groups],
+                        whole_start=table.start if in_order else None,
                         ok=table.is_success, tokens=tokens.get, **common)
     else:
         whole = first
@@ -798,8 +800,10 @@ def _report(rows: _Rows, *, source: str | None, window_start: float, window_end:
     if keep is None:
         active = _concurrency(active_timeline(rows.start, rows.end, window_start, window_end))
     else:
-        keep.update(start=rows.start if ascending(rows.start) else np.sort(rows.start), end=np.sort(rows.end))
-        active = _concurrency(sorted_timeline(keep["start"], keep["end"], window_start, window_end))
+        start = rows.start if ascending(rows.start) else np.sort(rows.start)
+        keep.update(start=start if keep.pop("start_needed", True) else None, end=np.sort(rows.end))
+        active = _concurrency(sorted_timeline(start, keep["end"], window_start, window_end))
+        del start
     found, itl = tokens() if tokens is not None else (None, None)
     token_fields = {} if found is None else _token_fields(found, ok, row_index, itl)
     return _assemble(
@@ -833,7 +837,7 @@ def _assemble(*, n: int, window_start: float, window_end: float, by_status: dict
         duplicate_request_ids=0, duplicate_request_id_examples=[], **fields)
 
 
-def _merged(parts: list[tuple[Report, dict[str, Any]]], *, whole_start: np.ndarray, ok: np.ndarray,
+def _merged(parts: list[tuple[Report, dict[str, Any]]], *, whole_start: np.ndarray | None, ok: np.ndarray,
             tokens: Callable[[], Any], source: str | None, window_start: float, window_end: float,
             slo: SLO | None, error_names: list[str]) -> Report:
     """Return the report over groups of rows that together hold every row once, from the groups' reports.
@@ -841,7 +845,7 @@ def _merged(parts: list[tuple[Report, dict[str, Any]]], *, whole_start: np.ndarr
     Counts are added and each sorted distribution is merged from the groups' sorted runs (a stable
     sort of sorted runs is a merge), so the whole file is not measured a second time beside its
     slices; the result equals ``_report`` over the whole file, field for field (tests/test_summary.py).
-    ``whole_start``: the file's starts, used as they are when already in order.
+    ``whole_start``: the file's starts when already in order (then the groups keep none), else None.
     """
     reports = [r for r, _ in parts]
     kept = [k for _, k in parts]
@@ -867,7 +871,7 @@ def _merged(parts: list[tuple[Report, dict[str, Any]]], *, whole_start: np.ndarr
     in_service = None if admitted is None else _concurrency(
         sorted_timeline(admitted, merged("admitted_end"), window_start, window_end))
     del admitted
-    start = whole_start if ascending(whole_start) else merged("start")
+    start = whole_start if whole_start is not None else merged("start")
     active = _concurrency(sorted_timeline(start, merged("end"), window_start, window_end))
     prompts = [r.total_prompt_tokens for r in reports if r.total_prompt_tokens is not None]
     n = added("offered")
