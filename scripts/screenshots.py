@@ -23,10 +23,12 @@ WIDTH_PX, WINDOW_PX = 1400, 1000
 MAX_HEIGHT_PX = 16_000  # Chromium's limit for one screenshot is 16,384 px
 TIMEOUT_MS = 180_000
 IMPORTERS = REPO / "tests" / "data" / "importers"
-# the script has ended and every chart container (.stPrintGraphic, there with a skeleton before its chart
-# library has loaded) holds a drawn plotly (.main-svg) or Vega-Lite (canvas) chart
+# the script has ended, every chart container (.stPrintGraphic, there with a skeleton before its chart
+# library has loaded) holds a drawn plotly (.main-svg) or Vega-Lite (canvas) chart, and no element is still a
+# skeleton (metrics and tables are drawn after the run, from code the browser loads then)
 IDLE = """() => document.querySelector('[data-testid="stApp"]')?.dataset.testScriptState === 'notRunning'
-  && [...document.querySelectorAll('.stPrintGraphic')].every(c => c.querySelector('.main-svg, canvas, svg.marks'))"""
+  && [...document.querySelectorAll('.stPrintGraphic')].every(c => c.querySelector('.main-svg, canvas, svg.marks'))
+  && !document.querySelector('[data-testid="stSkeleton"]')"""
 PAGE_HEIGHT = """() => { const main = document.querySelector('[data-testid="stMain"]');
   const side = document.querySelector('[data-testid="stSidebarContent"]');
   return Math.max(main ? main.scrollHeight : 0, side ? side.scrollHeight : 0); }"""
