@@ -525,6 +525,23 @@ def test_auto_takes_duckdb_when_the_records_exceed_the_budget(tmp_path):
     assert json.loads(out.report.model_dump_json()) == report_json(path, "memory")
 
 
+def test_the_memory_estimate_is_not_below_a_real_runs_peak(tmp_path):
+    """``--engine auto`` keeps a file in memory only if the estimate fits: it must not underestimate."""
+    import subprocess
+    import sys
+    from servebench.records.recordset import estimate_memory_bytes
+    n = 300_000
+    table = many_records(n, 4).append_column("request_id", pa.array([f"req-{i:09d}" for i in range(n)]))
+    path = tmp_path / "r.parquet"
+    pq.write_table(table, path)
+    code = ("from pathlib import Path; from servebench.analysis.record_sets import summarize_path;"
+            f"summarize_path(Path({str(path)!r}), engine='memory');"
+            "print(next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM:')))")
+    peak_bytes = int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+                     .stdout.split()[-1]) * 1024
+    assert estimate_memory_bytes(find_parts(path)) >= peak_bytes
+
+
 def many_records(n: int, seed: int) -> pa.Table:
     """n records with every status, in a few vectorised lines."""
     rng = np.random.default_rng(seed)

@@ -275,7 +275,10 @@ def _concat_extra(arrays: list[Any], lengths: list[int]) -> pa.Array:
 # --------------------------------------------------------------------------- which engine
 
 
-BYTES_PER_PARQUET_ROW = 300  # the in-memory report's peak, measured: 0.46 GiB at 1M rows, 2.8 GiB at 10M
+# the in-memory report's peak, measured (benchmarks/summary.py): 0.57 GB at 1M Parquet rows, 2.14 GB at 10M;
+# the fixed part is the interpreter, numpy and pyarrow with their buffers
+BASE_BYTES = 400 * 10**6
+BYTES_PER_PARQUET_ROW = 200
 TEXT_BYTES_FACTOR = {"csv": 6, "jsonl": 20, "json": 20}  # peak memory per byte of file, parsed in Python
 
 
@@ -309,7 +312,7 @@ def parse_size(text: str) -> int:
 def estimate_memory_bytes(record_set: RecordSet) -> int:
     """Estimate the in-memory report's peak: Parquet by row count (footers only), text by file size."""
     import pyarrow.parquet as pq
-    total = 0
+    total = BASE_BYTES
     for part in record_set.parts:
         suffix = part.path.suffix.lower()
         if suffix in (".parquet", ".pq"):
