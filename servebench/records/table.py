@@ -454,9 +454,9 @@ def _arrow_column(arr: pa.ChunkedArray, name: str, optional_nan_is_missing: bool
                     arr = pc.if_else(too_big, pa.scalar(None, typ), arr)
             # unsafe: an integer past 2**53 becomes the nearest float, as Python's float() does
             nums = pc.cast(arr, pa.int64() if is_int_field else pa.float64(), safe=False)
-        # nulls are filled with the absent marker in Arrow; a numpy pass only where some value is bad
+        # nulls become the absent marker: NaN by the conversion itself for floats, filled in Arrow for integers
         absent: Any = -1 if is_int_field else np.nan
-        filled = pc.fill_null(nums, absent) if nums.null_count else nums
+        filled = pc.fill_null(nums, absent) if nums.null_count and is_int_field else nums
         vals = np.asarray(filled.to_numpy(zero_copy_only=False), dtype=np.int64 if is_int_field else np.float64)
         if not is_int_field and optional_nan_is_missing and not is_text:
             present = present & ~np.isnan(vals)
