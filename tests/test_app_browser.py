@@ -42,6 +42,7 @@ def test_summary_upload_renders_contract_and_charts() -> None:
         assert page.locator('.stPrintGraphic').count() == 0
         page.get_by_text("CDFs of latency, TTFT and TPOT").first.click()
         page.locator(VEGA_DRAWN).nth(2).wait_for()  # the three CDFs
+        page.locator('[data-testid="stVegaLiteChart"] canvas').nth(2).wait_for()  # on canvases: cheaper than SVG
         _wait_idle(page)
         assert page.locator('[data-testid="stPlotlyChart"]').count() == 0
         assert not page.evaluate("performance.getEntriesByType('resource').some(e => e.name.includes('PlotlyChart'))")

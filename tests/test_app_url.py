@@ -93,3 +93,5 @@ def test_summary_draws_its_charts_only_in_the_panels_opened() -> None:
         assert not at.exception
         drawn |= titles
         assert set(_vega_specs(at)) == drawn, key
+    # drawn on a canvas: as SVG, the browser's layout and paint of the CDFs' lines were most of opening the panel
+    assert {s["usermeta"]["embedOptions"]["renderer"] for s in _vega_specs(at).values()} == {"canvas"}
