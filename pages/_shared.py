@@ -22,6 +22,7 @@ from servebench.records.extra_columns import extra_columns_note, slice_by as sli
 from servebench.output.terminal import fmt_window
 from servebench.records.importers import FORMATS as FOREIGN_FORMATS, ImportOptions
 from servebench.records.loaders import LoadedRecords, read_bytes
+from servebench.output.figures.markdown_table import markdown_table
 from servebench.output.plain import GLOSSARY, export_label, fmt, for_people
 from servebench.records.table import RecordTable
 from servebench.records.validation_report import bad_rows_text
@@ -533,15 +534,14 @@ def glossary() -> None:
         st.markdown("\n\n".join(f"**{term}**: {text}" for term, text in GLOSSARY.items()))
 
 
-def static_table(frame: pd.DataFrame, where: Any = None, *, width: str = "stretch") -> None:
-    """Show a small table as a static HTML table, every number formatted by ``fmt`` (thousands separators).
+def static_table(frame: pd.DataFrame, where: Any = None, *, width: str = "stretch", title: str = "") -> None:
+    """Show a small table as a Markdown table, every number formatted by ``fmt`` (thousands separators).
 
     An interactive grid (st.dataframe) is a canvas the browser loads code for and draws after the run has ended:
     Summary's nine grids were about a second of its first view on a 2-core machine
-    (benchmarks/results/dashboard.md). A table of a few rows needs no sorting or scrolling.
+    (benchmarks/results/dashboard.md). A static ``st.table`` still loads 0.75 MB of Arrow code on a first
+    visit; a Markdown table is drawn by the markdown element the page already uses. ``width`` "content" keeps
+    a narrow table narrow; "stretch" lets it take the column. ``title``, Markdown, is a line above the table in
+    the same element (one element less to draw).
     """
-    shown = frame.copy()
-    for name in shown.columns:
-        if pd.api.types.is_numeric_dtype(shown[name]) and not pd.api.types.is_bool_dtype(shown[name]):
-            shown[name] = shown[name].map(fmt)
-    (where or st).table(shown, hide_index=True, width=width)
+    (where or st).markdown(f"{title}\n\n{markdown_table(frame)}" if title else markdown_table(frame), width=width)

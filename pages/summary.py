@@ -17,7 +17,7 @@ from servebench.output.figures.retries import fairness_frame, logical_frame
 from servebench.output.plain import label
 from servebench.records.loaders import encode_records
 from servebench.analysis.multirun import rate_curve, runs_table
-from servebench.analysis.summary import Distribution
+from servebench.analysis.summary import Distribution, Report
 from servebench.output.safetext import safe_text
 from streamlit.delta_generator import DeltaGenerator
 
@@ -67,13 +67,35 @@ def cdf_panel(ds: Dataset, unit: str) -> None:
             box.vega_lite_chart(spec=charts["stages"], key="stage_fig")
 
 
-def show_distributions(rows: dict[str, Distribution | None], scale: float) -> None:
+@st.fragment
+def downloads_panel(ds: Dataset, report: Report, slice_by: str) -> None:
+    """The records and the report as files, offered once their panel is opened (five buttons less to draw first)."""
+    box = st.expander("Downloads: the records (CSV, Parquet, JSONL), the report (JSON), the report site (ZIP)",
+                      key="downloads_open", on_change="rerun", icon=":material/download:")
+    if not box.open:
+        return
+    stem = ds.source.name.rsplit(".", 1)[0]
+    c = box.columns(5)
+    for col, fmt_name, mime in zip(c, ("csv", "parquet", "jsonl"),
+                                   ("text/csv", "application/vnd.apache.parquet", "application/jsonl")):
+        col.download_button(f"Records ({fmt_name.upper()})", lambda f=fmt_name: encode_records(ds.table, f),
+                            file_name=f"{stem}.normalized.{fmt_name}", mime=mime, on_click="ignore")
+    c[3].download_button("Report (JSON)", lambda: report.model_dump_json(indent=2),
+                         file_name=f"{stem}.report.json", mime="application/json", on_click="ignore")
+    c[4].download_button("Report site (ZIP)",
+                         lambda: site_zip(ds, report.slo.slo if report.slo else None,
+                                          None if slice_by == SLICE_COLUMN else slice_by),
+                         file_name=f"{stem}.report-site.zip", mime="application/zip", on_click="ignore",
+                         help="A static HTML site that works offline from file://.")
+
+
+def show_distributions(rows: dict[str, Distribution | None], scale: float, title: str) -> None:
     """Show each metric's percentiles with their intervals, then its max and mean in a narrow table beside.
 
     One table of both was wider than the page at 1,400 px (eight columns, four of them 'value [low, high]').
     """
     frame = distribution_frame(rows, scale).rename(columns={"metric": "Metric", "max": "Max", "mean": "Mean"})
-    static_table(frame.drop(columns=["Max", "Mean"]))
+    static_table(frame.drop(columns=["Max", "Mean"]), title=title)
     static_table(frame[["Metric", "Max", "Mean"]], width="content")
 
 
@@ -181,16 +203,14 @@ with outcome_box:
     st.subheader("Percentiles with 95% confidence intervals")
     st.caption("Nearest rank. A '—' bound means the sample is too small to bound that side. "
                "Failure-aware rows count every non-success as ∞, so a tail made of failures shows as ∞.")
-    st.markdown("**Success-only**")
     show_distributions({
         f"Latency ({unit})": report.latency_s, f"TTFT ({unit})": report.ttft_s,
         f"Request TPOT ({unit})": report.request_tpot_s, f"Queue wait ({unit})": report.queue_wait_s,
         f"Prefill ({unit})": report.prefill_s,
-    }, scale)
-    st.markdown("**Failure-aware** (all requests)")
+    }, scale, "**Success-only**")
     show_distributions({
         f"Latency ({unit})": report.failure_aware_latency_s, f"TTFT ({unit})": report.failure_aware_ttft_s,
-    }, scale)
+    }, scale, "**Failure-aware** (all requests)")
     cdf_panel(ds, unit)
     if report.prefix_cache is not None:
         st.subheader("Prefix cache")
@@ -229,17 +249,4 @@ if report.fairness is not None:
                f"{fmt(report.fairness.jain_index)} (1 = in proportion to weight); worst / best TTFT p95: "
                f"{fmt(report.fairness.ttft_p95_ratio)}.")
 
-st.subheader("Downloads")
-stem = ds.source.name.rsplit(".", 1)[0]
-c = st.columns(5)
-for col, fmt_name, mime in zip(c, ("csv", "parquet", "jsonl"),
-                               ("text/csv", "application/vnd.apache.parquet", "application/jsonl")):
-    col.download_button(f"Records ({fmt_name.upper()})", lambda f=fmt_name: encode_records(ds.table, f),
-                        file_name=f"{stem}.normalized.{fmt_name}", mime=mime, on_click="ignore")
-c[3].download_button("Report (JSON)", lambda: report.model_dump_json(indent=2),
-                     file_name=f"{stem}.report.json", mime="application/json", on_click="ignore")
-c[4].download_button("Report site (ZIP)",
-                     lambda: site_zip(ds, report.slo.slo if report.slo else None,
-                                      None if slice_by == SLICE_COLUMN else slice_by),
-                     file_name=f"{stem}.report-site.zip", mime="application/zip", on_click="ignore",
-                     help="A static HTML site that works offline from file://.")
+downloads_panel(ds, report, slice_by)

@@ -7,9 +7,16 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from servebench.output.figures.markdown_table import read_markdown_table
+
 REPO = Path(__file__).resolve().parent.parent
 APP = str(REPO / "app.py")
 IMPORTER_DATA = REPO / "tests" / "data" / "importers"
+
+
+def _tables(at: AppTest) -> list:
+    """Return the page's Markdown tables (its static tables) as frames of the text shown."""
+    return [read_markdown_table(m.value) for m in at.markdown if "\n| " in f"\n{m.value}"]
 
 
 def _app() -> AppTest:
@@ -201,9 +208,9 @@ def test_extra_columns_are_noted_once_and_break_the_summary_down() -> None:
     box.set_value("gpu").run()
     assert not at.exception and not at.error
     assert "Slices by gpu" in [h.value for h in at.subheader]
-    slices = next(d.value for d in at.table if "Slice" in d.value.columns)
+    slices = next(d for d in _tables(at) if "Slice" in d.columns)
     assert sorted(slices["Slice"]) == ["A100", "H100\\x1b[31m"]  # the escape shown, not sent to the page
-    causes = next(d.value for d in at.table if "cause" in d.value.columns)
+    causes = next(d for d in _tables(at) if "cause" in d.columns)
     assert list(causes["cause"]) == ["boom<U+202E>[x]"]
     shown = [e.value for e in (*at.markdown, *at.caption, *at.warning, *at.info, *at.subheader)]
     assert not [s for s in shown if any(ch in str(s) for ch in "\x1b\u202e")]
@@ -231,6 +238,17 @@ def test_percentile_explorer_any_percentile_and_failure_aware() -> None:
     at.selectbox(key="metric").select("queue_wait").run()
     assert not at.exception
     assert at.info  # R1-R4 has no admitted times
+
+
+def test_summary_downloads_are_offered_once_their_panel_is_opened() -> None:
+    """The first view draws no download button; the panel, opened, offers the records and the report as files."""
+    at = _app()
+    assert not at.get("download_button")
+    at.session_state["downloads_open"] = True
+    at.run()
+    assert not at.exception
+    names = [b.proto.label for b in at.get("download_button")]
+    assert names == ["Records (CSV)", "Records (PARQUET)", "Records (JSONL)", "Report (JSON)", "Report site (ZIP)"]
 
 
 def test_percentile_explorer_records_grid_shows_what_the_metric_is_computed_from() -> None:
@@ -569,12 +587,12 @@ def test_summary_prefix_cache_tables_are_static_and_follow_the_unit() -> None:
     at.file_uploader(key="records_upload").set_value(("cached.csv", frame.to_csv(index=False).encode(),
                                                       "text/csv")).run()
     assert not at.exception and not at.error
-    assert not at.dataframe  # every table on Summary is static
-    metrics = [t.value["metric"].iloc[0] for t in at.table if "metric" in t.value.columns]
+    assert not at.dataframe and not at.table  # every table on Summary is Markdown: no Arrow table component
+    metrics = [t["metric"].iloc[0] for t in _tables(at) if "metric" in t.columns]
     assert metrics == ["TTFT with a hit (s)"]
-    seconds = next(t.value for t in at.table if "metric" in t.value.columns)
+    seconds = next(t for t in _tables(at) if "metric" in t.columns)
     at.segmented_control(key="unit").set_value("ms").run()
-    ms = next(t.value for t in at.table if "metric" in t.value.columns)
+    ms = next(t for t in _tables(at) if "metric" in t.columns)
     assert list(ms["metric"]) == ["TTFT with a hit (ms)", "TTFT without a hit (ms)", "Prefill with a hit (ms)",
                                   "Prefill without a hit (ms)"]
     assert float(ms["max"].iloc[0].replace(",", "")) == pytest.approx(float(seconds["max"].iloc[0]) * 1000, rel=1e-3)

@@ -177,7 +177,8 @@ def test_several_files_uploaded_at_once_are_compared() -> None:
         screenshot(page, "compare_three_runs")
 
 
-WIDE_TABLES = """() => [...document.querySelectorAll('[data-testid="stDataFrame"], [data-testid="stTable"]')].map(e => {
+TABLES = '[data-testid="stDataFrame"], [data-testid="stTable"], [data-testid="stMarkdownContainer"]:has(table)'
+WIDE_TABLES = """() => [...document.querySelectorAll('""" + TABLES + """')].map(e => {
   const s = e.querySelector('.dvn-scroller') || e.querySelector('table')?.parentElement || e;
   const heads = [...e.querySelectorAll('[role="columnheader"], th')].map(c => c.innerText.trim()).join('|');
   return {columns: heads, scroll_px: s.scrollWidth, visible_px: s.clientWidth};
@@ -199,7 +200,7 @@ def _records_with_every_section(tmp_path) -> "Path":
 
 
 def _tables(page) -> int:
-    return page.locator('[data-testid="stDataFrame"], [data-testid="stTable"]').count()
+    return page.locator(TABLES).count()
 
 
 def test_summary_tables_fit_a_1400_px_window_without_scrolling_sideways(tmp_path) -> None:
@@ -212,14 +213,14 @@ def test_summary_tables_fit_a_1400_px_window_without_scrolling_sideways(tmp_path
         page.goto(url, wait_until="domcontentloaded")
         page.get_by_role("heading", name="Slices").first.wait_for()  # the sample has slices: the widest table
         _wait_idle(page)
-        page.locator('[data-testid="stTable"] table').nth(6).wait_for()
+        page.locator('[data-testid="stMarkdownContainer"] table').nth(6).wait_for()
         assert _tables(page) >= 7
         assert page.evaluate(WIDE_TABLES) == []
         page.locator('[data-testid="stFileUploader"] input[type="file"]').first.set_input_files(str(records))
         page.get_by_role("heading", name="Prefix cache").first.wait_for()
         page.get_by_role("heading", name="Retries: logical requests").first.wait_for()
         _wait_idle(page)
-        page.locator('[data-testid="stTable"] table').nth(9).wait_for()
+        page.locator('[data-testid="stMarkdownContainer"] table').nth(9).wait_for()
         shown = _tables(page)
         assert shown >= 10  # the sample's tables, the prefix cache's and the logical requests'
         assert page.evaluate(WIDE_TABLES) == []

@@ -1,0 +1,54 @@
+"""Small tables as Markdown (GitHub tables): shown by the dashboard's markdown element, no table component.
+
+Streamlit's table component (``st.table``) loads 0.75 MB of Arrow code in the browser the first time a page
+shows one; a Markdown table is drawn by the markdown element every page already uses.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+
+from servebench.output.plain import fmt
+
+# every ASCII punctuation mark CommonMark lets a backslash escape: a cell's text is shown as it is, never markup
+_MARKUP = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:&=\"'])")
+_UNESCAPE = re.compile(r"\\(.)")
+_CELL_SPLIT = re.compile(r"(?<!\\)\|")
+
+
+def _cell(value: object) -> str:
+    """Return a cell's text with Markdown punctuation escaped and line breaks as spaces."""
+    return _MARKUP.sub(r"\\\1", " ".join(str(value).splitlines()))
+
+
+def markdown_table(frame: pd.DataFrame) -> str:
+    """Return ``frame`` as a Markdown table without its index: numbers formatted by ``fmt`` and right-aligned.
+
+    >>> print(markdown_table(pd.DataFrame({"status": ["success"], "count": [2900]})))
+    | status | count |
+    | :--- | ---: |
+    | success | 2,900 |
+    """
+    numeric = [pd.api.types.is_numeric_dtype(frame[name]) and not pd.api.types.is_bool_dtype(frame[name])
+               for name in frame.columns]
+    lines = ["| " + " | ".join(_cell(name) for name in frame.columns) + " |",
+             "| " + " | ".join("---:" if num else ":---" for num in numeric) + " |"]
+    for row in frame.itertuples(index=False):
+        lines.append("| " + " | ".join(_cell(fmt(value) if num else value) for value, num in zip(row, numeric))
+                     + " |")
+    return "\n".join(lines)
+
+
+def read_markdown_table(text: str) -> pd.DataFrame:
+    """Return the table ``markdown_table`` wrote, every cell as the text shown (the inverse, for tests and checks).
+
+    Lines that are not table rows (a title above the table) are left out.
+
+    >>> read_markdown_table(markdown_table(pd.DataFrame({"a|b": ["x*"], "n": [1234]}))).to_dict("list")
+    {'a|b': ['x*'], 'n': ['1,234']}
+    """
+    rows = [[_UNESCAPE.sub(r"\1", cell.strip()) for cell in _CELL_SPLIT.split(line.strip()[1:-1])]
+            for line in text.strip().splitlines() if line.startswith("|")]
+    return pd.DataFrame(rows[2:], columns=rows[0])
