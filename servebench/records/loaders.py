@@ -214,8 +214,12 @@ def _objects(docs: list[Any], source: str) -> ParsedRows:
 
 def parse_parquet(data: bytes | BinaryIO | pa.NativeFile, source: str) -> ParsedRows:
     """Parse Parquet: the canonical columns, and any others as extra columns."""
-    try:  # page checksums, where the writer stored them, are verified
-        pf = pq.ParquetFile(io.BytesIO(data) if isinstance(data, bytes) else data, page_checksum_verification=True)
+    # page checksums, where the writer stored them, are verified; pre-buffered column chunks are slices of a
+    # memory-mapped file, where page by page the verifying reader copied every page into fresh memory (10M
+    # records: 0.3-0.9 s of system time against 0.8-3.0 s, alternated runs)
+    try:
+        pf = pq.ParquetFile(io.BytesIO(data) if isinstance(data, bytes) else data, page_checksum_verification=True,
+                            pre_buffer=True)
         names = pf.schema_arrow.names
     except (pa.ArrowException, OSError) as exc:
         raise InputFormatError(f"{source}: not a readable Parquet file: {_one_line(exc)}") from None
