@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from servebench import CONTRACT_FIELDS, SLO, summarize
-from servebench.records.table import FIELDS, parse_objects, validate
+from servebench.records.table import FIELDS, first_violation, parse_objects, validate
 from servebench.analysis.summary import build_report
 
 
@@ -477,3 +477,28 @@ def test_merged_whole_file_keeps_token_fields_and_the_itl_slo():
     assert merged.itl_s is not None and merged.stalls is not None and merged.slo.good_requests > 0
     assert merged.in_service is not None and merged.queue_wait_s.n < merged.completed  # some lack admitted
     assert _whole_only(merged) == _whole_only(measured)
+
+
+@st.composite
+def messy_record_with_optional_fields(draw):
+    rec = draw(messy_record())
+    if isinstance(rec, dict):
+        for key in ("admitted", "prompt_tokens", "request_id"):
+            if draw(st.integers(0, 3)) == 0:
+                rec[key] = draw(field_value)
+    return rec
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(st.lists(messy_record_with_optional_fields(), min_size=1, max_size=12), st.integers(1, 5))
+def test_rules_checked_in_blocks_report_the_same_first_violation(records, block):
+    """Validation runs over blocks of rows; the first bad row, field and words do not depend on the block."""
+    from servebench.records import table as records_table
+    found = []
+    for size in (block, records_table._RULE_BLOCK):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(records_table, "_RULE_BLOCK", size)
+            for optional in (False, True):
+                v, _ = first_violation(parse_objects(copy.deepcopy(records)), 0.0, 10.0, optional_rules=optional)
+                found.append(None if v is None else (v.row, v.field, v.message, v.detail))
+    assert found[:2] == found[2:]

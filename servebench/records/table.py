@@ -789,91 +789,119 @@ def first_violation(rows: ParsedRows, window_start: float, window_end: float,
     row; the spec's ``summarize`` turns them off, since its non-success records need only times.
     """
     c = rows.columns
-    start, end = c["start"], c["end"]
-    s, e = start.values, end.values
-    with np.errstate(invalid="ignore"):
-        start_bad = ~start.present | start.bad | ~np.isfinite(s) | (s < window_start)
-        end_bad = ~end.present | end.bad | ~np.isfinite(e) | (e > window_end)
-        order_bad = ~start_bad & ~end_bad & (s > e)
-        times_bad = start_bad | end_bad | order_bad
-        codes = c["status"].values
-        status_bad = codes < 0
-        success = codes == SUCCESS
-        ft, out = c["first_token"], c["output_tokens"]
-        f = ft.values
-        ft_bad = success & (~ft.present | ft.bad | ~np.isfinite(f) | (f < s) | (f > e))
-        out_bad = success & (~out.present | out.bad | (out.values < 1))
-        # servebench's rules for optional fields, checked after the spec's
-        nonsuccess_ft_bad = ~success & ft.present & (ft.bad | ~np.isfinite(f) | (f < s) | (f > e))
-        nonsuccess_out_bad = ~success & out.present & (out.bad | (out.values < 0))
-        adm = c["admitted"]
-        a = adm.values
-        upper = np.where(success, f, e)
-        adm_bad = adm.present & (adm.bad | ~np.isfinite(a) | (a < s) | (a > upper))
-        prompt = c["prompt_tokens"]
-        prompt_bad = prompt.present & (prompt.bad | (prompt.values < 0))
-        cached = c["cached_prompt_tokens"]
-        cached_bad = cached.present & (cached.bad | (cached.values < 0)
-                                       | (prompt.present & ~prompt_bad & (cached.values > prompt.values)))
-        text_bad = c["request_id"].bad | c["slice"].bad | c["error"].bad | c["logical_id"].bad
-        attempt = c["attempt"]
-        attempt_bad = attempt.present & (attempt.bad | (attempt.values < 1))
-    if not optional_rules:
-        nonsuccess_ft_bad = nonsuccess_out_bad = adm_bad = prompt_bad = text_bad = np.zeros(rows.n, dtype=bool)
-        cached_bad = attempt_bad = prompt_bad
-    any_bad = (rows.not_object | times_bad | status_bad | ft_bad | out_bad | nonsuccess_ft_bad
-               | nonsuccess_out_bad | adm_bad | prompt_bad | text_bad | cached_bad | attempt_bad)
+    codes = c["status"].values
     tokens = token_rules(rows, codes) if optional_rules and rows.lists else None
-    if tokens is not None:
-        any_bad = any_bad | tokens.bad
-    if not any_bad.any():
-        return None, codes
-    i = int(np.argmax(any_bad))
+    for lo in range(0, rows.n, _RULE_BLOCK):  # in blocks: each rule's mask is small, and the first bad block ends it
+        hi = min(lo + _RULE_BLOCK, rows.n)
+        m = _rule_masks(rows, lo, hi, window_start, window_end, optional_rules)
+        any_bad = rows.not_object[lo:hi].copy()
+        for mask in m.values():
+            any_bad |= mask
+        if tokens is not None:
+            any_bad |= tokens.bad[lo:hi]
+        if any_bad.any():
+            j = int(np.argmax(any_bad))
+            return _explain(rows, lo + j, {name: bool(mask[j]) for name, mask in m.items()}, tokens,
+                            window_start, window_end), codes
+    return None, codes
+
+
+_RULE_BLOCK = 1 << 18
+_RULE_NUMBERS = ("start", "end", "first_token", "status", "output_tokens", "admitted", "prompt_tokens",
+                 "cached_prompt_tokens", "attempt")
+
+
+def _rule_masks(rows: ParsedRows, lo: int, hi: int, window_start: float, window_end: float,
+                optional_rules: bool) -> dict[str, np.ndarray]:
+    """Return each rule's mask of failing rows over rows [lo, hi), in the order the rules are checked."""
+    cols = rows.columns
+    c = {name: cols[name].values[lo:hi] for name in _RULE_NUMBERS}
+    present = {name: col.present[lo:hi] for name, col in cols.items()}
+    bad = {name: col.bad[lo:hi] for name, col in cols.items()}
+    s, e, f, codes = c["start"], c["end"], c["first_token"], c["status"]
+    with np.errstate(invalid="ignore"):
+        start_bad = ~present["start"] | bad["start"] | ~np.isfinite(s) | (s < window_start)
+        end_bad = ~present["end"] | bad["end"] | ~np.isfinite(e) | (e > window_end)
+        order_bad = ~start_bad & ~end_bad & (s > e)
+        success = codes == SUCCESS
+        m = {"start": start_bad, "end": end_bad, "order": order_bad, "status": codes < 0,
+             "first_token": success & (~present["first_token"] | bad["first_token"] | ~np.isfinite(f) | (f < s)
+                                       | (f > e)),
+             "output_tokens": success & (~present["output_tokens"] | bad["output_tokens"]
+                                         | (c["output_tokens"] < 1))}
+        if not optional_rules:
+            return m
+        # servebench's rules for optional fields, checked after the spec's
+        m["nonsuccess_first_token"] = ~success & present["first_token"] & (bad["first_token"] | ~np.isfinite(f)
+                                                                           | (f < s) | (f > e))
+        m["nonsuccess_output_tokens"] = ~success & present["output_tokens"] & (bad["output_tokens"]
+                                                                               | (c["output_tokens"] < 0))
+        a = c["admitted"]
+        m["admitted"] = present["admitted"] & (bad["admitted"] | ~np.isfinite(a) | (a < s)
+                                               | (a > np.where(success, f, e)))
+        prompt_bad = present["prompt_tokens"] & (bad["prompt_tokens"] | (c["prompt_tokens"] < 0))
+        m["prompt_tokens"] = prompt_bad
+        for name in TEXT_FIELDS:
+            m[name] = bad[name]
+        m["cached_prompt_tokens"] = present["cached_prompt_tokens"] & (
+            bad["cached_prompt_tokens"] | (c["cached_prompt_tokens"] < 0)
+            | (present["prompt_tokens"] & ~prompt_bad & (c["cached_prompt_tokens"] > c["prompt_tokens"])))
+        m["attempt"] = present["attempt"] & (bad["attempt"] | (c["attempt"] < 1))
+    return m
+
+
+def _explain(rows: ParsedRows, i: int, failed: dict[str, bool], tokens: tt.TokenRules | None,
+             window_start: float, window_end: float) -> Violation:
+    """Return the violation of row ``i``: its first failing rule (``failed``: each rule's verdict there)."""
+    c = rows.columns
+    start, end, ft, out, adm = c["start"], c["end"], c["first_token"], c["output_tokens"], c["admitted"]
+    s, e = start.values, end.values
+    prompt, cached, attempt = c["prompt_tokens"], c["cached_prompt_tokens"], c["attempt"]
 
     def show(col: Column) -> str:
         return shown(col.raw(i)) if col.present[i] else "missing"
 
     if rows.not_object[i]:
-        return Violation(i, None, MSG_OBJECT, "the record is not an object"), codes
-    if start_bad[i]:
+        return Violation(i, None, MSG_OBJECT, "the record is not an object")
+    if failed["start"]:
         return Violation(i, "start", MSG_TIMES,
-                         _number_detail(start, i, f">= window start {shown(window_start)}")), codes
-    if end_bad[i]:
-        return Violation(i, "end", MSG_TIMES, _number_detail(end, i, f"<= window end {shown(window_end)}")), codes
-    if order_bad[i]:
-        return Violation(i, "end", MSG_TIMES, f"end {shown(e[i])} is before start {shown(s[i])}"), codes
-    if status_bad[i]:
+                         _number_detail(start, i, f">= window start {shown(window_start)}"))
+    if failed["end"]:
+        return Violation(i, "end", MSG_TIMES, _number_detail(end, i, f"<= window end {shown(window_end)}"))
+    if failed["order"]:
+        return Violation(i, "end", MSG_TIMES, f"end {shown(e[i])} is before start {shown(s[i])}")
+    if failed["status"]:
         what = f"{show(c['status'])} is not one of" if c["status"].present[i] else "missing; expected one of"
-        return Violation(i, "status", MSG_STATUS, f"{what} {', '.join(STATUSES)}"), codes
-    if ft_bad[i]:
+        return Violation(i, "status", MSG_STATUS, f"{what} {', '.join(STATUSES)}")
+    if failed["first_token"]:
         return Violation(i, "first_token", MSG_SUCCESS,
-                         _number_detail(ft, i, f"between start {shown(s[i])} and end {shown(e[i])}")), codes
-    if out_bad[i]:
-        return Violation(i, "output_tokens", MSG_SUCCESS, _int_detail(out, i, "at least 1 on success")), codes
-    if nonsuccess_ft_bad[i]:
+                         _number_detail(ft, i, f"between start {shown(s[i])} and end {shown(e[i])}"))
+    if failed["output_tokens"]:
+        return Violation(i, "output_tokens", MSG_SUCCESS, _int_detail(out, i, "at least 1 on success"))
+    if failed.get("nonsuccess_first_token"):
         return Violation(i, "first_token", MSG_FIRST_TOKEN,
-                         _number_detail(ft, i, f"between start {shown(s[i])} and end {shown(e[i])}")), codes
-    if nonsuccess_out_bad[i]:
-        return Violation(i, "output_tokens", MSG_OUTPUT, _int_detail(out, i, "at least 0")), codes
-    if adm_bad[i]:
-        bound = "first_token" if success[i] else "end"
+                         _number_detail(ft, i, f"between start {shown(s[i])} and end {shown(e[i])}"))
+    if failed.get("nonsuccess_output_tokens"):
+        return Violation(i, "output_tokens", MSG_OUTPUT, _int_detail(out, i, "at least 0"))
+    if failed.get("admitted"):
+        bound = "first_token" if c["status"].values[i] == SUCCESS else "end"
         return Violation(i, "admitted", MSG_ADMITTED,
-                         _number_detail(adm, i, f"between start and {bound}")), codes
-    if prompt_bad[i]:
-        return Violation(i, "prompt_tokens", MSG_PROMPT, _int_detail(prompt, i, "at least 0")), codes
+                         _number_detail(adm, i, f"between start and {bound}"))
+    if failed.get("prompt_tokens"):
+        return Violation(i, "prompt_tokens", MSG_PROMPT, _int_detail(prompt, i, "at least 0"))
     for name in TEXT_FIELDS:
-        if c[name].bad[i]:
+        if failed.get(name):
             v = c[name].raw(i)
             what = "valid Unicode text (a lone surrogate)" if isinstance(v, str) else "text"
-            return Violation(i, name, MSG_TEXT, f"{show(c[name])} is not {what}"), codes
-    if cached_bad[i]:
+            return Violation(i, name, MSG_TEXT, f"{show(c[name])} is not {what}")
+    if failed.get("cached_prompt_tokens"):
         bound = (f"between 0 and prompt_tokens {shown(prompt.values[i])}" if prompt.present[i] else "at least 0")
-        return Violation(i, "cached_prompt_tokens", MSG_CACHED, _int_detail(cached, i, bound)), codes
-    if attempt_bad[i]:
-        return Violation(i, "attempt", MSG_ATTEMPT, _int_detail(attempt, i, "at least 1")), codes
+        return Violation(i, "cached_prompt_tokens", MSG_CACHED, _int_detail(cached, i, bound))
+    if failed.get("attempt"):
+        return Violation(i, "attempt", MSG_ATTEMPT, _int_detail(attempt, i, "at least 1"))
     if tokens is not None and tokens.bad[i]:
         field, message, detail = tokens.explain(i)
-        return Violation(i, field, message, detail), codes
+        return Violation(i, field, message, detail)
     raise AssertionError("unreachable: a row failed but no rule explains it")
 
 
