@@ -32,7 +32,8 @@ IDLE = """() => document.querySelector('[data-testid="stApp"]')?.dataset.testScr
 PAGE_HEIGHT = """() => { const main = document.querySelector('[data-testid="stMain"]');
   const side = document.querySelector('[data-testid="stSidebarContent"]');
   return Math.max(main ? main.scrollHeight : 0, side ? side.scrollHeight : 0); }"""
-SUMMARY_PANELS = ("Non-success causes as a chart", "Requests over the window", "CDFs of latency, TTFT and TPOT")
+SUMMARY_PANELS = ("Non-success causes as a chart", "Requests over the window", "CDFs of latency, TTFT and TPOT",
+                  "Downloads: the records")
 PAGES = (  # sidebar link -> file name, in the order the sidebar lists them (Compare and Token timing below)
     ("Summary", "summary"), ("Percentile explorer", "percentiles"), ("Diagnosis", "diagnosis"),
     ("KV calculator", "kv"), ("Load sweep", "sweep"), ("Timing run", "timing_run"),
