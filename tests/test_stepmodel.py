@@ -9,8 +9,9 @@ from pydantic import ValidationError
 from servebench.errors import ConfigError
 from servebench.serving.scenario import parse_scenario
 from servebench.serving.simulate import simulate
-from servebench.capacity.stepmodel import (EXCESS_BINS, MIN_R2, NOISE_BINS, PoorFitError, StepModel, StepNoise, fit_noise,
-                                         fit_step_model, require_usable)
+from servebench.capacity.stepmodel import (EXCESS_BINS, MIN_R2, NOISE_BINS, PoorFitError, StepModel, StepNoise,
+                                           autocorrelation, fit_noise, fit_noise_memory, fit_step_model,
+                                           normal_scores, require_usable)
 
 TRUE = StepModel(base_s=0.012, per_prefill_token_s=8e-5, per_decode_seq_s=3e-4, per_kv_token_s=2e-8)
 FITTED = ("base_s", "per_prefill_token_s", "per_decode_seq_s", "per_kv_token_s")  # the synthetic trace's columns
@@ -236,6 +237,39 @@ def test_fit_with_noise_keeps_the_total_and_the_spread_of_each_kind_of_step() ->
     assert fit_step_model(trace).model.noise_excess_s == ()  # only when asked for
     few = {k: v[:220] for k, v in trace.items()}  # under 100 steps with prompt tokens: one table for all
     assert fit_step_model(few, noise=True).model.prefill_noise_excess_s == ()
+
+
+def test_fit_recovers_jitter_plus_a_slow_drift_and_replays_its_memory_at_every_lag() -> None:
+    """As on the engine: each step's excess is half fresh jitter, half a drift that fades over tens of steps.
+    One AR(1) coefficient cannot give both the low lag-1 correlation and the long memory (a request's TPOT,
+    the mean over its steps, spreads by the latter); jitter plus drift recovers both."""
+    trace = synthetic_trace(8000, 0.0, 31)
+    jitter, rho = 0.5, 0.97
+    table = tuple(float(x) for x in np.linspace(-0.001, 0.003, 200) ** 3 / 0.003 ** 2)  # skewed, as the engine's
+    excess = StepNoise(table, rho, np.random.default_rng(32), additive=True, jitter_share=jitter).take(8000)
+    trace["duration"] = trace["duration"] + excess
+    fit = fit_step_model(trace, noise=True)
+    assert fit.model.noise_jitter_share == pytest.approx(jitter, abs=0.08)
+    assert fit.model.noise_autocorrelation == pytest.approx(rho, abs=0.015)
+    modelled = fit.model.step_s(trace["prefill_tokens"], trace["decode_seqs"], trace["kv_tokens_read"])
+    lags = np.array([1, 8, 48])
+    measured = autocorrelation(normal_scores(trace["duration"] - modelled, trace["prefill_tokens"] > 0), 48)[lags - 1]
+    noise = fit.model.noise(np.random.default_rng(0))
+    assert noise is not None
+    replayed = autocorrelation(normal_scores(noise.take(200_000)), 48)[lags - 1]
+    np.testing.assert_allclose(replayed, measured, atol=0.06)  # lag 1 about 0.49, lag 48 about 0.12
+    assert fit_noise_memory(np.random.default_rng(33).normal(size=5000)) == (1.0, 0.0)  # no memory: all jitter
+
+
+def test_noise_without_jitter_is_the_old_stream_and_jitter_keeps_the_table() -> None:
+    table = (0.5, 1.0, 2.0, 4.0)
+    old = StepNoise(table, 0.8, np.random.default_rng(6)).take(5000)
+    np.testing.assert_array_equal(StepNoise(table, 0.8, np.random.default_rng(6), jitter_share=0.0).take(5000), old)
+    mixed = StepNoise(table, 0.8, np.random.default_rng(6), jitter_share=0.6).take(40_000)
+    assert np.unique(mixed, return_counts=True)[1] / mixed.size == pytest.approx([0.25] * 4, abs=0.02)
+    assert autocorrelation(normal_scores(mixed), 1)[0] < autocorrelation(normal_scores(old), 1)[0] - 0.2
+    with pytest.raises(ConfigError, match="jitter share"):
+        StepNoise(table, 0.8, np.random.default_rng(6), jitter_share=1.5)
 
 
 def test_fit_recovers_a_stall_that_costs_the_same_seconds_on_short_and_long_steps() -> None:

@@ -19,7 +19,12 @@ Real steps scatter around the model: the machine's jitter, another process takin
 the linear terms do not see. A fitted model carries that scatter as seconds added to each step
 (``noise_excess_s``, ``noise_autocorrelation``): each simulated step takes the model's time plus an
 excess drawn from the fitted excesses measured - modelled, with slow steps following slow steps as
-often as in the trace, so the simulation's tails widen as the run's did. The excess is additive
+often as in the trace, so the simulation's tails widen as the run's did. The engine's excess is
+independent jitter plus a slow drift (its normal scores correlate about 0.5 at lag 1 and still 0.1
+at lag 64): ``noise_jitter_share`` of the noise is drawn afresh each step, the rest follows an
+AR(1) drift with coefficient ``noise_autocorrelation``, both fitted to the correlation at lags 1 to
+``NOISE_MAX_LAG`` (``fit_noise_memory``). One AR(1) coefficient alone, matched on 32-step windows,
+made neighbouring steps far more alike than the engine's and longer windows less so. The excess is additive
 because the engine's trace says so: its slowest 2% of decode steps are about 4 ms over the model
 whatever the step's size (a stall: the interpreter lock handed to another thread, the OS taking
 the CPU), so a factor fitted on short steps blew long steps up several-fold. A model may instead
@@ -46,7 +51,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from scipy.optimize import nnls
 from scipy.signal import lfilter
-from scipy.special import ndtr
+from scipy.special import ndtr, ndtri
+from scipy.stats import rankdata
 
 from servebench.errors import ConfigError, InputFormatError
 from servebench.records.steps import LANES, NAMES, StepTrace, as_trace
@@ -65,6 +71,7 @@ EXCESS_BINS = 200  # step-time excess: the mean of each 0.5% of the steps; finer
 NOISE_WINDOW_STEPS = 32  # the noise's autocorrelation makes windows of this many steps vary as in the trace
 MAX_NOISE_AUTOCORRELATION = 0.99
 MIN_NOISE_STEPS = 200  # fewer steps than this: no noise is fitted
+NOISE_MAX_LAG = 64  # the noise's memory is fitted to its autocorrelation at lags 1 to this (a request's life)
 NoiseFactor = Annotated[float, Field(gt=0, allow_inf_nan=False)]  # measured / modelled step time
 NoiseExcess = Annotated[float, Field(allow_inf_nan=False)]  # measured - modelled step time, s
 MIN_NOISE_SHARE = 0.2  # an additive excess never makes a step shorter than this share of the model's time
@@ -117,7 +124,12 @@ class StepModel(BaseModel):
                                                        "empty: noise_excess_s.")
     noise_autocorrelation: float = Field(0.0, ge=0, le=MAX_NOISE_AUTOCORRELATION,
                                          description="Correlation of one step's noise with the next's (normal "
-                                                     "scores; 0: independent steps).")
+                                                     "scores; 0: independent steps); with noise_jitter_share, "
+                                                     "of the drift's.")
+    noise_jitter_share: float = Field(0.0, ge=0, le=1,
+                                      description="Share of the noise (variance of its normal scores) drawn afresh "
+                                                  "each step; the rest drifts with noise_autocorrelation (0: all "
+                                                  "of it drifts, as older fits).")
     arrival_lags_s: tuple[LagS, ...] = Field((), description="The arrival lag's spread: the mean lag of each "
                                               "equal share of the measured lags, shortest to longest; each "
                                               "request draws one at random (empty: every request is seen "
@@ -156,7 +168,8 @@ class StepModel(BaseModel):
             e = self.noise_excess_s
             parts.append(f"step-time noise {e[len(e) // 10] * 1e3:+.2f} to {e[len(e) * 9 // 10] * 1e3:+.2f} ms "
                          f"(10th to 90th percentile, mean {float(np.mean(e)) * 1e3:+.2f} ms), step-to-step "
-                         f"correlation {self.noise_autocorrelation:.2f}")
+                         f"correlation {self.noise_autocorrelation:.2f}"
+                         + (f" on a drift of {1 - self.noise_jitter_share:.0%}" if self.noise_jitter_share else ""))
         if self.noise_factors:
             f = self.noise_factors
             parts.append(f"step-time noise x{f[len(f) // 10]:.2f} to x{f[len(f) * 9 // 10]:.2f} (10th to 90th "
@@ -171,10 +184,12 @@ class StepModel(BaseModel):
         """Return a stream of this model's step-time noise drawn from ``rng`` (None without noise)."""
         if self.noise_excess_s:
             return StepNoise(self.noise_excess_s, self.noise_autocorrelation, rng, self.prefill_noise_excess_s,
+                             jitter_share=self.noise_jitter_share,
                              additive=True)
         if not self.noise_factors:
             return None
-        return StepNoise(self.noise_factors, self.noise_autocorrelation, rng, self.prefill_noise_factors)
+        return StepNoise(self.noise_factors, self.noise_autocorrelation, rng, self.prefill_noise_factors,
+                         jitter_share=self.noise_jitter_share)
 
     def step_s(self, prefill_tokens: int, decode_seqs: int, kv_tokens_read: int, prefill_seqs: int = 0) -> float:
         """Return the duration of one step.
@@ -270,7 +285,8 @@ class StepNoise:
     """A seeded stream of step-time noise: one factor (or, ``additive``, one excess in seconds) per simulated
     step, drawn in step order.
 
-    A Gaussian AR(1) process (coefficient ``autocorrelation``) is mapped through the normal CDF to
+    A Gaussian AR(1) process (coefficient ``autocorrelation``), mixed with ``jitter_share`` of
+    independent normal noise (variance shares; the sum stays standard normal), is mapped through the normal CDF to
     a probability, which picks one of ``factors`` (equal shares), or of ``prefill_factors`` for a
     step with prompt tokens when given: each step's noise has the fitted distribution of its
     kind, and a slow step is followed by a slow one as often as fitted. ``apply`` puts a value on
@@ -282,7 +298,7 @@ class StepNoise:
     CHUNK = 4096
 
     def __init__(self, factors: Sequence[float], autocorrelation: float, rng: np.random.Generator,
-                 prefill_factors: Sequence[float] = (), *, additive: bool = False) -> None:
+                 prefill_factors: Sequence[float] = (), *, additive: bool = False, jitter_share: float = 0.0) -> None:
         self.factors = np.asarray(factors, dtype=np.float64)
         if not self.factors.size:
             raise ConfigError("step noise needs at least one factor")
@@ -290,6 +306,9 @@ class StepNoise:
         self.additive = additive
         self.min_value = float(min(self.factors.min(), self.prefill_factors.min()))
         self.rho = float(autocorrelation)
+        if not 0.0 <= jitter_share <= 1.0:
+            raise ConfigError(f"step noise jitter share {jitter_share!r}: expected 0 to 1")
+        self.jitter_share = float(jitter_share)
         self.rng = rng
         self._z = float(rng.standard_normal())  # the process starts in its stationary distribution
         self._buf = np.empty(0)
@@ -303,7 +322,9 @@ class StepNoise:
             z, _ = lfilter([math.sqrt(1 - self.rho ** 2)], [1.0, -self.rho], e, zi=[self.rho * self._z])
         else:
             z = e
-        self._z = float(z[-1])
+        self._z = float(z[-1])  # the drift's state
+        if self.jitter_share > 0:
+            z = math.sqrt(1 - self.jitter_share) * z + math.sqrt(self.jitter_share) * self.rng.standard_normal(count)
         self._buf = np.concatenate([left, ndtr(z)])  # probabilities; the step's kind picks the table
         self._pos = 0
 
@@ -372,22 +393,115 @@ def fit_noise(ratio: np.ndarray, total_ratio: float | None = None, *, bins: int 
     return tuple(float(f) for f in factors), _autocorrelation_for_windows(r, factors, window)
 
 
-def fit_excess_noise(excess_s: np.ndarray, typical_s: float, *, bins: int = EXCESS_BINS,
-                     window: int = NOISE_WINDOW_STEPS) -> tuple[tuple[float, ...], float]:
-    """Return ``noise_excess_s`` and ``noise_autocorrelation`` for steps' measured - modelled times, in step order.
+def fit_excess_noise(excess_s: np.ndarray, *, bins: int = EXCESS_BINS, kinds: np.ndarray | None = None,
+                     max_lag: int = NOISE_MAX_LAG) -> tuple[tuple[float, ...], float, float]:
+    """Return ``noise_excess_s``, ``noise_autocorrelation`` and ``noise_jitter_share`` for steps' measured -
+    modelled times, in step order.
 
     The table is the mean excess of each of ``bins`` equal shares of the steps, sorted (its mean is
-    the steps' mean excess: the simulated busy time is the run's). The autocorrelation is the one
-    under which ``window`` consecutive steps' mean time spreads as in the trace, for a step of
-    ``typical_s`` (the mean modelled step) as ``fit_noise`` finds it.
+    the steps' mean excess: the simulated busy time is the run's). The noise's memory is
+    ``fit_noise_memory``'s (``kinds``: each step's kind, ranked apart).
     """
     e = np.asarray(excess_s, dtype=np.float64)
-    e = e[np.isfinite(e)]
-    if e.size < MIN_NOISE_STEPS or not typical_s > 0:
-        return (), 0.0
-    table = bin_means(e, bins)
-    rho = _autocorrelation_for_windows(1.0 + e / typical_s, 1.0 + table / typical_s, window)
-    return tuple(float(x) for x in table), rho
+    ok = np.isfinite(e)
+    if int(ok.sum()) < MIN_NOISE_STEPS:
+        return (), 0.0, 0.0
+    table = bin_means(e[ok], bins)
+    jitter, rho = fit_noise_memory(e[ok], None if kinds is None else np.asarray(kinds)[ok], max_lag=max_lag)
+    if 0.0 < jitter < 1.0:
+        jitter = _jitter_for_seconds(e[ok], None if kinds is None else np.asarray(kinds)[ok], table, rho, max_lag)
+    return tuple(float(x) for x in table), rho, jitter
+
+
+JITTER_GRID = np.round(np.arange(0.0, 1.0 + 1e-9, 0.02), 2)  # jitter shares tried against the excess in seconds
+NOISE_FIT_STEPS = 100_000  # steps of a seeded stream per jitter share tried
+
+
+def _standardized(values: np.ndarray, kinds: np.ndarray | None) -> np.ndarray:
+    """Return ``values`` less their kind's mean, over their kind's standard deviation."""
+    v = np.asarray(values, dtype=np.float64).copy()
+    groups = np.zeros(v.size, dtype=np.int64) if kinds is None else np.unique(kinds, return_inverse=True)[1]
+    for g in np.unique(groups):
+        at = groups == g
+        sd = float(v[at].std())
+        v[at] = (v[at] - v[at].mean()) / (sd if sd > 0 else 1.0)
+    return v
+
+
+def _jitter_for_seconds(excess_s: np.ndarray, kinds: np.ndarray | None, table: np.ndarray, rho: float,
+                        max_lag: int) -> float:
+    """Return the jitter share under which the stream's excess in seconds correlates as the trace's at lags 1 to
+    ``max_lag`` (least squares), the drift's ``rho`` held: the normal scores give the memory's shape, but a
+    stall (the tail) carries over less than the body, and a request's TPOT averages seconds, not scores."""
+    lags = min(max_lag, excess_s.size // 4)
+    target = autocorrelation(_standardized(excess_s, kinds), lags)
+    best: tuple[float, float] | None = None
+    for share in JITTER_GRID:
+        stream = StepNoise(table, rho, np.random.default_rng(NOISE_FIT_SEED), additive=True,
+                           jitter_share=float(share)).take(NOISE_FIT_STEPS)
+        sse = float(np.sum((autocorrelation(stream, lags) - target) ** 2))
+        if best is None or sse < best[0]:
+            best = (sse, float(share))
+    assert best is not None
+    return best[1]
+
+
+def normal_scores(values: np.ndarray, kinds: np.ndarray | None = None) -> np.ndarray:
+    """Return each value's normal score (the standard normal quantile of its rank), ranked within its kind.
+
+    >>> normal_scores(np.array([5.0, 1.0, 3.0])).round(3).tolist()
+    [0.967, -0.967, 0.0]
+    """
+    v = np.asarray(values, dtype=np.float64)
+    groups = np.zeros(v.size, dtype=np.int64) if kinds is None else np.unique(kinds, return_inverse=True)[1]
+    out = np.empty(v.size)
+    for g in np.unique(groups):
+        at = groups == g
+        out[at] = ndtri((rankdata(v[at]) - 0.5) / int(at.sum()))
+    return out
+
+
+def autocorrelation(values: np.ndarray, max_lag: int) -> np.ndarray:
+    """Return the autocorrelation of ``values`` at lags 1 to ``max_lag`` (0 where it has no variance).
+
+    >>> autocorrelation(np.array([1.0, -1.0] * 50), 2).round(2).tolist()
+    [-0.99, 0.98]
+    """
+    x = np.asarray(values, dtype=np.float64)
+    x = x - x.mean()
+    var = float(np.dot(x, x))
+    if var <= 0:
+        return np.zeros(max_lag)
+    return np.array([float(np.dot(x[:-k], x[k:])) / var for k in range(1, max_lag + 1)])
+
+
+DRIFT_GRID = np.round(np.arange(0.0, MAX_NOISE_AUTOCORRELATION + 5e-4, 0.001), 3)  # drift coefficients tried
+
+
+def fit_noise_memory(excess_s: np.ndarray, kinds: np.ndarray | None = None, *,
+                     max_lag: int = NOISE_MAX_LAG) -> tuple[float, float]:
+    """Return ``(noise_jitter_share, noise_autocorrelation)``: the noise as independent jitter plus an AR(1)
+    drift, fitted by least squares to the autocorrelation of the steps' normal scores at lags 1 to ``max_lag``.
+
+    Jitter plus drift correlates ``(1 - jitter) x rho^k`` at lag k: for each ``rho`` on a grid the
+    best share is closed-form, and the pair with the least squared error wins. Normal scores,
+    because ``StepNoise`` draws a Gaussian process through the fitted table (``kinds`` ranks each
+    kind of step apart, so a prefill step's larger excess is not mistaken for drift).
+    """
+    e = np.asarray(excess_s, dtype=np.float64)
+    lags = min(max_lag, e.size // 4)
+    if lags < 1:
+        return 0.0, 0.0
+    acf = autocorrelation(normal_scores(e, kinds), lags)
+    k = np.arange(1, lags + 1)
+    basis = DRIFT_GRID[:, None] ** k[None, :]  # one row per rho tried
+    norm = np.einsum("ij,ij->i", basis, basis)
+    drift = np.clip(np.divide(basis @ acf, norm, out=np.zeros_like(norm), where=norm > 0), 0.0, 1.0)
+    sse = np.sum((acf[None, :] - drift[:, None] * basis) ** 2, axis=1)
+    best = int(np.argmin(sse))
+    if drift[best] <= 2.0 / math.sqrt(e.size):  # within two standard errors of an autocorrelation of 0
+        return 1.0, 0.0  # nothing carries over from step to step
+    return round(1.0 - float(drift[best]), 4), float(DRIFT_GRID[best])
 
 
 MIN_PREFILL_NOISE_STEPS = 100  # steps with prompt tokens needed for their own noise
@@ -565,11 +679,12 @@ def fit_step_model(rows: StepTrace | Sequence[Mapping[str, Any]] | Mapping[str, 
     if noise and total_pred > 0:
         prefill = cols["prefill_tokens"] > 0
         over_s = y - predicted  # each step's excess over the model (a row of several steps: per step)
-        table, rho = fit_excess_noise(over_s, total_pred / total_w)
+        table, rho, jitter = fit_excess_noise(over_s, kinds=prefill)
         prefill_table = kind_excess(over_s[prefill]) if table else ()
         if prefill_table:  # the decode steps get their own too (a longer step meets more stalls)
             table = kind_excess(over_s[~prefill], min_steps=0) or table
         model = model.model_copy(update={"noise_excess_s": table, "noise_autocorrelation": rho,
+                                         "noise_jitter_share": jitter,
                                          "prefill_noise_excess_s": prefill_table})
     w = np.sqrt(steps * robust_w)
     result = StepFit(model=model, method=method, steps=int(total_w), rmse_s=rmse,

@@ -145,7 +145,10 @@ class StepModelSpec(BaseModel):
                                                        "tokens (StepModel.prefill_noise_excess_s); empty: "
                                                        "noise_excess_s.")
     noise_autocorrelation: float = Field(0.0, ge=0, le=MAX_NOISE_AUTOCORRELATION,
-                                         description="Step-to-step correlation of the noise.")
+                                         description="Step-to-step correlation of the noise (of its drift, "
+                                                     "with noise_jitter_share).")
+    noise_jitter_share: float = Field(0.0, ge=0, le=1, description="Share of the noise drawn afresh each step "
+                                                                   "(StepModel.noise_jitter_share).")
     arrival_lags_s: tuple[LagS, ...] = Field((), description="The arrival lag's spread (StepModel.arrival_lags_s); "
                                               "empty: arrival_lag_s for every request.")
     busy_arrival_lags_s: tuple[LagS, ...] = Field((), description="Lags of arrivals while a step runs "
@@ -154,6 +157,7 @@ class StepModelSpec(BaseModel):
     def to_model(self) -> StepModel:
         """Return the step model."""
         noise = {"noise_factors": self.noise_factors, "noise_autocorrelation": self.noise_autocorrelation,
+                 "noise_jitter_share": self.noise_jitter_share,
                  "prefill_noise_factors": self.prefill_noise_factors, "noise_excess_s": self.noise_excess_s,
                  "prefill_noise_excess_s": self.prefill_noise_excess_s,
                  "arrival_lags_s": self.arrival_lags_s, "busy_arrival_lags_s": self.busy_arrival_lags_s,
