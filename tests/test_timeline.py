@@ -41,12 +41,14 @@ def test_matches_brute_force_with_ties(pairs):
 
 
 @settings(max_examples=100, deadline=None, derandomize=True)
-@given(st.lists(st.tuples(st.floats(-50, 50), st.floats(0, 3)), min_size=1, max_size=300), st.booleans())
-def test_float_intervals_match_brute_force_sorted_in_place_or_not(pairs, overwrite):
+@given(st.lists(st.tuples(st.floats(-50, 50), st.floats(0, 3)), min_size=1, max_size=300))
+def test_float_intervals_match_brute_force_and_inputs_are_left_as_they_are(pairs):
     start = np.array([s for s, _ in pairs])
     end = start + np.array([d for _, d in pairs])
     peak, time_at_peak = brute_force(list(zip(start.tolist(), end.tolist())), -60.0, 60.0)
-    tl = active_timeline(start.copy(), end.copy(), -60.0, 60.0, overwrite=overwrite)
+    given_start, given_end = start.copy(), end.copy()
+    tl = active_timeline(start, end, -60.0, 60.0)
+    assert np.array_equal(start, given_start) and np.array_equal(end, given_end)
     assert tl.peak == peak
     if peak:
         assert tl.time_at_peak_s == pytest.approx(time_at_peak)

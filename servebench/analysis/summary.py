@@ -21,7 +21,7 @@ from servebench.records.table import (MSG_EMPTY, STATUSES, SUCCESS, RecordTable,
                       build_table, parse_objects)
 from servebench.records.textcolumns import category_codes, duplicates
 from servebench.analysis.retries import jain_index, logical_stats, normalised_goodput, warmup_slices
-from servebench.analysis.timeline import Timeline, active_timeline, ascending, sorted_timeline
+from servebench.analysis.timeline import Timeline, ascending, sorted_timeline
 from servebench.records.token_times import Gaps, gaps as token_gaps
 
 CONTRACT_FIELDS: tuple[str, ...] = (
@@ -791,13 +791,12 @@ def _report(rows: _Rows, *, source: str | None, window_start: float, window_end:
         if keep is not None:
             keep.update(admitted=admitted, admitted_end=admitted_end)
         del admitted, admitted_end
-    if keep is None:
-        active = _concurrency(active_timeline(rows.start, rows.end, window_start, window_end))
-    else:
-        start = rows.start if ascending(rows.start) else np.sort(rows.start)
-        keep.update(start=start if keep.pop("start_needed", True) else None, end=np.sort(rows.end))
-        active = _concurrency(sorted_timeline(start, keep["end"], window_start, window_end))
-        del start
+    start = rows.start if ascending(rows.start) else np.sort(rows.start)  # records usually arrive in start order
+    end = np.sort(rows.end)
+    active = _concurrency(sorted_timeline(start, end, window_start, window_end))
+    if keep is not None:
+        keep.update(start=start if keep.pop("start_needed", True) else None, end=end)
+    del start, end
     found, itl = tokens() if tokens is not None else (None, None)
     token_fields = {} if found is None else _token_fields(found, ok, row_index, itl)
     return _assemble(

@@ -16,17 +16,14 @@ class Timeline:
     share_at_peak: float
 
 
-def active_timeline(start: np.ndarray, end: np.ndarray, window_start: float, window_end: float,
-                    *, overwrite: bool = False) -> Timeline:
+def active_timeline(start: np.ndarray, end: np.ndarray, window_start: float, window_end: float) -> Timeline:
     """Return the peak of simultaneously open [start, end) intervals and the time spent at it.
-
-    ``overwrite`` lets the sweep sort the caller's arrays in place (fresh copies: saves memory).
 
     >>> active_timeline(np.array([0., 1, 2]), np.array([2., 3, 4]), 0, 4)
     Timeline(peak=2, time_at_peak_s=2.0, share_at_peak=0.5)
     """
-    s = start if ascending(start) else _sorted(start, overwrite)  # records usually arrive in start order
-    return sorted_timeline(s, _sorted(end, overwrite), window_start, window_end)
+    s = start if ascending(start) else np.sort(start)  # records usually arrive in start order
+    return sorted_timeline(s, np.sort(end), window_start, window_end)
 
 
 def sorted_timeline(start: np.ndarray, end: np.ndarray, window_start: float, window_end: float) -> Timeline:
@@ -88,13 +85,6 @@ def _peak_of_every_arrival(s: np.ndarray, e: np.ndarray) -> tuple[int, np.ndarra
         np.subtract(np.arange(lo + 1, hi + 1), active[lo:hi], out=active[lo:hi])
     peak = int(active.max())
     return peak, np.flatnonzero(active == peak)
-
-
-def _sorted(values: np.ndarray, overwrite: bool) -> np.ndarray:
-    if overwrite:
-        values.sort()
-        return values
-    return np.sort(values)
 
 
 def ascending(values: np.ndarray) -> bool:
