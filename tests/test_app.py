@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from servebench.output.figures.markdown_table import read_markdown_table
+from servebench.output.figures.markdown_table import markdown_tables
 
 REPO = Path(__file__).resolve().parent.parent
 APP = str(REPO / "app.py")
@@ -16,7 +16,7 @@ IMPORTER_DATA = REPO / "tests" / "data" / "importers"
 
 def _tables(at: AppTest) -> list:
     """Return the page's Markdown tables (its static tables) as frames of the text shown."""
-    return [read_markdown_table(m.value) for m in at.markdown if "\n| " in f"\n{m.value}"]
+    return markdown_tables(m.value for m in at.markdown)
 
 
 def _app() -> AppTest:

@@ -7,6 +7,7 @@ shows one; a Markdown table is drawn by the markdown element every page already 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 import pandas as pd
 
@@ -52,3 +53,12 @@ def read_markdown_table(text: str) -> pd.DataFrame:
     rows = [[_UNESCAPE.sub(r"\1", cell.strip()) for cell in _CELL_SPLIT.split(line.strip()[1:-1])]
             for line in text.strip().splitlines() if line.startswith("|")]
     return pd.DataFrame(rows[2:], columns=rows[0])
+
+
+def markdown_tables(texts: Iterable[str]) -> list[pd.DataFrame]:
+    """Return the tables among Markdown texts (a page's markdown elements), read by ``read_markdown_table``.
+
+    >>> [t.to_dict("list") for t in markdown_tables(["A title", "**Counts**\\n| n |\\n| ---: |\\n| 3 |"])]
+    [{'n': ['3']}]
+    """
+    return [read_markdown_table(text) for text in texts if "\n| " in f"\n{text}"]
