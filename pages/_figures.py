@@ -1,9 +1,9 @@
-"""Charts of the record set on screen, built once per file, format, window and unit and then reused.
+"""Charts of the record sets on screen, built once per file, format, window and unit and then reused.
 
-The Summary and the Percentile explorer draw Vega-Lite specs (figures.vegalite): a page that draws no
-plotly chart never makes the browser load plotly.js (4.7 MB, about 2 s to compile on a 2-core machine),
-and a spec is built in milliseconds. Charts opened on request (over time) stay plotly figures. Each
-builder is keyed by the dataset's key (file digest and format), window and unit; the table is unhashed.
+Summary, the Percentile explorer and Compare draw Vega-Lite specs (figures.vegalite): a page that draws no
+plotly chart never makes the browser load plotly.js (4.7 MB, about 2 s to compile on a 2-core machine), and
+a spec is built in milliseconds. Charts opened on request (over time) stay plotly figures. Each builder is
+keyed by the dataset's key (file digest and format), window and unit; the table is unhashed.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import streamlit as st
 
+from pages._shared import Dataset
 from servebench.output.figures import records as record_figs
 from servebench.output.figures import vegalite
 from servebench.records.table import RecordTable
@@ -27,10 +28,27 @@ def record_charts(key: str, window_start: float, window_end: float, unit: str,
     """Return the Summary's charts of a record set: ``timeline``, ``cdfs`` (latency, TTFT, TPOT), ``stages``."""
     means = record_figs.stage_means(_table)
     timeline = record_figs.timeline_series(_table, window_start, window_end, vegalite.TIMELINE_POINTS)
-    cdfs = record_figs.record_series(_table, max_points=vegalite.LINE_POINTS)
+    cdfs = cdf_series(key, window_start, window_end, _table)
     return {"timeline": on_canvas(vegalite.timeline_chart(timeline)),
             "cdfs": {name: on_canvas(vegalite.cdf_chart(s, unit)) for name, s in cdfs.items()},
             "stages": None if means is None else on_canvas(vegalite.stage_chart(means, unit))}
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def cdf_series(key: str, window_start: float, window_end: float,
+               _table: RecordTable) -> dict[str, record_figs.CdfSeries]:
+    """Return a record set's CDFs of latency, TTFT and TPOT (``record_series``), thinned for Vega-Lite.
+
+    Shared by Summary and Compare (each run's curve), so each is sorted once per window.
+    """
+    return record_figs.record_series(_table, max_points=vegalite.LINE_POINTS)
+
+
+def compare_cdfs(runs: Mapping[str, Dataset], unit: str) -> dict[str, Spec]:
+    """Return Compare's overlaid CDFs of latency, TTFT and TPOT; ``runs`` maps a shown name to its records."""
+    series = {name: cdf_series(d.key, d.window_start, d.window_end, d.table) for name, d in runs.items()}
+    return {metric: on_canvas(vegalite.overlaid_cdf_chart({n: s[metric] for n, s in series.items()}, metric, unit))
+            for metric in record_figs.COMPARED}
 
 
 def on_canvas(spec: Spec) -> Spec:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import streamlit as st
 
+from pages._figures import compare_cdfs, on_canvas
 from pages._shared import SLO_FIELDS, held_datasets, records_sidebar, site_zip, cached_report, unit_choice
 from servebench.analysis.compare import contract_table, outcome_table, overlap_table, percentiles_by_run
-from servebench.output.figures import records as record_figs
-from servebench.output.figures.compare import overlaid_cdfs
+from servebench.output.figures.vegalite import percentile_bars
 from servebench.output.safetext import safe_text
 
 st.title("Compare runs")
@@ -34,7 +34,6 @@ for d in picked:  # runs that share a name get a suffix, so every column is told
     shown.append(name)
 slo = tuple(st.session_state.get(k) or None for k, _, _ in SLO_FIELDS)
 reports = {n: cached_report(d.key, d.window_start, d.window_end, slo, d.table) for n, d in zip(shown, picked)}
-tables = {n: d.table for n, d in zip(shown, picked)}
 for n, d in zip(shown, picked):
     if d.zoom is not None and d.zoom.left_out:
         st.caption(safe_text(f"{n}: {d.zoom.note()}"))
@@ -49,13 +48,11 @@ st.caption("Distribution-free intervals of each percentile (successes only). Int
 st.dataframe(overlap_table(reports), hide_index=True)
 
 st.subheader("Distributions")
-unit, scale = unit_choice()
-cols = st.columns(3)
-for col, metric in zip(cols, ("latency", "ttft", "tpot")):
-    col.plotly_chart(overlaid_cdfs(tables, metric, scale, unit), key=f"cmp_cdf_{metric}")
-bars = record_figs.comparison_figure(percentiles_by_run(reports))
-if bars is not None:
-    st.plotly_chart(bars, key="cmp_bars")
+unit, _ = unit_choice()
+bars = percentile_bars(percentiles_by_run(reports), unit)
+for col, (metric, spec) in zip(st.columns(3), compare_cdfs(dict(zip(shown, picked)), unit).items()):
+    col.vega_lite_chart(spec=spec, key=f"cmp_cdf_{metric}")
+    col.vega_lite_chart(spec=on_canvas(bars[metric]), key=f"cmp_bars_{metric}")
 
 st.subheader("Outcomes")
 st.caption("Every status, so each row adds up to offered.")

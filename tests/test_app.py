@@ -8,6 +8,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from servebench.output.figures.markdown_table import markdown_tables
+from vega_charts import drawn_charts
 
 REPO = Path(__file__).resolve().parent.parent
 APP = str(REPO / "app.py")
@@ -574,7 +575,25 @@ def test_several_uploads_are_held_and_compared_side_by_side() -> None:
     outcomes = next(d.value for d in at.dataframe if "Offered" in d.value.columns).set_index("run")
     statuses = ["Completed", "Failed", "Timed out", "Cancelled", "Rejected"]
     assert (outcomes[statuses].sum(axis=1) == outcomes["Offered"]).all()
-    assert len(at.get("plotly_chart")) == 4  # three overlaid CDFs and the percentile bars
+    charts = drawn_charts(at)  # Vega-Lite, so the page never loads plotly.js
+    assert not at.get("plotly_chart") and len(charts) == 6  # latency, TTFT, TPOT: overlaid CDFs, percentile bars
+    curves = charts["Latency CDF (successes)"][1]["curves"]
+    last = curves.groupby("run", sort=False)["share"].last()
+    assert list(last.index) == ["requests_sample.csv (n=2,701)", "r1_r4.json (n=2)", "mine.jsonl (n=1)"]
+    assert (last == 1.0).all() and (curves.groupby("run")["share"].first() == 0.0).all()
+    mine = curves[curves["run"] == "mine.jsonl (n=1)"]
+    assert list(zip(mine["x"], mine["share"])) == [(2.0, 0.0), (2.0, 1.0)]  # its one success took 2 s
+    bars = charts["Latency: p50, p95, p99 per run"][1]["bars"].set_index(["run", "mark"])["value"]
+    assert bars[("r1_r4.json", "p95")] == 2.5 and bars[("mine.jsonl", "p50")] == 2.0
+    tpot = charts["Request TPOT: p50, p95, p99 per run"][1]["bars"].set_index(["run", "mark"])["value"]
+    assert tpot[("mine.jsonl", "p50")] == 0.375  # (3 - 1.5) / (5 - 1)
+    at.segmented_control(key="unit").set_value("ms").run()
+    charts = drawn_charts(at)
+    curves = charts["TTFT CDF (successes)"][1]["curves"]
+    assert curves[curves["run"] == "mine.jsonl (n=1)"]["x"].tolist() == [500.0, 500.0]
+    assert charts["TTFT CDF (successes)"][0]["encoding"]["x"]["title"] == "milliseconds"
+    bars = charts["Latency: p50, p95, p99 per run"][1]["bars"].set_index(["run", "mark"])["value"]
+    assert bars[("r1_r4.json", "p95")] == 2500.0
 
 
 def test_summary_prefix_cache_tables_are_static_and_follow_the_unit() -> None:

@@ -167,9 +167,16 @@ def test_several_files_uploaded_at_once_are_compared() -> None:
         page.get_by_role("link", name="Compare runs").click()
         page.get_by_role("heading", name="Compare runs").first.wait_for()
         page.get_by_text("Is it noise?").first.wait_for()
-        page.locator('[data-testid="stPlotlyChart"] .main-svg').nth(3).wait_for()
+        page.locator(VEGA_DRAWN).nth(5).wait_for()  # latency, TTFT, TPOT: overlaid CDFs and percentile bars
         _wait_idle(page)
         assert page.locator('[data-testid="stException"]').count() == 0
+        assert page.locator('[data-testid="stPlotlyChart"]').count() == 0  # Vega-Lite: plotly.js never loaded
+        assert not page.evaluate("performance.getEntriesByType('resource').some(e => e.name.includes('PlotlyChart'))")
+        overflow = page.evaluate("""() => [...document.querySelectorAll('[data-testid="stColumn"]')].map(col => {
+          const c = col.getBoundingClientRect();
+          return [...col.querySelectorAll('canvas')].map(v => v.getBoundingClientRect().right - c.right);
+        }).flat()""")
+        assert len(overflow) == 6 and max(overflow) <= 1  # each chart is drawn inside its column
         grid = page.locator('[data-testid="stDataFrame"]').first
         assert grid.bounding_box()["width"] <= 1400  # no wider than the page
         text = page.locator('[data-testid="stMain"]').inner_text()

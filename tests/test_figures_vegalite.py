@@ -21,7 +21,8 @@ def _valid(spec: dict[str, Any]) -> dict[str, Any]:
     plain = dict(spec)
     if "datasets" in plain:
         plain["datasets"] = {k: json.loads(v.to_json(orient="records")) for k, v in spec["datasets"].items()}
-    (alt.LayerChart if "layer" in plain else alt.Chart).from_dict(plain)  # raises on anything not Vega-Lite
+    kind = alt.LayerChart if "layer" in plain else alt.FacetChart if "facet" in plain else alt.Chart
+    kind.from_dict(plain)  # raises on anything not Vega-Lite
     json.dumps(plain)
     return plain
 
@@ -90,3 +91,51 @@ def test_percentile_charts_are_valid_vega_lite() -> None:
     fa = np.concatenate([ok, [np.inf] * 5])
     _valid(vegalite.percentile_cdf(ok, fa, 99, 3.0, np.inf, "Latency (s)"))
     _valid(vegalite.percentile_histogram(fa, 99, None, "Latency (s)"))
+
+
+def _runs() -> dict[str, object]:
+    rng = np.random.default_rng(18)
+    fast = [{"start": float(i), "first_token": i + 0.1, "end": i + float(d), "status": "success", "output_tokens": 4}
+            for i, d in enumerate(rng.uniform(0.2, 1.0, 1_000))]
+    slow = [{"start": 0.0, "first_token": 1.0, "end": 3.0, "status": "success", "output_tokens": 5},
+            {"start": 1.0, "end": 2.0, "status": "failed"}]
+    tables = {"fast": validate(parse_objects(fast), 0, 1_001), "slow \x1b[2J<b>": validate(parse_objects(slow), 0, 3),
+              "none": validate(parse_objects(slow[1:]), 0, 3)}
+    return {name: rf.record_series(t, max_points=vegalite.LINE_POINTS) for name, t in tables.items()}
+
+
+def test_overlaid_cdfs_hold_each_runs_curve_from_zero_to_one_in_the_unit_asked() -> None:
+    series = _runs()
+    spec = vegalite.overlaid_cdf_chart({n: s["latency"] for n, s in series.items()}, "latency", "ms")
+    _valid(spec)
+    curves = spec["datasets"]["curves"]
+    runs = ["fast (n=1,000)", "slow \\x1b[2J<b> (n=1)"]  # the escape shown, markup as typed
+    assert spec["encoding"]["color"]["sort"] == runs and curves["run"].unique().tolist() == runs
+    fast = curves[curves["run"] == runs[0]]
+    assert fast["x"].tolist() == (series["fast"]["latency"].x * 1000).tolist()  # Summary's curve, in ms
+    assert fast["share"].iloc[0] == 0.0 and fast["share"].iloc[-1] == 1.0 and fast["share"].is_monotonic_increasing
+    assert len(fast) <= vegalite.LINE_POINTS + 4
+    assert curves[curves["run"] == runs[1]][["x", "share"]].values.tolist() == [[3000.0, 0.0], [3000.0, 1.0]]
+    assert spec["title"]["subtitle"] == ["no values: none"]  # a run with no success is named, not drawn
+    assert spec["encoding"]["x"]["title"] == "milliseconds"
+    bars = vegalite.percentile_bars({n: {"latency": {50: 1.0}} for n in series})["latency"]["encoding"]["color"]["scale"]
+    assert spec["encoding"]["color"]["scale"]["range"] == bars["range"][:2]  # each run the colour of its bars
+    empty = vegalite.overlaid_cdf_chart({"none": series["none"]["ttft"]}, "ttft")
+    assert empty["encoding"]["text"]["value"] == "no run has a value for this metric"
+
+
+def test_percentile_bars_per_metric_and_run_in_the_unit_asked() -> None:
+    by_run = {"a": {"latency": {50: 1.0, 95: 2.0, 99: 4.0}, "ttft": {50: 0.1, 95: 0.2, 99: None}},
+              "b<i>": {"latency": {50: 1.5, 95: 2.5, 99: 3.5}}}
+    charts = vegalite.percentile_bars(by_run, "ms")
+    assert list(charts) == ["latency", "ttft", "tpot"]
+    for spec in charts.values():
+        _valid(spec)
+    latency = charts["latency"]["datasets"]["bars"].set_index(["run", "mark"])["value"]
+    assert latency.to_dict() == {("a", "p50"): 1000.0, ("a", "p95"): 2000.0, ("a", "p99"): 4000.0,
+                                 ("b<i>", "p50"): 1500.0, ("b<i>", "p95"): 2500.0, ("b<i>", "p99"): 3500.0}
+    ttft = charts["ttft"]["datasets"]["bars"]
+    assert ttft[["run", "mark", "value"]].values.tolist() == [["a", "p50", 100.0], ["a", "p95", 200.0]]  # no None bar
+    assert charts["ttft"]["encoding"]["y"]["title"] == "milliseconds"
+    assert charts["latency"]["encoding"]["color"]["scale"]["domain"] == ["a", "b<i>"]  # as typed: text, not markup
+    assert charts["tpot"]["encoding"]["text"]["value"] == "no run has a value for this metric"

@@ -1,8 +1,6 @@
-"""Figures that put several record sets on one chart, and metrics over time: data in, plotly out."""
+"""Metrics over time (throughput, TTFT and latency in equal bins): data in, plotly out."""
 
 from __future__ import annotations
-
-from collections.abc import Mapping
 
 import numpy as np
 import plotly.graph_objects as go
@@ -10,32 +8,6 @@ from plotly.subplots import make_subplots
 
 from servebench.records.table import RecordTable
 from servebench.analysis.summary import success_metrics
-from servebench.output.figures.records import plot_label
-
-TITLES = {"latency": "Latency", "ttft": "TTFT", "tpot": "Request TPOT"}
-MAX_POINTS = 1500
-
-
-def overlaid_cdfs(tables: Mapping[str, RecordTable], metric: str, unit_scale: float = 1.0,
-                  unit: str = "s") -> go.Figure:
-    """Return one chart with each run's empirical CDF of a success-only metric (latency, ttft or tpot)."""
-    fig = go.Figure()
-    for name, table in tables.items():
-        values = np.sort(success_metrics(table)[metric]) * unit_scale
-        n = values.size
-        if not n:
-            continue
-        idx = np.unique(np.linspace(0, n - 1, min(n, MAX_POINTS)).round().astype(np.int64))
-        fig.add_trace(go.Scatter(x=values[idx], y=(idx + 1) / n, mode="lines", line_shape="hv",
-                                 name=plot_label(f"{name} (n={n:,})"),
-                                 hovertemplate=f"%{{x:.4g}} {unit}<br>share ≤ x: %{{y:.3f}}<extra></extra>"))
-    fig.update_layout(title=f"{TITLES.get(metric, metric)} CDF (successes)", height=360,
-                      margin=dict(l=50, r=10, t=50, b=40),
-                      legend=dict(orientation="h", yanchor="top", y=-0.2, x=0))
-    fig.update_xaxes(title_text=unit)
-    fig.update_yaxes(title_text="share of successes", range=[0, 1.02])
-    return fig
-
 
 def over_time(table: RecordTable, window_start: float, window_end: float, bins: int = 60,
               unit_scale: float = 1.0, unit: str = "s") -> go.Figure:

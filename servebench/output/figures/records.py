@@ -354,6 +354,21 @@ def cause_figure(by_cause: Mapping[str, int], max_bars: int = 15) -> go.Figure |
     return _layout(fig, "Non-success causes", height=max(220, 100 + 28 * len(items)))
 
 
+COMPARED: tuple[str, ...] = ("latency", "ttft", "tpot")
+MARK_SHADES: tuple[str, ...] = ("#90caf9", "#1e88e5", "#0d47a1")  # p50, p95, p99
+
+
+def comparison_values(percentiles_by_run: Mapping[str, Mapping[str, Mapping[float, float | None]]],
+                      marks: Sequence[float] = MARKS) -> dict[str, dict[float, list[float | None]]]:
+    """Return {latency|ttft|tpot: {q: [seconds per run, in the runs' order]}}; None where a run has no value.
+
+    >>> comparison_values({"a": {"ttft": {50: 0.1}}, "b": {}}, marks=(50,))["ttft"]
+    {50: [0.1, None]}
+    """
+    return {key: {q: [m.get(key, {}).get(q) for m in percentiles_by_run.values()] for q in marks}
+            for key in COMPARED}
+
+
 def comparison_figure(percentiles_by_run: Mapping[str, Mapping[str, Mapping[float, float | None]]],
                       marks: Sequence[float] = MARKS) -> go.Figure | None:
     """Return p50/p95/p99 of latency, TTFT and request TPOT per run, side by side (successes only).
@@ -365,14 +380,11 @@ def comparison_figure(percentiles_by_run: Mapping[str, Mapping[str, Mapping[floa
         return None
     from plotly.subplots import make_subplots
 
-    keys = ("latency", "ttft", "tpot")
-    fig = make_subplots(rows=1, cols=3, subplot_titles=("Latency, s", "TTFT, s", "Request TPOT, s"),
+    fig = make_subplots(rows=1, cols=3, subplot_titles=[f"{METRIC_TITLES[k]}, s" for k in COMPARED],
                         figure=new_figure())
     names = [plot_label(n) for n in percentiles_by_run]
-    shades = ("#90caf9", "#1e88e5", "#0d47a1")
-    for col, key in enumerate(keys, start=1):
-        for q, color in zip(marks, shades):
-            ys = [m.get(key, {}).get(q) for m in percentiles_by_run.values()]
+    for col, by_q in enumerate(comparison_values(percentiles_by_run, marks).values(), start=1):
+        for (q, ys), color in zip(by_q.items(), MARK_SHADES):
             fig.add_trace(go.Bar(x=names, y=ys, name=f"p{q:g}", marker_color=color, legendgroup=f"p{q:g}",
                                  showlegend=col == 1,
                                  hovertemplate=f"%{{x}}: p{q:g} %{{y:.4g}} s<extra></extra>"), row=1, col=col)

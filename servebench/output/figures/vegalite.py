@@ -1,8 +1,8 @@
-"""Vega-Lite charts for the dashboard's Summary and Percentile explorer: data in, a Vega-Lite spec (a dict) out.
+"""Vega-Lite charts for the dashboard's Summary, Percentile explorer and Compare: data in, a Vega-Lite spec out.
 
 plotly.js is a 4.7 MB script that headless Chromium on a 2-core machine takes about 2 s to compile and
 run the first time a page draws a plotly chart (benchmarks/results/dashboard.md), so the pages a user
-opens first draw these specs with Streamlit's built-in Vega-Lite instead, and a spec is built in
+opens draw these specs with Streamlit's built-in Vega-Lite instead, and a spec is built in
 milliseconds where a validated plotly figure takes a tenth of a second. The numbers come from the same
 functions as the report site's plotly figures (``figures.records``), so both show the same values.
 
@@ -21,12 +21,16 @@ import numpy as np
 import pandas as pd
 
 from servebench.output.figures.records import (
+    COMPARED,
+    MARKS,
+    METRIC_TITLES,
     STAGE_COLORS,
     TIMELINE_COLORS,
     CdfSeries,
     StageMeans,
     TimelineSeries,
     cause_items,
+    comparison_values,
 )
 from servebench.output.plain import fmt
 from servebench.output.safetext import safe_text
@@ -35,6 +39,9 @@ Spec = dict[str, Any]
 UNIT_SCALE: dict[str, float] = {"s": 1.0, "ms": 1000.0}
 UNIT_WORDS: dict[str, str] = {"s": "seconds", "ms": "milliseconds"}
 SUCCESS_COLOR, FAILURE_COLOR, NOTE_COLOR = "#1565c0", "#c62828", "#757575"
+# Compare's runs, in order (Vega's tableau10): Streamlit's own palette starts with two blues
+RUN_COLORS = ("#4c78a8", "#f58518", "#e45756", "#72b7b2", "#54a24b", "#eeca3b", "#b279a2", "#ff9da6", "#9d755d",
+              "#bab0ac")
 # Points per line: a CDF a third of a page wide shows no more. Streamlit's Vega runs without eval (an
 # expression interpreter), so every datum costs: with 2,000-point curves a window change on 100,000 records
 # took the browser longer than with plotly; with these it takes less (benchmarks/results/dashboard.md).
@@ -81,7 +88,7 @@ def timeline_chart(s: TimelineSeries, height: int = 380) -> Spec:
     }
 
 
-def cdf_chart(s: CdfSeries, unit: str = "s", height: int = 420) -> Spec:
+def cdf_chart(s: CdfSeries, unit: str = "s", height: int = 420, y_title: str = "share of counted requests") -> Spec:
     """Return one metric's CDF with its nearest-rank marks (p50, p95, p99) as a dotted rule and a labelled diamond.
 
     The title names the formula, the marked values in ``unit`` and how many requests the curve leaves out.
@@ -92,8 +99,8 @@ def cdf_chart(s: CdfSeries, unit: str = "s", height: int = 420) -> Spec:
     if s.n == 0:
         return _note(title, "no values: no request counted for this metric", height)
     x = {"field": "x", "type": "quantitative", "title": UNIT_WORDS[unit]}
-    y = {"field": "share", "type": "quantitative", "title": "share of counted requests",
-         "scale": {"domain": [0, 1.02]}, "axis": {"format": "%"}}
+    y = {"field": "share", "type": "quantitative", "title": y_title, "scale": {"domain": [0, 1.02]},
+         "axis": {"format": "%"}}
     marks = pd.DataFrame({"x": [v * k for _, v, _ in s.marks], "share": [r / s.n for _, _, r in s.marks],
                           "mark": [f"p{q:g}" for q, _, _ in s.marks],
                           "about": [f"p{q:g} = {fmt(v * k)} {unit} (rank {r:,} of {s.n:,})" for q, v, r in s.marks]})
@@ -112,6 +119,69 @@ def cdf_chart(s: CdfSeries, unit: str = "s", height: int = 420) -> Spec:
              "encoding": {"x": x, "y": y, "text": {"field": "mark"}}},
         ],
     }
+
+
+def overlaid_cdf_chart(by_run: Mapping[str, CdfSeries], metric: str, unit: str = "s", height: int = 380) -> Spec:
+    """Return each run's CDF of one metric on one chart, a colour per run (each from ``record_series``).
+
+    Runs keep their order (the baseline first); one with no value for the metric is named under the title.
+    """
+    k = UNIT_SCALE[unit]
+    drawn = {safe_text(f"{name} (n={s.n:,})"): s for name, s in by_run.items() if s.n}
+    colors = [RUN_COLORS[i % len(RUN_COLORS)] for i, s in enumerate(by_run.values()) if s.n]  # as on the bars
+    empty = [safe_text(name) for name, s in by_run.items() if not s.n]
+    title = _title(f"{METRIC_TITLES.get(metric, metric)} CDF (successes)",
+                   [f"no values: {', '.join(empty)}"] if empty else [])
+    if not drawn:
+        return _note(title, "no run has a value for this metric", height)
+    frame = pd.DataFrame({"x": np.concatenate([s.x for s in drawn.values()]) * k,
+                          "share": np.concatenate([s.y for s in drawn.values()]),
+                          "run": np.repeat(list(drawn), [s.x.size for s in drawn.values()])})
+    return {
+        "title": title, "height": height, "config": CONFIG,
+        "datasets": {"curves": frame}, "data": {"name": "curves"},
+        "mark": {"type": "line", "interpolate": "step-after"}, "params": _zoom("x"),
+        "encoding": {
+            "x": {"field": "x", "type": "quantitative", "title": UNIT_WORDS[unit]},
+            "y": {"field": "share", "type": "quantitative", "title": "share of successes",
+                  "scale": {"domain": [0, 1.02]}, "axis": {"format": "%"}},
+            "color": {"field": "run", "type": "nominal", "title": None, "sort": list(drawn),
+                      "scale": {"domain": list(drawn), "range": colors},
+                      "legend": {"orient": "bottom", "direction": "vertical", "labelLimit": 360}},
+        },
+    }
+
+
+def percentile_bars(percentiles_by_run: Mapping[str, Mapping[str, Mapping[float, float | None]]], unit: str = "s",
+                    marks: tuple[float, ...] = MARKS, height: int = 300) -> dict[str, Spec]:
+    """Return p50/p95/p99 per run as grouped bars, one chart each for latency, TTFT and request TPOT.
+
+    The values are ``comparison_values``'s (the report's nearest-rank percentiles); a missing one draws no bar.
+    Runs have the colours of :func:`overlaid_cdf_chart`'s. One chart per metric rather than one faceted chart:
+    a facet has a fixed width, each of these fills its column.
+    """
+    k = UNIT_SCALE[unit]
+    runs = [safe_text(name) for name in percentiles_by_run]
+    shown = [f"p{q:g}" for q in marks]
+    charts = {}
+    for key, by_q in comparison_values(percentiles_by_run, marks).items():
+        rows = [{"run": run, "mark": f"p{q:g}", "value": v * k}
+                for q, values in by_q.items() for run, v in zip(runs, values) if v is not None]
+        title = _title(f"{METRIC_TITLES[key]}: p50, p95, p99 per run", ["nearest rank, successful requests"])
+        if not rows:
+            charts[key] = _note(title, "no run has a value for this metric", height)
+            continue
+        charts[key] = {
+            "title": title, "height": height, "datasets": {"bars": pd.DataFrame(rows)}, "data": {"name": "bars"},
+            "mark": "bar", "encoding": {
+                "x": {"field": "mark", "type": "nominal", "sort": shown, "title": None, "axis": {"labelAngle": 0}},
+                "xOffset": {"field": "run", "type": "nominal", "sort": runs},
+                "y": {"field": "value", "type": "quantitative", "title": UNIT_WORDS[unit]},
+                "color": {"field": "run", "type": "nominal", "title": None,
+                          "legend": {"orient": "bottom", "direction": "vertical", "labelLimit": 360},
+                          "scale": {"domain": runs, "range": [RUN_COLORS[i % len(RUN_COLORS)] for i in range(len(runs))]}},
+                "tooltip": [{"field": "run"}, {"field": "mark", "title": "percentile"}, _number("value", unit)]}}
+    return charts
 
 
 def stage_chart(means: StageMeans, unit: str = "s") -> Spec:

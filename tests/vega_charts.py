@@ -1,0 +1,27 @@
+"""Read the Vega-Lite charts an AppTest page drew: each spec by its title, with its datasets as frames."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+from streamlit.testing.v1 import AppTest
+
+
+Chart = tuple[dict[str, Any], dict[str, pd.DataFrame]]
+
+
+def drawn_list(at: AppTest) -> list[Chart]:
+    """Return (spec, {dataset name: frame}) of each of the page's Vega-Lite charts, in page order.
+
+    Streamlit sends a spec's ``datasets`` frames beside it as Arrow; they are read back here.
+    """
+    return [(json.loads(c.proto.spec), {d.name: pa.ipc.open_stream(d.data.data).read_pandas() for d in c.proto.datasets})
+            for c in at.get("vega_lite_chart")]
+
+
+def drawn_charts(at: AppTest) -> dict[str, Chart]:
+    """Return the page's Vega-Lite charts by title (the last of charts that share one)."""
+    return {spec["title"]["text"]: (spec, frames) for spec, frames in drawn_list(at)}
