@@ -1,9 +1,10 @@
 """Charts of the record sets on screen, built once per file, format, window and unit and then reused.
 
-Summary, the Percentile explorer and Compare draw Vega-Lite specs (figures.vegalite): a page that draws no
-plotly chart never makes the browser load plotly.js (4.7 MB, about 2 s to compile on a 2-core machine), and
-a spec is built in milliseconds. Charts opened on request (over time) stay plotly figures. Each builder is
-keyed by the dataset's key (file digest and format), window and unit; the table is unhashed.
+Summary, the Percentile explorer, Compare and Token timing draw Vega-Lite specs (figures.vegalite,
+figures.vegalite_tokens): a page that draws no plotly chart never makes the browser load plotly.js (4.7 MB,
+about 2 s to compile on a 2-core machine), and a spec is built in milliseconds. Charts opened on request
+(over time) stay plotly figures. Each builder is keyed by the dataset's key (file digest and format), window
+and unit; the table is unhashed.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ import streamlit as st
 
 from pages._shared import Dataset
 from servebench.output.figures import records as record_figs
-from servebench.output.figures import vegalite
+from servebench.output.figures import tokens as token_figs
+from servebench.output.figures import vegalite, vegalite_tokens
 from servebench.records.table import RecordTable
+from servebench.serving.experiments import PrefillSide
 
 Spec = dict[str, Any]
 
@@ -39,7 +42,7 @@ def cdf_series(key: str, window_start: float, window_end: float,
                _table: RecordTable) -> dict[str, record_figs.CdfSeries]:
     """Return a record set's CDFs of latency, TTFT and TPOT (``record_series``), thinned for Vega-Lite.
 
-    Shared by Summary and Compare (each run's curve), so each is sorted once per window.
+    Shared by Summary, Compare (each run's curve) and Token timing (TTFT), so each is sorted once per window.
     """
     return record_figs.record_series(_table, max_points=vegalite.LINE_POINTS)
 
@@ -49,6 +52,29 @@ def compare_cdfs(runs: Mapping[str, Dataset], unit: str) -> dict[str, Spec]:
     series = {name: cdf_series(d.key, d.window_start, d.window_end, d.table) for name, d in runs.items()}
     return {metric: on_canvas(vegalite.overlaid_cdf_chart({n: s[metric] for n, s in series.items()}, metric, unit))
             for metric in record_figs.COMPARED}
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def token_charts(key: str, window_start: float, window_end: float, threshold_s: float | None,
+                 _table: RecordTable) -> dict[str, Spec | None]:
+    """Return Token timing's charts of records with token times: ``ttft``, ``itl``, ``stall``, ``ticks``."""
+    itl = token_figs.itl_series(_table, max_points=vegalite.LINE_POINTS)
+    bins = token_figs.stall_bins(_table, threshold_s)
+    ticks = token_figs.token_ticks(_table)
+    return {"ttft": on_canvas(vegalite.cdf_chart(cdf_series(key, window_start, window_end, _table)["ttft"])),
+            "itl": None if itl is None else on_canvas(vegalite.cdf_chart(itl, y_title="share of gaps")),
+            "stall": None if bins is None else on_canvas(vegalite_tokens.stall_chart(bins)),
+            "ticks": None if ticks is None else on_canvas(vegalite_tokens.ticks_chart(ticks))}
+
+
+def prefill_charts(chunked: PrefillSide, whole: PrefillSide) -> dict[str, Spec]:
+    """Return the prefill experiment's bars (key ``bars``) and each side's stall histogram (keyed by its label)."""
+    charts = {"bars": on_canvas(vegalite_tokens.prefill_chart(token_figs.prefill_values(chunked.report, whole.report)))}
+    for side in (chunked, whole):
+        bins = token_figs.stall_bins(side.records, side.report.stalls.threshold_s if side.report.stalls else None)
+        if bins is not None:
+            charts[side.label] = on_canvas(vegalite_tokens.stall_chart(bins))
+    return charts
 
 
 def on_canvas(spec: Spec) -> Spec:

@@ -7,10 +7,9 @@ from pathlib import Path
 
 import streamlit as st
 
+from pages._figures import prefill_charts, token_charts
 from pages._shared import guarded, records_sidebar, show_reader_warnings
 from servebench.serving.experiments import compare_prefill
-from servebench.output.figures import tokens as tfig
-from servebench.output.figures.records import record_cdfs
 from servebench.output.plain import fmt
 from servebench.serving.scenario import load_scenario
 from servebench.analysis.summary import build_report
@@ -36,13 +35,11 @@ else:
                 help="" if stalls is None else f"Longest gap over {fmt(stalls.threshold_s)} s ({stalls.threshold_rule}).")
     c[4].metric("Request TPOT p95", fmt(report.request_tpot_s.at(95)),
                 help="A per-request average: one long stall barely moves it.")
-    cols = st.columns(3)
-    cols[0].plotly_chart(record_cdfs(ds.table)["ttft"], key="tok_ttft")
-    cols[1].plotly_chart(tfig.itl_cdf(ds.table), key="tok_itl")
-    cols[2].plotly_chart(tfig.stall_histogram(ds.table, stalls.threshold_s if stalls else None), key="tok_stall")
-    timeline = tfig.token_timeline(ds.table)
-    if timeline is not None:
-        st.plotly_chart(timeline, key="tok_timeline")
+    charts = token_charts(ds.key, ds.window_start, ds.window_end, stalls.threshold_s if stalls else None, ds.table)
+    for col, name in zip(st.columns(3), ("ttft", "itl", "stall")):
+        col.vega_lite_chart(spec=charts[name], key=f"tok_{name}")
+    if charts["ticks"] is not None:
+        st.vega_lite_chart(spec=charts["ticks"], key="tok_timeline")
 
 
 @st.cache_resource(show_spinner="Simulating both prefill policies...")
@@ -73,9 +70,8 @@ if st.session_state.get("tok_revealed"):
                 "Chunking spreads a long prompt over many steps, so running streams keep ticking but the prompt "
                 "itself finishes later; whole prompts do the opposite. Request TPOT p95 hardly differs "
                 f"({fmt(c.request_tpot_s.at(95))} s vs {fmt(w.request_tpot_s.at(95))} s): an average hides stalls.")
-    st.plotly_chart(tfig.prefill_comparison(c, w), key="tok_compare")
-    cols = st.columns(2)
-    for col, side in zip(cols, (chunked, whole)):
+    charts = prefill_charts(chunked, whole)
+    st.vega_lite_chart(spec=charts["bars"], key="tok_compare")
+    for col, side in zip(st.columns(2), (chunked, whole)):
         col.caption(side.label)
-        col.plotly_chart(tfig.stall_histogram(side.records, side.report.stalls.threshold_s),
-                         key=f"tok_hist_{side.label}")
+        col.vega_lite_chart(spec=charts[side.label], key=f"tok_hist_{side.label}")

@@ -1,4 +1,7 @@
-"""The dashboard's Vega-Lite charts: valid Vega-Lite, the same numbers as the report's tables, in the unit asked."""
+"""The dashboard's Vega-Lite charts: valid Vega-Lite, the same numbers as the report's tables, in the unit asked.
+
+Token timing's charts are tested beside the site's figures they share their numbers with (test_token_times.py).
+"""
 
 from __future__ import annotations
 

@@ -24,10 +24,14 @@ from servebench.records.importers import import_bytes
 from servebench.analysis.percentiles import estimate, percentile
 from servebench.analysis.summary import SLO, build_report
 from typer.testing import CliRunner
+from vega_charts import drawn_charts, drawn_list
 from servebench.records.loaders import encode_records, read_bytes, to_table
 from servebench.records.table import TimingRecord
 from servebench.serving.experiments import compare_prefill
-from servebench.output.figures.tokens import itl_cdf, stall_histogram, token_timeline
+from servebench.output.figures import vegalite, vegalite_tokens
+from servebench.output.plain import fmt
+from servebench.output.figures.tokens import (itl_cdf, itl_series, stall_bins, stall_histogram, token_ticks,
+                                              token_timeline)
 from servebench.serving.scenario import Scenario, load_scenario, parse_scenario
 from servebench.serving.simulate import simulate
 from servebench.records.token_times import flat, gaps
@@ -530,12 +534,38 @@ def test_figures_show_itl_stalls_and_the_slowest_requests_ticks():
     table = load(STALL_FIXTURE)
     cdf = itl_cdf(table)
     assert cdf.data[0].x.max() == 2.0 and "p99 2 s" in cdf.layout.title.text
+    bins = stall_bins(table)  # the threshold by default: 4x the median gap
+    assert bins.threshold_s == 4 * STEADY_GAP_S and bins.n == 2 and bins.over == 1
+    assert bins.edges_s[0] == STEADY_GAP_S and bins.edges_s[-1] == 2.0  # the two successes' longest gaps
+    assert bins.counts[0] == 1 and bins.counts[-1] == 1 and bins.counts.sum() == 2
     hist = stall_histogram(table, threshold_s=0.25)
-    assert sorted(hist.data[0].x) == [STEADY_GAP_S, 2.0] and "1 (50.0%) stalled over 0.25 s" in hist.layout.title.text
+    assert list(hist.data[0].y) == bins.counts.tolist() and "1 (50.0%) stalled over 0.25 s" in hist.layout.title.text
     ticks = token_timeline(table, count=2)
     rows = {trace.y[0] for trace in ticks.data}
     assert len(rows) == 2 and max(len(t.x) for t in ticks.data) == 10  # the slowest has 10 tokens
     assert itl_cdf(load([STALL_FIXTURE[3]])) is None
+    assert stall_bins(load([STALL_FIXTURE[3]])) is None and token_ticks(load([STALL_FIXTURE[3]])) is None
+
+
+def test_dashboard_charts_draw_the_numbers_of_the_report_site_figures():
+    """Token timing's Vega-Lite charts and the site's plotly figures come from the same series, bins and ticks."""
+    table = load([*STALL_FIXTURE, streamed(4.0, 4.5, [STEADY_GAP_S], request_id="\x1b[31m<b>x</b>")])
+    itl = vegalite.cdf_chart(itl_series(table), y_title="share of gaps")
+    curve = itl["datasets"]["cdf"]
+    assert curve["x"].max() == 2.0 and curve["share"].iloc[-1] == 1.0 and curve["share"].iloc[0] == 0.0
+    assert list(itl_cdf(table).data[0].x) == curve["x"].tolist()
+    assert itl["layer"][0]["encoding"]["y"]["title"] == "share of gaps"
+    bins = stall_bins(table, 0.25)
+    stall = vegalite_tokens.stall_chart(bins)
+    assert stall["datasets"]["bins"]["requests"].tolist() == bins.counts.tolist() == list(stall_histogram(table, 0.25).data[0].y)
+    assert stall["layer"][1]["data"]["values"][0]["lo"] == 0.25 and "1 (33.3%) stalled over 0.25 s" in stall["title"]["subtitle"]
+    ticks = vegalite_tokens.ticks_chart(token_ticks(table, count=3))
+    rows = ticks["datasets"]["ticks"].groupby("request", sort=False)["t"]
+    assert list(rows.size()) == [6, 10, 2]  # the slowest first: 2.5 s, 1.0625 s, then the new one's 0.5625 s
+    assert rows.min().tolist() == [0.25, 0.5, 0.5]  # each row's first tick is its TTFT
+    assert ticks["layer"][0]["encoding"]["y"]["sort"][2] == "3. \\x1b[31m<b>x</b>"  # as typed, the escape shown
+    gaps = ticks["datasets"]["gaps"]
+    assert gaps.iloc[0][["from", "to"]].tolist() == [0.375, 2.375] and gaps.iloc[0]["about"] == "longest gap 2 s"
 
 
 def test_report_site_has_a_token_timing_section(tmp_path):
@@ -560,6 +590,15 @@ def test_dashboard_token_timing_page_and_percentile_explorer_offer_itl():
     assert not at.exception
     text = " ".join(m.value for m in at.markdown)
     assert "Stalls: **chunked** (right)" in text and "**whole-prompt** (not what you predicted)" in text
+    charts = drawn_list(at)
+    assert not at.get("plotly_chart") and len(charts) == 3  # the bars and each policy's stall histogram
+    bars = charts[0][1]["bars"].set_index(["metric", "policy"])["value"]
+    stall = bars.loc["longest stall p95"]
+    assert stall["chunked prefill"] < stall["whole-prompt prefill"]
+    assert f"vs {fmt(stall['whole-prompt prefill'])} s" in text  # the bars are the numbers in the sentence
+    hists = [frames["bins"] for spec, frames in charts[1:]]
+    assert all(spec["title"]["text"] == "Longest stall per request" for spec, _ in charts[1:])
+    assert hists[0]["requests"].sum() > 0 and hists[0]["hi"].max() < hists[1]["hi"].max()  # whole prompts stall longer
 
 
 def test_dashboard_shows_uploaded_token_times_and_the_percentile_explorer_offers_itl():
@@ -571,6 +610,14 @@ def test_dashboard_shows_uploaded_token_times_and_the_percentile_explorer_offers
     assert not at.exception
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["ITL p99"] == "2" and metrics["Requests stalled"] == "50.0%"
+    charts = drawn_charts(at)
+    assert not at.get("plotly_chart")
+    itl = charts["ITL: every gap between tokens"][1]["cdf"]
+    assert itl["x"].max() == 2.0 and itl["share"].iloc[-1] == 1.0
+    assert charts["TTFT"][1]["marks"]["x"].tolist() == [0.25, 0.5, 0.5]  # p50, p95, p99 of TTFTs 0.5, 0.25, 0.125
+    assert charts["Longest stall per request"][1]["bins"]["requests"].sum() == 2
+    ticks = charts["Token ticks of the 3 slowest successes"][1]["ticks"]
+    assert ticks.groupby("request", sort=False).size().tolist() == [6, 10, 1]
     at.switch_page("pages/percentiles.py").run()
     at.selectbox(key="metric").select("itl").run()
     at.number_input(key="q_input").set_value(99.0).run()

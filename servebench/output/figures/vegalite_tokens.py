@@ -1,0 +1,98 @@
+"""Vega-Lite charts for the dashboard's Token timing page: the stall histogram, token ticks, the prefill bars.
+
+The numbers are those of the report site's plotly figures (``figures.tokens``: :func:`stall_bins`,
+:func:`token_ticks`, :func:`prefill_values`); the ITL and TTFT CDFs are ``vegalite.cdf_chart`` of
+``itl_series`` and ``record_series``. Specs keep their data under ``datasets`` as pandas frames; times are
+in seconds (the page has no unit toggle). Request IDs go through :func:`safe_text`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from servebench.output.figures.tokens import PREFILL_COLORS, STALL_COLOR, StallBins, TickRow
+from servebench.output.figures.vegalite import CONFIG, SUCCESS_COLOR, Spec, _note, _number, _title, _zoom
+from servebench.output.plain import fmt
+from servebench.output.safetext import safe_text
+
+
+def stall_chart(h: StallBins, height: int = 420) -> Spec:
+    """Return the histogram of each success's longest gap, the stall threshold as a dashed red line."""
+    if h.n == 0:
+        return _note(_title("Longest stall per request"), "no success has two token arrivals", height)
+    frame = pd.DataFrame({"lo": h.edges_s[:-1], "hi": h.edges_s[1:], "requests": h.counts})
+    x = {"field": "lo", "type": "quantitative", "title": "longest gap between tokens, s"}
+    layers: list[Spec] = [
+        {"data": {"name": "bins"}, "mark": {"type": "bar", "color": SUCCESS_COLOR, "binSpacing": 0},
+         "params": _zoom("x"),
+         "encoding": {"x": {**x, "bin": "binned"}, "x2": {"field": "hi"},
+                      "y": {"field": "requests", "type": "quantitative", "title": "requests"},
+                      "tooltip": [_number("lo", "from, s"), _number("hi", "to, s"), {"field": "requests", "format": ","}]}}]
+    if h.threshold_s is not None:
+        layers.append({"data": {"values": [{"lo": h.threshold_s, "about": f"stall threshold {fmt(h.threshold_s)} s"}]},
+                       "mark": {"type": "rule", "color": STALL_COLOR, "strokeDash": [6, 4], "strokeWidth": 2},
+                       "encoding": {"x": x, "tooltip": [{"field": "about", "title": "threshold"}]}})
+    # the field's name under the title, not in it: the title fits a third of the page
+    return {"title": _title("Longest stall per request", ["each success's longest gap (max_stall_s)", *h.lines]),
+            "height": height,
+            "datasets": {"bins": frame}, "layer": layers}
+
+
+def ticks_chart(rows: Sequence[TickRow]) -> Spec:
+    """Return one row per slow request: a tick per token arrival, its longest gap in red."""
+    labels = [safe_text(r.label) for r in rows]
+    ticks = pd.DataFrame({"request": np.repeat(labels, [r.ticks_s.size for r in rows]),
+                          "t": np.concatenate([r.ticks_s for r in rows])})
+    spans = pd.DataFrame({"request": labels, "from": 0.0, "to": [r.end_s for r in rows]})
+    gaps = pd.DataFrame([{"request": label, "from": r.longest_gap_s[0], "to": r.longest_gap_s[1],
+                          "about": f"longest gap {fmt(r.longest_gap_s[1] - r.longest_gap_s[0])} s"}
+                         for label, r in zip(labels, rows) if r.longest_gap_s is not None]
+                        or {"request": [], "from": [], "to": [], "about": []})
+    x = {"field": "from", "type": "quantitative",
+         "title": "seconds since the request started (its first tick is its TTFT)"}
+    y = {"field": "request", "type": "nominal", "title": None, "sort": labels, "axis": {"labelLimit": 260}}
+    return {
+        "title": _title(f"Token ticks of the {len(rows)} slowest successes",
+                        ["one tick per token (or chunk); red: each request's longest gap"]),
+        "height": {"step": 40}, "config": CONFIG, "datasets": {"ticks": ticks, "spans": spans, "gaps": gaps},
+        "layer": [
+            {"data": {"name": "spans"}, "mark": {"type": "rule", "color": "#ddd"},
+             "encoding": {"x": x, "x2": {"field": "to"}, "y": y}},
+            {"data": {"name": "ticks"}, "mark": {"type": "tick", "color": SUCCESS_COLOR, "thickness": 1, "size": 16},
+             "params": _zoom("x"), "encoding": {"x": {**x, "field": "t"}, "y": y}},
+            {"data": {"name": "gaps"}, "mark": {"type": "rule", "color": STALL_COLOR, "strokeWidth": 3},
+             "encoding": {"x": x, "x2": {"field": "to"}, "y": y, "tooltip": [{"field": "about", "title": "gap"}]}},
+        ],
+    }
+
+
+def prefill_chart(values: Mapping[str, Mapping[str, float | None]], height: int = 360) -> Spec:
+    """Return grouped bars of TTFT p95, ITL p99 and longest stall p95 per prefill policy, each bar labelled.
+
+    A metric a policy has no value for draws no bar.
+    """
+    policies = list(values)
+    metrics = list(next(iter(values.values())))
+    rows = [{"metric": m, "policy": p, "value": v, "label": f"{v:.3g} s"}
+            for p, by_metric in values.items() for m, v in by_metric.items() if v is not None]
+    title = _title("Chunked vs whole-prompt prefill, same seed and arrivals",
+                   ["TTFT: what a new request waits; stalls: what running streams wait"])
+    if not rows:
+        return _note(title, "no values: neither policy had a success", height)
+    x = {"field": "metric", "type": "nominal", "title": None, "sort": metrics, "axis": {"labelAngle": 0}}
+    offset = {"field": "policy", "type": "nominal", "sort": policies}
+    y = {"field": "value", "type": "quantitative", "title": "seconds"}
+    return {
+        "title": title, "height": height, "datasets": {"bars": pd.DataFrame(rows)}, "data": {"name": "bars"},
+        "encoding": {"x": x, "xOffset": offset, "y": y},
+        "layer": [
+            {"mark": "bar", "encoding": {
+                "color": {"field": "policy", "type": "nominal", "title": None, "legend": {"orient": "bottom"},
+                          "scale": {"domain": policies, "range": [PREFILL_COLORS[p] for p in policies]}},
+                "tooltip": [{"field": "policy"}, {"field": "metric"}, _number("value", "seconds")]}},
+            {"mark": {"type": "text", "dy": -6}, "encoding": {"text": {"field": "label"}}},
+        ],
+    }
