@@ -7,6 +7,7 @@ import math
 import subprocess
 import sys
 import tempfile
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,7 @@ from hypothesis import strategies as st
 
 from servebench.analysis.duckdb_engine import summarize_set
 from servebench.analysis.record_sets import summarize_path
+from servebench.analysis.exact_sum import exact_total, mean_of
 from servebench.analysis.sorted_stream import SortedSink, pairwise_sum
 from servebench.analysis.summary import SLO, Report
 from servebench.errors import ConfigError, RecordValidationError, ServebenchError
@@ -55,29 +57,30 @@ def refusals(path: Path | str, error: type[ServebenchError] = RecordValidationEr
     return messages
 
 
-# --------------------------------------------------------------------------- numpy's pairwise sum, streamed
+# --------------------------------------------------------------------------- sums, streamed
 
 
 @given(st.lists(st.floats(-1e6, 1e6, allow_nan=False), max_size=600), st.integers(1, 97))
 @settings(max_examples=60, deadline=None)
-def test_streamed_sum_rounds_as_numpy_mean_does(values, chunk):
+def test_streamed_sums_match_numpy_pairwise_and_the_exact_mean(values, chunk):
     arr = np.sort(np.array(values, dtype=np.float64))
     assert pairwise_sum(arr) == float(np.add.reduce(arr)) or arr.size == 0
     sink = SortedSink(arr.size, {1, arr.size})
     for lo in range(0, arr.size, chunk):
         sink.feed(arr[lo:lo + chunk])
     if arr.size:
-        assert sink.total() / arr.size == float(arr.mean())
+        assert mean_of(sink.total(), arr.size) == float(sum(map(Fraction, values), Fraction(0)) / arr.size)
         assert sink.last == arr[-1] and sink.picked[1] == arr[0]
 
 
-def test_streamed_sum_at_a_million_values_in_uneven_chunks():
+def test_streamed_mean_at_a_million_values_in_uneven_chunks_is_the_in_memory_one():
     arr = np.sort(np.random.default_rng(7).lognormal(0, 2, 1_000_003))
     sink = SortedSink(arr.size, set())
     cuts = np.r_[0, np.sort(np.random.default_rng(8).integers(0, arr.size, 40)), arr.size]
     for a, b in zip(cuts[:-1], cuts[1:]):
         sink.feed(arr[a:b])
-    assert sink.total() / arr.size == float(arr.mean())
+    assert sink.total() == exact_total(np.random.default_rng(9).permutation(arr))
+    assert abs(mean_of(sink.total(), arr.size) - float(arr.mean())) <= 4 * np.spacing(arr.mean())  # numpy's, to rounding
 
 
 def test_space_chars_are_the_ones_blank_mask_counts():

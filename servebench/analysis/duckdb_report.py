@@ -3,8 +3,8 @@
 The numbers are the in-memory ``build_report``'s, bit for bit. Counts and token sums are exact
 integers in SQL. Each distribution is streamed from DuckDB in sorted order (DuckDB sorts out of
 core): the nearest ranks and interval ranks come from ``servebench.analysis.percentiles`` and are
-picked from the stream, and the mean is summed in numpy's own pairwise order
-(``servebench.analysis.sorted_stream``), so it rounds as ``ndarray.mean`` does. The gaps between
+picked from the stream, and the mean is the exact sum's correctly rounded mean, added chunk by
+chunk (``servebench.analysis.sorted_stream``, ``servebench.analysis.exact_sum``). The gaps between
 tokens (ITL) are a list column unnested in the sorted query. The prefix cache's prefill per prompt
 token is a sum in row order, as numpy sums the masked array: its values are streamed ordered by
 part and row. Peak concurrency is a running sum over start and end events grouped by time (a

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 from scipy.special import bdtr
@@ -126,13 +126,40 @@ class PercentileEstimate:
 
 
 def estimate(values: np.ndarray, qs: Sequence[float | int], confidence: float = 0.95) -> list[PercentileEstimate]:
-    """Return each percentile in ``qs`` with its confidence interval, sorting once.
+    """Return each percentile in ``qs`` with its confidence interval, partitioning a copy once.
 
-    One sort takes about half the CPU of ``np.partition`` at the dozen ranks a report asks for (each
-    percentile and both ends of its interval: 1.7x to 2.1x, ``benchmarks/fast_paths.py`` case
-    ``sort_vs_partition``), and every rank is then a lookup.
+    ``np.partition`` at the dozen ranks a report reads (each percentile and both ends of its interval)
+    takes half the CPU of a sort or less (``benchmarks/fast_paths.py`` case ``sort_vs_partition``).
     """
-    return estimate_sorted(np.sort(np.asarray(values, dtype=np.float64)), qs, confidence)
+    values = np.array(values, dtype=np.float64)
+    return estimate_sorted(select_ranks(values, estimate_ranks(tuple(qs), values.size, confidence)), qs, confidence)
+
+
+@lru_cache(maxsize=4096)
+def estimate_ranks(qs: tuple[float | int, ...], n: int, confidence: float = 0.95) -> frozenset[int]:
+    """Return every 1-based rank ``estimate_sorted`` reads for n values: each percentile and its interval's ends.
+
+    >>> sorted(estimate_ranks((50,), 100))
+    [40, 50, 61]
+    """
+    out: set[int] = set()
+    if n:
+        for q in qs:
+            ri = rank_interval(q, n, confidence)
+            out.update(r for r in (nearest_rank(q, n), ri.lower_rank, ri.upper_rank) if r is not None)
+    return frozenset(out)
+
+
+def select_ranks(values: np.ndarray, ranks: Iterable[int]) -> np.ndarray:
+    """Partition ``values`` in place so that each 1-based rank (and the last) holds its order statistic; return it.
+
+    Ranks past the end (the failure-aware view's infinities) are skipped. The result answers
+    ``estimate_sorted`` and ``values[-1]`` (the maximum) as a sorted copy would.
+    """
+    kth = sorted({r - 1 for r in ranks if 1 <= r <= values.size} | ({values.size - 1} if values.size else set()))
+    if len(kth) > 1 or (kth and values.size > 1):
+        values.partition(kth)
+    return values
 
 
 def estimate_sorted(ordered: np.ndarray, qs: Sequence[float | int], confidence: float = 0.95,

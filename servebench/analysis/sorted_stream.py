@@ -1,21 +1,24 @@
 """Values streamed in chunks, reduced as numpy reduces them in one array: numpy's pairwise sum, picked ranks, peaks.
 
 The DuckDB engine (``servebench.analysis.duckdb_report``) streams each distribution sorted, out of
-core, and must report what the in-memory report computes from one sorted numpy array: the same
-nearest ranks and interval ranks (``servebench.analysis.percentiles``) and the same mean, which numpy
-sums pairwise in blocks of 128. :class:`PairwiseSum` reproduces that sum chunk by chunk, in any
-order of values; :class:`SortedSink` adds the ranks. :class:`PeakWalk` is the running sum of
-start and end events behind peak concurrency (``servebench.analysis.timeline``).
+core, and must report what the in-memory report computes from one numpy array: the same nearest
+ranks and interval ranks (``servebench.analysis.percentiles``) and the same mean, the exact sum's
+correctly rounded mean (``servebench.analysis.exact_sum``): :class:`SortedSink` keeps both.
+:class:`PairwiseSum` reproduces numpy's pairwise sum chunk by chunk, for a sum the report takes in
+row order. :class:`PeakWalk` is the running sum of start and end events behind peak concurrency
+(``servebench.analysis.timeline``).
 """
 
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from functools import lru_cache
 
 import numpy as np
 
-from servebench.analysis.percentiles import nearest_rank, rank_interval
+from servebench.analysis.exact_sum import exact_total, mean_of
+from servebench.analysis.percentiles import estimate_ranks, nearest_rank, rank_interval
 from servebench.analysis.summary import REPORT_QUANTILES, Concurrency, Distribution, Percentile
 
 _PW_BLOCK = 128  # numpy's PW_BLOCKSIZE: pairwise summation's leaves hold at most this many values
@@ -136,14 +139,17 @@ class PairwiseSum:
         return combine_pairwise(self.n, self._leaf_sums) if self.n else 0.0
 
 
-class SortedSink(PairwiseSum):
-    """Take one group's values in ascending order, chunk by chunk; keep the wanted ranks, the last value and numpy's sum."""
+class SortedSink:
+    """Take one group's values in ascending order, chunk by chunk; keep the wanted ranks, the last value and the exact sum."""
 
     def __init__(self, n: int, ranks: set[int]) -> None:
-        super().__init__(n)
+        self.n = n
+        self.seen = 0
         self.ranks = sorted(r for r in ranks if 1 <= r <= n)
         self.picked: dict[int, float] = {}
         self.last: float | None = None
+        self._total = Fraction(0)
+        self._finite = True
 
     def feed(self, chunk: np.ndarray) -> None:
         """Take the next values in order."""
@@ -154,7 +160,17 @@ class SortedSink(PairwiseSum):
             if lo < r <= hi:
                 self.picked[r] = float(chunk[r - 1 - lo])
         self.last = float(chunk[-1])
-        super().feed(chunk)
+        self.seen = hi
+        if self._finite and np.isfinite(self.last):
+            self._total += exact_total(chunk)
+        else:
+            self._finite = False  # ascending: every later value is infinite too, and no mean is reported
+
+    def total(self) -> Fraction:
+        """The exact sum of every value fed (all n must have been, each finite)."""
+        if self.seen != self.n or not self._finite:
+            raise RuntimeError(f"expected {self.n} finite values, got {self.seen}")
+        return self._total
 
 
 def distribution(sink: SortedSink, infinite: int = 0) -> Distribution:
@@ -176,20 +192,14 @@ def distribution(sink: SortedSink, infinite: int = 0) -> Distribution:
         pcts.append(Percentile(q=float(qq), value=at(nearest_rank(qq, n)), ci_low=at(ri.lower_rank),
                                ci_high=at(ri.upper_rank)))
     finite = finite_n > 0 and infinite == 0 and sink.last is not None and math.isfinite(sink.last)
-    mean = float(sink.total() / finite_n) if finite else None
+    mean = mean_of(sink.total(), finite_n) if finite else None
     return Distribution(n=n, percentiles=pcts, max=math.inf if infinite else sink.last if finite_n else None,
                         mean=mean)
 
 
 def ranks_for(n: int) -> set[int]:
     """Every 1-based rank a distribution of n values reads: each percentile and both ends of its interval."""
-    out: set[int] = set()
-    for qq in REPORT_QUANTILES:
-        if n:
-            out.add(nearest_rank(qq, n))
-            ri = rank_interval(qq, n)
-            out.update(r for r in (ri.lower_rank, ri.upper_rank) if r is not None)
-    return out
+    return set(estimate_ranks(REPORT_QUANTILES, n))
 
 
 class PeakWalk:

@@ -16,7 +16,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from servebench.records.arrow_masks import null_mask
 from servebench.errors import ConfigError
-from servebench.analysis.percentiles import PercentileEstimate, estimate_sorted, nearest_rank, percentile
+from fractions import Fraction
+
+from servebench.analysis.exact_sum import exact_total, mean_of
+from servebench.analysis.percentiles import (PercentileEstimate, estimate_ranks, estimate_sorted, nearest_rank,
+                                             percentile, select_ranks)
 from servebench.records.table import (MSG_EMPTY, STATUSES, SUCCESS, RecordTable, check_window, first_violation,
                       build_table, parse_objects)
 from servebench.records.textcolumns import category_codes, duplicates
@@ -186,12 +190,12 @@ def token_sum(counts: np.ndarray) -> int:
 
 
 def _contract_fields(requests: int, success_tokens: int, window_s: float, m: dict[str, np.ndarray],
-                     *, ordered: bool = False) -> dict[str, Any]:
-    """The contract's eight fields; ``ordered``: the metric arrays are sorted, so p95 is a lookup."""
+                     *, selected: bool = False) -> dict[str, Any]:
+    """The contract's eight fields; ``selected``: the metric arrays hold their report ranks (``_select``), so p95 is a lookup."""
     successes = int(m["latency"].size)
 
     def p95(values: np.ndarray) -> float | None:
-        if ordered and values.size:
+        if selected and values.size:
             return float(values[nearest_rank(95, values.size) - 1])
         return percentile(values, 95)
 
@@ -395,16 +399,29 @@ class Report(BaseModel):
     slices: dict[str, "Report"] = Field(default_factory=dict)
 
 
-def _distribution(ordered: np.ndarray, infinite: int = 0) -> Distribution:
-    """Summarize values sorted ascending, followed by ``infinite`` values of +inf (failure-aware)."""
+def _distribution(ordered: np.ndarray, infinite: int = 0, total: Fraction | None = None) -> Distribution:
+    """Summarize values followed by ``infinite`` values of +inf (failure-aware).
+
+    ``ordered``: sorted ascending, or holding its order statistics at the ranks read (``_select``).
+    The mean is the exact sum's correctly rounded mean, the same for any row order; ``total``, the
+    values' exact sum when known (``exact_total``).
+    """
     ests: list[PercentileEstimate] = estimate_sorted(ordered, REPORT_QUANTILES, infinite=infinite)
     finite = ordered.size > 0 and infinite == 0 and bool(np.isfinite(ordered[-1]))
     return Distribution(
         n=int(ordered.size + infinite),
         percentiles=[Percentile(q=e.q, value=e.value, ci_low=e.ci_low, ci_high=e.ci_high) for e in ests],
         max=math.inf if infinite else float(ordered[-1]) if ordered.size else None,
-        mean=float(ordered.mean()) if finite else None,  # summed in sorted order: the same for any row order
+        mean=mean_of(exact_total(ordered) if total is None else total, ordered.size) if finite else None,
     )
+
+
+def _select(values: np.ndarray, infinites: tuple[int, ...] = (0,), *, with_total: bool = True) -> Fraction | None:
+    """Partition ``values`` in place at every rank their distributions read, one per count of infinities after
+    them; return their exact sum (None when one is not finite, or not ``with_total``)."""
+    ranks = frozenset().union(*(estimate_ranks(REPORT_QUANTILES, values.size + k) for k in infinites))
+    select_ranks(values, ranks)
+    return exact_total(values) if with_total and values.size and np.isfinite(values[-1]) else None
 
 
 def _concurrency(tl: Timeline) -> Concurrency:
@@ -759,13 +776,15 @@ def _report(rows: _Rows, *, source: str | None, window_start: float, window_end:
             itl_p99 = (found.gaps.has_times[pick][ok], found.itl_p99[pick][ok])
     slo_result, good_tokens = (_slo_result(out_ok, n, latency, ttft, tpot, slo, window_s, itl_p99)
                                if slo is not None and slo.any else (None, 0))
-    # fresh arrays, so each is sorted in place
+    # fresh arrays, so each is partitioned in place
     m = {"latency": latency, "ttft": ttft, "tpot": tpot if bool((out_ok > 1).all()) else tpot[out_ok > 1]}
     del tpot
     two_at_once = n >= _PARALLEL_MIN_ROWS
-    _sort_each(list(m.values()), two_at_once)
+    totals = dict(zip(m, _select_each([(m["latency"], (0, failures)), (m["ttft"], (0, failures)), (m["tpot"], (0,))],
+                                      two_at_once)))
     if keep is not None:
-        keep.update(m, good_tokens=good_tokens, queue_wait=None, prefill=None, admitted=None, admitted_end=None)
+        keep.update(m, totals=totals, good_tokens=good_tokens, queue_wait=None, prefill=None, admitted=None,
+                    admitted_end=None)
     adm_ok = rows.admitted if every else rows.pick("admitted", ok)
     has_adm = np.isfinite(adm_ok)
     wait = prefill = None
@@ -773,10 +792,11 @@ def _report(rows: _Rows, *, source: str | None, window_start: float, window_end:
         if not has_adm.all():
             adm_ok, start_ok, first_ok = adm_ok[has_adm], start_ok[has_adm], first_ok[has_adm]
         stages = [adm_ok - start_ok, first_ok - adm_ok]
-        _sort_each(stages, two_at_once)
-        wait, prefill = _distribution(stages[0]), _distribution(stages[1])
+        stage_totals = _select_each([(v, (0,)) for v in stages], two_at_once)
+        wait, prefill = (_distribution(v, total=t) for v, t in zip(stages, stage_totals))
         if keep is not None:
             keep.update(queue_wait=stages[0], prefill=stages[1])
+            totals.update(queue_wait=stage_totals[0], prefill=stage_totals[1])
         del stages
     del adm_ok, start_ok, first_ok
     success_tokens = token_sum(out_ok)  # a success has at least one output token
@@ -801,7 +821,8 @@ def _report(rows: _Rows, *, source: str | None, window_start: float, window_end:
     token_fields = {} if found is None else _token_fields(found, ok, row_index, itl)
     return _assemble(
         n=n, source=source, window_start=window_start, window_end=window_end, by_status=by_status,
-        by_cause=_causes(rows.pick("error_code", ~ok), error_names), m=m, queue_wait_s=wait, prefill_s=prefill,
+        by_cause=_causes(rows.pick("error_code", ~ok), error_names), m=m, totals=totals, queue_wait_s=wait,
+        prefill_s=prefill,
         token_fields=token_fields, slo=slo_result, total_output_tokens=total_tokens,
         successful_output_tokens=success_tokens,
         total_prompt_tokens=token_sum(prompt[prompt >= 0]) if (prompt >= 0).any() else None,
@@ -811,18 +832,23 @@ def _report(rows: _Rows, *, source: str | None, window_start: float, window_end:
 
 
 def _assemble(*, n: int, window_start: float, window_end: float, by_status: dict[str, int],
-              m: dict[str, np.ndarray], token_fields: dict[str, Any], total_output_tokens: int,
-              successful_output_tokens: int, **fields: Any) -> Report:
-    """Return the Report of ``n`` records from their counts and their sorted success distributions ``m``."""
+              m: dict[str, np.ndarray], totals: dict[str, Fraction | None], token_fields: dict[str, Any],
+              total_output_tokens: int, successful_output_tokens: int, **fields: Any) -> Report:
+    """Return the Report of ``n`` records from their counts and their success distributions ``m``.
+
+    ``m``'s arrays hold their order statistics at the ranks read (``_select``, with ``n - successes``
+    infinities for latency and TTFT); ``totals``, their exact sums.
+    """
     failures = n - by_status["success"]
     window_s = window_end - window_start
     return Report(
         window_start=window_start, window_end=window_end, window_s=window_s,
-        summary=_contract_fields(n, successful_output_tokens, window_s, m, ordered=True),
+        summary=_contract_fields(n, successful_output_tokens, window_s, m, selected=True),
         offered=n, accepted=n - by_status["rejected"], completed=by_status["success"],
         rejected=by_status["rejected"], timed_out=by_status["timeout"], by_status=by_status,
-        latency_s=_distribution(m["latency"]), ttft_s=_distribution(m["ttft"]),
-        request_tpot_s=_distribution(m["tpot"]), **token_fields,
+        latency_s=_distribution(m["latency"], total=totals["latency"]),
+        ttft_s=_distribution(m["ttft"], total=totals["ttft"]),
+        request_tpot_s=_distribution(m["tpot"], total=totals["tpot"]), **token_fields,
         failure_aware_latency_s=_distribution(m["latency"], infinite=failures),
         failure_aware_ttft_s=_distribution(m["ttft"], infinite=failures),
         total_output_tokens=total_output_tokens, successful_output_tokens=successful_output_tokens,
@@ -835,15 +861,17 @@ def _merged(parts: list[tuple[Report, dict[str, Any]]], *, whole_start: np.ndarr
             slo: SLO | None, error_names: list[str]) -> Report:
     """Return the report over groups of rows that together hold every row once, from the groups' reports.
 
-    Counts are added and each sorted distribution is merged from the groups' sorted runs (a stable
-    sort of sorted runs is a merge), so the whole file is not measured a second time beside its
-    slices; the result equals ``_report`` over the whole file, field for field (tests/test_summary.py).
+    Counts and exact sums are added, each distribution's values are gathered from the groups' and
+    partitioned again, and the sweeps' sorted starts and ends are merged from the groups' sorted runs
+    (a stable sort of sorted runs is a merge), so the whole file is not measured a second time beside
+    its slices; the result equals ``_report`` over the whole file, field for field (tests/test_summary.py).
     ``whole_start``: the file's starts when already in order (then the groups keep none), else None.
     """
     reports = [r for r, _ in parts]
     kept = [k for _, k in parts]
 
-    def merged(key: str) -> np.ndarray | None:
+    def merged(key: str, *, ordered: bool = True) -> np.ndarray | None:
+        """The groups' values of ``key`` as one array: sorted when ``ordered`` (their runs are), else gathered."""
         runs = [k.pop(key) for k in kept]  # popped: each group's run is freed once merged
         runs = [r for r in runs if r is not None]
         if not runs:
@@ -852,14 +880,26 @@ def _merged(parts: list[tuple[Report, dict[str, Any]]], *, whole_start: np.ndarr
             return runs[0]
         out = np.concatenate(runs)
         del runs
-        out.sort(kind="stable")
+        if ordered:
+            out.sort(kind="stable")
         return out
+
+    def summed(key: str) -> Fraction | None:
+        parts = [k["totals"].get(key) for k in kept if key in k["totals"]]
+        return None if not parts or any(p is None for p in parts) else sum(parts, Fraction(0))
 
     def added(field: str) -> int:
         return sum(getattr(r, field) for r in reports)
 
-    m = {"latency": merged("latency"), "ttft": merged("ttft"), "tpot": merged("tpot")}
-    wait, prefill = merged("queue_wait"), merged("prefill")
+    n = added("offered")
+    failures = n - added("completed")
+    m = {"latency": merged("latency", ordered=False), "ttft": merged("ttft", ordered=False),
+         "tpot": merged("tpot", ordered=False)}
+    wait, prefill = merged("queue_wait", ordered=False), merged("prefill", ordered=False)
+    totals = {key: summed(key) for key in ("latency", "ttft", "tpot", "queue_wait", "prefill")}
+    _select_each([(m["latency"], (0, failures)), (m["ttft"], (0, failures)), (m["tpot"], (0,))]
+                 + [(v, (0,)) for v in (wait, prefill) if v is not None], two_at_once=n >= _PARALLEL_MIN_ROWS,
+                 sums=False)
     admitted = merged("admitted")
     in_service = None if admitted is None else _concurrency(
         sorted_timeline(admitted, merged("admitted_end"), window_start, window_end))
@@ -867,14 +907,13 @@ def _merged(parts: list[tuple[Report, dict[str, Any]]], *, whole_start: np.ndarr
     start = whole_start if whole_start is not None else merged("start")
     active = _concurrency(sorted_timeline(start, merged("end"), window_start, window_end))
     prompts = [r.total_prompt_tokens for r in reports if r.total_prompt_tokens is not None]
-    n = added("offered")
     found, itl = tokens()
     return _assemble(
         n=n, source=source, window_start=window_start, window_end=window_end,
         by_status={name: sum(r.by_status[name] for r in reports) for name in STATUSES},
-        by_cause=_added(p for r in reports for p in r.by_cause.items()), m=m,
-        queue_wait_s=None if wait is None else _distribution(wait),
-        prefill_s=None if prefill is None else _distribution(prefill),
+        by_cause=_added(p for r in reports for p in r.by_cause.items()), m=m, totals=totals,
+        queue_wait_s=None if wait is None else _distribution(wait, total=totals["queue_wait"]),
+        prefill_s=None if prefill is None else _distribution(prefill, total=totals["prefill"]),
         token_fields={} if found is None else _token_fields(found, ok, None, itl),
         slo=_slo_of(slo, sum(r.slo.good_requests for r in reports if r.slo is not None),
                     sum(k["good_tokens"] for k in kept), n, window_end - window_start) if slo is not None and slo.any
@@ -882,6 +921,21 @@ def _merged(parts: list[tuple[Report, dict[str, Any]]], *, whole_start: np.ndarr
         total_output_tokens=added("total_output_tokens"), successful_output_tokens=added("successful_output_tokens"),
         total_prompt_tokens=sum(prompts) if prompts else None, active_requests=active, in_service=in_service,
         records_without_request_id=added("records_without_request_id"), prefix_cache=None)
+
+
+def _select_each(jobs: list[tuple[np.ndarray, tuple[int, ...]]], two_at_once: bool,
+                 sums: bool = True) -> list[Fraction | None]:
+    """``_select`` each (values, infinities) in place, two at a time when asked; return their exact sums.
+
+    ``sums=False`` skips the sums (None each), for values whose sums are known already.
+    """
+    def one(job: tuple[np.ndarray, tuple[int, ...]]) -> Fraction | None:
+        return _select(*job, with_total=sums)
+
+    if two_at_once and len(jobs) > 1 and (os.cpu_count() or 1) > 1:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            return list(pool.map(one, jobs))
+    return [one(job) for job in jobs]
 
 
 def _sort_each(arrays: list[np.ndarray], two_at_once: bool) -> None:
@@ -894,9 +948,9 @@ def _sort_each(arrays: list[np.ndarray], two_at_once: bool) -> None:
             values.sort()
 
 
-def _sorted_distribution(values: np.ndarray) -> Distribution:
-    values = np.sort(values)
-    return _distribution(values)
+def _distribution_of(values: np.ndarray) -> Distribution:
+    """Summarize a fresh array of values (it is partitioned in place)."""
+    return _distribution(values, total=_select(values))
 
 
 def _prefix_cache(rows: _Rows, ok: np.ndarray) -> PrefixCacheReport | None:
@@ -914,9 +968,9 @@ def _prefix_cache(rows: _Rows, ok: np.ndarray) -> PrefixCacheReport | None:
     ttft = rows.first_token - rows.start
     adm = np.isfinite(rows.admitted)
     prefill = rows.first_token - rows.admitted
-    prefill_hit = _sorted_distribution(prefill[ok_hit & adm]) if (ok_hit & adm).any() else None
+    prefill_hit = _distribution_of(prefill[ok_hit & adm]) if (ok_hit & adm).any() else None
     miss_adm = ok_miss & adm
-    prefill_miss = _sorted_distribution(prefill[miss_adm]) if miss_adm.any() else None
+    prefill_miss = _distribution_of(prefill[miss_adm]) if miss_adm.any() else None
     per_token = saved = None
     miss_tokens = token_sum(prompt[miss_adm & (prompt > 0)])
     if miss_tokens > 0:
@@ -926,6 +980,6 @@ def _prefix_cache(rows: _Rows, ok: np.ndarray) -> PrefixCacheReport | None:
         requests=int(np.count_nonzero(has)), prompt_tokens=prompt_total, cached_prompt_tokens=cached_total,
         token_hit_rate=token_sum(cached[with_prompt]) / prompt_total if prompt_total > 0 else None,
         requests_with_hit=int(np.count_nonzero(hit)),
-        ttft_hit_s=_sorted_distribution(ttft[ok_hit]), ttft_miss_s=_sorted_distribution(ttft[ok_miss]),
+        ttft_hit_s=_distribution_of(ttft[ok_hit]), ttft_miss_s=_distribution_of(ttft[ok_miss]),
         prefill_hit_s=prefill_hit, prefill_miss_s=prefill_miss,
         prefill_s_per_prompt_token=per_token, estimated_prefill_saved_s=saved)
