@@ -1,11 +1,16 @@
-"""Compare: several record sets side by side (contract, CDFs, percentiles, outcomes, and whether it is noise)."""
+"""Compare: several record sets side by side (contract, CDFs, percentiles, outcomes, and whether it is noise).
+
+The tables are Markdown (static_table), not interactive grids: with three grids the first visit on a 100,000-record
+file took 1.2 s, 0.7 s without (benchmarks/dashboard.py's 'compare switch 100k', back-to-back at load 1.1).
+"""
 
 from __future__ import annotations
 
 import streamlit as st
 
 from pages._figures import compare_cdfs, on_canvas
-from pages._shared import SLO_FIELDS, held_datasets, records_sidebar, site_zip, cached_report, unit_choice
+from pages._shared import (SLO_FIELDS, cached_report, held_datasets, records_sidebar, site_zip, static_table,
+                           unit_choice)
 from servebench.analysis.compare import contract_table, outcome_table, overlap_table, percentiles_by_run
 from servebench.output.figures.vegalite import percentile_bars
 from servebench.output.safetext import safe_text
@@ -40,12 +45,12 @@ for n, d in zip(shown, picked):
 
 st.subheader("The contract: eight fields side by side")
 st.caption(f"Each later run against the baseline, **{shown[0]}**: Δ is the difference and the relative change.")
-st.dataframe(contract_table(reports), hide_index=True)
+static_table(contract_table(reports))
 
 st.subheader("Is it noise? 95% confidence intervals")
 st.caption("Distribution-free intervals of each percentile (successes only). Intervals apart: the runs likely "
            "differ. Intervals overlapping: the difference may be noise; collect more requests to tell.")
-st.dataframe(overlap_table(reports), hide_index=True)
+static_table(overlap_table(reports))
 
 st.subheader("Distributions")
 unit, _ = unit_choice()
@@ -56,7 +61,7 @@ for col, (metric, spec) in zip(st.columns(3), compare_cdfs(dict(zip(shown, picke
 
 st.subheader("Outcomes")
 st.caption("Every status, so each row adds up to offered.")
-st.dataframe(outcome_table(reports), hide_index=True)
+static_table(outcome_table(reports))
 
 st.download_button("Report site with every run (ZIP)", lambda: site_zip(picked, None), file_name="compare.report-site.zip",
                    mime="application/zip", on_click="ignore",
