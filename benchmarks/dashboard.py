@@ -22,13 +22,23 @@ Cases:
                        the panel reruns alone; the first time in a browser, this also loads Streamlit's Vega-Lite
                        code)
   page switch 100k     opening the Percentile explorer on that file
+  compare switch 100k  then opening Compare with two record sets held (the sample and that file): contract, intervals,
+                       overlaid CDFs and percentile bars of both, outcomes
+  upload 100k token_times
+                       back on Summary, uploading 100,000 records that carry token_times (Parquet; each success
+                       streamed in chunks of 16 tokens with token_counts, about 1.2M arrivals; the same records as
+                       the CSV otherwise)
+  token timing switch 100k
+                       opening Token timing on that file: ITL and stalls (a report over every gap), its charts
   python: ...          in this process, without a browser: the Python an upload of that file runs (read the
                        CSV, validate, report, Summary's chart specs), so the results say what of an upload is not
                        the server's Python
 
-Results: benchmarks/results/dashboard.json and dashboard.md.
+Results: benchmarks/results/dashboard.json and dashboard.md. With ``--cases``, only the named cases (and the steps
+they need: the 100k cases run the browser's 100k steps in order) are run and printed; no results file is written.
 
     python benchmarks/dashboard.py [--repeat 3]
+    python benchmarks/dashboard.py --repeat 1 --cases "compare switch 100k,token timing switch 100k"
 """
 
 from __future__ import annotations
@@ -83,20 +93,57 @@ y = np.arange(1, 2001) / 2000
 """
 
 
-def write_records(path: Path, n: int, seed: int = 18) -> None:
-    """Write n synthetic records (90% success) to a CSV file."""
+def synthetic(n: int, seed: int = 18) -> dict[str, np.ndarray]:
+    """Return n synthetic records (90% success) as columns: start, ttft, end, status, output_tokens."""
     rng = np.random.default_rng(seed)
     start = np.sort(rng.uniform(0, n / 50, n))
     ttft = rng.lognormal(-1.5, 0.5, n)
     out = rng.integers(2, 400, n)
     end = start + ttft + out * rng.uniform(0.01, 0.04, n)
     status = np.where(rng.uniform(size=n) < 0.9, "success", "timeout")
+    return {"start": start, "ttft": ttft, "end": end, "status": status, "output_tokens": out}
+
+
+def write_records(path: Path, n: int, seed: int = 18) -> None:
+    """Write n synthetic records (:func:`synthetic`) to a CSV file, times to the microsecond."""
+    c = synthetic(n, seed)
+    start, ttft, end, status, out = c["start"], c["ttft"], c["end"], c["status"], c["output_tokens"]
     with path.open("w") as f:
         f.write("start,first_token,end,status,output_tokens\n")
         for s, t, e, st, o in zip(start, ttft, end, status, out):
             ok = st == "success"
             f.write(f"{s:.6f},{(s + t):.6f}," if ok else f"{s:.6f},,")
             f.write(f"{e:.6f},{st},{o if ok else ''}\n")
+
+
+def write_token_records(path: Path, n: int, seed: int = 18, chunk_tokens: int = 16) -> None:
+    """Write the records of :func:`synthetic` with token_times and token_counts for every success to a Parquet file.
+
+    Each success streams its output in chunks of ``chunk_tokens`` tokens (the last may carry fewer), at random
+    increasing times from first_token (the first arrival, exactly) to at most end.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    c = synthetic(n, seed)
+    rng = np.random.default_rng(seed + 1)
+    ok = c["status"] == "success"
+    first, end, out = c["start"] + c["ttft"], c["end"], c["output_tokens"]
+    arrivals = np.where(ok, -(-out // chunk_tokens), 0)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(arrivals, out=offsets[1:])
+    rows = np.repeat(np.arange(n), arrivals)
+    steps = np.cumsum(rng.exponential(1.0, offsets[-1]))  # increasing, rescaled per request to [0, 1]
+    lo, hi = steps[offsets[:-1][rows]], steps[offsets[1:][rows] - 1]
+    share = np.divide(steps - lo, hi - lo, out=np.zeros_like(steps), where=hi > lo)
+    times = first[rows] + ((end - first) * rng.uniform(0.8, 1.0, n))[rows] * share
+    counts = np.full(offsets[-1], chunk_tokens, dtype=np.int64)
+    counts[offsets[1:][ok] - 1] = out[ok] - chunk_tokens * (arrivals[ok] - 1)
+    lists = {name: pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values), mask=pa.array(~ok))
+             for name, values in (("token_times", times), ("token_counts", counts))}
+    pq.write_table(pa.table({"start": c["start"], "first_token": pa.array(np.where(ok, first, np.nan), from_pandas=True),
+                             "end": end, "status": c["status"],
+                             "output_tokens": pa.array(np.where(ok, out, 0), mask=~ok), **lists}), path)
 
 
 # Streamlit is idle and the charts are drawn before the page is: metrics and tables are components the
@@ -166,7 +213,15 @@ def python_side(path: Path, repeat: int) -> dict[str, list[float]]:
     return times
 
 
-def measure(repeat: int) -> dict[str, list[float]]:
+PYTHON_CASES = ("python: read the 100k CSV", "python: validate", "python: report", "python: Summary's chart specs")
+BASELINE_CASES = ("hello first load", "plotly chart page", "vega chart page", "first load", "reload")
+BROWSER_100K = ("upload 100k", "SLO change 100k", "window change 100k", "charts opened 100k", "page switch 100k",
+                "compare switch 100k", "upload 100k token_times", "token timing switch 100k")
+CASES = (*PYTHON_CASES, *BASELINE_CASES, *BROWSER_100K)
+
+
+def measure(repeat: int, cases: frozenset[str] = frozenset(CASES)) -> dict[str, list[float]]:
+    """Time ``cases`` (all by default); a 100k case runs the 100k steps before it too, untimed where not asked."""
     times: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         hello = Path(tmp) / "hello.py"
@@ -179,52 +234,86 @@ def measure(repeat: int) -> dict[str, list[float]]:
                                             "'quantitative'}, 'y': {'field': 'y', 'type': 'quantitative'}}})\n")
         big = Path(tmp) / "records_100k.csv"
         write_records(big, 100_000)
-        times.update(python_side(big, repeat))
-        with streamlit_server(str(hello)) as url:
-            first_load(url, "A bare Streamlit page.")  # warm the server, as the dashboard is warmed below
-            times["hello first load"] = [first_load(url, "A bare Streamlit page.") for _ in range(repeat)]
+        if cases & set(PYTHON_CASES):
+            times.update(python_side(big, repeat))
+        if "hello first load" in cases:
+            with streamlit_server(str(hello)) as url:
+                first_load(url, "A bare Streamlit page.")  # warm the server, as the dashboard is warmed below
+                times["hello first load"] = [first_load(url, "A bare Streamlit page.") for _ in range(repeat)]
         for case, script in pages.items():
-            with streamlit_server(str(script)) as url:
-                first_load(url, "A bare Streamlit page.")
-                times[case] = [first_load(url, "A bare Streamlit page.") for _ in range(repeat)]
+            if case in cases:
+                with streamlit_server(str(script)) as url:
+                    first_load(url, "A bare Streamlit page.")
+                    times[case] = [first_load(url, "A bare Streamlit page.") for _ in range(repeat)]
         with streamlit_server() as url:
-            first_load(url, "The contract")
-            times["first load"] = [first_load(url, "The contract") for _ in range(repeat)]
-            with browser_page(viewport=(1400, 1000)) as page:  # a returning user: the browser has the scripts
-                page.set_default_timeout(TIMEOUT_MS)
-                timed(page, lambda: page.goto(url, wait_until="commit"), "The contract", rerun=False)
-                times["reload"] = [timed(page, lambda: page.goto(url, wait_until="commit"), "The contract",
-                                         rerun=False) for _ in range(repeat)]
-            for case in ("upload 100k", "SLO change 100k", "window change 100k", "charts opened 100k",
-                         "page switch 100k"):
-                times[case] = []
-            for i in range(repeat):
-                with browser_page(viewport=(1400, 1000)) as page:
+            if cases & {"first load", "reload"}:
+                first_load(url, "The contract")
+                times["first load"] = [first_load(url, "The contract") for _ in range(repeat)]
+                with browser_page(viewport=(1400, 1000)) as page:  # a returning user: the browser has the scripts
                     page.set_default_timeout(TIMEOUT_MS)
                     timed(page, lambda: page.goto(url, wait_until="commit"), "The contract", rerun=False)
-                    upload = page.locator('[data-testid="stFileUploader"] input[type="file"]').first
-                    times["upload 100k"].append(timed(page, lambda: upload.set_input_files(str(big)), "100,000"))
-                    ttft = page.get_by_label("TTFT limit (s)")
-                    times["SLO change 100k"].append(
-                        timed(page, lambda: (ttft.fill(f"{0.5 + i / 10:g}"), ttft.press("Enter")), "Goodput"))
-                    end = page.get_by_label("Window end (s)")
-                    times["window change 100k"].append(
-                        timed(page, lambda: (end.fill(f"{1500 - i:g}"), end.press("Enter")), "left out"))
-                    panel = page.get_by_text("CDFs of latency, TTFT and TPOT").first
-                    times["charts opened 100k"].append(timed(page, panel.click))
-                    times["page switch 100k"].append(
-                        timed(page, lambda: page.get_by_role("link", name="Percentile explorer").click(),
-                              "Records counted"))
-    return times
+                    times["reload"] = [timed(page, lambda: page.goto(url, wait_until="commit"), "The contract",
+                                             rerun=False) for _ in range(repeat)]
+            if cases & set(BROWSER_100K):
+                tokens = Path(tmp) / "records_100k_tokens.parquet"
+                write_token_records(tokens, 100_000)
+                for i in range(repeat):
+                    for case, dt in browser_100k(url, big, tokens, i, cases):
+                        times.setdefault(case, []).append(dt)
+    return {case: ts for case, ts in times.items() if case in cases}
+
+
+def browser_100k(url: str, big: Path, tokens: Path, i: int, cases: frozenset[str]) -> list[tuple[str, float]]:
+    """Return the 100k cases' times in one new browser, in order, up to the last one in ``cases``.
+
+    Steps whose case is not asked still run when a later one is (each builds on the page the one before left).
+    """
+    last = max(BROWSER_100K.index(c) for c in cases if c in BROWSER_100K)
+    out: list[tuple[str, float]] = []
+    with browser_page(viewport=(1400, 1000)) as page:
+        page.set_default_timeout(TIMEOUT_MS)
+        timed(page, lambda: page.goto(url, wait_until="commit"), "The contract", rerun=False)
+        upload = page.locator('[data-testid="stFileUploader"] input[type="file"]').first
+        ttft, end = page.get_by_label("TTFT limit (s)"), page.get_by_label("Window end (s)")
+        panel = page.get_by_text("CDFs of latency, TTFT and TPOT").first
+
+        def link(name: str) -> None:
+            page.get_by_role("link", name=name, exact=True).click()
+
+        steps = (
+            lambda: timed(page, lambda: upload.set_input_files(str(big)), "100,000"),
+            lambda: timed(page, lambda: (ttft.fill(f"{0.5 + i / 10:g}"), ttft.press("Enter")), "Goodput"),
+            lambda: timed(page, lambda: (end.fill(f"{1500 - i:g}"), end.press("Enter")), "left out"),
+            lambda: timed(page, panel.click),
+            lambda: timed(page, lambda: link("Percentile explorer"), "Records counted"),
+            # two record sets held: the sample the dashboard opened on, and the 100k upload
+            lambda: timed(page, lambda: link("Compare runs"), "Every status, so each row adds up to offered"),
+            lambda: (timed(page, lambda: link("Summary"), "The contract"),  # untimed: back to the uploader
+                     timed(page, lambda: upload.set_input_files(str(tokens)), f"{tokens.name} · 100,000 records"))[1],
+            lambda: timed(page, lambda: link("Token timing"), "Requests stalled"),
+        )
+        for case, step in zip(BROWSER_100K[:last + 1], steps):
+            out.append((case, step()))
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--cases", help="comma-separated case names to run and print (no results file): "
+                                        + ", ".join(CASES))
     args = parser.parse_args()
+    asked = frozenset(c.strip() for c in args.cases.split(",")) if args.cases else frozenset(CASES)
+    if asked - set(CASES):
+        parser.error(f"unknown cases {sorted(asked - set(CASES))}; known: {', '.join(CASES)}")
     load_before = os.getloadavg()
-    times = measure(args.repeat)
+    times = measure(args.repeat, asked)
     load_after = os.getloadavg()
+    if args.cases:  # a smoke of a few cases: printed, the recorded results left as they are
+        print(f"load average (1 min) {load_before[0]:.2f} before, {load_after[0]:.2f} after")
+        for case, ts in times.items():
+            print(f"{case}: median {statistics.median(ts):.2f} s; runs {', '.join(f'{t:.2f}' for t in ts)}")
+        return
     base = statistics.median(times["hello first load"])
     rows = {case: {"median_s": statistics.median(ts), "runs_s": ts,
                    "ratio_to_hello": statistics.median(ts) / base} for case, ts in times.items()}
@@ -252,15 +341,17 @@ def main() -> None:
               "drawing the page anew for a new record set.",
               "", f"One plotly chart adds {med['plotly chart page'] - base:.2f} s to a bare page's first load "
               f"(plotly.js, 4.7 MB, compiled by a new browser profile); one Vega-Lite chart adds "
-              f"{med['vega chart page'] - base:.2f} s. Summary and the Percentile explorer draw Vega-Lite, so "
-              "the dashboard never pays for plotly.js there; pages that still draw plotly charts pay it on the "
-              "first visit to one of them. Summary's first view has no chart at all: its charts are drawn in "
-              "panels, once opened.", "",
+              f"{med['vega chart page'] - base:.2f} s. Summary, the Percentile explorer, Compare and Token timing "
+              "draw Vega-Lite, so the dashboard never pays for plotly.js there; pages that still draw plotly charts "
+              "pay it on the first visit to one of them. Summary's first view has no chart at all: its charts are "
+              "drawn in panels, once opened.", "",
               "Against the targets (first load under 3 s, each interaction on 100,000 records under 1 s): "
               + "; ".join(f"{case} {med[case]:.2f} s {'met' if med[case] < target else 'NOT met'}"
                           for case, target in (("first load", 3.0), ("upload 100k", 1.0), ("SLO change 100k", 1.0),
                                                ("window change 100k", 1.0), ("charts opened 100k", 1.0),
-                                               ("page switch 100k", 1.0))) + "."]
+                                               ("page switch 100k", 1.0), ("compare switch 100k", 1.0),
+                                               ("upload 100k token_times", 1.0),
+                                               ("token timing switch 100k", 1.0))) + "."]
     (RESULTS / "dashboard.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
