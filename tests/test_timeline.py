@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from servebench.analysis import timeline
-from servebench.analysis.timeline import active_counts, active_timeline
+from servebench.analysis.timeline import active_counts, active_timeline, sorted_without
 
 
 def brute_force(intervals, ws, we):
@@ -108,3 +108,19 @@ def test_blocks_bounded_from_their_first_arrival_find_the_direct_peak(n, burst, 
         mp.setattr(timeline, "_HEAD_EVERY", block)
         tl = active_timeline(start, end, 0.0, 1_100.0)
     assert (tl.peak, tl.time_at_peak_s) == _direct(start, end, 0.0, 1_100.0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from([-1.0, -0.0, 0.0, 0.5, 1.0, 2.0, 3.5]) | st.floats(-5, 5), min_size=1, max_size=60),
+       st.data())
+def test_sorted_without_equals_sorting_what_stays(values, data):
+    """Taking some values out of a sorted array is the sort of the values that stay, repeats included."""
+    arr = np.array(values)
+    gone = np.array(data.draw(st.lists(st.integers(0, arr.size - 1), unique=True, max_size=arr.size)), dtype=np.int64)
+    stays = np.ones(arr.size, dtype=bool)
+    stays[gone] = False
+    ordered = np.sort(arr)
+    before = ordered.copy()
+    got = sorted_without(ordered, arr[gone])
+    assert np.array_equal(got, np.sort(arr[stays]))
+    assert np.array_equal(ordered, before)  # the input is left as it was

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
@@ -151,15 +152,47 @@ def estimate_ranks(qs: tuple[float | int, ...], n: int, confidence: float = 0.95
 
 
 def select_ranks(values: np.ndarray, ranks: Iterable[int]) -> np.ndarray:
-    """Partition ``values`` in place so that each 1-based rank (and the last) holds its order statistic; return it.
+    """Reorder ``values`` in place so that each 1-based rank (and the last) holds its order statistic; return it.
 
     Ranks past the end (the failure-aware view's infinities) are skipped. The result answers
-    ``estimate_sorted`` and ``values[-1]`` (the maximum) as a sorted copy would.
+    ``estimate_sorted`` and ``values[-1]`` (the maximum) as a sorted copy would. It is a partition
+    at those ranks, or a sort where this CPU sorts faster (:func:`sort_is_cheaper`).
     """
-    kth = sorted({r - 1 for r in ranks if 1 <= r <= values.size} | ({values.size - 1} if values.size else set()))
-    if len(kth) > 1 or (kth and values.size > 1):
-        values.partition(kth)
+    if values.size < 2:
+        return values
+    if sort_is_cheaper():
+        values.sort()
+        return values
+    values.partition(sorted({r - 1 for r in ranks if 1 <= r <= values.size} | {values.size - 1}))
     return values
+
+
+_CALIBRATION_VALUES = 1 << 17
+
+
+@lru_cache(maxsize=1)
+def sort_is_cheaper() -> bool:
+    """Whether a sort costs less than a partition at a report's ranks on this CPU, timed once per process.
+
+    Both give the same order statistics; which is faster depends on the CPU: numpy's SIMD sort made a
+    sort 2x faster than the partition on one machine, and the partition was 3.9x faster on another
+    (``benchmarks/fast_paths.py``, case ``sort_vs_partition``). Best of five runs each, on 131,072 values.
+    """
+    values = np.random.default_rng(0).random(_CALIBRATION_VALUES)
+    n = values.size
+    kth = sorted({r - 1 for q in (50, 90, 95, 99) for k in (0, n // 10)
+                  for r in estimate_ranks((q,), n + k) if r <= n} | {n - 1})
+    sort_s = partition_s = math.inf
+    for _ in range(5):
+        work = values.copy()
+        t0 = time.perf_counter()
+        work.sort()
+        sort_s = min(sort_s, time.perf_counter() - t0)
+        work = values.copy()
+        t0 = time.perf_counter()
+        work.partition(kth)
+        partition_s = min(partition_s, time.perf_counter() - t0)
+    return sort_s < partition_s
 
 
 def estimate_sorted(ordered: np.ndarray, qs: Sequence[float | int], confidence: float = 0.95,

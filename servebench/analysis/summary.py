@@ -20,12 +20,12 @@ from fractions import Fraction
 
 from servebench.analysis.exact_sum import exact_total, mean_of
 from servebench.analysis.percentiles import (PercentileEstimate, estimate_ranks, estimate_sorted, nearest_rank,
-                                             percentile, select_ranks)
+                                             percentile, select_ranks, sort_is_cheaper)
 from servebench.records.table import (MSG_EMPTY, STATUSES, SUCCESS, RecordTable, check_window, first_violation,
                       build_table, parse_objects)
 from servebench.records.textcolumns import category_codes, duplicates
 from servebench.analysis.retries import jain_index, logical_stats, normalised_goodput, warmup_slices
-from servebench.analysis.timeline import Timeline, ascending, sorted_timeline
+from servebench.analysis.timeline import Timeline, ascending, sorted_timeline, sorted_without
 from servebench.records.token_times import Gaps, gaps as token_gaps
 
 CONTRACT_FIELDS: tuple[str, ...] = (
@@ -804,15 +804,21 @@ def _report(rows: _Rows, *, source: str | None, window_start: float, window_end:
     prompt = rows.prompt_tokens
     adm_all = np.isfinite(rows.admitted)
     in_service = None
+    end = rows.end.copy()
     if adm_all.any():
-        admitted, admitted_end = rows.admitted[adm_all], rows.end[adm_all]
-        _sort_each([admitted, admitted_end], two_at_once)
+        admitted = rows.admitted[adm_all]
+        _sort_each([admitted, end], two_at_once)
+        unadmitted = n - int(np.count_nonzero(adm_all))
+        # the admitted records' ends are the sorted ends less the few never admitted: no second sort
+        admitted_end = (sorted_without(end, rows.pick("end", ~adm_all)) if unadmitted * 4 <= n
+                        else np.sort(rows.pick("end", adm_all)))
         in_service = _concurrency(sorted_timeline(admitted, admitted_end, window_start, window_end))
         if keep is not None:
             keep.update(admitted=admitted, admitted_end=admitted_end)
         del admitted, admitted_end
+    else:
+        end.sort()
     start = rows.start if ascending(rows.start) else np.sort(rows.start)  # records usually arrive in start order
-    end = np.sort(rows.end)
     active = _concurrency(sorted_timeline(start, end, window_start, window_end))
     if keep is not None:
         keep.update(start=start if keep.pop("start_needed", True) else None, end=end)
@@ -893,13 +899,15 @@ def _merged(parts: list[tuple[Report, dict[str, Any]]], *, whole_start: np.ndarr
 
     n = added("offered")
     failures = n - added("completed")
-    m = {"latency": merged("latency", ordered=False), "ttft": merged("ttft", ordered=False),
-         "tpot": merged("tpot", ordered=False)}
-    wait, prefill = merged("queue_wait", ordered=False), merged("prefill", ordered=False)
+    # the groups' values were sorted or partitioned (select_ranks): sorted runs are merged, else selected again
+    sorted_runs = sort_is_cheaper()
+    m = {key: merged(key, ordered=sorted_runs) for key in ("latency", "ttft", "tpot")}
+    wait, prefill = merged("queue_wait", ordered=sorted_runs), merged("prefill", ordered=sorted_runs)
     totals = {key: summed(key) for key in ("latency", "ttft", "tpot", "queue_wait", "prefill")}
-    _select_each([(m["latency"], (0, failures)), (m["ttft"], (0, failures)), (m["tpot"], (0,))]
-                 + [(v, (0,)) for v in (wait, prefill) if v is not None], two_at_once=n >= _PARALLEL_MIN_ROWS,
-                 sums=False)
+    if not sorted_runs:
+        _select_each([(m["latency"], (0, failures)), (m["ttft"], (0, failures)), (m["tpot"], (0,))]
+                     + [(v, (0,)) for v in (wait, prefill) if v is not None], two_at_once=n >= _PARALLEL_MIN_ROWS,
+                     sums=False)
     admitted = merged("admitted")
     in_service = None if admitted is None else _concurrency(
         sorted_timeline(admitted, merged("admitted_end"), window_start, window_end))
