@@ -5,19 +5,20 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from pages._figures import cause_chart, over_time_chart, record_charts
+from pages._figures import cause_chart, on_canvas, over_time_chart, record_charts
 from pages._prefix_cache import show_prefix_cache
 from pages._shared import (Dataset, cached_report, guarded, records_sidebar, show_reader_warnings, site_zip, slo_inputs,
                            static_table, unit_choice)
 from servebench.records.extra_columns import SLICE_COLUMN, slice_choices
 from servebench.output.terminal import fmt_window
 from servebench.output.figures.summary import (cause_frame, contract_cells, distribution_frame, fmt, fmt_share,
-                                        fmt_share_of, outcome_cells, slice_frame, status_frame)
+                                        fmt_share_of, OUTCOME_WORDS, outcome_cells, slice_frame, status_frame)
 from servebench.output.figures.retries import fairness_frame, logical_frame
 from servebench.output.plain import label
 from servebench.records.loaders import encode_records
 from servebench.analysis.multirun import rate_curve, runs_table
 from servebench.analysis.summary import Distribution, Report
+from servebench.output.figures.vegalite import outcome_bar
 from servebench.output.safetext import safe_text
 from streamlit.delta_generator import DeltaGenerator
 
@@ -162,6 +163,8 @@ with outcome_box:
     cells = outcome_cells(report)
     for col, cell in zip(st.columns(len(cells)), cells):
         col.metric(cell.label, fmt(cell.count), help=cell.help)
+    # the first view's one chart: small, and it loads Streamlit's Vega-Lite code before a chart panel is opened
+    st.vega_lite_chart(spec=on_canvas(outcome_bar(report.by_status, OUTCOME_WORDS)), key="outcome_bar")
     left, right = st.columns(2)
     static_table(status_frame(report), left)  # the counts above, with shares (no chart: same numbers)
     if report.by_cause:

@@ -165,6 +165,11 @@ def test_outcomes_add_up_to_offered() -> None:
     parts = ("Completed", "Failed", "Timed out", "Cancelled", "Rejected")
     assert sum(int(m[p]) for p in parts) == int(m["Offered"]) == 4
     assert m["Accepted"] == "3"
+    # the first view's one chart: the same counts as one bar, each outcome a part of it
+    spec, frames = drawn_charts(at)["Every request by outcome (4 offered)"]
+    bar = frames[spec["data"]["name"]]
+    assert dict(zip(bar["outcome"], bar["requests"])) == {p: int(m[p]) for p in parts if int(m[p])}
+    assert bar["share"].sum() == pytest.approx(1.0)
 
 
 def test_query_params_reproduce_the_view() -> None:

@@ -177,17 +177,20 @@ class OutcomeCell:
     help: str
 
 
+OUTCOME_WORDS: dict[str, str] = {"success": "Completed", "failed": "Failed", "timeout": "Timed out",
+                                 "cancelled": "Cancelled", "rejected": "Rejected"}  # each status as pages name it
+_OUTCOME_HELP = {"success": "Succeeded.", "failed": "Ended with an error after being accepted.",
+                 "timeout": "Hit a deadline before finishing.", "cancelled": "Abandoned by the client before finishing.",
+                 "rejected": "Refused by the server (never admitted)."}
+
+
 def outcome_cells(report: Report) -> list[OutcomeCell]:
     """Return Offered then every status, so the row adds up: offered = completed + failed + timed out + ...
 
     Accepted (offered minus rejected) is not a status, so it is returned last, apart from the sum.
     """
     s = report.by_status
-    parts = [("Completed", s.get("success", 0), "Succeeded."),
-             ("Failed", s.get("failed", 0), "Ended with an error after being accepted."),
-             ("Timed out", s.get("timeout", 0), "Hit a deadline before finishing."),
-             ("Cancelled", s.get("cancelled", 0), "Abandoned by the client before finishing."),
-             ("Rejected", s.get("rejected", 0), "Refused by the server (never admitted).")]
+    parts = [(OUTCOME_WORDS[status], s.get(status, 0), about) for status, about in _OUTCOME_HELP.items()]
     total = sum(n for _, n, _ in parts)
     return [OutcomeCell("Offered", report.offered,
                         f"Every request that arrived: {' + '.join(f'{n:,} {lab.lower()}' for lab, n, _ in parts)} "
