@@ -38,11 +38,14 @@ def test_summary_upload_renders_contract_and_charts() -> None:
         page.get_by_role("heading", name="Summary").first.wait_for()
         _wait_idle(page)
         assert _metric(page, "Requests") == "3,000"  # opens on the sample with nothing to do
-        # the first view is numbers and tables; charts are drawn in the panels opened, never with plotly.js
-        assert page.locator('.stPrintGraphic').count() == 0
+        # the first view is numbers, tables and one bar of outcomes; the other charts are drawn in the panels
+        # opened, never with plotly.js
+        page.locator(VEGA_DRAWN).first.wait_for()  # a chart's code loads after the run: wait until it is drawn
+        assert page.locator('.stPrintGraphic').count() == 1  # every chart container, drawn or still loading
+        assert page.locator('[data-testid="stPlotlyChart"]').count() == 0
         page.get_by_text("CDFs of latency, TTFT and TPOT").first.click()
-        page.locator(VEGA_DRAWN).nth(2).wait_for()  # the three CDFs
-        page.locator('[data-testid="stVegaLiteChart"] canvas').nth(2).wait_for()  # on canvases: cheaper than SVG
+        page.locator(VEGA_DRAWN).nth(3).wait_for()  # the outcome bar and the three CDFs
+        page.locator('[data-testid="stVegaLiteChart"] canvas').nth(3).wait_for()  # on canvases: cheaper than SVG
         _wait_idle(page)
         assert page.locator('[data-testid="stPlotlyChart"]').count() == 0
         assert not page.evaluate("performance.getEntriesByType('resource').some(e => e.name.includes('PlotlyChart'))")
@@ -59,7 +62,7 @@ def test_summary_upload_renders_contract_and_charts() -> None:
         assert _metric(page, "Successes") == "2"
         assert _metric(page, "Successful requests/s") == "0.2857"  # 2 successes over the default window 0-7 s
         assert _metric(page, "Non-success fraction") == "50%"
-        chart = page.locator(VEGA_DRAWN).first
+        chart = page.locator(VEGA_DRAWN).nth(1)  # the latency CDF, after the outcome bar
         chart.wait_for()
         assert chart.bounding_box()["height"] > 100
         page.get_by_role("radio", name="ms", exact=True).first.click()  # the unit toggle: contract fields in milliseconds

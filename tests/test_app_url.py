@@ -89,11 +89,12 @@ def test_summary_contract_fields_and_cdf_axes_follow_the_unit_and_fractions_are_
 
 def test_summary_draws_its_charts_only_in_the_panels_opened() -> None:
     at = _page("pages/summary.py", run="r1_r4.json", ws="0", we="10")
-    assert not at.get("vega_lite_chart") and not at.get("plotly_chart")  # the first view: numbers, no charts
+    # the first view: numbers, tables and one bar of every request by outcome; no plotly
+    drawn = set(_vega_specs(at))
+    assert drawn == {"Every request by outcome (4 offered)"} and not at.get("plotly_chart")
     panels = {"causes_chart_open": {"Non-success causes"},
               "timeline_open": {"Requests over the window"},
               "cdfs_open": {"Latency", "TTFT", "Request TPOT"}}  # R1-R4 has no `admitted`: no stage chart
-    drawn: set[str] = set()
     for key, titles in panels.items():
         at.session_state[key] = True
         at.run()
