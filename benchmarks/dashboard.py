@@ -21,6 +21,9 @@ Cases:
   charts opened 100k   opening Summary's panel of CDFs and stages (its charts are drawn only once opened, and
                        the panel reruns alone; the first time in a browser, this also loads Streamlit's Vega-Lite
                        code)
+  over time opened 100k
+                       then opening Summary's panel of throughput, TTFT and latency over time (60 bins of the
+                       100,000 records, built and drawn once opened)
   page switch 100k     opening the Percentile explorer on that file
   compare switch 100k  then opening Compare with two record sets held (the sample and that file): contract, intervals,
                        overlaid CDFs and percentile bars of both, outcomes
@@ -30,6 +33,14 @@ Cases:
                        the CSV otherwise)
   token timing switch 100k
                        opening Token timing on that file: ITL and stalls (a report over every gap), its charts
+  kv first load        a new browser profile opening the KV calculator by its link (/kv): metrics and the
+                       concurrency chart
+  sweep first load     the same for the Load sweep (/sweep): its knobs, no result yet
+  sweep run            then running its default sweep (profile B, 7 loads and the capacity search, about 0.5 s
+                       of simulation) until its capacity, charts and tables are drawn
+  planner first load   a new browser profile opening the Capacity planner (/planner): its inputs, no plan yet
+  plan run             then planning with its defaults (18 simulations, about 0.5 s) until the options and the
+                       cost chart are drawn
   python: ...          in this process, without a browser: the Python an upload of that file runs (read the
                        CSV, validate, report, Summary's chart specs), so the results say what of an upload is not
                        the server's Python
@@ -215,9 +226,15 @@ def python_side(path: Path, repeat: int) -> dict[str, list[float]]:
 
 PYTHON_CASES = ("python: read the 100k CSV", "python: validate", "python: report", "python: Summary's chart specs")
 BASELINE_CASES = ("hello first load", "plotly chart page", "vega chart page", "first load", "reload")
-BROWSER_100K = ("upload 100k", "SLO change 100k", "window change 100k", "charts opened 100k", "page switch 100k",
-                "compare switch 100k", "upload 100k token_times", "token timing switch 100k")
-CASES = (*PYTHON_CASES, *BASELINE_CASES, *BROWSER_100K)
+BROWSER_100K = ("upload 100k", "SLO change 100k", "window change 100k", "charts opened 100k", "over time opened 100k",
+                "page switch 100k", "compare switch 100k", "upload 100k token_times", "token timing switch 100k")
+# each page opened by its link in a new browser profile, then (where named) its button pressed: (path, text
+# shown once drawn, the run's case, its button, text shown once the run is drawn)
+PAGE_VISITS = {"kv first load": ("kv", "Max concurrent sequences", None, None, None),
+               "sweep first load": ("sweep", "then run the sweep", "sweep run", "Run the sweep", "Usable capacity"),
+               "planner first load": ("planner", "then plan.", "plan run", "Plan", "Cheapest: configuration")}
+PAGE_CASES = ("kv first load", "sweep first load", "sweep run", "planner first load", "plan run")
+CASES = (*PYTHON_CASES, *BASELINE_CASES, *BROWSER_100K, *PAGE_CASES)
 
 
 def measure(repeat: int, cases: frozenset[str] = frozenset(CASES)) -> dict[str, list[float]]:
@@ -254,6 +271,11 @@ def measure(repeat: int, cases: frozenset[str] = frozenset(CASES)) -> dict[str, 
                     timed(page, lambda: page.goto(url, wait_until="commit"), "The contract", rerun=False)
                     times["reload"] = [timed(page, lambda: page.goto(url, wait_until="commit"), "The contract",
                                              rerun=False) for _ in range(repeat)]
+            if cases & set(PAGE_CASES):
+                page_visits(url, cases)  # warm the server: each page's imports, the sweep's cached trace
+                for _ in range(repeat):
+                    for case, dt in page_visits(url, cases):
+                        times.setdefault(case, []).append(dt)
             if cases & set(BROWSER_100K):
                 tokens = Path(tmp) / "records_100k_tokens.parquet"
                 write_token_records(tokens, 100_000)
@@ -261,6 +283,22 @@ def measure(repeat: int, cases: frozenset[str] = frozenset(CASES)) -> dict[str, 
                     for case, dt in browser_100k(url, big, tokens, i, cases):
                         times.setdefault(case, []).append(dt)
     return {case: ts for case, ts in times.items() if case in cases}
+
+
+def page_visits(url: str, cases: frozenset[str]) -> list[tuple[str, float]]:
+    """Return the first load of each page in ``PAGE_VISITS`` asked for (or whose run is), then its run's time."""
+    out: list[tuple[str, float]] = []
+    for case, (path, want, run_case, button, run_want) in PAGE_VISITS.items():
+        if case not in cases and run_case not in cases:
+            continue
+        with browser_page(viewport=(1400, 1000)) as page:
+            page.set_default_timeout(TIMEOUT_MS)
+            out.append((case, timed(page, lambda: page.goto(f"{url}/{path}", wait_until="commit"), want,
+                                    rerun=False)))
+            if run_case in cases:
+                press = page.get_by_role("button", name=button, exact=True)
+                out.append((run_case, timed(page, press.click, run_want)))
+    return out
 
 
 def browser_100k(url: str, big: Path, tokens: Path, i: int, cases: frozenset[str]) -> list[tuple[str, float]]:
@@ -276,6 +314,7 @@ def browser_100k(url: str, big: Path, tokens: Path, i: int, cases: frozenset[str
         upload = page.locator('[data-testid="stFileUploader"] input[type="file"]').first
         ttft, end = page.get_by_label("TTFT limit (s)"), page.get_by_label("Window end (s)")
         panel = page.get_by_text("CDFs of latency, TTFT and TPOT").first
+        over_time = page.get_by_text("Throughput, TTFT and latency over time").first
 
         def link(name: str) -> None:
             page.get_by_role("link", name=name, exact=True).click()
@@ -285,6 +324,7 @@ def browser_100k(url: str, big: Path, tokens: Path, i: int, cases: frozenset[str
             lambda: timed(page, lambda: (ttft.fill(f"{0.5 + i / 10:g}"), ttft.press("Enter")), "Goodput"),
             lambda: timed(page, lambda: (end.fill(f"{1500 - i:g}"), end.press("Enter")), "left out"),
             lambda: timed(page, panel.click),
+            lambda: timed(page, over_time.click),
             lambda: timed(page, lambda: link("Percentile explorer"), "Records counted"),
             # two record sets held: the sample the dashboard opened on, and the 100k upload
             lambda: timed(page, lambda: link("Compare runs"), "Every status, so each row adds up to offered"),
@@ -348,8 +388,11 @@ def main() -> None:
               "opened.", "",
               "Against the targets (first load under 3 s, each interaction on 100,000 records under 1 s): "
               + "; ".join(f"{case} {med[case]:.2f} s {'met' if med[case] < target else 'NOT met'}"
-                          for case, target in (("first load", 3.0), ("upload 100k", 1.0), ("SLO change 100k", 1.0),
+                          for case, target in (("first load", 3.0), ("kv first load", 3.0),
+                                               ("sweep first load", 3.0), ("planner first load", 3.0),
+                                               ("upload 100k", 1.0), ("SLO change 100k", 1.0),
                                                ("window change 100k", 1.0), ("charts opened 100k", 1.0),
+                                               ("over time opened 100k", 1.0),
                                                ("page switch 100k", 1.0), ("compare switch 100k", 1.0),
                                                ("upload 100k token_times", 1.0),
                                                ("token timing switch 100k", 1.0))) + "."]
