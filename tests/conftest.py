@@ -22,3 +22,14 @@ def r1_r4() -> list[dict]:
         {"start": 2, "end": 7, "status": "timeout"},
         {"start": 3, "end": 3, "status": "rejected"},
     ]
+
+
+@pytest.fixture(scope="session")
+def saturated_sweep():
+    """Profile B past saturation: timeouts from 1.5 req/s, so failure-aware p95 latency is infinite there."""
+    from servebench.analysis.summary import SLO
+    from servebench.serving.scenario import load_scenario
+    from servebench.serving.sweep import sweep
+
+    return sweep(load_scenario(SAMPLE_DATA / "scenarios" / "profile_b.yaml"), [0.5, 1, 1.5, 3], slo=SLO(ttft_s=5),
+                 requests=120, search=True)

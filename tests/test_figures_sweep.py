@@ -1,24 +1,19 @@
-"""Sweep figures and tables: capacity read with its precision, marks that do not overlap, failure-aware latency."""
+"""Sweep figures and tables: capacity read with its precision, marks that do not overlap, failure-aware latency.
+
+The site's plotly figures; the dashboard's Vega-Lite charts of the same numbers: test_figures_vegalite_sweep.py.
+"""
 
 from __future__ import annotations
 
 import math
-from pathlib import Path
-
 import pytest
 
-from servebench.analysis.summary import SLO
 from servebench.output.figures import sweep as sf
-from servebench.serving.scenario import load_scenario
-from servebench.serving.sweep import sweep
-
-PROFILE_B = Path(__file__).resolve().parent.parent / "sample_data" / "scenarios" / "profile_b.yaml"
 
 
-@pytest.fixture(scope="module")
-def saturated():
-    """Profile B past saturation: timeouts from 1.5 req/s, so failure-aware p95 latency is infinite there."""
-    return sweep(load_scenario(PROFILE_B), [0.5, 1, 1.5, 3], slo=SLO(ttft_s=5), requests=120, search=True)
+@pytest.fixture
+def saturated(saturated_sweep):
+    return saturated_sweep  # profile B past saturation (conftest.py)
 
 
 def test_capacity_is_rounded_down_to_what_the_requests_resolve(saturated) -> None:

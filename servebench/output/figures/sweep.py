@@ -1,4 +1,9 @@
-"""Figures for offered-load sweeps and simulator step traces: data in, plotly out (no I/O)."""
+"""Offered-load sweeps and simulator step traces: the numbers each chart draws, and the site's plotly figures.
+
+Each chart's numbers come from one pure function (:func:`latency_by_load`, :func:`outcome_rates`,
+:func:`trace_series`, :func:`series_of`); the report site, the CLI and the dashboard draw them here with plotly.
+Nothing here reads or writes files.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +21,7 @@ from servebench.errors import ConfigError
 from servebench.output.figures.records import plot_label
 from servebench.output.plain import fmt, fmt_share
 from servebench.records.steps import StepTrace, parse_columns
-from servebench.serving.sweep import SweepPoint, SweepResult
+from servebench.serving.sweep import SweepResult
 
 MAX_TRACE_POINTS = 4000
 
@@ -25,26 +30,56 @@ def _load_title(result: SweepResult) -> str:
     return "Offered load (requests/s)" if result.mode == "rate" else "Concurrent users"
 
 
-def _mark_loads(fig: go.Figure, result: SweepResult, rows: Sequence[int] = (1,)) -> None:
-    """Draw the capacity and the knee as vertical lines on the given subplot rows, labelled on the top row.
+@dataclass(frozen=True)
+class Line:
+    """One series of a chart: its name, y by x (None: no value there), colour and dash (plotly's names)."""
 
-    The lower load's label sits left of its line and the higher one's right of its line, so two close
-    marks never print over each other.
+    name: str
+    y: Sequence[float | None]
+    color: str
+    dash: str = "solid"
+
+
+@dataclass(frozen=True)
+class LoadMark:
+    """A load marked on a chart by a vertical line (the capacity, a knee), its label on one side of the line."""
+
+    load: float
+    label: str
+    color: str
+    dash: str
+    side: str  # 'left' or 'right': where the label sits, so two marks' labels never print over each other
+
+
+def sided(marks: Sequence[tuple[float, str, str, str]]) -> list[LoadMark]:
+    """Return (load, label, colour, dash) marks by load, the lower one's label left of its line when there are two.
+
+    >>> [(m.label, m.side) for m in sided([(2.0, "knee", "red", "dot"), (1.5, "capacity", "green", "dash")])]
+    [('capacity', 'left'), ('knee', 'right')]
     """
+    ordered = sorted(marks, key=lambda m: m[0])
+    return [LoadMark(x, label, color, dash, "left" if i == 0 and len(ordered) > 1 else "right")
+            for i, (x, label, color, dash) in enumerate(ordered)]
+
+
+def load_marks(result: SweepResult) -> list[LoadMark]:
+    """Return the sweep's capacity and knee marks (those it found), labelled on opposite sides of their lines."""
     marks = []
     if result.capacity.load is not None:
         marks.append((result.capacity.load, f"capacity {capacity_reading(result).value}", "#2ca02c", "dash"))
     if result.knee_load is not None:
         marks.append((result.knee_load, f"knee {result.knee_load:.3g}", "#d62728", "dot"))
-    marks.sort(key=lambda m: m[0])
-    for i, (x, label, color, dash) in enumerate(marks):
-        side = "top left" if i == 0 and len(marks) > 1 else "top right"
-        for r in rows:
-            text = {"annotation_text": label, "annotation_position": side} if r == rows[0] else {}
-            if len(rows) > 1 or r != 1:
-                fig.add_vline(x=x, line_color=color, line_dash=dash, row=r, col=1, **text)
-            else:
-                fig.add_vline(x=x, line_color=color, line_dash=dash, **text)
+    return sided(marks)
+
+
+def draw_marks(fig: go.Figure, marks: Sequence[LoadMark], rows: Sequence[tuple[int, int]] = ()) -> None:
+    """Draw each mark as a vertical line on the given subplots (row, col), or the whole figure; labelled on the first."""
+    for m in marks:
+        side = f"top {m.side}"
+        for i, cell in enumerate(rows or [None]):
+            text = {"annotation_text": m.label, "annotation_position": side} if i == 0 else {}
+            where = {} if cell is None else {"row": cell[0], "col": cell[1]}
+            fig.add_vline(x=m.load, line_color=m.color, line_dash=m.dash, **where, **text)
 
 
 @dataclass(frozen=True)
@@ -131,84 +166,152 @@ FAILURE_AWARE_NOTE = ("Success-only latency can fall past saturation: once the s
                       "never falls that way.")
 
 
+@dataclass(frozen=True)
+class FailureAwareLine:
+    """Latency p95 by load with every non-success counted as +infinity; an infinite p95 is drawn at ``top_s``."""
+
+    p95_s: list[float | None]  # None: nothing measured at that load; math.inf: the failures reach the p95
+    top_s: float  # above every finite latency of the sweep
+
+    @property
+    def infinite(self) -> list[bool]:
+        return [v is not None and math.isinf(v) for v in self.p95_s]
+
+    @property
+    def drawn_s(self) -> list[float | None]:
+        """Return the values as drawn: an infinite one at ``top_s`` (marked ∞ on the chart)."""
+        return [None if v is None else self.top_s if math.isinf(v) else v for v in self.p95_s]
+
+
+@dataclass(frozen=True)
+class LatencyByLoad:
+    """What the latency-against-load charts draw: success-only p50/p95/p99 of latency and TTFT, SLOs, marks."""
+
+    scenario: str
+    load_title: str
+    loads: list[float]
+    quantiles_s: dict[str, dict[str, list[float | None]]]  # 'latency' or 'ttft' -> 'p50', 'p95', 'p99' -> by load
+    slo_s: dict[str, float | None]  # each metric's SLO limit
+    failure_aware: FailureAwareLine | None  # drawn with latency
+    marks: list[LoadMark]
+
+
+QUANTILE_DASHES: dict[str, str] = {"p50": "solid", "p95": "dash", "p99": "dot"}
+FAILURE_AWARE_NAME, FAILURE_AWARE_COLOR = "latency p95, failures as ∞", "#6a1b9a"
+
+
+def latency_by_load(result: SweepResult) -> LatencyByLoad:
+    """Return the sweep's latency and TTFT quantiles by load, with its SLOs, failure-aware p95, capacity and knee."""
+    pts = sorted(result.points, key=lambda p: p.load)
+    quantiles = {metric: {q: [getattr(p, f"{metric}_s")[q] for p in pts] for q in QUANTILE_DASHES}
+                 for metric in ("latency", "ttft")}
+    failure_aware = None
+    if any(p.failure_aware_latency_s for p in pts):
+        finite = [v for p in pts for v in (*p.latency_s.values(), *(p.failure_aware_latency_s or {}).values())
+                  if v is not None and math.isfinite(v)]
+        failure_aware = FailureAwareLine([(p.failure_aware_latency_s or {}).get("p95") for p in pts],
+                                         1.08 * max(finite) if finite else 1.0)
+    return LatencyByLoad(result.scenario, _load_title(result), [p.load for p in pts], quantiles,
+                         {"latency": result.slo.latency_s, "ttft": result.slo.ttft_s}, failure_aware,
+                         load_marks(result))
+
+
 def latency_vs_load(result: SweepResult) -> go.Figure:
     """Return p50/p95/p99 latency and TTFT (successes) against offered load, capacity and knee marked."""
-    pts = sorted(result.points, key=lambda p: p.load)
-    x = [p.load for p in pts]
+    d = latency_by_load(result)
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
                         subplot_titles=("Latency (successes)", "TTFT (successes)"))
-    for row, metric, slo_value in ((1, "latency_s", result.slo.latency_s), (2, "ttft_s", result.slo.ttft_s)):
-        for q, dash in (("p50", "solid"), ("p95", "dash"), ("p99", "dot")):
-            y = [getattr(p, metric)[q] for p in pts]
-            fig.add_trace(go.Scatter(x=x, y=y, mode="lines+markers", name=f"{metric.removesuffix('_s')} {q}",
-                                     line={"dash": dash}, legendgroup=metric), row=row, col=1)
-        if metric == "latency_s" and any(p.failure_aware_latency_s for p in pts):
-            _failure_aware_line(fig, pts, x)
-        if slo_value is not None:
-            fig.add_hline(y=slo_value, line_color="#7f7f7f", line_dash="longdash", row=row, col=1,
-                          annotation_text=f"SLO {slo_value:g} s", annotation_position="bottom right")
-    _mark_loads(fig, result, rows=(1, 2))
+    for row, metric in ((1, "latency"), (2, "ttft")):
+        for q, dash in QUANTILE_DASHES.items():
+            fig.add_trace(go.Scatter(x=d.loads, y=d.quantiles_s[metric][q], mode="lines+markers",
+                                     name=f"{metric} {q}", line={"dash": dash}, legendgroup=metric), row=row, col=1)
+        if metric == "latency" and d.failure_aware is not None:
+            _failure_aware_line(fig, d.loads, d.failure_aware)
+        if d.slo_s[metric] is not None:
+            fig.add_hline(y=d.slo_s[metric], line_color="#7f7f7f", line_dash="longdash", row=row, col=1,
+                          annotation_text=f"SLO {d.slo_s[metric]:g} s", annotation_position="bottom right")
+    draw_marks(fig, d.marks, rows=((1, 1), (2, 1)))
     fig.update_yaxes(title_text="seconds", rangemode="tozero")
-    fig.update_xaxes(title_text=_load_title(result), row=2, col=1)
-    fig.update_layout(title=f"{result.scenario}: latency and TTFT against offered load", height=620,
+    fig.update_xaxes(title_text=d.load_title, row=2, col=1)
+    fig.update_layout(title=f"{d.scenario}: latency and TTFT against offered load", height=620,
                       hovermode="x unified")
     return fig
 
 
-def _failure_aware_line(fig: go.Figure, pts: Sequence[SweepPoint], x: list[float]) -> None:
+def _failure_aware_line(fig: go.Figure, x: list[float], line: FailureAwareLine) -> None:
     """Add latency p95 with failures as +infinity to the top row; an infinite value is drawn at the top, marked ∞."""
-    fa = [(p.failure_aware_latency_s or {}).get("p95") for p in pts]
-    finite = [v for p in pts for v in (*p.latency_s.values(), *(p.failure_aware_latency_s or {}).values())
-              if v is not None and math.isfinite(v)]
-    top = 1.08 * max(finite) if finite else 1.0
-    y = [None if v is None else (v if math.isfinite(v) else top) for v in fa]
     fig.add_trace(go.Scatter(
-        x=x, y=y, mode="lines+markers+text", name="latency p95, failures as ∞", legendgroup="failure-aware",
-        line={"color": "#6a1b9a", "width": 3}, marker={"symbol": ["triangle-up" if v == top else "circle" for v in y]},
-        text=["∞" if v is not None and not math.isfinite(v) else "" for v in fa], textposition="top center",
-        hovertemplate=[f"load {lx:g}: p95 {'∞ (failures reach it)' if v is not None and not math.isfinite(v) else f'{v:.4g} s'}"
-                       "<extra>failure-aware</extra>" if v is not None else "" for lx, v in zip(x, fa)]),
+        x=x, y=line.drawn_s, mode="lines+markers+text", name=FAILURE_AWARE_NAME, legendgroup="failure-aware",
+        line={"color": FAILURE_AWARE_COLOR, "width": 3},
+        marker={"symbol": ["triangle-up" if inf else "circle" for inf in line.infinite]},
+        text=["∞" if inf else "" for inf in line.infinite], textposition="top center",
+        hovertemplate=[f"load {lx:g}: p95 {'∞ (failures reach it)' if inf else f'{v:.4g} s'}"
+                       "<extra>failure-aware</extra>" if v is not None else ""
+                       for lx, v, inf in zip(x, line.p95_s, line.infinite)]),
         row=1, col=1)
 
 
-def outcomes_vs_load(result: SweepResult) -> go.Figure:
-    """Return offered, attempted, completed, good (within SLOs), rejected and timed-out requests per second.
+@dataclass(frozen=True)
+class OutcomeRates:
+    """What the outcomes-against-load chart draws: requests per second by outcome at each load, and the marks."""
 
-    Offered counts user requests; attempted counts what retrying clients sent (drawn when any point
-    has retries), so the retry amplification shows as the gap between the two. Rejected and timed
-    out count attempts.
+    title: str
+    load_title: str
+    loads: list[float]
+    lines: list[Line]
+    marks: list[LoadMark]
+
+
+def outcome_rates(result: SweepResult) -> OutcomeRates:
+    """Return offered, attempted (when any point retried), completed, within-SLO, rejected and timed-out per second.
+
+    Offered counts user requests; attempted counts what retrying clients sent, so the retry amplification
+    shows as the gap between the two. Rejected and timed out count attempts, per second of the point's window.
     """
     pts = sorted(result.points, key=lambda p: p.load)
-    x = [p.load for p in pts]
-    fig = go.Figure()
     per_s = [(p.window_s or 1.0) for p in pts]
     retried = any(p.attempted is not None and p.attempted > p.offered for p in pts)
-    attempted = [("attempted (with retries)", [p.attempted_rps for p in pts], "#9467bd", "dot")] if retried else []
-    series = (
-        ("offered", [p.offered_rps for p in pts], "#1f77b4", "solid"),
-        *attempted,
-        ("completed", [p.throughput_rps for p in pts], "#2ca02c", "solid"),
-        ("within SLOs", [p.goodput_rps for p in pts], "#17becf", "dash"),
-        ("rejected", [p.rejected / w for p, w in zip(pts, per_s)], "#ff7f0e", "solid"),
-        ("timed out", [p.timed_out / w for p, w in zip(pts, per_s)], "#d62728", "solid"),
-    )
-    for name, y, color, dash in series:
-        fig.add_trace(go.Scatter(x=x, y=y, mode="lines+markers", name=name, line={"color": color, "dash": dash}))
-    _mark_loads(fig, result)
+    attempted = [Line("attempted (with retries)", [p.attempted_rps for p in pts], "#9467bd", "dot")] if retried else []
+    lines = [Line("offered", [p.offered_rps for p in pts], "#1f77b4"), *attempted,
+             Line("completed", [p.throughput_rps for p in pts], "#2ca02c"),
+             Line("within SLOs", [p.goodput_rps for p in pts], "#17becf", "dash"),
+             Line("rejected", [p.rejected / w for p, w in zip(pts, per_s)], "#ff7f0e"),
+             Line("timed out", [p.timed_out / w for p, w in zip(pts, per_s)], "#d62728")]
     what = "offered vs attempted vs completed" if retried else "offered vs completed vs rejected"
-    fig.update_layout(title=f"{result.scenario}: {what}", xaxis_title=_load_title(result),
-                      yaxis_title="requests per second", yaxis_rangemode="tozero", hovermode="x unified")
+    return OutcomeRates(f"{result.scenario}: {what}", _load_title(result), [p.load for p in pts], lines,
+                        load_marks(result))
+
+
+def outcomes_vs_load(result: SweepResult) -> go.Figure:
+    """Return offered, attempted, completed, good (within SLOs), rejected and timed-out requests per second."""
+    d = outcome_rates(result)
+    fig = go.Figure()
+    for line in d.lines:
+        fig.add_trace(go.Scatter(x=d.loads, y=line.y, mode="lines+markers", name=line.name,
+                                 line={"color": line.color, "dash": line.dash}))
+    draw_marks(fig, d.marks)
+    fig.update_layout(title=d.title, xaxis_title=d.load_title, yaxis_title="requests per second",
+                      yaxis_rangemode="tozero", hovermode="x unified")
     return fig
 
 
-def trace_over_time(trace: StepTrace | Mapping[str, Any], kv_budget_tokens: int | None = None,
-                    title: str = "Engine over time") -> go.Figure:
-    """Return running sequences, waiting requests and KV tokens in use over time from a step trace.
+@dataclass(frozen=True)
+class TraceSeries:
+    """A step trace over time, sorted by start and thinned: running, waiting, KV tokens taken and computed."""
+
+    t_s: np.ndarray
+    running: np.ndarray
+    waiting: np.ndarray
+    kv_taken: np.ndarray  # reserved or block-rounded
+    kv_computed: np.ndarray | None  # what is actually cached (None: the trace has no kv_tokens_held)
+
+
+def trace_series(trace: StepTrace | Mapping[str, Any], max_points: int = MAX_TRACE_POINTS) -> TraceSeries:
+    """Return a step trace's running sequences, waiting requests and KV tokens over time, at most ``max_points`` rows.
 
     ``trace`` is a ``StepTrace``, or a mapping of its columns (``start_s``, ``running``, ``waiting``,
-    ``kv_tokens_used``, optionally ``kv_tokens_held``; old column names are read too).
-    KV "taken" is reserved or block-rounded; "computed" is what is actually cached. Long traces are thinned to
-    at most ``MAX_TRACE_POINTS`` rows, keeping each bucket's largest values.
+    ``kv_tokens_used``, optionally ``kv_tokens_held``; old column names are read too). A long trace keeps each
+    bucket's first start and largest values, so no peak is thinned away.
     """
     if not isinstance(trace, StepTrace):
         trace = parse_columns({k: list(trace[k]) for k in trace.keys()}, "step trace")
@@ -221,19 +324,28 @@ def trace_over_time(trace: StepTrace | Mapping[str, Any], kv_budget_tokens: int 
     order = np.argsort(t, kind="stable")
     t, active, waiting, kv = t[order], active[order], waiting[order], kv[order]
     held = held[order] if held is not None else None
-    if t.size > MAX_TRACE_POINTS:
-        edges = np.linspace(0, t.size, MAX_TRACE_POINTS + 1).astype(np.int64)
-        starts = edges[:-1]
+    if t.size > max_points:
+        starts = np.linspace(0, t.size, max_points + 1).astype(np.int64)[:-1]
         t = t[starts]
         active, waiting, kv = (np.maximum.reduceat(a, starts) for a in (active, waiting, kv))
         held = np.maximum.reduceat(held, starts) if held is not None else None
+    return TraceSeries(t, active, waiting, kv, held)
+
+
+def trace_over_time(trace: StepTrace | Mapping[str, Any], kv_budget_tokens: int | None = None,
+                    title: str = "Engine over time") -> go.Figure:
+    """Return running sequences, waiting requests and KV tokens in use over time from a step trace (``trace_series``).
+
+    KV "taken" is reserved or block-rounded; "computed" is what is actually cached.
+    """
+    d = trace_series(trace)
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
                         subplot_titles=("Running sequences and waiting requests", "KV tokens in use"))
-    fig.add_trace(go.Scatter(x=t, y=active, mode="lines", line_shape="hv", name="running"), row=1, col=1)
-    fig.add_trace(go.Scatter(x=t, y=waiting, mode="lines", line_shape="hv", name="waiting"), row=1, col=1)
-    fig.add_trace(go.Scatter(x=t, y=kv, mode="lines", line_shape="hv", name="KV tokens taken"), row=2, col=1)
-    if held is not None:
-        fig.add_trace(go.Scatter(x=t, y=held, mode="lines", line_shape="hv", name="KV tokens computed",
+    fig.add_trace(go.Scatter(x=d.t_s, y=d.running, mode="lines", line_shape="hv", name="running"), row=1, col=1)
+    fig.add_trace(go.Scatter(x=d.t_s, y=d.waiting, mode="lines", line_shape="hv", name="waiting"), row=1, col=1)
+    fig.add_trace(go.Scatter(x=d.t_s, y=d.kv_taken, mode="lines", line_shape="hv", name="KV tokens taken"), row=2, col=1)
+    if d.kv_computed is not None:
+        fig.add_trace(go.Scatter(x=d.t_s, y=d.kv_computed, mode="lines", line_shape="hv", name="KV tokens computed",
                                  line={"dash": "dot"}), row=2, col=1)
     if kv_budget_tokens is not None:
         fig.add_hline(y=kv_budget_tokens, line_dash="dash", line_color="#7f7f7f", row=2, col=1,
