@@ -1,10 +1,10 @@
-"""Charts of the record sets on screen, built once per file, format, window and unit and then reused.
+"""Charts of the record sets on screen, built once per file, format, window and unit and then reused; a sweep's.
 
-Summary, the Percentile explorer, Compare and Token timing draw Vega-Lite specs (figures.vegalite,
-figures.vegalite_tokens): a page that draws no plotly chart never makes the browser load plotly.js (4.7 MB,
+Summary, the Percentile explorer, Compare, Token timing and the Load sweep draw Vega-Lite specs (figures.vegalite,
+vegalite_tokens, vegalite_sweep): a page that draws no plotly chart never makes the browser load plotly.js (4.7 MB,
 about 2 s to compile on a 2-core machine), and a spec is built in milliseconds. Charts opened on request
 (over time) stay plotly figures. Each builder is keyed by the dataset's key (file digest and format), window
-and unit; the table is unhashed.
+and unit; the table is unhashed. A sweep's charts are built from the page's result on each run (milliseconds).
 """
 
 from __future__ import annotations
@@ -17,10 +17,14 @@ import streamlit as st
 
 from pages._shared import Dataset
 from servebench.output.figures import records as record_figs
+from servebench.output.figures import sweep as sweep_figs
 from servebench.output.figures import tokens as token_figs
-from servebench.output.figures import vegalite, vegalite_tokens
+from servebench.output.figures import vegalite, vegalite_sweep, vegalite_tokens
+from servebench.output.figures.validate_sweep import validation_curves
+from servebench.records.steps import StepTrace
 from servebench.records.table import RecordTable
 from servebench.serving.experiments import PrefillSide
+from servebench.serving.sweep import SweepResult
 
 Spec = dict[str, Any]
 
@@ -112,3 +116,27 @@ def percentile_charts(key: str, view: str, q: float, label: str, unit: str, _ok:
     value = ok_value if view == "success-only" else fa_value
     return (on_canvas(vegalite.percentile_cdf(_ok, _fa, q, ok_value, fa_value, label)),
             on_canvas(vegalite.percentile_histogram(shown, q, value, label)))
+
+
+def sweep_charts(result: SweepResult) -> dict[str, Spec]:
+    """Return a sweep's latency and TTFT against load (``latency``, ``ttft``) and its outcomes (``outcomes``)."""
+    charts = vegalite_sweep.latency_charts(sweep_figs.latency_by_load(result))
+    charts["outcomes"] = vegalite_sweep.outcomes_chart(sweep_figs.outcome_rates(result))
+    return {name: on_canvas(spec) for name, spec in charts.items()}
+
+
+def trace_charts(trace: StepTrace, kv_budget_tokens: int | None, title: str) -> dict[str, Spec]:
+    """Return a step trace's running and waiting (``sequences``) and KV tokens (``kv``) over time, thinned."""
+    series = sweep_figs.trace_series(trace, max_points=vegalite.TIMELINE_POINTS)
+    charts = vegalite_sweep.trace_charts(series, kv_budget_tokens, title)
+    return {name: on_canvas(spec) for name, spec in charts.items()}
+
+
+def overlay_charts(series: list[sweep_figs.SweepSeries], mode: str) -> dict[str, Spec]:
+    """Return several sweeps' p95 TTFT, p95 latency and goodput against load (``ttft``, ``latency``, ``rate``)."""
+    return {name: on_canvas(spec) for name, spec in vegalite_sweep.overlay_charts(series, mode).items()}
+
+
+def validation_charts(doc: Mapping[str, Any]) -> dict[str, Spec]:
+    """Return a validate-sweep result's measured and simulated curves, a chart per metric, both knees marked."""
+    return {name: on_canvas(spec) for name, spec in vegalite_sweep.validation_charts(validation_curves(doc)).items()}

@@ -8,13 +8,13 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
+from pages._figures import overlay_charts, sweep_charts, trace_charts, validation_charts
 from pages._shared import STEP_TRACE_KEY, chosen_scenario, fail, guarded, sample_scenarios, sharing, upload_error
 from pages._url import keep, one_of, positive, seed
 from servebench.output.appsafety import SHARED_SWEEP_MAX_REQUESTS, is_long_sweep, sweep_requests_bound
 from servebench.errors import InputFormatError
 from servebench.serving.engine.sweep_validation import read_sweep_validation, sweep_validation_doc
 from servebench.output.figures import sweep as sweep_figs
-from servebench.output.figures.validate_sweep import measured_vs_simulated
 from servebench.output.figures.summary import fmt, fmt_share
 from servebench.capacity.model_presets import PRESETS, get_preset
 from servebench.records.steps import StepTrace, steps_from_bytes
@@ -251,7 +251,8 @@ with st.expander("Measured sweeps: `servebench load --sweep` or `validate-sweep`
         c[2].metric("Knee error", "-" if not isinstance(err, (int, float)) else f"{err:+.1%}")
         if vs_doc.get("fit_summary"):
             st.caption(f"Simulated with the {vs_doc['fit_summary']}.")
-        st.plotly_chart(measured_vs_simulated(vs_doc), key="validate_sweep_overlay")
+        for name, spec in validation_charts(vs_doc).items():  # full width: a knee's label fits right of its line
+            st.vega_lite_chart(spec=spec, key=f"validate_sweep_{name}")
         st.dataframe(pd.DataFrame([{"Rate (req/s)": fmt(p["rate_rps"]),
                                     "TTFT p95 measured (s)": fmt(p["measured"].get("ttft_p95_s")),
                                     "TTFT p95 simulated (s)": fmt(p["simulated"].get("ttft_p95_s")),
@@ -268,7 +269,8 @@ if len(kept) + len(measured) > 1 or (kept and measured):
     chosen = st.multiselect("Simulated sweeps", list(kept), default=list(kept)[-4:], key="overlay_pick")
     series = [sweep_figs.series_of(kept[name], name) for name in chosen] + measured
     if series:
-        st.plotly_chart(sweep_figs.overlay_sweeps(series, mode), key="sweep_overlay")
+        for name, spec in overlay_charts(series, mode).items():
+            st.vega_lite_chart(spec=spec, key=f"sweep_overlay_{name}")
     if st.button("Forget the kept sweeps", key="forget_sweeps"):
         st.session_state[KEPT_KEY] = {}
         st.rerun()
@@ -295,9 +297,11 @@ c[1].metric(f"Plausible range ({unit})", "—" if reading.low is None or reading
 c[2].metric("Knee (p95 latency or TTFT doubles)", fmt(result.knee_load))
 c[3].metric("KV budget (tokens)", fmt(result.kv_budget_tokens))
 st.caption(f"{reading.note} Search: {cap.note}.")
-st.plotly_chart(sweep_figs.latency_vs_load(result), key="sweep_latency")
+charts = sweep_charts(result)
+st.vega_lite_chart(spec=charts["latency"], key="sweep_latency")
+st.vega_lite_chart(spec=charts["ttft"], key="sweep_ttft")
 st.caption(sweep_figs.FAILURE_AWARE_NOTE)
-st.plotly_chart(sweep_figs.outcomes_vs_load(result), key="sweep_outcomes")
+st.vega_lite_chart(spec=charts["outcomes"], key="sweep_outcomes")
 
 loads_done = [p.load for p in result.points]
 default = cap.upper if cap.upper in loads_done else loads_done[-1]
@@ -305,8 +309,8 @@ at_load = st.selectbox("Active sequences over time at load", loads_done, index=l
                        format_func=lambda x: f"{x:g}", key="trace_load")
 scenario_run = Scenario.model_validate(json.loads(stored_settings)["scenario"])
 sim = guarded(_trace_at, scenario_run.model_dump_json(), at_load, result.mode, result.requests_per_point)
-st.plotly_chart(sweep_figs.trace_over_time(sim.trace, kv_budget_tokens=sim.kv_budget_tokens,
-                                           title=f"Engine over time at load {at_load:g}"), key="sweep_trace")
+for name, spec in trace_charts(sim.trace, sim.kv_budget_tokens, f"Engine over time at load {at_load:g}").items():
+    st.vega_lite_chart(spec=spec, key=f"sweep_trace_{name}")
 
 for title, frame in sweep_figs.sweep_frames(result):
     st.caption(title)

@@ -87,7 +87,7 @@ def main() -> None:
             open_page(page, link)
             if name == "sweep":
                 page.get_by_role("button", name="Run the sweep").click()
-                page.locator('[data-testid="stPlotlyChart"] .main-svg').first.wait_for()
+                page.locator('[data-testid="stVegaLiteChart"] canvas').first.wait_for()
                 settle(page)
             shoot(page, name)
         open_page(page, "Summary")

@@ -386,7 +386,13 @@ def test_load_sweep_runs_with_progress_and_marks_capacity() -> None:
     m = _metrics(at)
     assert m["KV budget (tokens)"] == "65,536"
     assert m["Usable capacity"].endswith("req/s") and m["Usable capacity"] != "— req/s"
-    assert len(at.get("plotly_chart")) == 3  # latency/TTFT, outcomes, engine over time
+    charts = drawn_charts(at)  # Vega-Lite, not plotly: latency, TTFT, outcomes, the engine over time (two)
+    assert not at.get("plotly_chart") and len(charts) == 5
+    latency = next(data["lines"] for title, (_, data) in charts.items() if title.endswith("Latency against offered load"))
+    assert {0.5, 1.0, 1.5} <= set(latency["x"])  # the grid's loads, and those the capacity search added
+    marks = {v["label"].split()[0] for spec, _ in charts.values() for layer in spec["layer"]
+             for v in layer["data"].get("values", []) if "label" in v}
+    assert {"capacity", "knee", "SLO", "budget"} <= marks
     at.selectbox(key="sweep_sample").select("profile_a.yaml").run()
     assert not at.exception
     assert "settings changed" in at.warning[0].value

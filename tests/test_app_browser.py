@@ -15,6 +15,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 TIMEOUT_MS = 60_000
 VEGA_DRAWN = '[data-testid="stVegaLiteChart"] canvas, [data-testid="stVegaLiteChart"] svg.marks'
+# Streamlit fetches plotly.js (4.7 MB) with its PlotlyChart element's code, the first time a page draws one
+PLOTLY_FETCHED = "performance.getEntriesByType('resource').some(e => e.name.includes('PlotlyChart'))"
 
 
 def _wait_idle(page) -> None:
@@ -48,7 +50,7 @@ def test_summary_upload_renders_contract_and_charts() -> None:
         page.locator('[data-testid="stVegaLiteChart"] canvas').nth(3).wait_for()  # on canvases: cheaper than SVG
         _wait_idle(page)
         assert page.locator('[data-testid="stPlotlyChart"]').count() == 0
-        assert not page.evaluate("performance.getEntriesByType('resource').some(e => e.name.includes('PlotlyChart'))")
+        assert not page.evaluate(PLOTLY_FETCHED)
         screenshot(page, "summary_sample")
 
         upload = page.locator('[data-testid="stFileUploader"] input[type="file"]').first
@@ -142,7 +144,7 @@ def test_every_page_loads_only_from_the_apps_own_origin() -> None:
         page.get_by_role("heading", name="Load sweep").first.wait_for()
         _wait_idle(page)
         page.get_by_role("button", name="Run the sweep").click()
-        page.locator('[data-testid="stPlotlyChart"] .main-svg').first.wait_for()
+        page.locator(VEGA_DRAWN).nth(4).wait_for()  # latency, TTFT, outcomes, the engine over time (two)
         _wait_idle(page)
         page.wait_for_load_state("networkidle")
         screenshot(page, "sweep_local_only")
@@ -174,7 +176,7 @@ def test_several_files_uploaded_at_once_are_compared() -> None:
         _wait_idle(page)
         assert page.locator('[data-testid="stException"]').count() == 0
         assert page.locator('[data-testid="stPlotlyChart"]').count() == 0  # Vega-Lite: plotly.js never loaded
-        assert not page.evaluate("performance.getEntriesByType('resource').some(e => e.name.includes('PlotlyChart'))")
+        assert not page.evaluate(PLOTLY_FETCHED)
         overflow = page.evaluate("""() => [...document.querySelectorAll('[data-testid="stColumn"]')].map(col => {
           const c = col.getBoundingClientRect();
           return [...col.querySelectorAll('canvas')].map(v => v.getBoundingClientRect().right - c.right);

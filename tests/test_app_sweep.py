@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 from streamlit.testing.v1 import AppTest
 
+from vega_charts import drawn_charts
+
 REPO = Path(__file__).resolve().parent.parent
 APP = str(REPO / "app.py")
 
@@ -79,11 +81,36 @@ def test_sweeps_are_kept_and_overlaid_with_a_measured_sweep(tmp_path: Path) -> N
     at.file_uploader(key="validate_sweep_upload").set_value(
         ("sweep.json", measured.model_dump_json().encode(), "application/json")).run()
     assert not at.exception and not at.error
-    overlay = next(c for c in at.get("plotly_chart") if "Sweeps side by side" in json.loads(c.proto.spec)
-                   ["layout"]["title"]["text"])
-    names = {t["name"] for t in json.loads(overlay.proto.spec)["data"]}
-    assert names == {"profile_b: reserve, 256 seqs, 8 GiB", "profile_b: paged, 256 seqs, 8 GiB",
-                     "measured: sweep.json"}
+    assert not at.get("plotly_chart")  # Vega-Lite: the sweep page never loads plotly.js
+    charts = drawn_charts(at)
+    for title in ("TTFT p95 (s, successes)", "Latency p95 (s, successes)", "Goodput or throughput (requests/s)"):
+        lines = charts[title][1]["lines"]
+        assert set(lines["series"]) == {"profile_b: reserve, 256 seqs, 8 GiB", "profile_b: paged, 256 seqs, 8 GiB",
+                                        "measured: sweep.json"}
+        kinds = lines.groupby("series")["measured"].first()
+        assert kinds["measured: sweep.json"] == "measured" and kinds["profile_b: paged, 256 seqs, 8 GiB"] == "simulated"
+    goodput = charts["Goodput or throughput (requests/s)"][1]["lines"]
+    measured_goodput = goodput[goodput["series"] == "measured: sweep.json"].sort_values("x")["y"].tolist()
+    assert measured_goodput == [p.goodput_rps for p in sorted(measured.points, key=lambda p: p.load)]
+
+
+def test_a_validate_sweep_upload_draws_measured_and_simulated_with_both_knees() -> None:
+    at = _sweep_page()
+    side = lambda k: {"ttft_p50_s": k, "ttft_p95_s": 2 * k, "latency_p50_s": 5 * k, "latency_p95_s": 9 * k,
+                      "throughput_rps": 30 * k, "queue_wait_p50_s": k / 4, "queue_wait_p95_s": k / 2}
+    doc = {"scenario": "tiny", "measured_knee_rps": 40, "simulated_knee_rps": 44, "knee_relative_error": 0.1,
+           "points": [{"rate_rps": r, "measured": side(r / 10), "simulated": side(r / 11)} for r in (10, 40, 60)]}
+    at.file_uploader(key="validate_sweep_upload").set_value(
+        ("validate_sweep.json", json.dumps(doc).encode(), "application/json")).run()
+    assert not at.exception and not at.error and not at.get("plotly_chart")
+    charts = drawn_charts(at)
+    assert {"TTFT (s)", "Latency (s)", "Throughput (requests/s)", "Queue wait (s)"} <= set(charts)
+    spec, data = charts["Latency (s)"]
+    measured = data["lines"][data["lines"]["series"] == "measured p95"].sort_values("x")
+    assert measured["y"].tolist() == [9.0, 36.0, 54.0]
+    knees = {layer["data"]["values"][0]["label"]: layer["mark"]["align"] for layer in spec["layer"]
+             if layer["mark"]["type"] == "text"}
+    assert knees == {"measured knee 40/s": "right", "simulated knee 44/s": "left"}  # apart: never over each other
 
 
 def test_a_poor_step_fit_is_one_message_with_the_choice() -> None:

@@ -58,13 +58,6 @@ def test_sweep_table_has_labels_and_percent_attainment(saturated) -> None:
     assert "∞" in set(frame["Latency p95, failures as ∞ (s)"])
 
 
-def test_overlay_draws_simulated_solid_and_measured_dashed(saturated) -> None:
-    fig = sf.overlay_sweeps([sf.series_of(saturated, "A"), sf.series_of(saturated, "B", measured=True)])
-    dashes = {(t.name, t.line.dash) for t in fig.data}
-    assert dashes == {("A", "solid"), ("B", "dash")}
-    assert len(fig.data) == 6  # TTFT, latency and goodput rows for each
-
-
 def test_sweep_tables_keep_every_column_once_each_led_by_the_load(saturated) -> None:
     whole = sf.sweep_frame(saturated)
     parts = sf.sweep_frames(saturated)

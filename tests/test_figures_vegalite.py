@@ -5,9 +5,6 @@ Token timing's charts are tested beside the site's figures they share their numb
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 import numpy as np
 import pytest
 
@@ -16,18 +13,9 @@ from servebench.output.figures import records as rf
 from servebench.output.figures import vegalite
 from servebench.records.table import parse_objects, validate
 
-alt = pytest.importorskip("altair")  # ships with Streamlit; its Vega-Lite schema checks the specs
+from vega_charts import valid as _valid
 
-
-def _valid(spec: dict[str, Any]) -> dict[str, Any]:
-    """Return ``spec`` with its frames as rows, after checking it against the Vega-Lite schema and JSON."""
-    plain = dict(spec)
-    if "datasets" in plain:
-        plain["datasets"] = {k: json.loads(v.to_json(orient="records")) for k, v in spec["datasets"].items()}
-    kind = alt.LayerChart if "layer" in plain else alt.FacetChart if "facet" in plain else alt.Chart
-    kind.from_dict(plain)  # raises on anything not Vega-Lite
-    json.dumps(plain)
-    return plain
+pytest.importorskip("altair")  # ships with Streamlit; its Vega-Lite schema checks the specs (vega_charts.valid)
 
 
 @pytest.fixture

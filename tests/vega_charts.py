@@ -1,4 +1,4 @@
-"""Read the Vega-Lite charts an AppTest page drew: each spec by its title, with its datasets as frames."""
+"""Read the Vega-Lite charts an AppTest page drew (each spec by its title, its datasets as frames); check a spec."""
 
 from __future__ import annotations
 
@@ -25,3 +25,16 @@ def drawn_list(at: AppTest) -> list[Chart]:
 def drawn_charts(at: AppTest) -> dict[str, Chart]:
     """Return the page's Vega-Lite charts by title (the last of charts that share one)."""
     return {spec["title"]["text"]: (spec, frames) for spec, frames in drawn_list(at)}
+
+
+def valid(spec: dict[str, Any]) -> dict[str, Any]:
+    """Return ``spec`` with its frames as rows, after checking it against the Vega-Lite schema (Altair's) and JSON."""
+    import altair as alt  # ships with Streamlit
+
+    plain = dict(spec)
+    if "datasets" in plain:
+        plain["datasets"] = {k: json.loads(v.to_json(orient="records")) for k, v in spec["datasets"].items()}
+    kind = alt.LayerChart if "layer" in plain else alt.FacetChart if "facet" in plain else alt.Chart
+    kind.from_dict(plain)  # raises on anything not Vega-Lite
+    json.dumps(plain)
+    return plain

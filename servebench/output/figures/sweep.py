@@ -1,8 +1,8 @@
 """Offered-load sweeps and simulator step traces: the numbers each chart draws, and the site's plotly figures.
 
 Each chart's numbers come from one pure function (:func:`latency_by_load`, :func:`outcome_rates`,
-:func:`trace_series`, :func:`series_of`); the report site, the CLI and the dashboard draw them here with plotly.
-Nothing here reads or writes files.
+:func:`trace_series`, :func:`series_of`); the report site and the CLI draw them here with plotly, the dashboard
+with Vega-Lite (``figures.vegalite_sweep``). Nothing here reads or writes files.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from servebench.errors import ConfigError
-from servebench.output.figures.records import plot_label
 from servebench.output.plain import fmt, fmt_share
 from servebench.records.steps import StepTrace, parse_columns
 from servebench.serving.sweep import SweepResult
@@ -422,26 +421,3 @@ def series_of_validation(doc: Mapping[str, Any]) -> list[SweepSeries]:
                                [get(p, side, "ttft_p95_s") for p in pts], [get(p, side, "latency_p95_s") for p in pts],
                                [get(p, side, "throughput_rps") for p in pts], measured=side == "measured"))
     return out
-
-
-def overlay_sweeps(series: Sequence[SweepSeries], mode: str = "rate") -> go.Figure:
-    """Return several sweeps on shared axes: p95 TTFT, p95 latency (successes) and goodput against load.
-
-    Simulated sweeps are solid lines, measured ones dashed with diamonds, so A vs B (reserve vs paged,
-    two models) and measured vs simulated read off one chart.
-    """
-    fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.07,
-                        subplot_titles=("TTFT p95 (s, successes)", "Latency p95 (s, successes)",
-                                        "Goodput or throughput (requests/s)"))
-    palette = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
-    for i, s in enumerate(series):
-        style = {"line": {"color": palette[i % len(palette)], "dash": "dash" if s.measured else "solid"},
-                 "marker": {"symbol": "diamond" if s.measured else "circle"}, "legendgroup": f"s{i}"}
-        for row, ys in ((1, s.ttft_p95_s), (2, s.latency_p95_s), (3, s.rate_rps)):
-            fig.add_trace(go.Scatter(x=s.loads, y=ys, mode="lines+markers", name=plot_label(s.name),
-                                     showlegend=row == 1, **style), row=row, col=1)
-    fig.update_yaxes(rangemode="tozero")
-    fig.update_xaxes(title_text="Offered load (requests/s)" if mode == "rate" else "Concurrent users", row=3, col=1)
-    fig.update_layout(title="Sweeps side by side (solid: simulated, dashed: measured)", height=760,
-                      hovermode="x unified", legend={"orientation": "h", "y": -0.1})
-    return fig

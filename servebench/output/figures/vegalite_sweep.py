@@ -1,0 +1,174 @@
+"""Vega-Lite charts for the dashboard's Load sweep: latency and outcomes against load, the engine over time, overlays.
+
+The numbers are those the report site's and the CLI's plotly figures draw (``figures.sweep``: :func:`latency_by_load`,
+:func:`outcome_rates`, :func:`trace_series`, :func:`series_of`; ``figures.validate_sweep.validation_curves``). A
+plotly figure of several panels is a chart per panel here (each fills the page's width; a Vega-Lite concatenation
+of layered charts does not), the panels of one figure on a shared x range. Scenario and sweep names are text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+
+from servebench.output.figures.sweep import (FAILURE_AWARE_COLOR, FAILURE_AWARE_NAME, QUANTILE_DASHES, LatencyByLoad,
+                                             Line, OutcomeRates, SweepSeries, TraceSeries)
+from servebench.output.figures.validate_sweep import ValidationCurves
+from servebench.output.figures.vegalite import RUN_COLORS, Spec, _title, _zoom
+from servebench.output.figures.vegalite_lines import limit_layers, line_layers, mark_layers, series_frame
+from servebench.output.safetext import safe_text
+
+QUANTILE_COLORS: dict[str, str] = {"p50": "#4c78a8", "p95": "#f58518", "p99": "#54a24b"}
+METRIC_WORDS: dict[str, str] = {"latency": "Latency", "ttft": "TTFT"}
+
+
+X_HEADROOM = 1.1  # beyond the highest load: room for a mark's label right of its line and an ∞ at the last load
+
+
+def _x(title: str, loads: Sequence[float]) -> Spec:
+    """Return the load axis: from 0 to a tenth past the highest load, the same on every panel of one figure."""
+    return {"field": "x", "type": "quantitative", "title": title,
+            "scale": {"domain": [0, X_HEADROOM * max(loads, default=1)]}}
+
+
+def _y(title: str, domain_max: float | None = None) -> Spec:
+    y: Spec = {"field": "y", "type": "quantitative", "title": title}
+    if domain_max is not None:
+        y["scale"] = {"domain": [0, domain_max], "nice": False}
+    return y
+
+
+def latency_charts(d: LatencyByLoad, height: int = 320) -> dict[str, Spec]:
+    """Return latency and TTFT (successes) against load, keyed 'latency' and 'ttft': p50/p95/p99, SLO, marks.
+
+    The latency chart also draws p95 with every non-success as ∞; an infinite value sits at ``top_s`` as a
+    triangle labelled ∞, with headroom above it, so its label stays inside the plot and the marks' labels above.
+    """
+    charts = {}
+    x = _x(d.load_title, d.loads)
+    for metric, word in METRIC_WORDS.items():
+        lines = [Line(f"{metric} {q}", d.quantiles_s[metric][q], QUANTILE_COLORS[q], dash)
+                 for q, dash in QUANTILE_DASHES.items()]
+        fa = d.failure_aware if metric == "latency" else None
+        if fa is not None:
+            lines.append(Line(FAILURE_AWARE_NAME, fa.drawn_s, FAILURE_AWARE_COLOR))
+        frame = series_frame(d.loads, lines)
+        top = None
+        if fa is not None:
+            shown = frame["series"] == FAILURE_AWARE_NAME
+            frame.loc[shown, "text"] = ["∞ (failures reach it)" if inf else t
+                                        for inf, t in zip(fa.infinite, frame.loc[shown, "text"])]
+            top = 1.15 * max(fa.top_s, d.slo_s[metric] or 0.0)
+        y = _y("seconds", top)
+        layers = line_layers(lines, x, y, widths=[3 if line.name == FAILURE_AWARE_NAME else 2 for line in lines])
+        layers[0]["params"] = _zoom("x")
+        datasets = {"lines": frame}
+        if fa is not None:
+            datasets["infinite"] = pd.DataFrame({"x": [v for v, inf in zip(d.loads, fa.infinite) if inf],
+                                                 "y": fa.top_s, "label": "∞"})
+            layers += [{"data": {"name": "infinite"}, "mark": {"type": "point", "shape": "triangle-up", "filled": True,
+                                                               "size": 110, "color": FAILURE_AWARE_COLOR},
+                        "encoding": {"x": x, "y": y}},
+                       {"data": {"name": "infinite"}, "mark": {"type": "text", "dy": -13, "fontSize": 15,
+                                                              "color": FAILURE_AWARE_COLOR},
+                        "encoding": {"x": x, "y": y, "text": {"field": "label"}}}]
+        if d.slo_s[metric] is not None:
+            layers += limit_layers(d.slo_s[metric], f"SLO {d.slo_s[metric]:g} s", y)
+        layers += mark_layers(d.marks, x)
+        note = ["successful requests; the failure-aware line counts every non-success as ∞ (drawn at the top, "
+                "marked ∞)"] if fa is not None else ["successful requests"]
+        charts[metric] = {"title": _title(f"{safe_text(d.scenario)}: {word} against offered load", note),
+                          "height": height, "datasets": datasets, "layer": layers}
+    return charts
+
+
+def outcomes_chart(d: OutcomeRates, height: int = 360) -> Spec:
+    """Return requests per second by outcome against load (offered, completed, within SLOs, ...), marks drawn."""
+    x = _x(d.load_title, d.loads)
+    layers = line_layers(d.lines, x, _y("requests per second"))
+    layers[0]["params"] = _zoom("x")
+    return {"title": _title(safe_text(d.title)), "height": height,
+            "datasets": {"lines": series_frame(d.loads, d.lines)},
+            "layer": [*layers, *mark_layers(d.marks, x)]}
+
+
+def trace_charts(s: TraceSeries, kv_budget_tokens: int | None = None, title: str = "Engine over time",
+                 height: int = 300) -> dict[str, Spec]:
+    """Return the engine over time, keyed 'sequences' (running, waiting) and 'kv' (taken, computed, the budget).
+
+    Step lines of at most the rows ``trace_series`` kept, with no point or tooltip per row.
+    """
+    x = {"field": "x", "type": "quantitative", "title": "time (s)",
+         "scale": {"domain": [float(s.t_s[0]), float(s.t_s[-1])] if s.t_s.size else [0, 1]}}
+    panels = {"sequences": ("Running sequences and waiting requests", "count",
+                            [Line("running", s.running, "#1f77b4"), Line("waiting", s.waiting, "#ff7f0e")]),
+              "kv": ("KV tokens in use", "tokens",
+                     [Line("KV tokens taken", s.kv_taken, "#2ca02c"),
+                      *([Line("KV tokens computed", s.kv_computed, "#9467bd", "dot")]
+                        if s.kv_computed is not None else [])])}
+    charts = {}
+    for key, (panel, y_title, lines) in panels.items():
+        y = _y(y_title)
+        layers = line_layers(lines, x, y, points=False, step=True)
+        layers[0]["params"] = _zoom("x")
+        if key == "kv" and kv_budget_tokens is not None:
+            layers += limit_layers(kv_budget_tokens, f"budget {kv_budget_tokens:,}", y)
+        charts[key] = {"title": _title(f"{safe_text(title)}: {panel}"), "height": height,
+                       "datasets": {"lines": series_frame(s.t_s, lines)}, "layer": layers}
+    return charts
+
+
+OVERLAY_PANELS = (("ttft", "TTFT p95 (s, successes)", "seconds"), ("latency", "Latency p95 (s, successes)", "seconds"),
+                  ("rate", "Goodput or throughput (requests/s)", "requests per second"))
+
+
+def overlay_charts(series: Sequence[SweepSeries], mode: str = "rate", height: int = 340) -> dict[str, Spec]:
+    """Return several sweeps on one load axis, keyed 'ttft', 'latency' and 'rate' (p95s and goodput).
+
+    A sweep keeps its colour on all three; simulated sweeps are solid lines, measured ones dashed with diamonds.
+    """
+    loads = [x for s in series for x in s.loads]
+    x = _x("Offered load (requests/s)" if mode == "rate" else "Concurrent users", loads)
+    names = [safe_text(s.name) for s in series]
+    charts = {}
+    for key, panel, y_title in OVERLAY_PANELS:
+        values = {"ttft": lambda s: s.ttft_p95_s, "latency": lambda s: s.latency_p95_s, "rate": lambda s: s.rate_rps}
+        frame = pd.concat([series_frame(s.loads, [Line(s.name, values[key](s), "")]).assign(
+            measured="measured" if s.measured else "simulated") for s in series], ignore_index=True)
+        y = _y(y_title)
+        by_sweep = {"field": "series", "type": "nominal", "title": None, "sort": names}
+        color = {**by_sweep, "scale": {"domain": names, "range": [RUN_COLORS[i % len(RUN_COLORS)]
+                                                                  for i in range(len(names))]},
+                 "legend": {"orient": "bottom", "columns": 2, "labelLimit": 420}}
+        kind = {"field": "measured", "type": "nominal", "title": None,
+                "scale": {"domain": ["simulated", "measured"]}, "legend": None}
+        charts[key] = {
+            "title": _title(panel, ["solid: simulated, dashed: measured"]), "height": height,
+            "datasets": {"lines": frame},
+            "layer": [
+                {"data": {"name": "lines"}, "mark": {"type": "line", "invalid": "break-paths-filter-domains"},
+                 "params": _zoom("x"),
+                 "encoding": {"x": x, "y": y, "color": color,
+                              "strokeDash": {**kind, "scale": {**kind["scale"], "range": [[1, 0], [6, 4]]}}}},
+                {"data": {"name": "lines"}, "mark": {"type": "point", "filled": True, "size": 50},
+                 "encoding": {"x": x, "y": y, "color": {**color, "legend": None},
+                              "shape": {**kind, "scale": {**kind["scale"], "range": ["circle", "diamond"]}},
+                              "tooltip": [{"field": "series", "title": "sweep"},
+                                          {"field": "x", "title": x["title"], "format": ".4~g"},
+                                          {"field": "text", "title": y_title}]}}]}
+    return charts
+
+
+def validation_charts(d: ValidationCurves, height: int = 280) -> dict[str, Spec]:
+    """Return measured and simulated against the offered rate, one chart per panel (TTFT, latency, throughput, queue
+    wait), both knees marked on each, their labels on opposite sides of their lines."""
+    x = _x("Offered rate (requests/s)", d.rates_rps)
+    charts = {}
+    for key, (panel, lines) in d.panels.items():
+        layers = line_layers(lines, x, _y(panel), legend_columns=2)
+        layers[0]["params"] = _zoom("x")
+        charts[key] = {"title": _title(panel, [safe_text(d.title)] if key == next(iter(d.panels)) else []),
+                       "height": height, "datasets": {"lines": series_frame(d.rates_rps, lines)},
+                       "layer": [*layers, *mark_layers(d.knees, x)]}
+    return charts
