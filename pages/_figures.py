@@ -1,10 +1,11 @@
-"""Charts of the record sets on screen, built once per file, format, window and unit and then reused; a sweep's.
+"""Charts of the record sets on screen, built once per file, format, window and unit and then reused; the others'.
 
-Summary, the Percentile explorer, Compare, Token timing and the Load sweep draw Vega-Lite specs (figures.vegalite,
-vegalite_tokens, vegalite_sweep): a page that draws no plotly chart never makes the browser load plotly.js (4.7 MB,
-about 2 s to compile on a 2-core machine), and a spec is built in milliseconds. Charts opened on request
-(over time) stay plotly figures. Each builder is keyed by the dataset's key (file digest and format), window
-and unit; the table is unhashed. A sweep's charts are built from the page's result on each run (milliseconds).
+Summary, the Percentile explorer, Compare, Token timing, the KV calculator, the Load sweep and the planner draw
+Vega-Lite specs (figures.vegalite, vegalite_tokens, vegalite_sweep, vegalite_capacity): a page that draws no plotly
+chart never makes the browser load plotly.js (4.7 MB, about 2 s to compile on a 2-core machine), and a spec is
+built in milliseconds. Charts opened on request (over time) stay plotly figures. Each builder is keyed by the
+dataset's key (file digest and format), window and unit; the table is unhashed. The charts of a sweep, a plan or
+the KV limit are built from the page's own result on each run (a few milliseconds).
 """
 
 from __future__ import annotations
@@ -19,8 +20,11 @@ from pages._shared import Dataset
 from servebench.output.figures import records as record_figs
 from servebench.output.figures import sweep as sweep_figs
 from servebench.output.figures import tokens as token_figs
-from servebench.output.figures import vegalite, vegalite_sweep, vegalite_tokens
+from servebench.output.figures import vegalite, vegalite_capacity, vegalite_sweep, vegalite_tokens
+from servebench.output.figures.planner import cost_curves
+from servebench.output.figures.summary import ConcurrencyCurve
 from servebench.output.figures.validate_sweep import validation_curves
+from servebench.planning.planner import Evaluation
 from servebench.records.steps import StepTrace
 from servebench.records.table import RecordTable
 from servebench.serving.experiments import PrefillSide
@@ -116,6 +120,16 @@ def percentile_charts(key: str, view: str, q: float, label: str, unit: str, _ok:
     value = ok_value if view == "success-only" else fa_value
     return (on_canvas(vegalite.percentile_cdf(_ok, _fa, q, ok_value, fa_value, label)),
             on_canvas(vegalite.percentile_histogram(shown, q, value, label)))
+
+
+def concurrency_chart(curve: ConcurrencyCurve) -> Spec:
+    """Return the KV calculator's max concurrent sequences against prompt length, the request's prompt marked."""
+    return on_canvas(vegalite_capacity.concurrency_chart(curve))
+
+
+def cost_chart(evaluation: Evaluation, rates_rps: list[float], planned_rate_rps: float) -> Spec:
+    """Return the planner's cheapest cost per hour against traffic, per GPU type and overall."""
+    return on_canvas(vegalite_capacity.cost_chart(cost_curves(evaluation, rates_rps, planned_rate_rps)))
 
 
 def sweep_charts(result: SweepResult) -> dict[str, Spec]:

@@ -6,10 +6,11 @@ import json
 
 import streamlit as st
 
+from pages._figures import concurrency_chart
 from pages._shared import SAMPLE_DIR, fail, guarded
 from servebench.capacity import kv
 from servebench.errors import InputFormatError
-from servebench.output.figures.summary import concurrency_figure
+from servebench.output.figures.summary import concurrency_by_prompt
 from servebench.output.plain import NO_DATA, fmt, fmt_share
 from servebench.capacity.hf_config import shape_from_config
 from servebench.capacity.model_presets import PRESETS, get_preset
@@ -123,9 +124,9 @@ if res.utilization is not None and res.utilization >= 0.8:
     st.warning(f"At an arrival rate of {fmt(rate)}/s the average in service is {fmt_share(res.utilization)} of the "
                "concurrency limit: expect queueing while the limit is held.")
 if res.max_concurrent_sequences:
-    st.plotly_chart(guarded(concurrency_figure, shape, budget_bytes, prompt, cap, policy=policy,
-                            expected_output_tokens=expected, block_size=block_size, tensor_parallel=tp),
-                    key="kv_curve")
+    curve = guarded(concurrency_by_prompt, shape, budget_bytes, prompt, cap, policy=policy,
+                    expected_output_tokens=expected, block_size=block_size, tensor_parallel=tp)
+    st.vega_lite_chart(spec=concurrency_chart(curve), key="kv_curve")
 else:
     st.error("Not one request of this size fits in the budget.")
 

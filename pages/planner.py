@@ -7,12 +7,12 @@ import json
 import pandas as pd
 import streamlit as st
 
+from pages._figures import cost_chart
 from pages._shared import chosen_scenario, guarded, sample_scenarios
 from servebench.capacity import ACCELERATORS, DEFAULT_GPUS
 from servebench.planning import PlanRequest, Workload, plan
 from servebench.planning.interview import QUESTION, QUESTION_RATE_RPS, interview_request, interview_step
 from servebench.planning.planner import MAX_NUM_SEQS, TENSOR_PARALLEL, Evaluation, Plan
-from servebench.output.figures.planner import cost_vs_traffic
 from servebench.output.plain import fmt
 from servebench.capacity.kv import dtype_bytes
 from servebench.capacity.model_presets import PRESETS, get_preset
@@ -149,7 +149,7 @@ else:
                f"simulating (no fit, or SLOs missed with no load); {len(evaluation.skipped)} not simulated because "
                "even at their throughput bound they cost more than the cheapest found.")
     rates = [planned_rate * f for f in (0.25, 0.5, 0.75, 1, 1.25, 1.5, 2, 3, 4)]
-    st.plotly_chart(cost_vs_traffic(evaluation, rates, planned_rate), key="plan_cost_chart")
+    st.vega_lite_chart(spec=cost_chart(evaluation, rates, planned_rate), key="plan_cost_chart")
     st.caption("Replicas are recomputed from the capacities found at each traffic level; configurations skipped "
                "by the cost bound at the planned traffic are not drawn.")
     if best is not None:

@@ -85,10 +85,11 @@ def test_summary_upload_renders_contract_and_charts() -> None:
 
         page.get_by_role("link", name="KV calculator").click()
         page.get_by_role("heading", name="KV calculator").first.wait_for()
-        page.locator('[data-testid="stPlotlyChart"] .main-svg').first.wait_for()
+        page.locator(VEGA_DRAWN).first.wait_for()
         _wait_idle(page)
         assert _metric(page, "Max concurrent sequences") == "8"  # the spec's profile B
         assert page.locator('[data-testid="stException"]').count() == 0
+        assert not page.evaluate(PLOTLY_FETCHED)
         screenshot(page, "kv_profile_b")
 
 

@@ -189,15 +189,3 @@ def test_percentile_histogram_sends_bins_not_values() -> None:
     values = np.random.default_rng(18).exponential(1.0, 100_000)
     bins = percentile_histogram(values, 95, float(np.quantile(values, 0.95)), "TTFT (s)", bins=60)["datasets"]["bins"]
     assert len(bins) == 60 and bins["records"].sum() == 100_000
-
-
-def test_concurrency_figure_marks_profile_b_at_8_and_never_rises() -> None:
-    from servebench.output.figures.summary import concurrency_figure
-    from servebench.capacity.kv import GIB, ModelShape
-
-    fig = concurrency_figure(ModelShape(layers=32, kv_heads=8, head_dim=128), 8 * GIB, 7800, 200)
-    curve, mark = fig.data
-    assert list(mark.x) == [7800] and list(mark.y) == [8]
-    assert curve.x[0] == 0 and curve.y[0] == 65536 // 200  # an empty prompt still reserves the output cap
-    assert curve.y[list(curve.x).index(7800)] == 8
-    assert all(a >= b for a, b in zip(curve.y, curve.y[1:]))

@@ -1,4 +1,4 @@
-"""Tables and figures for the dashboard that no other figure module draws: data in, pandas or plotly out."""
+"""Tables and chart data for the dashboard that no other figure module has: data in, pandas or data out."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
 
 from servebench.analysis.summary import CONTRACT_LABELS, Distribution, Report
 from servebench.capacity import kv
@@ -141,31 +140,33 @@ def _unit_key(key: str, unit: str) -> str:
     return key[:-2] + "_ms" if unit == "ms" and key.endswith("_s") else key
 
 
-def concurrency_figure(shape: kv.ModelShape, budget_bytes: int, prompt_tokens: int, output_cap: int, *,
-                       policy: kv.Policy = "reserve", expected_output_tokens: int | None = None,
-                       block_size: int = kv.DEFAULT_BLOCK_SIZE, tensor_parallel: int = 1,
-                       points: int = 160) -> go.Figure:
-    """Return max concurrent sequences against prompt length (0 to 4x the given prompt), the prompt marked."""
+@dataclass(frozen=True)
+class ConcurrencyCurve:
+    """Max concurrent sequences against prompt length, the request's own prompt marked."""
+
+    prompts: list[int]
+    counts: list[int]
+    prompt_tokens: int
+    here: int  # the count at prompt_tokens
+    output_cap: int
+    policy: str
+    ticks: list[int]  # 1, 2, 5 x 10^e up to twice the largest count: the log axis's labels
+
+
+def concurrency_by_prompt(shape: kv.ModelShape, budget_bytes: int, prompt_tokens: int, output_cap: int, *,
+                          policy: kv.Policy = "reserve", expected_output_tokens: int | None = None,
+                          block_size: int = kv.DEFAULT_BLOCK_SIZE, tensor_parallel: int = 1,
+                          points: int = 160) -> ConcurrencyCurve:
+    """Return max concurrent sequences (``kv.concurrency_curve``) at prompts from 0 to 4x the given one."""
     upper = max(4 * prompt_tokens, 4096)
     prompts = sorted({int(p) for p in np.linspace(0, upper, points).round()} | {prompt_tokens})
     counts = kv.concurrency_curve(shape, budget_bytes, prompts, output_cap, policy=policy,
                                   expected_output_tokens=expected_output_tokens, block_size=block_size,
                                   tensor_parallel=tensor_parallel)
-    here = counts[prompts.index(prompt_tokens)]
-    fig = go.Figure(go.Scatter(x=prompts, y=counts, mode="lines", line={"shape": "hv", "color": "#1565c0"},
-                               name="max concurrent sequences",
-                               hovertemplate="prompt %{x:,} tokens: %{y:,} sequences<extra></extra>"))
-    fig.add_trace(go.Scatter(x=[prompt_tokens], y=[here], mode="markers+text", marker={"size": 11, "color": "#c62828"},
-                             text=[f"{here:,} at {prompt_tokens:,} tokens"], textposition="top right",
-                             name="this request", hoverinfo="skip"))
     top = max(max(counts), 1)
     ticks = [m * 10 ** e for e in range(len(str(top)) + 1) for m in (1, 2, 5) if m * 10 ** e <= 2 * top]
-    fig.update_yaxes(type="log", tickvals=ticks, ticktext=[f"{t:,}" for t in ticks])
-    fig.update_layout(title=f"Max concurrent sequences against prompt length (output cap {output_cap:,}, {policy})",
-                      xaxis_title="prompt tokens", yaxis_title="max concurrent sequences (log scale)",
-                      height=380, margin={"l": 10, "r": 10, "t": 40, "b": 10}, showlegend=False,
-                      template="plotly_white")
-    return fig
+    return ConcurrencyCurve(prompts, list(counts), prompt_tokens, counts[prompts.index(prompt_tokens)], output_cap,
+                            policy, ticks)
 
 
 @dataclass(frozen=True)
