@@ -1,11 +1,10 @@
-"""Charts of the record sets on screen, built once per file, format, window and unit and then reused; the others'.
+"""The dashboard's charts as Vega-Lite specs on a canvas; those of a record set built once per file, window and unit.
 
-Summary, the Percentile explorer, Compare, Token timing, the KV calculator, the Load sweep and the planner draw
-Vega-Lite specs (figures.vegalite, vegalite_tokens, vegalite_sweep, vegalite_capacity): a page that draws no plotly
-chart never makes the browser load plotly.js (4.7 MB, about 2 s to compile on a 2-core machine), and a spec is
-built in milliseconds. Charts opened on request (over time) stay plotly figures. Each builder is keyed by the
-dataset's key (file digest and format), window and unit; the table is unhashed. The charts of a sweep, a plan or
-the KV limit are built from the page's own result on each run (a few milliseconds).
+Every page draws Vega-Lite (figures.vegalite, vegalite_tokens, vegalite_summary, vegalite_sweep,
+vegalite_capacity), never plotly: a page that draws no plotly chart never makes the browser load plotly.js
+(4.7 MB, about 2 s to compile on a 2-core machine), and a spec is built in milliseconds. A record set's charts
+are keyed by the dataset's key (file digest and format), window and unit; the table is unhashed. The charts of
+a sweep, a plan or the KV limit are built from the page's own result on each run (a few milliseconds).
 """
 
 from __future__ import annotations
@@ -20,7 +19,8 @@ from pages._shared import Dataset
 from servebench.output.figures import records as record_figs
 from servebench.output.figures import sweep as sweep_figs
 from servebench.output.figures import tokens as token_figs
-from servebench.output.figures import vegalite, vegalite_capacity, vegalite_sweep, vegalite_tokens
+from servebench.output.figures import vegalite, vegalite_capacity, vegalite_summary, vegalite_sweep, vegalite_tokens
+from servebench.output.figures.over_time import over_time_bins
 from servebench.output.figures.planner import cost_curves
 from servebench.output.figures.summary import ConcurrencyCurve
 from servebench.output.figures.validate_sweep import validation_curves
@@ -102,11 +102,11 @@ def cause_chart(key: str, window_start: float, window_end: float, _by_cause: Map
 
 
 @st.cache_resource(max_entries=8, show_spinner=False)
-def over_time_chart(key: str, window_start: float, window_end: float, _table: RecordTable) -> Any:
-    """Return throughput, TTFT and latency over time (a plotly figure, built only when its panel is opened)."""
-    from servebench.output.figures.compare import over_time
-
-    return over_time(_table, window_start, window_end)
+def over_time_charts(key: str, window_start: float, window_end: float, unit: str,
+                     _table: RecordTable) -> dict[str, Spec]:
+    """Return throughput, TTFT and latency over time (``successes``, ``ttft``, ``latency``), built once opened."""
+    bins = over_time_bins(_table, window_start, window_end)
+    return {name: on_canvas(spec) for name, spec in vegalite_summary.over_time_charts(bins, unit).items()}
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)
@@ -120,6 +120,11 @@ def percentile_charts(key: str, view: str, q: float, label: str, unit: str, _ok:
     value = ok_value if view == "success-only" else fa_value
     return (on_canvas(vegalite.percentile_cdf(_ok, _fa, q, ok_value, fa_value, label)),
             on_canvas(vegalite.percentile_histogram(shown, q, value, label)))
+
+
+def rate_curve_charts(runs: Any) -> dict[str, Spec]:
+    """Return a multi-run file's throughput (``rate``) and p95 times (``times``) against each run's rate."""
+    return {name: on_canvas(spec) for name, spec in vegalite_summary.rate_curve_charts(runs).items()}
 
 
 def concurrency_chart(curve: ConcurrencyCurve) -> Spec:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from pages._figures import cause_chart, on_canvas, over_time_chart, record_charts
+from pages._figures import cause_chart, on_canvas, over_time_charts, rate_curve_charts, record_charts
 from pages._prefix_cache import show_prefix_cache
 from pages._shared import (Dataset, cached_report, guarded, records_sidebar, show_reader_warnings, site_zip, slo_inputs,
                            static_table, unit_choice)
@@ -16,7 +16,7 @@ from servebench.output.figures.summary import (cause_frame, contract_cells, dist
 from servebench.output.figures.retries import fairness_frame, logical_frame
 from servebench.output.plain import label
 from servebench.records.loaders import encode_records
-from servebench.analysis.multirun import rate_curve, runs_table
+from servebench.analysis.multirun import runs_table
 from servebench.analysis.summary import Distribution, Report
 from servebench.output.figures.vegalite import outcome_bar
 from servebench.output.safetext import safe_text
@@ -49,10 +49,10 @@ def timeline_panels(ds: Dataset, unit: str) -> None:
     if box.open:
         box.vega_lite_chart(spec=record_charts(ds.key, ds.window_start, ds.window_end, unit, ds.table)["timeline"],
                             key="timeline_fig")
-    later = st.expander("Throughput, TTFT and latency over time (warm-up, drift, bursts)", key="over_time_open",
-                        on_change="rerun")
+    later = chart_panel(st, "Throughput, TTFT and latency over time (warm-up, drift, bursts)", "over_time_open")
     if later.open:
-        later.plotly_chart(over_time_chart(ds.key, ds.window_start, ds.window_end, ds.table), key="over_time_fig")
+        for name, spec in over_time_charts(ds.key, ds.window_start, ds.window_end, unit, ds.table).items():
+            later.vega_lite_chart(spec=spec, key=f"over_time_{name}")
 
 
 @st.fragment
@@ -125,7 +125,8 @@ if int(ds.loaded.metadata.get("runs") or 1) > 1:  # several benchmarks in one ex
                      expanded=True, icon=":material/stacked_line_chart:"):
         runs = guarded(runs_table, ds.source.data, ds.source.name, ds.loaded.format)
         st.dataframe(runs, hide_index=True)
-        st.plotly_chart(rate_curve(runs), key="rate_curve")
+        for col, (name, spec) in zip(st.columns(2), rate_curve_charts(runs).items()):
+            col.vega_lite_chart(spec=spec, key=f"rate_curve_{name}")
 meta = ds.source.metadata
 if meta:
     run = meta.get("run", {})

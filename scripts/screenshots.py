@@ -5,8 +5,9 @@
 Starts `streamlit run app.py` on loopback (tests/browser.py), opens each page at 1,400 px wide, waits until
 Streamlit is idle and every chart is drawn, then makes the window as tall as the page (Streamlit scrolls its
 main area inside the window, so a full-page shot alone would stop at the window's height) and saves it.
-The Load sweep is shown after one run of its default sweep; Compare with three runs (the sample, R1-R4 and
-a GuideLLM export uploaded together); Token timing on a vLLM export, whose records carry token times.
+The Load sweep is shown after one run of its default sweep, the Capacity planner after one plan with its
+defaults; Compare with three runs (the sample, R1-R4 and a GuideLLM export uploaded together); Token timing on
+a vLLM export, whose records carry token times.
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ IDLE = """() => document.querySelector('[data-testid="stApp"]')?.dataset.testScr
 PAGE_HEIGHT = """() => { const main = document.querySelector('[data-testid="stMain"]');
   const side = document.querySelector('[data-testid="stSidebarContent"]');
   return Math.max(main ? main.scrollHeight : 0, side ? side.scrollHeight : 0); }"""
-SUMMARY_PANELS = ("Non-success causes as a chart", "Requests over the window", "CDFs of latency, TTFT and TPOT",
-                  "Downloads: the records")
+SUMMARY_PANELS = ("Non-success causes as a chart", "Requests over the window",
+                  "Throughput, TTFT and latency over time", "CDFs of latency, TTFT and TPOT", "Downloads: the records")
+RUN_BUTTONS = {"sweep": "Run the sweep", "planner": "Plan"}  # pages shown after one run with their defaults
 PAGES = (  # sidebar link -> file name, in the order the sidebar lists them (Compare and Token timing below)
     ("Summary", "summary"), ("Percentile explorer", "percentiles"), ("Diagnosis", "diagnosis"),
     ("KV calculator", "kv"), ("Load sweep", "sweep"), ("Timing run", "timing_run"),
@@ -85,8 +87,8 @@ def main() -> None:
         settle(page)
         for link, name in PAGES:
             open_page(page, link)
-            if name == "sweep":
-                page.get_by_role("button", name="Run the sweep").click()
+            if name in RUN_BUTTONS:
+                page.get_by_role("button", name=RUN_BUTTONS[name], exact=True).click()
                 page.locator('[data-testid="stVegaLiteChart"] canvas').first.wait_for()
                 settle(page)
             shoot(page, name)

@@ -51,6 +51,24 @@ def test_opens_on_summary_with_sample_loaded() -> None:
     assert not at.error
 
 
+def test_no_page_draws_a_plotly_chart() -> None:
+    """Every page, opened as a shared link opens it, draws Vega-Lite only, so no visit loads plotly.js (4.7 MB).
+
+    The charts drawn after a button (a sweep, a plan) or in Summary's panels are checked in their own tests.
+    """
+    pages = sorted(p.name for p in (REPO / "pages").glob("*.py") if not p.name.startswith("_"))
+    assert len(pages) == 11
+    with_charts = set()
+    for name in pages:
+        at = AppTest.from_file(APP, default_timeout=90)
+        at.switch_page(f"pages/{name}").run()
+        assert not at.exception, name
+        assert not at.get("plotly_chart"), name
+        if drawn_charts(at):
+            with_charts.add(name)
+    assert {"summary.py", "percentiles.py", "kv.py"} <= with_charts  # charts drawn on opening, as Vega-Lite
+
+
 def test_r1_r4_over_window_0_10_gives_0_2_successful_requests_per_second() -> None:
     at = _app()
     at.selectbox(key="records_sample").select("r1_r4.json").run()
@@ -255,6 +273,42 @@ def test_summary_downloads_are_offered_once_their_panel_is_opened() -> None:
     assert not at.exception
     names = [b.proto.label for b in at.get("download_button")]
     assert names == ["Records (CSV)", "Records (PARQUET)", "Records (JSONL)", "Report (JSON)", "Report site (ZIP)"]
+
+
+def test_summary_over_time_is_vega_lite_in_the_unit_with_the_bins_numbers() -> None:
+    from servebench.output.figures.over_time import over_time_bins
+    from servebench.records.loaders import load_table
+
+    at = _app()
+    at.segmented_control(key="unit").set_value("ms").run()
+    at.session_state["over_time_open"] = True
+    at.run()
+    assert not at.exception and not at.get("plotly_chart")
+    charts = drawn_charts(at)
+    lines = charts["Latency (ms) of the successes ending in each bin"][1]["lines"]
+    table, ws, we = load_table(REPO / "sample_data" / "requests_sample.csv")
+    bins = over_time_bins(table, ws, we)
+    p95 = lines[lines["series"] == "p95"].sort_values("x")["y"]
+    assert p95.tolist() == pytest.approx([None if v is None else 1000 * v for v in bins.percentiles_s["latency"][95]])
+    bars = charts[f"Successful requests/s (60 bins of {bins.width_s:.3g} s)"][1]["bins"]
+    assert bars["y"].tolist() == pytest.approx(bins.successes_per_s.tolist())
+
+
+def test_a_file_of_several_runs_draws_its_rate_curve_as_vega_lite() -> None:
+    import copy
+    import json
+
+    doc = json.loads((IMPORTER_DATA / "guidellm-0.8.1-errors.json").read_text())
+    second = copy.deepcopy(doc["benchmarks"][0])
+    second["config"]["strategy"]["rate"] = 8.0
+    doc["benchmarks"].append(second)
+    at = _app()
+    at.file_uploader(key="records_upload").set_value(("two.json", json.dumps(doc).encode(), "application/json")).run()
+    assert not at.exception and not at.error and not at.get("plotly_chart")
+    charts = drawn_charts(at)
+    rate = charts["Successful requests/s"][1]["lines"]
+    assert rate["x"].tolist() == [4.0, 8.0]
+    assert set(charts["p95 latency and TTFT (s)"][1]["lines"]["series"]) == {"latency p95 (s)", "TTFT p95 (s)"}
 
 
 def test_percentile_explorer_records_grid_shows_what_the_metric_is_computed_from() -> None:

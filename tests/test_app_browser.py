@@ -157,6 +157,42 @@ def test_every_page_loads_only_from_the_apps_own_origin() -> None:
     assert all(_same_origin(u, url) for u in seen), sorted({u for u in seen if not _same_origin(u, url)})
 
 
+def test_links_straight_to_kv_sweep_and_planner_never_fetch_plotly() -> None:
+    """A shared link to the KV calculator, the Load sweep (run) or the planner (planned), and Summary's over-time
+    panel opened: every chart is Vega-Lite, so the browser never fetches plotly.js (about 2 s of a first load here)."""
+    require_chromium()
+    with streamlit_server() as url, browser_page(viewport=(1400, 1600)) as page:
+        page.set_default_timeout(TIMEOUT_MS)
+        fetched: list[str] = []
+        page.context.on("request", lambda r: "plotly" in r.url.lower() and fetched.append(r.url))
+
+        def visit(path: str, heading: str, button: str | None, charts: int) -> None:
+            page.goto(f"{url}/{path}", wait_until="domcontentloaded")
+            page.get_by_role("heading", name=heading).first.wait_for()
+            _wait_idle(page)
+            if button is not None:
+                page.get_by_role("button", name=button, exact=True).click()
+            page.locator(VEGA_DRAWN).nth(charts - 1).wait_for()
+            _wait_idle(page)
+            assert page.locator('[data-testid="stException"]').count() == 0, path
+            assert page.locator('[data-testid="stPlotlyChart"]').count() == 0, path
+            assert not page.evaluate(PLOTLY_FETCHED), path
+
+        visit("kv", "KV calculator", None, 1)
+        assert _metric(page, "Max concurrent sequences") == "8"
+        visit("sweep", "Load sweep", "Run the sweep", 5)  # latency, TTFT, outcomes, the engine over time (two)
+        screenshot(page, "sweep_vega_lite")
+        visit("planner", "Capacity planner", "Plan", 1)
+        page.goto(url, wait_until="domcontentloaded")
+        page.get_by_role("heading", name="Summary").first.wait_for()
+        _wait_idle(page)
+        page.get_by_text("Throughput, TTFT and latency over time").first.click()
+        page.locator(VEGA_DRAWN).nth(3).wait_for()  # the outcome bar, then successes/s, TTFT and latency by bin
+        _wait_idle(page)
+        assert not page.evaluate(PLOTLY_FETCHED)
+    assert not fetched, fetched
+
+
 def test_several_files_uploaded_at_once_are_compared() -> None:
     require_chromium()
     with streamlit_server() as url, browser_page(viewport=(1400, 2400)) as page:

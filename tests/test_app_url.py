@@ -94,12 +94,15 @@ def test_summary_draws_its_charts_only_in_the_panels_opened() -> None:
     assert drawn == {"Every request by outcome (4 offered)"} and not at.get("plotly_chart")
     panels = {"causes_chart_open": {"Non-success causes"},
               "timeline_open": {"Requests over the window"},
-              "cdfs_open": {"Latency", "TTFT", "Request TPOT"}}  # R1-R4 has no `admitted`: no stage chart
+              "cdfs_open": {"Latency", "TTFT", "Request TPOT"},  # R1-R4 has no `admitted`: no stage chart
+              "over_time_open": {"Successful requests/s (60 bins of 0.167 s)", "TTFT (s) of the successes ending "
+                                 "in each bin", "Latency (s) of the successes ending in each bin"}}
     for key, titles in panels.items():
         at.session_state[key] = True
         at.run()
         assert not at.exception
         drawn |= titles
         assert set(_vega_specs(at)) == drawn, key
+        assert not at.get("plotly_chart"), key
     # drawn on a canvas: as SVG, the browser's layout and paint of the CDFs' lines were most of opening the panel
     assert {s["usermeta"]["embedOptions"]["renderer"] for s in _vega_specs(at).values()} == {"canvas"}

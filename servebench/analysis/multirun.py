@@ -1,10 +1,8 @@
-"""Exports with several runs (GuideLLM benchmarks at several rates): one row per run and a rate curve."""
+"""Exports with several runs (GuideLLM benchmarks at several rates): one row per run, its rate, counts and p95s."""
 
 from __future__ import annotations
 
 import pandas as pd
-import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 from servebench.records.importers import ImportOptions, import_runs
 from servebench.records.loaders import LoadedRecords
@@ -41,17 +39,3 @@ def runs_table(data: bytes, name: str, fmt: str = "auto", options: ImportOptions
             "TPOT p95 (s)": s["success_request_tpot_p95_s"],
         })
     return pd.DataFrame(rows)
-
-
-def rate_curve(frame: pd.DataFrame) -> go.Figure:
-    """Return throughput and p95 latency / TTFT against each run's rate (or its index when it has none)."""
-    x = frame["rate (req/s)"] if frame["rate (req/s)"].notna().all() else frame.index
-    title = "offered rate (req/s)" if x is not frame.index else "run"
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("Successful requests/s", "p95 latency and TTFT (s)"))
-    fig.add_trace(go.Scatter(x=x, y=frame["successful req/s"], mode="lines+markers", name="successful req/s"), 1, 1)
-    for col in ("latency p95 (s)", "TTFT p95 (s)"):
-        fig.add_trace(go.Scatter(x=x, y=frame[col], mode="lines+markers", name=col), 1, 2)
-    fig.update_xaxes(title_text=title)
-    fig.update_layout(height=360, margin=dict(l=50, r=10, t=50, b=40),
-                      legend=dict(orientation="h", yanchor="top", y=-0.25, x=0))
-    return fig
