@@ -209,10 +209,11 @@ def stage_chart(means: StageMeans, unit: str = "s") -> Spec:
     }
 
 
-def outcome_bar(by_status: Mapping[str, int], labels: Mapping[str, str], height: int = 56) -> Spec:
+def outcome_bar(by_status: Mapping[str, int], labels: Mapping[str, str], height: int = 210) -> Spec:
     """Return one bar of every request split by status, in ``STATUSES`` order, so the parts add up to offered.
 
-    ``labels``: each status's word as the page shows it (Completed, Timed out...).
+    ``labels``: each status's word as the page shows it (Completed, Timed out...). ``height`` is the whole chart's:
+    in Streamlit's theme its title, axis and legend take about 175 px of it, so 56 drew a bar 0 px high.
     """
     offered = sum(by_status.values())
     names = [name for name in STATUS_COLORS if by_status.get(name, 0)]
@@ -228,7 +229,7 @@ def outcome_bar(by_status: Mapping[str, int], labels: Mapping[str, str], height:
         "datasets": {"outcomes": frame}, "data": {"name": "outcomes"},
         "mark": {"type": "bar"},
         "encoding": {"x": {"field": "requests", "type": "quantitative", "stack": "zero", "title": None,
-                           "scale": {"domain": [0, max(offered, 1)]}, "axis": {"format": ","}},
+                           "scale": {"domain": [0, max(offered, 1)]}, "axis": {"format": ",d"}},
                      "color": color, "order": {"field": "order"},
                      "tooltip": [{"field": "outcome"}, {"field": "requests", "format": ","},
                                  {"field": "share", "format": ".1%"}]},
