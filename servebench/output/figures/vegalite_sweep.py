@@ -94,7 +94,7 @@ def outcomes_chart(d: OutcomeRates, height: int = 360) -> Spec:
 
 
 def trace_charts(s: TraceSeries, kv_budget_tokens: int | None = None, title: str = "Engine over time",
-                 height: int = 300) -> dict[str, Spec]:
+                 height: int = 340) -> dict[str, Spec]:
     """Return the engine over time, keyed 'sequences' (running, waiting) and 'kv' (taken, computed, the budget).
 
     Step lines of at most the rows ``trace_series`` kept, with no point or tooltip per row.
