@@ -52,3 +52,28 @@ def test_values_at_float64s_ends_are_still_exact():
 def test_an_infinite_value_is_refused():
     with pytest.raises(ValueError, match="infinity or NaN"):
         exact_total(np.array([1.0, math.inf]))
+
+
+positive = arrays(np.float64, st.integers(1, 300),
+                  elements=st.one_of(st.floats(min_value=0.0, max_value=1e300, allow_subnormal=True),
+                                     st.floats(min_value=1e-6, max_value=1e3)))  # report times, and float64's ends
+
+
+@settings(max_examples=300, deadline=None)
+@given(positive)
+def test_positive_values_take_fewer_passes_to_the_same_exact_sum(values):
+    from servebench.analysis.exact_sum import _any_total, _levels_of_positive, _positive_total
+    exact = sum((Fraction(v) for v in values.tolist()), Fraction(0))
+    assert exact_total(values) == exact
+    levels = _levels_of_positive(values)
+    if levels is not None:  # every value normal or zero, some above zero: the levels are known without a search
+        assert _positive_total(values, *levels) == exact == _any_total(values)
+
+
+def test_report_times_take_the_fast_path_past_one_block():
+    from servebench.analysis.exact_sum import _levels_of_positive
+    rng = np.random.default_rng(20)
+    values = np.concatenate([rng.lognormal(-2, 2, 600_000), np.zeros(1000)])  # zeros: no queue wait
+    assert _levels_of_positive(values[:2**18]) is not None
+    assert float(exact_total(values)) == math.fsum(values.tolist())
+    assert exact_total(values) == exact_total(values[::-1].copy())
