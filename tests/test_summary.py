@@ -325,7 +325,8 @@ def rich_record(draw):
         rec["error"] = draw(st.sampled_from(["timeout", "HTTP 500", "", "unspecified"]))
     rec["request_id"] = draw(st.sampled_from(["r1", "r2", "r3", None]) | st.uuids().map(str))
     rec["slice"] = draw(st.sampled_from(["chat", "batch", None]))
-    rec["prompt_tokens"] = draw(st.integers(0, 100))
+    if draw(st.integers(0, 3)):  # absent now and then: the report adds up the counts present
+        rec["prompt_tokens"] = draw(st.integers(0, 100))
     return rec
 
 
@@ -356,6 +357,8 @@ def test_report_and_every_slice_agree_with_a_per_record_loop(records):
         if whole:
             assert ours.duplicate_request_ids == ref["duplicates"]
         assert (ours.total_output_tokens, ours.successful_output_tokens) == ref["tokens"]
+        prompts = [r["prompt_tokens"] for r in subset if r["prompt_tokens"] is not None]
+        assert ours.total_prompt_tokens == (sum(prompts) if prompts else None)
         assert (ours.slo.good_requests, round(ours.slo.goodput_output_tokens_per_second * 10)) == ref["slo"]
         assert ours.active_requests.peak == ref["active"][0]
         assert ours.active_requests.time_at_peak_s == pytest.approx(ref["active"][1])

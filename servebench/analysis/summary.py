@@ -446,6 +446,7 @@ class _Rows:
         self._columns = columns
         self._index = index
         self._taken: dict[str, np.ndarray] = {}
+        self._picked: tuple[np.ndarray, np.ndarray] | None = None  # the last mask picked by, and its table rows
 
     @classmethod
     def of(cls, table: RecordTable, error_code: np.ndarray) -> _Rows:
@@ -468,10 +469,27 @@ class _Rows:
         return self._taken[name]
 
     def pick(self, name: str, mask: np.ndarray) -> np.ndarray:
-        """Return the column's values at the rows ``mask`` selects (a mask over these rows)."""
+        """Return the column's values at the rows ``mask`` selects (a mask over these rows, left unchanged after).
+
+        The table rows of the last mask are kept, so the successes' columns are picked by one index.
+        """
         if name in self._taken or self._index is None:
             return getattr(self, name)[mask]
-        return self._at(name, self._index[mask])
+        if self._picked is None or self._picked[0] is not mask:  # the successes' times share one mask
+            self._picked = (mask, self._index[mask])
+        return self._at(name, self._picked[1])
+
+    def fresh(self, name: str) -> np.ndarray:
+        """Return the column's values at these rows as a new array the caller may reorder.
+
+        A slice's rows not yet taken are gathered straight into it (and not kept), so the array
+        is not gathered and then copied. An absent column stays its read-only marker.
+        """
+        if self._columns[name].strides == (0,):
+            return self._at(name, self._index)
+        if name in self._taken or self._index is None:
+            return getattr(self, name).copy()
+        return self._at(name, self._index)
 
     def _at(self, name: str, index: np.ndarray | None) -> np.ndarray:
         base = self._columns[name]
@@ -521,6 +539,15 @@ def _slo_of(slo: SLO, good_requests: int, good_tokens: int, requests: int, windo
     return SLOResult(slo=slo, good_requests=good_requests, attainment=good_requests / requests,
                      goodput_requests_per_second=good_requests / window_s,
                      goodput_output_tokens_per_second=good_tokens / window_s)
+
+
+def _present_sum(counts: np.ndarray) -> int | None:
+    """Return the exact sum of the token counts present (an absent count is -1), None when none is.
+
+    Each absent count took 1 from the whole column's sum, so nothing is copied.
+    """
+    absent = int(np.count_nonzero(counts < 0))
+    return None if absent == counts.size else token_sum(counts) + absent
 
 
 def _positive(counts: np.ndarray) -> np.ndarray:
@@ -802,13 +829,14 @@ def _report(rows: _Rows, *, source: str | None, window_start: float, window_end:
     success_tokens = token_sum(out_ok)  # a success has at least one output token
     total_tokens = success_tokens + (0 if every else token_sum(_positive(out[~ok])))
     prompt = rows.prompt_tokens
-    adm_all = np.isfinite(rows.admitted)
+    admitted = rows.fresh("admitted")
+    adm_all = np.isfinite(admitted)
     in_service = None
-    end = rows.end.copy()
+    end = rows.fresh("end")
     if adm_all.any():
-        admitted = rows.admitted[adm_all]
-        _sort_each([admitted, end], two_at_once)
         unadmitted = n - int(np.count_nonzero(adm_all))
+        _sort_each([admitted, end], two_at_once)
+        admitted = admitted[:n - unadmitted]  # an absent admission is NaN, and NaNs sort last
         # the admitted records' ends are the sorted ends less the few never admitted: no second sort
         admitted_end = (sorted_without(end, rows.pick("end", ~adm_all)) if unadmitted * 4 <= n
                         else np.sort(rows.pick("end", adm_all)))
@@ -831,7 +859,7 @@ def _report(rows: _Rows, *, source: str | None, window_start: float, window_end:
         prefill_s=prefill,
         token_fields=token_fields, slo=slo_result, total_output_tokens=total_tokens,
         successful_output_tokens=success_tokens,
-        total_prompt_tokens=token_sum(prompt[prompt >= 0]) if (prompt >= 0).any() else None,
+        total_prompt_tokens=_present_sum(prompt),
         active_requests=active, in_service=in_service,
         records_without_request_id=int(np.count_nonzero(rows.missing_request_id)),
         prefix_cache=_prefix_cache(rows, ok))
