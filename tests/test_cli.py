@@ -94,3 +94,17 @@ def test_an_slo_that_is_not_a_positive_time_is_a_usage_error(command, option, va
     assert f"Invalid value for '{option}'" in res.stderr and "positive number of seconds" in res.stderr
     assert "Traceback" not in res.stderr and "pydantic" not in res.stderr
     assert not (tmp_path / "unused-site").exists()
+
+
+def test_a_summary_from_the_command_line_imports_no_heavy_module_it_does_not_use():
+    """scipy's signal, stats and optimize (the step model's fits), torch, plotly and the servers cost a second
+    and more of every command's start; summarize needs none of them."""
+    heavy = ("scipy.signal", "scipy.stats", "scipy.optimize", "torch", "plotly", "fastapi", "httpx", "streamlit")
+    code = ("import sys, servebench.cli.core\n"
+            f"try:\n    servebench.cli.core.main(['summarize', {str(SAMPLE_DATA / 'requests_sample.csv')!r}, '--json'])\n"
+            "except SystemExit:\n    pass\n"
+            f"print(sorted(m for m in {heavy!r} if m in sys.modules), file=sys.stderr)")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert '"requests": 3000' in res.stdout
+    assert res.stderr.strip().splitlines()[-1] == "[]"

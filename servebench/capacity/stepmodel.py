@@ -49,10 +49,7 @@ from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-from scipy.optimize import nnls
-from scipy.signal import lfilter
 from scipy.special import ndtr, ndtri
-from scipy.stats import rankdata
 
 from servebench.errors import ConfigError, InputFormatError
 from servebench.records.steps import LANES, NAMES, StepTrace, as_trace
@@ -319,6 +316,8 @@ class StepNoise:
         count = max(self.CHUNK, need - left.size)
         e = self.rng.standard_normal(count)
         if self.rho > 0:  # z[t] = rho z[t-1] + sqrt(1 - rho^2) e[t], continuing from the last z
+            from scipy.signal import lfilter  # here, not at the top: scipy.signal takes 0.4 s to import
+
             z, _ = lfilter([math.sqrt(1 - self.rho ** 2)], [1.0, -self.rho], e, zi=[self.rho * self._z])
         else:
             z = e
@@ -452,6 +451,8 @@ def normal_scores(values: np.ndarray, kinds: np.ndarray | None = None) -> np.nda
     >>> normal_scores(np.array([5.0, 1.0, 3.0])).round(3).tolist()
     [0.967, -0.967, 0.0]
     """
+    from scipy.stats import rankdata  # here, not at the top: scipy.stats takes 0.3 s to import
+
     v = np.asarray(values, dtype=np.float64)
     groups = np.zeros(v.size, dtype=np.int64) if kinds is None else np.unique(kinds, return_inverse=True)[1]
     out = np.empty(v.size)
@@ -715,6 +716,8 @@ def _fit(x: np.ndarray, y: np.ndarray, steps: np.ndarray, method: FitMethod,
     """
     scale = np.maximum(np.abs(x).max(axis=0), 1e-300)
     xs = x / scale
+
+    from scipy.optimize import nnls  # here, not at the top: every importer of servebench.capacity would pay for it
 
     def solve(weights: np.ndarray) -> np.ndarray:
         w = np.sqrt(weights)
