@@ -192,11 +192,12 @@ def case_sweep(start: np.ndarray, end: np.ndarray) -> int:
 
 
 def case_report(path: Path) -> None:
-    """The report as ``servebench summarize`` makes it: with the CLI's malloc setting (servebench.cli.allocator)."""
-    from servebench.cli.allocator import reuse_freed_memory
+    """The report as ``servebench summarize`` makes it: with the CLI's memory settings (servebench.cli.allocator)."""
+    from servebench.cli.allocator import no_huge_pages, reuse_freed_memory
     from servebench.records.loaders import load_table
     from servebench.analysis.summary import SLO, build_report
     reuse_freed_memory()
+    no_huge_pages()
     table, ws, we = load_table(path)
     build_report(table, ws, we, SLO(ttft_s=1.0, tpot_s=0.05))
 

@@ -38,3 +38,35 @@ def test_freed_large_arrays_are_reused_only_after_the_setting() -> None:
     assert max(again) <= first // 4  # the heap hands back the pages it already has
     plain_first, *plain_again = _faults("plain")
     assert min(plain_again) > plain_first // 4  # by default each array is a fresh mapping, faulted anew
+
+
+HUGE_PROBE = """
+import sys
+import numpy as np
+if sys.argv[1] == "small":
+    from servebench.cli.allocator import no_huge_pages
+    assert no_huge_pages()
+a = np.ones(64_000_000)  # 512 MB, touched: numpy asks for huge pages on an array this large
+rollup = open("/proc/self/smaps_rollup").read().split("\\n")
+print(next(int(line.split()[1]) for line in rollup if line.startswith("AnonHugePages:")))
+"""
+
+
+def _huge_kib(mode: str) -> int:
+    out = subprocess.run([sys.executable, "-c", HUGE_PROBE, mode], capture_output=True, text=True, check=True, timeout=120)
+    return int(out.stdout.strip())
+
+
+def _thp_mode() -> str:
+    try:
+        text = open("/sys/kernel/mm/transparent_hugepage/enabled").read()
+    except OSError:
+        return "absent"
+    return text[text.index("[") + 1:text.index("]")]
+
+
+@pytest.mark.skipif(_thp_mode() not in ("always", "madvise"), reason="this kernel gives no transparent huge pages")
+def test_after_the_setting_a_large_array_is_faulted_in_small_pages() -> None:
+    if _huge_kib("default") == 0:  # numpy asks for huge pages; the kernel gives them only while it has some free
+        pytest.skip("the kernel had no free huge page to give: nothing to turn off")
+    assert _huge_kib("small") == 0

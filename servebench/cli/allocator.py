@@ -1,10 +1,17 @@
-"""Keep freed large arrays in the process for reuse, so a big report does not zero fresh pages again and again.
+"""Memory settings of the CLI: keep freed large arrays for reuse, and fault memory in small pages, not huge ones.
 
 glibc's malloc serves every block above 32 MB (an array of 4M floats) with a new ``mmap`` and unmaps it
 when freed, so each temporary column of a 10M-record report costs the kernel a page fault and a zeroing
 per page; on a virtual machine that is half the report's CPU time (``benchmarks/summary.py``, system
 time). The CLI is a short-lived process, so it asks malloc to take large blocks from its heap and keep
 what is freed. The dashboard, a long-lived server, does not.
+
+numpy asks for transparent huge pages on every large array (``madvise(MADV_HUGEPAGE)``); on this 2-core
+virtual machine a huge page's first fault cost several times the same memory in small pages: a whole
+``servebench summarize`` of 10M records spent 2.6-5.1 s of system time faulting in 2.3 GB of huge pages,
+and 1.5-1.6 s with them off for the process (DuckDB's query, which takes none, 0.9-1.3 s), for the same
+user time. A report touches each new array once or twice, too few times for the fewer TLB misses of a
+huge page to pay for it.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import ctypes
 import ctypes.util
 import platform
 
+_PR_SET_THP_DISABLE = 41  # prctl(2): no transparent huge pages for this process (and its children)
 _M_TRIM_THRESHOLD = -1  # glibc's mallopt parameters (malloc.h)
 _M_MMAP_MAX = -4
 # freed heap kept for reuse: enough for a 10M-record report's temporaries; more only raises the peak
@@ -35,3 +43,19 @@ def reuse_freed_memory() -> bool:
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
     return bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD_BYTES))
+
+
+def no_huge_pages() -> bool:
+    """Ask Linux to fault this process's memory in small pages, whatever ``madvise`` asks; return True if it agreed.
+
+    Does nothing off Linux or where libc cannot be loaded. Children started afterwards inherit it.
+    """
+    if platform.system() != "Linux":
+        return False
+    try:
+        prctl = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").prctl
+    except (OSError, AttributeError):
+        return False
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    return prctl(_PR_SET_THP_DISABLE, 1, 0, 0, 0) == 0

@@ -12,7 +12,7 @@ from typing import Any, Optional
 import typer
 from rich.console import Console
 
-from servebench.cli.allocator import reuse_freed_memory
+from servebench.cli.allocator import no_huge_pages, reuse_freed_memory
 from servebench.errors import ServebenchError
 from servebench.output.safetext import safe_text
 
@@ -145,6 +145,7 @@ def main(argv: list[str] | None = None) -> None:
     Click's standalone mode handles usage errors (exit 2), Ctrl-C and typer.Exit codes itself.
     """
     reuse_freed_memory()
+    no_huge_pages()
     try:
         app(args=argv, prog_name="servebench")
     except ServebenchError as exc:
