@@ -9,7 +9,7 @@ what is freed. The dashboard, a long-lived server, does not.
 numpy asks for transparent huge pages on every large array (``madvise(MADV_HUGEPAGE)``); on this 2-core
 virtual machine a huge page's first fault cost several times the same memory in small pages: a whole
 ``servebench summarize`` of 10M records spent 2.6-5.1 s of system time faulting in 2.3 GB of huge pages,
-and 1.5-1.6 s with them off for the process (DuckDB's query, which takes none, 0.9-1.3 s), for the same
+and 1.5-1.7 s with them off for the process (DuckDB's query, which takes none, 0.9-1.3 s), for the same
 user time. A report touches each new array once or twice, too few times for the fewer TLB misses of a
 huge page to pay for it.
 """
@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import platform
+from typing import Any
 
 _PR_SET_THP_DISABLE = 41  # prctl(2): no transparent huge pages for this process (and its children)
 _M_TRIM_THRESHOLD = -1  # glibc's mallopt parameters (malloc.h)
@@ -33,12 +34,7 @@ def reuse_freed_memory() -> bool:
 
     Does nothing on other C libraries (musl, macOS) or where libc cannot be loaded.
     """
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
-        return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc" or (mallopt := _libc("mallopt")) is None:
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
@@ -50,12 +46,16 @@ def no_huge_pages() -> bool:
 
     Does nothing off Linux or where libc cannot be loaded. Children started afterwards inherit it.
     """
-    if platform.system() != "Linux":
-        return False
-    try:
-        prctl = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").prctl
-    except (OSError, AttributeError):
+    if platform.system() != "Linux" or (prctl := _libc("prctl")) is None:
         return False
     prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
     prctl.restype = ctypes.c_int
     return prctl(_PR_SET_THP_DISABLE, 1, 0, 0, 0) == 0
+
+
+def _libc(function: str) -> Any:
+    """Return one of the C library's functions, or None where libc cannot be loaded or lacks it."""
+    try:
+        return getattr(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6"), function)
+    except (OSError, AttributeError):
+        return None
