@@ -67,3 +67,11 @@ def test_sweep_tables_keep_every_column_once_each_led_by_the_load(saturated) -> 
     assert sorted(shown) == sorted(whole.columns[1:]) and len(shown) == len(set(shown))
     for _, frame in parts:
         assert frame.equals(whole[frame.columns])
+
+
+def test_a_scenario_name_is_shown_in_the_plotly_titles_not_applied_as_markup(saturated) -> None:
+    named = saturated.model_copy(update={"scenario": '<a href="javascript:alert(1)">x</a>'})
+    titles = [sf.latency_vs_load(named).layout.title.text, sf.outcomes_vs_load(named).layout.title.text,
+              sf.trace_over_time({"start_s": [0.0, 1.0], "running": [1, 2], "waiting": [0, 1],
+                                  "kv_tokens_used": [10, 20]}, title=f"{named.scenario}: engine over time").layout.title.text]
+    assert all(t.startswith("&lt;a href=\"javascript:alert(1)\"&gt;x&lt;/a&gt;: ") for t in titles), titles

@@ -18,6 +18,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from servebench.errors import ConfigError
+from servebench.output.figures.records import plot_label
 from servebench.output.plain import fmt, fmt_share
 from servebench.records.steps import StepTrace, parse_columns
 from servebench.serving.sweep import SweepResult
@@ -232,7 +233,7 @@ def latency_vs_load(result: SweepResult) -> go.Figure:
     draw_marks(fig, d.marks, rows=((1, 1), (2, 1)))
     fig.update_yaxes(title_text="seconds", rangemode="tozero")
     fig.update_xaxes(title_text=d.load_title, row=2, col=1)
-    fig.update_layout(title=f"{d.scenario}: latency and TTFT against offered load", height=620,
+    fig.update_layout(title=f"{plot_label(d.scenario)}: latency and TTFT against offered load", height=620,
                       hovermode="x unified")
     return fig
 
@@ -289,7 +290,7 @@ def outcomes_vs_load(result: SweepResult) -> go.Figure:
         fig.add_trace(go.Scatter(x=d.loads, y=line.y, mode="lines+markers", name=line.name,
                                  line={"color": line.color, "dash": line.dash}))
     draw_marks(fig, d.marks)
-    fig.update_layout(title=d.title, xaxis_title=d.load_title, yaxis_title="requests per second",
+    fig.update_layout(title=plot_label(d.title), xaxis_title=d.load_title, yaxis_title="requests per second",
                       yaxis_rangemode="tozero", hovermode="x unified")
     return fig
 
@@ -351,7 +352,7 @@ def trace_over_time(trace: StepTrace | Mapping[str, Any], kv_budget_tokens: int 
                       annotation_text=f"budget {kv_budget_tokens:,}", annotation_position="bottom right")
     fig.update_yaxes(rangemode="tozero")
     fig.update_xaxes(title_text="time (s)", row=2, col=1)
-    fig.update_layout(title=title, height=560, hovermode="x unified")
+    fig.update_layout(title=plot_label(title), height=560, hovermode="x unified")
     return fig
 
 
