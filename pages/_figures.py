@@ -85,6 +85,11 @@ def prefill_charts(chunked: PrefillSide, whole: PrefillSide) -> dict[str, Spec]:
     return charts
 
 
+def each_on_canvas(specs: Mapping[str, Spec]) -> dict[str, Spec]:
+    """Return each of a figure's charts (keyed by name) drawn on a canvas (``on_canvas``)."""
+    return {name: on_canvas(spec) for name, spec in specs.items()}
+
+
 def on_canvas(spec: Spec) -> Spec:
     """Return ``spec`` drawn on a canvas (vega-embed reads ``usermeta.embedOptions``), not as SVG.
 
@@ -106,7 +111,7 @@ def over_time_charts(key: str, window_start: float, window_end: float, unit: str
                      _table: RecordTable) -> dict[str, Spec]:
     """Return throughput, TTFT and latency over time (``successes``, ``ttft``, ``latency``), built once opened."""
     bins = over_time_bins(_table, window_start, window_end)
-    return {name: on_canvas(spec) for name, spec in vegalite_summary.over_time_charts(bins, unit).items()}
+    return each_on_canvas(vegalite_summary.over_time_charts(bins, unit))
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)
@@ -124,7 +129,7 @@ def percentile_charts(key: str, view: str, q: float, label: str, unit: str, _ok:
 
 def rate_curve_charts(runs: Any) -> dict[str, Spec]:
     """Return a multi-run file's throughput (``rate``) and p95 times (``times``) against each run's rate."""
-    return {name: on_canvas(spec) for name, spec in vegalite_summary.rate_curve_charts(runs).items()}
+    return each_on_canvas(vegalite_summary.rate_curve_charts(runs))
 
 
 def concurrency_chart(curve: ConcurrencyCurve) -> Spec:
@@ -141,21 +146,21 @@ def sweep_charts(result: SweepResult) -> dict[str, Spec]:
     """Return a sweep's latency and TTFT against load (``latency``, ``ttft``) and its outcomes (``outcomes``)."""
     charts = vegalite_sweep.latency_charts(sweep_figs.latency_by_load(result))
     charts["outcomes"] = vegalite_sweep.outcomes_chart(sweep_figs.outcome_rates(result))
-    return {name: on_canvas(spec) for name, spec in charts.items()}
+    return each_on_canvas(charts)
 
 
 def trace_charts(trace: StepTrace, kv_budget_tokens: int | None, title: str) -> dict[str, Spec]:
     """Return a step trace's running and waiting (``sequences``) and KV tokens (``kv``) over time, thinned."""
     series = sweep_figs.trace_series(trace, max_points=vegalite.TIMELINE_POINTS)
     charts = vegalite_sweep.trace_charts(series, kv_budget_tokens, title)
-    return {name: on_canvas(spec) for name, spec in charts.items()}
+    return each_on_canvas(charts)
 
 
 def overlay_charts(series: list[sweep_figs.SweepSeries], mode: str) -> dict[str, Spec]:
     """Return several sweeps' p95 TTFT, p95 latency and goodput against load (``ttft``, ``latency``, ``rate``)."""
-    return {name: on_canvas(spec) for name, spec in vegalite_sweep.overlay_charts(series, mode).items()}
+    return each_on_canvas(vegalite_sweep.overlay_charts(series, mode))
 
 
 def validation_charts(doc: Mapping[str, Any]) -> dict[str, Spec]:
     """Return a validate-sweep result's measured and simulated curves, a chart per metric, both knees marked."""
-    return {name: on_canvas(spec) for name, spec in vegalite_sweep.validation_charts(validation_curves(doc)).items()}
+    return each_on_canvas(vegalite_sweep.validation_charts(validation_curves(doc)))
