@@ -1,5 +1,6 @@
 """Bitmap unpacking agrees with pyarrow value by value, for chunked and sliced arrays."""
 
+import numpy as np
 import pyarrow as pa
 from hypothesis import given, settings, strategies as st
 
@@ -20,3 +21,14 @@ def test_masks_match_pyarrow_for_chunked_and_sliced_arrays(chunks, cut, null_as)
 
 def test_null_type_is_all_null():
     assert null_mask(pa.nulls(3)).tolist() == [True, True, True]
+
+
+def test_a_column_without_nulls_has_a_null_mask_that_takes_no_memory():
+    """np.zeros' untouched pages, once read, cost a second fault when reused (servebench.records.arrow_masks)."""
+    n = 2_000_000
+    mask = null_mask(pa.chunked_array([pa.array(np.arange(n))]))
+    assert mask.shape == (n,) and not mask.any()
+    assert not mask.flags.writeable  # a caller that writes to it fails at once, not silently
+    assert mask.strides == (0,)  # one byte, seen n times
+    both = null_mask(pa.chunked_array([pa.array([1, 2]), pa.array([None, 3])]))
+    assert both.tolist() == [False, False, True, False] and both.flags.writeable  # joined chunks are a new array

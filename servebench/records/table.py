@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, model_validator
 
-from servebench.records.arrow_masks import bool_values, null_mask
+from servebench.records.arrow_masks import all_false, bool_values, null_mask
 from servebench.errors import InputFormatError, RecordValidationError
 from servebench.records.textcolumns import blank_mask, categorical, category_codes, take as take_rows, text_array, to_objects
 from servebench.records import token_times as tt
@@ -444,7 +444,7 @@ def _arrow_column(arr: pa.ChunkedArray, name: str, optional_nan_is_missing: bool
             bad = present.copy()
             nums = pa.nulls(n, pa.int64())
         else:
-            bad = np.zeros(n, dtype=bool)
+            bad = all_false(n)
             if is_int_field and typ in (pa.int64(), pa.uint64()):  # uint64 max does not fit; 10**18 is too large
                 too_big = pc.greater_equal(arr, pa.scalar(INT_LIMIT, typ))
                 if typ == pa.int64():
@@ -464,7 +464,7 @@ def _arrow_column(arr: pa.ChunkedArray, name: str, optional_nan_is_missing: bool
             vals = np.where(bad, absent, vals)
         return Column(vals, present, bad, raw)
     # text fields stay in Arrow, null where absent (RecordTable.from_columns encodes them)
-    bad = np.zeros(n, dtype=bool)
+    bad = all_false(n)
     if is_text or (name == "request_id" and pa.types.is_integer(typ)):
         text = text_array(arr)
         if not present.all():
@@ -488,10 +488,10 @@ def _arrow_category(arr: pa.ChunkedArray, name: str, raw: Callable[[int], Any]) 
         lookup = np.array([_STATUS_CODE.get(v, -1) if isinstance(v, str) else -1 for v in dictionary.to_pylist()]
                           + [-1], dtype=np.int8)
         idx = indices.fill_null(len(dictionary)) if indices.null_count else indices  # null picks the trailing -1
-        return Column(lookup[idx.to_numpy(zero_copy_only=False)], ~null, np.zeros(n, dtype=bool), raw)
+        return Column(lookup[idx.to_numpy(zero_copy_only=False)], ~null, all_false(n), raw)
     if not is_text:
         return Column(pa.nulls(n, pa.string()), ~null, ~null, raw)
-    return Column(combined, ~null, np.zeros(n, dtype=bool), raw)
+    return Column(combined, ~null, all_false(n), raw)
 
 
 def parse_arrow(table: pa.Table, source: str | None = None) -> ParsedRows:
@@ -525,12 +525,12 @@ def parse_arrow(table: pa.Table, source: str | None = None) -> ParsedRows:
             empty_vals = (np.broadcast_to(np.float64(np.nan), n) if name in FLOAT_FIELDS else
                           np.broadcast_to(np.int64(-1), n) if name in INT_FIELDS else
                           np.broadcast_to(np.int8(-1), n) if name == "status" else pa.nulls(n, pa.string()))
-            columns[name] = Column(empty_vals, np.zeros(n, dtype=bool), np.zeros(n, dtype=bool), raw=lambda i: None)
+            columns[name] = Column(empty_vals, all_false(n), all_false(n), raw=lambda i: None)
     notes: tuple[str, ...] = ()
     ids = columns["request_id"]
     if "request_id" in names and pa.types.is_integer(table.column(names["request_id"]).type) and ids.present.any():
         notes = (int_ids_note(int(ids.present.sum()), int(np.argmax(ids.present))),)
-    return ParsedRows(n, columns, np.zeros(n, dtype=bool), source, MappingProxyType(extra) if extra else NO_EXTRA,
+    return ParsedRows(n, columns, all_false(n), source, MappingProxyType(extra) if extra else NO_EXTRA,
                       notes=notes, lists=MappingProxyType(lists) if lists else NO_EXTRA)
 
 
