@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import json
+import os
 import subprocess
 import sys
 
@@ -94,6 +96,24 @@ def test_an_slo_that_is_not_a_positive_time_is_a_usage_error(command, option, va
     assert f"Invalid value for '{option}'" in res.stderr and "positive number of seconds" in res.stderr
     assert "Traceback" not in res.stderr and "pydantic" not in res.stderr
     assert not (tmp_path / "unused-site").exists()
+
+
+def test_importing_servebench_loads_no_numpy_and_the_cli_asks_openblas_for_no_threads():
+    """The CLI's OpenBLAS setting only works if numpy starts after it: ``import servebench`` must not start it."""
+    code = ("import os, sys, servebench\n"
+            "print('numpy' in sys.modules)\n"
+            "import servebench.cli\n"
+            "import numpy\n"
+            "print(os.environ.get('OPENBLAS_NUM_THREADS'), servebench.build_report.__name__, 'build_report' in dir(servebench))")
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["False", "1", "build_report", "True"]
+    mine = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=env | {"OPENBLAS_NUM_THREADS": "2"})
+    assert mine.stdout.split()[1] == "2"  # a user's own setting is kept
+    with pytest.raises(AttributeError, match="no attribute 'nonesuch'"):
+        getattr(importlib.import_module("servebench"), "nonesuch")
 
 
 def test_a_summary_from_the_command_line_imports_no_heavy_module_it_does_not_use():
