@@ -74,9 +74,10 @@ def _blank_chunk(chunk: pa.Array) -> np.ndarray:
     blank = (offsets[1:] == offsets[:-1]) | null_mask(chunk)
     if blank.all():
         return blank
-    rows = np.flatnonzero(~blank)
-    first_bytes = data[offsets[:-1][rows]]
-    rows = rows[_MAY_START_SPACE[first_bytes]]
+    # every row's first byte (an empty last value's offset is past the data: clipped, and it is blank anyway)
+    maybe = _MAY_START_SPACE[np.take(data, offsets[:-1], mode="clip")]
+    maybe &= ~blank
+    rows = np.flatnonzero(maybe)
     if rows.size:
         spaces = pc.utf8_is_space(chunk.take(pa.array(rows))).fill_null(False).to_numpy(zero_copy_only=False)
         blank[rows[spaces]] = True
