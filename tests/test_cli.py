@@ -116,6 +116,20 @@ def test_importing_servebench_loads_no_numpy_and_the_cli_asks_openblas_for_no_th
         getattr(importlib.import_module("servebench"), "nonesuch")
 
 
+def test_only_a_real_command_line_freezes_what_it_imported():
+    """A command's process ends with it, so its imports are frozen out of the collector; a caller's are not."""
+    code = ("import gc, sys\n"
+            "from servebench.cli.core import main\n"
+            "def frozen(argv):\n"
+            "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
+            "    return gc.get_freeze_count()\n"
+            "sys.argv = ['servebench', 'kv', '--help']\n"
+            "print(frozen(['kv', '--help']) == 0, frozen(None) > 1000)")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split()[-2:] == ["True", "True"]
+
+
 def test_a_summary_from_the_command_line_imports_no_heavy_module_it_does_not_use():
     """scipy's signal, stats and optimize (the step model's fits), torch, plotly and the servers cost a second
     and more of every command's start; summarize needs none of them."""

@@ -5,6 +5,7 @@ Errors that servebench raises on purpose become a one-line message and exit code
 
 from __future__ import annotations
 
+import gc
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -146,6 +147,8 @@ def main(argv: list[str] | None = None) -> None:
     """
     reuse_freed_memory()
     no_huge_pages()
+    if argv is None:  # this process is the command: what it imported lives as long, and no collection need walk it
+        gc.freeze()
     try:
         app(args=argv, prog_name="servebench")
     except ServebenchError as exc:
