@@ -33,3 +33,16 @@ def saturated_sweep():
 
     return sweep(load_scenario(SAMPLE_DATA / "scenarios" / "profile_b.yaml"), [0.5, 1, 1.5, 3], slo=SLO(ttft_s=5),
                  requests=120, search=True)
+
+
+def two_slot_scenario(name: str, seed: int, num_requests: int):
+    """Two slots, 1-second requests: capacity near 2 req/s; few requests, so a point takes milliseconds."""
+    from servebench.serving.scenario import parse_scenario
+
+    return parse_scenario({
+        "name": name, "seed": seed,
+        "server": {"kv_budget_tokens": 240, "timeout_s": 10},
+        "step_model": {"base_s": 0.05},
+        "workload": {"arrival": {"kind": "poisson", "rate_rps": 1}, "num_requests": num_requests,
+                     "classes": [{"prompt": {"value": 100}, "output": {"value": 20}}]},
+    })

@@ -20,26 +20,16 @@ from hypothesis import strategies as st
 from servebench.cli.core import main
 from servebench.errors import ConfigError, WorkerError
 from servebench.load.generator import LoadConfig, LagStats, PlannedRequest, WorkerStats, plan_requests
-from servebench.serving.scenario import Scenario, parse_scenario
 from servebench.serving.engine.http_api import serve_in_background
 from servebench.analysis.summary import SLO
 from servebench.serving.sweep import sweep
 from servebench.load.workers import (ClockOffset, WorkerRun, clock_offset, clock_warnings, merge_runs, partition,
                                 run_with_processes)
 
+from conftest import two_slot_scenario
+
 pytestmark = pytest.mark.timeout(180)
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def tiny_scenario() -> Scenario:
-    """Two slots, 1-second requests: capacity near 2 req/s; few requests, so a point takes milliseconds."""
-    return parse_scenario({
-        "name": "tiny", "seed": 11,
-        "server": {"kv_budget_tokens": 240, "timeout_s": 10},
-        "step_model": {"base_s": 0.05},
-        "workload": {"arrival": {"kind": "poisson", "rate_rps": 1}, "num_requests": 120,
-                     "classes": [{"prompt": {"value": 100}, "output": {"value": 20}}]},
-    })
 
 
 @pytest.fixture(scope="module")
@@ -150,7 +140,7 @@ def test_the_default_path_never_imports_ray(tmp_path: Path) -> None:
 
 
 def test_seeds_repeat_the_sweep_and_report_the_range_of_points_and_capacity() -> None:
-    sc = tiny_scenario()
+    sc = two_slot_scenario("tiny", 11, 120)
     loads = [1.0, 2.0, 3.0]
     slo = SLO(ttft_s=1.0)
     result = sweep(sc, loads, slo=slo, seeds=3, tolerance=0.1)
@@ -176,7 +166,7 @@ def test_seeds_repeat_the_sweep_and_report_the_range_of_points_and_capacity() ->
 
 def test_zero_seeds_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(ConfigError, match="at least one seed"):
-        sweep(tiny_scenario(), [1.0], seeds=0)
+        sweep(two_slot_scenario("tiny", 11, 120), [1.0], seeds=0)
     code, _, err = run_cli(capsys, "sweep", str(ROOT / "sample_data/scenarios/profile_b.yaml"), "--seeds", "0",
                            "-o", str(tmp_path))
     assert code == 2 and "--seeds" in err
@@ -188,7 +178,7 @@ def test_zero_seeds_is_refused_in_one_line(tmp_path: Path, capsys: pytest.Captur
 def test_a_ray_sweep_equals_the_serial_sweep_field_for_field(local_ray: object) -> None:
     from servebench.load.ray_runner import RayRunner
 
-    sc = tiny_scenario()
+    sc = two_slot_scenario("tiny", 11, 120)
     calls: list[tuple[int, int]] = []
     kwargs = dict(slo=SLO(ttft_s=1.0), seeds=2, tolerance=0.1)
     on_ray = sweep(sc, [1.0, 2.0, 3.0], runner=RayRunner(), progress=lambda d, t, p: calls.append((d, t)), **kwargs)
@@ -219,7 +209,7 @@ def test_an_error_inside_a_ray_task_is_servebench_s_own_one_line(local_ray: obje
     from servebench.load.ray_runner import RayRunner
     from servebench.serving.sweep import PointTask, SweepJob
 
-    job = SweepJob(tiny_scenario(), "users", SLO(), 0.95, 10)
+    job = SweepJob(two_slot_scenario("tiny", 11, 120), "users", SLO(), 0.95, 10)
     with pytest.raises(ConfigError, match="whole number of users"):
         list(RayRunner().run(job, [PointTask(1.5, 11)]))
 

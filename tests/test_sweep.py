@@ -14,24 +14,15 @@ import pytest
 from servebench.cli.core import main
 from servebench.errors import ConfigError
 from servebench.output.figures.sweep import MAX_TRACE_POINTS, latency_vs_load, outcomes_vs_load, trace_over_time
-from servebench.serving.scenario import Scenario, load_scenario, parse_scenario
+from servebench.serving.scenario import load_scenario
 from servebench.serving.simulate import simulate
 from servebench.analysis.summary import SLO
 from servebench.serving.sweep import SweepResult, knee, sweep, sweep_csv
 
+from conftest import two_slot_scenario
+
 SCENARIOS = Path(__file__).resolve().parent.parent / "sample_data" / "scenarios"
 PROFILE_B = SCENARIOS / "profile_b.yaml"
-
-
-def small_scenario() -> Scenario:
-    """Two slots, 1-second requests: capacity near 2 req/s."""
-    return parse_scenario({
-        "name": "small", "seed": 2,
-        "server": {"kv_budget_tokens": 240, "timeout_s": 10},
-        "step_model": {"base_s": 0.05},
-        "workload": {"arrival": {"kind": "poisson", "rate_rps": 1}, "num_requests": 300,
-                     "classes": [{"prompt": {"value": 100}, "output": {"value": 20}}]},
-    })
 
 
 @pytest.fixture(scope="module")
@@ -77,19 +68,19 @@ def test_outputs_json_and_csv(profile_b_sweep: SweepResult) -> None:
 
 
 def test_all_points_meet_widens_upward() -> None:
-    r = sweep(small_scenario(), [0.2, 0.4], slo=SLO(latency_s=30), requests=200)
+    r = sweep(two_slot_scenario("small", 2, 300), [0.2, 0.4], slo=SLO(latency_s=30), requests=200)
     assert r.capacity.load is not None and r.capacity.load > 0.4
     assert any(p.source == "search" for p in r.points)
 
 
 def test_no_point_meets_widens_downward() -> None:
-    r = sweep(small_scenario(), [20.0, 40.0], slo=SLO(ttft_s=0.2), requests=200)
+    r = sweep(two_slot_scenario("small", 2, 300), [20.0, 40.0], slo=SLO(ttft_s=0.2), requests=200)
     assert r.capacity.load is None or r.capacity.load < 20.0
     assert r.capacity.upper is not None and r.capacity.upper <= 20.0
 
 
 def test_concurrency_sweep_uses_whole_users() -> None:
-    r = sweep(small_scenario(), [1, 2, 4, 8], mode="users", slo=SLO(latency_s=2.0), requests=120)
+    r = sweep(two_slot_scenario("small", 2, 300), [1, 2, 4, 8], mode="users", slo=SLO(latency_s=2.0), requests=120)
     assert all(p.load == int(p.load) for p in r.points)
     assert r.capacity.load is not None and r.capacity.load == int(r.capacity.load)
     by_load = {p.load: p for p in r.points}
@@ -98,9 +89,9 @@ def test_concurrency_sweep_uses_whole_users() -> None:
 
 def test_sweep_rejects_bad_loads() -> None:
     with pytest.raises(ConfigError, match="positive"):
-        sweep(small_scenario(), [0.0, 1.0])
+        sweep(two_slot_scenario("small", 2, 300), [0.0, 1.0])
     with pytest.raises(ConfigError, match="whole number"):
-        sweep(small_scenario(), [1.5], mode="users")
+        sweep(two_slot_scenario("small", 2, 300), [1.5], mode="users")
 
 
 def test_knee_is_where_latency_doubles(profile_b_sweep: SweepResult) -> None:
