@@ -9,7 +9,8 @@ import pandas as pd
 import streamlit as st
 
 from pages._figures import overlay_charts, sweep_charts, trace_charts, validation_charts
-from pages._shared import STEP_TRACE_KEY, chosen_scenario, fail, guarded, sample_scenarios, sharing, upload_error
+from pages._shared import (STEP_TRACE_KEY, chosen_scenario, fail, guarded, sample_scenarios, sharing, static_table,
+                           upload_error)
 from pages._url import keep, one_of, positive, seed
 from servebench.output.appsafety import SHARED_SWEEP_MAX_REQUESTS, is_long_sweep, sweep_requests_bound
 from servebench.errors import InputFormatError
@@ -253,13 +254,13 @@ with st.expander("Measured sweeps: `servebench load --sweep` or `validate-sweep`
             st.caption(f"Simulated with the {vs_doc['fit_summary']}.")
         for name, spec in validation_charts(vs_doc).items():  # full width: a knee's label fits right of its line
             st.vega_lite_chart(spec=spec, key=f"validate_sweep_{name}")
-        st.dataframe(pd.DataFrame([{"Rate (req/s)": fmt(p["rate_rps"]),
+        static_table(pd.DataFrame([{"Rate (req/s)": fmt(p["rate_rps"]),
                                     "TTFT p95 measured (s)": fmt(p["measured"].get("ttft_p95_s")),
                                     "TTFT p95 simulated (s)": fmt(p["simulated"].get("ttft_p95_s")),
                                     "Latency p95 measured (s)": fmt(p["measured"].get("latency_p95_s")),
                                     "Latency p95 simulated (s)": fmt(p["simulated"].get("latency_p95_s")),
                                     "Below the knee": "yes" if p.get("below_knee") else "no"}
-                                   for p in vs_doc["points"]]), hide_index=True)
+                                   for p in vs_doc["points"]]))
 
 kept: dict[str, SweepResult] = st.session_state.get(KEPT_KEY, {})
 if len(kept) + len(measured) > 1 or (kept and measured):
@@ -313,8 +314,7 @@ for name, spec in trace_charts(sim.trace, sim.kv_budget_tokens, f"Engine over ti
     st.vega_lite_chart(spec=spec, key=f"sweep_trace_{name}")
 
 for title, frame in sweep_figs.sweep_frames(result):
-    st.caption(title)
-    st.dataframe(frame, hide_index=True)
+    static_table(frame, title=f"**{title}**")
 c = st.columns(2)
 c[0].download_button("Sweep (CSV)", lambda: sweep_csv(result), file_name=f"{result.scenario}.sweep.csv",
                      mime="text/csv", on_click="ignore")

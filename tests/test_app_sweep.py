@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 from streamlit.testing.v1 import AppTest
 
+from servebench.output.figures.markdown_table import markdown_tables
 from vega_charts import drawn_charts
 
 REPO = Path(__file__).resolve().parent.parent
@@ -55,9 +56,13 @@ def test_capacity_reads_with_its_interval_and_the_table_uses_labels() -> None:
     assert float(low) <= 1.0 < float(high)
     assert any("cannot be told apart from the 95% target" in c.value for c in at.caption)
     assert any(c.value.startswith("Success-only latency can fall past saturation") for c in at.caption)
-    columns = [c for frame in at.dataframe[-3:] for c in frame.value.columns]  # the sweep's three tables
+    # the workload mix's editor is the page's one grid: the results are Markdown, nothing to load and draw after the run
+    assert [d.key for d in at.dataframe] == ["sweep_mix:profile_b"]
+    tables = markdown_tables(m.value for m in at.markdown)[-3:]  # the sweep's three tables
+    columns = [c for frame in tables for c in frame.columns]
     assert "Latency p95, failures as ∞ (s)" in columns and "SLO attainment" in columns
     assert not [c for c in columns if "_" in c]  # no snake_case keys
+    assert [len(frame) for frame in tables] == [len(tables[0])] * 3 and len(tables[0]) >= 3  # a row per load
 
 
 def test_sweeps_are_kept_and_overlaid_with_a_measured_sweep(tmp_path: Path) -> None:
