@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -10,6 +11,7 @@ import pytest
 from servebench.output.figures import sweep as sf
 from servebench.output.figures import validate_sweep as vf
 from servebench.output.figures import vegalite_sweep as vs
+from servebench.output.figures.vegalite import Y_LABELS_PX
 from servebench.records.steps import parse_columns
 
 from vega_charts import valid
@@ -188,3 +190,14 @@ def test_validation_charts_mark_both_knees_apart_and_draw_the_files_numbers() ->
     fig = vf.measured_vs_simulated(VALIDATION)
     assert {(a.text, a.xanchor) for a in fig.layout.annotations if "knee" in a.text} == {
         ("simulated knee 55/s", "right"), ("measured knee 60/s", "left")}
+
+
+def test_the_charts_stacked_on_the_sweep_page_reserve_one_width_for_their_y_labels(saturated_sweep) -> None:
+    """Latency, TTFT, outcomes and the engine's two traces are drawn one above another: a KV budget's wide labels
+    ("65,536") must not push its plot right of the others', or the load and time axes do not line up."""
+    charts = [*vs.latency_charts(sf.latency_by_load(saturated_sweep)).values(),
+              vs.outcomes_chart(sf.outcome_rates(saturated_sweep)),
+              *vs.trace_charts(sf.trace_series(_trace(500), max_points=600), kv_budget_tokens=65_536).values()]
+    extents = {json.dumps(layer["encoding"]["y"].get("axis")) for spec in charts for layer in spec["layer"]
+               if "y" in layer.get("encoding", {}) and "field" in layer["encoding"]["y"]}
+    assert extents == {json.dumps({"minExtent": Y_LABELS_PX})}

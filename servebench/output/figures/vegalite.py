@@ -61,6 +61,16 @@ def _title(text: str, lines: list[str] | None = None) -> Spec:
     return {"text": text, "subtitle": lines or [], "anchor": "start", "subtitleColor": NOTE_COLOR}
 
 
+# a stacked chart's y labels take this much width whatever their numbers, so charts one above another on one
+# x axis start their plots at the same x and their axes line up (a KV budget's "65,536" is wider than "8")
+Y_LABELS_PX = 56
+
+
+def stacked_y(title: str) -> Spec:
+    """Return the y encoding (field ``y``) of a chart drawn one above another with others on the same x axis."""
+    return {"field": "y", "type": "quantitative", "title": title, "axis": {"minExtent": Y_LABELS_PX}}
+
+
 def _number(field: str, title: str) -> Spec:
     return {"field": field, "type": "quantitative", "title": title, "format": ".4~g"}
 

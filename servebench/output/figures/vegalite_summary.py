@@ -10,7 +10,7 @@ import pandas as pd
 
 from servebench.output.figures.over_time import OverTimeBins
 from servebench.output.figures.sweep import Line
-from servebench.output.figures.vegalite import SUCCESS_COLOR, UNIT_SCALE, Spec, _number, _title, _zoom
+from servebench.output.figures.vegalite import UNIT_SCALE, Spec, _number, _title, _zoom, stacked_y
 from servebench.output.figures.vegalite_lines import line_layers, series_frame
 
 OVER_TIME_COLORS: dict[int, str] = {50: "#90caf9", 95: "#0d47a1"}
@@ -29,13 +29,13 @@ def over_time_charts(b: OverTimeBins, unit: str = "s", height: int = 280) -> dic
         "height": height, "datasets": {"bins": bins}, "data": {"name": "bins"},
         "mark": {"type": "bar", "color": "#1e88e5", "binSpacing": 0}, "params": _zoom("x"),
         "encoding": {"x": {**x, "bin": "binned"}, "x2": {"field": "x2"},
-                     "y": {"field": "y", "type": "quantitative", "title": "successes/s"},
+                     "y": stacked_y("successes/s"),
                      "tooltip": [_number("x", "from (s)"), _number("x2", "to (s)"), _number("y", "successes/s")]}}}
     k = UNIT_SCALE[unit]
     for key, title in OVER_TIME_TITLES.items():
         lines = [Line(f"p{q}", [None if v is None else v * k for v in values], OVER_TIME_COLORS[q])
                  for q, values in b.percentiles_s[key].items()]
-        layers = line_layers(lines, x, {"field": "y", "type": "quantitative", "title": unit})
+        layers = line_layers(lines, x, stacked_y(unit))
         layers[0]["params"] = _zoom("x")
         charts[key] = {"title": _title(f"{title} ({unit}) of the successes ending in each bin", ["nearest rank"]),
                        "height": height, "datasets": {"lines": series_frame(b.mids_s, lines)}, "layer": layers}
@@ -56,7 +56,7 @@ def rate_curve_charts(frame: pd.DataFrame, height: int = 300) -> dict[str, Spec]
     charts = {}
     for key, (title, y_title, names) in panels.items():
         lines = [Line(name, values[name], color) for name, color in names]
-        layers = line_layers(lines, x, {"field": "y", "type": "quantitative", "title": y_title})
+        layers = line_layers(lines, x, stacked_y(y_title))
         charts[key] = {"title": _title(title), "height": height, "datasets": {"lines": series_frame(xs, lines)},
                        "layer": layers}
     return charts

@@ -15,7 +15,7 @@ import pandas as pd
 from servebench.output.figures.sweep import (FAILURE_AWARE_COLOR, FAILURE_AWARE_NAME, QUANTILE_DASHES, LatencyByLoad,
                                              Line, OutcomeRates, SweepSeries, TraceSeries)
 from servebench.output.figures.validate_sweep import ValidationCurves
-from servebench.output.figures.vegalite import RUN_COLORS, Spec, _title, _zoom
+from servebench.output.figures.vegalite import RUN_COLORS, Spec, _title, _zoom, stacked_y
 from servebench.output.figures.vegalite_lines import limit_layers, line_layers, mark_layers, series_frame
 from servebench.output.safetext import safe_text
 
@@ -33,7 +33,7 @@ def _x(title: str, loads: Sequence[float]) -> Spec:
 
 
 def _y(title: str, domain_max: float | None = None) -> Spec:
-    y: Spec = {"field": "y", "type": "quantitative", "title": title}
+    y = stacked_y(title)  # the page stacks its charts on one load (or time) axis
     if domain_max is not None:
         y["scale"] = {"domain": [0, domain_max], "nice": False}
     return y
