@@ -149,7 +149,7 @@ def test_every_page_loads_only_from_the_apps_own_origin() -> None:
         _wait_idle(page)
         page.wait_for_load_state("networkidle")
         screenshot(page, "sweep_local_only")
-        page.locator('[data-testid="stDataFrame"] .dvn-scroller').nth(2).wait_for()
+        page.locator('[data-testid="stMarkdownContainer"]:has(table)').nth(2).wait_for()  # its three tables
         assert page.evaluate(WIDE_TABLES) == []  # the sweep's tables fit the 1,400 px window too
     assert any(u.startswith(url) for u in seen), "no request was recorded at all"
     assert any(u.startswith("ws://") for u in seen), "the app's WebSocket was not recorded"
