@@ -638,3 +638,89 @@ def test_unsent_warning_names_what_stopped_the_run():
     assert unsent_warning(10, 10, 5.0) is None
     assert unsent_warning(100, 20, 5.0).startswith("stopped at the 5 s duration limit: 80 of 100 planned")
     assert unsent_warning(100, 20, 5.0, interrupted=True).startswith("stopped at the interruption: 80 of 100")
+
+
+# --------------------------------------------------------------------------- clients that give up
+
+
+def test_a_client_that_gives_up_closes_its_stream_and_its_record_is_cancelled():
+    """The scenario's cancel: the client walks away mid-answer; the server sees the disconnect, the record keeps
+    the tokens that arrived (wasted work) and ends when the client gave up."""
+    state = FakeState()
+    plan = plan_requests([0.0, 0.01, 0.02], [3] * 3, [40] * 3, np.random.default_rng(4),
+                         cancel_after_s=np.array([0.3, np.nan, 0.25]))
+    with serve_in_background(fake_app(state, token_delay_s=0.02)) as url:
+        result = run_load_sync(LoadConfig(url=url, deadline_s=30), plan)
+        for _ in range(300):  # bounded wait for the server to notice the closed connections
+            if state.disconnects >= 2:
+                break
+            time.sleep(0.01)
+    by_id = {o.request_id: o for o in result.outcomes}
+    assert [by_id[r.request_id].status for r in plan] == ["cancelled", "success", "cancelled"]
+    for req in (plan[0], plan[2]):
+        o = by_id[req.request_id]
+        assert o.error == f"the client gave up {req.cancel_after_s:.3g} s after the request's arrival"
+        assert req.cancel_after_s <= o.end_s - o.intended_s < req.cancel_after_s + 0.2
+        assert o.first_token_s is not None and 1 <= o.output_tokens < 40  # what arrived is kept as wasted work
+    assert by_id[plan[1].request_id].output_tokens == 40
+    assert state.disconnects == 2 and result.stats.cancelled == 2
+    table, ws, we = table_of(result.outcomes)
+    report = build_report(table, ws, we)
+    assert report.by_status["cancelled"] == 2 and report.wasted_output_tokens > 0
+
+
+def test_no_retry_starts_after_the_client_gave_up():
+    from servebench.serving.retry import ClientSpec
+
+    state = FakeState()
+    plan = plan_requests([0.0], [3], [4], np.random.default_rng(5), cancel_after_s=np.array([0.5]))
+    client = ClientSpec(max_attempts=50, backoff={"base_s": 0.2, "multiplier": 1.0, "jitter": "none"})
+    with serve_in_background(fake_app(state, reply=lambda n: 503)) as url:
+        result = run_load_sync(LoadConfig(url=url, deadline_s=30, client=client), plan)
+    starts = [o.intended_s for o in result.outcomes]
+    assert 2 <= len(starts) <= 3 and max(starts) < 0.5  # every 0.2 s until the client's 0.5 s are up, no later
+    assert all(o.status == "rejected" for o in result.outcomes) and state.requests == len(starts)
+
+
+def test_the_load_plan_cancels_what_the_simulator_cancels():
+    """One workload draw for both clocks: a seed makes the same clients give up after the same waits."""
+    from servebench.load.generator import workload_plan
+    from servebench.serving.workload import CancelSpec, WorkloadSpec, draw_workload
+
+    spec = WorkloadSpec.model_validate({"arrival": {"kind": "poisson", "rate_rps": 5}, "num_requests": 200,
+                                        "classes": [{"prompt": {"value": 8}, "output": {"value": 4}}]})
+    cancel = CancelSpec(probability=0.3, after_s=2.0)
+    plan = workload_plan(spec, np.random.default_rng(9), cancel)
+    drawn = draw_workload(spec, np.random.default_rng(9), cancel)
+    waits = [np.nan if r.cancel_after_s is None else r.cancel_after_s for r in plan]
+    np.testing.assert_array_equal(waits, drawn.cancel_after_s)
+    assert 30 <= sum(r.cancel_after_s is not None for r in plan) <= 90
+    assert [r.intended_s for r in plan] == drawn.requests.arrival_s.tolist()  # the arrivals are the same draw too
+    assert all(r.cancel_after_s is None for r in workload_plan(spec, np.random.default_rng(9)))
+
+
+def test_load_command_takes_its_cancellations_from_options_or_a_scenario(tmp_path, capsys):
+    from typer.testing import CliRunner
+
+    from servebench.cli.core import app, main
+
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text("name: s\nworkload:\n  classes:\n  - prompt: {value: 3}\n    output: {value: 40}\n"
+                        "cancel: {probability: 1.0, after_s: 0.1}\n")
+    state = FakeState()
+    with serve_in_background(fake_app(state, token_delay_s=0.02)) as url:
+        by_file = CliRunner().invoke(app, ["load", url, "--rate", "50", "--requests", "4", "-o", str(tmp_path / "f"),
+                                           "--workload", str(scenario), "--json"])
+        by_option = CliRunner().invoke(app, ["load", url, "--rate", "50", "--requests", "4", "-o",
+                                             str(tmp_path / "o"), "--output-tokens", "40", "--cancel-share", "0",
+                                             "--cancel-after", "0.1", "--json"])
+        with pytest.raises(SystemExit) as half:
+            main(["load", url, "--rate", "50", "--requests", "4", "-o", str(tmp_path / "h"), "--cancel-share", "0.5"])
+    assert by_file.exit_code == 0, by_file.output
+    assert json.loads(by_file.output)["by_status"]["cancelled"] == 4  # every client gives up, mean 0.1 s, at 0.8 s
+    meta = json.loads((tmp_path / "f" / "metadata.json").read_text())
+    assert meta["cancel"] == {"probability": 1.0, "after_s": 0.1}
+    assert by_option.exit_code == 0, by_option.output
+    assert json.loads(by_option.output)["completed"] == 4  # a share of 0: nobody gives up
+    assert half.value.code == 2 and "--cancel-share and --cancel-after go together" in capsys.readouterr().err
+    assert not (tmp_path / "h").exists()  # refused before anything was sent

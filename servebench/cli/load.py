@@ -66,6 +66,32 @@ def _workload(rate: Optional[float], requests: int, users: Optional[int], arriva
         raise ConfigError(f"workload {where}: {first['msg']}") from None
 
 
+def _cancel_spec(workload_file: Optional[Path], share: Optional[float], after_s: Optional[float]) -> Any:
+    """Return the clients that give up: ``--cancel-share`` and ``--cancel-after``, else a scenario file's ``cancel``."""
+    import yaml
+    from pydantic import ValidationError
+
+    from servebench.serving.workload import CancelSpec
+
+    if (share is None) != (after_s is None):
+        raise ConfigError("--cancel-share and --cancel-after go together: the share of clients that give up, and "
+                          "their mean wait after arrival, s")
+    doc: Any = {"probability": share, "after_s": after_s} if share is not None else None
+    if doc is None and workload_file is not None:
+        try:
+            found = yaml.safe_load(workload_file.read_text())
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(f"{workload_file}: cannot read the workload: {exc}") from None
+        doc = found.get("cancel") if isinstance(found, dict) and isinstance(found.get("workload"), dict) else None
+    if doc is None:
+        return None
+    try:
+        return CancelSpec.model_validate(doc)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise ConfigError(f"cancel {'.'.join(str(p) for p in first['loc']) or 'cancel'}: {first['msg']}") from None
+
+
 def _client_spec(max_attempts: int, backoff_base_s: float, backoff_multiplier: float, backoff_max_s: Optional[float],
                  jitter: str, retry_on: str, deadline_s: Optional[float]) -> Any:
     """Build the retrying clients' ClientSpec from the options; None when a request gets one attempt and no deadline."""
@@ -137,7 +163,7 @@ def _worker_table(stats: Any) -> Table:
 
 
 def _run_workers(config: Any, plan: list[Any], spec: Any, seed: int, out_dir: Path, workers: int,
-                 ray_address: str | None, use_ray: bool, show_progress: bool, source: str) -> Any:
+                 ray_address: str | None, use_ray: bool, show_progress: bool, source: str, cancel: Any = None) -> Any:
     """Send the plan from several workers (processes, or Ray actors) sharing its schedule; write the run."""
     from servebench.load.generator import discover_model_sync, run_metadata, write_run
 
@@ -156,22 +182,23 @@ def _run_workers(config: Any, plan: list[Any], spec: Any, seed: int, out_dir: Pa
         except KeyboardInterrupt:
             console.print("[yellow]interrupted:[/] the workers were stopped; nothing was written")
             raise SystemExit(130) from None
-    write_run(out_dir, result, run_metadata(result, spec, seed, source))
+    write_run(out_dir, result, run_metadata(result, spec, seed, source, cancel))
     return result
 
 
 def _run_one(url: str, spec: Any, seed: int, out_dir: Path, cfg_kwargs: dict[str, Any], show_progress: bool,
              label: str = "requests", workers: int = 1, ray_address: str | None = None,
-             use_ray: bool = False) -> tuple[Any, Any, float, float]:
+             use_ray: bool = False, cancel: Any = None) -> tuple[Any, Any, float, float]:
     """Plan, send, write the run directory; return (result, table, window start, window end).
 
     Ctrl-C cancels the requests in flight; what was gathered is still written, then exit 130.
     With ``workers`` > 1 or ``use_ray`` the plan is shared by several workers (:mod:`servebench.load.workers`).
+    ``cancel``: the clients that give up (a CancelSpec), drawn into the plan as the simulator draws them.
     """
     from servebench.load.generator import (LoadConfig, RunState, records_table, result_from_state, run_load_sync, run_metadata,
                            workload_plan, write_run)
 
-    plan = workload_plan(spec, np.random.default_rng(seed))
+    plan = workload_plan(spec, np.random.default_rng(seed), cancel)
     users = spec.closed_loop.users if spec.closed_loop is not None else None
     config = LoadConfig(url=url, users=users, duration_s=spec.duration_s, **cfg_kwargs)
     source = "--model" if cfg_kwargs.get("model") else "/v1/models"
@@ -180,7 +207,7 @@ def _run_one(url: str, spec: Any, seed: int, out_dir: Path, cfg_kwargs: dict[str
             raise ConfigError("--workers and --ray share one open-loop schedule; closed loop (--users) runs in "
                               "one process")
         result = _run_workers(config, plan, spec, seed, out_dir, workers, ray_address, use_ray, show_progress,
-                              source)
+                              source, cancel)
         table, ws, we = records_table(result.outcomes, str(out_dir / "records.jsonl"))
         return result, table, ws, we
     state = RunState()
@@ -202,11 +229,11 @@ def _run_one(url: str, spec: Any, seed: int, out_dir: Path, cfg_kwargs: dict[str
         if state.outcomes:
             state.interrupted = True
             partial = result_from_state(config, len(plan), state)
-            write_run(out_dir, partial, {**run_metadata(partial, spec, seed, source), "interrupted": True})
+            write_run(out_dir, partial, {**run_metadata(partial, spec, seed, source, cancel), "interrupted": True})
             console.print(f"[yellow]interrupted:[/] wrote the {len(state.outcomes)} outcomes gathered to "
                           f"{safe_markup(str(out_dir))}")
         raise SystemExit(130) from None  # typer.Exit would be swallowed by cli.main (standalone_mode off)
-    write_run(out_dir, result, run_metadata(result, spec, seed, source))
+    write_run(out_dir, result, run_metadata(result, spec, seed, source, cancel))
     table, ws, we = records_table(result.outcomes, str(out_dir / "records.jsonl"))
     return result, table, ws, we
 
@@ -230,6 +257,12 @@ def load(
                                              "are not sent, in-flight requests are cancelled."),
     deadline: float = typer.Option(30.0, min=0.001, help="Per-request deadline from its intended send time, s."),
     seed: int = typer.Option(0, help="Seed of arrivals, lengths and prompts."),
+    cancel_share: Optional[float] = typer.Option(None, "--cancel-share", min=0, max=1,
+                                                 help="Share of clients that give up (close the connection) before "
+                                                      "their answer ends; with --cancel-after. A scenario file's "
+                                                      "'cancel' is used otherwise, drawn as the simulator draws it."),
+    cancel_after: Optional[float] = typer.Option(None, "--cancel-after", min=0.001, help="Mean wait after arrival "
+                                                 "before such a client gives up, s (exponential)."),
     max_attempts: int = typer.Option(1, min=1, max=100, help="Attempts per user request, the first included "
                                      "(1: no retry). Each attempt is a record with logical_id and attempt."),
     backoff_base_s: float = typer.Option(0.0, min=0, help="Wait before the first retry, s (0: at once)."),
@@ -270,7 +303,8 @@ def load(
     cfg_kwargs = dict(api=api, model=model, stream=stream, ignore_eos=ignore_eos, deadline_s=deadline,
                       max_in_flight=max_in_flight, api_key=api_key, client=client, jitter_seed=seed)
     use_ray = ray or ray_address is not None
-    spread = dict(workers=workers, ray_address=ray_address, use_ray=use_ray)
+    spread = dict(workers=workers, ray_address=ray_address, use_ray=use_ray,
+                  cancel=_cancel_spec(workload, cancel_share, cancel_after))
     slo = SLO(ttft_s=slo_ttft, tpot_s=slo_tpot, latency_s=slo_latency)
     if sweep is not None:
         if users is not None or replay is not None:

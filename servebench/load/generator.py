@@ -41,7 +41,7 @@ from servebench.records.statuses import failure_status
 from servebench.records.token_times import fits
 from servebench.serving.retry import ERR_CLIENT_DEADLINE, ClientSpec
 from servebench.serving.send_lag import lag_threshold_s, sent_late
-from servebench.serving.workload import Workload, WorkloadSpec, draw_workload
+from servebench.serving.workload import CancelSpec, Workload, WorkloadSpec, draw_workload
 
 # Common English words that most tokenizers keep as one token each (with a leading space).
 PROMPT_WORDS = (
@@ -87,6 +87,7 @@ class PlannedRequest:
     slice: str | None = None
     think_s: float = 0.0
     deadline_s: float | None = None
+    cancel_after_s: float | None = None  # the client gives up this long after the request's arrival (None: never)
 
 
 class LagStats(BaseModel):
@@ -194,10 +195,12 @@ def plan_requests(intended_s: Sequence[float] | np.ndarray, prompt_words: Sequen
                   slices: Sequence[str | None] | None = None, id_prefix: str = "req",
                   think_s: Sequence[float] | np.ndarray | None = None,
                   deadline_s: Sequence[float | None] | None = None,
-                  prompts: Sequence[str] | None = None) -> list[PlannedRequest]:
+                  prompts: Sequence[str] | None = None,
+                  cancel_after_s: Sequence[float] | np.ndarray | None = None) -> list[PlannedRequest]:
     """Pair arrival times with prompt and output lengths; prompts are drawn with ``rng`` unless given.
 
     A closed-loop plan passes NaN arrival times (users decide when to send) and ``think_s``.
+    ``cancel_after_s``: each client's wait after its request's arrival before it gives up (NaN: never).
     """
     n = len(intended_s)
     if len(prompt_words) != n or len(output_tokens) != n or (slices is not None and len(slices) != n):
@@ -218,12 +221,16 @@ def plan_requests(intended_s: Sequence[float] | np.ndarray, prompt_words: Sequen
             prompt=make_prompt(words, rng) if prompts is None else prompts[i],
             prompt_words=words, max_tokens=out, slice=None if slices is None else slices[i],
             think_s=0.0 if think_s is None else float(think_s[i]),
-            deadline_s=None if deadline_s is None else deadline_s[i]))
+            deadline_s=None if deadline_s is None else deadline_s[i],
+            cancel_after_s=None if cancel_after_s is None or math.isnan(cancel_after_s[i]) else float(cancel_after_s[i])))
     return plan
 
 
-def workload_plan(spec: WorkloadSpec, rng: np.random.Generator) -> list[PlannedRequest]:
+def workload_plan(spec: WorkloadSpec, rng: np.random.Generator, cancel: CancelSpec | None = None) -> list[PlannedRequest]:
     """Draw a workload (open-loop arrivals, or closed-loop lengths and think times) into a plan.
+
+    ``cancel`` (a scenario's clients that give up) is drawn as the simulator and the engine draw it, so a
+    seed cancels the same requests after the same waits on every clock.
 
     Prompt lengths are sent as that many words: exact for ``serve-engine``, approximate for a real
     tokenizer (the records take ``prompt_tokens`` from the server's ``usage``). With both
@@ -233,7 +240,7 @@ def workload_plan(spec: WorkloadSpec, rng: np.random.Generator) -> list[PlannedR
     """
     if spec.num_requests is not None and spec.duration_s is not None:
         spec = spec.model_copy(update={"duration_s": None})
-    drawn = draw_workload(spec, rng)  # the simulator's and the engine's draw; its clients never cancel
+    drawn = draw_workload(spec, rng, cancel)  # the simulator's and the engine's draw
     wl, think = drawn.requests, drawn.think_s
     if len(wl) == 0:
         raise ConfigError("the workload produced no requests (raise --requests or --duration)")
@@ -245,7 +252,8 @@ def workload_plan(spec: WorkloadSpec, rng: np.random.Generator) -> list[PlannedR
                           "answer): simulate this workload, or drop 'conversation' from its classes")
     prompts = shared_prompts(wl) if wl.prefix_tokens is not None else None
     return plan_requests(wl.arrival_s, np.maximum(wl.prompt_tokens, 1), wl.output_tokens, rng,
-                         slices=slices, think_s=think, deadline_s=deadlines, prompts=prompts)
+                         slices=slices, think_s=think, deadline_s=deadlines, prompts=prompts,
+                         cancel_after_s=drawn.cancel_after_s)
 
 
 def shared_prompts(wl: Workload) -> list[str]:
@@ -432,14 +440,17 @@ class _Runner:
             if delay > 0:
                 await asyncio.sleep(delay)
 
-    def _next_start(self, out: HttpOutcome, first_s: float) -> float | None:
-        """Return when the attempt after ``out`` starts (serving.retry's rules), or None; never past the run's end."""
+    def _next_start(self, out: HttpOutcome, first_s: float, cancel_after_s: float | None) -> float | None:
+        """Return when the attempt after ``out`` starts (serving.retry's rules), or None; never past the run's end
+        nor after the client has given up."""
         client = self.config.client
         if client is None or out.attempt is None or not math.isfinite(out.end_s):
             return None
         nxt = client.next_start(out.attempt, out.status, out.error, out.end_s, first_s, self.jitter,
                                 retry_after_s=out.retry_after_s)
-        return None if nxt is None or self.t0 + nxt >= self.stop_at else nxt
+        if nxt is None or self.t0 + nxt >= self.stop_at:
+            return None
+        return None if cancel_after_s is not None and nxt >= first_s + cancel_after_s else nxt
 
     async def _attempt(self, req: PlannedRequest, intended_s: float, request_id: str, attempt: int | None,
                        first_s: float) -> HttpOutcome:
@@ -454,7 +465,8 @@ class _Runner:
             left_s, by_client = cfg.client.attempt_timeout(intended_s, first_s, deadline_s)
             deadline_s = deadline_s if left_s is None else left_s
         deadline_at = self.t0 + intended_s + deadline_s
-        limit_at = min(deadline_at, self.stop_at)
+        gives_up_at = math.inf if req.cancel_after_s is None else self.t0 + first_s + req.cancel_after_s
+        limit_at = min(deadline_at, self.stop_at, gives_up_at)
         on_wire = False
         try:
             async with asyncio.timeout_at(limit_at):
@@ -470,7 +482,10 @@ class _Runner:
         except TimeoutError:
             if not out.done_marker:  # after [DONE] the answer is settled; only reading the rest of the body was cut
                 out.end_s = self.now()
-                if limit_at < deadline_at:
+                if gives_up_at <= min(deadline_at, self.stop_at):
+                    out.status = failure_status(client_cancelled=True)
+                    out.error = f"the client gave up {req.cancel_after_s:.3g} s after the request's arrival"
+                elif limit_at < deadline_at:
                     out.status = failure_status(client_cancelled=True)
                     out.error = f"run stopped at its duration limit ({cfg.duration_s:g} s)"
                 else:
@@ -494,7 +509,7 @@ class _Runner:
         finally:
             if on_wire:
                 self.in_flight -= 1
-        out.retry_at_s = self._next_start(out, first_s)
+        out.retry_at_s = self._next_start(out, first_s, req.cancel_after_s)
         self._finish(out)
         return out
 
@@ -632,8 +647,10 @@ def records_table(outcomes: Sequence[HttpOutcome], source: str = "load") -> tupl
     return validate(rows, ws, we), ws, we
 
 
-def run_metadata(result: LoadResult, workload: WorkloadSpec, seed: int, model_source: str) -> dict[str, Any]:
-    """Return the run metadata of a load run (metadata.json): what was measured, and how."""
+def run_metadata(result: LoadResult, workload: WorkloadSpec, seed: int, model_source: str,
+                 cancel: CancelSpec | None = None) -> dict[str, Any]:
+    """Return the run metadata of a load run (metadata.json): what was measured, and how (``cancel``: the clients
+    that gave up, as drawn into the plan)."""
     from servebench import __version__
 
     cfg = result.config
@@ -649,6 +666,7 @@ def run_metadata(result: LoadResult, workload: WorkloadSpec, seed: int, model_so
                             else {"kind": "closed_loop", **workload.closed_loop.model_dump(mode="json")}),
         "prompt_unit": "words (one token each on serve-engine; prompt_tokens in records come from usage)",
         "seed": seed,
+        "cancel": None if cancel is None else cancel.model_dump(mode="json"),
         "deadline_s": cfg.deadline_s,
         "duration_s": cfg.duration_s,
         "max_in_flight": cfg.max_in_flight,

@@ -580,8 +580,7 @@ def draw_workload(spec: WorkloadSpec, rng: np.random.Generator, cancel: CancelSp
 
     The one draw behind ``servebench simulate``, ``servebench run`` and ``servebench load``: one
     spec and seed give all three the same arrivals, lengths and prompt contents (token ids), and
-    with ``cancel`` the simulator and the engine the same cancellations (the load generator's
-    clients never cancel).
+    with ``cancel`` the same cancellations (the load generator's clients close their connections).
     """
     if spec.closed_loop is not None:
         plan = closed_loop_plan(spec, rng)
