@@ -10,6 +10,7 @@ from markdown_it import MarkdownIt
 
 from servebench.output.figures.markdown_table import markdown_table, read_markdown_table
 from servebench.output.plain import fmt
+from servebench.output.figures.summary import fmt_share
 
 TEXT = st.text(st.characters(blacklist_categories=("Cs", "Cc", "Zl", "Zp")), max_size=12).map(str.strip)
 
@@ -43,3 +44,17 @@ def test_numbers_are_right_aligned_and_formatted() -> None:
     assert text.splitlines()[1] == "| :--- | ---: | ---: |"
     assert "| success | 2,900 | 0\\.9667 |" in text
     assert "| timeout | 100 | — |" in text
+
+
+@settings(max_examples=60, deadline=None)
+@given(numbers=st.lists(st.one_of(st.integers(-10**12, 10**12), st.floats(allow_nan=True, allow_infinity=True)),
+                        min_size=1, max_size=6))
+def test_numbers_formatted_before_the_table_are_right_aligned_as_numbers_are(numbers: list[float]) -> None:
+    """A caller's fmt'd column (the Load sweep's) lines up as a numeric one; text stays left, even with digits."""
+    shown = [fmt(v) for v in numbers]
+    frame = pd.DataFrame({"found by": ["grid"] * len(numbers), "raw": numbers, "shown": shown,
+                          "share": [fmt_share(0.5)] * len(numbers), "interval": ["0.2 [0.1, 0.3]"] * len(numbers)})
+    align = markdown_table(frame).splitlines()[1]
+    every_number = any(s != "—" for s in shown)
+    assert align == f"| :--- | ---: | {'---:' if every_number else ':---'} | ---: | :--- |"
+    assert list(read_markdown_table(markdown_table(frame))["shown"]) == shown  # the text is kept as it was

@@ -11,12 +11,14 @@ from collections.abc import Iterable
 
 import pandas as pd
 
-from servebench.output.plain import fmt
+from servebench.output.plain import NO_DATA, fmt
 
 # every ASCII punctuation mark CommonMark lets a backslash escape: a cell's text is shown as it is, never markup
 _MARKUP = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:&=\"'])")
 _UNESCAPE = re.compile(r"\\(.)")
 _CELL_SPLIT = re.compile(r"(?<!\\)\|")
+# a number as fmt or fmt_share wrote it ("1,235", "0.2", "1.235e-05", "50%", "-∞"), or no data ("—")
+_FORMATTED_NUMBER = re.compile(r"-?(\d[\d,]*(\.\d+)?(e[-+]\d+)?%?|∞)|" + NO_DATA)
 
 
 def _cell(value: object) -> str:
@@ -27,19 +29,29 @@ def _cell(value: object) -> str:
 def markdown_table(frame: pd.DataFrame) -> str:
     """Return ``frame`` as a Markdown table without its index: numbers formatted by ``fmt`` and right-aligned.
 
-    >>> print(markdown_table(pd.DataFrame({"status": ["success"], "count": [2900]})))
-    | status | count |
-    | :--- | ---: |
-    | success | 2,900 |
+    A column of numbers a caller formatted already (every cell as ``fmt`` or ``fmt_share`` writes one) is
+    right-aligned too, so its digits line up as a numeric column's do.
+
+    >>> print(markdown_table(pd.DataFrame({"status": ["success"], "count": [2900], "share": ["96.7%"]})))
+    | status | count | share |
+    | :--- | ---: | ---: |
+    | success | 2,900 | 96\\.7% |
     """
-    numeric = [pd.api.types.is_numeric_dtype(frame[name]) and not pd.api.types.is_bool_dtype(frame[name])
-               for name in frame.columns]
+    numeric = [(pd.api.types.is_numeric_dtype(frame[name]) and not pd.api.types.is_bool_dtype(frame[name]))
+               or _formatted_numbers(frame[name]) for name in frame.columns]
     lines = ["| " + " | ".join(_cell(name) for name in frame.columns) + " |",
              "| " + " | ".join("---:" if num else ":---" for num in numeric) + " |"]
     for row in frame.itertuples(index=False):
         lines.append("| " + " | ".join(_cell(fmt(value) if num else value) for value, num in zip(row, numeric))
                      + " |")
     return "\n".join(lines)
+
+
+def _formatted_numbers(column: pd.Series) -> bool:
+    """Whether every cell is a number as ``fmt`` writes one (or no data), and some cell is a number."""
+    cells = column.tolist()
+    return (bool(cells) and all(isinstance(c, str) and _FORMATTED_NUMBER.fullmatch(c) for c in cells)
+            and any(c != NO_DATA for c in cells))
 
 
 def read_markdown_table(text: str) -> pd.DataFrame:
