@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Optional
 
@@ -19,26 +20,43 @@ from servebench.output.plain import fmt
 from servebench.output.safetext import safe_markup
 
 
+def _workload_file(path: Optional[Path]) -> dict[str, Any] | None:
+    """Return a workload or simulator scenario file as read (None without one), for its workload and its cancel."""
+    import yaml
+
+    if path is None:
+        return None
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: cannot read the workload: {exc}") from None
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{path}: expected a mapping with 'classes'")
+    return doc
+
+
+def _is_scenario(doc: Mapping[str, Any]) -> bool:
+    return isinstance(doc.get("workload"), dict)
+
+
+def _invalid(section: str, exc: Any) -> ConfigError:
+    """Return a section's first validation problem (a pydantic ValidationError) as one line."""
+    first = exc.errors()[0]
+    return ConfigError(f"{section} {'.'.join(str(p) for p in first['loc']) or section}: {first['msg']}")
+
+
 def _workload(rate: Optional[float], requests: int, users: Optional[int], arrival: str, cv: float,
               replay: Optional[Path], duration: Optional[float], prompt_tokens: int, output_tokens: int,
-              think: float, workload_file: Optional[Path]) -> Any:
-    """Build the WorkloadSpec from the options (a workload file gives the classes and defaults)."""
-    import yaml
+              think: float, workload_doc: Mapping[str, Any] | None) -> Any:
+    """Build the WorkloadSpec from the options (a workload file, or a scenario's workload, gives the classes and
+    defaults)."""
     from pydantic import ValidationError
 
     from servebench.serving.workload import ArrivalSpec, ClassSpec, ClosedLoopSpec, LengthSpec, WorkloadSpec
 
     base: dict[str, Any] = {}
-    if workload_file is not None:
-        try:
-            doc = yaml.safe_load(workload_file.read_text())
-        except (OSError, yaml.YAMLError) as exc:
-            raise ConfigError(f"{workload_file}: cannot read the workload: {exc}") from None
-        if isinstance(doc, dict) and isinstance(doc.get("workload"), dict):
-            doc = doc["workload"]  # a simulator scenario: take its workload
-        if not isinstance(doc, dict):
-            raise ConfigError(f"{workload_file}: expected a mapping with 'classes'")
-        base = dict(doc)
+    if workload_doc is not None:
+        base = dict(workload_doc["workload"] if _is_scenario(workload_doc) else workload_doc)
     if "classes" not in base:
         base["classes"] = [ClassSpec(prompt=LengthSpec(kind="fixed", value=prompt_tokens),
                                      output=LengthSpec(kind="fixed", value=output_tokens)).model_dump()]
@@ -61,14 +79,11 @@ def _workload(rate: Optional[float], requests: int, users: Optional[int], arriva
     try:
         return WorkloadSpec.model_validate(base)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "workload"
-        raise ConfigError(f"workload {where}: {first['msg']}") from None
+        raise _invalid("workload", exc) from None
 
 
-def _cancel_spec(workload_file: Optional[Path], share: Optional[float], after_s: Optional[float]) -> Any:
-    """Return the clients that give up: ``--cancel-share`` and ``--cancel-after``, else a scenario file's ``cancel``."""
-    import yaml
+def _cancel_spec(workload_doc: Mapping[str, Any] | None, share: Optional[float], after_s: Optional[float]) -> Any:
+    """Return the clients that give up: ``--cancel-share`` and ``--cancel-after``, else a scenario's ``cancel``."""
     from pydantic import ValidationError
 
     from servebench.serving.workload import CancelSpec
@@ -77,19 +92,14 @@ def _cancel_spec(workload_file: Optional[Path], share: Optional[float], after_s:
         raise ConfigError("--cancel-share and --cancel-after go together: the share of clients that give up, and "
                           "their mean wait after arrival, s")
     doc: Any = {"probability": share, "after_s": after_s} if share is not None else None
-    if doc is None and workload_file is not None:
-        try:
-            found = yaml.safe_load(workload_file.read_text())
-        except (OSError, yaml.YAMLError) as exc:
-            raise ConfigError(f"{workload_file}: cannot read the workload: {exc}") from None
-        doc = found.get("cancel") if isinstance(found, dict) and isinstance(found.get("workload"), dict) else None
+    if doc is None and workload_doc is not None and _is_scenario(workload_doc):
+        doc = workload_doc.get("cancel")
     if doc is None:
         return None
     try:
         return CancelSpec.model_validate(doc)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        raise ConfigError(f"cancel {'.'.join(str(p) for p in first['loc']) or 'cancel'}: {first['msg']}") from None
+        raise _invalid("cancel", exc) from None
 
 
 def _client_spec(max_attempts: int, backoff_base_s: float, backoff_multiplier: float, backoff_max_s: Optional[float],
@@ -303,8 +313,10 @@ def load(
     cfg_kwargs = dict(api=api, model=model, stream=stream, ignore_eos=ignore_eos, deadline_s=deadline,
                       max_in_flight=max_in_flight, api_key=api_key, client=client, jitter_seed=seed)
     use_ray = ray or ray_address is not None
-    spread = dict(workers=workers, ray_address=ray_address, use_ray=use_ray,
-                  cancel=_cancel_spec(workload, cancel_share, cancel_after))
+    workload_doc = _workload_file(workload)
+    # how each run is sent: from how many workers, and which of its clients give up
+    per_run = dict(workers=workers, ray_address=ray_address, use_ray=use_ray,
+                   cancel=_cancel_spec(workload_doc, cancel_share, cancel_after))
     slo = SLO(ttft_s=slo_ttft, tpot_s=slo_tpot, latency_s=slo_latency)
     if sweep is not None:
         if users is not None or replay is not None:
@@ -313,12 +325,12 @@ def load(
             if use_ray:  # one Ray for every rate of the sweep
                 from servebench.load.ray_runner import ray_session
                 stack.enter_context(ray_session(ray_address))
-            _sweep(url, sweep, out, requests, arrival, cv, workload, prompt_tokens, output_tokens, duration, seed,
-                   cfg_kwargs, slo, slo_target, search, as_json, spread)
+            _sweep(url, sweep, out, requests, arrival, cv, workload_doc, prompt_tokens, output_tokens, duration, seed,
+                   cfg_kwargs, slo, slo_target, search, as_json, per_run)
         return
     spec = _workload(rate, requests, users, arrival, cv, replay, duration, prompt_tokens, output_tokens, think,
-                     workload)
-    result, table, ws, we = _run_one(url, spec, seed, out, cfg_kwargs, show_progress=not as_json, **spread)
+                     workload_doc)
+    result, table, ws, we = _run_one(url, spec, seed, out, cfg_kwargs, show_progress=not as_json, **per_run)
     report = build_report(table, ws, we, slo)
     if as_json:
         doc = report.model_dump(mode="json")  # emit_json writes infinities as "Infinity", as in summarize
@@ -346,9 +358,10 @@ def _parse_rates(text: str) -> list[float]:
     return sorted(set(rates))
 
 
-def _sweep(url: str, rates_text: str, out: Path, requests: int, arrival: str, cv: float, workload: Optional[Path],
-           prompt_tokens: int, output_tokens: int, duration: Optional[float], seed: int, cfg_kwargs: dict[str, Any],
-           slo: Any, slo_target: float, search: bool, as_json: bool, spread: dict[str, Any] | None = None) -> None:
+def _sweep(url: str, rates_text: str, out: Path, requests: int, arrival: str, cv: float,
+           workload_doc: Mapping[str, Any] | None, prompt_tokens: int, output_tokens: int, duration: Optional[float],
+           seed: int, cfg_kwargs: dict[str, Any], slo: Any, slo_target: float, search: bool, as_json: bool,
+           per_run: dict[str, Any] | None = None) -> None:
     """Run one open-loop load per rate into OUT/rate_<r>/, then write the simulator's sweep output into OUT."""
     from servebench.load.generator import measured_point
     from servebench.serving.sweep import SweepResult, knee, sweep_csv
@@ -358,7 +371,7 @@ def _sweep(url: str, rates_text: str, out: Path, requests: int, arrival: str, cv
     if not 0 < slo_target <= 1:
         raise ConfigError(f"--slo-target {slo_target}: must be in (0, 1]")
     base = _workload(rates[0], requests, None, arrival, cv, None, duration, prompt_tokens, output_tokens, 0.0,
-                     workload)
+                     workload_doc)
     points: dict[float, Any] = {}
     runs: dict[str, str] = {}
     model = [None]
@@ -368,7 +381,7 @@ def _sweep(url: str, rates_text: str, out: Path, requests: int, arrival: str, cv
             return points[rate]
         d = out / f"rate_{rate:g}"
         result, _, _, _ = _run_one(url, base.with_rate(rate), seed, d, cfg_kwargs, show_progress=not as_json,
-                                   label=f"rate {rate:g}/s", **(spread or {}))
+                                   label=f"rate {rate:g}/s", **(per_run or {}))
         model[0] = result.model
         point = measured_point(result.outcomes, rate, slo, slo_target)
         point.source = source
