@@ -9,7 +9,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from servebench.output.figures.sweep import Line, LoadMark, sided
+from servebench.output.figures.sweep import Line, LoadMark, draw_marks, sided
 
 PANELS: tuple[tuple[str, str], ...] = (("ttft", "TTFT (s)"), ("latency", "Latency (s)"),
                                        ("throughput_rps", "Throughput (requests/s)"),
@@ -65,9 +65,7 @@ def measured_vs_simulated(doc: Mapping[str, Any]) -> go.Figure:
                                      line={"color": line.color, "dash": line.dash}), row=row, col=col)
         fig.update_xaxes(title_text="Offered rate (requests/s)", row=row, col=col)
         fig.update_yaxes(title_text=title, row=row, col=col)
-    for knee in d.knees:
-        fig.add_vline(x=knee.load, line={"color": knee.color, "dash": knee.dash}, annotation_text=knee.label,
-                      annotation_position=f"top {knee.side}", row=1, col=1)
+    draw_marks(fig, d.knees, rows=[(1, 1)])
     fig.update_layout(title=d.title, height=700, legend={"orientation": "h", "y": -0.12})
     return fig
 
