@@ -53,8 +53,7 @@ def cost_chart(c: CostCurves, height: int = 400) -> Spec:
              Line("cheapest", c.cheapest, "#000000", "dot")]
     x = {"field": "x", "type": "quantitative", "title": "traffic (requests/s)"}
     y = {"field": "y", "type": "quantitative", "title": "USD per hour"}
-    layers = line_layers(lines, x, y, step=True, widths=[2] * len(c.by_gpu) + [4])
-    layers[0]["params"] = _zoom("x")
+    layers = line_layers(lines, x, y, step=True, widths=[2] * len(c.by_gpu) + [4], zoom=True)
     planned = LoadMark(c.planned_rate_rps, "planned traffic", "#7f7f7f", "dash", "left")
     return {"title": _title("Cost per hour against traffic (cheapest configuration meeting the SLOs)"),
             "height": height, "datasets": {"lines": series_frame(c.rates_rps, lines)},

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from servebench.output.figures.sweep import Line, LoadMark
-from servebench.output.figures.vegalite import NOTE_COLOR, Spec
+from servebench.output.figures.vegalite import NOTE_COLOR, Spec, _zoom
 from servebench.output.plain import fmt
 from servebench.output.safetext import safe_text
 
@@ -49,8 +49,9 @@ def series_encoding(lines: Sequence[Line], widths: Sequence[float] | None = None
 
 def line_layers(lines: Sequence[Line], x: Spec, y: Spec, *, points: bool = True, step: bool = False,
                 widths: Sequence[float] | None = None, legend_columns: int | None = None,
-                dataset: str = "lines") -> list[Spec]:
-    """Return the lines from ``dataset`` (a :func:`series_frame`); with ``points``, a point per value with a tooltip.
+                dataset: str = "lines", zoom: bool = False) -> list[Spec]:
+    """Return the lines from ``dataset`` (a :func:`series_frame`); with ``points``, a point per value with a tooltip;
+    with ``zoom``, the reader drags along x to pan and scrolls to zoom.
 
     A missing value breaks its line. Long lines (a step trace, a curve of 160 prompts) get no points: every datum
     with a tooltip costs, and Streamlit's Vega evaluates it without ``eval``.
@@ -59,7 +60,8 @@ def line_layers(lines: Sequence[Line], x: Spec, y: Spec, *, points: bool = True,
     mark: Spec = {"type": "line", "invalid": "break-paths-filter-domains"}
     if step:
         mark["interpolate"] = "step-after"
-    layers = [{"data": {"name": dataset}, "mark": mark, "encoding": {"x": x, "y": y, **encoding}}]
+    layers: list[Spec] = [{"data": {"name": dataset}, "mark": mark, "encoding": {"x": x, "y": y, **encoding},
+                           **({"params": _zoom("x")} if zoom else {})}]
     if points:
         layers.append({"data": {"name": dataset}, "mark": {"type": "point", "filled": True, "size": 36},
                        "encoding": {"x": x, "y": y, "color": {**encoding["color"], "legend": None},

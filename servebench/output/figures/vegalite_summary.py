@@ -35,8 +35,7 @@ def over_time_charts(b: OverTimeBins, unit: str = "s", height: int = 280) -> dic
     for key, title in OVER_TIME_TITLES.items():
         lines = [Line(f"p{q}", [None if v is None else v * k for v in values], OVER_TIME_COLORS[q])
                  for q, values in b.percentiles_s[key].items()]
-        layers = line_layers(lines, x, stacked_y(unit))
-        layers[0]["params"] = _zoom("x")
+        layers = line_layers(lines, x, stacked_y(unit), zoom=True)
         charts[key] = {"title": _title(f"{title} ({unit}) of the successes ending in each bin", ["nearest rank"]),
                        "height": height, "datasets": {"lines": series_frame(b.mids_s, lines)}, "layer": layers}
     return charts

@@ -61,8 +61,8 @@ def latency_charts(d: LatencyByLoad, height: int = 320) -> dict[str, Spec]:
                                         for inf, t in zip(fa.infinite, frame.loc[shown, "text"])]
             top = 1.15 * max(fa.top_s, d.slo_s[metric] or 0.0)
         y = _y("seconds", top)
-        layers = line_layers(lines, x, y, widths=[3 if line.name == FAILURE_AWARE_NAME else 2 for line in lines])
-        layers[0]["params"] = _zoom("x")
+        layers = line_layers(lines, x, y, widths=[3 if line.name == FAILURE_AWARE_NAME else 2 for line in lines],
+                             zoom=True)
         datasets = {"lines": frame}
         if fa is not None:
             datasets["infinite"] = pd.DataFrame({"x": [v for v, inf in zip(d.loads, fa.infinite) if inf],
@@ -86,8 +86,7 @@ def latency_charts(d: LatencyByLoad, height: int = 320) -> dict[str, Spec]:
 def outcomes_chart(d: OutcomeRates, height: int = 360) -> Spec:
     """Return requests per second by outcome against load (offered, completed, within SLOs, ...), marks drawn."""
     x = _x(d.load_title, d.loads)
-    layers = line_layers(d.lines, x, _y("requests per second"))
-    layers[0]["params"] = _zoom("x")
+    layers = line_layers(d.lines, x, _y("requests per second"), zoom=True)
     return {"title": _title(safe_text(d.title)), "height": height,
             "datasets": {"lines": series_frame(d.loads, d.lines)},
             "layer": [*layers, *mark_layers(d.marks, x)]}
@@ -110,8 +109,7 @@ def trace_charts(s: TraceSeries, kv_budget_tokens: int | None = None, title: str
     charts = {}
     for key, (panel, y_title, lines) in panels.items():
         y = _y(y_title)
-        layers = line_layers(lines, x, y, points=False, step=True)
-        layers[0]["params"] = _zoom("x")
+        layers = line_layers(lines, x, y, points=False, step=True, zoom=True)
         if key == "kv" and kv_budget_tokens is not None:
             layers += limit_layers(kv_budget_tokens, f"budget {kv_budget_tokens:,}", y)
         charts[key] = {"title": _title(f"{safe_text(title)}: {panel}"), "height": height,
@@ -119,8 +117,10 @@ def trace_charts(s: TraceSeries, kv_budget_tokens: int | None = None, title: str
     return charts
 
 
-OVERLAY_PANELS = (("ttft", "TTFT p95 (s, successes)", "seconds"), ("latency", "Latency p95 (s, successes)", "seconds"),
-                  ("rate", "Goodput or throughput (requests/s)", "requests per second"))
+# (key, title, y title, the SweepSeries field drawn)
+OVERLAY_PANELS = (("ttft", "TTFT p95 (s, successes)", "seconds", "ttft_p95_s"),
+                  ("latency", "Latency p95 (s, successes)", "seconds", "latency_p95_s"),
+                  ("rate", "Goodput or throughput (requests/s)", "requests per second", "rate_rps"))
 
 
 def overlay_charts(series: Sequence[SweepSeries], mode: str = "rate", height: int = 340) -> dict[str, Spec]:
@@ -132,9 +132,8 @@ def overlay_charts(series: Sequence[SweepSeries], mode: str = "rate", height: in
     x = _x("Offered load (requests/s)" if mode == "rate" else "Concurrent users", loads)
     names = [safe_text(s.name) for s in series]
     charts = {}
-    for key, panel, y_title in OVERLAY_PANELS:
-        values = {"ttft": lambda s: s.ttft_p95_s, "latency": lambda s: s.latency_p95_s, "rate": lambda s: s.rate_rps}
-        frame = pd.concat([series_frame(s.loads, [Line(s.name, values[key](s), "")]).assign(
+    for key, panel, y_title, field in OVERLAY_PANELS:
+        frame = pd.concat([series_frame(s.loads, [Line(s.name, getattr(s, field), "")]).assign(
             measured="measured" if s.measured else "simulated") for s in series], ignore_index=True)
         y = _y(y_title)
         by_sweep = {"field": "series", "type": "nominal", "title": None, "sort": names}
@@ -166,8 +165,7 @@ def validation_charts(d: ValidationCurves, height: int = 280) -> dict[str, Spec]
     x = _x("Offered rate (requests/s)", d.rates_rps)
     charts = {}
     for key, (panel, lines) in d.panels.items():
-        layers = line_layers(lines, x, _y(panel), legend_columns=2)
-        layers[0]["params"] = _zoom("x")
+        layers = line_layers(lines, x, _y(panel), legend_columns=2, zoom=True)
         charts[key] = {"title": _title(panel, [safe_text(d.title)] if key == next(iter(d.panels)) else []),
                        "height": height, "datasets": {"lines": series_frame(d.rates_rps, lines)},
                        "layer": [*layers, *mark_layers(d.knees, x)]}
