@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -504,27 +505,60 @@ def as_json_text(array: pa.Array) -> pa.Array:
 
 
 class TokenLog:
-    """Token arrivals as a server emits them, by row, turned into one list array at the end.
+    """Token arrivals as a server emits them: each emission time once, and each row's runs of them.
 
-    Each step (or decode run of several steps) is one append: the rows that received a token, and
-    the step end(s) at which each of them received one. Nothing per token is done in Python.
+    A step appends one emission time (a tick), a decode run of k steps appends k. A row that receives
+    a token at every tick of an append that directly follows its last run lengthens that run, so in
+    continuous batching a request is one run from its first token to its end (one more per
+    preemption). Memory is one float per step plus three integers per run, not one value per token;
+    ``to_arrow`` expands the runs into one list array, without sorting the tokens.
     """
 
-    def __init__(self) -> None:
-        self._rows: list[list[int]] = []
-        self._times: list[np.ndarray] = []
+    _CHUNK_TOKENS = 1 << 22  # tokens expanded at a time: bounds the temporary index array
+
+    def __init__(self, rows: int = 0) -> None:
+        self._ticks = array("d")
+        self._last_end: list[int] = [-1] * rows  # row -> the tick after its last run (-1: none yet)
+        self._last_run: list[int] = [0] * rows  # row -> index of its last run
+        self._run_row = array("q")
+        self._run_start = array("q")
+        self._run_len = array("q")
 
     def add_step(self, rows: list[int], t: float) -> None:
         """Record that every row in ``rows`` received one token at ``t``."""
         if rows:
-            self._rows.append(rows)
-            self._times.append(np.array([t]))
+            self._ticks.append(t)
+            self._extend(rows, len(self._ticks) - 1, 1)
 
     def add_run(self, rows: list[int], times: np.ndarray) -> None:
         """Record that every row in ``rows`` received a token at each of ``times`` (non-decreasing)."""
         if rows and times.size:
-            self._rows.append(rows)
-            self._times.append(times)
+            first = len(self._ticks)
+            self._ticks.frombytes(np.ascontiguousarray(times, dtype=np.float64).tobytes())
+            self._extend(rows, first, int(times.size))
+
+    def _extend(self, rows: list[int], first: int, k: int) -> None:
+        """Give each row ticks ``first .. first+k-1``: lengthen its last run when it ends at ``first``."""
+        last_end, last_run, run_len = self._last_end, self._last_run, self._run_len
+        if rows and max(rows) >= len(last_end):  # rows beyond the first guess (retries): grow the index
+            grow = max(rows) + 1 - len(last_end)
+            last_end.extend([-1] * grow)
+            last_run.extend([0] * grow)
+        end = first + k
+        for r in rows:
+            if last_end[r] == first:
+                run_len[last_run[r]] += k
+            else:
+                last_run[r] = len(run_len)
+                self._run_row.append(r)
+                self._run_start.append(first)
+                run_len.append(k)
+            last_end[r] = end
+
+    @property
+    def runs(self) -> int:
+        """Return how many runs of consecutive ticks the rows hold."""
+        return len(self._run_len)
 
     def to_arrow(self, n: int) -> pa.Array:
         """Return every row's arrivals in time order as a list array (null for a row with none).
@@ -533,24 +567,28 @@ class TokenLog:
         >>> log.to_arrow(4).to_pylist()
         [[0.8], [0.5, 0.6, 0.7], [0.6, 0.7], None]
         """
-        per_step = np.fromiter((len(r) for r in self._rows), dtype=np.int64, count=len(self._rows))
-        steps = np.fromiter((t.size for t in self._times), dtype=np.int64, count=len(self._times))
-        entries = np.fromiter((row for rows in self._rows for row in rows), dtype=np.int64, count=int(per_step.sum()))
-        all_times = np.concatenate([np.zeros(0), *self._times])
-        first = np.zeros(steps.size, dtype=np.int64)
-        np.cumsum(steps[:-1], out=first[1:])
-        entry_steps = np.repeat(steps, per_step)  # each (append, row) pair gets that append's times
-        entry_first = np.repeat(first, per_step)
-        total = int(entry_steps.sum())
-        rows = np.repeat(entries, entry_steps)
-        starts = np.zeros(entry_steps.size, dtype=np.int64)
-        np.cumsum(entry_steps[:-1], out=starts[1:])
-        times = all_times[np.repeat(entry_first - starts, entry_steps) + np.arange(total)]
-        order = np.argsort(rows, kind="stable")  # each row's arrivals stay in the order they happened
-        counts = np.bincount(rows, minlength=n)
+        ticks = np.frombuffer(self._ticks, dtype=np.float64) if len(self._ticks) else np.zeros(0)
+        run_row = np.frombuffer(self._run_row, dtype=np.int64) if self.runs else np.zeros(0, dtype=np.int64)
+        run_start = np.frombuffer(self._run_start, dtype=np.int64) if self.runs else run_row
+        run_len = np.frombuffer(self._run_len, dtype=np.int64) if self.runs else run_row
+        order = np.argsort(run_row, kind="stable")  # a row's runs were appended in time order
+        starts, lengths = run_start[order], run_len[order]
+        counts = np.bincount(run_row, weights=run_len, minlength=n).astype(np.int64)  # exact below 2**53
         offsets = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
-        return from_flat(times[order], offsets, counts > 0)
+        values = np.empty(int(offsets[-1]))
+        firsts = np.zeros(lengths.size + 1, dtype=np.int64)  # each run's place in values
+        np.cumsum(lengths, out=firsts[1:])
+        lo = 0
+        while lo < lengths.size:  # a run at a time would be slow, all at once an index per token: chunks of runs
+            hi = int(np.searchsorted(firsts, firsts[lo] + self._CHUNK_TOKENS, side="right")) - 1
+            hi = max(hi, lo + 1)
+            a, b = int(firsts[lo]), int(firsts[hi])
+            index = np.repeat(starts[lo:hi] - firsts[lo:hi], lengths[lo:hi])
+            index += np.arange(a, b)
+            values[a:b] = ticks[index]
+            lo = hi
+        return from_flat(values, offsets, counts > 0)
 
 
 def fits(times: Sequence[float], record: dict[str, Any], counts: Sequence[int] | None = None) -> bool:

@@ -215,7 +215,7 @@ class _EventLoop:
         self.live_row: list[int] = list(range(n)) if client is not None else []  # logical -> its latest row
         self.gave_up = [False] * n if client is not None else []  # the client cancelled: no more attempts
         self.pending = [False] * n if client is not None else []  # a retry is scheduled (backing off)
-        self.token_log = TokenLog() if token_times else None  # each output token's emission time: records' token_times
+        self.token_log = TokenLog(rows) if token_times else None  # each output token's emission time: records' token_times
         self.run_ends: dict[int, np.ndarray] = {}  # a decode run's step ends, by id(plan), until the run ends
         self.prompt = reqs.prompt_tokens.tolist()
         self.output = reqs.output_tokens.tolist()
