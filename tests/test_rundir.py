@@ -123,3 +123,33 @@ def test_an_older_folder_with_a_renamed_trace_still_reads(tmp_path: Path) -> Non
     assert run.files == ["records.jsonl", "trace.jsonl"]
     shutil.copy(folder / "trace.jsonl", tmp_path / "loose.jsonl")
     assert read_trace(tmp_path / "loose.jsonl").to_rows() == read_trace(folder).to_rows()
+
+
+def test_auto_writes_parquet_from_the_threshold_and_removes_the_other_format(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from servebench.records import rundir
+    steps = parse_steps([{"start_s": 0.0, "duration_s": 0.01, "running": 1}], "test")
+    monkeypatch.setattr(rundir, "PARQUET_FROM_RECORDS", 3)
+    small = write_run(tmp_path / "run", _records(2), steps=steps, records_format="auto", steps_format="auto")
+    assert (small["records"].name, small["steps"].name) == ("records.jsonl", "steps.jsonl")
+    big = write_run(tmp_path / "run", _records(3), steps=steps, records_format="auto", steps_format="auto")
+    assert (big["records"].name, big["steps"].name) == ("records.parquet", "steps.parquet")
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["records.parquet", "steps.parquet"]
+    assert _summarized_requests(tmp_path / "run") == 3  # the folder's reader takes the new run, not the old one
+    assert read_trace(tmp_path / "run").to_rows() == steps.to_rows()
+    write_run(tmp_path / "run", _records(2), records_format="jsonl")  # and back: the Parquet file goes
+    assert _summarized_requests(tmp_path / "run") == 2 and not (tmp_path / "run" / "records.parquet").exists()
+
+
+def test_simulate_writes_the_same_records_as_parquet_and_jsonl(tmp_path: Path) -> None:
+    scenario = _few_requests_of_tiny_cpu(tmp_path)
+    outs = {}
+    for fmt in ("jsonl", "parquet"):
+        res = CliRunner().invoke(app, ["simulate", str(scenario), "-o", str(tmp_path / fmt), "--records-format", fmt,
+                                       "--trace-format", fmt, "--json"])
+        assert res.exit_code == 0, res.output
+        assert (tmp_path / fmt / f"records.{fmt}").is_file() and (tmp_path / fmt / f"steps.{fmt}").is_file()
+        outs[fmt] = load_table(tmp_path / fmt)[0]
+    assert outs["jsonl"].to_dicts() == outs["parquet"].to_dicts()
+    assert outs["jsonl"].token_times is not None
+    assert read_trace(tmp_path / "jsonl").to_rows() == read_trace(tmp_path / "parquet").to_rows()

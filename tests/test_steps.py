@@ -110,7 +110,7 @@ def _trace(draw: st.DrawFn) -> StepTrace:
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.composite(_trace)(), st.sampled_from(["steps.jsonl", "steps.csv"]))
+@given(st.composite(_trace)(), st.sampled_from(["steps.jsonl", "steps.csv", "steps.parquet"]))
 def test_write_then_read_gives_the_same_rows(tmp_path_factory: pytest.TempPathFactory, trace: StepTrace,
                                               name: str) -> None:
     path = tmp_path_factory.mktemp("trace") / name
@@ -129,3 +129,27 @@ def test_fitting_reads_old_and_new_names_alike() -> None:
             "kv_tokens": r["kv_tokens_read"]} for r in new]
     assert fit_step_model(new).model == fit_step_model(old).model
     assert fit_step_model(new).model.per_decode_seq_s == pytest.approx(3e-4, rel=1e-6)
+
+
+@pytest.mark.parametrize(("values", "why"), [([0, 1.5], "1.5 is not a whole number"), ([0, -1], "-1 is not a whole number"),
+                                             ([0.0, float("inf")], "inf is not a finite number"),
+                                             (["1", "two"], "'1' is not a number")])
+def test_a_parquet_trace_is_checked_like_a_text_one(tmp_path: Path, values: list[object], why: str) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    path = tmp_path / "steps.parquet"
+    pq.write_table(pa.table({"start_s": [0.0, 0.1], "decode_seqs": values}), path)
+    with pytest.raises(InputFormatError, match=f"steps.parquet: row [12], column 'decode_seqs': {why}"):
+        read_steps(path)
+
+
+def test_a_parquet_trace_reads_old_names_and_refuses_an_unknown_lane(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    path = tmp_path / "steps.parquet"
+    pq.write_table(pa.table({"time": [0.0, 0.5], "active": [1, None], "lane": ["step", None]}), path)
+    trace = read_steps(path)
+    assert trace.start_s.tolist() == [0.0, 0.5] and np.isnan(trace.running[1]) and trace.lane.tolist() == [0, -1]
+    pq.write_table(pa.table({"lane": ["step", "gpu"]}), path)
+    with pytest.raises(InputFormatError, match="row 2, column 'lane': 'gpu' is not one of step, decode, prefill"):
+        read_steps(path)

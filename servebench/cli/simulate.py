@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 import typer
 from rich.console import Console
@@ -39,11 +39,15 @@ def _parse_list(text: str | None, what: str, integer: bool = False) -> list[floa
 @app.command()
 def simulate(
     scenario: Path = typer.Argument(..., help="Scenario file (.yaml, .yml or .json)."),
-    out: Path = typer.Option(..., "-o", "--out", help="Output directory for records.jsonl, the step trace and summary.json."),
+    out: Path = typer.Option(..., "-o", "--out", help="Output directory for the records, the step trace and "
+                                                     "summary.json."),
     seed: Optional[int] = typer.Option(None, help="Override the scenario's seed."),
     rate: Optional[float] = typer.Option(None, help="Override the open-loop arrival rate, requests/s."),
     requests: Optional[int] = typer.Option(None, help="Override the number of requests."),
-    trace_format: str = typer.Option("jsonl", help="Step trace format: jsonl or csv."),
+    trace_format: str = typer.Option("auto", help="Step trace format: auto, jsonl, csv or parquet (auto: Parquet "
+                                                  "from 10,000 records on, else JSONL)."),
+    records_format: str = typer.Option("auto", help="Record file format: auto, jsonl or parquet (auto: Parquet "
+                                                    "from 10,000 records on, else JSONL)."),
     figures: bool = typer.Option(False, "--figures", help="Also write trace.html: running, waiting and KV over time."),
     prefill: Optional[str] = typer.Option(None, "--prefill", metavar="chunked|whole",
                                           help="Override the prefill policy: chunked (the scenario's step budget, "
@@ -57,8 +61,10 @@ def simulate(
     from servebench.analysis.summary import build_report
     from servebench.serving.sweep import scenario_at
 
-    if trace_format not in ("jsonl", "csv"):
-        raise ConfigError(f"--trace-format {trace_format!r}: expected jsonl or csv")
+    if trace_format not in ("auto", "jsonl", "csv", "parquet"):
+        raise ConfigError(f"--trace-format {trace_format!r}: expected auto, jsonl, csv or parquet")
+    if records_format not in ("auto", "jsonl", "parquet"):
+        raise ConfigError(f"--records-format {records_format!r}: expected auto, jsonl or parquet")
     sc = load_scenario(scenario)
     if prefill is not None:
         from servebench.serving.experiments import prefill_variants
@@ -78,7 +84,9 @@ def simulate(
         raise ConfigError(f"{scenario}: the workload produced no requests")
     report = build_report(result.records, result.window_start_s, result.window_end_s)
     d = _out_dir(out)
-    written = rundir.write_run(d, result.records, steps=result.trace, steps_format=trace_format)
+    written = rundir.write_run(d, result.records, steps=result.trace,
+                               steps_format=cast(rundir.FileFormat, trace_format),
+                               records_format=cast(rundir.FileFormat, records_format))
     tr = result.trace
     files = {"records": str(written["records"]), "steps": str(written["steps"]), "summary": str(d / rundir.SUMMARY)}
     if figures:

@@ -22,16 +22,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import pyarrow as pa
+
 from servebench.errors import ConfigError, InputFormatError
 from servebench.records.rows import read_rows
 from servebench.records.steps import StepRow, StepTrace, read_steps, write_steps
 from servebench.records.table import RecordTable
 
 RECORD_FILES: tuple[str, ...] = ("records.jsonl", "records.parquet", "records.csv", "records.json")
-STEP_FILES: tuple[str, ...] = ("steps.jsonl", "steps.csv", "steps.json",
+STEP_FILES: tuple[str, ...] = ("steps.jsonl", "steps.parquet", "steps.csv", "steps.json",
                                "step_trace.jsonl", "step_trace.csv", "trace.jsonl")  # the last three: older names
-RECORDS = RECORD_FILES[0]  # what servebench writes
+RECORDS = RECORD_FILES[0]  # what servebench writes (records.parquet past PARQUET_FROM_RECORDS, see write_run)
 STEPS = STEP_FILES[0]
+PARQUET_FROM_RECORDS = 10_000  # "auto" writes records and steps as Parquet from this many records on
+FileFormat = Literal["auto", "jsonl", "csv", "parquet"]
 METADATA = "metadata.json"
 SENDS = "sends.jsonl"
 SUMMARY = "summary.json"
@@ -140,32 +144,73 @@ def read_sends(folder: str | Path) -> list[dict[str, Any]]:
     return read_rows(path)
 
 
+def _arrow_rows(rows: Sequence[Mapping[str, Any]]) -> pa.Table:
+    """Return record dicts as an Arrow table with a column for every key any record has (null where absent)."""
+    keys: dict[str, None] = {}
+    for r in rows:
+        keys.update(dict.fromkeys(r))
+    return pa.table({k: [r.get(k) for r in rows] for k in keys})
+
+
 def _jsonl(rows: Sequence[Mapping[str, Any]]) -> str:
     return "".join(json.dumps(dict(r)) + "\n" for r in rows)
+
+
+def formats(records: int, records_format: FileFormat = "auto",
+            steps_format: FileFormat = "auto") -> tuple[str, str]:
+    """Return the record and step-trace file formats to write for ``records`` records.
+
+    ``auto`` is JSONL (one line a record, readable anywhere) below :data:`PARQUET_FROM_RECORDS` records
+    and Parquet (columnar and typed: token times as a list column, a tenth of the size, written and
+    read without a Python object per value) from there on.
+    """
+    if records_format not in ("auto", "jsonl", "parquet"):
+        raise ConfigError(f"record file format {records_format!r}: expected auto, jsonl or parquet")
+    if steps_format not in ("auto", "jsonl", "csv", "parquet"):
+        raise ConfigError(f"step trace format {steps_format!r}: expected auto, jsonl, csv or parquet")
+    big = records >= PARQUET_FROM_RECORDS
+    return ("parquet" if big else "jsonl") if records_format == "auto" else records_format, \
+        ("parquet" if big else "jsonl") if steps_format == "auto" else steps_format
+
+
+def _replace(folder: Path, written: Path, names: Sequence[str]) -> None:
+    """Remove the folder's other files of one role, so that a reader never takes an older run's."""
+    for name in names:
+        other = folder / name
+        if other != written and other.is_file():
+            other.unlink()
 
 
 def write_run(folder: str | Path, records: RecordTable | Sequence[Mapping[str, Any]], *,
               steps: StepTrace | Sequence[StepRow] | None = None, metadata: Mapping[str, Any] | None = None,
               sends: Sequence[Mapping[str, Any]] | None = None,
-              steps_format: Literal["jsonl", "csv"] = "jsonl") -> dict[str, Path]:
+              steps_format: FileFormat = "jsonl", records_format: FileFormat = "jsonl") -> dict[str, Path]:
     """Write a run folder (created if needed): records, and the step trace, metadata and sends given.
 
-    Returns the files written by role (``records``, ``steps``, ``metadata``, ``sends``). Whatever
-    else a command keeps beside them (simulate's ``summary.json``) the command writes itself.
+    Formats as :func:`formats` chooses (``auto``: by the number of records). A record file or step trace
+    of another format left there by an earlier run is removed. Returns the files written by role
+    (``records``, ``steps``, ``metadata``, ``sends``). Whatever else a command keeps beside them
+    (simulate's ``summary.json``) the command writes itself.
     """
     d = Path(folder)
-    if steps_format not in ("jsonl", "csv"):
-        raise ConfigError(f"step trace format {steps_format!r}: expected jsonl or csv")
-    files = {"records": d / RECORDS}
+    records_fmt, steps_fmt = formats(len(records), records_format, steps_format)
+    files = {"records": d / f"records.{records_fmt}"}
     try:
         if d.exists() and not d.is_dir():
             raise ConfigError(f"output {d} exists and is not a folder")
         d.mkdir(parents=True, exist_ok=True)
-        rows = records.to_dicts() if isinstance(records, RecordTable) else records
-        files["records"].write_text(_jsonl(rows), encoding="utf-8")
+        if records_fmt == "parquet":
+            import pyarrow.parquet as pq
+            pq.write_table(records.to_arrow() if isinstance(records, RecordTable) else _arrow_rows(records),
+                           files["records"])
+        else:
+            rows = records.to_dicts() if isinstance(records, RecordTable) else records
+            files["records"].write_text(_jsonl(rows), encoding="utf-8")
+        _replace(d, files["records"], RECORD_FILES)
         if steps is not None:
-            files["steps"] = d / f"steps.{steps_format}"
+            files["steps"] = d / f"steps.{steps_fmt}"
             write_steps(steps, files["steps"])
+            _replace(d, files["steps"], STEP_FILES)
         if sends is not None:
             files["sends"] = d / SENDS
             files["sends"].write_text(_jsonl(sends), encoding="utf-8")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+import pyarrow as pa
 
 from servebench.errors import ConfigError, InputFormatError
 from servebench.records.rows import read_rows, rows_from_bytes
@@ -151,6 +152,25 @@ class StepTrace:
         cols = self.columns()
         return [dict(zip(NAMES, vals)) for vals in zip(*(cols[n] for n in NAMES))]
 
+    def to_arrow(self) -> pa.Table:
+        """Return every schema column, in order, as a typed Arrow table (null where a value is absent)."""
+        n = len(self)
+        cols: dict[str, pa.Array] = {}
+        for c in COLUMNS:
+            a = getattr(self, c.name)
+            typ = pa.string() if c.kind == "lane" else pa.int64() if c.kind == "int" else pa.float64()
+            if a is None:
+                cols[c.name] = pa.nulls(n, typ)
+            elif c.kind == "lane":
+                cols[c.name] = pa.DictionaryArray.from_arrays(pa.array(a.astype(np.int32), mask=a < 0),
+                                                              pa.array(LANES)).cast(typ)
+            elif a.dtype.kind == "f" and c.kind == "int":
+                null = np.isnan(a)
+                cols[c.name] = pa.array(np.where(null, 0, a).astype(np.int64), mask=null)
+            else:
+                cols[c.name] = pa.array(a, typ, mask=np.isnan(a) if a.dtype.kind == "f" else None)
+        return pa.table(cols)
+
 
 def from_step_rows(rows: Sequence[StepRow]) -> StepTrace:
     """Return the engine's rows as a trace (its columns typed as the schema says)."""
@@ -253,9 +273,71 @@ def _merge(first: np.ndarray | None, second: np.ndarray | None, kind: str, keys:
 
 
 def read_steps(path: str | Path) -> StepTrace:
-    """Read a step trace file (JSONL, JSON or CSV) written by simulate, run, or by an older servebench."""
+    """Read a step trace file (JSONL, JSON, CSV or Parquet) written by simulate, run, or by an older servebench."""
     p = Path(path)
+    if p.suffix.lower() in (".parquet", ".pq"):
+        return _read_parquet(p)
     return parse_steps(read_rows(p), str(p))
+
+
+def _read_parquet(path: Path) -> StepTrace:
+    """Read a Parquet step trace column by column (no Python object per value), with the same checks and names."""
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except (OSError, pa.ArrowException) as exc:
+        raise InputFormatError(f"{path}: not a readable Parquet file ({exc})") from None
+    source = str(path)
+    data: dict[str, np.ndarray | None] = {}
+    first_key: dict[str, str] = {}
+    for key in table.column_names:
+        name = key if key in _KIND else OLD_NAMES.get(key)
+        if name is None:
+            continue
+        column = _arrow_column(table.column(key), key, _KIND[name], source)
+        data[name] = _merge(data[name], column, _KIND[name], (first_key[name], key), source) if name in data else column
+        first_key.setdefault(name, key)
+    if table.num_rows and not data:
+        raise InputFormatError(f"{source}: no step-trace columns; expected some of {', '.join(NAMES)}")
+    return StepTrace(**data)
+
+
+def _arrow_column(arr: pa.ChunkedArray, key: str, kind: str, source: str) -> np.ndarray | None:
+    """Return one Parquet column as :func:`_column` would the same values (None when every row is null)."""
+    if arr.null_count == len(arr):
+        return None
+    typ = arr.type
+    if kind == "lane":
+        if not (pa.types.is_string(typ) or pa.types.is_large_string(typ) or pa.types.is_dictionary(typ)):
+            raise InputFormatError(f"{source}: column '{key}' is {typ}; expected one of {', '.join(LANES)}")
+        values = np.asarray(arr.cast(pa.string()).to_numpy(zero_copy_only=False), dtype=object)
+        codes = np.full(values.size, -1, dtype=np.int8)
+        for code, lane in enumerate(LANES):
+            codes[values == lane] = code
+        bad = (codes < 0) & (values != None)  # noqa: E711  (element-wise: null rows stay -1)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise InputFormatError(f"{source}: row {i + 1}, column '{key}': {values[i]!r} is not one of {', '.join(LANES)}")
+        return codes
+    if not (pa.types.is_integer(typ) or pa.types.is_floating(typ)):
+        i = int(np.argmax(~np.asarray(arr.is_null().to_numpy(zero_copy_only=False), dtype=bool)))
+        raise InputFormatError(f"{source}: row {i + 1}, column '{key}': {arr[i].as_py()!r} is not a number")
+    a = np.asarray(arr.cast(pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64)  # null -> NaN
+    null = np.asarray(arr.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    bad = ~null & ~np.isfinite(a)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise InputFormatError(f"{source}: row {i + 1}, column '{key}': {float(a[i])!r} is not a finite number")
+    if kind == "int":
+        bad = ~null & ((a < 0) | (a != np.floor(a)))
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise InputFormatError(f"{source}: row {i + 1}, column '{key}': {arr[i].as_py()!r} is not a whole number "
+                                   "of 0 or more")
+        if not null.any():
+            return np.asarray(arr.to_numpy(zero_copy_only=False), dtype=np.int64)
+    return a
 
 
 def steps_from_bytes(data: bytes, name: str) -> StepTrace:
@@ -285,8 +367,12 @@ def encode_steps(trace: StepTrace, fmt: Literal["jsonl", "csv"]) -> str:
 
 
 def write_steps(trace: StepTrace | Sequence[StepRow], path: str | Path) -> None:
-    """Write a step trace as CSV (a ``.csv`` path) or JSONL (any other)."""
+    """Write a step trace as CSV (a ``.csv`` path), Parquet (``.parquet``) or JSONL (any other)."""
     if not isinstance(trace, StepTrace):
         trace = from_step_rows(trace)
     p = Path(path)
+    if p.suffix.lower() == ".parquet":
+        import pyarrow.parquet as pq
+        pq.write_table(trace.to_arrow(), p)
+        return
     p.write_text(encode_steps(trace, "csv" if p.suffix.lower() == ".csv" else "jsonl"), encoding="utf-8")
