@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from collections import defaultdict
 from datetime import datetime, timedelta, timezone
@@ -18,7 +19,8 @@ from faulty_server import FaultyServer
 
 from servebench.analysis.summary import build_report
 from servebench.load.client import parse_retry_after
-from servebench.load.generator import LoadConfig, LoadResult, plan_requests, records_table, run_load_sync
+from servebench.load.generator import (LoadConfig, LoadResult, plan_requests, records_table, run_load_sync,
+                                       to_send_row)
 from servebench.serving.retry import ERR_CLIENT_DEADLINE, BackoffSpec, ClientSpec
 
 
@@ -184,3 +186,89 @@ def test_load_command_retries_and_reports_amplification(tmp_path):
     with pytest.raises(SystemExit) as exc:
         main(["load", url, "--rate", "1", "-o", str(tmp_path / "x"), "--max-attempts", "2", "--retry-on", "never"])
     assert exc.value.code == 2
+
+
+# --------------------------------------------------------------------------- a server that asks for days
+
+
+ABSURD_RETRY_AFTER = [  # (header, what the generator reads, whether the wait is capped)
+    ("99999999", 99999999.0, True),
+    ("9" * 5000, math.inf, True),  # beyond a float: longer than any wait
+    ("Fri, 31 Dec 9999 23:59:59 GMT", None, True),  # an HTTP-date in the far future (read as seconds from now)
+    ("-5", None, False),  # unusable: the backoff decides
+    ("soon", None, False),
+    ("1e400", None, False),  # not delta-seconds (digits only)
+    ("Mon, 32 Jan 2020 99:00:00 GMT", None, False),  # a date no calendar holds
+]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("header, asked, capped", ABSURD_RETRY_AFTER, ids=[h[:20] for h, _, _ in ABSURD_RETRY_AFTER])
+def test_a_retry_after_of_days_is_capped_and_the_run_finishes(header: str, asked: float | None, capped: bool):
+    server = RetryAfterServer(busy=2, retry_after=header)
+    client = ClientSpec(max_attempts=3, backoff=BackoffSpec(base_s=0.01, jitter="none"))
+    started = time.monotonic()
+    result = retrying_run(server, client, max_retry_wait_s=0.2)
+    assert time.monotonic() - started < 20
+    (attempts,) = by_logical(result).values()
+    assert [o.status for o in attempts] == ["rejected", "rejected", "success"]
+    first, second, last = attempts
+    assert first.retry_after_text == header[:100]
+    if asked is not None:
+        assert first.retry_after_s == asked
+    else:
+        assert (first.retry_after_s is None) != capped  # the date reads as a huge number of seconds
+    for k, (a, b) in enumerate(zip(attempts, attempts[1:]), start=1):
+        waited_s = 0.2 if capped else 0.01 * 2 ** (k - 1)
+        assert b.intended_s == pytest.approx(a.end_s + waited_s)
+        assert a.retry_wait_capped is capped
+    assert not last.retry_wait_capped and last.retry_at_s is None
+    assert result.stats.retry_waits_capped == (2 if capped else 0)
+    warned = [w for w in result.stats.warnings if "Retry-After" in w]
+    assert bool(warned) is capped
+    rows = [to_send_row(o) for o in attempts]
+    json.dumps(rows, allow_nan=False)  # the sidecar stays strict JSON, infinity included
+    assert rows[0]["retry_after"] == header[:100] and rows[0]["retry_wait_capped"] is capped
+
+
+def test_the_cap_bounds_a_long_backoff_and_no_retry_outlives_the_deadline():
+    server = RetryAfterServer(busy=5, retry_after="99999999")
+    client = ClientSpec(max_attempts=5, deadline_s=0.5, backoff=BackoffSpec(base_s=100.0, jitter="none"))
+    result = retrying_run(server, client, max_retry_wait_s=0.2)
+    (attempts,) = by_logical(result).values()
+    assert [a.attempt for a in attempts] == [1, 2, 3]  # at 0.2 s a wait, the fourth would start past 0.5 s
+    assert all(b.intended_s == pytest.approx(a.end_s + 0.2) for a, b in zip(attempts, attempts[1:]))
+    assert attempts[-1].retry_at_s is None and attempts[-1].intended_s < 0.5
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=60) | st.from_regex(r"[0-9 .,:A-Za-z+-]{0,40}", fullmatch=True))
+def test_any_retry_after_header_reads_as_a_wait_or_none(header: str):
+    seconds = parse_retry_after(header)
+    assert seconds is None or seconds >= 0  # never an exception, never a negative wait
+
+
+@pytest.mark.timeout(60)
+def test_load_command_caps_the_wait_and_says_so(tmp_path):
+    from typer.main import get_command
+    from typer.testing import CliRunner
+
+    from servebench.cli.core import app
+    from servebench.load.generator import MAX_RETRY_WAIT_S
+
+    option = next(p for p in get_command(app).commands["load"].params if p.name == "max_retry_wait_s")
+    assert option.default == MAX_RETRY_WAIT_S == 60.0
+    out = tmp_path / "run"
+    with RetryAfterServer(busy=2, retry_after="99999999") as url:
+        r = CliRunner().invoke(app, ["load", url, "--rate", "100", "--requests", "1", "-o", str(out), "--model", "m",
+                                     "--max-attempts", "3", "--max-retry-wait-s", "0.2", "--json"])
+    assert r.exit_code == 0, r.output
+    gen = json.loads(r.output)["generator"]
+    assert gen["retry_waits_capped"] == 2 and gen["logical_completed"] == 1
+    assert any("Retry-After" in w and "'99999999'" in w for w in gen["warnings"])
+    meta = json.loads((out / "metadata.json").read_text())
+    assert meta["max_retry_wait_s"] == 0.2
+    sends = [json.loads(line) for line in (out / "sends.jsonl").read_text().splitlines()]
+    assert [s["retry_wait_capped"] for s in sends] == [True, True, False]
+    r = CliRunner().invoke(app, ["load", url, "--rate", "1", "-o", str(tmp_path / "x"), "--max-retry-wait-s", "inf"])
+    assert r.exit_code == 2 and "max-retry-wait-s" in r.output

@@ -453,34 +453,51 @@ def test_measured_points_feed_the_sweep_figures():
 
 
 @pytest.mark.slow
-def test_ctrl_c_keeps_the_requests_in_flight_as_cancelled_records(tmp_path):
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("signal_name, exit_code, workers", [("SIGINT", 130, 1), ("SIGTERM", 143, 1),
+                                                               ("SIGTERM", 143, 2), ("SIGINT", 130, 2)])
+def test_a_stop_signal_keeps_every_outcome_gathered_and_marks_the_run_cut_short(tmp_path, signal_name, exit_code,
+                                                                                 workers):
+    """Ctrl-C and SIGTERM alike, from one process or worker processes: finished requests, in-flight ones as
+    cancelled records, metadata marked interrupted."""
     import os
     import signal
     import subprocess
     import sys
 
+    from processes import stop
+
     state = FakeState()
     out = tmp_path / "run"
-    with serve_in_background(fake_app(state, token_delay_s=0.05)) as url:
-        proc = subprocess.Popen([sys.executable, "-m", "servebench", "load", url, "--rate", "100", "--requests", "3",
-                                 "--output-tokens", "400", "-o", str(out)], stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, env={**os.environ, "COLUMNS": "120"})
+    # the first two are refused at once (finished outcomes); three long streams are on the wire when the signal comes
+    app = fake_app(state, token_delay_s=0.05, reply=lambda n: 503 if n <= 2 else 200)
+    with serve_in_background(app) as url:
+        proc = subprocess.Popen([sys.executable, "-m", "servebench", "load", url, "--rate", "20", "--arrival",
+                                 "constant", "--requests", "5", "--output-tokens", "400", "-o", str(out),
+                                 "--workers", str(workers)],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "COLUMNS": "120"})
         try:
-            for _ in range(600):  # until every request is on the server (bounded: about 30 s)
-                if state.requests >= 3 or proc.poll() is not None:
+            for _ in range(1200):  # until every request is on the server (bounded: about 60 s)
+                if state.requests >= 5 or proc.poll() is not None:
                     break
                 time.sleep(0.05)
-            proc.send_signal(signal.SIGINT)
+            time.sleep(0.3)  # a few tokens into each stream
+            proc.send_signal(getattr(signal, signal_name))  # as a shell's kill, to the command alone
             output = proc.communicate(timeout=30)[0].decode()
         finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=5)
-    assert proc.returncode == 130, output
+            stop(proc)
+    assert proc.returncode == exit_code, output
+    assert f"interrupted ({signal_name})" in output and "wrote the 5 outcomes" in output
     records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
-    assert [r["status"] for r in records] == ["cancelled"] * 3
-    assert all(r["error"] == "the generator was stopped" for r in records)
-    assert json.loads((out / "metadata.json").read_text())["interrupted"] is True
+    assert sorted(r["status"] for r in records) == ["cancelled"] * 3 + ["rejected"] * 2
+    assert all(r["error"] == "the generator was stopped" and r["output_tokens"] >= 1
+               for r in records if r["status"] == "cancelled")
+    assert {r.get("worker") for r in records} == ({None} if workers == 1 else {0, 1})
+    meta = json.loads((out / "metadata.json").read_text())
+    assert meta["interrupted"] is True and meta["interrupted_by"] == signal_name
+    assert meta["generator"]["offered"] == 5 and meta["generator"]["cancelled"] == 3
+    sends = [json.loads(line) for line in (out / "sends.jsonl").read_text().splitlines()]
+    assert len(sends) == 5 and all(s["sent_s"] is not None for s in sends)
 
 
 def test_one_user_reuses_one_connection():

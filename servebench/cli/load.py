@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Optional
@@ -174,26 +175,56 @@ def _worker_table(stats: Any) -> Table:
 
 def _run_workers(config: Any, plan: list[Any], spec: Any, seed: int, out_dir: Path, workers: int,
                  ray_address: str | None, use_ray: bool, show_progress: bool, source: str, cancel: Any = None) -> Any:
-    """Send the plan from several workers (processes, or Ray actors) sharing its schedule; write the run."""
-    from servebench.load.generator import discover_model_sync, run_metadata, write_run
+    """Send the plan from several workers (processes, or Ray actors) sharing its schedule; write the run.
+
+    Ctrl-C or SIGTERM stops the worker processes' runs and writes what they gathered, marked interrupted, as one
+    process does; Ray actors cannot be stopped midway, so nothing is written then.
+    """
+    from servebench.load.generator import RunStopped, discover_model_sync, run_metadata, write_run
+    from servebench.load.workers import raising_on
 
     model = discover_model_sync(config)
     where = "Ray actors" if use_ray else "processes"
     status = Console(stderr=True).status(f"{len(plan)} requests from {workers} worker {where}")
     with status if show_progress else contextlib.nullcontext():
         try:
-            if use_ray:
-                from servebench.load.ray_runner import ray_session, run_with_actors
-                with ray_session(ray_address) as cluster:
-                    result = run_with_actors(config, plan, workers, model, cluster)
-            else:
-                from servebench.load.workers import run_with_processes
-                result = run_with_processes(config, plan, workers, model)
-        except KeyboardInterrupt:
-            console.print("[yellow]interrupted:[/] the workers were stopped; nothing was written")
-            raise SystemExit(130) from None
+            with raising_on((signal.SIGTERM,)):
+                if use_ray:
+                    from servebench.load.ray_runner import ray_session, run_with_actors
+                    with ray_session(ray_address) as cluster:
+                        result = run_with_actors(config, plan, workers, model, cluster)
+                else:
+                    from servebench.load.workers import run_with_processes
+                    result = run_with_processes(config, plan, workers, model)
+        except (KeyboardInterrupt, RunStopped) as exc:
+            name = exc.signal_name if isinstance(exc, RunStopped) else "SIGINT"
+            console.print(f"[yellow]interrupted ({name}):[/] the workers were stopped; nothing was written")
+            raise SystemExit(_signal_exit(name)) from None
+    if result.stopped_by is not None:
+        _write_interrupted(out_dir, result, run_metadata(result, spec, seed, source, cancel))
+        raise SystemExit(_signal_exit(result.stopped_by))
     write_run(out_dir, result, run_metadata(result, spec, seed, source, cancel))
     return result
+
+
+def _signal_exit(signal_name: str) -> int:
+    """Return the exit code of a command a signal stopped: 128 + the signal's number, as a shell reports it."""
+    return 128 + signal.Signals[signal_name].value
+
+
+def _write_interrupted(out_dir: Path, result: Any, metadata: dict[str, Any]) -> None:
+    """Write a run a signal cut short (if any request had ended), marked so in its metadata, and say so.
+
+    The caller then exits with :func:`_signal_exit` (typer.Exit would be swallowed by cli.main, standalone_mode off).
+    """
+    from servebench.load.generator import write_run
+
+    if not result.outcomes:
+        console.print(f"[yellow]interrupted ({result.stopped_by}):[/] no request had ended; nothing was written")
+        return
+    write_run(out_dir, result, {**metadata, "interrupted": True, "interrupted_by": result.stopped_by})
+    console.print(f"[yellow]interrupted ({result.stopped_by}):[/] wrote the {len(result.outcomes)} outcomes gathered "
+                  f"to {safe_markup(str(out_dir))}")
 
 
 def _run_one(url: str, spec: Any, seed: int, out_dir: Path, cfg_kwargs: dict[str, Any], show_progress: bool,
@@ -201,12 +232,13 @@ def _run_one(url: str, spec: Any, seed: int, out_dir: Path, cfg_kwargs: dict[str
              use_ray: bool = False, cancel: Any = None) -> tuple[Any, Any, float, float]:
     """Plan, send, write the run directory; return (result, table, window start, window end).
 
-    Ctrl-C cancels the requests in flight; what was gathered is still written, then exit 130.
+    Ctrl-C or SIGTERM cancels the requests in flight; what was gathered is still written, marked interrupted, then
+    exit 130 (SIGINT) or 143 (SIGTERM).
     With ``workers`` > 1 or ``use_ray`` the plan is shared by several workers (:mod:`servebench.load.workers`).
     ``cancel``: the clients that give up (a CancelSpec), drawn into the plan as the simulator draws them.
     """
-    from servebench.load.generator import (LoadConfig, RunState, records_table, result_from_state, run_load_sync, run_metadata,
-                           workload_plan, write_run)
+    from servebench.load.generator import (LoadConfig, RunState, RunStopped, records_table, result_from_state,
+                                           run_load_sync, run_metadata, workload_plan, write_run)
 
     plan = workload_plan(spec, np.random.default_rng(seed), cancel)
     users = spec.closed_loop.users if spec.closed_loop is not None else None
@@ -235,14 +267,11 @@ def _run_one(url: str, spec: Any, seed: int, out_dir: Path, cfg_kwargs: dict[str
                 bad[0] += o.status != "success"
                 progress.update(task, advance=1, bad=bad[0])
             result = run_load_sync(config, plan, on_outcome=tick, state=state)
-    except KeyboardInterrupt:
-        if state.outcomes:
-            state.interrupted = True
-            partial = result_from_state(config, len(plan), state)
-            write_run(out_dir, partial, {**run_metadata(partial, spec, seed, source, cancel), "interrupted": True})
-            console.print(f"[yellow]interrupted:[/] wrote the {len(state.outcomes)} outcomes gathered to "
-                          f"{safe_markup(str(out_dir))}")
-        raise SystemExit(130) from None  # typer.Exit would be swallowed by cli.main (standalone_mode off)
+    except (KeyboardInterrupt, RunStopped):
+        state.interrupted, state.stopped_by = True, state.stopped_by or "SIGINT"
+        partial = result_from_state(config, len(plan), state)
+        _write_interrupted(out_dir, partial, run_metadata(partial, spec, seed, source, cancel))
+        raise SystemExit(_signal_exit(state.stopped_by)) from None
     write_run(out_dir, result, run_metadata(result, spec, seed, source, cancel))
     table, ws, we = records_table(result.outcomes, str(out_dir / "records.jsonl"))
     return result, table, ws, we
@@ -282,6 +311,8 @@ def load(
     retry_on: str = typer.Option("rejected,timeout,failed", help="Attempt statuses that are retried."),
     deadline_s: Optional[float] = typer.Option(None, min=0.001, help="A user request's deadline from its first "
                                                "attempt's start, s: no attempt starts after it."),
+    max_retry_wait_s: float = typer.Option(60.0, callback=positive_s, help="Longest wait before a retry, s: a "
+                                           "server's Retry-After above it (or a longer backoff) is cut to it."),
     api: str = typer.Option("completions", help="completions or chat."),
     model: Optional[str] = typer.Option(None, help="Model name (default: the first one /v1/models lists)."),
     stream: bool = typer.Option(True, "--stream/--no-stream", help="Stream tokens (SSE) or wait for the body."),
@@ -311,7 +342,8 @@ def load(
     client = _client_spec(max_attempts, backoff_base_s, backoff_multiplier, backoff_max_s, jitter, retry_on,
                           deadline_s)
     cfg_kwargs = dict(api=api, model=model, stream=stream, ignore_eos=ignore_eos, deadline_s=deadline,
-                      max_in_flight=max_in_flight, api_key=api_key, client=client, jitter_seed=seed)
+                      max_in_flight=max_in_flight, api_key=api_key, client=client, jitter_seed=seed,
+                      max_retry_wait_s=max_retry_wait_s)
     use_ray = ray or ray_address is not None
     workload_doc = _workload_file(workload)
     # how each run is sent: from how many workers, and which of its clients give up

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -25,6 +26,8 @@ API_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 ERROR_TEXT_CHARS = 200
 CAUSE_CHARS = 2000  # how much of an error body the status rules read
 RETRY_AFTER_CODES = (429, 503)  # the statuses whose Retry-After header the generator honours
+RETRY_AFTER_TEXT_CHARS = 100  # how much of a Retry-After header an outcome keeps, as the server sent it
+DELAY_SECONDS = re.compile(r"[0-9]+(?:\.[0-9]+)?")  # ASCII only: str.isdigit and float() take other scripts too
 
 
 class LoadError(ServebenchError):
@@ -61,7 +64,9 @@ class HttpOutcome:
     reported_output_tokens: int | None = None
     warning: str | None = None
     worker: int | None = None  # which of several load-generator workers sent it (None: one generator)
-    retry_after_s: float | None = None  # the server's Retry-After on a 429 or 503, in seconds
+    retry_after_s: float | None = None  # the server's Retry-After on a 429 or 503, in seconds (inf: beyond a float)
+    retry_after_text: str | None = None  # that header as the server sent it (cut short), usable or not
+    retry_wait_capped: bool = False  # the server asked to wait longer than the generator's cap; the retry went at the cap
     logical_id: str | None = None  # the user request this attempt serves (None: clients do not retry)
     attempt: int | None = None  # 1, 2, ... within its logical request
     retry_at_s: float | None = None  # when the next attempt of its logical request starts (None: none follows)
@@ -107,28 +112,34 @@ class HttpOutcome:
 def parse_retry_after(value: str | None, now_utc: datetime | None = None) -> float | None:
     """Return a ``Retry-After`` header's wait in seconds: delta-seconds, or an HTTP-date less now; None if unusable.
 
-    A date in the past waits 0 s.
+    Delta-seconds are ASCII digits (a decimal fraction is honoured too); digits too many for a float
+    ask for longer than any wait and read as infinity (the caller caps every wait). A date in the
+    past waits 0 s. Negative, non-numeric or malformed values, and dates no calendar holds, are
+    unusable: the caller's own backoff decides then.
 
     >>> parse_retry_after("2"), parse_retry_after(" 0.5 "), parse_retry_after("soon"), parse_retry_after(None)
     (2.0, 0.5, None, None)
+    >>> parse_retry_after("-1"), parse_retry_after("1e9"), parse_retry_after("nan"), parse_retry_after("9" * 400)
+    (None, None, None, inf)
     >>> parse_retry_after("Wed, 21 Oct 2015 07:28:10 GMT", datetime(2015, 10, 21, 7, 28, tzinfo=timezone.utc))
     10.0
     """
     if value is None or not value.strip():
         return None
     text = value.strip()
+    if DELAY_SECONDS.fullmatch(text):
+        return float(text)  # RFC 9110 says whole seconds; a fraction costs nothing to honour
     try:
-        seconds = float(text)  # RFC 9110 says whole seconds; a fraction costs nothing to honour
-    except ValueError:
-        try:
-            when = parsedate_to_datetime(text)
-        except (TypeError, ValueError, IndexError):
-            return None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=timezone.utc)
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    try:
         seconds = (when - (now_utc or datetime.now(timezone.utc))).total_seconds()
-        return max(0.0, seconds)
-    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+    except OverflowError:
+        return None
+    return max(0.0, seconds)
 
 
 def parse_sse_line(line: str) -> dict[str, Any] | Literal["done"] | None:
@@ -214,8 +225,10 @@ async def exchange(client: httpx.AsyncClient, url: str, body: dict[str, Any], he
             out.end_s = now()
             out.status = failure_status(resp.status_code, text[:CAUSE_CHARS])
             out.error = f"HTTP {resp.status_code}: {error_message(text)}"
-            if resp.status_code in RETRY_AFTER_CODES:
-                out.retry_after_s = parse_retry_after(resp.headers.get("retry-after"))
+            if resp.status_code in RETRY_AFTER_CODES and "retry-after" in resp.headers:
+                header = resp.headers["retry-after"]
+                out.retry_after_s = parse_retry_after(header)
+                out.retry_after_text = header[:RETRY_AFTER_TEXT_CHARS]
             return
         if stream:
             await _read_stream(resp, out, now)

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Callable, Iterator, Sequence
+import signal
+import threading
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -42,6 +44,8 @@ from servebench.records.token_times import fits
 from servebench.serving.retry import ERR_CLIENT_DEADLINE, ClientSpec
 from servebench.serving.send_lag import lag_threshold_s, sent_late
 from servebench.serving.workload import CancelSpec, Workload, WorkloadSpec, draw_workload
+
+MAX_RETRY_WAIT_S = 60.0  # default cap on any wait before a retry: a server may ask for days
 
 # Common English words that most tokenizers keep as one token each (with a leading space).
 PROMPT_WORDS = (
@@ -73,6 +77,9 @@ class LoadConfig(BaseModel):
     client: ClientSpec | None = Field(None, description="Retrying clients (serving.retry's rules; a 429 or 503's "
                                                         "Retry-After raises the wait); None: one attempt each.")
     jitter_seed: int = Field(0, description="Seed of the backoff's full jitter.")
+    max_retry_wait_s: float = Field(
+        MAX_RETRY_WAIT_S, gt=0, allow_inf_nan=False,
+        description="Longest wait before a retry, s: a server's Retry-After above it (and any backoff) is cut to it.")
 
 
 @dataclass(frozen=True)
@@ -146,6 +153,8 @@ class GeneratorStats(BaseModel):
     lag_warning: str | None = Field(None, description="Set when the generator was late enough to matter.")
     implausible_usage: int = Field(0, description="Replies whose usage.completion_tokens could not be true "
                                                   "(above max_tokens or the text received); what arrived was kept.")
+    retry_waits_capped: int = Field(0, description="Retries sent at the cap on a retry's wait (--max-retry-wait-s) "
+                                                   "though the server's Retry-After asked for longer.")
     warnings: list[str] = Field(default_factory=list, description="Everything the run should not hide, one line each.")
     run_s: float = Field(description="From t0 to the last outcome.")
     workers: list[WorkerStats] | None = Field(None, description="Per worker, when several shared the schedule "
@@ -165,7 +174,16 @@ class RunState:
     started_utc: str = ""
     peak_in_flight: int = 0
     waited_for_slot: int = 0
-    interrupted: bool = False  # set by a caller that stopped the run (Ctrl-C) before its plan was done
+    interrupted: bool = False  # set when the run was stopped (Ctrl-C, SIGTERM) before its plan was done
+    stopped_by: str | None = None  # the signal that stopped it ("SIGINT", "SIGTERM"), when one did
+
+
+class RunStopped(Exception):
+    """A stop signal (SIGTERM) ended the run early; what it gathered is in its :class:`RunState`."""
+
+    def __init__(self, signal_name: str) -> None:
+        super().__init__(f"stopped by {signal_name}")
+        self.signal_name = signal_name
 
 
 @dataclass
@@ -177,6 +195,7 @@ class LoadResult:
     model: str
     config: LoadConfig
     started_utc: str
+    stopped_by: str | None = None  # the signal that cut the run short (its outcomes are what it gathered)
 
 
 # --------------------------------------------------------------------------- pure helpers
@@ -330,7 +349,29 @@ def to_send_row(o: HttpOutcome) -> dict[str, Any]:
         "requested_output_tokens": o.requested_output_tokens, "output_tokens_source": o.output_tokens_source,
         "token_level_chunks": o.token_level_chunks, "reported_output_tokens": o.reported_output_tokens,
         "warning": o.warning, "chunk_times_s": o.chunk_times_s,
-    } | ({} if o.attempt is None else {"retry_after_s": o.retry_after_s, "retry_at_s": o.retry_at_s}) | ({} if o.worker is None else {"worker": o.worker})
+    } | ({} if o.attempt is None else retry_columns(o)) | ({} if o.worker is None else {"worker": o.worker})
+
+
+def retry_columns(o: HttpOutcome) -> dict[str, Any]:
+    """Return an attempt's retry columns in sends.jsonl: the server's Retry-After as read and as sent, the next start.
+
+    A Retry-After beyond a float (infinity) is written as null beside its text, so the file stays JSON.
+    """
+    asked = o.retry_after_s if o.retry_after_s is None or math.isfinite(o.retry_after_s) else None
+    return {"retry_after_s": asked, "retry_after": o.retry_after_text, "retry_at_s": o.retry_at_s,
+            "retry_wait_capped": o.retry_wait_capped}
+
+
+def capped_wait_warning(outcomes: Sequence[HttpOutcome]) -> str | None:
+    """Say how many retries went sooner than the server's Retry-After asked, because every wait is capped."""
+    capped = [o for o in outcomes if o.retry_wait_capped and o.retry_at_s is not None]
+    if not capped:
+        return None
+    first = capped[0]
+    longest = max(capped, key=lambda o: o.retry_after_s or 0.0)
+    return (f"{len(capped)} retries were sent before the server's Retry-After ran out: it asked up to "
+            f"{longest.retry_after_text!r}, above the cap on a retry's wait (--max-retry-wait-s); first: "
+            f"{first.request_id} waited {first.retry_at_s - first.end_s:.3g} s (sends.jsonl: retry_wait_capped)")
 
 
 def lag_stats(outcomes: Sequence[HttpOutcome]) -> LagStats:
@@ -381,7 +422,7 @@ def generator_stats(outcomes: Sequence[HttpOutcome], mode: Literal["open", "clos
     logical = {o.logical_id or o.request_id for o in outcomes}
     users = len(logical) if retrying else len(outcomes)
     warnings = [w for w in (unsent_warning(planned, users, duration_s, interrupted), usage_warning(outcomes),
-                            lag_note)
+                            lag_note, capped_wait_warning(outcomes))
                 if w is not None]
     return GeneratorStats(
         logical_offered=users if retrying else None,
@@ -393,6 +434,7 @@ def generator_stats(outcomes: Sequence[HttpOutcome], mode: Literal["open", "clos
         timed_out=counts["timeout"], cancelled=counts["cancelled"], max_in_flight=max_in_flight,
         peak_in_flight=peak_in_flight, waited_for_slot=waited_for_slot, schedule_lag_s=lag, lag_warning=lag_note,
         implausible_usage=sum(o.reported_output_tokens is not None for o in outcomes), warnings=warnings,
+        retry_waits_capped=sum(o.retry_wait_capped for o in outcomes),
         run_s=max(ends) if ends else 0.0)
 
 
@@ -438,7 +480,11 @@ class _Runner:
             attempt, start_s = attempt + 1, out.retry_at_s
             delay = self.t0 + start_s - self.loop.time()
             if delay > 0:
-                await asyncio.sleep(delay)
+                try:
+                    await asyncio.sleep(delay)
+                except asyncio.CancelledError:  # stopped while waiting: the retry it planned is never sent
+                    out.retry_at_s, out.retry_wait_capped = None, False
+                    raise
 
     def _next_start(self, out: HttpOutcome, first_s: float, cancel_after_s: float | None) -> float | None:
         """Return when the attempt after ``out`` starts (serving.retry's rules), or None; never past the run's end
@@ -446,11 +492,15 @@ class _Runner:
         client = self.config.client
         if client is None or out.attempt is None or not math.isfinite(out.end_s):
             return None
+        cap_s = self.config.max_retry_wait_s
         nxt = client.next_start(out.attempt, out.status, out.error, out.end_s, first_s, self.jitter,
-                                retry_after_s=out.retry_after_s)
+                                retry_after_s=out.retry_after_s, max_wait_s=cap_s)
         if nxt is None or self.t0 + nxt >= self.stop_at:
             return None
-        return None if cancel_after_s is not None and nxt >= first_s + cancel_after_s else nxt
+        if cancel_after_s is not None and nxt >= first_s + cancel_after_s:
+            return None
+        out.retry_wait_capped = out.retry_after_s is not None and out.retry_after_s > cap_s
+        return nxt
 
     async def _attempt(self, req: PlannedRequest, intended_s: float, request_id: str, attempt: int | None,
                        first_s: float) -> HttpOutcome:
@@ -581,7 +631,7 @@ def result_from_state(config: LoadConfig, planned: int, state: RunState) -> Load
     stats = generator_stats(outcomes, mode, planned, config.max_in_flight, state.peak_in_flight,
                             state.waited_for_slot, config.duration_s, state.interrupted)
     return LoadResult(outcomes=outcomes, stats=stats, model=state.model or "unknown", config=config,
-                      started_utc=state.started_utc)
+                      started_utc=state.started_utc, stopped_by=state.stopped_by if state.interrupted else None)
 
 
 async def _open_loop(runner: _Runner, plan: Sequence[PlannedRequest]) -> None:
@@ -627,9 +677,45 @@ async def _closed_loop(runner: _Runner, plan: Sequence[PlannedRequest], users: i
 
 def run_load_sync(config: LoadConfig, plan: Sequence[PlannedRequest],
                   on_outcome: Callable[[HttpOutcome], None] | None = None,
-                  state: RunState | None = None) -> LoadResult:
-    """Run :func:`run_load` in a fresh event loop."""
-    return asyncio.run(run_load(config, plan, on_outcome, state))
+                  state: RunState | None = None,
+                  stop_signals: Sequence[signal.Signals] = (signal.SIGTERM,)) -> LoadResult:
+    """Run :func:`run_load` in a fresh event loop; a signal in ``stop_signals`` stops it as Ctrl-C does.
+
+    Ctrl-C raises KeyboardInterrupt; a stop signal raises :class:`RunStopped`. Either way the
+    requests in flight are cancelled into "cancelled" outcomes first, so ``state`` holds every
+    outcome gathered (build the result with :func:`result_from_state`). The signals are caught
+    only while the run lasts, and only from the main thread (elsewhere they keep their handlers).
+    """
+    state = state if state is not None else RunState()
+    return asyncio.run(stoppable(run_load(config, plan, on_outcome, state), state, stop_signals))
+
+
+async def stoppable(run: Awaitable[LoadResult], state: RunState, stop_signals: Sequence[signal.Signals]) -> LoadResult:
+    """Await ``run``; a signal in ``stop_signals`` cancels it and raises RunStopped with what it gathered."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None  # asyncio.run runs this as its main task
+
+    def stop(sig: signal.Signals) -> None:
+        if state.stopped_by is None:  # a second signal must not cut short the cancelled requests' records
+            state.stopped_by, state.interrupted = sig.name, True
+            task.cancel()
+
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in stop_signals:
+            previous[sig] = signal.getsignal(sig)
+            loop.add_signal_handler(sig, stop, sig)
+    try:
+        return await run
+    except asyncio.CancelledError:
+        if state.stopped_by is None:
+            raise  # Ctrl-C, or a caller's cancellation: not ours to turn into RunStopped
+        raise RunStopped(state.stopped_by) from None
+    finally:
+        for sig, handler in previous.items():
+            loop.remove_signal_handler(sig)
+            signal.signal(sig, handler)  # remove_signal_handler leaves the default, not what was there
 
 
 # --------------------------------------------------------------------------- results on disk
@@ -670,6 +756,7 @@ def run_metadata(result: LoadResult, workload: WorkloadSpec, seed: int, model_so
         "deadline_s": cfg.deadline_s,
         "duration_s": cfg.duration_s,
         "max_in_flight": cfg.max_in_flight,
+        "max_retry_wait_s": cfg.max_retry_wait_s if cfg.client is not None else None,
         "clock": ("time.monotonic in seconds since the run's origin t0 (one clock, one process)"
                   if worker_count(result) is None else
                   "each worker's time.monotonic in seconds since the common origin t0, which the coordinator "

@@ -182,6 +182,9 @@ class _ActorWorker:
     def result(self) -> WorkerRun:
         return self._get(self.pending)
 
+    def stop(self) -> bool:
+        return False  # a running actor call cannot be asked to end early: the coordinator gives up on it
+
     def _get(self, ref: Any) -> Any:
         try:
             return self.ray.get(ref, timeout=None)

@@ -22,16 +22,18 @@ import multiprocessing as mp
 import os
 import signal
 import socket
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
 from servebench.errors import ConfigError, WorkerError
 from servebench.load.client import HttpOutcome
-from servebench.load.generator import (GeneratorStats, LoadConfig, LoadResult, PlannedRequest, RunState, WorkerStats, generator_stats,
-                      lag_stats, run_load)
+from servebench.load.generator import (GeneratorStats, LoadConfig, LoadResult, PlannedRequest, RunState, RunStopped,
+                                       WorkerStats, stoppable, generator_stats, lag_stats, run_load)
 from servebench.serving.send_lag import LAG_FLOOR_S
 
 PINGS = 8
@@ -76,6 +78,10 @@ class Worker(Protocol):
 
     def result(self) -> WorkerRun:
         """Wait for the submitted run and return it."""
+        ...
+
+    def stop(self) -> bool:
+        """Ask a submitted run to end now, its outcomes so far coming back from :meth:`result`; False if it cannot."""
         ...
 
 
@@ -154,8 +160,11 @@ def clock_warnings(stats: Sequence[WorkerStats], lag_budget_s: float = LAG_FLOOR
 
 
 def merge_runs(config: LoadConfig, plan_size: int, runs: Sequence[WorkerRun], start: Sequence[ClockOffset],
-               end: Sequence[ClockOffset], model: str) -> LoadResult:
-    """Merge the workers' outcomes into one run with per-worker and whole-run statistics."""
+               end: Sequence[ClockOffset], model: str, stopped_by: str | None = None) -> LoadResult:
+    """Merge the workers' outcomes into one run with per-worker and whole-run statistics.
+
+    ``stopped_by``: the signal that cut the run short (the runs hold what each worker had gathered).
+    """
     failed = [r for r in runs if r.error is not None]
     if failed:
         raise WorkerError("; ".join(f"worker {r.worker} ({r.host}) failed: {r.error}" for r in failed))
@@ -172,22 +181,30 @@ def merge_runs(config: LoadConfig, plan_size: int, runs: Sequence[WorkerRun], st
     sent = [(o.sent_s, o.end_s) for o in outcomes if o.sent_s is not None and math.isfinite(o.end_s)]
     stats: GeneratorStats = generator_stats(
         outcomes, "open", plan_size, config.max_in_flight * len(runs), peak_overlap(sent),
-        sum(r.waited_for_slot for r in runs), config.duration_s)
+        sum(r.waited_for_slot for r in runs), config.duration_s, interrupted=stopped_by is not None)
     stats = stats.model_copy(update={"workers": per_worker, "warnings": stats.warnings + clock_warnings(per_worker)})
     started = min(r.started_utc for r in runs)
-    return LoadResult(outcomes=outcomes, stats=stats, model=model, config=config, started_utc=started)
+    return LoadResult(outcomes=outcomes, stats=stats, model=model, config=config, started_utc=started,
+                      stopped_by=stopped_by)
 
 
 # --------------------------------------------------------------------------- a worker's part
 
 
-def run_part(config: LoadConfig, plan: list[PlannedRequest], start_at: float, worker: int) -> WorkerRun:
-    """Send one worker's part of the schedule, its origin ``start_at`` on this process's monotonic clock."""
+def run_part(config: LoadConfig, plan: list[PlannedRequest], start_at: float, worker: int,
+             stop_signals: Sequence[signal.Signals] = ()) -> WorkerRun:
+    """Send one worker's part of the schedule, its origin ``start_at`` on this process's monotonic clock.
+
+    A signal in ``stop_signals`` ends the part early, as a stopped run: in-flight requests become
+    cancelled outcomes and the part comes back with what it gathered.
+    """
     state = RunState()
     late_s = max(0.0, time.monotonic() - start_at)
     error = None
     try:
-        asyncio.run(run_load(config, plan, state=state, start_at=start_at))
+        asyncio.run(stoppable(run_load(config, plan, state=state, start_at=start_at), state, stop_signals))
+    except RunStopped:
+        pass  # the coordinator asked for it; the outcomes gathered are the part's result
     except Exception as exc:  # sent back as text: the coordinator names the worker and fails the run
         error = f"{type(exc).__name__}: {exc}"
     for o in state.outcomes:
@@ -202,7 +219,9 @@ def run_workers(workers: Sequence[Worker], config: LoadConfig, plan: Sequence[Pl
                 lead_s: float = START_LEAD_S) -> LoadResult:
     """Measure each worker's clock, start every part at one common instant, merge the outcomes.
 
-    ``config.model`` is fixed to ``model`` so every worker sends the same name.
+    ``config.model`` is fixed to ``model`` so every worker sends the same name. Ctrl-C or a
+    :class:`RunStopped` (SIGTERM, see :func:`raising_on`) while the parts run asks every worker to
+    stop; if all can, the result holds what each had gathered (``stopped_by`` set), else it re-raises.
     """
     if config.users is not None:
         raise ConfigError("--workers shares one open-loop schedule; closed loop (--users) runs in one process")
@@ -214,9 +233,39 @@ def run_workers(workers: Sequence[Worker], config: LoadConfig, plan: Sequence[Pl
     origin = time.monotonic() + lead_s
     for k, (w, part) in enumerate(zip(workers, parts)):
         w.submit(config, part, origin - start[k].offset_s, k)
-    runs = [w.result() for w in workers]
+    runs: list[WorkerRun] = []
+    stopped_by = None
+    try:
+        for w in workers:
+            runs.append(w.result())
+    except (KeyboardInterrupt, RunStopped) as exc:
+        stopped_by = exc.signal_name if isinstance(exc, RunStopped) else "SIGINT"
+        if not all([w.stop() for w in workers[len(runs):]]):
+            raise
+        runs.extend(w.result() for w in workers[len(runs):])  # each part ends at once, with what it gathered
     end = [clock_offset(w.clock) for w in workers]
-    return merge_runs(config, len(plan), runs, start, end, model)
+    return merge_runs(config, len(plan), runs, start, end, model, stopped_by)
+
+
+@contextmanager
+def raising_on(signals: Sequence[signal.Signals] = (signal.SIGTERM,)) -> Iterator[None]:
+    """Within the block, a signal in ``signals`` raises :class:`RunStopped` (in the main thread; elsewhere nothing).
+
+    For synchronous code such as a coordinator waiting on its workers, as Ctrl-C raises KeyboardInterrupt.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        raise RunStopped(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, stop) for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 # --------------------------------------------------------------------------- OS processes
@@ -225,12 +274,13 @@ def run_workers(workers: Sequence[Worker], config: LoadConfig, plan: Sequence[Pl
 def _process_main(conn: Connection) -> None:
     """Serve pings and runs for the coordinator until told to stop (a worker process's loop)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's to handle
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the coordinator's "stop now": it means something only in a run
     while True:
         msg = conn.recv()
         if msg[0] == "clock":
             conn.send(time.monotonic())
         elif msg[0] == "run":
-            conn.send(run_part(*msg[1:]))
+            conn.send(run_part(*msg[1:], stop_signals=(signal.SIGTERM,)))
         else:
             return
 
@@ -249,6 +299,11 @@ class _ProcessWorker:
 
     def result(self) -> WorkerRun:
         return self._recv()
+
+    def stop(self) -> bool:
+        if self.process.is_alive():
+            os.kill(self.process.pid, signal.SIGTERM)  # ignored unless a run is going: then it ends that run
+        return True
 
     def _recv(self) -> Any:
         try:
@@ -284,7 +339,7 @@ class ProcessWorkers:
         for w in self.workers:
             w.process.join(timeout=5)
             if w.process.is_alive():
-                w.process.terminate()
+                w.process.kill()  # SIGTERM only stops a worker's run; it does not end the process
                 w.process.join(timeout=5)
             w.conn.close()
 

@@ -7,7 +7,7 @@ rules, the same in the simulator, the engine run and the load generator:
 * An attempt that ends with a status in ``retry_on`` is retried while fewer than ``max_attempts``
   were sent. The retry starts ``backoff`` after the attempt's end (never before it: attempts of one
   logical request never overlap). A server's ``Retry-After`` raises the wait to at least what it
-  asks (load generator only).
+  asks (load generator only), and the generator's cap (``--max-retry-wait-s``) bounds every wait.
 * Backoff before retry k (k = 1 for the first retry) is ``min(max_s, base_s * multiplier**(k-1))``;
   with ``jitter: full`` the wait is drawn uniformly from [0, that] (AWS's "full jitter").
 * ``deadline_s`` D bounds the logical request from its first attempt's start: a retry whose wait
@@ -102,15 +102,22 @@ class ClientSpec(BaseModel):
         return server_timeout_s, False
 
     def next_start(self, attempt: int, status: str, error: str | None, end_s: float, first_start_s: float,
-                   rng: np.random.Generator | None, retry_after_s: float | None = None) -> float | None:
+                   rng: np.random.Generator | None, retry_after_s: float | None = None,
+                   max_wait_s: float | None = None) -> float | None:
         """Return when the next attempt starts after attempt number ``attempt`` ended, or None for no retry.
 
-        ``retry_after_s`` (a server's Retry-After) makes the wait at least that long.
+        ``retry_after_s`` (a server's Retry-After) makes the wait at least that long; ``max_wait_s``
+        then caps the wait (the load generator's ``--max-retry-wait-s``), before the deadline is checked.
+
+        >>> ClientSpec(max_attempts=2).next_start(1, "rejected", None, 5.0, 0.0, None, retry_after_s=1e8, max_wait_s=60)
+        65.0
         """
         if status not in self.retry_on or attempt >= self.max_attempts or error == ERR_CLIENT_DEADLINE:
             return None
         wait = self.backoff.delay_s(attempt, rng)
         if retry_after_s is not None:
             wait = max(wait, retry_after_s)
+        if max_wait_s is not None:
+            wait = min(wait, max_wait_s)
         start = end_s + wait
         return start if start < self.deadline_at(first_start_s) else None
