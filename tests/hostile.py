@@ -332,8 +332,11 @@ def _parquet_files() -> list[Case]:
         _pq("inf_end", 2, "end", end=pa.array([2.5, inf, 3.0])),
         _pq("null_end", 3, "end", end=pa.array([2.5, 7.0, None], pa.float64())),
         _pq("bool_end", 1, "end", end=pa.array([True, False, True])),
-        _pq("text_start", 2, "start", start=pa.array(["0", "abc", "3"])),
-        _pq("text_first_token_timeout", 2, "first_token", first_token=pa.array(["0.5", "abc", None])),
+        # a typed file holds numbers as numbers: a text column is refused at its first value, "0" as much as "abc"
+        _pq("text_start", 1, "start", start=pa.array(["0", "abc", "3"])),
+        _pq("text_first_token_timeout", 1, "first_token", first_token=pa.array(["0.5", "abc", None])),
+        _pq("text_attempt", 1, "attempt", attempt=pa.array(["1", "1", "1"])),
+        _pq("text_output_tokens", 1, "output_tokens", output_tokens=pa.array(["9", None, None])),
         _pq("first_token_after_end_timeout", 2, "first_token", first_token=pa.array([0.5, 8.0, None])),
         _pq("timestamp_start", 1, "start", start=pa.array([0, 1, 3], pa.timestamp("s"))),
         _pq("float_tokens", 1, "output_tokens", output_tokens=pa.array([9.5, None, None])),

@@ -207,25 +207,24 @@ def test_token_and_cache_sections_are_filled_by_both_engines(tmp_path):
 
 def test_the_engine_covers_every_field_of_the_report():
     """A field build_report gains must be computed by the DuckDB engine too, or the engine refuses (see below)."""
-    from servebench.analysis.duckdb_report import COVERED_FIELDS, REFUSED_SECTIONS, uncovered_fields
-    assert uncovered_fields() == [] and COVERED_FIELDS | set(REFUSED_SECTIONS) >= set(Report.model_fields)
+    from servebench.analysis.duckdb_report import COVERED_FIELDS, uncovered_fields
+    assert uncovered_fields() == [] and COVERED_FIELDS >= set(Report.model_fields)
 
 
-@pytest.mark.skipif("logical" not in Report.model_fields, reason="no logical-request section (issue 17) yet")
-def test_records_with_logical_ids_are_refused_by_duckdb_and_left_to_memory_in_auto(tmp_path, monkeypatch):
-    """The logical-request section is not computed out of core: refused by name, in memory when chosen for size."""
+def test_records_with_logical_ids_are_summarized_by_duckdb_as_in_memory(tmp_path, monkeypatch):
+    """The logical-request section out of core (retry runs), the same in every field; a bad attempt is the same error."""
     recs = rule_part()
     for i, rec in enumerate(recs):
         rec.update(logical_id=f"u{i // 2}", attempt=i % 2 + 1)
     path = write_part(recs, tmp_path / "r.parquet")
-    with pytest.raises(ConfigError, match="^--engine duckdb: the DuckDB engine does not compute the report's "
-                                          "'logical' section \\(records with logical_id\\) yet; use --engine memory$"):
-        summarize_path(path, engine="duckdb")
+    doc = both_engines(path)
+    assert doc is not None and doc["logical"]["logical_requests"] == 4 and doc["logical"]["attempts"] == 8
     monkeypatch.setattr("servebench.records.recordset.BYTES_PER_PARQUET_ROW", 10**12)  # auto takes DuckDB for size
     out = summarize_path(path)
-    assert out.engine == "memory" and "'logical' section" in out.engine_note and out.report.logical is not None
-    recs[2]["attempt"] = 0  # a bad record is still reported as in memory, before the refusal
+    assert out.engine == "duckdb" and out.report.logical is not None
+    recs[2]["attempt"] = 0
     write_part(recs, tmp_path / "r.parquet")
+    assert refusals(path)[0] == refusals(path)[1]
     with pytest.raises(RecordValidationError, match="^r.parquet, row 3, field 'attempt': Invalid attempt"):
         summarize_path(path, engine="duckdb")
 
@@ -419,7 +418,7 @@ RULES = [  # (what, format, the record's changes, field, message): every rule fi
     ("admitted after first token", "parquet", {"admitted": F + 0.1}, "admitted", "Invalid admission time"),
     ("negative prompt", "parquet", {"prompt_tokens": -1}, "prompt_tokens", "Invalid prompt tokens"),
     ("slice not text", "jsonl", {"slice": 7}, "slice", "Invalid text field"),
-    ("logical id not text", "jsonl", {"logical_id": 5}, "logical_id", "Invalid text field"),
+    ("logical id not text", "jsonl", {"logical_id": 5.5}, "logical_id", "Invalid text field"),
     ("cached above prompt", "parquet", {"cached_prompt_tokens": 101}, "cached_prompt_tokens",
      "Invalid cached prompt tokens"),
     ("cached negative", "parquet", {"cached_prompt_tokens": -1}, "cached_prompt_tokens",

@@ -208,7 +208,10 @@ def test_attempt_and_logical_id_are_validated_with_file_row_and_field() -> None:
     with pytest.raises(RecordValidationError, match="row 1, field 'attempt'.*not an integer"):
         read_bytes(b'{"start": 0, "end": 1, "status": "timeout", "attempt": 1.0}\n', "runs.jsonl")
     with pytest.raises(RecordValidationError, match="row 1, field 'logical_id'"):
-        read_bytes(b'{"start": 0, "end": 1, "status": "timeout", "logical_id": 7}\n', "runs.jsonl")
+        read_bytes(b'{"start": 0, "end": 1, "status": "timeout", "logical_id": 7.5}\n', "runs.jsonl")
+    # an integer logical_id is read as text with a note, as an integer request_id is
+    assert read_bytes(b'{"start": 0, "end": 1, "status": "timeout", "logical_id": 7}\n',
+                      "runs.jsonl").logical_id.tolist() == ["7"]
 
 
 def test_retry_policy_experiment_ranks_the_three_policies(storm: Scenario) -> None:

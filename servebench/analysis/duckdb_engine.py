@@ -23,11 +23,11 @@ import pyarrow.parquet as pq
 from servebench.analysis.duckdb_checks import explain_row, first_bad_row
 from servebench.analysis.duckdb_parts import (PartPlan, choose_native, extra_col, lit, native_view_sql, plan_part, q,
                                               staged_table, text_lit)
-from servebench.analysis.duckdb_report import REFUSED_SECTIONS, report_from_connection, uncovered_fields
+from servebench.analysis.duckdb_report import report_from_connection, uncovered_fields
 from servebench.analysis.summary import SLO
 from servebench.errors import ConfigError, InputFormatError, RecordValidationError
 from servebench.records.recordset import RecordSet, SetSummary, check_set_window, extra_names, parse_size, read_part
-from servebench.records.table import FIELDS, RecordTable, int_ids_note
+from servebench.records.table import RecordTable, int_ids_note
 
 
 class EngineRefused(ConfigError):
@@ -49,11 +49,7 @@ def slice_codes(con: duckdb.DuckDBPyConnection, column: str | None, extras: Sequ
     An extra column's distinct values are turned into names by ``extra_columns.slice_by`` itself, on a
     small table holding one row per distinct value, so the names, the checks and the messages are its own.
     """
-    from servebench.records.extra_columns import (
-        MAX_SLICE_VALUES,
-        SLICE_COLUMN,
-        slice_by,
-    )
+    from servebench.records.extra_columns import MAX_SLICE_VALUES, SLICE_COLUMN, no_such_column, slice_by
     if column is None or column == SLICE_COLUMN:
         names = sorted(r[0] for r in con.sql("SELECT DISTINCT slice FROM parsed WHERE slice IS NOT NULL").fetchall())
         if not names:
@@ -71,13 +67,14 @@ def slice_codes(con: duckdb.DuckDBPyConnection, column: str | None, extras: Sequ
         values = con.sql(f"SELECT DISTINCT {col} AS key FROM parsed WHERE {col} IS NOT NULL").to_arrow_table()
         keys = values.column("key").combine_chunks()
     else:
-        keys = pa.array([], pa.string())
+        has_slices = bool(con.sql('SELECT bool_or("slice.present") FROM parsed').fetchall()[0][0])
+        raise no_such_column(column, source, has_slices, list(extras))
     k = len(keys)
     tiny = RecordTable.from_columns(
         start=np.zeros(k), end=np.zeros(k), status=np.zeros(k, np.int8), first_token=np.zeros(k),
         output_tokens=np.ones(k, np.int64), admitted=np.full(k, np.nan), prompt_tokens=np.full(k, -1, np.int64),
         source=source, extra={name: (keys if name == column else pa.nulls(k)) for name in extras})
-    named = slice_by(tiny, column)  # raises the in-memory path's errors: unknown column, too many values
+    named = slice_by(tiny, column)  # raises the in-memory path's error for too many values
     per_value = named.slice
     names = sorted({v for v in per_value if v is not None})
     code = {name: i for i, name in enumerate(names)}
@@ -127,12 +124,13 @@ def _scan(con: duckdb.DuckDBPyConnection, record_set: RecordSet, fmt: str, stage
         selects.append(f"SELECT * FROM read_parquet([{listed}], union_by_name=true)")
     progress("reading records with DuckDB")
     con.sql("CREATE OR REPLACE TABLE parsed AS " + " UNION ALL BY NAME ".join(selects))
-    for plan in plans:  # integer request IDs are read as text, with the note the one-file reader gives
-        if plan.native and any(c == "request_id" and k == "int" for _, c, k in plan.columns):
-            count, first = con.sql(f'SELECT count(*), min(part_row) FROM parsed WHERE part = {plan.index} '
-                                   f'AND "request_id.present"').fetchall()[0]
-            if count:
-                part_warnings[plan.index].append(int_ids_note(int(count), int(first)))
+    for plan in plans:  # integer IDs are read as text, with the note the one-file reader gives
+        for id_field in ("request_id", "logical_id"):
+            if plan.native and any(c == id_field and k == "int" for _, c, k in plan.columns):
+                count, first = con.sql(f"SELECT count(*), min(part_row) FROM parsed WHERE part = {plan.index} "
+                                       f"AND {q(id_field + '.present')}").fetchall()[0]
+                if count:
+                    part_warnings[plan.index].append(int_ids_note(int(count), int(first), id_field))
     if len(plans) == 1:
         warnings = part_warnings[0]
     else:  # as recordset.set_warnings words them
@@ -169,23 +167,28 @@ def _window(con: duckdb.DuckDBPyConnection, plans: Sequence[PartPlan], window_st
     return float(ws), float(we)
 
 
-def _sections(con: duckdb.DuckDBPyConnection) -> tuple[bool, bool]:
-    """Whether some record has token_times, and whether some has cached_prompt_tokens; refuse what is not computed."""
-    refused = {name: f for name, f in REFUSED_SECTIONS.items() if f in FIELDS}
-    found = con.sql(", ".join(["SELECT bool_or(times_present)", 'bool_or("cached_prompt_tokens.present")',
-                               *(f"bool_or({q(f + '.present')})" for f in refused.values())]) + " FROM parsed"
-                    ).fetchall()[0]
-    for (name, f), present in zip(refused.items(), found[2:]):
-        if present:
-            raise EngineRefused(f"--engine duckdb: the DuckDB engine does not compute the report's {name!r} section "
-                                f"(records with {f}) yet; use --engine memory")
-    return bool(found[0]), bool(found[1])
+@dataclass(frozen=True)
+class _Sections:
+    """Which optional sections the records bring: token times, cached prompt tokens, logical requests."""
+
+    tokens: bool
+    cached: bool
+    logical: bool
 
 
-def _records_table(con: duckdb.DuckDBPyConnection, code_sql: str, tokens: bool, cached: bool) -> None:
+def _sections(con: duckdb.DuckDBPyConnection) -> _Sections:
+    """Whether some record has token_times, cached_prompt_tokens, and logical_id."""
+    found = con.sql('SELECT bool_or(times_present), bool_or("cached_prompt_tokens.present"), '
+                    'bool_or("logical_id.present") FROM parsed').fetchall()[0]
+    return _Sections(*(bool(f) for f in found))
+
+
+def _records_table(con: duckdb.DuckDBPyConnection, code_sql: str, sections: _Sections) -> None:
     """Create ``records``: the validated rows with the in-memory table's columns and ``g``, the slice code."""
-    more = (", gaps, max_gap, itl_p99, has_times" if tokens else "") + \
-        (", cached_prompt_tokens, part, part_row" if cached else "")
+    more = (", gaps, max_gap, itl_p99, has_times" if sections.tokens else "") + \
+        (", cached_prompt_tokens" if sections.cached else "") + \
+        (", logical_id, attempt" if sections.logical else "") + \
+        (", part, part_row" if sections.cached or sections.logical else "")
     con.sql(f"""CREATE OR REPLACE TABLE records AS SELECT "start", "end", status, first_token, output_tokens,
                 admitted, prompt_tokens, request_id, error{more}, {code_sql} AS g FROM parsed p""")
     con.sql("DROP TABLE parsed")
@@ -236,11 +239,11 @@ def summarize_set(record_set: RecordSet, fmt: str = "auto", window_start: float 
                     if not warmup_s > 0:
                         raise ConfigError(f"warmup_s {warmup_s!r} must be positive")
                     code_sql, names = f'CASE WHEN "start" < {lit(ws + warmup_s)} THEN 0 ELSE 1 END', ["cold", "warm"]
-                tokens, cached = _sections(con)
-                _records_table(con, code_sql, tokens, cached)
+                sections = _sections(con)
+                _records_table(con, code_sql, sections)
                 progress("summarizing records with DuckDB")
-                report = report_from_connection(con, record_set.source, ws, we, slo, names,
-                                                tokens=tokens, cached=cached, weights=weights)
+                report = report_from_connection(con, record_set.source, ws, we, slo, names, tokens=sections.tokens,
+                                                cached=sections.cached, logical=sections.logical, weights=weights)
             except duckdb.OutOfMemoryException as exc:
                 raise ConfigError(f"DuckDB ran out of memory within the limit ({memory_limit or 'its default'}); "
                                   f"give it more with --memory-limit: {' '.join(str(exc).split())[:200]}") from None
@@ -249,7 +252,7 @@ def summarize_set(record_set: RecordSet, fmt: str = "auto", window_start: float 
         finally:
             con.close()
     note = extra_columns_note(scan.extras)
-    return SetSummary(report, scan.warnings, scan.unavailable, scan.extras, "duckdb", engine_note,
+    return SetSummary(report, scan.warnings + report.warnings(), scan.unavailable, scan.extras, "duckdb", engine_note,
                       [note] if note else [])
 
 

@@ -116,7 +116,7 @@ def plan_part(part: Part, index: int, fmt: str) -> PartPlan:
             extra.append(name)
             continue
         ok = (kind in _NUMERIC_KINDS if canon in FLOAT_FIELDS or canon in INT_FIELDS
-              else kind == "text" or (canon == "request_id" and kind == "int"))
+              else kind == "text" or (canon in ("request_id", "logical_id") and kind == "int"))
         if not ok:
             return PartPlan(part, index, False)
         columns.append((name, canon, kind))

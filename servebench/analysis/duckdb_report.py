@@ -8,7 +8,9 @@ chunk (``servebench.analysis.sorted_stream``, ``servebench.analysis.exact_sum``)
 tokens (ITL) are a list column unnested in the sorted query. The prefix cache's prefill per prompt
 token is a sum in row order, as numpy sums the masked array: its values are streamed ordered by
 part and row. Peak concurrency is a running sum over start and end events grouped by time (a
-departure before an arrival at the same time, as ``servebench.analysis.timeline``).
+departure before an arrival at the same time, as ``servebench.analysis.timeline``). The logical
+requests (retries) are grouped by ``logical_id`` in SQL, their user latencies streamed sorted, and
+their attempt numbers checked for the inconsistencies ``analysis.retries.attempt_issues`` lists.
 
 The edge (files, staging, the connection) is ``servebench.analysis.duckdb_engine``.
 """
@@ -22,11 +24,13 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from servebench.analysis.duckdb_parts import lit
+from servebench.analysis import retries
+from servebench.analysis.duckdb_parts import lit, text_lit
 from servebench.analysis.sorted_stream import PairwiseSum, PeakWalk, SortedSink, distribution, ranks_for
-from servebench.analysis.summary import (SLO, Concurrency, PrefixCacheReport, Report, SLOResult, Stalls,
-                                         fairness_of)
+from servebench.analysis.summary import (SLO, Concurrency, LogicalReport, PrefixCacheReport, Report, SLOResult,
+                                         Stalls, fairness_of)
 from servebench.errors import ConfigError
+from servebench.records.statuses import CLIENT_DEADLINE_ERROR
 from servebench.records.table import MSG_EMPTY, STATUSES
 
 BATCH_ROWS = 1 << 20
@@ -37,10 +41,8 @@ COVERED_FIELDS = frozenset({
     "queue_wait_s", "prefill_s", "failure_aware_latency_s", "failure_aware_ttft_s", "slo", "total_output_tokens",
     "successful_output_tokens", "wasted_output_tokens", "total_prompt_tokens", "active_requests", "in_service",
     "duplicate_request_ids", "duplicate_request_id_examples", "records_without_request_id", "prefix_cache", "slices",
-    "fairness",
+    "fairness", "logical",
 })
-# Sections this engine does not compute, and the field whose presence in any record brings them: refused then.
-REFUSED_SECTIONS: dict[str, str] = {"logical": "logical_id"}
 
 
 @dataclass(frozen=True)
@@ -259,15 +261,95 @@ def _prefix_cache(a: dict[str, Any], sinks: dict[str, SortedSink], prefill_sum: 
         prefill_s_per_prompt_token=per_token, estimated_prefill_saved_s=saved)
 
 
+# The logical requests: one row per logical_id (first_row: its first record's place in part and row order), and
+# one per record without a logical_id, a logical request of its own (as retries.logical_stats groups them).
+_ORDINAL = "(CAST(part AS BIGINT) << 40) + part_row"  # part, then row: a part holds fewer than 2**40 rows
+_DELIVERED = "status <> 0 AND (output_tokens > 0 OR isfinite(first_token))"  # a failed attempt that streamed tokens
+_LOGICAL_SQL = f"""
+    SELECT logical_id AS lid, min({_ORDINAL}) AS first_row, max("end") - min("start") AS latency,
+           count(*) AS attempts, count(*) FILTER (WHERE status = 0) AS successes,
+           coalesce(min("end") FILTER (WHERE {_DELIVERED}) < max("end"), false) AS partial,
+           count(DISTINCT attempt) FILTER (WHERE attempt >= 1) AS numbers,
+           max(attempt) FILTER (WHERE attempt >= 1) AS top_number
+    FROM records WHERE logical_id IS NOT NULL GROUP BY logical_id
+    UNION ALL
+    SELECT NULL, {_ORDINAL}, "end" - "start", 1, CAST(status = 0 AS INTEGER), false, 0, NULL
+    FROM records WHERE logical_id IS NULL"""
+
+
+def _logical(con: duckdb.DuckDBPyConnection) -> LogicalReport:
+    """The logical-request section, as ``summary._logical`` computes it (see ``analysis.retries``)."""
+    con.sql(f"CREATE OR REPLACE TEMP TABLE logical AS {_LOGICAL_SQL}")
+    n, ok, retried, partial, attempts, cut = con.sql(
+        "SELECT count(*), count(*) FILTER (WHERE successes > 0), count(*) FILTER (WHERE attempts > 1), "
+        "count(*) FILTER (WHERE partial), sum(attempts) FROM logical").fetchall()[0] + con.sql(
+        f"SELECT count(*) FILTER (WHERE error = {text_lit(CLIENT_DEADLINE_ERROR)}) FROM records").fetchall()[0]
+    every, succeeded = SortedSink(n, ranks_for(n)), SortedSink(ok, ranks_for(ok))
+    _stream_logical(con, "true", every)
+    _stream_logical(con, "successes > 0", succeeded)
+    issues = _attempt_issues(con)
+    con.sql("DROP TABLE logical")
+    return LogicalReport(logical_requests=n, logical_successes=ok, success_fraction=ok / n if n else None,
+                         attempts=int(attempts), amplification=int(attempts) / n if n else None, retried=retried,
+                         partial_then_retry=partial, attempts_cut_by_deadline=cut,
+                         user_latency_s=distribution(every), user_latency_success_s=distribution(succeeded),
+                         inconsistent_attempts=issues)
+
+
+def _stream_logical(con: duckdb.DuckDBPyConnection, where: str, sink: SortedSink) -> None:
+    for batch in con.sql(f"SELECT latency FROM logical WHERE {where} ORDER BY latency").to_arrow_reader(BATCH_ROWS):
+        sink.feed(batch.column(0).to_numpy(zero_copy_only=False).astype(np.float64, copy=False))
+
+
+def _attempt_issues(con: duckdb.DuckDBPyConnection) -> list[retries.AttemptIssue]:
+    """Each kind of inconsistent attempt numbers, in ``retries.attempt_issues``'s order, with its first example."""
+    issues = []
+    numbered = "FROM records WHERE logical_id IS NOT NULL AND attempt >= 1"
+
+    def first(found_sql: str, order: str) -> tuple[Any, ...] | None:
+        """How many logical requests ``found_sql`` (with a column lid) holds, and its first row by ``order``."""
+        row = con.sql(f"""WITH found AS ({found_sql})
+                          SELECT (SELECT count(DISTINCT lid) FROM found), found.* FROM found JOIN logical l USING (lid)
+                          ORDER BY l.first_row, {order} LIMIT 1""").fetchall()
+        return row[0] if row else None
+
+    repeated = first(f"SELECT logical_id AS lid, attempt, count(*) AS times {numbered} GROUP BY ALL "
+                     "HAVING count(*) > 1", "found.attempt")
+    if repeated:
+        count, lid, number, times = repeated
+        issues.append(retries.repeated_issue(count, lid, number, times))
+    skipped = first("SELECT lid FROM logical WHERE top_number > numbers", "found.lid")
+    if skipped:
+        count, lid = skipped
+        numbers = [r[0] for r in con.sql(f"SELECT DISTINCT attempt {numbered} AND logical_id = {text_lit(lid)} "
+                                         "ORDER BY attempt").fetchall()]
+        issues.append(retries.missing_issue(count, lid, numbers))
+    several = first("SELECT lid, successes FROM logical WHERE lid IS NOT NULL AND successes > 1", "found.lid")
+    if several:
+        count, lid, wins = several
+        issues.append(retries.successes_issue(count, lid, wins))
+    # in each logical request's numbered attempts by start (ties by number), a number below the one before it
+    late = first(f"""SELECT * FROM (
+                         SELECT logical_id AS lid, lag(attempt) OVER w AS later_number, lag("start") OVER w AS later_start,
+                                attempt, "start", row_number() OVER w AS k
+                         {numbered} WINDOW w AS (PARTITION BY logical_id ORDER BY "start", attempt))
+                     WHERE later_number > attempt""", "found.k")
+    if late:
+        count, lid, later_number, later_start, number, start, _ = late
+        issues.append(retries.order_issue(count, lid, (later_number, later_start), (number, start)))
+    return issues
+
+
 def report_from_connection(con: duckdb.DuckDBPyConnection, source: str | None, window_start: float,
                            window_end: float, slo: SLO | None, slice_names: Sequence[str], *,
-                           tokens: bool = False, cached: bool = False,
+                           tokens: bool = False, cached: bool = False, logical: bool = False,
                            weights: Mapping[str, float] | None = None) -> Report:
     """Return the full report over the validated table ``records`` (columns as in memory, ``g`` the slice code).
 
     ``slice_names[g]`` names slice code g; the codes are in name order, as the in-memory report sorts them.
     ``tokens``: some record has token_times (``records`` has gaps, max_gap, itl_p99, has_times);
     ``cached``: some record has cached_prompt_tokens (``records`` has it, and part and part_row);
+    ``logical``: some record has logical_id (``records`` has it, attempt, part and part_row);
     ``weights``: slice -> weight for the fairness section, as ``build_report`` takes them.
     """
     if slo is not None and slo.itl_p99_s is not None and not tokens:
@@ -357,12 +439,13 @@ def report_from_connection(con: duckdb.DuckDBPyConnection, source: str | None, w
     slices = {slice_names[g]: one(g) for g in groups if g is not None}
     return one(None).model_copy(update={
         "duplicate_request_ids": dups, "duplicate_request_id_examples": examples, "slices": slices,
+        "logical": _logical(con) if logical else None,
         "fairness": fairness_of(slices, window_s, weights) if len(slices) >= 2 else None})
 
 
 def uncovered_fields() -> list[str]:
-    """Return the report's fields this engine neither computes nor refuses (none, until ``build_report`` gains one)."""
-    return sorted(set(Report.model_fields) - COVERED_FIELDS - set(REFUSED_SECTIONS))
+    """Return the report's fields this engine does not compute (none, until ``build_report`` gains one)."""
+    return sorted(set(Report.model_fields) - COVERED_FIELDS)
 
 
-__all__ = ["COVERED_FIELDS", "METRICS", "REFUSED_SECTIONS", "report_from_connection", "uncovered_fields"]
+__all__ = ["COVERED_FIELDS", "METRICS", "report_from_connection", "uncovered_fields"]

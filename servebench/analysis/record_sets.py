@@ -18,8 +18,8 @@ from servebench.analysis.retries import read_tenant_weights
 from servebench.analysis.summary import build_report
 from servebench.records.extra_columns import slice_by
 from servebench.records.loaders import read_path, to_table
-from servebench.records.recordset import (SetSummary, choose_engine, find_parts, is_record_set, read_set,
-                                          set_warnings, table_of_set)
+from servebench.records.recordset import (SetSummary, choose_engine, find_parts, is_record_set, parse_size,
+                                          read_set, set_warnings, table_of_set)
 
 
 def summarize_path(path: str | Path, fmt: str = "auto", window_start: float | None = None,
@@ -31,6 +31,8 @@ def summarize_path(path: str | Path, fmt: str = "auto", window_start: float | No
     ``warmup_s`` reports the window's first seconds as the slice ``cold``; a run folder's tenant
     weights (its scenario's ``server.tenants``) weigh the fairness section.
     """
+    if memory_limit is not None:  # refused by either engine, before any reading
+        parse_size(memory_limit)
     single = not is_record_set(path)
     record_set = None if single and engine == "memory" else find_parts(path)
     chosen, note = choose_engine(engine, record_set, memory_limit) if record_set is not None else ("memory", None)
@@ -68,7 +70,7 @@ def summarize_path(path: str | Path, fmt: str = "auto", window_start: float | No
     pa.default_memory_pool().release_unused()
     progress(f"summarizing {len(table):,} records")
     report = build_report(table, ws, we, slo, weights=weights, warmup_s=warmup_s)
-    return SetSummary(report, warnings, unavailable, list(table.extra), "memory", note)
+    return SetSummary(report, warnings + report.warnings(), unavailable, list(table.extra), "memory", note)
 
 
 __all__ = ["SetSummary", "summarize_path"]

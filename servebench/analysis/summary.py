@@ -24,7 +24,8 @@ from servebench.analysis.percentiles import (PercentileEstimate, estimate_ranks,
 from servebench.records.table import (MSG_EMPTY, STATUSES, SUCCESS, RecordTable, check_window, first_violation,
                       build_table, parse_objects)
 from servebench.records.textcolumns import category_codes, duplicates
-from servebench.analysis.retries import jain_index, logical_stats, normalised_goodput, warmup_slices
+from servebench.analysis.retries import (AttemptIssue, attempt_issues, jain_index, logical_stats,
+                                         normalised_goodput, warmup_slices)
 from servebench.analysis.timeline import Timeline, ascending, sorted_timeline, sorted_without
 from servebench.records.token_times import Gaps, gaps as token_gaps
 
@@ -326,6 +327,15 @@ class LogicalReport(BaseModel):
     user_latency_s: Distribution = Field(
         description="First attempt's start to final attempt's end, every logical request (success or not).")
     user_latency_success_s: Distribution = Field(description="The same over logical requests that succeeded.")
+    inconsistent_attempts: list[AttemptIssue] = Field(
+        default_factory=list,
+        description="Attempt numbers that contradict one another (a number twice or skipped, two successes, a later "
+                    "attempt starting first), each kind with its count and first example; the numbers above do not "
+                    "use attempt numbers (analysis.retries.ATTEMPT_RULE).")
+
+    def warnings(self) -> list[str]:
+        """One line per kind of inconsistent attempts, for people."""
+        return [issue.warning() for issue in self.inconsistent_attempts]
 
 
 class SliceFairness(BaseModel):
@@ -397,6 +407,16 @@ class Report(BaseModel):
                                                             "has logical_id.")
     fairness: FairnessReport | None = Field(None, description="Service across slices; None with fewer than two.")
     slices: dict[str, "Report"] = Field(default_factory=dict)
+
+    def warnings(self) -> list[str]:
+        """What people must be told about these records, one line each: records in no slice, inconsistent attempts."""
+        found = []
+        in_slices = sum(r.offered for r in self.slices.values())
+        if self.slices and in_slices < self.offered:
+            alone = self.offered - in_slices
+            found.append(f"slice: {alone:,} of {self.offered:,} records have none (absent, or blank text): they count "
+                         "in the whole report but in no slice's")
+        return found + (self.logical.warnings() if self.logical is not None else [])
 
 
 def _distribution(ordered: np.ndarray, infinite: int = 0, total: Fraction | None = None) -> Distribution:
@@ -684,7 +704,8 @@ def _logical(table: RecordTable) -> LogicalReport:
                          retried=s.retried, partial_then_retry=s.partial_then_retry,
                          attempts_cut_by_deadline=s.attempts_cut_by_deadline,
                          user_latency_s=_distribution(s.user_latency_s),
-                         user_latency_success_s=_distribution(s.user_latency_success_s))
+                         user_latency_success_s=_distribution(s.user_latency_success_s),
+                         inconsistent_attempts=attempt_issues(table))
 
 
 def fairness_of(slices: dict[str, Report], window_s: float, weights: Mapping[str, float] | None) -> FairnessReport:

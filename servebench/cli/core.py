@@ -87,6 +87,9 @@ def summarize(
     from servebench.analysis.summary import SLO, build_report
 
     slo = SLO(ttft_s=slo_ttft, tpot_s=slo_tpot, latency_s=slo_latency, itl_p99_s=slo_itl, stall_s=stall_s)
+    if memory_limit is not None:  # a usage error naming the option, whichever engine would run
+        from servebench.records.recordset import parse_size
+        parse_size(memory_limit)
     if not trim_to_window:
         from servebench.analysis.record_sets import summarize_path
         with Console(stderr=True).status(f"reading {user_text(file.name)}") as status:
@@ -116,8 +119,9 @@ def summarize(
         status.update(f"summarizing {len(table):,} records")
         report = build_report(table, ws, we, slo, warmup_s=warmup_s)
     note = extra_columns_note(table.extra)
-    _print_summary(report, loaded.warnings, list(loaded.metadata.get("unavailable_metrics") or []), list(table.extra),
-                   slice_by, [n for n in (note, trim_note) if n], "memory", as_json)
+    unavailable = list(loaded.metadata.get("unavailable_metrics") or [])
+    _print_summary(report, [*loaded.warnings, *report.warnings()], unavailable, list(table.extra), slice_by,
+                   [n for n in (note, trim_note) if n], "memory", as_json)
 
 
 def _print_summary(report: Any, warnings: list[str], unavailable: list[str], extra: list[str],

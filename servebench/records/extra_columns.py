@@ -62,6 +62,19 @@ def slice_choices(table: RecordTable) -> list[str]:
     return [SLICE_COLUMN, *table.extra]
 
 
+def no_such_column(column: str, source: str | None, has_slices: bool, extra: list[str]) -> ConfigError:
+    """Return the error for ``--slice-by`` naming a column the records lack, with the columns they do have.
+
+    'slice' is listed only when some record has a slice: a file without one has no such column.
+    """
+    has = ([SLICE_COLUMN] if has_slices else []) + extra
+    known = f"it has {', '.join(repr(c) for c in has)}" if has else \
+        "it has neither a slice nor a column the schema does not know"
+    close = difflib.get_close_matches(column, extra, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return ConfigError(f"--slice-by {column!r}: {source or 'the records'} has no such column ({known}){hint}")
+
+
 def slice_by(table: RecordTable, column: str) -> RecordTable:
     """Return the table with ``column``'s values (as text) as each record's slice.
 
@@ -70,11 +83,7 @@ def slice_by(table: RecordTable, column: str) -> RecordTable:
     if column == SLICE_COLUMN:
         return table
     if column not in table.extra:
-        known = ", ".join(repr(c) for c in slice_choices(table))
-        close = difflib.get_close_matches(column, list(table.extra), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise ConfigError(f"--slice-by {column!r}: {table.source or 'the records'} has no such column "
-                          f"(it has {known}){hint}")
+        raise no_such_column(column, table.source, table.has_slices, list(table.extra))
     values = _as_text(table.extra[column], column)
     names = categorical(values)
     distinct = len(names.dictionary)

@@ -20,7 +20,7 @@ from servebench.errors import InputFormatError, RecordValidationError, Servebenc
 from servebench.records.loaded import LoadedRecords
 from servebench.records.rundir import records_file
 from servebench.records.table import ParsedRows, RecordTable, canonical_name, default_window, parse_arrow, \
-    parse_objects, printable_key, shown, validate
+    parse_objects, plain_strings, printable_key, shown, validate
 
 if TYPE_CHECKING:  # the importers load on first use
     from servebench.records.importers.common import ImportOptions
@@ -91,7 +91,8 @@ def parse_csv(data: bytes, source: str) -> ParsedRows:
         raise InputFormatError(f"{source}: malformed CSV: {_one_line(exc)}") from None
     if table.num_rows == 0:
         raise InputFormatError(f"{source}: no records after the header")
-    return parse_arrow(table.rename_columns([n.strip() for n in table.column_names]), source)  # "a, b" headers
+    return parse_arrow(table.rename_columns([n.strip() for n in table.column_names]), source,  # "a, b" headers
+                       text_numbers=True)
 
 
 # A quoted field: from a quote at the start of a field to its closing quote ("" inside is a quote),
@@ -225,7 +226,7 @@ def parse_parquet(data: bytes | BinaryIO | pa.NativeFile, source: str) -> Parsed
         raise InputFormatError(f"{source}: not a readable Parquet file: {_one_line(exc)}") from None
     _check_columns(names, source)
     try:
-        table = pf.read()  # columns the schema does not know are kept as extra columns
+        table = plain_strings(pf.read())  # columns the schema does not know are kept as extra columns
     except (pa.ArrowException, OSError) as exc:
         raise _corrupt_parquet(pf, source, exc) from None
     _refuse_invalid_utf8(table, source)

@@ -17,6 +17,7 @@ import os
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -297,8 +298,11 @@ _UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
           "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
 
 
+MAX_MEMORY_BYTES = 2**60  # 1 EiB: more than any machine holds; DuckDB's setting refuses far larger values
+
+
 def parse_size(text: str) -> int:
-    """Return a size such as ``4GB``, ``512MiB`` or ``2.5 GB`` in bytes.
+    """Return a size such as ``4GB``, ``512MiB`` or ``2.5 GB`` in bytes: at least 1 byte, at most 1 EiB.
 
     >>> parse_size("4GB"), parse_size("512MiB"), parse_size("1000")
     (4000000000, 536870912, 1000)
@@ -306,7 +310,12 @@ def parse_size(text: str) -> int:
     m = _SIZE.match(text)
     if not m or float(m.group(1)) <= 0:
         raise ConfigError(f"--memory-limit {text!r}: expected a size such as 4GB or 512MiB")
-    return int(float(m.group(1)) * _UNITS[(m.group(2) or "B").upper()])
+    size = Fraction(m.group(1)) * _UNITS[(m.group(2) or "B").upper()]  # exact: no float rounds 26 digits
+    if size > MAX_MEMORY_BYTES:
+        raise ConfigError(f"--memory-limit {text!r}: too large; at most 1048576TiB (1 EiB, 2**60 bytes)")
+    if size < 1:
+        raise ConfigError(f"--memory-limit {text!r}: less than one byte; expected a size such as 4GB or 512MiB")
+    return int(size)
 
 
 def estimate_memory_bytes(record_set: RecordSet) -> int:

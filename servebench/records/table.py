@@ -153,6 +153,7 @@ class Column:
     present: np.ndarray
     bad: np.ndarray
     raw: Callable[[int], Any]
+    from_text: bool = False  # numbers were read from text cells (CSV), so a value shown is always text
 
 
 @dataclass(frozen=True)
@@ -272,7 +273,7 @@ def parse_objects(records: Sequence[Any], source: str | None = None, *, strict_k
         return None
 
     columns: dict[str, Column] = {}
-    int_id_rows: list[int] = []
+    int_id_rows: dict[str, list[int]] = {f: [] for f in _INT_ID_FIELDS}
     for name in FIELDS:
         raw_vals = [get(r, name) for r in rows]
         present = np.array([v is not None for v in raw_vals], dtype=bool)
@@ -304,13 +305,18 @@ def parse_objects(records: Sequence[Any], source: str | None = None, *, strict_k
                     continue
                 if isinstance(v, str) and _is_utf8(v):
                     vals[i] = v
-                elif name == "request_id" and _is_int(v):
+                elif name in _INT_ID_FIELDS and _is_int(v):
                     vals[i] = str(v)
-                    int_id_rows.append(i)
+                    int_id_rows[name].append(i)
                 else:
                     bad[i] = True
+            # blank text ("", " ") is absent, as an empty cell is in CSV and a blank string in Parquet
+            blank = present & ~bad & blank_mask(pa.array(vals, pa.string(), from_pandas=False))
+            if blank.any():
+                present &= ~blank
+                vals[blank] = None
         columns[name] = Column(vals, present, bad, raw=lambda i, rv=raw_vals: rv[i])
-    notes = (int_ids_note(len(int_id_rows), int_id_rows[0]),) if int_id_rows else ()
+    notes = tuple(int_ids_note(len(rows), rows[0], f) for f, rows in int_id_rows.items() if rows)
     extra = {key: _extra_from_objects(key, [r.get(key) for r in rows], source) for key in extra_names}
     lists: dict[str, ListColumn] = {}
     for name in LIST_FIELDS:
@@ -370,10 +376,11 @@ def _check_one_value_per_field(rec: Mapping[str, Any], i: int, source: str | Non
             seen[canon] = key
 
 
-def int_ids_note(count: int, first_row: int) -> str:
-    """Say that integer request IDs were read as text: the schema's IDs are strings."""
-    return (f"request_id: {count:,} integer ID{'s' if count > 1 else ''} (first in row {first_row + 1}) "
-            "read as text, e.g. 7 as '7'; the schema's request IDs are strings")
+def int_ids_note(count: int, first_row: int, field: str = "request_id") -> str:
+    """Say that integer IDs (``request_id`` or ``logical_id``) were read as text: the schema's IDs are strings."""
+    what = "request" if field == "request_id" else "logical"
+    return (f"{field}: {count:,} integer ID{'s' if count > 1 else ''} (first in row {first_row + 1}) "
+            f"read as text, e.g. 7 as '7'; the schema's {what} IDs are strings")
 
 
 def _extra_from_objects(name: str, values: list[Any], source: str | None) -> pa.Array:
@@ -406,9 +413,12 @@ def _extra_from_objects(name: str, values: list[Any], source: str | None) -> pa.
 _FLOAT_RE = r"^\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*$"
 _INT_RE = r"^\s*[+-]?0*\d{1,18}\s*$"  # at most 18 digits: below INT_LIMIT, so the cast to int64 cannot fail
 _WHOLE_TEXT = re.compile(r"\s*[+-]?\d+\s*")
+_NUMBER_TEXT = re.compile(_FLOAT_RE)
+_INT_ID_FIELDS = ("request_id", "logical_id")  # integer IDs are read as text, with a note
 
 
-def _arrow_column(arr: pa.ChunkedArray, name: str, optional_nan_is_missing: bool) -> Column:
+def _arrow_column(arr: pa.ChunkedArray, name: str, optional_nan_is_missing: bool, text_numbers: bool) -> Column:
+    """Parse one canonical field of an Arrow table; ``text_numbers``: a text column's numbers are read (CSV)."""
     typ = arr.type
     n = len(arr)
     raw = (lambda i, a=arr: a[i].as_py())
@@ -425,13 +435,18 @@ def _arrow_column(arr: pa.ChunkedArray, name: str, optional_nan_is_missing: bool
         present = ~null
     if name in FLOAT_FIELDS or name in INT_FIELDS:
         is_int_field = name in INT_FIELDS
-        if is_text:
+        if is_text and text_numbers:
             ok = pc.match_substring_regex(arr, _INT_RE if is_int_field else _FLOAT_RE).fill_null(False)
             ok_np = bool_values(ok, null_as=False)
             bad = present & ~ok_np
             cleaned = pc.if_else(ok, pc.utf8_trim_whitespace(arr), pa.scalar(None, arr.type))
+            if is_int_field:  # "+4" is 4, as "+4.5" is 4.5 to the float cast; Arrow's integer cast refuses the sign
+                cleaned = pc.replace_substring_regex(cleaned, pattern=r"^\+", replacement="")
             target = pa.int64() if is_int_field else pa.float64()
             nums = pc.cast(cleaned, target)
+        elif is_text:  # a typed file (Parquet) holds numbers as numbers: text is refused, as JSON's "5" is
+            bad = present.copy()
+            nums = pa.nulls(n, pa.int64() if is_int_field else pa.float64())
         elif pa.types.is_boolean(typ) or not (pa.types.is_integer(typ) or pa.types.is_floating(typ)
                                               or pa.types.is_decimal(typ)):
             bad = present.copy()
@@ -462,10 +477,10 @@ def _arrow_column(arr: pa.ChunkedArray, name: str, optional_nan_is_missing: bool
             present = present & ~np.isnan(vals)
         if bad.any():
             vals = np.where(bad, absent, vals)
-        return Column(vals, present, bad, raw)
+        return Column(vals, present, bad, raw, from_text=is_text and text_numbers)
     # text fields stay in Arrow, null where absent (RecordTable.from_columns encodes them)
     bad = all_false(n)
-    if is_text or (name == "request_id" and pa.types.is_integer(typ)):
+    if is_text or (name in _INT_ID_FIELDS and pa.types.is_integer(typ)):
         text = text_array(arr)
         if not present.all():
             text = pc.if_else(pa.array(present), text, pa.scalar(None, pa.string()))
@@ -494,8 +509,13 @@ def _arrow_category(arr: pa.ChunkedArray, name: str, raw: Callable[[int], Any]) 
     return Column(combined, ~null, all_false(n), raw)
 
 
-def parse_arrow(table: pa.Table, source: str | None = None) -> ParsedRows:
-    """Parse an Arrow table whose columns are canonical names or aliases (typed, or text from CSV)."""
+def parse_arrow(table: pa.Table, source: str | None = None, *, text_numbers: bool = False) -> ParsedRows:
+    """Parse an Arrow table whose columns are canonical names or aliases.
+
+    ``text_numbers``: every column is text (CSV), so numbers are read from it; in a typed table
+    (Parquet) a number stored as text is refused, as nothing is coerced.
+    """
+    table = plain_strings(table)
     names: dict[str, str] = {}
     extra: dict[str, Any] = {}
     lists: dict[str, ListColumn] = {}
@@ -519,19 +539,33 @@ def parse_arrow(table: pa.Table, source: str | None = None) -> ParsedRows:
     for name in FIELDS:
         if name in names:
             columns[name] = _arrow_column(table.column(names[name]), name,
-                                          optional_nan_is_missing=name not in ("start", "end"))
+                                          optional_nan_is_missing=name not in ("start", "end"),
+                                          text_numbers=text_numbers)
         else:
             # an absent column is one read-only marker seen n times: no memory per row
             empty_vals = (np.broadcast_to(np.float64(np.nan), n) if name in FLOAT_FIELDS else
                           np.broadcast_to(np.int64(-1), n) if name in INT_FIELDS else
                           np.broadcast_to(np.int8(-1), n) if name == "status" else pa.nulls(n, pa.string()))
             columns[name] = Column(empty_vals, all_false(n), all_false(n), raw=lambda i: None)
-    notes: tuple[str, ...] = ()
-    ids = columns["request_id"]
-    if "request_id" in names and pa.types.is_integer(table.column(names["request_id"]).type) and ids.present.any():
-        notes = (int_ids_note(int(ids.present.sum()), int(np.argmax(ids.present))),)
+    notes = tuple(int_ids_note(int(columns[f].present.sum()), int(np.argmax(columns[f].present)), f)
+                  for f in _INT_ID_FIELDS
+                  if f in names and pa.types.is_integer(table.column(names[f]).type) and columns[f].present.any())
     return ParsedRows(n, columns, all_false(n), source, MappingProxyType(extra) if extra else NO_EXTRA,
                       notes=notes, lists=MappingProxyType(lists) if lists else NO_EXTRA)
+
+
+def plain_strings(table: pa.Table) -> pa.Table:
+    """Return the table with its view-typed text columns (``string_view``, as Polars writes) as plain strings.
+
+    A string view holds the same text; every reader here takes ``string`` (and ``large_string``).
+    """
+    for i, field in enumerate(table.schema):
+        typ = field.type
+        if pa.types.is_string_view(typ):
+            table = table.set_column(i, field.name, table.column(i).cast(pa.string()))
+        elif pa.types.is_dictionary(typ) and pa.types.is_string_view(typ.value_type):
+            table = table.set_column(i, field.name, table.column(i).cast(pa.dictionary(typ.index_type, pa.string())))
+    return table
 
 
 def _extra_from_arrow(name: str, arr: pa.ChunkedArray, source: str | None) -> pa.ChunkedArray:
@@ -898,7 +932,7 @@ def _explain(rows: ParsedRows, i: int, failed: dict[str, bool], tokens: tt.Token
         bound = (f"between 0 and prompt_tokens {shown(prompt.values[i])}" if prompt.present[i] else "at least 0")
         return Violation(i, "cached_prompt_tokens", MSG_CACHED, _int_detail(cached, i, bound))
     if failed.get("attempt"):
-        return Violation(i, "attempt", MSG_ATTEMPT, _int_detail(attempt, i, "at least 1"))
+        return Violation(i, "attempt", MSG_ATTEMPT, _int_detail(attempt, i, "at least 1", "an attempt number"))
     if tokens is not None and tokens.bad[i]:
         field, message, detail = tokens.explain(i)
         return Violation(i, field, message, detail)
@@ -916,11 +950,18 @@ def token_rules(rows: ParsedRows, codes: np.ndarray) -> tt.TokenRules | None:
                     success=codes == SUCCESS, shown=shown)
 
 
+def _typed_text(col: Column, v: Any) -> bool:
+    """Whether a refused value is a number written as text in a typed file (JSON's "5", a Parquet text column)."""
+    return not col.from_text and isinstance(v, str) and _NUMBER_TEXT.match(v) is not None
+
+
 def _number_detail(col: Column, i: int, bound: str) -> str:
     if not col.present[i]:
         return "missing"
     v = col.raw(i)
     if col.bad[i]:
+        if _typed_text(col, v):
+            return f"{shown(v)} is text, not a number (nothing is coerced: store it as a number)"
         return f"{shown(v)} is not a number"
     if not math.isfinite(col.values[i]):
         if _is_whole(v) or (isinstance(v, str) and _WHOLE_TEXT.fullmatch(v)):
@@ -929,13 +970,16 @@ def _number_detail(col: Column, i: int, bound: str) -> str:
     return f"{shown(v)} must be {bound}"
 
 
-def _int_detail(col: Column, i: int, bound: str) -> str:
+def _int_detail(col: Column, i: int, bound: str, what: str = "a token count") -> str:
+    """Say why row ``i`` of an integer field fails; ``what`` names the field's kind in the "too large" message."""
     if not col.present[i]:
         return "missing"
     v = col.raw(i)
     if col.bad[i]:
+        if _typed_text(col, v):
+            return f"{shown(v)} is text, not an integer (nothing is coerced: store it as a number)"
         if _is_whole(v) or (isinstance(v, str) and _WHOLE_TEXT.fullmatch(v)):
-            return f"{shown(v)} is too large (a token count must be below 10**18)"
+            return f"{shown(v)} is too large ({what} must be below 10**18)"
         return f"{shown(v)} is not an integer"
     return f"{shown(v)} must be {bound}"
 

@@ -139,6 +139,8 @@ def _element_problem(values: Sequence[Any], name: str) -> str | None:
     test = _number if name == "token_times" else _integer
     for k, v in enumerate(values):
         if not test(v):
+            if name == "token_counts" and isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)):
+                return f"element {k + 1} ({_short(v)}) is too large (a token count must be below 10**18)"
             return f"element {k + 1} ({_short(v)}) is not {'a number' if name == 'token_times' else 'an integer below 10**18'}"
     return None
 
@@ -213,10 +215,9 @@ def column_from_arrow(name: str, arr: pa.ChunkedArray | pa.Array) -> ListColumn:
         if too_big:
             element_bad |= np.asarray(pc.greater_equal(values, pa.scalar(_COUNT_LIMIT, vt)).fill_null(False)
                                       .to_numpy(zero_copy_only=False), dtype=bool)
-    if element_bad is not None and element_bad.any():
-        f = flat(arr, dtype=np.float64) if name == "token_times" else flat(pc.cast(arr, pa.list_(pa.float64())))
-        rows = np.searchsorted(f.offsets, np.flatnonzero(element_bad), side="right") - 1
-        bad[rows] = True
+    if element_bad is not None and element_bad.any():  # each element's row, from the offsets alone (no cast)
+        parents = np.asarray(pc.list_parent_indices(arr).to_numpy(zero_copy_only=False), dtype=np.int64)
+        bad[parents[element_bad]] = True
     cast = arr if typ == target else pc.cast(arr, target, safe=False)
     if bad.any():
         cast = pc.if_else(pa.array(bad), pa.scalar(None, target), cast)
