@@ -55,11 +55,21 @@ def test_schema_is_the_record_json_schema():
     assert doc["additionalProperties"] is False
 
 
+def _commands(group, prefix=""):
+    """Every command by its full name, a group's subcommands included (``trace stats``)."""
+    for name, command in group.commands.items():
+        yield f"{prefix}{name}", command
+        if hasattr(command, "commands"):
+            yield from _commands(command, f"{prefix}{name} ")
+
+
 def test_every_command_has_help_text():
     group = typer.main.get_command(app)
     assert group.commands, "no commands registered"
-    for name, command in group.commands.items():
+    for name, command in _commands(group):
         assert (command.help or "").strip(), f"command {name!r} has no help text"
+        if hasattr(command, "commands"):
+            continue  # a group: its subcommands are checked
         params = {p.name for p in command.params}
         if name not in ("schema",):
             assert "as_json" in params or "json" in params, f"command {name!r} has no --json"
