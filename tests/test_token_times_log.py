@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servebench.records.token_times import TokenLog
+from servebench.records.token_times import TokenLog, TokenRuns, gaps
 
 
 @st.composite
@@ -28,22 +28,23 @@ def _appends(draw: st.DrawFn) -> tuple[int, list[tuple[list[int], list[float]]]]
 @settings(max_examples=200, deadline=None)
 @given(_appends(), st.booleans())
 def test_every_token_comes_back_to_its_row_in_order(case: tuple[int, list[tuple[list[int], list[float]]]],
-                                                     sized: bool) -> None:
+                                                     named: bool) -> None:
     n, appends = case
-    log = TokenLog(n if sized else 0)  # an unsized log grows as rows come
+    log = TokenLog()
     expected: list[list[float]] = [[] for _ in range(n)]
     for rows, times in appends:
+        keys = [str(r) for r in rows] if named else list(rows)  # the simulator names rows by request ID
         if len(times) == 1:
-            log.add_step(list(rows), times[0])
+            log.add_step(keys, times[0])
         else:
-            log.add_run(list(rows), np.array(times))
+            log.add_run(keys, np.array(times))
         for r in rows:
             expected[r].extend(times)
     assert log.to_arrow(n).to_pylist() == [e or None for e in expected]
 
 
 def test_a_row_that_gets_every_tick_is_one_run_and_a_gap_starts_another() -> None:
-    log = TokenLog(3)
+    log = TokenLog()
     log.add_step([0], 0.1)  # a first token
     log.add_run([0, 1], np.array([0.2, 0.3, 0.4]))
     log.add_step([0, 1], 0.5)
@@ -56,7 +57,7 @@ def test_a_row_that_gets_every_tick_is_one_run_and_a_gap_starts_another() -> Non
 
 def test_expansion_in_chunks_gives_the_same_values(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     rng = np.random.default_rng(4)
-    log = TokenLog(50)
+    log = TokenLog()
     t = 0.0
     for _ in range(200):
         rows = rng.choice(50, size=int(rng.integers(1, 20)), replace=False).tolist()
@@ -65,5 +66,56 @@ def test_expansion_in_chunks_gives_the_same_values(monkeypatch) -> None:  # type
         t = float(times[-1])
         log.add_run(rows, times)
     whole = log.to_arrow(50).to_pylist()
-    monkeypatch.setattr(TokenLog, "_CHUNK_TOKENS", 7)  # many small chunks, each cut inside the runs' order
+    monkeypatch.setattr(TokenRuns, "_CHUNK_TOKENS", 7)  # many small chunks, each cut inside the runs' order
     assert log.to_arrow(50).to_pylist() == whole
+
+
+def _log_of(case: tuple[int, list[tuple[list[int], list[float]]]]) -> TokenLog:
+    log = TokenLog()
+    for rows, times in case[1]:
+        if len(times) == 1:
+            log.add_step(list(rows), times[0])
+        else:
+            log.add_run(list(rows), np.array(times))
+    return log
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    return bool(np.array_equal(a, b, equal_nan=True))
+
+
+@settings(max_examples=200, deadline=None)
+@given(_appends(), st.data())
+def test_run_gaps_equal_the_gaps_of_the_expanded_times(case: tuple[int, list[tuple[list[int], list[float]]]],
+                                                       data: st.DataObject) -> None:
+    n = case[0]
+    runs = _log_of(case).to_runs(n)
+    whole = gaps(runs.expand())
+    compact = runs.gaps()
+    mask = np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)))
+    repeated = compact.sorted_of(mask)
+    assert repeated.size == whole.sorted_of(mask).size
+    assert repeated[0:repeated.size].tolist() == whole.sorted_of(mask).tolist()  # the same multiset, in order
+    assert _same(compact.max_gap, whole.max_gap) and _same(compact.has_times, whole.has_times)
+    assert _same(compact.row_percentile(99), whole.row_percentile(99))
+    lo = data.draw(st.integers(0, n))
+    assert runs.expand(lo, n).to_pylist() == runs.expand().to_pylist()[lo:]
+
+
+def test_a_simulation_reports_the_same_from_runs_as_from_every_token_time() -> None:
+    from servebench.analysis.summary import SLO, build_report
+    from servebench.serving.scenario import load_scenario
+    from servebench.serving.simulate import simulate
+    from pathlib import Path
+    sc = load_scenario(Path(__file__).resolve().parents[1] / "sample_data" / "scenarios" / "paged_chat.yaml")
+    sc = sc.model_copy(update={"workload": sc.workload.model_copy(update={"num_requests": 1500})})
+    full, compact = simulate(sc), simulate(sc, token_times="runs")
+    assert compact.records.token_times is None and compact.token_runs is not None
+    assert compact.token_runs.expand().equals(full.records.token_times)
+    assert compact.token_runs.ticks.size < full.records.token_times.values.__len__() / 10  # a float per step, not per token
+    for slo in (None, SLO(ttft_s=2.0, itl_p99_s=0.05, stall_s=0.08)):
+        a = build_report(full.records, full.window_start_s, full.window_end_s, slo)
+        b = build_report(compact.records, compact.window_start_s, compact.window_end_s, slo,
+                         token_runs=compact.token_runs)
+        assert a.itl_s is not None and a.stalls is not None and a.stalls.stalled > 0
+        assert a.model_dump() == b.model_dump()

@@ -27,7 +27,7 @@ from servebench.records.textcolumns import category_codes, duplicates
 from servebench.analysis.retries import (AttemptIssue, attempt_issues, jain_index, logical_stats,
                                          normalised_goodput, warmup_slices)
 from servebench.analysis.timeline import Timeline, ascending, sorted_timeline, sorted_without
-from servebench.records.token_times import Gaps, gaps as token_gaps
+from servebench.records.token_times import Gaps, RunGaps, TokenRuns, gaps as token_gaps
 
 CONTRACT_FIELDS: tuple[str, ...] = (
     "requests", "successes", "non_success_fraction", "successful_requests_per_second",
@@ -618,8 +618,11 @@ def _run_beside(main: Callable[[], T], jobs: list[tuple[K, Callable[[], Any]]],
 
 def build_report(table: RecordTable, window_start: float, window_end: float, slo: SLO | None = None,
                  *, by_slice: bool = True, weights: Mapping[str, float] | None = None,
-                 warmup_s: float | None = None) -> Report:
+                 warmup_s: float | None = None, token_runs: TokenRuns | None = None) -> Report:
     """Return the full report for validated records over [window_start, window_end].
+
+    ``token_runs``: the records' token times as runs of shared step times (a simulation's), in place of
+    their ``token_times`` column: the same report, without a value per token in memory.
 
     ``weights`` (slice -> weight, e.g. a run's tenant weights) normalise the fairness section's
     goodput; without them every slice weighs 1. ``warmup_s`` reports the records that start in the
@@ -639,8 +642,8 @@ def build_report(table: RecordTable, window_start: float, window_end: float, slo
     slice_rows = _slice_rows(table) if by_slice else {}
     error_code, error_names = category_codes(table.error_arrow)
     all_rows = _Rows.of(table, error_code)
-    tokens = _Once(partial(_tokens, table, slo))
-    if table.token_times is None:
+    tokens = _Once(partial(_tokens, table, slo, token_runs))
+    if table.token_times is None and token_runs is None:
         tokens.get()  # nothing to compute; an ITL SLO without token times is refused here
     common = dict(source=table.source, window_start=window_start, window_end=window_end, slo=slo,
                   error_names=error_names)
@@ -671,7 +674,8 @@ def build_report(table: RecordTable, window_start: float, window_end: float, slo
     by_size = sorted(groups, key=lambda k: -groups[k].size)
     first_view = partial(group_report, by_size[0]) if merge else lambda: _report(all_rows, tokens=tokens.get, **common)
     views = [(key, partial(group_report, key)) for key in (by_size[1:] if merge else by_size)]
-    jobs: list[tuple[Any, Callable[[], Any]]] = [("", tokens.get)] if table.token_times is not None else []
+    has_tokens = table.token_times is not None or token_runs is not None
+    jobs: list[tuple[Any, Callable[[], Any]]] = [("", tokens.get)] if has_tokens else []
     parallel = len(table) >= _PARALLEL_MIN_ROWS and (os.cpu_count() or 1) > 1
     if len(table) > _VIEWS_AT_ONCE_MAX_ROWS:  # one view's temporaries at a time; the duplicate check beside them
         (first, results), beside = _run_beside(lambda: (first_view(), {key: job() for key, job in views}),
@@ -744,20 +748,21 @@ class _Once(Generic[T]):
 class _Tokens:
     """Token gaps of the whole table, the stall threshold, and each row's p99 gap when an SLO needs it."""
 
-    gaps: Gaps
+    gaps: Gaps | RunGaps
     threshold_s: float | None
     threshold_rule: str
     itl_p99: np.ndarray | None
 
 
-def _tokens(table: RecordTable, slo: SLO | None) -> tuple[_Tokens | None, Distribution | None]:
-    """Return the token gaps and the whole file's ITL distribution, or (None, None) without token_times."""
+def _tokens(table: RecordTable, slo: SLO | None,
+            runs: TokenRuns | None = None) -> tuple[_Tokens | None, Distribution | None]:
+    """Return the token gaps and the whole file's ITL distribution, or (None, None) without token times."""
     stall_s = None if slo is None else slo.stall_s
-    if table.token_times is None:
+    if table.token_times is None and runs is None:
         if slo is not None and slo.itl_p99_s is not None:
             raise ConfigError("an ITL SLO (--slo-itl) needs token_times in the records; this file has none")
         return None, None
-    g = token_gaps(table.token_times)
+    g = runs.gaps() if runs is not None else token_gaps(table.token_times)
     itl = _distribution(g.sorted_of(table.is_success))
     median = itl.at(50)
     if stall_s is not None:

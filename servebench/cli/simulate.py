@@ -79,14 +79,14 @@ def simulate(
         else:
             sc = sc.model_copy(update={"workload": sc.workload.model_copy(
                 update={"num_requests": requests, "duration_s": None})})
-    result = run_simulation(sc)
+    result = run_simulation(sc, token_times="runs")  # the token times as runs of step times: a float per step
     if len(result.records) == 0:
         raise ConfigError(f"{scenario}: the workload produced no requests")
-    report = build_report(result.records, result.window_start_s, result.window_end_s)
+    report = build_report(result.records, result.window_start_s, result.window_end_s, token_runs=result.token_runs)
     d = _out_dir(out)
     written = rundir.write_run(d, result.records, steps=result.trace,
                                steps_format=cast(rundir.FileFormat, trace_format),
-                               records_format=cast(rundir.FileFormat, records_format))
+                               records_format=cast(rundir.FileFormat, records_format), token_runs=result.token_runs)
     tr = result.trace
     files = {"records": str(written["records"]), "steps": str(written["steps"]), "summary": str(d / rundir.SUMMARY)}
     if figures:

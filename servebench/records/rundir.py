@@ -28,6 +28,7 @@ from servebench.errors import ConfigError, InputFormatError
 from servebench.records.rows import read_rows
 from servebench.records.steps import StepRow, StepTrace, read_steps, write_steps
 from servebench.records.table import RecordTable
+from servebench.records.token_times import TIMES_TYPE, TokenRuns
 
 RECORD_FILES: tuple[str, ...] = ("records.jsonl", "records.parquet", "records.csv", "records.json")
 STEP_FILES: tuple[str, ...] = ("steps.jsonl", "steps.parquet", "steps.csv", "steps.json",
@@ -144,6 +145,15 @@ def read_sends(folder: str | Path) -> list[dict[str, Any]]:
     return read_rows(path)
 
 
+def _write_parquet_in_parts(path: Path, table: pa.Table, runs: TokenRuns) -> None:
+    """Write records with their token times as a list column, expanding the runs one row group at a time."""
+    import pyarrow.parquet as pq
+    schema = table.schema.append(pa.field("token_times", TIMES_TYPE))
+    with pq.ParquetWriter(path, schema) as writer:
+        for lo, hi, times in runs.row_chunks():
+            writer.write_table(table.slice(lo, hi - lo).append_column(schema.field("token_times"), times))
+
+
 def _arrow_rows(rows: Sequence[Mapping[str, Any]]) -> pa.Table:
     """Return record dicts as an Arrow table with a column for every key any record has (null where absent)."""
     keys: dict[str, None] = {}
@@ -184,10 +194,12 @@ def _replace(folder: Path, written: Path, names: Sequence[str]) -> None:
 def write_run(folder: str | Path, records: RecordTable | Sequence[Mapping[str, Any]], *,
               steps: StepTrace | Sequence[StepRow] | None = None, metadata: Mapping[str, Any] | None = None,
               sends: Sequence[Mapping[str, Any]] | None = None,
-              steps_format: FileFormat = "jsonl", records_format: FileFormat = "jsonl") -> dict[str, Path]:
+              steps_format: FileFormat = "jsonl", records_format: FileFormat = "jsonl",
+              token_runs: TokenRuns | None = None) -> dict[str, Path]:
     """Write a run folder (created if needed): records, and the step trace, metadata and sends given.
 
-    Formats as :func:`formats` chooses (``auto``: by the number of records). A record file or step trace
+    Formats as :func:`formats` chooses (``auto``: by the number of records). ``token_runs`` gives the records'
+    token times as runs (a simulation's), written a part of the rows at a time. A record file or step trace
     of another format left there by an earlier run is removed. Returns the files written by role
     (``records``, ``steps``, ``metadata``, ``sends``). Whatever else a command keeps beside them
     (simulate's ``summary.json``) the command writes itself.
@@ -199,11 +211,15 @@ def write_run(folder: str | Path, records: RecordTable | Sequence[Mapping[str, A
         if d.exists() and not d.is_dir():
             raise ConfigError(f"output {d} exists and is not a folder")
         d.mkdir(parents=True, exist_ok=True)
-        if records_fmt == "parquet":
+        if records_fmt == "parquet" and token_runs is not None and isinstance(records, RecordTable):
+            _write_parquet_in_parts(files["records"], records.to_arrow(), token_runs)
+        elif records_fmt == "parquet":
             import pyarrow.parquet as pq
             pq.write_table(records.to_arrow() if isinstance(records, RecordTable) else _arrow_rows(records),
                            files["records"])
         else:
+            if token_runs is not None and isinstance(records, RecordTable):
+                records = records.with_columns(token_times=token_runs.expand())
             rows = records.to_dicts() if isinstance(records, RecordTable) else records
             files["records"].write_text(_jsonl(rows), encoding="utf-8")
         _replace(d, files["records"], RECORD_FILES)

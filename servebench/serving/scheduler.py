@@ -270,12 +270,13 @@ class StepPlan:
 class _Seq:
     """A request's mutable state inside the scheduler."""
 
-    __slots__ = ("req", "target", "deadline", "computed", "generated", "decoding", "admitted_s",
+    __slots__ = ("req", "rid", "target", "deadline", "computed", "generated", "decoding", "admitted_s",
                  "first_token_s", "blocks", "reserved", "preemptions", "in_flight", "running", "alive", "key",
                  "keys", "shared", "cached_tokens", "registering")
 
     def __init__(self, req: Request, target: int, deadline: float, key: int) -> None:
         self.req = req
+        self.rid = req.request_id
         self.key = key  # unique per add_request, so a reused request_id never matches a stale deadline
         self.target = target
         self.deadline = deadline
@@ -518,19 +519,34 @@ class Scheduler:
         plan = StepPlan(now)
         kv_read = 0
         starved = False  # a running sequence could not get KV: admit nobody this step
+        decoding, prefilling = plan.decode, plan.prefill
         for seq in list(self._running):
             if seq.in_flight or not seq.running:  # in flight, or preempted earlier in this step
                 continue
             if seq.decoding:
                 if not decode or budget < 1:
                     continue
-                chunk = 1
-            else:
-                if not prefill:
-                    continue
-                chunk = self._chunk(seq, budget)
-                if chunk == 0:
-                    continue
+                if paged:
+                    need = -(-(seq.computed + 1) // bs) - seq.blocks - seq.shared
+                    if need > 0:
+                        if need <= self._free_blocks:  # _alloc's common case, inline: this loop is the hot path
+                            seq.blocks += need
+                            self._free_blocks -= need
+                        elif self._make_room(need, seq, plan):
+                            self._alloc(seq, need)
+                        else:
+                            starved = True
+                            continue
+                seq.in_flight = True
+                decoding.append(seq.rid)
+                kv_read += seq.computed + 1
+                budget -= 1
+                continue
+            if not prefill:
+                continue
+            chunk = self._chunk(seq, budget)
+            if chunk == 0:
+                continue
             if paged:
                 need = -(-(seq.computed + chunk) // bs) - seq.blocks - seq.shared
                 if need > 0:
@@ -539,11 +555,7 @@ class Scheduler:
                         continue
                     self._alloc(seq, need)
             seq.in_flight = True
-            if seq.decoding:
-                plan.decode.append(seq.req.request_id)
-                kv_read += seq.computed + 1
-            else:
-                plan.prefill.append((seq.req.request_id, chunk))
+            prefilling.append((seq.rid, chunk))
             budget -= chunk
         if prefill and not starved:
             budget = self._admit(now, plan, budget)
@@ -749,12 +761,13 @@ class Scheduler:
 
     # ------------------------------------------------------------------ commits
     def on_step_done(self, plan: StepPlan, now: float, finished: Iterable[str] = (),
-                     tokens: list[tuple[str, int]] | None = None) -> list[Outcome]:
+                     tokens: list[str] | None = None) -> list[Outcome]:
         """Commit ``plan`` (all of its ``steps``) as finished at ``now``; return successes ended by it.
 
-        ``finished`` names sequences that produced EOS in this step. ``tokens``, when given, receives
-        (request ID, tokens emitted) for every sequence that emitted output: 1 for a completed prefill,
-        ``steps`` for a decoder, one per step (the callers stamp them with their step ends).
+        ``finished`` names sequences that produced EOS in this step. ``tokens``, when given, receives the
+        request ID of every sequence that emitted output: one token for a completed prefill, ``steps``
+        for a decoder, one per step (a plan of several steps has no prefill; the callers stamp the
+        tokens with their step ends).
         """
         steps = plan.steps
         done: list[Outcome] = []
@@ -772,23 +785,27 @@ class Scheduler:
                 seq.decoding = True
                 seq.generated += 1
                 if tokens is not None:
-                    tokens.append((rid, 1))
+                    tokens.append(rid)
                 if seq.first_token_s is None:
                     seq.first_token_s = now
                 if seq.generated >= seq.target:
                     done.append(self._finish(seq, now, "success", None))
+        decoded = 0
         for rid in plan.decode:
             seq = seqs.get(rid)
             if seq is None or not seq.in_flight:
                 continue
             seq.in_flight = False
             seq.computed += steps
-            self._held_tokens += steps
+            decoded += 1
             seq.generated += steps
             if tokens is not None:
-                tokens.append((rid, steps))
+                tokens.append(rid)
             if seq.generated >= seq.target:
+                self._held_tokens += decoded * steps  # _finish releases what the sequence holds, these steps included
+                decoded = 0
                 done.append(self._finish(seq, now, "success", None))
+        self._held_tokens += decoded * steps
         for rid in finished:
             seq = seqs.get(rid)
             if seq is not None and seq.running and seq.generated >= 1:

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from array import array
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -54,13 +55,14 @@ from servebench.serving.scenario import Scenario
 from servebench.serving.scheduler import Outcome, Request, Scheduler, SchedulerConfig, StepPlan
 from servebench.capacity.stepmodel import StepModel, StepNoise
 from servebench.records.steps import StepTrace
-from servebench.records.token_times import TokenLog
+from servebench.records.token_times import TokenLog, TokenRuns
 from servebench.serving.workload import ClosedLoopPlan, Workload, draw_cancellations, draw_workload
 
 PRIO_RUN, PRIO_PREFILL, PRIO_CANCEL, PRIO_DEADLINE, PRIO_ARRIVAL = 0, 1, 2, 3, 4
 NOISE_STREAM = 0x5E  # the step noise's generator: default_rng([seed, NOISE_STREAM]), apart from the workload's
 LAG_STREAM = 0x1A  # the arrival lags' generator (a model with arrival_lags_s): default_rng([seed, LAG_STREAM])
 EV_RUN, EV_PREFILL, EV_CANCEL, EV_ARRIVAL, EV_RETRY, EV_SEEN = 0, 1, 2, 3, 4, 5
+TokenTimes = bool | Literal["runs"]  # token times in the records (True), none (False), or as SimResult.token_runs
 _STATUS_CODE = {s: i for i, s in enumerate(STATUSES)}
 
 
@@ -78,6 +80,7 @@ class SimResult:
     events: int  # heap events handled
     preemptions: int
     prefix_evictions: int = 0  # prefix-cache blocks evicted to make room (caching on)
+    token_runs: TokenRuns | None = None  # token times as runs of step times (token_times="runs"), records without them
 
     def status_counts(self) -> dict[str, int]:
         """Return how many records ended in each status (every status present, 0 if none)."""
@@ -131,11 +134,13 @@ class _Recorder:
 
 def simulate(scenario: Scenario, *, workload: Workload | ClosedLoopPlan | None = None,
              rng: np.random.Generator | None = None, decode_runs: bool = True,
-             token_times: bool = True, replica: int = 0) -> SimResult:
+             token_times: TokenTimes = True, replica: int = 0) -> SimResult:
     """Simulate a scenario; the workload (and cancellations) come from ``rng`` (default: its seed).
 
     ``decode_runs=False`` turns off the fast path (one event per step: the baseline to check against).
-    ``token_times=False`` leaves the records without token times (a sweep that reports no ITL saves the work).
+    ``token_times=False`` leaves the records without token times (a sweep that reports no ITL saves the work);
+    ``"runs"`` keeps them as ``SimResult.token_runs`` (runs of shared step times, a float per step) and not
+    in the records, for a caller that reports (``build_report(..., token_runs=)``) and writes them in parts.
     ``replica`` k > 0 draws the step noise and arrival lags from other seeds (``[seed, k]``), the workload
     unchanged: another replay of the same run, for a model with noise or a spread of lags.
     """
@@ -158,7 +163,7 @@ def simulate(scenario: Scenario, *, workload: Workload | ClosedLoopPlan | None =
 def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workload | ClosedLoopPlan, *,
                       prefill_lane: Literal["shared", "separate"] = "shared",
                       cancel_after_s: np.ndarray | None = None, name: str = "simulation",
-                      decode_runs: bool = True, token_times: bool = True, client: ClientSpec | None = None,
+                      decode_runs: bool = True, token_times: TokenTimes = True, client: ClientSpec | None = None,
                       client_rng: np.random.Generator | None = None,
                       noise_seed: int | tuple[int, ...] = 0) -> SimResult:
     """Run the event loop over a drawn workload; see the module docstring for the semantics.
@@ -182,7 +187,6 @@ def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workl
     return loop.result(name)
 
 
-_TraceRow = tuple[float, float, int, int, int, int, int, int, int, int, int, int, int, int]
 
 
 class _EventLoop:
@@ -196,7 +200,7 @@ class _EventLoop:
     """
 
     def __init__(self, config: SchedulerConfig, model: StepModel, workload: Workload | ClosedLoopPlan, *,
-                 separate: bool, cancel_after_s: np.ndarray | None, decode_runs: bool, token_times: bool,
+                 separate: bool, cancel_after_s: np.ndarray | None, decode_runs: bool, token_times: TokenTimes,
                  client: ClientSpec | None, client_rng: np.random.Generator | None,
                  noise: StepNoise | None = None, lag_rng: np.random.Generator | None = None) -> None:
         closed = isinstance(workload, ClosedLoopPlan)
@@ -215,7 +219,8 @@ class _EventLoop:
         self.live_row: list[int] = list(range(n)) if client is not None else []  # logical -> its latest row
         self.gave_up = [False] * n if client is not None else []  # the client cancelled: no more attempts
         self.pending = [False] * n if client is not None else []  # a retry is scheduled (backing off)
-        self.token_log = TokenLog(rows) if token_times else None  # each output token's emission time: records' token_times
+        self.token_log = TokenLog() if token_times else None  # each output token's emission time: records' token_times
+        self.runs_only = token_times == "runs"
         self.run_ends: dict[int, np.ndarray] = {}  # a decode run's step ends, by id(plan), until the run ends
         self.prompt = reqs.prompt_tokens.tolist()
         self.output = reqs.output_tokens.tolist()
@@ -231,7 +236,7 @@ class _EventLoop:
         self.cancel = None if cancel_after_s is None else cancel_after_s.tolist()
         self.heap: list[tuple[float, int, int, int, Any]] = []
         self.counter = 0
-        self.trace: list[_TraceRow] = []
+        self.trace = array("d")  # the step trace's 14 numbers a row, flat: a tuple a row took three times the memory
         # request row i reaches the scheduler lags[i] after its arrival (a retry: as late as its request), or
         # busy_lags[i] after it when a step is running then (the model has busy_arrival_lags_s): then arrivals
         # are pushed at their arrival (push_lags 0) and the lag is chosen there (_arrive)
@@ -429,7 +434,7 @@ class _EventLoop:
                         dur = self.noise.apply(dur, float(self.noise.take(1, prefill=True)[0]))
                     longest = max(longest, dur)
                     self._push(now + dur, PRIO_PREFILL, EV_PREFILL, plan.only({rid}))
-                self.trace.append((now, longest, 1, 2, plan.running, plan.waiting, plan.kv_tokens_used, 0,
+                self.trace.extend((now, longest, 1, 2, plan.running, plan.waiting, plan.kv_tokens_used, 0,
                                    plan.prefill_tokens, 0, sched.kv_tokens_held, len(plan.prefill),
                                    len(plan.admitted), len(plan.preempted)))
         if not self.busy and sched.num_running:
@@ -453,7 +458,7 @@ class _EventLoop:
         self.last_end, self.last_prefill = end, bool(plan.prefill)
         self.engine_steps += plan.steps
         self.busy = True
-        self.trace.append((now, end - now, plan.steps, lane, plan.running, plan.waiting, plan.kv_tokens_used,
+        self.trace.extend((now, end - now, plan.steps, lane, plan.running, plan.waiting, plan.kv_tokens_used,
                            plan.kv_tokens_read, plan.prefill_tokens, d, self.sched.kv_tokens_held, len(plan.prefill),
                            len(plan.admitted), len(plan.preempted)))
         self._push(end, PRIO_RUN, EV_RUN, plan)
@@ -492,23 +497,22 @@ class _EventLoop:
         self.busy = False
         lead, token_log = self.lead, self.token_log
         stamp = max(plan.now_s, now - lead) if lead else now  # tokens out before the bookkeeping
-        emitted: list[tuple[str, int]] = []
+        emitted: list[str] = []
         self._finish(self.sched.on_step_done(plan, stamp, tokens=None if token_log is None else emitted), now)
         if token_log is not None:
             ends = self.run_ends.pop(id(plan), None)
-            rows = [int(rid) for rid, _ in emitted]
             if ends is None:
-                token_log.add_step(rows, stamp)
+                token_log.add_step(emitted, stamp)
             else:  # a decode run: every decoder gets one token per step, each stamped like the run's last
-                token_log.add_run(rows, np.maximum(ends - lead, plan.now_s) if lead else ends)
+                token_log.add_run(emitted, np.maximum(ends - lead, plan.now_s) if lead else ends)
 
     def _prefill_done(self, plan: StepPlan, now: float) -> None:
         """Commit one whole prefill of the separate lane."""
         token_log = self.token_log
-        emitted: list[tuple[str, int]] = []
+        emitted: list[str] = []
         self._finish(self.sched.on_step_done(plan, now, tokens=None if token_log is None else emitted), now)
         if token_log is not None:
-            token_log.add_step([int(rid) for rid, _ in emitted], now)
+            token_log.add_step(emitted, now)
 
     # ------------------------------------------------------------------ the result
     def result(self, name: str) -> SimResult:
@@ -518,6 +522,8 @@ class _EventLoop:
         lgs = np.arange(n) if client is None else np.asarray(self.logical_of, dtype=np.int64)
         if np.any(rec.status[:m] < 0):
             raise RuntimeError(f"{int(np.sum(rec.status[:m] < 0))} requests never ended")  # a simulator bug
+        runs = None if self.token_log is None else self.token_log.to_runs(m, int)
+        self.token_log = None  # its ticks and runs are copied: free them before the records are built
         table = RecordTable.from_columns(
             start=rec.arrival[:m], end=rec.end[:m], status=rec.status[:m], first_token=rec.first_token[:m],
             output_tokens=rec.output[:m], admitted=rec.admitted[:m],
@@ -525,17 +531,18 @@ class _EventLoop:
             request_id=np.array([str(i) for i in range(m)], dtype=object),
             slice=np.array(self.names, dtype=object)[reqs.class_index[lgs]] if n else np.array([], dtype=object),
             error=rec.error[:m], source=name, cached_prompt_tokens=rec.cached[:m],
-            token_times=None if self.token_log is None else self.token_log.to_arrow(m),
+            token_times=None if runs is None or self.runs_only else runs.expand(),
             logical_id=None if client is None else np.array([str(x) for x in self.logical_of], dtype=object),
             attempt=None if client is None else np.asarray(self.attempt_of, dtype=np.int64))
         end = float(rec.end[:m].max()) if m else 0.0
         return SimResult(name, table, _trace(self.trace), 0.0, max(end, 0.0), self.config.kv_budget_tokens,
-                         self.engine_steps, self.events, rec.preemptions, self.sched.evictions)
+                         self.engine_steps, self.events, rec.preemptions, self.sched.evictions,
+                         token_runs=runs if self.runs_only else None)
 
 
-def _trace(rows: list[tuple[float, float, int, int, int, int, int, int, int, int, int, int, int, int]]) -> StepTrace:
-    """Return the rows ``start_run`` and the prefill lane append as the step-trace schema's columns."""
-    a = np.array(rows, dtype=np.float64).reshape(len(rows), 14)
+def _trace(rows: array) -> StepTrace:
+    """Return the rows ``start_run`` and the prefill lane append (14 floats each) as the step-trace schema's columns."""
+    a = (np.frombuffer(rows, dtype=np.float64) if len(rows) else np.zeros(0)).reshape(len(rows) // 14, 14)
     i = a[:, 2:].astype(np.int64)
     return StepTrace(start_s=a[:, 0], duration_s=a[:, 1], steps=i[:, 0], lane=i[:, 1].astype(np.int8),
                      running=i[:, 2], waiting=i[:, 3], kv_tokens_used=i[:, 4], kv_tokens_read=i[:, 5],
