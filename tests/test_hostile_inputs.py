@@ -116,3 +116,22 @@ def test_a_sample_through_the_real_process(hostile_files):
         assert res.returncode == 2 and res.stdout == "", (name, res.stdout, res.stderr)
         assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr
         _expect_error_names_defect(res.stderr, case)
+
+
+@pytest.mark.slow  # about 30 s: DuckDB reads each of the 200-odd files on its own
+def test_every_file_gives_the_same_outcome_in_both_engines(hostile_files):
+    """The whole corpus through --engine memory and --engine duckdb: the same report and warnings, or the same error."""
+    from servebench.analysis.record_sets import summarize_path
+
+    def outcome(path: Path, engine: str) -> tuple:
+        try:
+            done = summarize_path(path, engine=engine)
+        except ServebenchError as exc:
+            return type(exc).__name__, str(exc)
+        return done.report.model_dump_json(), done.warnings
+
+    def check(path: Path, case: Case) -> None:
+        assert outcome(path, "duckdb") == outcome(path, "memory"), "the engines differ"
+
+    failures = _failures(hostile_files, check)
+    assert not failures, "\n".join(failures)

@@ -122,6 +122,15 @@ def test_a_number_stored_as_text_in_parquet_is_refused_in_both_engines(tmp_path,
     assert f"{values[0]!r} is text, not a" in message and "too large" not in message
 
 
+def test_a_nan_among_finite_values_in_an_optional_parquet_column_is_absent_in_duckdb_too(tmp_path):
+    """Parquet's min/max statistics leave NaN out; DuckDB must not conclude from them that no value is NaN."""
+    path = write_parquet(tmp_path / "nan.parquet", status=pa.array(["success", "timeout", "success"]),
+                         first_token=pa.array([0.5, float("nan"), 3.5]), output_tokens=pa.array([2, 0, 1]),
+                         admitted=pa.array([0.25, float("nan"), 3.25]))
+    kind, report, _ = same_in_both(path)
+    assert kind == "ok" and report["timed_out"] == 1 and report["queue_wait_s"]["n"] == 2
+
+
 def test_a_string_view_slice_is_read_as_text(tmp_path):
     path = write_parquet(tmp_path / "view.parquet", slice=pa.array(["p", "q", "p"], pa.string_view()),
                          error=pa.array([None, None, None], pa.string_view()))

@@ -227,6 +227,9 @@ def summarize_set(record_set: RecordSet, fmt: str = "auto", window_start: float 
             if threads is not None:
                 con.sql(f"SET threads = {int(threads)}")
             con.sql("SET preserve_insertion_order = false")
+            # Parquet min/max statistics leave NaN out, and DuckDB (2.0) folds isnan() and comparisons to false
+            # from them: a NaN first_token among finite ones read as present. Read every value instead.
+            con.sql("SET disabled_optimizers = 'statistics_propagation'")
             con.sql("SET enable_progress_bar = false")
             try:
                 scan = _scan(con, record_set, fmt, stage, progress,
