@@ -48,10 +48,11 @@ from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from scipy.special import ndtr, ndtri
 
 from servebench.errors import ConfigError, InputFormatError
+from servebench.capacity.documents import as_tuple
 from servebench.records.steps import LANES, NAMES, StepTrace, as_trace
 
 COEFFICIENTS: tuple[str, ...] = ("base_s", "per_prefill_token_s", "per_prefill_seq_s", "per_decode_seq_s",
@@ -73,6 +74,10 @@ NoiseFactor = Annotated[float, Field(gt=0, allow_inf_nan=False)]  # measured / m
 NoiseExcess = Annotated[float, Field(allow_inf_nan=False)]  # measured - modelled step time, s
 MIN_NOISE_SHARE = 0.2  # an additive excess never makes a step shorter than this share of the model's time
 LagS = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+# the tuples of them; a document's list fills one under strict validation (a scenario file)
+NoiseFactors = Annotated[tuple[NoiseFactor, ...], BeforeValidator(as_tuple)]
+NoiseExcesses = Annotated[tuple[NoiseExcess, ...], BeforeValidator(as_tuple)]
+LagsS = Annotated[tuple[LagS, ...], BeforeValidator(as_tuple)]
 IDLE_EPS_S = 1e-7  # a step starting more than this after the previous one ended found the engine idle
 WAKE_TAU_GRID_S: tuple[float, ...] = (0.0, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)  # wake_tau_s tried
 MIN_WAKE_STEPS = 5  # steps after idle needed to fit wake_s
@@ -102,21 +107,21 @@ class StepModel(BaseModel):
                                                     "after any idle), s.")
     after_prefill_s: float = Field(0.0, ge=0, description="Extra time of a step that directly follows a step with "
                                                          "prompt tokens, s.")
-    noise_factors: tuple[NoiseFactor, ...] = Field((), description="Step-time noise: measured / modelled step time, the "
+    noise_factors: NoiseFactors = Field((), description="Step-time noise: measured / modelled step time, the "
                                              "mean of each equal share of the fitted steps from fastest to "
                                              "slowest; a simulated step's time is multiplied by one, drawn at "
                                              "random (empty: every step takes exactly the model's time).")
-    prefill_noise_factors: tuple[NoiseFactor, ...] = Field((), description="Noise factors of steps with prompt "
+    prefill_noise_factors: NoiseFactors = Field((), description="Noise factors of steps with prompt "
                                                      "tokens, fitted apart when the trace has enough of them "
                                                      "(a stall is a smaller share of a long step); empty: "
                                                      "noise_factors.")
-    noise_excess_s: tuple[NoiseExcess, ...] = Field((), description="Step-time noise in seconds: measured - "
+    noise_excess_s: NoiseExcesses = Field((), description="Step-time noise in seconds: measured - "
                                                "modelled step time, the mean of each equal share of the fitted "
                                                "steps from fastest to slowest; a simulated step takes the "
                                                "model's time plus one, drawn at random (at least "
                                                f"{MIN_NOISE_SHARE:g} x the model's time). Not with "
                                                "noise_factors.")
-    prefill_noise_excess_s: tuple[NoiseExcess, ...] = Field((), description="noise_excess_s of steps with prompt "
+    prefill_noise_excess_s: NoiseExcesses = Field((), description="noise_excess_s of steps with prompt "
                                                        "tokens, fitted apart when the trace has enough of them; "
                                                        "empty: noise_excess_s.")
     noise_autocorrelation: float = Field(0.0, ge=0, le=MAX_NOISE_AUTOCORRELATION,
@@ -127,11 +132,11 @@ class StepModel(BaseModel):
                                       description="Share of the noise (variance of its normal scores) drawn afresh "
                                                   "each step; the rest drifts with noise_autocorrelation (0: all "
                                                   "of it drifts, as older fits).")
-    arrival_lags_s: tuple[LagS, ...] = Field((), description="The arrival lag's spread: the mean lag of each "
+    arrival_lags_s: LagsS = Field((), description="The arrival lag's spread: the mean lag of each "
                                               "equal share of the measured lags, shortest to longest; each "
                                               "request draws one at random (empty: every request is seen "
                                               "arrival_lag_s late).")
-    busy_arrival_lags_s: tuple[LagS, ...] = Field((), description="The lag of a request that arrives while a step "
+    busy_arrival_lags_s: LagsS = Field((), description="The lag of a request that arrives while a step "
                                                    "runs, as arrival_lags_s (the load generator's thread waits for "
                                                    "the engine's); empty: the same lags as at an idle engine.")
 

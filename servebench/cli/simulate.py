@@ -153,7 +153,7 @@ def sweep(
     from servebench.serving.sweep import sweep as run_sweep
     from servebench.serving.sweep import sweep_csv
 
-    from servebench.serving.sweep import default_rates
+    from servebench.serving.sweep import check_loads, default_rates
 
     if rates is not None and concurrency is not None:
         raise ConfigError("give one of --rates and --concurrency, not both")
@@ -163,6 +163,7 @@ def sweep(
         loads = _parse_list(concurrency, "concurrency", True)
     else:
         loads = _parse_list(rates, "rates") if rates is not None else default_rates(sc)
+    check_loads(sc, loads, mode, requests or None)  # a bad rate is one line, before the progress bar starts
     slo = SLO(ttft_s=slo_ttft, tpot_s=slo_tpot, latency_s=slo_latency)
     err = Console(stderr=True)
     with Progress(TextColumn("[bold]sweep[/] {task.description}"), BarColumn(), MofNCompleteColumn(),

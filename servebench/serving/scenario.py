@@ -14,23 +14,28 @@
       num_requests: 300
       classes:
         - {name: review, prompt: {kind: fixed, value: 7800}, output: {kind: fixed, value: 200}}
+
+Validation is strict, as the README promises of records: ``chunked_prefill: "yes"`` is not a
+boolean and ``max_attempts: true`` not an integer (nothing is coerced); a key given twice in one
+mapping, a number that is not finite, and a count past what a run can use (``workload``'s bounds)
+are refused with one line naming the file and the field.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from servebench.errors import ConfigError, ServebenchError
-from servebench.capacity.kv import GIB, ModelShape, Policy, budget_tokens
+from servebench.capacity.documents import check_values, read_document
+from servebench.capacity.kv import GIB, ModelShape, Policy, budget_tokens, bytes_per_token
 from servebench.serving.retry import ClientSpec
 from servebench.serving.scheduler import SchedulerConfig, TenantLimit
-from servebench.capacity.stepmodel import MAX_NOISE_AUTOCORRELATION, LagS, NoiseExcess, NoiseFactor, StepModel
+from servebench.capacity.stepmodel import MAX_NOISE_AUTOCORRELATION, LagsS, NoiseExcesses, NoiseFactors, StepModel
+from servebench.serving.workload import MAX_CLASSES, MAX_GENERATED, MAX_LENGTH_TOKENS, MAX_TIME_S, rate_problem
 from servebench.serving.workload import CancelSpec, WorkloadSpec  # CancelSpec is importable from here too
 
 
@@ -40,7 +45,8 @@ class AdmissionSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     max_queue_wait_s: float | None = Field(
-        None, gt=0, description="A request still waiting this long after arrival is rejected (queue_wait_exceeded).")
+        None, gt=0, le=MAX_TIME_S,
+        description="A request still waiting this long after arrival is rejected (queue_wait_exceeded).")
 
 
 class TenantSpec(BaseModel):
@@ -65,8 +71,8 @@ class ServerSpec(BaseModel):
     max_num_batched_tokens: int | None = Field(None, ge=1, description="Most tokens per step; None: no limit.")
     chunked_prefill: bool = Field(True, description="Split prompts to fill the step's token budget.")
     max_waiting: int | None = Field(None, ge=1, description="Waiting-queue bound (arrivals beyond it are rejected); every request passes through it, so at least 1.")
-    block_size_tokens: int = Field(16, ge=1, description="Paged KV block size, tokens.")
-    timeout_s: float | None = Field(None, gt=0, description="Deadline after arrival, s.")
+    block_size_tokens: int = Field(16, ge=1, le=MAX_LENGTH_TOKENS, description="Paged KV block size, tokens.")
+    timeout_s: float | None = Field(None, gt=0, le=MAX_TIME_S, description="Deadline after arrival, s.")
     prefill_lane: Literal["shared", "separate"] = Field(
         "shared", description="shared: prompts are computed inside the batched step (continuous batching); "
                               "separate: each whole prefill runs beside the decode batch (the spec's flat timings; "
@@ -74,7 +80,9 @@ class ServerSpec(BaseModel):
     prefix_caching: bool = Field(False, description="Reuse cached full prompt blocks shared with earlier requests "
                                                     "(vLLM's automatic prefix caching); off by default.")
     admission: AdmissionSpec | None = Field(None, description="Shedding: reject requests that waited too long.")
-    tenants: dict[str, TenantSpec] = Field(default_factory=dict, description="Per-tenant limits and weights.")
+    tenants: dict[str, TenantSpec] = Field(default_factory=dict, max_length=MAX_CLASSES,
+                                           description="Per-tenant limits and weights (a run uses a tenant only "
+                                                       "through a workload class, so at most as many as classes).")
     scheduling: Literal["fcfs", "fair"] = Field(
         "fcfs", description="fcfs: admit in arrival order; fair: by weighted admitted tokens across tenants.")
 
@@ -85,6 +93,10 @@ class ServerSpec(BaseModel):
             raise ValueError("give kv_budget_tokens, or model + kv_budget_gib, not both")
         if self.kv_budget_tokens is None and (self.model is None or self.kv_budget_gib is None):
             raise ValueError("give kv_budget_tokens, or both model and kv_budget_gib")
+        if self.kv_budget_tokens is None and self.budget_tokens() < 1:
+            block = f" in blocks of {self.block_size_tokens:,} tokens" if self.policy == "paged" else ""
+            raise ValueError(f"kv_budget_gib {self.kv_budget_gib:g} holds no token of this model{block} "
+                             f"({bytes_per_token(self.model):,} bytes per token)")  # type: ignore[arg-type]
         return self
 
     def budget_tokens(self) -> int:
@@ -134,14 +146,14 @@ class StepModelSpec(BaseModel):
     wake_tau_s: float = Field(0.0, ge=0, description="Idle time constant of wake_s, s (StepModel.wake_tau_s).")
     after_prefill_s: float = Field(0.0, ge=0, description="Extra time of a step right after one with prompt "
                                                          "tokens, s.")
-    noise_factors: tuple[NoiseFactor, ...] = Field((), description="Step-time noise factors (StepModel.noise_factors); "
+    noise_factors: NoiseFactors = Field((), description="Step-time noise factors (StepModel.noise_factors); "
                                              "empty: none.")
-    prefill_noise_factors: tuple[NoiseFactor, ...] = Field((), description="Noise factors of steps with prompt "
+    prefill_noise_factors: NoiseFactors = Field((), description="Noise factors of steps with prompt "
                                                      "tokens (StepModel.prefill_noise_factors); empty: "
                                                      "noise_factors.")
-    noise_excess_s: tuple[NoiseExcess, ...] = Field((), description="Step-time noise as seconds added to a step "
+    noise_excess_s: NoiseExcesses = Field((), description="Step-time noise as seconds added to a step "
                                                "(StepModel.noise_excess_s); empty: none.")
-    prefill_noise_excess_s: tuple[NoiseExcess, ...] = Field((), description="noise_excess_s of steps with prompt "
+    prefill_noise_excess_s: NoiseExcesses = Field((), description="noise_excess_s of steps with prompt "
                                                        "tokens (StepModel.prefill_noise_excess_s); empty: "
                                                        "noise_excess_s.")
     noise_autocorrelation: float = Field(0.0, ge=0, le=MAX_NOISE_AUTOCORRELATION,
@@ -149,9 +161,9 @@ class StepModelSpec(BaseModel):
                                                      "with noise_jitter_share).")
     noise_jitter_share: float = Field(0.0, ge=0, le=1, description="Share of the noise drawn afresh each step "
                                                                    "(StepModel.noise_jitter_share).")
-    arrival_lags_s: tuple[LagS, ...] = Field((), description="The arrival lag's spread (StepModel.arrival_lags_s); "
+    arrival_lags_s: LagsS = Field((), description="The arrival lag's spread (StepModel.arrival_lags_s); "
                                               "empty: arrival_lag_s for every request.")
-    busy_arrival_lags_s: tuple[LagS, ...] = Field((), description="Lags of arrivals while a step runs "
+    busy_arrival_lags_s: LagsS = Field((), description="Lags of arrivals while a step runs "
                                                    "(StepModel.busy_arrival_lags_s); empty: as idle.")
 
     def to_model(self) -> StepModel:
@@ -193,15 +205,31 @@ class Scenario(BaseModel):
 
 
 def parse_scenario(data: Any, source: str = "scenario", base_dir: Path | None = None) -> Scenario:
-    """Validate a scenario from parsed YAML/JSON; load files it names relative to ``base_dir``."""
+    """Validate a scenario from parsed YAML/JSON, strictly; load files it names relative to ``base_dir``.
+
+    Strict: a boolean must be true or false, an integer an integer (not ``true``, ``1.0`` or ``"1"``), a
+    number a number; every number finite.
+    """
+    check_values(data, source)
     try:
-        scenario = Scenario.model_validate(data)
+        scenario = Scenario.model_validate(data, strict=True)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        raise ConfigError(f"{source}, field '{where}': {first['msg']}"
+        value = first.get("input")
+        got = f", got {_shown(value)}" if _scalar(value) and first["type"] != "missing" else ""
+        raise ConfigError(f"{source}, field '{where}': {first['msg']}{got}"
                           + (f" ({exc.error_count() - 1} more)" if exc.error_count() > 1 else "")) from None
     return _load_files(scenario, source, base_dir or Path("."))
+
+
+def _scalar(value: Any) -> bool:
+    return value is None or isinstance(value, (str, int, float, bool))
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -228,12 +256,8 @@ def scenario_from_bytes(data: bytes, name: str, base_dir: Path | None = None) ->
 
 
 def _scenario_document(text: str, name: str) -> dict[str, Any]:
-    """Return a scenario file's text parsed as JSON (a .json name) or YAML; it must be a mapping."""
-    as_json = name.lower().endswith(".json")
-    try:
-        data = json.loads(text) if as_json else yaml.safe_load(text)
-    except (ValueError, RecursionError, yaml.YAMLError) as exc:  # JSONDecodeError is a ValueError
-        raise ConfigError(f"{name}: not valid {'JSON' if as_json else 'YAML'}: {exc}") from None
+    """Return a scenario file's text parsed as JSON (a .json name) or YAML; it must be a mapping, no key twice."""
+    data = read_document(text, name)
     if not isinstance(data, dict):
         raise ConfigError(f"{name}: a scenario must be a mapping, got {type(data).__name__}")
     return data
@@ -241,8 +265,14 @@ def _scenario_document(text: str, name: str) -> dict[str, Any]:
 
 def with_request_count(scenario: Scenario, requests: int) -> Scenario:
     """Return the scenario offering exactly ``requests`` requests (any duration limit dropped)."""
-    if requests < 1:
-        raise ConfigError(f"scenario {scenario.name!r}: {requests} requests; a run needs at least 1")
+    if not 1 <= requests <= MAX_GENERATED:
+        raise ConfigError(f"scenario {scenario.name!r}: {requests:,} requests; a run takes from 1 to "
+                          f"{MAX_GENERATED:,}")
+    arrival = scenario.workload.arrival
+    if arrival is not None and arrival.kind != "replay" and arrival.rate_rps is not None:
+        problem = rate_problem(arrival.rate_rps, requests, None)
+        if problem:
+            raise ConfigError(f"scenario {scenario.name!r}: {problem}")
     workload = scenario.workload.model_copy(update={"num_requests": requests, "duration_s": None})
     return scenario.model_copy(update={"workload": workload})
 

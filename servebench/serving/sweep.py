@@ -39,7 +39,7 @@ from servebench.serving.scenario import Scenario
 from servebench.serving.simulate import SimResult, simulate
 from servebench.analysis.retries import logical_codes
 from servebench.analysis.summary import SLO, Distribution, Report, build_report
-from servebench.serving.workload import ClosedLoopSpec
+from servebench.serving.workload import MAX_GENERATED, ClosedLoopSpec, rate_problem
 
 Mode = Literal["rate", "users"]
 ProgressCallback = Callable[[int, int, "SweepPoint"], None]
@@ -286,8 +286,21 @@ def scenario_at(scenario: Scenario, load: float, mode: Mode, requests: int | Non
         else:
             wl = wl.with_users(users)
     if requests is not None:
+        if not 1 <= requests <= MAX_GENERATED:
+            raise ConfigError(f"{requests:,} requests per point; a run takes from 1 to {MAX_GENERATED:,}")
         wl = wl.model_copy(update={"num_requests": requests, "duration_s": None})
+    if mode == "rate" and wl.arrival is not None and wl.arrival.kind != "replay":
+        problem = rate_problem(load, wl.num_requests, wl.duration_s)
+        if problem:  # e.g. 1e-300 req/s: its arrivals lie where a step's milliseconds are lost to rounding
+            raise ConfigError(f"rate {load:g} requests/s: {problem}")
     return scenario.model_copy(update={"workload": wl})
+
+
+def check_loads(scenario: Scenario, loads: Sequence[float], mode: Mode, requests: int | None = None) -> None:
+    """Raise ConfigError unless every load makes a valid run (a rate whose arrivals keep float precision, a
+    request count from 1 to MAX_GENERATED): checked before the first point is simulated."""
+    for x in loads:
+        scenario_at(scenario, float(x), mode, requests)
 
 
 def _quantiles(d: Distribution | None) -> dict[str, float | None]:
@@ -371,6 +384,7 @@ def sweep(scenario: Scenario, loads: Sequence[float], *, mode: Mode = "rate", sl
         raise ConfigError(f"sweep loads must be positive and finite, got {list(loads)}")
     if not 0 < slo_target <= 1:
         raise ConfigError(f"slo_target {slo_target} must be in (0, 1]")
+    check_loads(scenario, loads, mode, requests)
     slo = slo or SLO()
     runner = runner if runner is not None else SerialRunner()
     seeds_run = seed_list(scenario.seed, seeds)

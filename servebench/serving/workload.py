@@ -33,6 +33,15 @@ Prompt content, for prefix caching (``Workload.prompt_contents``; token ids from
   previous answer (its drawn output length) plus a new message (the drawn prompt less any
   shared prefix). Only open-loop arrivals take conversations.
 
+Every count and time is bounded by what a run can use, so a hostile file gets a one-line error and
+memory never grows with a count the run does not reach (``docs/scenarios.md``, "Bounds"): at most
+``MAX_GENERATED`` requests, users, shared-prefix groups and conversation turns (a run of that many
+requests can take no more); at most ``MAX_CLASSES`` classes (and tenants, which only classes name);
+lengths of at most ``MAX_LENGTH_TOKENS`` tokens; and times, durations and the span of the arrivals
+(requests / rate) of at most ``MAX_TIME_S`` seconds, below which float64 seconds still resolve
+0.12 us: past it a simulated step of milliseconds is lost to rounding and every latency reads 0.
+Drawing the group of G > ``LARGE_GROUPS`` shared prefixes takes memory for the requests only.
+
 Output lengths are at least 1 token: a server samples the first token when the prefill completes,
 so there is no request that generates nothing. An output distribution that can draw 0 (``fixed``
 0, ``uniform`` from 0, ``lognormal`` with ``min_tokens`` 0, an empirical 0) is refused with a
@@ -41,6 +50,7 @@ ConfigError naming the class, never clamped to 1 behind the user's back. Prompts
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -50,7 +60,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from servebench.errors import ConfigError
 from servebench.serving.prefix_cache import SegmentPrompt, segment_id
 
-MAX_GENERATED = 10_000_000  # refuse workloads larger than this many requests
+MAX_GENERATED = 10_000_000  # refuse workloads larger than this many requests (and users, groups, turns)
+MAX_CLASSES = 10_000  # workload classes (and named tenants) in one scenario
+MAX_LENGTH_TOKENS = 100_000_000  # longest prompt or output: 10x the longest context window offered (10M tokens)
+MAX_TIME_S = 1e9  # any time in a run, s (31.7 years): float64 seconds still resolve 0.12 us there
+LARGE_GROUPS = 65_536  # above this many shared-prefix groups, the group draw does not build a weight per group
 
 
 class LengthSpec(BaseModel):
@@ -59,13 +73,16 @@ class LengthSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     kind: Literal["fixed", "uniform", "lognormal", "empirical"] = "fixed"
-    value: int | None = Field(None, ge=0, description="Fixed length, tokens.")
-    low: int | None = Field(None, ge=0, description="Uniform: smallest length, tokens.")
-    high: int | None = Field(None, ge=0, description="Uniform: largest length, tokens (inclusive).")
-    median: float | None = Field(None, gt=0, description="Lognormal: median length, tokens.")
+    value: int | None = Field(None, ge=0, le=MAX_LENGTH_TOKENS, description="Fixed length, tokens.")
+    low: int | None = Field(None, ge=0, le=MAX_LENGTH_TOKENS, description="Uniform: smallest length, tokens.")
+    high: int | None = Field(None, ge=0, le=MAX_LENGTH_TOKENS,
+                             description="Uniform: largest length, tokens (inclusive).")
+    median: float | None = Field(None, gt=0, le=MAX_LENGTH_TOKENS, description="Lognormal: median length, tokens.")
     sigma: float | None = Field(None, ge=0, description="Lognormal: sigma of log length.")
-    min_tokens: int = Field(1, ge=0, description="Lognormal draws are clipped to at least this.")
-    max_tokens: int | None = Field(None, ge=1, description="Lognormal draws are clipped to at most this.")
+    min_tokens: int = Field(1, ge=0, le=MAX_LENGTH_TOKENS, description="Lognormal draws are clipped to at least this.")
+    max_tokens: int | None = Field(None, ge=1, le=MAX_LENGTH_TOKENS,
+                                   description="Lognormal draws are clipped to at most this (and to "
+                                               "MAX_LENGTH_TOKENS).")
     values: list[int] | None = Field(None, description="Empirical: lengths drawn with replacement.")
     path: str | None = Field(None, description="Empirical: file of lengths (read by the scenario loader).")
 
@@ -81,8 +98,8 @@ class LengthSpec(BaseModel):
         if k == "empirical":
             if not self.values and self.path is None:
                 raise ValueError("an empirical length needs 'values' or 'path'")
-            if self.values is not None and any(v < 0 for v in self.values):
-                raise ValueError("empirical lengths must be >= 0")
+            if self.values is not None and any(v < 0 or v > MAX_LENGTH_TOKENS for v in self.values):
+                raise ValueError(f"empirical lengths must be from 0 to {MAX_LENGTH_TOKENS:,} tokens")
         return self
 
     @property
@@ -114,9 +131,10 @@ class LengthSpec(BaseModel):
         if self.kind == "uniform":
             return rng.integers(self.low, self.high, size=n, endpoint=True, dtype=np.int64)
         if self.kind == "lognormal":
-            x = np.rint(np.exp(rng.normal(np.log(self.median), self.sigma, size=n)))
-            hi = np.inf if self.max_tokens is None else self.max_tokens
-            return np.clip(x, self.min_tokens, hi).astype(np.int64)
+            with np.errstate(over="ignore"):
+                x = np.rint(np.exp(rng.normal(np.log(self.median), self.sigma, size=n)))
+            hi = MAX_LENGTH_TOKENS if self.max_tokens is None else min(self.max_tokens, MAX_LENGTH_TOKENS)
+            return np.clip(x, min(self.min_tokens, hi), hi).astype(np.int64)  # inf draws clip too, never wrap
         if not self.values:
             raise ConfigError(f"empirical length from {self.path!r} has no values loaded")
         return np.asarray(self.values, dtype=np.int64)[rng.integers(0, len(self.values), size=n)]
@@ -127,8 +145,10 @@ class SharedPrefixSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    tokens: int = Field(ge=1, description="Shared prefix length, tokens (part of the class's prompt length).")
-    groups: int = Field(1, ge=1, description="Distinct prefixes; each request takes one.")
+    tokens: int = Field(ge=1, le=MAX_LENGTH_TOKENS,
+                        description="Shared prefix length, tokens (part of the class's prompt length).")
+    groups: int = Field(1, ge=1, le=MAX_GENERATED, description="Distinct prefixes; each request takes one (so a "
+                                                               "run can use at most as many as its requests).")
     zipf: float | None = Field(None, gt=0, description="Zipf exponent of the group choice; None: uniform.")
 
     def group_weights(self) -> np.ndarray:
@@ -142,14 +162,57 @@ class SharedPrefixSpec(BaseModel):
         w = 1.0 / np.arange(1, self.groups + 1, dtype=np.float64) ** self.zipf
         return w / w.sum()
 
+    def draw(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """Return ``n`` group indices (int64), each with its group's probability.
+
+        Up to ``LARGE_GROUPS`` groups this is ``rng.choice`` over the weights, as it always was; above,
+        the same uniforms (``rng.random(n)``, what ``choice`` draws) are placed by the inverse of the
+        distribution function, computed a block of groups at a time, so memory does not grow with
+        groups the run never reaches. Either way one uniform per request is drawn, so later draws
+        are unchanged.
+
+        >>> spec = SharedPrefixSpec(tokens=1, groups=LARGE_GROUPS + 1, zipf=1.0)
+        >>> bool((spec.draw(4, np.random.default_rng(0)) < LARGE_GROUPS + 1).all())
+        True
+        """
+        if self.groups == 1:
+            return np.zeros(n, dtype=np.int64)
+        if self.groups <= LARGE_GROUPS:
+            return rng.choice(self.groups, size=n, p=self.group_weights()).astype(np.int64)
+        u = rng.random(n)
+        if self.zipf is None:
+            return np.minimum((u * self.groups).astype(np.int64), self.groups - 1)
+        return _inverse_zipf(u, self.groups, self.zipf)
+
+
+def _inverse_zipf(u: np.ndarray, groups: int, exponent: float, block: int = 1 << 20) -> np.ndarray:
+    """Return the group of each uniform ``u`` under Zipf weights 1 / rank^exponent, a block of ranks at a time.
+
+    Two passes over the ranks (the total weight, then the cumulative weight), each holding one block.
+    """
+    total = 0.0
+    for lo in range(0, groups, block):
+        total += float((1.0 / np.arange(lo + 1, min(groups, lo + block) + 1, dtype=np.float64) ** exponent).sum())
+    order = np.argsort(u, kind="stable")
+    targets = u[order] * total
+    out = np.empty(u.size, dtype=np.int64)
+    done, below = 0, 0.0
+    for lo in range(0, groups, block):
+        cdf = below + np.cumsum(1.0 / np.arange(lo + 1, min(groups, lo + block) + 1, dtype=np.float64) ** exponent)
+        k = done + int(np.searchsorted(targets[done:], cdf[-1], side="left"))
+        out[order[done:k]] = lo + np.searchsorted(cdf, targets[done:k], side="right")
+        done, below = k, float(cdf[-1])
+    out[order[done:]] = groups - 1  # rounding left a target at the very top: the last group
+    return np.minimum(out, groups - 1)
+
 
 class ConversationSpec(BaseModel):
     """Multi-turn chats: each turn resends the whole history plus a new message."""
 
     model_config = ConfigDict(extra="forbid")
 
-    turns: int = Field(ge=1, description="Turns per conversation.")
-    think_s: float = Field(0.0, ge=0, description="Time from a turn's end to the next turn's arrival, s.")
+    turns: int = Field(ge=1, le=MAX_GENERATED, description="Turns per conversation.")
+    think_s: float = Field(0.0, ge=0, le=MAX_TIME_S, description="Time from a turn's end to the next turn's arrival, s.")
 
 
 class ClassSpec(BaseModel):
@@ -162,8 +225,9 @@ class ClassSpec(BaseModel):
     prompt: LengthSpec = Field(description="Prompt length, tokens.")
     output: LengthSpec = Field(description="Tokens each request generates before it stops.")
     max_output_tokens: int | None = Field(
-        None, ge=1, description="Output cap (KV reservation); default: the largest output drawn.")
-    timeout_s: float | None = Field(None, gt=0, description="Deadline after arrival; default: the scenario's.")
+        None, ge=1, le=MAX_LENGTH_TOKENS, description="Output cap (KV reservation); default: the largest output drawn.")
+    timeout_s: float | None = Field(None, gt=0, le=MAX_TIME_S,
+                                    description="Deadline after arrival; default: the scenario's.")
     shared_prefix: SharedPrefixSpec | None = Field(None, description="Prompts begin with a shared document.")
     conversation: ConversationSpec | None = Field(None, description="Requests form multi-turn chats.")
     tenant: str | None = Field(None, min_length=1, description="Tenant whose limits and share apply (server.tenants); "
@@ -209,6 +273,9 @@ class ArrivalSpec(BaseModel):
         if self.kind == "replay":
             if not self.start_s and self.path is None:
                 raise ValueError("a replay needs 'start_s' (arrival times) or 'path' (a records file)")
+            problem = replay_span_problem(self.start_s, self.speed)
+            if problem:
+                raise ValueError(problem)
         elif self.rate_rps is None:
             raise ValueError(f"a {self.kind} arrival process needs 'rate_rps'")
         return self
@@ -219,8 +286,8 @@ class ClosedLoopSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    users: int = Field(ge=1, description="Concurrent users.")
-    think_s: float = Field(0.0, ge=0, description="Mean think time between a user's requests, s.")
+    users: int = Field(ge=1, le=MAX_GENERATED, description="Concurrent users (a run uses at most one per request).")
+    think_s: float = Field(0.0, ge=0, le=MAX_TIME_S, description="Mean think time between a user's requests, s.")
     think: Literal["fixed", "exponential"] = Field("fixed", description="Think time distribution.")
 
 
@@ -230,7 +297,45 @@ class CancelSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     probability: float = Field(ge=0, le=1, description="Share of requests whose client cancels.")
-    after_s: float = Field(gt=0, description="Mean wait after arrival before cancelling, s.")
+    after_s: float = Field(gt=0, le=MAX_TIME_S, description="Mean wait after arrival before cancelling, s.")
+
+
+def rate_problem(rate_rps: float, num_requests: int | None, duration_s: float | None) -> str | None:
+    """Say why open-loop arrivals at ``rate_rps`` cannot run (None: they can).
+
+    The arrivals span about (requests - 1) / rate seconds (or the duration); past ``MAX_TIME_S`` float64
+    seconds lose the precision of a step. A duration's expected requests must stay within ``MAX_GENERATED``.
+
+    >>> rate_problem(1e-300, 600, None)
+    'rate_rps 1e-300 spreads 600 requests over 5.99e+302 s, past 1e+09 s where float64 seconds keep microseconds: give a rate of at least 5.99e-07 requests/s'
+    >>> rate_problem(2.0, 600, None) is None
+    True
+    """
+    if not (rate_rps > 0 and math.isfinite(rate_rps)):
+        return f"rate_rps {rate_rps} must be a positive, finite number of requests per second"
+    if num_requests is not None and num_requests > 1:
+        span_s = (num_requests - 1) / rate_rps
+        if span_s > MAX_TIME_S:
+            return (f"rate_rps {rate_rps:g} spreads {num_requests:,} requests over {span_s:.3g} s, past "
+                    f"{MAX_TIME_S:g} s where float64 seconds keep microseconds: give a rate of at least "
+                    f"{(num_requests - 1) / MAX_TIME_S:.3g} requests/s")
+    elif num_requests is None and duration_s is not None and rate_rps * duration_s > MAX_GENERATED:
+        return (f"rate_rps {rate_rps:g} x duration_s {duration_s:g} gives about {rate_rps * duration_s:.3g} requests, "
+                f"over the {MAX_GENERATED:,} a run may draw")
+    return None
+
+
+def replay_span_problem(start_s: list[float] | None, speed: float) -> str | None:
+    """Say why replayed arrival times cannot run (None: they can): their span / speed must stay within MAX_TIME_S."""
+    if not start_s:
+        return None
+    span_s = (max(start_s) - min(start_s)) / speed
+    if not span_s <= MAX_TIME_S:
+        return (f"the replayed arrivals span {span_s:.3g} s at speed {speed:g}, past {MAX_TIME_S:g} s where float64 "
+                "seconds keep microseconds")
+    if len(start_s) > MAX_GENERATED:
+        return f"the replay holds {len(start_s):,} arrival times, over the {MAX_GENERATED:,} a run may draw"
+    return None
 
 
 class WorkloadSpec(BaseModel):
@@ -240,9 +345,9 @@ class WorkloadSpec(BaseModel):
 
     arrival: ArrivalSpec | None = None
     closed_loop: ClosedLoopSpec | None = None
-    classes: list[ClassSpec] = Field(min_length=1)
-    num_requests: int | None = Field(None, ge=1, description="Requests to send.")
-    duration_s: float | None = Field(None, gt=0, description="Stop sending after this time, s.")
+    classes: list[ClassSpec] = Field(min_length=1, max_length=MAX_CLASSES)
+    num_requests: int | None = Field(None, ge=1, le=MAX_GENERATED, description="Requests to send.")
+    duration_s: float | None = Field(None, gt=0, le=MAX_TIME_S, description="Stop sending after this time, s.")
 
     @model_validator(mode="after")
     def _check(self) -> "WorkloadSpec":
@@ -255,6 +360,10 @@ class WorkloadSpec(BaseModel):
         if self.arrival is not None and self.arrival.kind != "replay" and \
                 self.num_requests is None and self.duration_s is None:
             raise ValueError("give 'num_requests' or 'duration_s'")
+        if self.arrival is not None and self.arrival.rate_rps is not None and self.arrival.kind != "replay":
+            problem = rate_problem(self.arrival.rate_rps, self.num_requests, self.duration_s)
+            if problem:
+                raise ValueError(problem)
         return self
 
     def with_rate(self, rate_rps: float) -> "WorkloadSpec":
@@ -443,6 +552,12 @@ def _short_prompt(c: ClassSpec) -> str | None:
             f"{c.prompt.kind} length can draw {lower}: make every prompt at least {c.shared_prefix.tokens} tokens")
 
 
+def _members(idx: np.ndarray, k: int) -> list[np.ndarray]:
+    """Return the requests of each of ``k`` classes in index order (``flatnonzero(idx == c)`` for each c, in one sort)."""
+    order = np.argsort(idx, kind="stable")
+    return np.split(order, np.searchsorted(idx[order], np.arange(1, k)))
+
+
 def draw_requests(classes: list[ClassSpec], n: int, rng: np.random.Generator) -> Workload:
     """Draw classes by weight, then each class's prompt and output lengths (arrivals left NaN).
 
@@ -454,12 +569,14 @@ def draw_requests(classes: list[ClassSpec], n: int, rng: np.random.Generator) ->
         if problem:
             raise ConfigError(f"workload class {c.name!r}: {problem}")
     w = np.array([c.weight for c in classes], dtype=np.float64)
+    with np.errstate(over="ignore"):
+        if not math.isfinite(float(w.sum())):  # weights near the float maximum: only their ratios matter
+            w = w / w.max()
     idx = rng.choice(len(classes), size=n, p=w / w.sum()) if len(classes) > 1 else np.zeros(n, dtype=np.int64)
     prompt = np.zeros(n, dtype=np.int64)
     output = np.zeros(n, dtype=np.int64)
     cap = np.zeros(n, dtype=np.int64)
-    for k, c in enumerate(classes):
-        sel = np.flatnonzero(idx == k)
+    for c, sel in zip(classes, _members(idx, len(classes))):
         prompt[sel] = c.prompt.draw(sel.size, rng)
         out = c.output.draw(sel.size, rng)
         limit = c.max_output_tokens or c.output.upper_tokens
@@ -484,12 +601,11 @@ def _draw_content(classes: list[ClassSpec], wl: Workload, rng: np.random.Generat
     prev = np.full(n, -1, dtype=np.int64)
     think = np.zeros(n, dtype=np.float64)
     prompt = wl.prompt_tokens.copy()
-    for k, c in enumerate(classes):
-        sel = np.flatnonzero(idx == k)
+    for c, sel in zip(classes, _members(idx, len(classes))):
         sp = c.shared_prefix
         if sp is not None:
             prefix[sel] = sp.tokens
-            group[sel] = rng.choice(sp.groups, size=sel.size, p=sp.group_weights()) if sp.groups > 1 else 0
+            group[sel] = sp.draw(sel.size, rng)
         conv = c.conversation
         if conv is not None and conv.turns > 1:
             turn = np.arange(sel.size) % conv.turns
