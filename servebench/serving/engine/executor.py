@@ -146,10 +146,12 @@ class Executor:
             states = [self.sequences[seq_id] for seq_id in emit_ids]
             next_ids = sample_tokens(logits, [s.sampling for s in states], [s.generator for s in states])
             eos = self.model.config.eos_token_id
-            for state, token in zip(states, next_ids):
+            for i, (state, token) in enumerate(zip(states, next_ids)):
                 state.tokens.append(token)
                 result.emitted[state.seq_id] = token
                 sp = state.sampling
+                if sp.on_logits is not None:
+                    sp.on_logits(token, logits[i])
                 if (token == eos and not sp.ignore_eos) or (sp.stop is not None
                                                              and sp.stop(state.tokens, state.prompt_tokens)):
                     state.stopped = True

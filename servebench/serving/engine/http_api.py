@@ -34,7 +34,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from servebench.serving.engine.logprobs import MAX_LOGPROBS, LogprobFormat, LogprobRecorder
 from servebench.serving.engine.model import SamplingParams
+from servebench.serving.engine.request_rules import BadRequest, check_implemented, check_unicode, shown
 from servebench.serving.engine.service import EngineService, RequestHandle, RequestRejected
 from servebench.errors import ConfigError, ServebenchError
 
@@ -43,6 +45,8 @@ log = logging.getLogger("servebench.serving.engine.http_api")
 READ_TIMEOUT_S = 30.0  # a request's headers, and then its body, must arrive within this
 MAX_BODY_BYTES = 64 * 2**20
 MAX_STOP_SEQUENCES = 4  # as OpenAI
+MAX_STOP_CHARS = 256  # each stop sequence is matched after every token on the engine thread, at a cost that grows with it
+MAX_LOGIT_BIAS = 300  # tokens one logit_bias may name, as OpenAI
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -209,7 +213,12 @@ def encode(text: str, vocab: int) -> list[int]:
     >>> len(ids), ids[0] == ids[2], all(0 <= i < 512 for i in ids)
     (3, True, True)
     """
-    return [zlib.crc32(word.encode("utf-8")) % vocab for word in text.split()]
+    return word_ids(text.split(), vocab)
+
+
+def word_ids(words: list[str], vocab: int) -> list[int]:
+    """Return each word's token id (CRC32 of its UTF-8, modulo ``vocab``)."""
+    return [zlib.crc32(word.encode("utf-8")) % vocab for word in words]
 
 
 def decode(token_id: int) -> str:
@@ -332,6 +341,7 @@ class ChatMessage(_Strict):
 
 class StreamOptions(_Strict):
     include_usage: bool | None = None
+    continuous_usage_stats: bool | None = None  # vLLM's: usage, counted so far, in every chunk
 
 
 class CompletionBody(_Strict):
@@ -351,6 +361,9 @@ class CompletionBody(_Strict):
     stop: str | list[str] | None = None
     ignore_eos: bool | None = None
     logit_bias: dict[str, float] | None = None
+    logprobs: bool | int | None = None  # chat: true or false; completions: how many alternatives (0 to 20)
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)  # chat only
+    echo: bool | None = None  # completions only: the prompt's text before the reply's
     user: str | None = None
 
     @property
@@ -358,19 +371,14 @@ class CompletionBody(_Strict):
         return bool(self.stream_options and self.stream_options.include_usage)
 
     @property
+    def continuous_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.continuous_usage_stats)
+
+    @property
     def stop_sequences(self) -> tuple[str, ...]:
         if self.stop is None:
             return ()
         return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
-
-
-class BadRequest(Exception):
-    """A request the server refuses: HTTP status, message, error code and the offending field."""
-
-    def __init__(self, message: str, code: str = "invalid_value", param: str | None = None,
-                 status: int = 400) -> None:
-        super().__init__(message)
-        self.message, self.code, self.param, self.status = message, code, param, status
 
 
 def _error(status: int, message: str, kind: str, code: str, param: str | None = None,
@@ -398,6 +406,9 @@ def parse_body(raw: bytes) -> CompletionBody:
         raise BadRequest("the request body is nested too deeply", "invalid_json") from None
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError included
         raise BadRequest(f"the request body is not valid JSON: {exc}", "invalid_json") from None
+    check_unicode(doc)
+    if isinstance(doc, dict):
+        check_implemented(doc)
     try:
         return CompletionBody.model_validate(doc)
     except ValidationError as exc:
@@ -409,8 +420,14 @@ def parse_body(raw: bytes) -> CompletionBody:
         raise BadRequest("the request body is nested too deeply", "invalid_json") from None
 
 
-def prompt_ids(body: CompletionBody, chat: bool, vocab: int) -> list[int]:
-    """Return the prompt's token ids (one per word); raise BadRequest if there is none."""
+def prompt_ids(body: CompletionBody, chat: bool, vocab: int, max_positions: int) -> list[int]:
+    """Return the prompt's token ids (one per word); raise BadRequest if there is none, or more than fit.
+
+    A prompt must leave one of the model's ``max_positions`` for output: a longer one is refused
+    before it is split into words, so a body of millions of words costs no more than the words that fit.
+    """
+    param = "messages" if chat else "prompt"
+    limit = max_positions - 1
     if chat:
         if not body.messages:
             raise BadRequest("'messages' must be a non-empty list", param="messages")
@@ -420,45 +437,105 @@ def prompt_ids(body: CompletionBody, chat: bool, vocab: int) -> list[int]:
                 words.append(m.content)
             elif m.content is not None:
                 words.extend(p.text for p in m.content)
-        ids = encode(" ".join(words), vocab)
+        ids = _encode_within(" ".join(words), vocab, limit, param)
     elif body.prompt is None:
         raise BadRequest("'prompt' is required", param="prompt")
     elif isinstance(body.prompt, str):
-        ids = encode(body.prompt, vocab)
+        ids = _encode_within(body.prompt, vocab, limit, param)
     elif not body.prompt:
         ids = []
     elif all(isinstance(t, int) for t in body.prompt):
         ids = list(body.prompt)  # type: ignore[arg-type]
+        if len(ids) > limit:
+            raise _too_long(limit, param)
         if any(not 0 <= t < vocab for t in ids):
             raise BadRequest(f"prompt token ids must be in [0, {vocab})", param="prompt")
     elif len(body.prompt) == 1:
-        ids = encode(str(body.prompt[0]), vocab)
+        ids = _encode_within(str(body.prompt[0]), vocab, limit, param)
     else:
         raise BadRequest("a batch of prompts is not supported; send one prompt per request", param="prompt")
     if not ids:
-        raise BadRequest("the prompt is empty; the engine needs at least one token",
-                         param="messages" if chat else "prompt")
+        raise BadRequest("the prompt is empty; the engine needs at least one token", param=param)
     return ids
 
 
-def sampling_params(body: CompletionBody, vocab: int) -> SamplingParams:
-    """Return the engine's sampling for a request with the API's defaults (temperature 1, top_p 1)."""
+def _encode_within(text: str, vocab: int, limit: int, param: str) -> list[int]:
+    """Return :func:`encode` of ``text``, or raise BadRequest once it has more than ``limit`` words."""
+    words = text.split(maxsplit=limit)  # at most limit + 1 pieces, the last holding the rest
+    if len(words) > limit:
+        raise _too_long(limit, param)
+    return word_ids(words, vocab)
+
+
+def _too_long(limit: int, param: str) -> BadRequest:
+    return BadRequest(f"the prompt has more than {limit} tokens: with one output token it would exceed the "
+                      f"model's {limit + 1} positions", "context_length_exceeded", param)
+
+
+def prompt_text(body: CompletionBody, ids: list[int]) -> str:
+    """Return the prompt as ``echo`` shows it: the text sent, or the token ids rendered as words."""
+    if isinstance(body.prompt, str):
+        return body.prompt
+    if body.prompt and isinstance(body.prompt[0], str):
+        return body.prompt[0]
+    return "".join(decode(t) for t in ids)
+
+
+def logprob_alternatives(body: CompletionBody, chat: bool) -> int | None:
+    """Return how many alternatives each token's logprobs should show, or None when none were asked for.
+
+    Chat takes ``logprobs: true`` and ``top_logprobs: N``; completions ``logprobs: N`` and ``echo``
+    (not both: echoed prompt tokens would need the prompt's logprobs, which the engine does not compute).
+    """
+    if chat:
+        if body.echo:
+            raise BadRequest("'echo' is not supported on chat completions", "unsupported_parameter", "echo")
+        if body.logprobs is not None and not isinstance(body.logprobs, bool):
+            raise BadRequest(f"invalid request: logprobs: chat takes true or false (and top_logprobs for "
+                             f"alternatives), got {shown(body.logprobs)}", param="logprobs")
+        if body.top_logprobs is not None and not body.logprobs:
+            raise BadRequest("'top_logprobs' needs 'logprobs': true", param="top_logprobs")
+        return (body.top_logprobs or 0) if body.logprobs else None
+    if body.top_logprobs is not None:
+        raise BadRequest("'top_logprobs' is a chat parameter; completions take 'logprobs': N", param="top_logprobs")
+    if body.logprobs is None:
+        return None
+    if isinstance(body.logprobs, bool) or not 0 <= body.logprobs <= MAX_LOGPROBS:
+        raise BadRequest(f"invalid request: logprobs: completions take a number of alternatives from 0 to "
+                         f"{MAX_LOGPROBS}, got {shown(body.logprobs)}", param="logprobs")
+    if body.echo:
+        raise BadRequest("'echo' with 'logprobs' needs the prompt's logprobs, which this server does not compute; "
+                         "ask for one of them", "unsupported_parameter", "echo")
+    return body.logprobs
+
+
+def sampling_params(body: CompletionBody, vocab: int, on_logits: LogprobRecorder | None = None) -> SamplingParams:
+    """Return the engine's sampling for a request with the API's defaults (temperature 1, top_p 1).
+
+    ``on_logits`` records each generated token's logprobs, when the request asked for them.
+    """
     stops = body.stop_sequences
     if len(stops) > MAX_STOP_SEQUENCES:
         raise BadRequest(f"'stop' takes at most {MAX_STOP_SEQUENCES} sequences, got {len(stops)}", param="stop")
     if any(s == "" for s in stops):
         raise BadRequest("a stop sequence must not be empty", param="stop")
+    if any(len(s) > MAX_STOP_CHARS for s in stops):
+        longest = max(len(s) for s in stops)
+        raise BadRequest(f"a stop sequence may hold at most {MAX_STOP_CHARS} characters, got {longest}", param="stop")
+    if len(body.logit_bias or {}) > MAX_LOGIT_BIAS:
+        raise BadRequest(f"'logit_bias' may name at most {MAX_LOGIT_BIAS} tokens, got {len(body.logit_bias or {})}",
+                         param="logit_bias")
     bias: list[tuple[int, float]] = []
     for key, value in (body.logit_bias or {}).items():
-        if not (key.isdigit() and int(key) < vocab):
-            raise BadRequest(f"logit_bias key {key!r} is not a token id in [0, {vocab})", param="logit_bias")
+        if not (key.isascii() and key.isdigit() and len(key) <= len(str(vocab)) and int(key) < vocab):
+            raise BadRequest(f"logit_bias key {shown(key)} is not a token id in [0, {vocab})", param="logit_bias")
         if not -100 <= value <= 100:
             raise BadRequest(f"logit_bias value {value} for token {key} is outside [-100, 100]", param="logit_bias")
         bias.append((int(key), float(value)))
     return SamplingParams(temperature=1.0 if body.temperature is None else body.temperature,
                           top_p=1.0 if body.top_p is None else body.top_p, seed=body.seed,
                           ignore_eos=bool(body.ignore_eos), logit_bias=tuple(bias),
-                          stop=StopStrings(stops) if stops else None)
+                          stop=StopStrings(stops) if stops else None, on_logits=on_logits)
 
 
 REJECT_STATUS = {"queue_full": 503}  # "try later"; any other rejection means the request can never fit
@@ -600,10 +677,12 @@ def create_app(service: EngineService, model_id: str | None = None, *, manage_se
         try:
             body = parse_body(await http.body())
             if body.model is not None and body.model != model_id:
-                raise BadRequest(f"model {body.model!r} does not exist; this server serves {model_id!r}",
+                raise BadRequest(f"model {shown(body.model)} does not exist; this server serves {model_id!r}",
                                  "model_not_found", "model", status=404)
-            ids = prompt_ids(body, chat, vocab)
-            sampling = sampling_params(body, vocab)
+            alternatives = logprob_alternatives(body, chat)
+            recorder = None if alternatives is None else LogprobRecorder(alternatives)
+            ids = prompt_ids(body, chat, vocab, max_positions)
+            sampling = sampling_params(body, vocab, recorder)
             requested = body.max_completion_tokens or body.max_tokens
             if requested is None and chat:  # chat: up to the context left, as OpenAI
                 requested = context_tokens - len(ids)
@@ -628,10 +707,13 @@ def create_app(service: EngineService, model_id: str | None = None, *, manage_se
             return _error(503, f"the engine cannot take requests: {exc}", "server_error", "engine_unavailable")
         shape = _Shape(rid, model_id, chat, len(ids), max_tokens, int(time.time()))
         reply = ReplyText(body.stop_sequences, None if sampling.ignore_eos else eos)
+        echo = prompt_text(body, ids) if body.echo else ""
+        extras = _Extras(body.include_usage, body.continuous_usage, echo, recorder,
+                         None if recorder is None else LogprobFormat(chat, decode, offset=len(echo)))
         if body.stream:
-            return StreamingResponse(_stream(handle, shape, reply, body.include_usage),
+            return StreamingResponse(_stream(handle, shape, reply, extras),
                                      media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-        return await _whole(handle, shape, reply, http.receive)
+        return await _whole(handle, shape, reply, extras, http.receive)
 
     @app.post("/v1/completions")
     async def completions(http: HTTPRequest) -> Any:
@@ -661,14 +743,15 @@ class _Shape:
     max_tokens: int
     created: int
 
-    def chunk(self, text: str | None, finish: str | None, first: bool = False) -> dict[str, Any]:
+    def chunk(self, text: str | None, finish: str | None, first: bool = False,
+              logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
         if self.chat:
             delta: dict[str, Any] = {"role": "assistant", "content": text or ""} if first else \
                 ({"content": text} if text is not None else {})
-            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
             obj = "chat.completion.chunk"
         else:
-            choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+            choice = {"index": 0, "text": text or "", "logprobs": logprobs, "finish_reason": finish}
             obj = "text_completion"
         return {"id": self.rid, "object": obj, "created": self.created, "model": self.model, "choices": [choice]}
 
@@ -679,6 +762,23 @@ class _Shape:
         if cached_tokens is not None:
             usage["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
         return usage
+
+
+@dataclass
+class _Extras:
+    """What a request asked for beside its reply's text: usage, the echoed prompt, each token's logprobs."""
+
+    include_usage: bool = False
+    continuous_usage: bool = False  # usage so far in every chunk (vLLM's stream_options.continuous_usage_stats)
+    echo: str = ""  # the prompt's text, shown before the reply's (completions' echo)
+    recorder: LogprobRecorder | None = None
+    logprobs: LogprobFormat | None = None
+
+    def logprobs_of(self, first: int, count: int) -> dict[str, Any] | None:
+        """Return the logprobs object of the reply's tokens ``first`` to ``first + count`` (None: not asked for)."""
+        if self.recorder is None or self.logprobs is None:
+            return None
+        return self.logprobs.entries(self.recorder.tokens[first:first + count])
 
 
 def _sse(doc: Any) -> str:
@@ -693,20 +793,28 @@ def _finish(reply: ReplyText, shape: _Shape) -> tuple[str, str | None]:
     return "", reply.finish
 
 
-async def _stream(handle: RequestHandle, shape: _Shape, reply: ReplyText, include_usage: bool) -> AsyncIterator[str]:
-    """Yield one SSE chunk per token, usage if asked, then [DONE]; cancel the request if the client goes."""
+async def _stream(handle: RequestHandle, shape: _Shape, reply: ReplyText, extras: _Extras) -> AsyncIterator[str]:
+    """Yield the echoed prompt if asked, one SSE chunk per token (with its logprobs if asked), usage if asked,
+    then [DONE]; cancel the request if the client goes."""
     try:
         if shape.chat:
             yield _sse(shape.chunk("", None, first=True))
+        elif extras.echo:
+            yield _sse(shape.chunk(extras.echo, None))
         finished = False
+        index = 0  # tokens the engine has sent
         while True:
             tokens, outcome = await handle.next_batch()
             for token in tokens:
+                index += 1
                 if finished:  # the engine sends nothing after the end; never show it if it did
                     continue
                 text = reply.add(token)
                 rest, finish = _finish(reply, shape)
-                yield _sse(shape.chunk(text + rest, finish))
+                doc = shape.chunk(text + rest, finish, logprobs=extras.logprobs_of(index - 1, 1))
+                if extras.continuous_usage:
+                    doc["usage"] = shape.usage(reply.tokens)
+                yield _sse(doc)
                 finished = finish is not None
             if outcome is None:
                 continue
@@ -716,7 +824,7 @@ async def _stream(handle: RequestHandle, shape: _Shape, reply: ReplyText, includ
             else:
                 if not finished:  # the engine ended it without a token that says why
                     yield _sse(shape.chunk(reply.flush(), "stop"))
-                if include_usage:
+                if extras.include_usage:
                     doc = shape.chunk(None, None)
                     doc["choices"] = []
                     doc["usage"] = shape.usage(outcome.output_tokens, outcome.cached_prompt_tokens)
@@ -736,7 +844,7 @@ async def _cancel_on_disconnect(receive: Receive, handle: RequestHandle) -> None
             return
 
 
-async def _whole(handle: RequestHandle, shape: _Shape, reply: ReplyText, receive: Receive) -> Any:
+async def _whole(handle: RequestHandle, shape: _Shape, reply: ReplyText, extras: _Extras, receive: Receive) -> Any:
     """Wait for the whole answer (cancelling if the client disconnects) and return one JSON body."""
     watcher = asyncio.create_task(_cancel_on_disconnect(receive, handle))
     parts: list[str] = []
@@ -754,13 +862,14 @@ async def _whole(handle: RequestHandle, shape: _Shape, reply: ReplyText, receive
                               f"request ended with {outcome.status}: {outcome.error}", outcome.status,
                               outcome.error or outcome.status)
             parts.append(reply.flush())
-            text = "".join(parts)
+            text = extras.echo + "".join(parts)
             finish = reply.finish or "length"
+            logprobs = extras.logprobs_of(0, reply.tokens)
             if shape.chat:
-                choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
+                choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": logprobs,
                           "finish_reason": finish}
             else:
-                choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+                choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}
             return {"id": shape.rid, "object": "chat.completion" if shape.chat else "text_completion",
                     "created": shape.created, "model": shape.model, "choices": [choice],
                     "usage": shape.usage(outcome.output_tokens, outcome.cached_prompt_tokens)}

@@ -179,6 +179,9 @@ def device_name(device: torch.device) -> str:
 StopCheck = Callable[[list[int], int], bool]
 """Called after each emitted token with the sequence's tokens and where its output starts; True ends it."""
 
+LogitsHook = Callable[[int, Tensor], None]
+"""Called after each emitted token with its id and the raw fp32 logits (one row) it was chosen from."""
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -188,8 +191,9 @@ class SamplingParams:
     smallest set of tokens whose probability reaches ``top_p`` is kept, and one is drawn with the
     sequence's own generator seeded with ``seed``: the same seed and logits give the same tokens,
     whatever else shares the batch. ``ignore_eos`` runs to the length cap through the EOS token;
-    ``logit_bias`` adds to chosen logits before anything else. The defaults (greedy, fixed length)
-    are what ``servebench run`` measures.
+    ``logit_bias`` adds to chosen logits before anything else. ``on_logits`` sees each chosen token
+    with the model's own logits, before bias or temperature (the HTTP API's logprobs). The defaults
+    (greedy, fixed length) are what ``servebench run`` measures.
     """
 
     temperature: float = 0.0
@@ -198,6 +202,7 @@ class SamplingParams:
     ignore_eos: bool = True
     logit_bias: tuple[tuple[int, float], ...] = ()
     stop: StopCheck | None = None
+    on_logits: LogitsHook | None = None
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.temperature) and self.temperature >= 0):
