@@ -212,7 +212,9 @@ def test_config_rules() -> None:
     base = {"num_hidden_layers": 4, "num_attention_heads": 8, "hidden_size": 512}
     mha = shape_from_config(base)
     assert (mha.kv_heads, mha.head_dim, mha.bytes_per_element) == (8, 64, 2)
-    assert shape_from_config({**base, "torch_dtype": "float32"}).bytes_per_element == 4
+    fp32 = shape_from_config({**base, "torch_dtype": "float32"})  # served in 16-bit (vLLM --dtype auto)
+    assert fp32.bytes_per_element == 2 and "float32" in (fp32.kv_dtype_note or "")
+    assert shape_from_config({**base, "torch_dtype": "float32"}, bytes_per_element=4).bytes_per_element == 4
     off = shape_from_config({**base, "sliding_window": 128, "use_sliding_window": False})
     assert off.sliding_window is None
     typed = shape_from_config({**base, "sliding_window": 128,

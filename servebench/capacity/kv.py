@@ -17,6 +17,10 @@ and on top of it the accounting that real models need:
   heads, heads are replicated, so per-GPU bytes stop falling. All byte counts are per GPU.
 - **Paged blocks**: a sequence holds whole blocks, so its tokens round up to ``block_size``.
 
+Shapes are bounded well past every public model (``MAX_LAYERS`` and the rest, ``docs/kv.md``), so a
+hostile config gets one line, not a MemoryError; query heads must be a whole multiple of the KV
+heads (grouped-query attention shares each KV head among a group of query heads).
+
 Budgets are bytes per GPU. ``budget_tokens`` counts tokens at the full per-token rate (exact for
 full attention); ``max_sequences_in_budget`` is window-aware and is what to use for local layers.
 """
@@ -26,11 +30,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from servebench.errors import ConfigError
+from servebench.capacity.documents import as_tuple
 
 GIB = 2**30
 DEFAULT_BLOCK_SIZE = 16
@@ -41,6 +46,16 @@ DTYPE_BYTES: dict[str, float] = {
     "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "float8": 1, "int8": 1,
     "int4": 0.5, "fp4": 0.5,
 }
+
+# Bounds on a model's shape: each about 8x the largest public model's (Llama-3.1-405B: 126 layers,
+# 128 query heads, width 16,384; DeepSeek-V3: 128 KV heads, MLA rank 512; Gemma: head_dim 256).
+MAX_LAYERS = 1_024
+MAX_HEADS = 1_024  # query heads and KV heads
+MAX_HEAD_DIM = 4_096
+MAX_HIDDEN_SIZE = 131_072
+MAX_LORA_RANK = 65_536
+MAX_PARAMETERS = 100_000_000_000_000  # 100T, 50x the largest public checkpoints
+MAX_BYTES_PER_ELEMENT = 8  # fp64
 
 Policy = Literal["reserve", "paged"]  # KV admission policy (see tokens_per_request)
 POLICIES: tuple[str, ...] = ("reserve", "paged")
@@ -59,6 +74,16 @@ def dtype_bytes(name: str) -> float:
     return DTYPE_BYTES[key]
 
 
+def given_dtype_note(bytes_per_element: float) -> str:
+    """Say that a KV element size was given, not read (``ModelShape.kv_dtype_note``).
+
+    >>> given_dtype_note(1)
+    '1 byte an element, as given (--kv-dtype or --bytes-per-element)'
+    """
+    unit = "byte" if bytes_per_element == 1 else "bytes"
+    return f"{bytes_per_element:g} {unit} an element, as given (--kv-dtype or --bytes-per-element)"
+
+
 class ModelShape(BaseModel):
     """The numbers of a model that decide its KV-cache size (and optionally its weights)."""
 
@@ -66,24 +91,33 @@ class ModelShape(BaseModel):
 
     name: str | None = Field(None, description="Model name.")
     source: str | None = Field(None, description="Where the numbers come from (URL or file).")
-    layers: int = Field(ge=1, description="Decoder layers that keep a KV cache.")
-    kv_heads: int = Field(ge=1, description="Key/value heads per layer (not query heads).")
-    head_dim: int = Field(ge=1, description="Dimension of one head.")
-    bytes_per_element: float = Field(2, gt=0, description="Bytes per cached element: 4 fp32, 2 bf16/fp16, 1 fp8.")
-    num_attention_heads: int | None = Field(None, ge=1, description="Query heads (informational).")
-    hidden_size: int | None = Field(None, ge=1, description="Model width (informational).")
-    parameters: int | None = Field(None, ge=1, description="Parameter count, for the weight estimate.")
-    kv_lora_rank: int | None = Field(None, ge=1, description="MLA latent size; set with qk_rope_head_dim.")
-    qk_rope_head_dim: int | None = Field(None, ge=0, description="MLA decoupled RoPE key size.")
+    layers: int = Field(ge=1, le=MAX_LAYERS, description="Decoder layers that keep a KV cache.")
+    kv_heads: int = Field(ge=1, le=MAX_HEADS, description="Key/value heads per layer (not query heads).")
+    head_dim: int = Field(ge=1, le=MAX_HEAD_DIM, description="Dimension of one head.")
+    bytes_per_element: float = Field(2, gt=0, le=MAX_BYTES_PER_ELEMENT,
+                                     description="Bytes per cached element: 4 fp32, 2 bf16/fp16, 1 fp8.")
+    num_attention_heads: int | None = Field(None, ge=1, le=MAX_HEADS,
+                                            description="Query heads: a whole multiple of kv_heads.")
+    hidden_size: int | None = Field(None, ge=1, le=MAX_HIDDEN_SIZE, description="Model width (informational).")
+    parameters: int | None = Field(None, ge=1, le=MAX_PARAMETERS, description="Parameter count, for the weight "
+                                                                              "estimate.")
+    kv_lora_rank: int | None = Field(None, ge=1, le=MAX_LORA_RANK,
+                                     description="MLA latent size; set with qk_rope_head_dim.")
+    qk_rope_head_dim: int | None = Field(None, ge=0, le=MAX_HEAD_DIM, description="MLA decoupled RoPE key size.")
     sliding_window: int | None = Field(None, ge=1, description="Tokens a local layer keeps; None: all global.")
-    layer_pattern: tuple[LayerKind, ...] | None = Field(
-        None, description="Kinds of layers, repeated cyclically over the layers (e.g. local, global); "
+    kv_dtype_note: str | None = Field(None, description="Which KV element type was used and why (a config's "
+                                                         "torch_dtype under the serving rule, or an override).")
+    layer_pattern: Annotated[tuple[LayerKind, ...], BeforeValidator(as_tuple)] | None = Field(
+        None, max_length=MAX_LAYERS, description="Kinds of layers, repeated cyclically over the layers (e.g. local, global); "
                           "None with a sliding_window: every layer is local.")
 
     @model_validator(mode="after")
     def _check(self) -> "ModelShape":
         if (self.kv_lora_rank is None) != (self.qk_rope_head_dim is None):
             raise ValueError("MLA needs both kv_lora_rank and qk_rope_head_dim (or neither)")
+        problem = heads_problem(self.num_attention_heads, self.kv_heads)
+        if problem:
+            raise ValueError(problem)
         if self.layer_pattern is not None:
             if len(self.layer_pattern) == 0:
                 raise ValueError("layer_pattern must not be empty")
@@ -113,6 +147,28 @@ class ModelShape(BaseModel):
     def global_layers(self) -> int:
         """Number of full-attention layers."""
         return self.layers - self.local_layers
+
+
+def heads_problem(query_heads: int | None, kv_heads: int, names: tuple[str, str] = ("num_attention_heads",
+                                                                                    "kv_heads")) -> str | None:
+    """Say why ``kv_heads`` cannot serve ``query_heads`` (None: they can, or the query heads are unknown).
+
+    Grouped-query attention gives each KV head a group of query heads: as many KV heads as query
+    heads (multi-head), fewer that divide them (GQA, MQA), never more.
+
+    >>> heads_problem(32, 7)
+    'num_attention_heads 32 is not a multiple of kv_heads 7: each KV head serves a whole group of query heads'
+    >>> heads_problem(8, 32), heads_problem(32, 8)
+    ('kv_heads 32 is more than num_attention_heads 8: each KV head serves at least one query head', None)
+    """
+    q, kv = names
+    if query_heads is None:
+        return None
+    if kv_heads > query_heads:
+        return f"{kv} {kv_heads} is more than {q} {query_heads}: each KV head serves at least one query head"
+    if query_heads % kv_heads:
+        return f"{q} {query_heads} is not a multiple of {kv} {kv_heads}: each KV head serves a whole group of query heads"
+    return None
 
 
 def kv_heads_per_gpu(shape: ModelShape, tensor_parallel: int = 1) -> int:

@@ -228,38 +228,44 @@ def calibrate(fitted: StepModel, shape: ModelShape, acc: Accelerator, *, weight_
                        notes=notes)
 
 
-def estimate_parameters(cfg: dict) -> tuple[int, int]:
+def estimate_parameters(cfg: dict, source: str = "config.json") -> tuple[int, int]:
     """Return (total, active) parameters a Hugging Face ``config.json`` describes (an estimate).
 
     Embeddings (and an untied output head), per layer the attention projections and a gated MLP of
     ``intermediate_size``; mixture-of-experts configs (``num_local_experts`` or ``n_routed_experts``)
     count every expert in the total and ``num_experts_per_tok`` (plus shared experts) in the active.
-    Norms and biases are left out (well under 1%).
+    Norms and biases are left out (well under 1%). Every size is bounded (``hf_config.CONFIG_BOUNDS``).
 
     >>> total, active = estimate_parameters({"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
     ...     "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256})
     >>> round(total / 1e9, 2), total == active
     (8.03, True)
     """
+    from servebench.capacity.hf_config import config_int
+
     cfg = dict(cfg.get("text_config") or cfg)
-    try:
-        hidden = int(cfg["hidden_size"])
-        layers = int(cfg["num_hidden_layers"])
-        heads = int(cfg["num_attention_heads"])
-        vocab = int(cfg["vocab_size"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ConfigError(f"config.json: cannot estimate the parameter count without {exc}") from None
-    kv_heads = int(cfg.get("num_key_value_heads") or heads)
-    head_dim = int(cfg.get("head_dim") or hidden // heads)
-    intermediate = int(cfg.get("intermediate_size") or 4 * hidden)
+    missing = [k for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size") if k not in cfg]
+    if missing:
+        raise ConfigError(f"{source}: cannot estimate the parameter count without {missing[0]!r}")
+
+    def size(key: str, default: int | None = None, minimum: int = 1) -> int:
+        if cfg.get(key) is None and default is not None:
+            return default
+        return config_int(cfg, key, source, minimum=minimum)
+
+    hidden, layers, heads, vocab = (size(k) for k in ("hidden_size", "num_hidden_layers", "num_attention_heads",
+                                                      "vocab_size"))
+    kv_heads = size("num_key_value_heads", heads)
+    head_dim = size("head_dim", hidden // heads)
+    intermediate = size("intermediate_size", 4 * hidden)
     attention = hidden * head_dim * (2 * heads + 2 * kv_heads)
     embed = vocab * hidden * (1 if cfg.get("tie_word_embeddings") else 2)
-    experts = int(cfg.get("num_local_experts") or cfg.get("n_routed_experts") or 0)
+    experts = size("num_local_experts", 0, 0) or size("n_routed_experts", 0, 0)
     if experts:
-        expert_size = 3 * hidden * int(cfg.get("moe_intermediate_size") or intermediate)
-        shared = int(cfg.get("n_shared_experts") or 0) * expert_size
-        per_token = int(cfg.get("num_experts_per_tok") or 2)
-        dense_layers = int(cfg.get("first_k_dense_replace") or 0)
+        expert_size = 3 * hidden * size("moe_intermediate_size", intermediate)
+        shared = size("n_shared_experts", 0, 0) * expert_size
+        per_token = size("num_experts_per_tok", 2)
+        dense_layers = min(size("first_k_dense_replace", 0, 0), layers)
         moe_layers = layers - dense_layers
         dense_mlp = 3 * hidden * intermediate
         total = embed + layers * attention + dense_layers * dense_mlp + moe_layers * (experts * expert_size + shared)

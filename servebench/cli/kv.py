@@ -10,7 +10,8 @@ from rich.table import Table
 
 from servebench.cli.core import app, console, emit_json
 from servebench.errors import ConfigError
-from servebench.capacity.kv import GIB, KVReport, ModelShape, analyze, bytes_per_token, dtype_bytes, kv_budget_bytes, weight_bytes
+from servebench.capacity.kv import (GIB, KVReport, ModelShape, analyze, bytes_per_token, dtype_bytes, given_dtype_note,
+                                    kv_budget_bytes, weight_bytes)
 from servebench.capacity.model_presets import PRESETS, resolve_shape
 from servebench.output.plain import fmt
 from servebench.output.safetext import safe_markup
@@ -46,7 +47,7 @@ def _list_models(as_json: bool) -> None:
         console.print(safe_markup(f"  {s.name}: {s.source}"), soft_wrap=True)
 
 
-def _print_report(r: KVReport) -> None:
+def _print_report(r: KVReport, dtype_note: str) -> None:
     s = r.shape
     if s.is_mla:
         formula = f"{s.layers} layers x ({s.kv_lora_rank} + {s.qk_rope_head_dim}) x {fmt(s.bytes_per_element)} B"
@@ -57,6 +58,7 @@ def _print_report(r: KVReport) -> None:
     t.add_column("quantity")
     t.add_column("value", justify="right")
     t.add_column("how")
+    t.add_row("KV element", f"{fmt(s.bytes_per_element)} B", safe_markup(dtype_note))
     t.add_row("bytes per token", f"{r.bytes_per_token:,}", formula)
     if s.sliding_window:
         t.add_row("sliding window", f"{s.sliding_window:,}", f"{s.local_layers} of {s.layers} layers keep at most this")
@@ -146,7 +148,9 @@ def kv_command(
                      output_cap=output_cap, policy=policy,  # type: ignore[arg-type]
                      expected_output_tokens=expected_output_tokens, block_size=block_size,
                      rate_per_s=rate, time_in_service_s=w)
+    dtype_note = shape.kv_dtype_note or (given_dtype_note(shape.bytes_per_element) if bytes_per_element is not None
+                                         else "bf16, 2 bytes: the 16-bit dtype engines serve in; --kv-dtype overrides")
     if as_json:
-        emit_json(report.model_dump(mode="json", exclude_none=True))
+        emit_json(report.model_dump(mode="json", exclude_none=True) | {"kv_dtype": dtype_note})
         return
-    _print_report(report)
+    _print_report(report, dtype_note)

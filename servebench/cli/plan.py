@@ -140,6 +140,7 @@ def print_plan(out: Console, doc: dict) -> None:
                   else f"{o['cost_per_million_output_tokens_usd']:.3f}", o["limit"],
                   style="bold green" if star else None)
     out.print(t)
+    out.print(f"KV elements: {escape(str(m.get('kv_dtype')))}")
     out.print(("[bold]best:[/] " if best else "[bold red]no option:[/] ") + escape(doc["reason"] or ""))
     s = doc["search"]
     out.print(f"{s['simulations']} simulations of {s['requests_per_simulation']} requests; "

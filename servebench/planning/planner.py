@@ -660,16 +660,21 @@ def planned_point(evaluation: Evaluation, option: Option, rate_rps: float, *, re
 
 def shape_from_config_file(path: str, *, bytes_per_element: float | None = None) -> tuple[kv.ModelShape, int]:
     """Return a config.json's shape with its estimated parameter count, and the active parameters."""
-    import json
     from pathlib import Path
 
-    from servebench.capacity.hf_config import load_config
+    from servebench.capacity.hf_config import read_config, shape_from_config
     from servebench.capacity.roofline import estimate_parameters
 
-    shape = load_config(path, bytes_per_element=bytes_per_element)
-    cfg = json.loads(Path(path).read_text(encoding="utf-8"))  # load_config has validated it
-    total, active = estimate_parameters(cfg)
-    return shape.model_copy(update={"parameters": total}), active
+    p = Path(path)
+    cfg = read_config(p)
+    shape = shape_from_config(cfg, name=p.parent.name if p.name == "config.json" else p.stem, source=str(p),
+                              bytes_per_element=bytes_per_element)
+    total, active = estimate_parameters(cfg, str(p))
+    try:
+        return kv.ModelShape(**{**shape.model_dump(), "parameters": total}), active
+    except ValueError:  # over MAX_PARAMETERS
+        raise ConfigError(f"{p}: its sizes give {total:,} parameters, over the {kv.MAX_PARAMETERS:,} a model may "
+                          "have (docs/kv.md)") from None
 
 
 def load_calibration(run_dir: str, *, gpu: str | None = None) -> Calibration:
@@ -725,7 +730,8 @@ def plan_document(evaluation: Evaluation, result: Plan) -> dict:
         "model": {"name": req.model.name, "parameters": req.model.parameters,
                   "active_parameters": req.active_parameters or ACTIVE_PARAMETERS.get(req.model.name or ""),
                   "weight_bytes_per_parameter": req.weight_bytes_per_parameter,
-                  "kv_bytes_per_element": req.model.bytes_per_element},
+                  "kv_bytes_per_element": req.model.bytes_per_element,
+                  "kv_dtype": req.model.kv_dtype_note or "bf16, 2 bytes: the 16-bit dtype engines serve in"},
         "workload": {"name": req.workload.name, "rate_rps": result.rate_rps,
                      "mean_prompt_tokens": evaluation.mean_prompt_tokens,
                      "mean_output_tokens": evaluation.mean_output_tokens,
