@@ -20,8 +20,8 @@ openai = pytest.importorskip("openai")
 
 import torch  # noqa: E402
 from test_server_fidelity import server_log  # noqa: E402,F401  (the fixture: every log record of the server)
-from servebench.serving.engine.http_api import (MAX_LOGIT_BIAS, MAX_STOP_CHARS, create_app, decode,  # noqa: E402
-                                                encode, serve_in_background)
+from servebench.serving.engine.http_api import (MAX_LOGIT_BIAS, MAX_STOP_CHARS, body_limit_bytes,  # noqa: E402
+                                                create_app, decode, encode, serve_in_background)
 from servebench.serving.engine.request_rules import NOT_IMPLEMENTED  # noqa: E402
 from servebench.serving.engine.service import EngineService  # noqa: E402
 from servebench.serving.scheduler import SchedulerConfig  # noqa: E402
@@ -113,9 +113,10 @@ def test_a_surrogate_pair_is_one_real_character_and_is_served(url):
 
 
 def test_stop_sequences_are_bounded_in_length(url):
-    error = _refused(_post(url, "/v1/completions", {"prompt": "hi", "stop": "x" * 10_000_000}), 400, "invalid_value",
+    error = _refused(_post(url, "/v1/completions", {"prompt": "hi", "stop": "x" * 500_000}), 400, "invalid_value",
                      "stop")
-    assert f"at most {MAX_STOP_CHARS} characters" in error["message"] and "10000000" in error["message"]
+    assert f"at most {MAX_STOP_CHARS} characters" in error["message"] and "500000" in error["message"]
+    _refused(_post(url, "/v1/completions", {"prompt": "hi", "stop": "x" * 10_000_000}), 413, "request_too_large", None)
     _refused(_post(url, "/v1/completions", {"prompt": "hi", "stop": ["a", "x" * (MAX_STOP_CHARS + 1)]}), 400,
              "invalid_value", "stop")
     r = _post(url, "/v1/completions", {"prompt": "hi", "max_tokens": 2, "stop": "x" * MAX_STOP_CHARS})
@@ -125,8 +126,8 @@ def test_stop_sequences_are_bounded_in_length(url):
 def test_a_prompt_longer_than_the_context_is_refused_before_it_is_split(url, served):
     positions = served[1].model.config.max_positions
     started = time.monotonic()
-    huge = "a " * 3_000_000  # 6 MB, three million words: refused after reading the first 2048
-    error = _refused(_post(url, "/v1/completions", {"prompt": huge, "max_tokens": 1}), 400, "context_length_exceeded",
+    long = "a " * 500_000  # half a million words, within the body limit: refused after reading the first 2048
+    error = _refused(_post(url, "/v1/completions", {"prompt": long, "max_tokens": 1}), 400, "context_length_exceeded",
                      "prompt")
     assert f"{positions} positions" in error["message"] and time.monotonic() - started < 30
     _refused(_post(url, "/v1/completions", {"prompt": list(range(positions)), "max_tokens": 1}), 400,
@@ -151,6 +152,15 @@ def test_an_unknown_model_name_is_not_echoed_whole(url):
     error = _refused(_post(url, "/v1/completions", {"prompt": "hi", "model": "m" * 1_000_000}), 404,
                      "model_not_found", "model")
     assert len(error["message"]) < 300
+
+
+def test_the_body_is_bounded_by_the_model_s_context(url, served):
+    limit = body_limit_bytes(served[1].model.config.max_positions)
+    assert limit == 2**20  # the tiny model's 2048 positions: the 1 MiB floor
+    many = b'{"messages": [' + b",".join([b'{"role":"u"}'] * (limit // 13 + 1)) + b'], "max_tokens": 1}'
+    error = _refused(_post(url, "/v1/chat/completions", many), 413, "request_too_large", None)
+    assert str(limit) in error["message"]
+    _refused(_post(url, "/v1/completions", {"prompt": "a " * 3_000_000}), 413, "request_too_large", None)
 
 
 # --------------------------------------------------------------------------- parameters: done, or refused by name

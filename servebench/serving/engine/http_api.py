@@ -43,7 +43,9 @@ from servebench.errors import ConfigError, ServebenchError
 log = logging.getLogger("servebench.serving.engine.http_api")
 
 READ_TIMEOUT_S = 30.0  # a request's headers, and then its body, must arrive within this
-MAX_BODY_BYTES = 64 * 2**20
+MAX_BODY_BYTES = 64 * 2**20  # the most any body may hold, whatever the model
+MIN_BODY_BYTES = 2**20  # the least a model's body limit is
+BODY_BYTES_PER_POSITION = 64  # a body may hold this many bytes per position of the model's context
 MAX_STOP_SEQUENCES = 4  # as OpenAI
 MAX_STOP_CHARS = 256  # each stop sequence is matched after every token on the engine thread, at a cost that grows with it
 MAX_LOGIT_BIAS = 300  # tokens one logit_bias may name, as OpenAI
@@ -618,13 +620,26 @@ async def _send_error(send: Send, status: int, message: str, code: str) -> None:
 # --------------------------------------------------------------------------- the app
 
 
+def body_limit_bytes(max_positions: int) -> int:
+    """Return the largest request body a model with ``max_positions`` takes, in bytes.
+
+    64 bytes a position (a word, or a token id, with the JSON around it, many times over), at least
+    1 MiB and at most 64 MiB: parsing JSON costs memory many times its size (64 MiB of small chat
+    messages took 1.1 GB and 1.6 s of the event loop), so no body is let in far past what fits.
+
+    >>> body_limit_bytes(2048), body_limit_bytes(131072), body_limit_bytes(10**7) == MAX_BODY_BYTES
+    (1048576, 8388608, True)
+    """
+    return min(MAX_BODY_BYTES, max(MIN_BODY_BYTES, BODY_BYTES_PER_POSITION * max_positions))
+
+
 def create_app(service: EngineService, model_id: str | None = None, *, manage_service: bool = True,
                body_timeout_s: float = READ_TIMEOUT_S) -> FastAPI:
     """Return the FastAPI app serving an :class:`~servebench.serving.engine.service.EngineService`.
 
     With ``manage_service`` the app's lifespan starts the service (warm-up, engine thread) and
     stops it at shutdown, cancelling live requests. The model id defaults to ``servebench-<preset>``.
-    A request body must arrive whole within ``body_timeout_s``.
+    A request body must arrive whole within ``body_timeout_s`` and hold at most :func:`body_limit_bytes`.
     """
     vocab = service.vocab_size
     max_positions = service.model.config.max_positions
@@ -646,7 +661,7 @@ def create_app(service: EngineService, model_id: str | None = None, *, manage_se
                 service.stop()
 
     app = FastAPI(title="servebench serve-engine", lifespan=lifespan)
-    app.add_middleware(BodyDeadline, timeout_s=body_timeout_s)
+    app.add_middleware(BodyDeadline, timeout_s=body_timeout_s, max_bytes=body_limit_bytes(max_positions))
     counter = itertools.count(1)
 
     @app.exception_handler(StarletteHTTPException)
