@@ -4,7 +4,10 @@ Each line has ``metadata`` (``request_start_ns`` / ``request_end_ns`` in Unix ep
 ``x_request_id``, ``benchmark_phase``, ``was_cancelled``), ``metrics`` (``{name: {value, unit}}``) and,
 on failures, ``error`` (``code``, ``type``, ``message``). Lines of the raw export
 (``--export-level raw``: ``payload``, ``start_perf_ns`` and the server's ``responses``) are read too; only
-there can a stream that ended with an error event be seen, which AIPerf counts as a success. The
+there can a stream that ended with an error event be seen, which AIPerf counts as a success; a raw
+line's token times are its content chunks' arrivals (``responses[].perf_ns`` after ``start_perf_ns``),
+carried as ``token_times`` where they match the output tokens one to one, as the records export's
+``inter_chunk_latency`` lists are. The
 aggregate ``profile_export_aiperf.json`` holds no per-request data; importing it explains which file
 to use instead.
 """
@@ -59,11 +62,13 @@ def import_document(doc: Document, source: str, options: ImportOptions = ImportO
     records, phases = [], []
     notes = {"cancelled": 0, "failed": 0, "osl_server_diff": 0, "osl_client": 0, "osl_pairs": 0,
              "credit_gap_s": 0.0, "credit_n": 0, "end_gap_s": 0.0, "no_ttft": 0, "error_event": 0, "short": 0,
-             "icl_carried": 0, "icl_left_out": 0}
+             "icl_carried": 0, "icl_left_out": 0, "raw_carried": 0, "raw_left_out": 0}
     for i, line in enumerate(lines, start=1):
         where = f"line {i}"
-        rec, phase = _record(require_mapping(line, source, where), source, where, notes)
-        _add_token_times(rec, require_mapping(line, source, where), source, where, notes, options)
+        line = require_mapping(line, source, where)
+        stream = _stream(line, source, where)
+        rec, phase = _record(line, stream, source, where, notes)
+        _add_token_times(rec, line, stream, source, where, notes, options)
         records.append(rec)
         phases.append(phase)
     outside = sum(p != PROFILING for p in phases)
@@ -90,17 +95,27 @@ def _metric_s(metrics: Mapping[str, Any], name: str, source: str, where: str) ->
     return None if v is None else v * TIME_UNITS_S[unit]
 
 
-def _add_token_times(rec: dict[str, Any], line: Mapping[str, Any], source: str, where: str, notes: dict[str, Any],
-                     options: ImportOptions) -> None:
-    """Carry a success's inter_chunk_latency list (ms between streamed chunks) as token_times, where it fits.
+def _add_token_times(rec: dict[str, Any], line: Mapping[str, Any], stream: _Stream | None, source: str, where: str,
+                     notes: dict[str, Any], options: ImportOptions) -> None:
+    """Carry a success's chunk arrivals as token_times, where they fit: a records line's inter_chunk_latency
+    list (ms between streamed chunks), or a raw line's content chunks (their perf_ns).
 
     AIPerf counts output tokens with its client tokenizer, while each chunk is one server token: the
     arrivals fit only where the two counts agree, or with ``tokens=server`` (output tokens from the
-    server's usage, as many as the chunks).
+    server's usage, as many as the chunks). A raw line has no client count: its output tokens are the
+    server's usage (else its chunks).
     """
     metrics = line.get("metrics")
     icl = metrics.get("inter_chunk_latency") if isinstance(metrics, Mapping) else None
-    if rec.get("status") != "success" or not isinstance(icl, Mapping) or rec.get("first_token") is None:
+    if rec.get("status") != "success" or rec.get("first_token") is None:
+        return
+    if not isinstance(icl, Mapping):
+        if stream is not None and stream.content_s and not metrics:
+            times = [rec["start"] + at_s for at_s in stream.content_s]  # the first is first_token, the last end
+            carried = fits(times, rec)
+            if carried:
+                rec["token_times"] = times
+            notes["raw_carried" if carried else "raw_left_out"] += 1
         return
     gaps_ms = require_list(icl.get("value"), source, f"{where}: metrics.inter_chunk_latency.value")
     if options.tokens == "server":
@@ -207,7 +222,8 @@ def _requested_tokens(line: Mapping[str, Any]) -> int | None:
     return None
 
 
-def _record(line: Mapping[str, Any], source: str, where: str, notes: dict[str, Any]) -> tuple[dict[str, Any], str]:
+def _record(line: Mapping[str, Any], stream: _Stream | None, source: str, where: str,
+            notes: dict[str, Any]) -> tuple[dict[str, Any], str]:
     md = require_mapping(line.get("metadata"), source, f"{where}: metadata")
     metrics = line.get("metrics") or {}
     metrics = require_mapping(metrics, source, f"{where}: metrics")
@@ -225,7 +241,6 @@ def _record(line: Mapping[str, Any], source: str, where: str, notes: dict[str, A
     rec: dict[str, Any] = {"request_id": _text(md.get("x_request_id")), "start": start, "end": max(end, start),
                            "prompt_tokens": prompt}
     error = line.get("error")
-    stream = _stream(line, source, where)
     if stream is not None and stream.usage is not None and prompt is None:
         prompt = count(stream.usage.get("prompt_tokens"), source, f"{where}: usage.prompt_tokens")
         rec["prompt_tokens"] = prompt
@@ -309,6 +324,11 @@ def _warnings(notes: dict[str, Any], outside: int, options: ImportOptions) -> li
         w.append(f"{TOOL}: the inter_chunk_latency of {notes['icl_left_out']} success(es) is not carried over: their "
                  "chunks (one server token each) do not match AIPerf's client-tokenizer output count; "
                  "--format aiperf:tokens=server counts the server's tokens instead and carries them")
+    if notes["raw_carried"] or notes["raw_left_out"]:
+        w.append(f"{TOOL}: the raw export's content chunks (their arrival, responses[].perf_ns) become token_times: "
+                 f"{notes['raw_carried']} success(es) carried"
+                 + (f"; {notes['raw_left_out']} not, their chunks do not match the server's output tokens (usage) one "
+                    "to one" if notes["raw_left_out"] else ""))
     if options.tokens == "server":
         w.append(f"{TOOL}: tokens=server: a success's output tokens are the server's usage_completion_tokens, "
                  "not AIPerf's client-tokenizer count")

@@ -209,6 +209,9 @@ def _warnings(top: Mapping[str, Any], bench: Mapping[str, Any], listed: dict[str
                  f"{shown['incomplete']} (successful/errored/incomplete), {', '.join(disagreements)}. "
                  f"servebench imports every listed record; the {n_meas} that started inside the measured window "
                  f"{verdict}; requests_made also counts requests that were never listed and cannot be recovered")
+    lost = _unaccounted(bench)
+    if lost:
+        w.append(lost)
     cancelled = totals["cancelled_requests"]
     if isinstance(cancelled, int) and cancelled > listed["incomplete"]:
         w.append(f"{TOOL}: scheduler_state.cancelled_requests = {cancelled}, but only {listed['incomplete']} "
@@ -226,6 +229,42 @@ def _warnings(top: Mapping[str, Any], bench: Mapping[str, Any], listed: dict[str
                  "(prefer_response_metrics), those of failed/cancelled requests from the client tokenizer; "
                  "they are not comparable")
     return w
+
+
+def _unaccounted(bench: Mapping[str, Any]) -> str | None:
+    """Say how many requests the scheduler created but never processed or cancelled (None: none, or no counts).
+
+    Every created request should end processed or cancelled. GuideLLM 0.8.1 counts a cancelled request
+    as processed too (processed = successful + errored + cancelled), so the unaccounted are created -
+    processed; where processed leaves the cancelled out, created - processed - cancelled. A run at 10 or
+    1,000 req/s created 100 and processed 99 with none cancelled: one request is in no count and no record.
+
+    >>> _unaccounted({"scheduler_state": {"created_requests": 100, "processed_requests": 99,
+    ...     "successful_requests": 99, "errored_requests": 0, "cancelled_requests": 0}})[:63]
+    'GuideLLM: 1 request(s) created but never processed or cancelled'
+    """
+    state = bench.get("scheduler_state") if isinstance(bench.get("scheduler_state"), Mapping) else {}
+
+    def n(key: str) -> int | None:
+        v = state.get(key)
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+    created, processed, cancelled = n("created_requests"), n("processed_requests"), n("cancelled_requests") or 0
+    if created is None or processed is None:
+        return None
+    finals = [n("successful_requests"), n("errored_requests"), n("cancelled_requests")]
+    includes = None not in finals and processed == sum(finals)  # type: ignore[arg-type]
+    outside = 0 if includes else cancelled
+    lost = created - processed - outside
+    if lost == 0:
+        return None
+    how = f"created {created} - processed {processed}" + ("" if includes else f" - cancelled {cancelled}")
+    if lost < 0:
+        return (f"{TOOL}: its scheduler counts {-lost} more request(s) finished than it created ({how} = {lost}); "
+                "its counts do not add up, so they are not used")
+    return (f"{TOOL}: {lost} request(s) created but never processed or cancelled ({how} = {lost}); they appear in "
+            "no count and no record, so the import cannot include them (seen in GuideLLM 0.8.1 runs at high "
+            "rates)")
 
 
 def _metadata(top: Mapping[str, Any], bench: Mapping[str, Any], idx: int, n_runs: int, listed: dict[str, int],
