@@ -454,12 +454,13 @@ def test_measured_points_feed_the_sweep_figures():
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("signal_name, exit_code, workers", [("SIGINT", 130, 1), ("SIGTERM", 143, 1),
-                                                               ("SIGTERM", 143, 2), ("SIGINT", 130, 2)])
+@pytest.mark.parametrize("signal_name, exit_code, workers, sent", [
+    ("SIGINT", 130, 1, 1), ("SIGTERM", 143, 1, 1), ("SIGTERM", 143, 1, 2), ("SIGTERM", 143, 2, 1),
+    ("SIGTERM", 143, 2, 2), ("SIGINT", 130, 2, 1)])
 def test_a_stop_signal_keeps_every_outcome_gathered_and_marks_the_run_cut_short(tmp_path, signal_name, exit_code,
-                                                                                 workers):
+                                                                                 workers, sent):
     """Ctrl-C and SIGTERM alike, from one process or worker processes: finished requests, in-flight ones as
-    cancelled records, metadata marked interrupted."""
+    cancelled records, metadata marked interrupted. A repeated SIGTERM does not cut the stopping short."""
     import os
     import signal
     import subprocess
@@ -482,7 +483,8 @@ def test_a_stop_signal_keeps_every_outcome_gathered_and_marks_the_run_cut_short(
                     break
                 time.sleep(0.05)
             time.sleep(0.3)  # a few tokens into each stream
-            proc.send_signal(getattr(signal, signal_name))  # as a shell's kill, to the command alone
+            for _ in range(sent):
+                proc.send_signal(getattr(signal, signal_name))  # as a shell's kill, to the command alone
             output = proc.communicate(timeout=30)[0].decode()
         finally:
             stop(proc)

@@ -17,6 +17,7 @@ actors on a cluster. Both run :func:`run_part`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import multiprocessing as mp
 import os
@@ -25,7 +26,6 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any, Protocol
@@ -247,25 +247,31 @@ def run_workers(workers: Sequence[Worker], config: LoadConfig, plan: Sequence[Pl
     return merge_runs(config, len(plan), runs, start, end, model, stopped_by)
 
 
-@contextmanager
-def raising_on(signals: Sequence[signal.Signals] = (signal.SIGTERM,)) -> Iterator[None]:
+def raising_on(signals: Sequence[signal.Signals] = (signal.SIGTERM,)) -> contextlib.AbstractContextManager[None]:
     """Within the block, a signal in ``signals`` raises :class:`RunStopped` (in the main thread; elsewhere nothing).
 
     For synchronous code such as a coordinator waiting on its workers, as Ctrl-C raises KeyboardInterrupt.
+    Once: a repeat of the signal is ignored while the block lasts, so it cannot cut short the stopping.
     """
+    def stop(signum: int, frame: object) -> None:
+        signal.signal(signum, signal.SIG_IGN)
+        raise RunStopped(signal.Signals(signum).name)
+    return _handling(signals, stop)
+
+
+@contextlib.contextmanager
+def _handling(signals: Sequence[signal.Signals], handler: Any) -> Iterator[None]:
+    """Give ``signals`` to ``handler`` within the block, then what they had (main thread only: elsewhere they
+    cannot be set, nor do they arrive)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-
-    def stop(signum: int, frame: object) -> None:
-        raise RunStopped(signal.Signals(signum).name)
-
-    previous = {sig: signal.signal(sig, stop) for sig in signals}
+    previous = {sig: signal.signal(sig, handler) for sig in signals}
     try:
         yield
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 # --------------------------------------------------------------------------- OS processes
@@ -331,17 +337,20 @@ class ProcessWorkers:
         return self.workers
 
     def __exit__(self, *exc: object) -> None:
-        for w in self.workers:
-            try:
-                w.conn.send(("stop",))
-            except OSError:
-                pass
-        for w in self.workers:
-            w.process.join(timeout=5)
-            if w.process.is_alive():
-                w.process.kill()  # SIGTERM only stops a worker's run; it does not end the process
+        # a second Ctrl-C or SIGTERM must not cut this short: a worker left alive would hang this process's exit
+        # (multiprocessing joins daemonic children at exit, after a SIGTERM that an idle worker ignores)
+        with _handling((signal.SIGINT, signal.SIGTERM), signal.SIG_IGN):
+            for w in self.workers:
+                try:
+                    w.conn.send(("stop",))
+                except OSError:
+                    pass
+            for w in self.workers:
                 w.process.join(timeout=5)
-            w.conn.close()
+                if w.process.is_alive():
+                    w.process.kill()  # SIGTERM only stops a worker's run; it does not end the process
+                    w.process.join(timeout=5)
+                w.conn.close()
 
 
 def run_with_processes(config: LoadConfig, plan: Sequence[PlannedRequest], workers: int, model: str) -> LoadResult:
