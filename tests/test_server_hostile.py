@@ -19,7 +19,7 @@ pytest.importorskip("torch")
 openai = pytest.importorskip("openai")
 
 import torch  # noqa: E402
-from test_server_fidelity import server_log  # noqa: E402,F401  (the fixture: every log record of the server)
+from test_server_fidelity import client, server_log  # noqa: E402,F401  (fixtures: an openai client, the server's log)
 from servebench.serving.engine.http_api import (MAX_LOGIT_BIAS, MAX_STOP_CHARS, body_limit_bytes,  # noqa: E402
                                                 create_app, decode, encode, serve_in_background)
 from servebench.serving.engine.request_rules import NOT_IMPLEMENTED  # noqa: E402
@@ -42,16 +42,14 @@ def served():
 
 
 @pytest.fixture
-def url(served):
+def server(served):
+    """The base URL, as test_server_fidelity's client fixture takes it."""
     return served[0]
 
 
 @pytest.fixture
-def client(url):
-    c = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60,
-                      http_client=httpx.Client(trust_env=False))
-    yield c
-    c.close()
+def url(server):
+    return server
 
 
 def _post(url: str, path: str, body: bytes | dict) -> httpx.Response:
