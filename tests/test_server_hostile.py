@@ -166,7 +166,7 @@ def test_the_body_is_bounded_by_the_model_s_context(url, served):
 
 REFUSED = [("presence_penalty", 0.5), ("frequency_penalty", -1), ("best_of", 2), ("suffix", "end"),
            ("response_format", {"type": "json_object"}), ("tools", [{"type": "function"}]), ("top_k", 5),
-           ("min_tokens", 3), ("repetition_penalty", 1.2), ("prompt_logprobs", 1), ("best_of", True),
+           ("repetition_penalty", 1.2), ("prompt_logprobs", 1), ("best_of", True),
            ("presence_penalty", "0")]
 
 
@@ -177,6 +177,16 @@ def test_a_parameter_the_engine_does_not_implement_is_refused_by_name(url, param
         error = _refused(_post(url, path, {**body, "max_tokens": 2, param: value}), 400, "unsupported_parameter",
                          param)
         assert f"'{param}'" in error["message"]
+
+
+def test_min_tokens_is_served_only_where_it_changes_nothing(url):
+    fixed = {"prompt": "hi", "max_tokens": 4, "ignore_eos": True}
+    assert _post(url, "/v1/completions", {**fixed, "min_tokens": 4}).json()["usage"]["completion_tokens"] == 4
+    assert _post(url, "/v1/completions", {"prompt": "hi", "max_tokens": 4, "min_tokens": 1}).status_code == 200
+    for body in ({"prompt": "hi", "max_tokens": 4, "min_tokens": 3}, {**fixed, "min_tokens": 3, "stop": "t1"}):
+        _refused(_post(url, "/v1/completions", body), 400, "unsupported_parameter", "min_tokens")
+    _refused(_post(url, "/v1/completions", {**fixed, "min_tokens": 5}), 400, "invalid_value", "min_tokens")
+    _refused(_post(url, "/v1/completions", {**fixed, "min_tokens": True}), 400, "invalid_value", "min_tokens")
 
 
 def test_the_value_that_asks_for_nothing_is_served(url):

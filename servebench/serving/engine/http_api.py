@@ -366,6 +366,7 @@ class CompletionBody(_Strict):
     logprobs: bool | int | None = None  # chat: true or false; completions: how many alternatives (0 to 20)
     top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)  # chat only
     echo: bool | None = None  # completions only: the prompt's text before the reply's
+    min_tokens: int | None = Field(None, ge=0)  # vLLM's; accepted only where it changes nothing (check_min_tokens)
     user: str | None = None
 
     @property
@@ -481,6 +482,22 @@ def prompt_text(body: CompletionBody, ids: list[int]) -> str:
     if body.prompt and isinstance(body.prompt[0], str):
         return body.prompt[0]
     return "".join(decode(t) for t in ids)
+
+
+def check_min_tokens(body: CompletionBody, max_tokens: int) -> None:
+    """Refuse vLLM's ``min_tokens`` where it would change the reply: the engine does not implement it.
+
+    It changes nothing at 0 or 1 (a reply has at least one token), nor with ``ignore_eos`` and no stop
+    sequence, where every reply runs to ``max_tokens`` anyway (the fixed-length recipe of benchmark
+    tools, which send both); above ``max_tokens`` it is a contradiction, as vLLM says too.
+    """
+    wanted = body.min_tokens or 0
+    if wanted > max_tokens:
+        raise BadRequest(f"min_tokens {wanted} is above max_tokens {max_tokens}", param="min_tokens")
+    if wanted > 1 and not (body.ignore_eos and not body.stop_sequences):
+        raise BadRequest("'min_tokens' is supported only where it changes nothing: with ignore_eos true and no stop "
+                         "sequence every reply runs to max_tokens; leave it out, or send 0",
+                         "unsupported_parameter", "min_tokens")
 
 
 def logprob_alternatives(body: CompletionBody, chat: bool) -> int | None:
@@ -708,6 +725,7 @@ def create_app(service: EngineService, model_id: str | None = None, *, manage_se
             if len(ids) + max_tokens > max_positions:
                 raise BadRequest(f"{len(ids)} prompt + {max_tokens} output tokens exceed the model's "
                                  f"{max_positions} positions", "context_length_exceeded", "max_tokens")
+            check_min_tokens(body, max_tokens)
         except BadRequest as exc:
             return _error(exc.status, exc.message, "invalid_request_error", exc.code, exc.param)
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{next(counter)}"

@@ -4,7 +4,8 @@ OpenAI parameters it does not implement.
 A client that asks for a feature must never get a quiet no. OpenAI's parameters (and vLLM's sampling
 extensions) that the engine does not implement are refused with a 400 naming the parameter, unless
 absent, null, or the value that turns them off (``presence_penalty: 0``, ``best_of: 1``), which
-is what the engine does anyway. Fields neither API knows are still ignored, as vLLM ignores them.
+is what the engine does anyway. (``min_tokens`` turns off in context, so the HTTP layer checks it.)
+Fields neither API knows are still ignored, as vLLM ignores them.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ NOT_IMPLEMENTED: dict[str, tuple[Any, ...]] = {
     "function_call": ("none",), "audio": (), "prediction": (), "modalities": (["text"],), "reasoning_effort": (),
     "web_search_options": (),
     # vLLM's sampling extensions
-    "top_k": (-1, 0), "min_p": (0,), "repetition_penalty": (1,), "length_penalty": (1,), "min_tokens": (0,),
+    "top_k": (-1, 0), "min_p": (0,), "repetition_penalty": (1,), "length_penalty": (1,),
     "stop_token_ids": ([],), "include_stop_str_in_output": (False,), "skip_special_tokens": (True,),
     "prompt_logprobs": (), "use_beam_search": (False,), "bad_words": ([],), "allowed_token_ids": (),
     "guided_json": (), "guided_regex": (), "guided_choice": (), "guided_grammar": (), "structured_outputs": (),
