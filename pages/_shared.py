@@ -10,7 +10,7 @@ import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, NoReturn, TypeVar
+from typing import Any, Callable, Collection, NoReturn, TypeVar
 
 import pandas as pd
 import streamlit as st
@@ -450,10 +450,15 @@ def _run_input(ds: Dataset) -> RunInput:
                     steps=ds.source.steps)
 
 
-def held_datasets() -> list[Dataset]:
-    """Return every held record set that loads, as last read and zoomed (those that fail are left out)."""
+def held_datasets(digests: Collection[str] | None = None) -> list[Dataset]:
+    """Return every held record set that loads (or those of ``digests``), as last read and zoomed.
+
+    Those that fail to load are left out.
+    """
     out = []
     for src in held_runs().values():
+        if digests is not None and src.digest not in digests:
+            continue
         try:
             out.append(dataset_of(src))
         except ServebenchError:

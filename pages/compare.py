@@ -6,28 +6,50 @@ file took 1.2 s, 0.7 s without (benchmarks/dashboard.py's 'compare switch 100k',
 
 from __future__ import annotations
 
+import hashlib
+
 import streamlit as st
 
 from pages._figures import compare_cdfs, on_canvas
-from pages._shared import (SLO_FIELDS, cached_report, held_datasets, records_sidebar, site_zip, static_table,
-                           unit_choice)
+from pages._shared import (SLO_FIELDS, cached_report, held_datasets, held_runs, records_sidebar, site_zip,
+                           static_table, unit_choice)
+from servebench.dashboard import baseline_first, comparable
 from servebench.analysis.compare import contract_table, outcome_table, overlap_table, percentiles_by_run
 from servebench.output.figures.vegalite import percentile_bars
 from servebench.output.safetext import safe_text
 
 st.title("Compare runs")
 ds = records_sidebar()  # the sidebar's picker: upload several files, or open samples and timing runs
-datasets = held_datasets()
+held = held_runs()
+own = any(src.origin != "sample" for src in held.values())
+with_samples = st.checkbox("Include sample files", value=False, key="compare_samples", disabled=not own,
+                           help="Samples leave the comparison once you have a record set of your own: a difference "
+                                "against an unrelated file means nothing. Tick to compare with them anyway.")
+offered = comparable({digest: src.origin for digest, src in held.items()}, with_samples=with_samples)
+loads = {d.source.digest: d for d in held_datasets(offered)}  # those that fail to load are left out
+datasets = [loads[digest] for digest in offered if digest in loads]
 names = {d.source.digest: safe_text(d.source.name) for d in datasets}
 if len(datasets) < 2:
-    st.info("Compare needs two record sets or more. Upload several files at once in the sidebar, pick a sample, or "
-            "start a timing run: every record set you open is kept here.", icon=":material/compare_arrows:")
+    st.info("Compare needs two record sets or more. Upload several files at once in the sidebar, start a timing "
+            "run, or tick *Include sample files*: every record set you open is kept here."
+            if own else "Compare needs two record sets or more. Upload several files at once in the sidebar, pick "
+            "a second sample, or start a timing run: every record set you open is kept here.",
+            icon=":material/compare_arrows:")
     st.stop()
-chosen = st.multiselect("Runs to compare (the first is the baseline)", list(names), default=list(names)[:4],
-                        format_func=lambda d: names[d], key="compare_runs")
+offer_key = hashlib.sha256("|".join(names).encode()).hexdigest()[:12]  # other runs offered: a fresh choice
+chosen = st.multiselect("Runs to compare", list(names), default=list(names)[:4], format_func=lambda d: names[d],
+                        key=f"compare_runs:{offer_key}")
 if len(chosen) < 2:
     st.info("Pick two runs or more.")
     st.stop()
+BASELINE_KEY = "compare_baseline"  # the digest last picked as the baseline, kept while other runs come and go
+kept = st.session_state.get(BASELINE_KEY)
+baseline = st.selectbox("Baseline", chosen, index=chosen.index(kept) if kept in chosen else 0,
+                        format_func=lambda d: names[d],
+                        key=f"compare_baseline:{hashlib.sha256('|'.join(chosen).encode()).hexdigest()[:12]}",
+                        help="Every other run's difference (Δ) and interval check is against this one.")
+st.session_state[BASELINE_KEY] = baseline
+chosen = baseline_first(chosen, baseline)
 by_digest = {d.source.digest: d for d in datasets}
 picked = [by_digest[d] for d in chosen]
 shown = []

@@ -638,19 +638,41 @@ def test_several_uploads_are_held_and_compared_side_by_side() -> None:
     assert not at.exception and not at.error
     assert not at.dataframe  # Markdown tables: no grid for the browser to load and draw
     contract = _tables(at)[0].set_index("field")
-    assert contract.loc["Requests", "requests_sample.csv"] == "3,000"  # the sample opened first is the baseline
+    # the sample opened on the first visit is not part of it: the uploads are compared, the first is the baseline
+    assert list(contract.columns) == ["r1_r4.json", "mine.jsonl", "Δ mine.jsonl"]
     assert contract.loc["Requests", "r1_r4.json"] == "4" and contract.loc["Requests", "mine.jsonl"] == "2"
-    assert contract.loc["Requests", "Δ mine.jsonl"] == "-2,998 (-100%)"
+    assert contract.loc["Requests", "Δ mine.jsonl"] == "-2 (-50%)"
     outcomes = next(t for t in _tables(at) if "Offered" in t.columns).set_index("run")
     statuses = ["Completed", "Failed", "Timed out", "Cancelled", "Rejected"]
     counts = outcomes[[*statuses, "Offered"]].map(lambda v: int(v.replace(",", "")))
     assert (counts[statuses].sum(axis=1) == counts["Offered"]).all()
-    assert counts.loc["requests_sample.csv", "Offered"] == 3000 and counts.loc["mine.jsonl", "Timed out"] == 1
+    assert list(counts.index) == ["r1_r4.json", "mine.jsonl"] and counts.loc["mine.jsonl", "Timed out"] == 1
+    charts = drawn_charts(at)
+    curves = charts["Latency CDF (successes)"][1]["curves"]
+    assert list(curves.groupby("run", sort=False)["share"].last().index) == ["r1_r4.json (n=2)", "mine.jsonl (n=1)"]
+    # the user picks the baseline: every difference turns around
+    next(s for s in at.selectbox if s.label == "Baseline").select_index(1).run()
+    assert not at.exception and not at.error
+    contract = _tables(at)[0].set_index("field")
+    assert list(contract.columns) == ["mine.jsonl", "r1_r4.json", "Δ r1_r4.json"]
+    assert contract.loc["Requests", "Δ r1_r4.json"] == "+2 (+100%)"
+    assert set(next(t for t in _tables(at) if "95% intervals" in t.columns)["run"]) == {"r1_r4.json"}
+    # the sample comes back only when asked for
+    at.checkbox(key="compare_samples").check().run()
+    assert not at.exception and not at.error
+    contract = _tables(at)[0].set_index("field")
+    assert list(contract.columns)[:3] == ["mine.jsonl", "r1_r4.json", "requests_sample.csv"]  # the baseline kept
+    assert contract.loc["Requests", "requests_sample.csv"] == "3,000"
+    assert contract.loc["Requests", "Δ requests_sample.csv"] == "+2,998 (+149,900%)"
+    next(s for s in at.selectbox if s.label == "Baseline").select_index(0).run()  # back to r1_r4.json
+    outcomes = next(t for t in _tables(at) if "Offered" in t.columns).set_index("run")
+    counts = outcomes[[*statuses, "Offered"]].map(lambda v: int(v.replace(",", "")))
+    assert counts.loc["requests_sample.csv", "Offered"] == 3000
     charts = drawn_charts(at)  # Vega-Lite, so the page never loads plotly.js
     assert not at.get("plotly_chart") and len(charts) == 6  # latency, TTFT, TPOT: overlaid CDFs, percentile bars
     curves = charts["Latency CDF (successes)"][1]["curves"]
     last = curves.groupby("run", sort=False)["share"].last()
-    assert list(last.index) == ["requests_sample.csv (n=2,701)", "r1_r4.json (n=2)", "mine.jsonl (n=1)"]
+    assert list(last.index) == ["r1_r4.json (n=2)", "mine.jsonl (n=1)", "requests_sample.csv (n=2,701)"]
     assert (last == 1.0).all() and (curves.groupby("run")["share"].first() == 0.0).all()
     mine = curves[curves["run"] == "mine.jsonl (n=1)"]
     assert list(zip(mine["x"], mine["share"])) == [(2.0, 0.0), (2.0, 1.0)]  # its one success took 2 s

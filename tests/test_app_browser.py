@@ -221,9 +221,31 @@ def test_several_files_uploaded_at_once_are_compared() -> None:
         assert len(overflow) == 6 and max(overflow) <= 1  # each chart is drawn inside its column
         assert page.locator('[data-testid="stDataFrame"]').count() == 0  # Markdown tables, not grids
         assert page.evaluate(WIDE_TABLES) == []  # each table fits the page: no horizontal scrolling
-        text = page.locator('[data-testid="stMain"]').inner_text()
-        assert "requests_sample.csv" in text and "r1_r4.json" in text and "guidellm-0.8.1-errors.json" in text
+        # the two uploads only: the sample the app opened with is not compared unless asked for
+        assert _contract_columns(page) == ["field", "r1_r4.json", "guidellm-0.8.1-errors.json",
+                                           "Δ guidellm-0.8.1-errors.json"]
+        assert "requests_sample.csv" not in page.locator('[data-testid="stMain"]').inner_text()
+        assert page.locator('[data-testid="stVegaLiteChart"]').count() == 6
+        screenshot(page, "compare_two_uploads")
+        page.get_by_role("combobox", name="Baseline").click()  # the user picks the baseline
+        page.get_by_role("option", name="guidellm-0.8.1-errors.json").click()
+        page.wait_for_function("""() => [...document.querySelectorAll('th')]
+                                  .some(e => e.innerText.trim() === 'Δ r1_r4.json')""", timeout=TIMEOUT_MS)
+        _wait_idle(page)
+        assert _contract_columns(page) == ["field", "guidellm-0.8.1-errors.json", "r1_r4.json", "Δ r1_r4.json"]
+        page.get_by_text("Include sample files").first.click()
+        page.wait_for_function("""() => [...document.querySelectorAll('th')]
+                                  .some(e => e.innerText.trim() === 'requests_sample.csv')""", timeout=TIMEOUT_MS)
+        _wait_idle(page)
+        assert _contract_columns(page)[:4] == ["field", "guidellm-0.8.1-errors.json", "r1_r4.json",
+                                               "requests_sample.csv"]  # the baseline picked is kept
+        assert page.locator('[data-testid="stException"]').count() == 0
         screenshot(page, "compare_three_runs")
+
+
+def _contract_columns(page) -> list[str]:
+    """Return the header of Compare's first table (the contract side by side)."""
+    return page.locator('[data-testid="stMarkdownContainer"] table').first.locator("th").all_inner_texts()
 
 
 TABLES = '[data-testid="stDataFrame"], [data-testid="stTable"], [data-testid="stMarkdownContainer"]:has(table)'

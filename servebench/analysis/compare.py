@@ -38,7 +38,7 @@ def _diff(base: float | int | None, other: float | int | None) -> str:
         return "same"
     sign = "+" if d > 0 else "-"
     text = f"{sign}{_num(abs(d))}"
-    return f"{text} ({d / base:+.0%})" if base else text
+    return f"{text} ({d / base:+,.0%})" if base else text
 
 
 def contract_table(reports: Mapping[str, Report]) -> pd.DataFrame:
