@@ -28,7 +28,7 @@ HELP = {
     "cost": "GPUs × hourly price (the price table below; defaults are dated public list prices).",
     "per_token": "cost per hour / (traffic × mean output tokens × 3600 / 1,000,000).",
     "limit": "What binds first as load grows, in the diagnosis's words: kv_memory, queueing (the max_num_seqs cap), "
-             "prefill, decode, or none.",
+             "prefill, decode, throughput (the engine has no time left for more requests), or none.",
 }
 
 

@@ -19,7 +19,7 @@ from vega_charts import drawn_charts
 REPO = Path(__file__).resolve().parent.parent
 OPTION_KEYS = {"gpu", "tensor_parallel", "max_num_seqs", "capacity_rps_per_replica", "replicas", "gpus_total",
                "meets_slo", "cost_per_hour_usd", "cost_per_million_output_tokens_usd", "limit"}
-LIMITS = {"kv_memory", "queueing", "prefill", "decode", "none"}
+LIMITS = {"kv_memory", "queueing", "prefill", "decode", "throughput", "none"}
 
 
 def _request(model: str = "llama-3.1-8b", gpus: tuple[str, ...] = ("H100",), tp: tuple[int, ...] = (1,),
@@ -155,7 +155,7 @@ def test_plan_calibrated_on_this_cpu_says_which_factors_it_used(tmp_path: Path) 
     from tests.test_roofline import _fake_run
     from servebench.capacity import Efficiency
 
-    run, _ = _fake_run(tmp_path, Efficiency(bandwidth=0.3, compute=0.2))
+    run, _ = _fake_run(tmp_path, Efficiency(bandwidth=0.3, compute=0.2, step_overhead_per_layer_s=0, half_batch_tokens=0))
     scenario = REPO / "sample_data" / "scenarios" / "tiny_cpu.yaml"
     r = CliRunner().invoke(app, ["plan", "--config", str(REPO / "sample_data" / "configs" / "llama-3.1-8b.json"),
                                  "--rate", "0.01", "--scenario", str(scenario), "--slo-ttft", "100",

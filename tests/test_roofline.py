@@ -25,21 +25,40 @@ LLAMA_8B = get_preset("llama-3.1-8b")
 
 def test_8b_fp16_on_one_h100_decodes_one_sequence_in_weights_over_bandwidth() -> None:
     # 8.03e9 parameters x 2 bytes = 16.06 GB read per step; / 3.35 TB/s = 4.79 ms at 100% of peak
-    ideal = roofline(LLAMA_8B, H100, efficiency=Efficiency(bandwidth=1, compute=1, interconnect=1)).step_model
+    ideal = roofline(LLAMA_8B, H100, efficiency=Efficiency.ideal()).step_model
     assert ideal.base_s == pytest.approx(16.06e9 / 3.35e12, rel=1e-9)
     assert ideal.base_s == pytest.approx(4.8e-3, rel=0.01)
-    real = roofline(LLAMA_8B, H100, prompt_tokens=1000).step_model  # default efficiency 0.7 of bandwidth
-    one_seq = real.step_s(0, 1, 1000)
-    assert one_seq == pytest.approx(16.06e9 / 3.35e12 / 0.7, rel=0.03)  # the weights dominate one sequence
-    assert real.per_kv_token_s == pytest.approx(131_072 / (3.35e12 * 0.7))  # the KV calculator's bytes per token
-    # a prompt token costs 2 x parameters FLOPs (plus attention) at half the peak
-    assert real.per_prefill_token_s == pytest.approx((2 * 8.03e9 + 4 * 32 * 4096 * 500.5) / (989e12 * 0.5))
+    real = roofline(LLAMA_8B, H100, prompt_tokens=1000)  # default efficiency 0.85 of bandwidth, 0.6 of compute
+    step = real.step_model
+    # the weights at 0.85 of peak, 60 us of step overhead per layer, 16 tokens' matmuls (batch-dependent efficiency)
+    assert step.base_s == pytest.approx(16.06e9 / (3.35e12 * 0.85) + 32 * 60e-6 + 16 * 2 * 8.03e9 / (989e12 * 0.6))
+    assert real.terms.small_batch_s == pytest.approx(0.433e-3, rel=0.01)
+    assert real.terms.step_overhead_s == pytest.approx(1.92e-3)
+    assert step.step_s(0, 1, 1000) == pytest.approx(step.base_s, rel=0.02)  # the fixed costs dominate one sequence
+    assert step.per_kv_token_s == pytest.approx(131_072 / (3.35e12 * 0.85))  # the KV calculator's bytes per token
+    # a prompt token costs 2 x parameters FLOPs (plus attention) at 0.6 of the peak
+    assert step.per_prefill_token_s == pytest.approx((2 * 8.03e9 + 4 * 32 * 4096 * 500.5) / (989e12 * 0.6))
+    assert "step overhead" in real.how["base_s"] and "batch-dependent" in real.how["base_s"]
+
+
+def test_a_step_of_n_tokens_reaches_the_compute_efficiency_times_n_over_n_plus_half_batch() -> None:
+    """The batch-dependent efficiency: n tokens' matmuls take as long as n + 16 would at full efficiency."""
+    eff = Efficiency(step_overhead_per_layer_s=0)
+    step = roofline(LLAMA_8B, H100, efficiency=eff).step_model
+    flat = roofline(LLAMA_8B, H100, efficiency=eff.model_copy(update={"half_batch_tokens": 0})).step_model
+    per_token_s = 2 * 8.03e9 / (989e12 * 0.6)
+    for n in (1, 8, 16, 512):
+        compute_s = step.step_s(0, n, 0) - flat.base_s  # beyond the weights' read
+        assert compute_s == pytest.approx(n * per_token_s / (n / (n + 16)), rel=1e-9)
+    assert (step.step_s(0, 16, 0) - flat.base_s) == pytest.approx(2 * 16 * per_token_s)  # half efficiency at 16
 
 
 def test_tensor_parallelism_splits_weights_and_kv_and_adds_all_reduce() -> None:
     one = roofline(LLAMA_8B, H100).step_model
     two = roofline(LLAMA_8B, H100, tensor_parallel=2)
-    assert two.step_model.base_s == pytest.approx(one.base_s / 2 + 2 * 32 * H100.allreduce_latency_s)
+    overhead = 32 * Efficiency().step_overhead_per_layer_s  # the same on every GPU; weights and matmuls split
+    assert two.step_model.base_s == pytest.approx((one.base_s - overhead) / 2 + overhead
+                                                  + 2 * 32 * H100.allreduce_latency_s)
     assert two.step_model.per_kv_token_s == pytest.approx(one.per_kv_token_s / 2)
     # each GPU sends 2 (tp - 1) / tp of two hidden states per layer and token
     assert two.terms.allreduce_bytes_per_token == 2 * 32 * 4096 * 2 * 1.0
@@ -52,7 +71,8 @@ def test_tensor_parallelism_splits_weights_and_kv_and_adds_all_reduce() -> None:
 def test_fp8_weights_use_fp8_throughput_where_the_gpu_has_it() -> None:
     bf16 = roofline(LLAMA_8B, H100, weight_bytes_per_parameter=2).step_model
     fp8 = roofline(LLAMA_8B, H100, weight_bytes_per_parameter=1).step_model
-    assert fp8.base_s == pytest.approx(bf16.base_s / 2)
+    overhead = 32 * Efficiency().step_overhead_per_layer_s
+    assert fp8.base_s - overhead == pytest.approx((bf16.base_s - overhead) / 2, rel=1e-3)
     assert fp8.per_decode_seq_s == pytest.approx(bf16.per_decode_seq_s / 2, rel=1e-3)  # 1979 vs 2 x 989 TFLOP/s
     a100 = get_accelerator("a100")  # no fp8 units: fp8 weights still run at the fp16 rate
     assert a100.flops(1) == a100.fp16_flops
@@ -94,12 +114,14 @@ def test_calibration_recovers_the_factors_of_a_known_step_model() -> None:
     cpu = get_accelerator("CPU")
     shape = kv.ModelShape(name="small", layers=4, kv_heads=2, head_dim=32, num_attention_heads=8, hidden_size=256,
                           parameters=5_000_000, bytes_per_element=4)
-    truth = roofline(shape, cpu, weight_bytes_per_parameter=4, prompt_tokens=300,
-                     efficiency=Efficiency(bandwidth=0.25, compute=0.1)).step_model
+    truth = roofline(shape, cpu, weight_bytes_per_parameter=4, prompt_tokens=300,  # a run's fixed costs sit in its
+                     efficiency=Efficiency(bandwidth=0.25, compute=0.1, step_overhead_per_layer_s=0,  # bandwidth factor
+                                           half_batch_tokens=0)).step_model
     cal = calibrate(truth, shape, cpu, weight_bytes_per_parameter=4, prompt_tokens=300)
     assert cal.efficiency.bandwidth == pytest.approx(0.25)
     assert cal.efficiency.compute == pytest.approx(0.1)
     assert cal.efficiency.interconnect == Efficiency().interconnect
+    assert (cal.efficiency.step_overhead_per_layer_s, cal.efficiency.half_batch_tokens) == (0, 0)  # in bandwidth
     # a fit with no prefill cost leaves compute at the default, and says so
     flat = calibrate(truth.model_copy(update={"per_prefill_token_s": 0.0}), shape, cpu,
                      weight_bytes_per_parameter=4, prompt_tokens=300)
@@ -135,7 +157,7 @@ def _fake_run(tmp_path: Path, efficiency: Efficiency) -> tuple[Path, kv.ModelSha
 
 
 def test_calibration_from_a_run_folder_fits_its_steps(tmp_path: Path) -> None:
-    run, _ = _fake_run(tmp_path, Efficiency(bandwidth=0.3, compute=0.2))
+    run, _ = _fake_run(tmp_path, Efficiency(bandwidth=0.3, compute=0.2, step_overhead_per_layer_s=0, half_batch_tokens=0))
     cal = load_calibration(str(run))
     assert cal.accelerator == "CPU"
     assert cal.efficiency.bandwidth == pytest.approx(0.3, rel=0.02)

@@ -4,9 +4,21 @@ One engine step reads every weight once and the KV of every decoding sequence, a
 2 x active parameters FLOPs per token (plus attention over the prompt for prefill tokens). So::
 
     base_s              = weight bytes per GPU / (bandwidth x e_bw)  + 2 x layers x all-reduce latency (tp > 1)
+                          + layers x step overhead per layer
+                          + half_batch_tokens x decode FLOPs per token per GPU / (FLOP/s x e_compute)
     per_prefill_token_s = FLOPs per prompt token per GPU / (FLOP/s x e_compute) + all-reduce bytes per token / link
     per_decode_seq_s    = 2 x active parameters / tp / (FLOP/s x e_compute)     + all-reduce bytes per token / link
     per_kv_token_s      = KV bytes per token per GPU / (bandwidth x e_bw)
+
+Two terms of ``base_s`` make the efficiency depend on the batch, which one factor could not do: the
+model was about 20 % optimistic at batch 8 and 10-22 % pessimistic at saturation against published
+figures (``docs/planner.md``). A fixed per-step overhead (``step_overhead_per_layer_s`` for each decoder
+layer: its kernel launches and synchronisation, with the step's scheduling and sampling spread over
+them) costs every step the same whatever its batch; and the matmuls of a step of n tokens reach the compute
+efficiency ``e_compute x n / (n + half_batch_tokens)``, so n tokens take as long as n +
+``half_batch_tokens`` would at ``e_compute``: a fixed cost per step plus a per-token cost, which keeps the
+model linear for the simulator. ``servebench.planning.published`` holds the figures the defaults were
+fitted to.
 
 FLOPs per prompt token = 2 x active parameters + 4 x layers x query heads x head dim x mean context
 (the attention score and value products over the tokens before it: half the prompt on average, at
@@ -40,15 +52,29 @@ ACTIVE_PARAMETERS: dict[str, int] = {
 
 
 class Efficiency(BaseModel):
-    """Shares of peak hardware throughput an engine reaches; each divides the ideal time."""
+    """Shares of peak hardware throughput an engine reaches, and its fixed costs per step.
+
+    The defaults are fitted to published serving figures (vLLM's CI latency on H200, NVIDIA NIM and
+    TensorRT-LLM throughput on H100 and H200; ``servebench.planning.published``), every one within 10 %.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    bandwidth: float = Field(0.7, gt=0, description="Share of peak memory bandwidth reached reading weights and KV "
-                             "(decode kernels reach 60-80% of peak; 0.7 assumed).")
-    compute: float = Field(0.5, gt=0, description="Share of peak tensor throughput reached by prefill and decode "
-                           "matmuls (40-60% model FLOPs utilization is typical; 0.5 assumed).")
+    bandwidth: float = Field(0.85, gt=0, description="Share of peak memory bandwidth reached reading weights and KV "
+                             "(fitted; with the step overhead apart, weight streaming reaches 80-90% of peak).")
+    compute: float = Field(0.6, gt=0, description="Share of peak tensor throughput reached by the matmuls of a large "
+                           "step (fitted; a step of n tokens reaches compute x n / (n + half_batch_tokens)).")
     interconnect: float = Field(0.7, gt=0, description="Share of link bandwidth reached by all-reduce (assumed).")
+    step_overhead_per_layer_s: float = Field(60e-6, ge=0, description="Fixed time of every step per decoder layer: "
+                                             "its kernel launches and synchronisation, with the step's scheduling "
+                                             "and sampling, s (fitted: 1.9 ms a step for 32 layers).")
+    half_batch_tokens: float = Field(16, ge=0, description="Tokens in a step at which its matmuls reach half the "
+                                     "compute efficiency (fitted; 0: every step at full efficiency).")
+
+    @classmethod
+    def ideal(cls) -> "Efficiency":
+        """Return peak everything and no fixed cost: the roofline a calibration compares a fit with."""
+        return cls(bandwidth=1, compute=1, interconnect=1, step_overhead_per_layer_s=0, half_batch_tokens=0)
 
 
 class RooflineTerms(BaseModel):
@@ -63,6 +89,10 @@ class RooflineTerms(BaseModel):
     allreduce_bytes_per_token: float = Field(description="Bytes of one token's hidden states each GPU sends per step.")
     weight_read_s: float
     allreduce_fixed_s: float
+    step_overhead_s: float = Field(description="The fixed per-step overhead: layers x "
+                                   "Efficiency.step_overhead_per_layer_s.")
+    small_batch_s: float = Field(description="half_batch_tokens x decode FLOPs per token at e_compute: what a step's "
+                                 "matmuls lose to their batch-dependent efficiency.")
     prefill_compute_s_per_token: float
     decode_compute_s_per_seq: float
     allreduce_s_per_token: float
@@ -132,13 +162,16 @@ def roofline(shape: ModelShape, acc: Accelerator, *, tensor_parallel: int = 1, w
 
     weight_read_s = weight_bytes / bandwidth
     allreduce_s = allreduce_bytes / link
+    small_batch_s = eff.half_batch_tokens * decode_flops / flops
+    overhead_s = shape.layers * eff.step_overhead_per_layer_s
     terms = RooflineTerms(
         weight_bytes_per_gpu=weight_bytes, kv_bytes_per_token_per_gpu=kv_token_bytes,
         prefill_flops_per_token=prefill_flops, decode_flops_per_seq=decode_flops,
         allreduce_bytes_per_token=allreduce_bytes, weight_read_s=weight_read_s, allreduce_fixed_s=allreduce_fixed,
+        step_overhead_s=overhead_s, small_batch_s=small_batch_s,
         prefill_compute_s_per_token=prefill_flops / flops, decode_compute_s_per_seq=decode_flops / flops,
         allreduce_s_per_token=allreduce_s, context_tokens=context)
-    step = StepModel(base_s=weight_read_s + allreduce_fixed,
+    step = StepModel(base_s=weight_read_s + allreduce_fixed + overhead_s + small_batch_s,
                      per_prefill_token_s=prefill_flops / flops + allreduce_s,
                      per_decode_seq_s=decode_flops / flops + allreduce_s,
                      per_kv_token_s=kv_token_bytes / bandwidth)
@@ -148,7 +181,11 @@ def roofline(shape: ModelShape, acc: Accelerator, *, tensor_parallel: int = 1, w
     link_note = (f" + {allreduce_bytes / 1e3:.3g} kB all-reduced / ({acc.interconnect_bytes_per_s / 1e9:.3g} GB/s "
                  f"x {eff.interconnect:g})") if tp > 1 else ""
     how = {
-        "base_s": f"weights {weight_bytes / 1e9:.4g} GB per GPU / ({bw}){tp_note}",
+        "base_s": f"weights {weight_bytes / 1e9:.4g} GB per GPU / ({bw}){tp_note}"
+                  + (f" + {shape.layers} layers x {eff.step_overhead_per_layer_s * 1e6:g} us step overhead"
+                     if eff.step_overhead_per_layer_s else "")
+                  + (f" + {eff.half_batch_tokens:g} tokens' matmuls at the batch-dependent efficiency "
+                     f"({small_batch_s * 1e3:.3g} ms)" if eff.half_batch_tokens else ""),
         "per_prefill_token_s": (f"(2 x {active / 1e9:.4g}B active parameters + attention over {context:,.0f} tokens) "
                                 f"/ {tp} GPU(s) = {prefill_flops / 1e9:.4g} GFLOP / ({fl}){link_note}"),
         "per_decode_seq_s": f"2 x {active / 1e9:.4g}B / {tp} = {decode_flops / 1e9:.4g} GFLOP / ({fl}){link_note}",
@@ -191,10 +228,12 @@ def calibrate(fitted: StepModel, shape: ModelShape, acc: Accelerator, *, weight_
               prompt_tokens: float, source: str = "a timing run", default: Efficiency | None = None) -> Calibration:
     """Return the efficiency factors a fitted step model implies (tensor parallel 1, as ``servebench run`` runs).
 
-    The rules, each a ratio of the ideal (100%) roofline to the fit:
+    The rules, each a ratio of the ideal (100%, no fixed cost: ``Efficiency.ideal``) roofline to the fit:
 
     - bandwidth = ideal base_s / fitted base_s: the fixed cost of a step is taken as reading the
-      weights, so per-step overhead (kernel launches, Python) lowers this factor;
+      weights, so per-step overhead (kernel launches, Python) lowers this factor, and the calibrated
+      factors carry no step overhead and no batch-dependent term (``step_overhead_per_layer_s`` and
+      ``half_batch_tokens`` 0): the measured base already holds them;
     - compute = ideal per_prefill_token_s / fitted per_prefill_token_s;
     - interconnect is kept (a one-device run has no all-reduce).
 
@@ -202,7 +241,7 @@ def calibrate(fitted: StepModel, shape: ModelShape, acc: Accelerator, *, weight_
     """
     base = default or Efficiency()
     ideal = roofline(shape, acc, weight_bytes_per_parameter=weight_bytes_per_parameter, prompt_tokens=prompt_tokens,
-                     efficiency=Efficiency(bandwidth=1, compute=1, interconnect=1)).step_model
+                     efficiency=Efficiency.ideal()).step_model
     notes = []
     bandwidth, compute = base.bandwidth, base.compute
     if fitted.base_s > 0:
@@ -218,13 +257,16 @@ def calibrate(fitted: StepModel, shape: ModelShape, acc: Accelerator, *, weight_
             notes.append(f"{name} efficiency {value:.3g} is above 1: the {acc.name} preset understates this "
                          "device (or the model fits in cache); the factor is kept as measured")
     notes.append(f"interconnect efficiency stays at {base.interconnect:g} (a one-device run has no all-reduce)")
+    notes.append("the run's fixed costs per step are in its bandwidth factor: no step overhead or batch-dependent "
+                 "term is added for this device")
     predicted_seq_s = ideal.per_decode_seq_s / compute
     if fitted.per_decode_seq_s > 0 and not 0.5 <= fitted.per_decode_seq_s / predicted_seq_s <= 2:
         notes.append(f"the fitted cost per decoding sequence ({fitted.per_decode_seq_s:.3g} s) is "
                      f"{fitted.per_decode_seq_s / predicted_seq_s:.3g}x what the calibrated roofline predicts "
                      f"({predicted_seq_s:.3g} s): per-sequence overhead the roofline does not model")
     return Calibration(accelerator=acc.name, source=source, fitted=fitted, ideal=ideal,
-                       efficiency=Efficiency(bandwidth=bandwidth, compute=compute, interconnect=base.interconnect),
+                       efficiency=Efficiency(bandwidth=bandwidth, compute=compute, interconnect=base.interconnect,
+                                             step_overhead_per_layer_s=0, half_batch_tokens=0),
                        notes=notes)
 
 

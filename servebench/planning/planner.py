@@ -11,7 +11,9 @@ For every accelerator x tensor-parallel degree x ``max_num_seqs``:
    capacity search (``sweep.search_capacity``) finds the highest arrival rate whose share of
    requests within every SLO reaches the target. The search starts from an analytic estimate of
    throughput, and simulations are memoized (identical scenario and load are simulated once).
-4. **What binds.** The diagnosis (``diagnosis.diagnose_records``) of the first load that misses.
+4. **What binds.** ``throughput`` when the first load that misses is the engine's throughput bound
+   (every simulated load below it meets the SLOs: the engine has no time left for more), else the
+   diagnosis (``diagnosis.diagnose_records``) of the first load that misses.
 5. **Replicas and cost.** replicas = ceil(rate / (capacity x (1 - headroom))); cost per hour =
    replicas x tp x price; cost per million output tokens = cost per hour / (output tokens per hour / 1e6).
 
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Literal
+from typing import Literal, Union
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -41,6 +43,9 @@ from servebench.capacity.gpus import ACCELERATORS, DEFAULT_GPUS, Accelerator, ge
 from servebench.capacity.roofline import ACTIVE_PARAMETERS, Calibration, Efficiency, Roofline, roofline, unloaded_times_s
 
 ProgressCallback = Callable[[int, int, str], None]
+# What binds a configuration: the diagnosis's vocabulary, and ``throughput`` where the engine's throughput
+# bound (engine time per request at the most sequences that fit) sets the capacity
+PlanLimit = Union[Limit, Literal["throughput"]]
 TENSOR_PARALLEL: tuple[int, ...] = (1, 2, 4, 8)
 MAX_NUM_SEQS: tuple[int, ...] = (16, 64, 256)
 LENGTH_SAMPLE = 4000  # requests drawn to measure a workload mix's length distribution
@@ -140,7 +145,8 @@ class Option(BaseModel):
     meets_slo: bool
     cost_per_hour_usd: float | None
     cost_per_million_output_tokens_usd: float | None
-    limit: Limit = Field(description="What binds first as load grows (the diagnosis's vocabulary).")
+    limit: PlanLimit = Field(description="What binds first as load grows: the diagnosis's vocabulary, or "
+                                         "'throughput' where the engine's throughput bound sets the capacity.")
 
 
 class Detail(BaseModel):
@@ -175,7 +181,7 @@ class Evaluated(BaseModel):
     tensor_parallel: int
     max_num_seqs: int | None
     capacity_rps: float
-    limit: Limit
+    limit: PlanLimit
     detail: Detail
 
 
@@ -460,13 +466,19 @@ def _search(req: PlanRequest, c: _Candidate, memo: dict[tuple[str, float], tuple
     points = {x: run(x, "grid") for x in grid}
     cap = search_capacity(run, grid, points, "rate", req.tolerance, 12)
     capacity = cap.load or 0.0
-    limit: Limit = "none"
-    if cap.upper is not None:
+    limit: PlanLimit = "none"
+    if cap.upper is not None and cap.upper >= bound:  # every load simulated below the bound met the SLOs
+        limit = "throughput"
+    elif cap.upper is not None:
         point, sim = sims.get(cap.upper) or simulate_at(cap.upper, "search")
         limit = _limit_from(sim, point, req, c.budget_tokens)
     note = (f"capacity {capacity:.4g} requests/s per replica ({cap.note})" if cap.load is not None
             else f"no load tried meets the SLOs ({cap.note})")
-    if math.isfinite(bound):
+    if limit == "throughput":
+        note += (f"; the throughput bound sets it: from {bound:.4g} requests/s on the engine needs more time than "
+                 f"it has at {c.effective_max_num_seqs} sequences (engine time per request), while every load "
+                 "simulated below met the SLOs")
+    elif math.isfinite(bound):
         note += (f"; no load from {bound:.4g} requests/s on can be sustained at {c.effective_max_num_seqs} "
                  "sequences (engine time per request), so those count as misses")
     if c.effective_max_num_seqs < c.max_num_seqs:
