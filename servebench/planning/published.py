@@ -57,46 +57,41 @@ class PublishedFigure(BaseModel):
                                                "throughput.")
 
 
+def _vllm_ci(model: str, size: str, tp: int, published_s: float) -> PublishedFigure:
+    gpus = "H200" if tp == 1 else f"{tp} x H200"
+    return PublishedFigure(name=f"vLLM CI, Llama-3.1-{size}, {gpus}, batch-8 latency", source=VLLM_CI, model=model,
+                           gpu="H200", tensor_parallel=tp, weight_bytes=2, kv_bytes=2, kind="latency",
+                           prompt_tokens=32, output_tokens=128, batch=8, published=published_s)
+
+
+def _nim(what: str, kind: Kind, clients: int, published: float) -> PublishedFigure:
+    return PublishedFigure(name=f"NIM, 70B fp8, 2 x H100, {what}", source=NIM, model="llama-3.1-70b", gpu="H100",
+                           tensor_parallel=2, weight_bytes=1, kv_bytes=1, kind=kind, prompt_tokens=5000,
+                           output_tokens=500, batch=clients, published=published)
+
+
+def _trtllm(size: str, gpu: str, tp: int, prompt: int, output: int, published: float) -> PublishedFigure:
+    gpus = gpu if tp == 1 else f"{tp} x {gpu}"
+    return PublishedFigure(name=f"TensorRT-LLM, {size} fp8, {gpus}, {prompt}/{output}", source=TRTLLM,
+                           model=f"llama-3.1-{size.lower()}", gpu=gpu, tensor_parallel=tp, weight_bytes=1,
+                           kv_bytes=1, kind="throughput", prompt_tokens=prompt, output_tokens=output,
+                           published=published)
+
+
 FIGURES: tuple[PublishedFigure, ...] = (
-    PublishedFigure(name="vLLM CI, Llama-3.1-8B, H200, batch-8 latency", source=VLLM_CI, model="llama-3.1-8b",
-                    gpu="H200", tensor_parallel=1, weight_bytes=2, kv_bytes=2, kind="latency", prompt_tokens=32,
-                    output_tokens=128, batch=8, published=0.833),
-    PublishedFigure(name="vLLM CI, Llama-3.1-70B, 4 x H200, batch-8 latency", source=VLLM_CI, model="llama-3.1-70b",
-                    gpu="H200", tensor_parallel=4, weight_bytes=2, kv_bytes=2, kind="latency", prompt_tokens=32,
-                    output_tokens=128, batch=8, published=2.078),
-    PublishedFigure(name="NIM, 70B fp8, 2 x H100, 1 client: ITL", source=NIM, model="llama-3.1-70b", gpu="H100",
-                    tensor_parallel=2, weight_bytes=1, kv_bytes=1, kind="itl", prompt_tokens=5000, output_tokens=500,
-                    batch=1, published=0.01858),
-    PublishedFigure(name="NIM, 70B fp8, 2 x H100, 1 client: TTFT", source=NIM, model="llama-3.1-70b", gpu="H100",
-                    tensor_parallel=2, weight_bytes=1, kv_bytes=1, kind="ttft", prompt_tokens=5000, output_tokens=500,
-                    batch=1, published=0.40677),
-    PublishedFigure(name="NIM, 70B fp8, 2 x H100, 25 clients", source=NIM, model="llama-3.1-70b", gpu="H100",
-                    tensor_parallel=2, weight_bytes=1, kv_bytes=1, kind="throughput", prompt_tokens=5000,
-                    output_tokens=500, batch=25, published=623.4),
-    PublishedFigure(name="NIM, 70B fp8, 2 x H100, 50 clients", source=NIM, model="llama-3.1-70b", gpu="H100",
-                    tensor_parallel=2, weight_bytes=1, kv_bytes=1, kind="throughput", prompt_tokens=5000,
-                    output_tokens=500, batch=50, published=814.37),
-    PublishedFigure(name="NIM, 70B fp8, 2 x H100, saturated (150 clients)", source=NIM, model="llama-3.1-70b",
-                    gpu="H100", tensor_parallel=2, weight_bytes=1, kv_bytes=1, kind="throughput", prompt_tokens=5000,
-                    output_tokens=500, batch=150, published=920.9),
-    PublishedFigure(name="TensorRT-LLM, 8B fp8, H200, 5000/500", source=TRTLLM, model="llama-3.1-8b", gpu="H200",
-                    tensor_parallel=1, weight_bytes=1, kv_bytes=1, kind="throughput", prompt_tokens=5000,
-                    output_tokens=500, published=3902),
-    PublishedFigure(name="TensorRT-LLM, 8B fp8, H200, 2048/128", source=TRTLLM, model="llama-3.1-8b", gpu="H200",
-                    tensor_parallel=1, weight_bytes=1, kv_bytes=1, kind="throughput", prompt_tokens=2048,
-                    output_tokens=128, published=3538),
-    PublishedFigure(name="TensorRT-LLM, 8B fp8, H200, 1000/1000", source=TRTLLM, model="llama-3.1-8b", gpu="H200",
-                    tensor_parallel=1, weight_bytes=1, kv_bytes=1, kind="throughput", prompt_tokens=1000,
-                    output_tokens=1000, published=17744),
-    PublishedFigure(name="TensorRT-LLM, 70B fp8, H200, 5000/500", source=TRTLLM, model="llama-3.1-70b", gpu="H200",
-                    tensor_parallel=1, weight_bytes=1, kv_bytes=1, kind="throughput", prompt_tokens=5000,
-                    output_tokens=500, published=566),
-    PublishedFigure(name="TensorRT-LLM, 70B fp8, H200, 2048/128", source=TRTLLM, model="llama-3.1-70b", gpu="H200",
-                    tensor_parallel=1, weight_bytes=1, kv_bytes=1, kind="throughput", prompt_tokens=2048,
-                    output_tokens=128, published=442),
-    PublishedFigure(name="TensorRT-LLM, 70B fp8, 2 x H100, 5000/500", source=TRTLLM, model="llama-3.1-70b",
-                    gpu="H100", tensor_parallel=2, weight_bytes=1, kv_bytes=1, kind="throughput", prompt_tokens=5000,
-                    output_tokens=500, published=898),
+    _vllm_ci("llama-3.1-8b", "8B", 1, 0.833),
+    _vllm_ci("llama-3.1-70b", "70B", 4, 2.078),
+    _nim("1 client: ITL", "itl", 1, 0.01858),
+    _nim("1 client: TTFT", "ttft", 1, 0.40677),
+    _nim("25 clients", "throughput", 25, 623.4),
+    _nim("50 clients", "throughput", 50, 814.37),
+    _nim("saturated (150 clients)", "throughput", 150, 920.9),
+    _trtllm("8B", "H200", 1, 5000, 500, 3902),
+    _trtllm("8B", "H200", 1, 2048, 128, 3538),
+    _trtllm("8B", "H200", 1, 1000, 1000, 17744),
+    _trtllm("70B", "H200", 1, 5000, 500, 566),
+    _trtllm("70B", "H200", 1, 2048, 128, 442),
+    _trtllm("70B", "H100", 2, 5000, 500, 898),
 )
 
 
