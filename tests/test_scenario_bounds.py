@@ -194,3 +194,17 @@ def test_yaml_aliases_that_repeat_a_list_cost_nothing_to_check():
     doc = yaml.safe_load(bomb)
     with pytest.raises(ConfigError, match="field 'a'"):  # refused as an unknown field, at once
         parse_scenario({**BASE, **doc}, "s.yaml")
+
+
+def test_tenants_are_bounded_as_classes_are():
+    tenants = {f"t{i}": {"max_running": 1} for i in range(10_001)}
+    refused(edited(server={**BASE["server"], "tenants": tenants}), "server.tenants")
+
+
+def test_the_planner_simulates_at_most_a_runs_worth_of_requests():
+    from servebench.analysis.summary import SLO
+    from servebench.capacity.model_presets import get_preset
+    from servebench.planning import PlanRequest, Workload
+    with pytest.raises(ValueError, match="requests_per_simulation"):
+        PlanRequest(model=get_preset("llama-3.1-8b"), workload=Workload.fixed(10, 10), slo=SLO(ttft_s=1.0),
+                    requests_per_simulation=10**12)

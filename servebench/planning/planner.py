@@ -38,7 +38,7 @@ from servebench.serving.simulate import SimResult
 from servebench.capacity.stepmodel import StepModel
 from servebench.analysis.summary import SLO
 from servebench.serving.sweep import SweepPoint, evaluate, search_capacity
-from servebench.serving.workload import ArrivalSpec, ClassSpec, LengthSpec, WorkloadSpec, draw_requests
+from servebench.serving.workload import MAX_GENERATED, ArrivalSpec, ClassSpec, LengthSpec, WorkloadSpec, draw_requests
 from servebench.capacity.gpus import ACCELERATORS, DEFAULT_GPUS, Accelerator, get_accelerator, with_price
 from servebench.capacity.roofline import ACTIVE_PARAMETERS, Calibration, Efficiency, Roofline, roofline, unloaded_times_s
 
@@ -122,7 +122,7 @@ class PlanRequest(BaseModel):
                                                        "buffers, GiB (an assumption).")
     max_num_batched_tokens: int = Field(8192, ge=1, description="Token budget per step (chunked prefill), unless "
                                                                 "the scenario sets one.")
-    requests_per_simulation: int = Field(300, ge=20)
+    requests_per_simulation: int = Field(300, ge=20, le=MAX_GENERATED)
     tolerance: float = Field(0.1, gt=0, lt=1, description="Relative width at which the capacity search stops "
                                                           "(capacity is the bracket's meeting end: never above).")
     seed: int = Field(0, ge=0)
