@@ -416,3 +416,43 @@ def test_replay_of_a_records_file(tmp_path: Path) -> None:
         "workload": {"arrival": {"kind": "replay", "path": str(records), "speed": 2.0},
                      "classes": [{"prompt": {"value": 10}, "output": {"value": 5}}]}}, base_dir=tmp_path)
     assert simulate(sc).records.start.tolist() == [0.0, 0.5, 1.0, 1.5]
+
+
+@st.composite
+def cohort_scenarios(draw: st.DrawFn) -> Scenario:
+    """The property scenarios, with prefix caching, tenants, fair scheduling, shedding and block sizes drawn too."""
+    sc = draw(scenarios())
+    doc = sc.model_dump(mode="json", exclude_none=True)
+    server = doc["server"]
+    server["block_size_tokens"] = draw(st.sampled_from([1, 4, 16, 64]))
+    if draw(st.booleans()):
+        server["prefix_caching"] = True
+        for c in doc["workload"]["classes"]:
+            c["shared_prefix"] = {"tokens": draw(st.integers(1, 64)), "groups": draw(st.integers(1, 3))}
+            c["prompt"] = {"kind": "fixed", "value": draw(st.integers(65, 300))}
+    if draw(st.booleans()):
+        names = [c["name"] for c in doc["workload"]["classes"]]
+        server["tenants"] = {n: {"max_running": draw(st.sampled_from([None, 1, 3])),
+                                 "weight": draw(st.floats(0.5, 3))} for n in names}
+        for c in doc["workload"]["classes"]:
+            c["tenant"] = c["name"]
+        server["scheduling"] = draw(st.sampled_from(["fcfs", "fair"]))
+    if draw(st.booleans()):
+        server["admission"] = {"max_queue_wait_s": draw(st.sampled_from([0.05, 0.5]))}
+    server["kv_budget_tokens"] = max(server["kv_budget_tokens"], 64 * server["block_size_tokens"])
+    return parse_scenario(doc)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(cohort_scenarios(), preempting_scenarios()))
+def test_the_decode_cohort_plans_what_the_per_sequence_loop_plans(sc: Scenario) -> None:
+    # the scheduler's lazy decode cohort is exact: the same records, token times and step trace to the last bit
+    lazy = simulate(sc)
+    eager = simulate(sc, lazy_decode=False)
+    assert lazy.records.to_dicts() == eager.records.to_dicts()
+    assert lazy.trace.to_rows() == eager.trace.to_rows()
+    assert (lazy.events, lazy.engine_steps, lazy.preemptions, lazy.prefix_evictions) == \
+        (eager.events, eager.engine_steps, eager.preemptions, eager.prefix_evictions)
+    runs = simulate(sc, token_times="runs", decode_runs=False)
+    assert runs.token_runs is not None
+    assert runs.token_runs.expand().to_pylist() == [r.get("token_times") for r in eager.records.to_dicts()]

@@ -515,6 +515,10 @@ class TokenLog:
     preemption). Memory is one float per step plus three values per run, not one value per token;
     ``to_arrow`` expands the runs into one list array, without sorting the tokens. Rows are named by
     any hashable key (the simulator's request IDs) and turned into row numbers once per run, at the end.
+
+    A group (the scheduler's decode cohort) has ticks of its own: ``add_group`` appends a cohort step's
+    end times, and ``add_group_run`` says a row received a token at each group tick from one index to
+    another, once, when the row leaves the group: nothing per row and step.
     """
 
     def __init__(self) -> None:
@@ -524,11 +528,20 @@ class TokenLog:
         self._run_key: list[Hashable] = []
         self._run_start = array("q")
         self._run_len = array("q")
+        self._run_seq = array("q")  # the append that began the run: a row's runs in time order, ticks of both kinds
+        self._appends = 0
+        self._group_ticks = array("d")
+        self._group_first = array("q")  # each group append's first group tick, and its append number beside it
+        self._group_seq = array("q")
+        self._group_key: list[Hashable] = []
+        self._group_start = array("q")
+        self._group_len = array("q")
 
     def add_step(self, rows: Sequence[Hashable], t: float) -> None:
         """Record that every row in ``rows`` received one token at ``t``."""
         if rows:
             self._ticks.append(t)
+            self._appends += 1
             self._extend(rows, len(self._ticks) - 1, 1)
 
     def add_run(self, rows: Sequence[Hashable], times: np.ndarray) -> None:
@@ -536,7 +549,22 @@ class TokenLog:
         if rows and times.size:
             first = len(self._ticks)
             self._ticks.frombytes(np.ascontiguousarray(times, dtype=np.float64).tobytes())
+            self._appends += 1
             self._extend(rows, first, int(times.size))
+
+    def add_group(self, times: np.ndarray) -> None:
+        """Append the group's next ticks: one end time per step the group took."""
+        self._appends += 1
+        self._group_first.append(len(self._group_ticks))
+        self._group_seq.append(self._appends)
+        self._group_ticks.frombytes(np.ascontiguousarray(times, dtype=np.float64).tobytes())
+
+    def add_group_run(self, row: Hashable, first: int, end: int) -> None:
+        """Record that ``row`` received a token at each group tick ``first .. end-1`` (given or to be given)."""
+        self._last_end.pop(row, None)  # its next token outside the group starts a new run, after this one
+        self._group_key.append(row)
+        self._group_start.append(first)
+        self._group_len.append(end - first)
 
     def _extend(self, rows: Sequence[Hashable], first: int, k: int) -> None:
         """Give each row ticks ``first .. first+k-1``: lengthen its last run when it ends at ``first``."""
@@ -549,22 +577,40 @@ class TokenLog:
                 last_run[r] = len(run_len)
                 self._run_key.append(r)
                 self._run_start.append(first)
+                self._run_seq.append(self._appends)
                 run_len.append(k)
             last_end[r] = end
+
+    def close(self, row: Hashable) -> None:
+        """Forget what a row's next token would continue (the row has ended): keeps the index to live rows."""
+        self._last_end.pop(row, None)
+        self._last_run.pop(row, None)
 
     @property
     def runs(self) -> int:
         """Return how many runs of consecutive ticks the rows hold."""
-        return len(self._run_len)
+        return len(self._run_len) + len(self._group_len)
 
     def to_runs(self, n: int, row_of: Callable[[Any], int] = int) -> "TokenRuns":
-        """Return the log as :class:`TokenRuns` over rows ``0 .. n-1``; ``row_of`` turns a key into its row."""
-        run_row = np.fromiter((row_of(k) for k in self._run_key), dtype=np.int64, count=self.runs)
-        order = np.argsort(run_row, kind="stable")  # a row's runs were appended in time order
-        run_start = np.frombuffer(self._run_start, dtype=np.int64) if self.runs else run_row
-        run_len = np.frombuffer(self._run_len, dtype=np.int64) if self.runs else run_row
-        ticks = np.frombuffer(self._ticks, dtype=np.float64).copy() if len(self._ticks) else np.zeros(0)
-        return TokenRuns(ticks, run_row[order], run_start[order], run_len[order], n)
+        """Return the log as :class:`TokenRuns` over rows ``0 .. n-1``; ``row_of`` turns a key into its row.
+
+        The group's ticks follow the others' in one array; a row's runs are put in the order of the
+        appends that began them.
+        """
+        def ints(a: array) -> np.ndarray:
+            return np.frombuffer(a, dtype=np.int64) if len(a) else np.zeros(0, dtype=np.int64)
+
+        main = np.frombuffer(self._ticks, dtype=np.float64) if len(self._ticks) else np.zeros(0)
+        group = np.frombuffer(self._group_ticks, dtype=np.float64) if len(self._group_ticks) else np.zeros(0)
+        group_start = ints(self._group_start)
+        group_seq = ints(self._group_seq)[np.searchsorted(ints(self._group_first), group_start, side="right") - 1] \
+            if group_start.size else group_start
+        keys = self._run_key + self._group_key
+        run_row = np.fromiter((row_of(k) for k in keys), dtype=np.int64, count=len(keys))
+        run_start = np.concatenate([ints(self._run_start), group_start + main.size])
+        run_len = np.concatenate([ints(self._run_len), ints(self._group_len)])
+        order = np.lexsort((np.concatenate([ints(self._run_seq), group_seq]), run_row))
+        return TokenRuns(np.concatenate([main, group]), run_row[order], run_start[order], run_len[order], n)
 
     def to_arrow(self, n: int, row_of: Callable[[Any], int] = int) -> pa.Array:
         """Return every row's arrivals in time order as a list array (null for a row with none).

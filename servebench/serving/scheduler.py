@@ -92,8 +92,9 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_left
 from collections import deque
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -242,6 +243,7 @@ class StepPlan:
     steps: int = 1  # identical decode steps this plan stands for (see Scheduler.extend)
     max_steps: int | None = None  # set by Scheduler.max_decode_steps
     cached: dict[str, int] = field(default_factory=dict)  # admitted id -> prompt tokens reused from the cache
+    cohort: bool = False  # decode is the scheduler's whole decode cohort, advanced as one (see Scheduler)
 
     @property
     def prefill_tokens(self) -> int:
@@ -272,7 +274,8 @@ class _Seq:
 
     __slots__ = ("req", "rid", "target", "deadline", "computed", "generated", "decoding", "admitted_s",
                  "first_token_s", "blocks", "reserved", "preemptions", "in_flight", "running", "alive", "key",
-                 "keys", "shared", "cached_tokens", "registering")
+                 "keys", "shared", "cached_tokens", "registering", "order", "lazy", "cbase", "gbase", "join_clock",
+                 "join_id")
 
     def __init__(self, req: Request, target: int, deadline: float, key: int) -> None:
         self.req = req
@@ -295,12 +298,18 @@ class _Seq:
         self.shared = 0  # leading prompt blocks it holds in the prefix cache
         self.cached_tokens: int | None = None  # prompt tokens reused at the admission that gives the first token
         self.registering = True  # False once a block it computed was cached already by another request
+        self.order = 0  # its place in the running order (set when it joins the running list)
+        self.lazy = False  # in the decode cohort: computed and generated are cbase and gbase plus the cohort clock
+        self.cbase = 0
+        self.gbase = 0
+        self.join_clock = 0  # the cohort clock when it joined (its decode steps since are its run of tokens)
+        self.join_id = 0
 
 
 class Scheduler:
     """Continuous-batching scheduler: see the module docstring for the protocol."""
 
-    def __init__(self, config: SchedulerConfig, *, block_events: bool = False) -> None:
+    def __init__(self, config: SchedulerConfig, *, block_events: bool = False, lazy_decode: bool = True) -> None:
         self.config = config
         self._seqs: dict[str, _Seq] = {}
         self._waiting: deque[_Seq] = deque()
@@ -321,6 +330,162 @@ class Scheduler:
         self._tenant_running: dict[str | None, int] = {}
         self._tenant_waiting: dict[str | None, int] = {}
         self._tenant_tokens: dict[str | None, float] = {}  # weighted admitted tokens (fair)
+        # the decode cohort (see _cohort_step): running decoders advanced as one by a clock of decode steps
+        self._lazy = lazy_decode
+        self._others: list[_Seq] = []  # running sequences outside the cohort, in running order
+        self._next_order = 0
+        self._clock = 0
+        self._members: list[_Seq] = []  # the cohort, in running order, with their orders and IDs beside
+        self._member_orders: list[int] = []
+        self._member_rids: list[str] = []
+        self._cbase_sum = 0  # sum of the members' cbase: their computed tokens are it plus clock each
+        self._residues: dict[int, int] = {}  # members by cbase modulo the block size (paged: who needs a block when)
+        self._done_heap: list[tuple[int, int, int, _Seq]] = []  # (target - gbase, order, join id, seq); lazy deletion
+        self._join_ids = 0
+        self._cohort_plan: StepPlan | None = None  # the cohort's plan in flight
+        # called with (request id, first clock, end clock) when a member leaves: it decoded one token per cohort step
+        # between them (the simulator's token log maps cohort steps to their end times)
+        self.on_cohort_run: Callable[[str, int, int], None] | None = None
+
+    # ------------------------------------------------------------------ the decode cohort
+    # Running sequences that decode advance together: a step gives each one token. Their state is kept lazily, as
+    # offsets (cbase, gbase) from one clock that a commit advances by its steps, so a step of d decoders costs
+    # O(1) rather than O(d): the next completion is the top of a heap of remaining targets, the KV blocks k steps
+    # need follow from how many members sit at each position within a block, and kv_tokens_read from a sum. A
+    # member's fields are written back (_leave) whenever anything else reads them: it finishes, is preempted, or
+    # a step cannot be planned for the whole cohort at once (_dissolve), when the per-sequence loop runs as before.
+
+    def _in_flight(self, seq: _Seq) -> bool:
+        return seq.in_flight or (seq.lazy and self._cohort_plan is not None)
+
+    def _join(self, seq: _Seq) -> None:
+        """Move a running decoder (not in flight) from the others into the cohort."""
+        self._others.remove(seq)
+        clock = self._clock
+        seq.lazy = True
+        seq.cbase, seq.gbase, seq.join_clock = seq.computed - clock, seq.generated - clock, clock
+        i = bisect_left(self._member_orders, seq.order)
+        self._members.insert(i, seq)
+        self._member_orders.insert(i, seq.order)
+        self._member_rids.insert(i, seq.rid)
+        self._cbase_sum += seq.cbase
+        r = seq.cbase % self.config.block_size_tokens
+        self._residues[r] = self._residues.get(r, 0) + 1
+        self._join_ids += 1
+        seq.join_id = self._join_ids
+        heapq.heappush(self._done_heap, (seq.target - seq.gbase, seq.order, seq.join_id, seq))
+
+    def _write_back(self, seq: _Seq) -> None:
+        """Write a member's computed, generated and blocks from the clock (blocks allocated for a plan in flight kept)."""
+        clock = self._clock
+        seq.computed, seq.generated = seq.cbase + clock, seq.gbase + clock
+        if self.config.policy == "paged":
+            ahead = self._cohort_plan.steps if self._cohort_plan is not None else 0
+            seq.blocks = -(-(seq.computed + ahead) // self.config.block_size_tokens) - seq.shared
+
+    def _leave(self, seq: _Seq) -> None:
+        """Take a member out of the cohort (it finishes or is preempted), its state written back."""
+        self._write_back(seq)
+        i = bisect_left(self._member_orders, seq.order)
+        del self._members[i], self._member_orders[i], self._member_rids[i]
+        self._cbase_sum -= seq.cbase
+        r = seq.cbase % self.config.block_size_tokens
+        left = self._residues[r] - 1
+        if left:
+            self._residues[r] = left
+        else:
+            del self._residues[r]
+        seq.lazy = False
+        if self.on_cohort_run is not None and self._clock > seq.join_clock:
+            self.on_cohort_run(seq.rid, seq.join_clock, self._clock)
+
+    def _dissolve(self) -> None:
+        """Write every member back and return them to the others (a step the cohort path cannot plan)."""
+        if not self._members:
+            return
+        clock, report = self._clock, self.on_cohort_run
+        for seq in self._members:
+            self._write_back(seq)
+            seq.lazy = False
+            if report is not None and clock > seq.join_clock:
+                report(seq.rid, seq.join_clock, clock)
+        self._others = sorted(self._others + self._members, key=lambda q: q.order)
+        self._members, self._member_orders, self._member_rids = [], [], []
+        self._cbase_sum = 0
+        self._residues = {}
+        self._done_heap = []
+
+    def _cohort_blocks(self, steps: int) -> int:
+        """Return the KV blocks the members need for their next ``steps`` tokens (each holds its blocks exactly)."""
+        bs, clock, total = self.config.block_size_tokens, self._clock, 0
+        if steps == 1:  # those at a block boundary now
+            return self._residues.get(-clock % bs, 0)
+        for r, count in self._residues.items():
+            first = -(r + clock) % bs  # steps until its computed tokens reach a block boundary
+            if first < steps:
+                total += count * (1 + (steps - 1 - first) // bs)
+        return total
+
+    def _next_completion(self) -> int | None:
+        """Return the fewest tokens any member has left before its target (None without members)."""
+        heap = self._done_heap
+        while heap and not (heap[0][3].lazy and heap[0][3].join_id == heap[0][2]):
+            heapq.heappop(heap)
+        return heap[0][0] - self._clock if heap else None
+
+    def _cohort_step(self, now: float, prefill: bool) -> StepPlan | None:
+        """Plan a step in which every decoder decodes, as one cohort; None when that is not the step the
+        per-sequence loop would plan (a decoder skipped for budget, or KV short: preemption or eviction)."""
+        cfg = self.config
+        for seq in [q for q in self._others if q.decoding and not q.in_flight]:
+            self._join(seq)
+        n = len(self._members)
+        budget: float = math.inf if cfg.max_num_batched_tokens is None else cfg.max_num_batched_tokens
+        chunks: list[tuple[_Seq, int]] = []
+        counted = 0  # members before the prefiller at hand, in running order, that took their token
+        if prefill:
+            for seq in self._others:
+                if seq.in_flight or seq.decoding:
+                    continue
+                before = bisect_left(self._member_orders, seq.order) - counted
+                if budget < before:
+                    return None
+                budget -= before
+                counted += before
+                chunk = self._chunk(seq, budget)
+                if chunk:
+                    chunks.append((seq, chunk))
+                    budget -= chunk
+        if budget < n - counted:
+            return None
+        budget -= n - counted
+        paged = cfg.policy == "paged"
+        if paged:
+            bs = cfg.block_size_tokens
+            need = self._residues.get(-self._clock % bs, 0) if n else 0
+            needs = [-(-(seq.computed + chunk) // bs) - seq.blocks - seq.shared for seq, chunk in chunks]
+            if need + sum(x for x in needs if x > 0) > self._free_blocks:
+                return None
+            self._free_blocks -= need
+            for (seq, _), x in zip(chunks, needs):
+                if x > 0:
+                    seq.blocks += x
+                    self._free_blocks -= x
+        plan = StepPlan(now)
+        for seq, chunk in chunks:
+            seq.in_flight = True
+            plan.prefill.append((seq.rid, chunk))
+        if n:
+            plan.decode = list(self._member_rids)
+            plan.cohort = True
+            self._cohort_plan = plan
+        if prefill:
+            budget = self._admit(now, plan, budget)
+        plan.kv_tokens_used = self.kv_tokens_used
+        plan.kv_tokens_read = self._cbase_sum + n * self._clock + n
+        plan.waiting = len(self._waiting)
+        plan.running = len(self._running)
+        return plan
 
     # ------------------------------------------------------------------ state
     @property
@@ -478,6 +643,10 @@ class Scheduler:
 
     def _finish(self, seq: _Seq, now: float, status: str, error: str | None) -> Outcome:
         seq.alive = False
+        if seq.lazy:
+            self._leave(seq)
+        elif seq.running:
+            self._others.remove(seq)
         self._release(seq)
         if seq.running:
             self._running.remove(seq)
@@ -512,6 +681,11 @@ class Scheduler:
         ``prefill=False`` or ``decode=False`` leaves that kind of work out (and, without prefill,
         admits nobody), for callers that run prefill and decode on separate lanes.
         """
+        if self._lazy and decode and self._cohort_plan is None:
+            found = self._cohort_step(now, prefill)
+            if found is not None:
+                return found
+            self._dissolve()  # this step is planned sequence by sequence
         cfg = self.config
         paged = cfg.policy == "paged"
         bs = cfg.block_size_tokens
@@ -626,7 +800,10 @@ class Scheduler:
             else:
                 self._reserve(seq, need)
             seq.running = True
+            seq.order = self._next_order
+            self._next_order += 1
             self._running.append(seq)
+            self._others.append(seq)
             if seq.admitted_s is None:
                 seq.admitted_s = now
             plan.admitted.append(seq.req.request_id)
@@ -731,7 +908,7 @@ class Scheduler:
         while self._free_blocks + self._num_evictable() < need:
             victim = None
             for cand in reversed(self._running):
-                if not cand.in_flight:
+                if not self._in_flight(cand):
                     victim = cand
                     break
             if victim is None or (victim is seq and not seq.decoding):
@@ -749,6 +926,10 @@ class Scheduler:
         if cap is not None and len(self._waiting) >= cap:
             plan.ended.append(self._finish(seq, plan.now_s, "failed", ERR_PREEMPTED_QUEUE_FULL))
             return
+        if seq.lazy:
+            self._leave(seq)
+        else:
+            self._others.remove(seq)
         self._release(seq)
         self._running.remove(seq)
         seq.running = False
@@ -767,7 +948,8 @@ class Scheduler:
         ``finished`` names sequences that produced EOS in this step. ``tokens``, when given, receives the
         request ID of every sequence that emitted output: one token for a completed prefill, ``steps``
         for a decoder, one per step (a plan of several steps has no prefill; the callers stamp the
-        tokens with their step ends).
+        tokens with their step ends). A cohort plan's decoders are not listed: each decoded one token
+        per step of the cohort clock (``on_cohort_run`` reports their spans when they leave it).
         """
         steps = plan.steps
         done: list[Outcome] = []
@@ -790,8 +972,10 @@ class Scheduler:
                     seq.first_token_s = now
                 if seq.generated >= seq.target:
                     done.append(self._finish(seq, now, "success", None))
+        if plan.cohort:
+            done.extend(self._cohort_done(plan, now))
         decoded = 0
-        for rid in plan.decode:
+        for rid in () if plan.cohort else plan.decode:
             seq = seqs.get(rid)
             if seq is None or not seq.in_flight:
                 continue
@@ -808,9 +992,30 @@ class Scheduler:
         self._held_tokens += decoded * steps
         for rid in finished:
             seq = seqs.get(rid)
-            if seq is not None and seq.running and seq.generated >= 1:
+            if seq is not None and seq.running and (seq.lazy or seq.generated >= 1):  # a member has decoded
                 done.append(self._finish(seq, now, "success", None))
         return done
+
+    def _cohort_done(self, plan: StepPlan, now: float) -> list[Outcome]:
+        """Commit the cohort's decode steps: advance the clock; members that reach their target end, in running order."""
+        if plan is not self._cohort_plan:
+            raise ConfigError("on_step_done: a cohort plan committed twice, or after another cohort plan")
+        self._cohort_plan = None
+        steps = plan.steps
+        self._clock += steps
+        self._held_tokens += steps * len(self._members)
+        heap, clock, ended = self._done_heap, self._clock, []
+        while heap:
+            key, _, join_id, seq = heap[0]
+            if not (seq.lazy and seq.join_id == join_id):
+                heapq.heappop(heap)
+            elif key <= clock:
+                heapq.heappop(heap)
+                ended.append(seq)
+            else:
+                break
+        ended.sort(key=lambda q: q.order)
+        return [self._finish(seq, now, "success", None) for seq in ended]
 
     def max_decode_steps(self, plan: StepPlan) -> int:
         """Return how many decode steps the plan's sequences can take with nothing else changing.
@@ -826,6 +1031,8 @@ class Scheduler:
             return 0 if plan.prefill else 1
         if plan.preempted:  # the next step's admissions may differ: take one step at a time
             return 1
+        if plan.cohort:
+            return self._cohort_max_steps()
         seqs = [self._seqs[r] for r in plan.decode if r in self._seqs]
         if not seqs:
             return 1
@@ -849,6 +1056,28 @@ class Scheduler:
                 hi = mid - 1
         return lo
 
+    def _cohort_max_steps(self) -> int:
+        """``_max_decode_steps`` for the cohort's plan: the next completion, and (paged) the blocks free for the run."""
+        k = self._next_completion() or 1
+        if self.config.policy != "paged":
+            return max(k, 1)
+        free = self._free_blocks + self._num_evictable()
+        first = self._cohort_blocks(1)  # allocated by step() already
+
+        def extra(steps: int) -> int:
+            return self._cohort_blocks(steps) - first
+
+        if extra(k) <= free:
+            return max(k, 1)
+        lo, hi = 1, k
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if extra(mid) <= free:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
     def extend(self, plan: StepPlan, steps: int) -> None:
         """Make a pure decode ``plan`` stand for ``steps`` identical steps, allocating their KV now.
 
@@ -857,7 +1086,12 @@ class Scheduler:
         limit = plan.max_steps if plan.max_steps is not None else self.max_decode_steps(plan)
         if plan.prefill or not 1 <= steps <= limit:
             raise ConfigError(f"extend: {steps} steps is not between 1 and {limit} for a pure decode plan")
-        if self.config.policy == "paged":
+        if self.config.policy == "paged" and plan.cohort:  # the members' blocks, as _alloc one by one would take them
+            blocks = self._cohort_blocks(steps) - self._cohort_blocks(plan.steps)
+            if blocks > self._free_blocks:
+                self._evict(blocks - self._free_blocks)
+            self._free_blocks -= blocks
+        elif self.config.policy == "paged":
             bs = self.config.block_size_tokens
             for rid in plan.decode:
                 seq = self._seqs.get(rid)
@@ -878,7 +1112,12 @@ class Scheduler:
         and private blocks (or reservations) plus cached blocks never exceed the budget.
         """
         cfg, bs = self.config, self.config.block_size_tokens
+        for seq in self._members:  # their fields as the clock says
+            self._write_back(seq)
         running = self._running
+        if sorted(self._others + self._members, key=lambda q: q.order) != running or \
+                any(not q.decoding or q.in_flight for q in self._members):
+            raise AssertionError("the cohort and the others are not the running sequences, or a member does not decode")
         cached = 0 if self.cache is None else self.cache.num_cached
         if self.cache is not None:
             held: dict[int, int] = {}

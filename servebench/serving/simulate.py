@@ -134,10 +134,11 @@ class _Recorder:
 
 def simulate(scenario: Scenario, *, workload: Workload | ClosedLoopPlan | None = None,
              rng: np.random.Generator | None = None, decode_runs: bool = True,
-             token_times: TokenTimes = True, replica: int = 0) -> SimResult:
+             token_times: TokenTimes = True, replica: int = 0, lazy_decode: bool = True) -> SimResult:
     """Simulate a scenario; the workload (and cancellations) come from ``rng`` (default: its seed).
 
-    ``decode_runs=False`` turns off the fast path (one event per step: the baseline to check against).
+    ``decode_runs=False`` turns off the fast path (one event per step: the baseline to check against);
+    ``lazy_decode=False`` the scheduler's decode cohort (every decoder walked each step: the other baseline).
     ``token_times=False`` leaves the records without token times (a sweep that reports no ITL saves the work);
     ``"runs"`` keeps them as ``SimResult.token_runs`` (runs of shared step times, a float per step) and not
     in the records, for a caller that reports (``build_report(..., token_runs=)``) and writes them in parts.
@@ -156,6 +157,7 @@ def simulate(scenario: Scenario, *, workload: Workload | ClosedLoopPlan | None =
     return simulate_workload(scenario.server.scheduler_config(), scenario.step_model.to_model(), workload,
                              prefill_lane=scenario.server.prefill_lane, cancel_after_s=cancel_after,
                              name=scenario.name, decode_runs=decode_runs, token_times=token_times,
+                             lazy_decode=lazy_decode,
                              client=client, client_rng=client_rng,
                              noise_seed=scenario.seed if replica == 0 else (scenario.seed, replica))
 
@@ -165,7 +167,7 @@ def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workl
                       cancel_after_s: np.ndarray | None = None, name: str = "simulation",
                       decode_runs: bool = True, token_times: TokenTimes = True, client: ClientSpec | None = None,
                       client_rng: np.random.Generator | None = None,
-                      noise_seed: int | tuple[int, ...] = 0) -> SimResult:
+                      noise_seed: int | tuple[int, ...] = 0, lazy_decode: bool = True) -> SimResult:
     """Run the event loop over a drawn workload; see the module docstring for the semantics.
 
     With ``client`` each request is a logical request served by attempts (see
@@ -181,6 +183,7 @@ def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workl
         config = replace(config, max_num_batched_tokens=None)
     loop = _EventLoop(config, model, workload, separate=separate, cancel_after_s=cancel_after_s,
                       decode_runs=decode_runs, token_times=token_times, client=client, client_rng=client_rng,
+                      lazy_decode=lazy_decode,
                       noise=model.noise(np.random.default_rng([*seeds, NOISE_STREAM])),
                       lag_rng=np.random.default_rng([*seeds, LAG_STREAM]))
     loop.run()
@@ -202,7 +205,8 @@ class _EventLoop:
     def __init__(self, config: SchedulerConfig, model: StepModel, workload: Workload | ClosedLoopPlan, *,
                  separate: bool, cancel_after_s: np.ndarray | None, decode_runs: bool, token_times: TokenTimes,
                  client: ClientSpec | None, client_rng: np.random.Generator | None,
-                 noise: StepNoise | None = None, lag_rng: np.random.Generator | None = None) -> None:
+                 noise: StepNoise | None = None, lag_rng: np.random.Generator | None = None,
+                 lazy_decode: bool = True) -> None:
         closed = isinstance(workload, ClosedLoopPlan)
         reqs = workload.requests if isinstance(workload, ClosedLoopPlan) else workload
         n = len(reqs)
@@ -211,7 +215,7 @@ class _EventLoop:
         self.think = workload.think_s if isinstance(workload, ClosedLoopPlan) else None
         self.config, self.model, self.separate, self.decode_runs = config, model, separate, decode_runs
         self.client, self.client_rng = client, client_rng
-        self.sched = Scheduler(config)
+        self.sched = Scheduler(config, lazy_decode=lazy_decode)
         rows = n if client is None else n * client.max_attempts  # one record row per attempt
         self.rec = _Recorder(rows, reqs.class_names)
         self.logical_of: list[int] = list(range(n)) if client is not None else []  # row -> logical request
@@ -220,6 +224,8 @@ class _EventLoop:
         self.gave_up = [False] * n if client is not None else []  # the client cancelled: no more attempts
         self.pending = [False] * n if client is not None else []  # a retry is scheduled (backing off)
         self.token_log = TokenLog() if token_times else None  # each output token's emission time: records' token_times
+        if self.token_log is not None:
+            self.sched.on_cohort_run = self.token_log.add_group_run
         self.runs_only = token_times == "runs"
         self.run_ends: dict[int, np.ndarray] = {}  # a decode run's step ends, by id(plan), until the run ends
         self.prompt = reqs.prompt_tokens.tolist()
@@ -357,8 +363,11 @@ class _EventLoop:
     def _finish(self, outs: list[Outcome], now: float) -> None:
         """Record terminal outcomes; a failed attempt may be retried, else its logical request has ended."""
         client, rec = self.client, self.rec
+        token_log = self.token_log
         for o in outs:
             i = rec.add(o)
+            if token_log is not None:
+                token_log.close(o.request_id)
             if client is not None:
                 lg = self.logical_of[i]
                 nxt = None if self.gave_up[lg] else client.next_start(self.attempt_of[i], o.status, o.error, o.end,
@@ -445,21 +454,21 @@ class _EventLoop:
 
     def _start_run(self, now: float, plan: StepPlan, lane: int) -> None:
         """Time a plan (a pure decode plan may become a run of steps) and schedule its end."""
-        d = len(plan.decode)
+        d, prefill_tokens, prefill_seqs = len(plan.decode), plan.prefill_tokens, len(plan.prefill)
         extra = self.model.extra_s(now - self.last_end, self.last_prefill)
-        if plan.prefill or d == 0:
-            dur = self.model.step_s(plan.prefill_tokens, d, plan.kv_tokens_read, len(plan.prefill))
+        if prefill_seqs or d == 0:
+            dur = self.model.step_s(prefill_tokens, d, plan.kv_tokens_read, prefill_seqs)
             if extra:
                 dur += extra
             end = now + (dur if self.noise is None else
                          self.noise.apply(dur, float(self.noise.take(1, bool(plan.prefill))[0])))
         else:
             end = self._decode_run_end(now, plan, extra)
-        self.last_end, self.last_prefill = end, bool(plan.prefill)
+        self.last_end, self.last_prefill = end, prefill_seqs > 0
         self.engine_steps += plan.steps
         self.busy = True
         self.trace.extend((now, end - now, plan.steps, lane, plan.running, plan.waiting, plan.kv_tokens_used,
-                           plan.kv_tokens_read, plan.prefill_tokens, d, self.sched.kv_tokens_held, len(plan.prefill),
+                           plan.kv_tokens_read, prefill_tokens, d, self.sched.kv_tokens_held, prefill_seqs,
                            len(plan.admitted), len(plan.preempted)))
         self._push(end, PRIO_RUN, EV_RUN, plan)
 
@@ -472,11 +481,11 @@ class _EventLoop:
         base = model.step_s(0, d, plan.kv_tokens_read)
         first = base + extra_s if extra_s else base
         one = first if noise is None else noise.apply(first, float(noise.peek(1)[0]))
-        if kmax <= 1 or now + one > self._next_event_time():
+        horizon = self._next_event_time()
+        if kmax <= 1 or now + one > horizon:
             if noise is not None:
                 noise.advance(1)
             return now + one
-        horizon = self._next_event_time()
         if horizon != math.inf and base > 0:  # steps only lengthen (noise: by at least its smallest value)
             shortest = base if noise is None else noise.shortest_s(base)
             kmax = min(kmax, int((horizon - now) / shortest) + 2)
@@ -501,10 +510,13 @@ class _EventLoop:
         self._finish(self.sched.on_step_done(plan, stamp, tokens=None if token_log is None else emitted), now)
         if token_log is not None:
             ends = self.run_ends.pop(id(plan), None)
+            times = np.array([stamp]) if ends is None else np.maximum(ends - lead, plan.now_s) if lead else ends
+            if plan.cohort:  # the cohort's steps: one group tick each (its members' runs come when they leave it)
+                token_log.add_group(times)
             if ends is None:
                 token_log.add_step(emitted, stamp)
             else:  # a decode run: every decoder gets one token per step, each stamped like the run's last
-                token_log.add_run(emitted, np.maximum(ends - lead, plan.now_s) if lead else ends)
+                token_log.add_run(emitted, times)
 
     def _prefill_done(self, plan: StepPlan, now: float) -> None:
         """Commit one whole prefill of the separate lane."""
