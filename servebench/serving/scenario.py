@@ -265,9 +265,10 @@ def _scenario_document(text: str, name: str) -> dict[str, Any]:
 
 def with_request_count(scenario: Scenario, requests: int) -> Scenario:
     """Return the scenario offering exactly ``requests`` requests (any duration limit dropped)."""
-    if not 1 <= requests <= MAX_GENERATED:
-        raise ConfigError(f"scenario {scenario.name!r}: {requests:,} requests; a run takes from 1 to "
-                          f"{MAX_GENERATED:,}")
+    if requests < 1:
+        raise ConfigError(f"scenario {scenario.name!r}: {requests} requests; a run needs at least 1")
+    if requests > MAX_GENERATED:
+        raise ConfigError(f"scenario {scenario.name!r}: {requests:,} requests; a run takes at most {MAX_GENERATED:,}")
     arrival = scenario.workload.arrival
     if arrival is not None and arrival.kind != "replay" and arrival.rate_rps is not None:
         problem = rate_problem(arrival.rate_rps, requests, None)
