@@ -20,8 +20,31 @@ LIMIT_TITLES = {"kv_memory": "KV memory", "queueing": "Queueing", "prefill": "Pr
                 "none": "Nothing limits it", "undetermined": "Cannot tell which limit"}
 
 
+CAPACITY_PREFIX = {"at_limit": "≤ ", "below_limit": "≈ ", "cannot_tell": ""}
+
+
+def render_headline(v: diagnosis.Verdict) -> None:
+    """Show the one answer first: the load measured, the capacity it implies and the limit that binds."""
+    h = v.headline
+    if h is None:
+        return
+    box = {"below_limit": st.success, "at_limit": st.warning, "cannot_tell": st.info}[h.standing]
+    box(safe_text(f"**{v.profile}**: {h.text}"), icon=":material/speed:")
+    c = st.columns(3)
+    c[0].metric("Measured load (requests/s)", fmt(h.measured_rate_per_s),
+                help="Arrival rate offered: (requests - 1) / (last start - first start).")
+    capacity = fmt(h.capacity_rate_per_s)
+    c[1].metric("Capacity (requests/s)", capacity if h.capacity_rate_per_s is None
+                else CAPACITY_PREFIX[h.standing] + capacity, help=h.capacity_basis)
+    c[2].metric("Limit that binds", LIMIT_TITLES.get(h.limit, h.limit) if h.limit else fmt(None),
+                help="At this load when the verdict names a limit; else the first to bind as load grows.")
+    if h.evidence:
+        st.markdown("**Evidence**\n\n" + "\n".join(f"- {safe_text(e)}" for e in h.evidence))
+
+
 def render_verdict(v: diagnosis.Verdict) -> None:
-    """Show one verdict: the limit, the numbers behind it, its evidence and the experiment that would check it."""
+    """Show one verdict: the headline, the numbers behind it, its evidence and the experiment that would check it."""
+    render_headline(v)
     box = st.success if v.limit == "none" else st.warning
     box(safe_text(f"**Profile {v.profile}: {LIMIT_TITLES.get(v.limit, v.limit)}** (`{v.limit}`). {v.summary}"))
     c = st.columns(4)
@@ -29,7 +52,9 @@ def render_verdict(v: diagnosis.Verdict) -> None:
                 help=f"{fmt(v.budget_tokens)} tokens in the budget / {fmt(v.tokens_per_request)} per request.")
     c[1].metric("Average in service", fmt(v.in_service), help="Little's law: rate × (prefill p50 + (N - 1) × TPOT p50).")
     c[2].metric("Utilization of the limit", fmt_share(v.utilization))
-    c[3].metric("Saturation rate (requests/s)", fmt(v.saturation_rate_per_s))
+    c[3].metric("KV saturation rate (requests/s)", fmt(v.saturation_rate_per_s),
+                help="Little's law: the KV limit / time in service, an estimate; the headline's capacity also "
+                     "weighs what the run completed.")
     c = st.columns(4)
     c[0].metric("Queue wait share of TTFT p95", fmt_share(v.queue_share_of_ttft))
     c[1].metric("Prefill share of TTFT p95", fmt_share(v.prefill_share_of_ttft))
@@ -50,9 +75,11 @@ def render_verdict(v: diagnosis.Verdict) -> None:
                                     + {True: "yes", False: "no", None: "not measured"}[c.crossed]
                                     for c in r.conditions)} for r in v.rules]), hide_index=True)
     if v.bindings:
-        first = v.first_to_bind.limit if v.first_to_bind is not None else None
-        st.markdown("**Where each limit binds as load grows**" +
-                    (f": **{first}** first." if first else " (none estimated from this data)."))
+        first = v.first_to_bind
+        said = " (none estimated from this data)." if first is None else \
+            f": **{first.limit}** binds at the measured load." if v.headline and v.headline.standing == "at_limit" \
+            else f": **{first.limit}** first."
+        st.markdown("**Where each limit binds as load grows**" + said)
         st.dataframe(pd.DataFrame([{"limit": b.limit, "rate (requests/s)": fmt(b.rate_per_s),
                                     "in service": fmt(b.in_service), "× the measured rate": fmt(b.headroom),
                                     "how": b.basis} for b in v.bindings]), hide_index=True)
@@ -101,7 +128,8 @@ if mode == "Diagnose the records in use":
                "tell); `prompt_tokens` gives the KV limit.")
     shape, budget, policy, cap = _shape_inputs()
     verdict = guarded(diagnosis.diagnose_records, ds.table, ds.window_start, ds.window_end, shape=shape,
-                      budget_bytes=budget, policy=policy, output_cap=cap, name=ds.source.name)
+                      budget_bytes=budget, policy=policy, output_cap=cap, name=ds.source.name,
+                      shared_clock=not ds.unavailable)
     render_verdict(verdict)
 
 elif mode == "Diagnose a profile table":

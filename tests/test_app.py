@@ -407,6 +407,36 @@ def test_diagnosis_of_records_without_admitted_times_says_what_it_cannot_tell() 
     assert any("no admitted times" in i.value for i in at.info)  # the verdict the data supports, and its gaps
 
 
+def test_diagnosis_of_the_sample_leads_with_one_consistent_headline() -> None:
+    """The verdict was Decode while the page said 'decode binds first at about 1.47 req/s (1.44x the measured
+    rate)'; under 'cannot tell' it still said 'decode first at 9.685 req/s' from 41 mock requests."""
+    at = _app()
+    at.switch_page("pages/diagnosis.py").run()
+    at.radio(key="diag_mode").set_value("Diagnose the records in use").run()
+    assert not at.exception and not at.error
+    m = _metrics(at)
+    assert (m["Measured load (requests/s)"], m["Capacity (requests/s)"], m["Limit that binds"]) == \
+        ("1.021", "≤ 0.9168", "Decode")
+    head = at.warning[0].value
+    assert "Measured at 1.02 requests/s, it completed 0.917/s (10% not successful" in head
+    assert "decode binds at this load" in head
+    said = " ".join(x.value for x in at.markdown)
+    assert "**decode** binds at the measured load" in said and "1.44" not in said
+    data = (IMPORTER_DATA / "guidellm-0.8.1-errors.json").read_bytes()
+    at.file_uploader(key="records_upload").set_value(("guidellm-0.8.1-errors.json", data, "application/json")).run()
+    assert not at.exception and not at.error
+    m = _metrics(at)
+    assert (m["Measured load (requests/s)"], m["Capacity (requests/s)"], m["Limit that binds"]) == ("4", "—", "—")
+    said = " ".join(x.value for x in [*at.markdown, *at.info, *at.warning])
+    assert "(none estimated from this data)" in said and "9.685" not in said and "first." not in said
+    assert "None" not in said
+    data = (IMPORTER_DATA / "llmperf-individual.json").read_bytes()  # every request on its own clock
+    at.file_uploader(key="records_upload").set_value(("llmperf-individual.json", data, "application/json")).run()
+    assert not at.exception and not at.error
+    assert _metrics(at)["Measured load (requests/s)"] == "—"
+    assert any("no timestamps on one clock" in i.value for i in at.info)
+
+
 def test_diagnosis_walkthrough_asks_then_reveals_and_scores() -> None:
     at = _app()
     at.switch_page("pages/diagnosis.py").run()

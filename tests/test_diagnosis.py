@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from servebench.cli.core import app
@@ -478,3 +480,159 @@ def test_simulated_a_and_b_know_the_load() -> None:
     assert b.limit == "kv_memory" and [r.limit for r in b.rules if r.holds][0] == "kv_memory"
     assert b.first_to_bind.limit == "kv_memory" and b.first_to_bind.headroom < 1.2  # B is at its limit
     assert "kv_memory because" in b.explanation
+
+
+# --------------------------------------------------------------------------- one headline per record set
+
+
+SAMPLE_RECORDS = Path(__file__).resolve().parent.parent / "sample_data" / "requests_sample.csv"
+IMPORTERS = Path(__file__).resolve().parent / "data" / "importers"
+
+
+def _every_text(v) -> list[str]:
+    """Return every sentence a verdict shows a person."""
+    texts = [v.summary, v.explanation, v.prefill, v.experiment.action, v.experiment.confirm, v.experiment.refute,
+             *v.cannot_tell, *(e.note for e in v.evidence), *(b.basis for b in v.bindings)]
+    if v.headline is not None:
+        texts += [v.headline.text, v.headline.capacity_basis, *v.headline.evidence]
+    return texts
+
+
+def _consistent(v) -> None:
+    """The headline, the verdict and the bindings never contradict each other."""
+    h = v.headline
+    assert h is not None
+    if v.limit in ("kv_memory", "decode", "queueing", "prefill"):
+        assert h.standing == "at_limit" and h.limit == v.limit
+        assert v.first_to_bind is not None and v.first_to_bind.limit == v.limit
+        assert h.capacity_rate_per_s == v.first_to_bind.rate_per_s
+        assert h.capacity_rate_per_s <= v.measurements.arrival_rate_per_s  # it binds at the measured load
+        assert [b.limit for b in v.bindings].count(v.limit) == 1
+    elif v.limit == "undetermined" or h.standing == "cannot_tell":
+        assert h.limit is None and h.capacity_rate_per_s is None and v.first_to_bind is None
+        assert all(b.rate_per_s is None for b in v.bindings)  # nothing extrapolated
+    else:
+        assert h.standing == "below_limit"
+        if v.first_to_bind is not None:
+            assert h.limit == v.first_to_bind.limit and h.capacity_rate_per_s == v.first_to_bind.rate_per_s
+            assert h.capacity_rate_per_s >= v.measurements.arrival_rate_per_s  # nothing binds at this load
+    assert not any("None" in t or "nan" in t for t in _every_text(v)), _every_text(v)
+
+
+def test_the_sample_records_get_one_consistent_headline() -> None:
+    """The sample was 'Decode' while the page said 'decode binds first at about 1.47 req/s (1.44x the measured
+    rate)' with queue wait 95 % of TTFT p95 and 10 % failing: past its limit, the capacity is below the load."""
+    from servebench.records.loaders import load_table
+
+    t, ws, we = load_table(SAMPLE_RECORDS)
+    v = diagnose_records(t, ws, we, name="requests_sample.csv")
+    h = v.headline
+    assert v.limit == "decode" and h.standing == "at_limit" and h.limit == "decode"
+    assert h.measured_rate_per_s == pytest.approx(v.measurements.arrival_rate_per_s)
+    assert h.measured_rate_per_s == pytest.approx(1.021, abs=0.001)
+    assert h.non_success_share == pytest.approx(299 / 3000)
+    assert h.completed_rate_per_s == pytest.approx(2701 / v.measurements.duration_s)
+    assert h.capacity_rate_per_s == pytest.approx(h.completed_rate_per_s)  # 0.917 req/s, below the 1.02 offered
+    assert v.first_to_bind.limit == "decode" and v.first_to_bind.headroom < 1
+    assert not any(b.rate_per_s is not None and b.rate_per_s > h.measured_rate_per_s
+                   for b in v.bindings if b.limit == "decode")
+    assert "1.47" in h.capacity_basis  # the Little's law estimate is kept as what it is: an upper estimate
+    assert h.text.startswith("Measured at 1.02 requests/s, it completed 0.917/s (10% not successful")
+    assert "decode binds at this load (queueing's pattern holds too)" in h.text
+    assert "capacity is at most about 0.917 requests/s" in h.text
+    assert any(e.startswith("queue_share_of_ttft 0.947 >= 0.5") for e in h.evidence)
+    _consistent(v)
+
+
+def test_cannot_tell_extrapolates_nothing_from_a_few_mock_requests() -> None:
+    """GuideLLM's run against a mock server (41 requests, no admitted times) printed 'decode first at 9.685
+    req/s' beside 'cannot tell which limit'."""
+    loaded = read_bytes((IMPORTERS / "guidellm-0.8.1-errors.json").read_bytes(), "guidellm-0.8.1-errors.json")
+    t, ws, we = to_table(loaded)
+    v = diagnose_records(t, ws, we)
+    assert v.limit == "undetermined"
+    assert v.first_to_bind is None and all(b.rate_per_s is None for b in v.bindings)
+    assert v.headline.standing == "cannot_tell" and v.headline.capacity_rate_per_s is None
+    assert v.headline.text == ("Measured at 4 requests/s (27% not successful): something limits it (7 timeouts), "
+                               "but without admitted times the data cannot tell which limit binds, so no capacity "
+                               "is estimated.")
+    _consistent(v)
+
+
+def test_decode_is_not_extrapolated_from_fewer_than_a_hundred_requests() -> None:
+    few = burst_records()[:60] + burst_records()[200:230]  # 90 requests: TPOT still grows within the bursts
+    v = run(few)
+    dec = next(b for b in v.bindings if b.limit == "decode")
+    assert dec.rate_per_s is None and "fitted to" in dec.basis and "at least 100" in dec.basis
+    assert v.measurements.tpot_line is not None and v.measurements.tpot_line.fitted_requests < 100
+    many = run(burst_records())  # 280 requests: the same line, now extrapolated
+    assert next(b for b in many.bindings if b.limit == "decode").rate_per_s is not None
+    _consistent(v)
+    _consistent(many)
+
+
+def test_records_without_a_shared_clock_give_no_rate() -> None:
+    loaded = read_bytes((IMPORTERS / "llmperf-individual.json").read_bytes(), "llmperf-individual.json")
+    t, ws, we = to_table(loaded)
+    v = diagnose_records(t, ws, we, shared_clock=False)
+    h = v.headline
+    assert h.standing == "cannot_tell" and h.measured_rate_per_s is None and h.capacity_rate_per_s is None
+    assert "no timestamps on one clock" in h.text and v.first_to_bind is None
+    _consistent(v)
+
+
+def test_ab_headlines() -> None:
+    a, b = diagnose_table(ab())
+    assert a.headline.standing == "below_limit" and a.headline.limit == "kv_memory"
+    assert a.headline.text.endswith("KV memory binds first, at about 8.82 requests/s (8.82x the measured rate).")
+    assert b.headline.standing == "at_limit" and b.headline.limit == "kv_memory"
+    assert b.headline.capacity_rate_per_s == pytest.approx(297 / 300)  # 3 timeouts in 300 s
+    assert "1.09/s from its own estimate (Little's law" in b.headline.capacity_basis
+    _consistent(a)
+    _consistent(b)
+
+
+def test_a_profile_without_peak_or_limit_prints_no_none() -> None:
+    """'peak 6 against the KV limit None': a missing number reads as — or is left out, never as None."""
+    m = ProfileMeasurements(name="x", requests=100, arrival_rate_per_s=2, output_tokens=50, ttft_p95_s=3.0,
+                            peak_active=6, queue_wait_p95_s=2.5, prefill_p95_s=0.5, tpot_p50_s=0.02)
+    v = diagnose(m)
+    notes = [e.note for e in v.evidence]
+    assert "no KV limit known" in notes and not any("None" in n for n in notes)
+    v = diagnose(m.model_copy(update={"peak_active": None, "prompt_tokens": 1000}), shape=SPEC, budget_bytes=8 * GIB)
+    assert any("peak — " in e.note for r in v.rules for e in r.conditions)
+    _consistent(v)
+
+
+@settings(max_examples=200, deadline=None)
+@given(ttft=st.one_of(st.none(), st.floats(0.01, 30)), queue=st.one_of(st.none(), st.floats(0, 20)),
+       prefill=st.one_of(st.none(), st.floats(0, 20)), timeouts=st.integers(0, 5), rejected=st.integers(0, 5),
+       peak=st.one_of(st.none(), st.integers(0, 80)), share=st.one_of(st.none(), st.floats(0, 1)),
+       tpot=st.one_of(st.none(), st.floats(0.005, 0.2)), growth=st.one_of(st.none(), st.floats(1, 3)),
+       admitted=st.booleans(), budget=st.one_of(st.none(), st.sampled_from([2, 8, 40])),
+       rate=st.floats(0.05, 50), duration=st.one_of(st.none(), st.floats(10, 1000)))
+def test_the_headline_never_contradicts_the_verdict(ttft, queue, prefill, timeouts, rejected, peak, share, tpot,
+                                                    growth, admitted, budget, rate, duration) -> None:
+    m = ProfileMeasurements(
+        name="p", prompt_tokens=1000, requests=100, timeouts=timeouts, rejected=rejected, failures=rejected,
+        queue_wait_p95_s=queue if admitted else None, prefill_p95_s=prefill if admitted else None,
+        prefill_p50_s=prefill / 2 if admitted and prefill is not None else None, ttft_p95_s=ttft,
+        ttft_p50_s=ttft / 2 if ttft is not None else None, tpot_p50_s=tpot,
+        tpot_high_load_s=tpot * growth if tpot is not None and growth is not None else None,
+        tpot_baseline_s=tpot, peak_active=peak, share_at_peak=share, arrival_rate_per_s=rate, output_tokens=100,
+        duration_s=duration, has_admitted=admitted)
+    v = diagnose(m, shape=SPEC if budget else None, budget_bytes=budget * GIB if budget else None)
+    _consistent(v)
+
+
+def test_no_limit_is_said_to_bind_below_a_load_that_nothing_limits() -> None:
+    """Little's law put the KV limit at 1.35 req/s for a run at 20 req/s with no symptom: the run contradicts it."""
+    m = ProfileMeasurements(name="p", prompt_tokens=1000, requests=100, ttft_p95_s=1.0, ttft_p50_s=0.5,
+                            queue_wait_p95_s=0.1, prefill_p95_s=0.9, prefill_p50_s=0.5, tpot_p50_s=0.1,
+                            arrival_rate_per_s=20, output_tokens=100, duration_s=100)
+    v = diagnose(m, shape=SPEC, budget_bytes=2 * GIB)
+    assert v.limit == "none" and v.first_to_bind is None
+    kv_bind = next(b for b in v.bindings if b.limit == "kv_memory")
+    assert kv_bind.rate_per_s is None and "gives 1.35/s, below the measured 20/s" in kv_bind.basis
+    assert "binds first" not in v.summary and "binds first" not in v.headline.text
+    _consistent(v)

@@ -61,6 +61,7 @@ Limit = Literal["kv_memory", "queueing", "prefill", "decode", "none", "undetermi
 LIMITS: tuple[str, ...] = ("kv_memory", "queueing", "prefill", "decode", "none")  # what a verdict can name
 PRECEDENCE: tuple[str, ...] = ("kv_memory", "decode", "queueing", "prefill")  # the first rule that holds wins
 MIN_LOAD_BINS = 2  # distinct in-service counts needed to fit TPOT against load
+MIN_FIT_REQUESTS = 100  # requests in that fit before decode's binding rate is extrapolated from it
 
 
 class Thresholds(BaseModel):
@@ -81,6 +82,7 @@ class TpotLine(BaseModel):
     unloaded_s: float = Field(gt=0, description="TPOT with one sequence in service, s.")
     per_seq_s: float = Field(ge=0, description="TPOT added per extra sequence in service, s.")
     source: str = Field(description="Where the line comes from: records or a fitted step model.")
+    fitted_requests: int | None = Field(None, ge=0, description="Requests the fit used (records only).")
 
     def at(self, in_service: float) -> float:
         """Return TPOT with ``in_service`` sequences in service (at least one)."""
@@ -123,6 +125,8 @@ class ProfileMeasurements(BaseModel):
     shared_prefix_share: float | None = Field(
         None, ge=0, le=1, description="Share of prompt tokens prompts share with earlier ones (a prefix cache's "
                                       "reachable hit rate; from records, their cached_prompt_tokens hit rate).")
+    shared_clock: bool = Field(True, description="False: every request on its own clock (llmperf), so there is "
+                                                 "no arrival rate, concurrency or capacity in requests/s.")
 
 
 class ProfileTable(BaseModel):
@@ -184,6 +188,29 @@ class Binding(BaseModel):
     basis: str = Field(description="How the rate was estimated.")
 
 
+Standing = Literal["below_limit", "at_limit", "cannot_tell"]
+
+
+class Headline(BaseModel):
+    """One answer for a profile: the load it was measured at, the capacity it implies, the limit that binds.
+
+    Consistent with the verdict by construction: at a limit, the capacity is at most the measured
+    load; under "cannot tell" nothing is extrapolated.
+    """
+
+    standing: Standing = Field(description="below_limit: nothing limits it yet; at_limit: a limit binds at this "
+                                           "load; cannot_tell: the data cannot say which limit, or has no rate.")
+    measured_rate_per_s: float | None = Field(description="Offered arrival rate (None: no shared clock).")
+    completed_rate_per_s: float | None = Field(description="Successes per second of the window.")
+    non_success_share: float | None = Field(description="Share of requests that did not succeed.")
+    limit: Limit | None = Field(description="The limit that binds: at this load, or first as load grows.")
+    capacity_rate_per_s: float | None = Field(description="The arrival rate it can take before (at_limit: "
+                                                          "at most) that limit binds; None when not estimated.")
+    capacity_basis: str = Field(description="How the capacity was estimated, or why it was not.")
+    evidence: list[str] = Field(default_factory=list, description="The measurements behind it, one per line.")
+    text: str = Field(description="The answer in one or two sentences.")
+
+
 class Verdict(BaseModel):
     """What limits one profile, the numbers behind it, and how to check."""
 
@@ -214,6 +241,7 @@ class Verdict(BaseModel):
     prefill: str = Field(description="What prefill contributes.")
     experiment: Experiment
     measurements: ProfileMeasurements
+    headline: Headline | None = Field(None, description="The one answer the verdict, bindings and load give.")
 
 
 # --------------------------------------------------------------------------- measuring records
@@ -273,7 +301,8 @@ def tpot_line(table: RecordTable) -> tuple[TpotLine | None, float | None]:
         unloaded = float(y.min()) if y.min() > 0 else float(tpot[tpot > 0].min(initial=np.inf))
     if not np.isfinite(unloaded) or unloaded <= 0:
         return None, mean_load
-    return TpotLine(unloaded_s=unloaded, per_seq_s=slope, source="records"), mean_load
+    return TpotLine(unloaded_s=unloaded, per_seq_s=slope, source="records",
+                    fitted_requests=int(counts[keep].sum())), mean_load
 
 
 def measure(table: RecordTable, window_start: float, window_end: float, *, name: str | None = None,
@@ -341,12 +370,19 @@ def _ev(measurement: str, value: float | None, rule: str, threshold: float | Non
     return Evidence(measurement=measurement, value=value, threshold=threshold, rule=rule, crossed=crossed, note=note)
 
 
+NO_DATA = "—"  # as servebench.output.plain writes a missing value (never Python's None, never a minus sign)
+
+
 def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{x:.0%}"
+    return NO_DATA if x is None else f"{x:.0%}"
 
 
 def _s(x: float | None) -> str:
-    return "-" if x is None else f"{x:.3g} s"
+    return NO_DATA if x is None else f"{x:.3g} s"
+
+
+def _count(x: int | None) -> str:
+    return NO_DATA if x is None else f"{x:,}"
 
 
 def diagnose(m: ProfileMeasurements, *, shape: kv.ModelShape | None = None, budget_bytes: int | None = None,
@@ -407,7 +443,7 @@ def diagnose(m: ProfileMeasurements, *, shape: kv.ModelShape | None = None, budg
                  f"TPOT at {_n(load)} in service (the mean requests decode under) over TPOT alone "
                  f"{_s(line.unloaded_s if line else None)}" + (f" ({line.source})" if line else ""))
     e_peak = _ev("peak_active / max_concurrent_sequences", at_limit, ">=", 1.0,
-                 f"peak {m.peak_active} against the KV limit {limit_n}")
+                 f"peak {_count(m.peak_active)} against the KV limit {_count(limit_n)}" if limit_n else "no KV limit known")
     e_share = _ev("share_at_peak", m.share_at_peak, ">=", th.share_at_peak,
                   ("under " if m.share_at_peak_is_upper_bound else "") + f"{_pct(m.share_at_peak)} of the run at the peak")
     e_queue = _ev("queue_share_of_ttft", q_share, ">=", th.queue_share,
@@ -416,9 +452,9 @@ def diagnose(m: ProfileMeasurements, *, shape: kv.ModelShape | None = None, budg
     e_prefill = _ev("prefill_share_of_ttft", p_share, ">=", th.prefill_share,
                     f"prefill p95 {_s(m.prefill_p95_s)} of TTFT p95 {_s(m.ttft_p95_s)}")
     e_below = _ev("peak_active / max_concurrent_sequences", at_limit, "<", 1.0,
-                  f"peak {m.peak_active} below the KV limit {limit_n}" if limit_n else "no KV limit known")
+                  f"peak {_count(m.peak_active)} below the KV limit {_count(limit_n)}" if limit_n else "no KV limit known")
     e_util = _ev("utilization", util, "<", 1.0,
-                 f"{l_srv:.3g} in service against the limit {limit_n}" if l_srv is not None else "in service unknown")
+                 f"{l_srv:.3g} in service against the limit {_count(limit_n)}" if l_srv is not None else "in service unknown")
 
     # TPOT growth is a symptom at the load requests typically decode under, when that is known
     decode_symptom = e_load if e_load.crossed is not None else e_growth
@@ -451,8 +487,24 @@ def diagnose(m: ProfileMeasurements, *, shape: kv.ModelShape | None = None, budg
         evidence = symptoms + [e_queue, e_prefill, e_peak]
 
     bindings = _bindings(m, limit_n, line, first_s, th)
+    if not m.shared_clock:
+        bindings = [_not_estimated(b, "the records have no timestamps on one clock, so there is no arrival rate to "
+                                      "scale") for b in bindings]
+    elif symptoms and winner is None:
+        bindings = [_not_estimated(b, "something already limits this load and the data cannot tell which, so no "
+                                      "limit's rate is extrapolated") for b in bindings]
+    elif winner is not None:
+        now = _binds_now(winner.limit, m, bindings)
+        bindings = [now, *(b for b in bindings if b.limit != winner.limit)]
+    else:  # nothing limits the measured load, so an estimate below it does not fit this run
+        bindings = [_not_estimated(b, f"{b.basis} gives {b.rate_per_s:.3g}/s, below the measured "
+                                      f"{m.arrival_rate_per_s:.3g}/s where nothing limits it, so the estimate does "
+                                      "not fit this run")
+                    if b.rate_per_s is not None and b.rate_per_s < m.arrival_rate_per_s else b for b in bindings]
     known = [b for b in bindings if b.rate_per_s is not None]
     first = min(known, key=lambda b: b.rate_per_s) if known else None  # type: ignore[arg-type, return-value]
+    if winner is not None:
+        first = bindings[0]  # it binds at the measured load: whatever Little's law says of the others comes later
     cannot_tell = [] if m.has_admitted else [
         "the records have no admitted times, so TTFT cannot be split into queue wait and prefill: kv_memory, "
         "queueing and prefill cannot be told apart",
@@ -468,11 +520,12 @@ def diagnose(m: ProfileMeasurements, *, shape: kv.ModelShape | None = None, budg
     verdict.explanation = _explanation(verdict, symptoms, winner)
     verdict.prefill = _prefill_text(verdict)
     verdict.experiment = _experiment(verdict, shape, budget_bytes, policy, expected_output_tokens)
+    verdict.headline = _headline(verdict, symptoms, winner)
     return verdict
 
 
 def _n(x: float | None) -> str:
-    return "-" if x is None else f"{x:.3g}"
+    return NO_DATA if x is None else f"{x:.3g}"
 
 
 def _line_from(step_model: StepModel | None, m: ProfileMeasurements) -> TpotLine | None:
@@ -513,7 +566,12 @@ def _bindings(m: ProfileMeasurements, limit_n: int | None, line: TpotLine | None
     if m.max_num_seqs is not None and (limit_n is None or m.max_num_seqs < limit_n):
         out.append(at("queueing", float(m.max_num_seqs), f"Little's law: the cap of {m.max_num_seqs} running "
                                                          f"sequences over the time in service ({tpot_how})"))
-    if line is not None and line.per_seq_s > 0:
+    few = line is not None and line.fitted_requests is not None and line.fitted_requests < MIN_FIT_REQUESTS
+    if few:
+        out.append(Binding(limit="decode", rate_per_s=None, in_service=None, headroom=None,
+                           basis=f"not extrapolated: TPOT against load is fitted to {line.fitted_requests} requests "
+                                 f"(at least {MIN_FIT_REQUESTS} needed)"))
+    elif line is not None and line.per_seq_s > 0:
         n_decode = 1.0 + (th.tpot_growth - 1.0) * line.unloaded_s / line.per_seq_s
         out.append(at("decode", n_decode, f"TPOT reaches {th.tpot_growth:g}x its unloaded {_s(line.unloaded_s)} at "
                                           f"{n_decode:.3g} in service ({line.source}: +{_s(line.per_seq_s)} per "
@@ -523,6 +581,107 @@ def _bindings(m: ProfileMeasurements, limit_n: int | None, line: TpotLine | None
                            basis="TPOT does not grow measurably with load in this data"
                            if line is not None else "TPOT against load unknown (one load level measured)"))
     return out
+
+
+def _not_estimated(b: Binding, why: str) -> Binding:
+    """Return ``b`` with no rate: the data cannot support extrapolating it."""
+    return Binding(limit=b.limit, rate_per_s=None, in_service=None, headroom=None, basis=f"not estimated: {why}")
+
+
+def _completed_rate(m: ProfileMeasurements) -> float | None:
+    """Return successes per second of the run (None without its duration)."""
+    if not m.duration_s:
+        return None
+    return max(m.requests - m.timeouts - m.failures, 0) / m.duration_s
+
+
+def _binds_now(limit: Limit, m: ProfileMeasurements, bindings: list[Binding]) -> Binding:
+    """Return where a limit that already binds at the measured load binds: at most that load.
+
+    The capacity is the smallest of the measured arrival rate, the successes per second completed
+    there and Little's law's rate for that limit (when known): a server past its limit completes
+    what it can, and a rate above the measured one would contradict the verdict.
+    """
+    done = _completed_rate(m)
+    own = next((b for b in bindings if b.limit == limit and b.rate_per_s is not None), None)
+    said = [f"the measured {m.arrival_rate_per_s:.3g}/s"]
+    if done is not None:
+        said.append(f"the {done:.3g} successes/s completed there")
+    if own is not None:
+        said.append(f"{own.rate_per_s:.3g}/s from its own estimate ({own.basis})")
+    rate = min(r for r in (m.arrival_rate_per_s, done, own.rate_per_s if own else None) if r is not None)
+    in_service = m.decode_load if limit == "decode" and m.decode_load is not None else m.mean_in_service
+    return Binding(limit=limit, rate_per_s=rate, in_service=in_service, headroom=rate / m.arrival_rate_per_s,
+                   basis=f"binds at the measured load (its rule holds): at most the smallest of {', '.join(said)}")
+
+
+LIMIT_WORDS = {"kv_memory": "KV memory", "queueing": "queueing", "prefill": "prefill", "decode": "decode",
+               "none": "nothing", "undetermined": "an undetermined limit"}
+
+
+def _symptom(e: Evidence) -> str:
+    """Return a symptom in a few words: 'TTFT p95 9.43 s over its 2 s objective', '128 timeouts'."""
+    if e.measurement == "ttft_p95_s":
+        return f"TTFT p95 {_s(e.value)} over its {_s(e.threshold)} objective"
+    if e.measurement in ("timeouts", "rejected"):
+        return f"{_count(int(e.value or 0))} {e.measurement}"
+    return f"TPOT {_n(e.value)}x its unloaded value"
+
+
+def _said(e: Evidence) -> str:
+    """Return one measurement against its rule, e.g. 'ttft_p95_s 9.43 > 2: TTFT p95 above the objective'."""
+    return f"{e.measurement} {_n(e.value)} {e.rule} {_n(e.threshold)}: {e.note}"
+
+
+def _headline(v: Verdict, symptoms: list[Evidence], winner: RuleCheck | None) -> Headline:
+    """Return the one answer: measured load, implied capacity and the binding limit, never contradicting the verdict."""
+    m = v.measurements
+    done = _completed_rate(m) if m.shared_clock else None
+    failing = (m.timeouts + m.failures) / m.requests
+    common = {"measured_rate_per_s": m.arrival_rate_per_s if m.shared_clock else None,
+              "completed_rate_per_s": done, "non_success_share": failing}
+    if not m.shared_clock:
+        return Headline(standing="cannot_tell", limit=None, capacity_rate_per_s=None, **common,
+                        capacity_basis="no arrival rate: the records have no timestamps on one clock",
+                        text="The records have no timestamps on one clock (each request on its own), so there is "
+                             "no measured load, limit or capacity in requests/s; each request's latency, TTFT and "
+                             "TPOT stand.")
+    rate = f"Measured at {m.arrival_rate_per_s:.3g} requests/s"
+    lost = f"{failing:.0%} not successful" if failing else "every request successful"
+    if winner is not None:
+        now = v.first_to_bind
+        assert now is not None and now.rate_per_s is not None
+        also = [r for r in v.rules if r.holds and r.limit != winner.limit]
+        crossed = [e for r in [winner, *also] for e in r.conditions if e.crossed]
+        evidence = list(dict.fromkeys(_said(e) for e in [*symptoms, *crossed]))
+        held = f" ({' and '.join(LIMIT_WORDS[r.limit] for r in also)}'s pattern holds too)" if also else ""
+        names = ", ".join(_symptom(e) for e in symptoms)
+        done_text = f", it completed {done:.3g}/s ({lost}; {names})" if done is not None else f" ({lost}; {names})"
+        return Headline(standing="at_limit", limit=winner.limit, capacity_rate_per_s=now.rate_per_s, **common,
+                        capacity_basis=now.basis, evidence=evidence,
+                        text=f"{rate}{done_text}: {LIMIT_WORDS[winner.limit]} binds at this load{held}, so its "
+                             f"capacity is at most about {now.rate_per_s:.3g} requests/s.")
+    if symptoms:
+        names = ", ".join(_symptom(e) for e in symptoms)
+        why = ("without admitted times the data cannot tell which limit binds" if v.limit == "undetermined"
+               else "no limit's whole pattern holds (see the failures by cause)")
+        return Headline(standing="cannot_tell", limit=None, capacity_rate_per_s=None, **common,
+                        capacity_basis=f"not estimated: {why}", evidence=[_said(e) for e in symptoms],
+                        text=f"{rate} ({lost}): something limits it ({names}), but {why}, so no capacity is "
+                             "estimated.")
+    first = v.first_to_bind
+    evidence = [_said(e) for e in v.evidence if e.crossed is not None]
+    if first is None or first.rate_per_s is None:
+        reasons = "; ".join(b.basis for b in v.bindings) or "no limit known"
+        return Headline(standing="below_limit", limit=None, capacity_rate_per_s=None, **common,
+                        capacity_basis=reasons, evidence=evidence,
+                        text=f"{rate} ({lost}), with no symptom: nothing limits it at this load. No limit's rate is "
+                             f"estimated from this data ({reasons}).")
+    return Headline(standing="below_limit", limit=first.limit, capacity_rate_per_s=first.rate_per_s, **common,
+                    capacity_basis=first.basis, evidence=evidence,
+                    text=f"{rate} ({lost}), with no symptom: nothing limits it at this load. As load grows, "
+                         f"{LIMIT_WORDS[first.limit]} binds first, at about {first.rate_per_s:.3g} requests/s "
+                         f"({_n(first.headroom)}x the measured rate).")
 
 
 def _explanation(v: Verdict, symptoms: list[Evidence], winner: RuleCheck | None) -> str:
@@ -551,7 +710,7 @@ def _explanation(v: Verdict, symptoms: list[Evidence], winner: RuleCheck | None)
 def _summary(v: Verdict, stressed: bool) -> str:
     m = v.measurements
     if v.limit == "kv_memory":
-        return (f"KV memory: at most {v.max_concurrent_sequences} sequences fit; {m.peak_active} were active for "
+        return (f"KV memory: at most {v.max_concurrent_sequences} sequences fit; {_count(m.peak_active)} were active for "
                 f"{_pct(m.share_at_peak)} of the run, and queue wait is {_pct(v.queue_share_of_ttft)} of TTFT p95 "
                 f"while TPOT stays flat." + (f" Little's law puts {v.in_service:.2f} in service on average against "
                 f"the limit of {v.max_concurrent_sequences} ({_pct(v.utilization)}), "
@@ -564,7 +723,7 @@ def _summary(v: Verdict, stressed: bool) -> str:
         where = f"below the KV limit of {v.max_concurrent_sequences}" if v.max_concurrent_sequences else \
             "(no KV limit known to compare)"
         return (f"Queueing: queue wait is {_pct(v.queue_share_of_ttft)} of TTFT p95 while active sequences stop at "
-                f"{m.peak_active}, {where}: a cap other than memory."
+                f"{_count(m.peak_active)}, {where}: a cap other than memory."
                 + (f" {m.rejected} of {m.requests} requests were rejected at admission." if m.rejected else ""))
     if v.limit == "prefill":
         return (f"Prefill: prefill is {_pct(v.prefill_share_of_ttft)} of TTFT p95 ({_s(m.ttft_p95_s)}) with "
@@ -611,23 +770,23 @@ def _experiment(v: Verdict, shape: kv.ModelShape | None, budget_bytes: int | Non
         return Experiment(
             action=(f"Rerun {m.name} at the same arrival rate with twice the KV budget (or an fp8 KV cache, which "
                     f"halves bytes per token): the limit becomes {doubled} sequences{util}."),
-            confirm=(f"Peak active rises above {m.peak_active} and no longer sits at a ceiling, queue wait p95 falls "
+            confirm=(f"Peak active rises above {_count(m.peak_active)} and no longer sits at a ceiling, queue wait p95 falls "
                      f"far below {_s(m.queue_wait_p95_s)}, TPOT stays near {_s(m.tpot_p50_s)}."),
-            refute=(f"Peak active stays at {m.peak_active} with the same queue wait: a cap other than KV memory "
+            refute=(f"Peak active stays at {_count(m.peak_active)} with the same queue wait: a cap other than KV memory "
                     "(max sequences, scheduler) binds, so the verdict is queueing."))
     if v.limit == "kv_memory":
         return Experiment(action=f"Rerun {m.name} with a larger KV budget or shorter output cap.",
                           confirm="Peak active rises and queue wait falls.",
-                          refute=f"Peak active stays at {m.peak_active}: another cap binds.")
+                          refute=f"Peak active stays at {_count(m.peak_active)}: another cap binds.")
     if v.limit == "queueing":
         return Experiment(
             action=(f"Raise the cap on concurrent sequences (server max sequences, scheduler or client concurrency) "
-                    f"above {m.peak_active}, keeping the KV budget and arrival rate."),
-            confirm=f"Peak active rises above {m.peak_active} and queue wait p95 falls well below {_s(m.queue_wait_p95_s)}.",
-            refute=f"Peak active stays at {m.peak_active}: the cap is elsewhere (or it is memory after all).")
+                    f"above {_count(m.peak_active)}, keeping the KV budget and arrival rate."),
+            confirm=f"Peak active rises above {_count(m.peak_active)} and queue wait p95 falls well below {_s(m.queue_wait_p95_s)}.",
+            refute=f"Peak active stays at {_count(m.peak_active)}: the cap is elsewhere (or it is memory after all).")
     if v.limit == "decode":
         return Experiment(
-            action=f"Cap active sequences at half of {m.peak_active} (or halve the arrival rate).",
+            action=f"Cap active sequences at half of {_count(m.peak_active)} (or halve the arrival rate).",
             confirm=f"TPOT p50 falls back toward {_s(m.tpot_baseline_s)}.",
             refute=f"TPOT stays near {_s(m.tpot_high_load_s or m.tpot_p50_s)}: decode speed is not load-bound.")
     prefix = _prefix_cache_experiment(v)
@@ -696,17 +855,19 @@ def diagnose_records(table: RecordTable, window_start: float, window_end: float,
                      expected_output_tokens: int | None = None, deadline_s: float | None = None,
                      thresholds: Thresholds | None = None, name: str | None = None,
                      budget_tokens: int | None = None, max_num_seqs: int | None = None,
-                     step_model: StepModel | None = None) -> Verdict:
+                     step_model: StepModel | None = None, shared_clock: bool = True) -> Verdict:
     """Measure records, then diagnose them as one profile.
 
     Records without admitted times get the verdict their data supports (``cannot_tell`` says what
     is missing). ``budget_tokens`` and ``max_num_seqs`` are the server's KV budget in tokens and
     its cap on running sequences (a timing run's scenario has both); ``step_model`` a fitted one.
+    ``shared_clock`` False: each record is on its own clock (an importer's ``unavailable_metrics``),
+    so no rate or capacity is given.
     """
     m = measure(table, window_start, window_end, name=name, output_cap=output_cap, deadline_s=deadline_s,
                 require_admitted=False)
-    if max_num_seqs is not None:
-        m = m.model_copy(update={"max_num_seqs": max_num_seqs})
+    if max_num_seqs is not None or not shared_clock:
+        m = m.model_copy(update={"max_num_seqs": max_num_seqs, "shared_clock": shared_clock})
     return diagnose(m, shape=shape, budget_bytes=budget_bytes, policy=policy,
                     expected_output_tokens=expected_output_tokens, thresholds=thresholds,
                     budget_tokens=budget_tokens, step_model=step_model)
