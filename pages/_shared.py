@@ -194,13 +194,31 @@ def _read(src: RecordSource, read_as: ReadAs) -> LoadedRecords:
     return _load(src.digest, src.name, read_as.key, src.data, read_as)
 
 
+KEPT_KEY = "kept_import_options"  # widget key -> value of the sidebar's import options, never cleaned up
+
+
+def _carried(key: str) -> str:
+    """Return ``key`` with its widget's last value restored, so an import option holds on every page.
+
+    Each page's widgets are its own to Streamlit: on a page switch the toggle drawn anew starts at its
+    default, and a page without the sidebar drops the state. The last value is kept aside and set
+    again (before the widget is drawn) on every run.
+    """
+    kept = st.session_state.setdefault(KEPT_KEY, {})
+    if key in st.session_state:
+        kept[key] = st.session_state[key]
+    if key in kept:
+        st.session_state[key] = kept[key]
+    return key
+
+
 def _import_options(src: RecordSource) -> tuple[LoadedRecords, ReadAs]:
     """Read the record set with the sidebar's format override and, for another tool's export, its options.
 
     Return the records and how they were read; a ServebenchError propagates.
     """
     box = st.sidebar.expander("Import options")
-    fmt = box.selectbox("Read as", READ_AS, key=f"fmt:{src.digest}",
+    fmt = box.selectbox("Read as", READ_AS, key=_carried(f"fmt:{src.digest}"),
                         help="auto-detects servebench records and the exports of " + ", ".join(FOREIGN_FORMATS))
     read_as = ReadAs(fmt)
     loaded = _read(src, read_as)
@@ -210,15 +228,33 @@ def _import_options(src: RecordSource) -> tuple[LoadedRecords, ReadAs]:
     runs = int(loaded.metadata.get("runs") or 1)
     run = None
     if runs > 1:
+        key = _carried(f"run:{src.digest}")
+        first = {} if key in st.session_state else {"value": int(loaded.metadata.get("run_index") or 0)}
         run = int(box.number_input(f"Run in the file (0 to {runs - 1})", min_value=0, max_value=runs - 1,
-                                   value=int(loaded.metadata.get("run_index") or 0), key=f"run:{src.digest}"))
-    drop = box.toggle("Leave out warm-up and cool-down requests", key=f"drop:{src.digest}",
+                                   key=key, **first))
+    drop = box.toggle("Leave out warm-up and cool-down requests", key=_carried(f"drop:{src.digest}"),
                       help="Requests outside the tool's measured window; kept with slice 'warmup' or 'cooldown' "
                            "by default.")
-    if run is None and not drop:
+    server = loaded.format in SERVER_TOKEN_FORMATS and box.toggle(
+        SERVER_TOKENS_LABEL, key=_carried(server_tokens_key(src)), help=SERVER_TOKENS_HELP)
+    if run is None and not drop and not server:
         return loaded, read_as
-    again = ReadAs(loaded.format, ImportOptions(run=run, outside_window="drop" if drop else "mark"))
+    again = ReadAs(loaded.format, ImportOptions(run=run, outside_window="drop" if drop else "mark",
+                                                tokens="server" if server else "client"))
     return _read(src, again), again
+
+
+SERVER_TOKEN_FORMATS = ("aiperf",)  # exports whose importer takes tokens="server" (the CLI's aiperf:tokens=server)
+SERVER_TOKENS_LABEL = "Count the server's output tokens"
+SERVER_TOKENS_HELP = ("AIPerf counts output tokens with its client tokenizer, while each streamed chunk is one "
+                      "server token, so its inter-chunk latencies fit only the server's count (its usage report). "
+                      "On: output tokens are the server's, and each success keeps its token times (inter-token "
+                      "latency on Token timing). Like `--format aiperf:tokens=server`.")
+
+
+def server_tokens_key(src: RecordSource) -> str:
+    """Return the widget key of the 'Count the server's output tokens' toggle for a record set."""
+    return f"tokens:{src.digest}"
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)

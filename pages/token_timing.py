@@ -8,7 +8,8 @@ from pathlib import Path
 import streamlit as st
 
 from pages._figures import prefill_charts, token_charts
-from pages._shared import guarded, records_sidebar, show_reader_warnings
+from pages._shared import (SERVER_TOKEN_FORMATS, SERVER_TOKENS_LABEL, guarded, records_sidebar,
+                           server_tokens_key, show_reader_warnings)
 from servebench.serving.experiments import compare_prefill
 from servebench.output.plain import fmt
 from servebench.serving.scenario import load_scenario
@@ -20,10 +21,23 @@ st.title("Token timing")
 ds = records_sidebar()
 show_reader_warnings(ds)
 
-if ds.table.token_times is None:
+def _count_server_tokens(key: str) -> None:
+    st.session_state[key] = True  # a callback runs before the sidebar draws the toggle again
+
+
+server_tokens = ds.read_as.options is not None and ds.read_as.options.tokens == "server"
+if ds.table.token_times is None and ds.loaded.format in SERVER_TOKEN_FORMATS and not server_tokens:
+    st.info("AIPerf streams one server token per chunk but counts output tokens with its own client tokenizer, so "
+            "its inter-chunk latencies do not fit its counts and are not carried over. Counted with the server's "
+            f"tokens (**{SERVER_TOKENS_LABEL}** under Import options in the sidebar), every success keeps its token "
+            "times.", icon=":material/timeline:")
+    st.button(SERVER_TOKENS_LABEL, key="tok_server_tokens", on_click=_count_server_tokens,
+              args=(server_tokens_key(ds.source),), type="primary")
+elif ds.table.token_times is None:
     st.info("These records have no `token_times` (the arrival of each token or streamed chunk), so there is no "
-            "inter-token latency to show. `servebench simulate`, `run` and `load` write them, and the vLLM and "
-            "AIPerf importers carry them over; the experiment below simulates records that have them.")
+            "inter-token latency to show. `servebench simulate`, `run` and `load` write them; the vLLM importer "
+            "carries them over, and the AIPerf importer does with the server's token counts (Import options). "
+            "The experiment below simulates records that have them.")
 else:
     report = guarded(build_report, ds.table, ds.window_start, ds.window_end, by_slice=False)
     itl, stall, stalls = report.itl_s, report.max_stall_s, report.stalls

@@ -129,6 +129,35 @@ def test_llmperf_file_without_timestamps_shows_rates_as_na() -> None:
     assert m["Latency p95 (s)"] not in ("n/a", "—")
 
 
+def test_aiperf_token_times_are_carried_over_with_the_servers_token_counts() -> None:
+    """AIPerf's inter_chunk_latency fits only the server's token counts: the CLI's --format aiperf:tokens=server is
+    an Import option, and Token timing offers it where it would otherwise show no inter-token latency."""
+    at = _app()
+    data = (IMPORTER_DATA / "aiperf-0.13.0-clean-icl.jsonl").read_bytes()  # with its inter_chunk_latency lists
+    at.file_uploader(key="records_upload").set_value(("profile_export.jsonl", data, "application/jsonl")).run()
+    assert not at.exception and not at.error
+    notes = " ".join(w.value for w in at.warning)
+    assert "'Count the server's output tokens' under Import options" in notes and "--format" not in notes
+    at.switch_page("pages/token_timing.py").run()
+    assert not at.exception and not at.error
+    assert "ITL p50" not in _metrics(at)
+    assert any("Count the server's output tokens" in i.value for i in at.info)
+    at.button(key="tok_server_tokens").click().run()  # the page's button turns the sidebar's option on
+    assert not at.exception and not at.error
+    def toggle():
+        return next(t for t in at.toggle if t.label == "Count the server's output tokens")
+
+    assert toggle().value is True
+    m = _metrics(at)
+    assert m["ITL p50"] not in ("—", "-") and float(m["ITL p50"]) == pytest.approx(0.015, abs=0.003)  # mock: 15 ms
+    toggle().set_value(False).run()  # off again: the client's counts, no token times
+    assert not at.exception and "ITL p50" not in _metrics(at)
+    toggle().set_value(True).run()
+    at.switch_page("pages/summary.py").run()  # the option holds on every page: the server's output tokens
+    assert not at.exception and not at.error
+    assert any("tokens=server" in w.value for w in at.warning)
+
+
 def test_import_options_drop_cooldown_and_override_the_format() -> None:
     at = _app()
     data = (IMPORTER_DATA / "guidellm-0.8.1-errors.json").read_bytes()

@@ -89,8 +89,10 @@ def export_label(fmt: str) -> str:
 
 
 DROP_CONTROL = "turn on 'Leave out warm-up and cool-down requests' under Import options in the sidebar"
+SERVER_TOKENS_CONTROL = "'Count the server's output tokens' under Import options in the sidebar"
 _CLI_HINTS = (
     (re.compile(r"pass outside_window='drop' \(--format NAME:outside_window=drop\)"), DROP_CONTROL),
+    (re.compile(r"--format aiperf:tokens=server"), SERVER_TOKENS_CONTROL),
     (re.compile(r"\(outside_window='drop'\)"), "(warm-up and cool-down left out, as asked in Import options)"),
 )
 _NUMPY_SCALAR = re.compile(r"np\.(?:float|int|uint|bool_?)\d*\(([^()]*)\)")
@@ -101,6 +103,8 @@ def for_people(text: str) -> str:
 
     >>> for_people("kept; pass outside_window='drop' (--format NAME:outside_window=drop) to leave them out")
     "kept; turn on 'Leave out warm-up and cool-down requests' under Import options in the sidebar to leave them out"
+    >>> for_people("not carried over; --format aiperf:tokens=server counts the server's tokens instead")
+    "not carried over; 'Count the server's output tokens' under Import options in the sidebar counts the server's tokens instead"
     >>> for_people("rate np.float64(2.5) is above np.int64(2)")
     'rate 2.5 is above 2'
     """
