@@ -34,6 +34,7 @@ def violation_sql(window_start: float, window_end: float) -> str:
     ok = f"({q('status')} = 0)"
     prompt_bad = f"({has('prompt_tokens')} AND ({bad('prompt_tokens')} OR {q('prompt_tokens')} < 0))"
     cached = q("cached_prompt_tokens")
+    fa, r = q("first_answer_token"), q("reasoning_tokens")
     rules = [
         "not_object",  # Record must be an object
         f"(NOT {has('start')} OR {bad('start')} OR NOT isfinite({s}) OR {s} < {lit(window_start)})",  # times
@@ -53,6 +54,10 @@ def violation_sql(window_start: float, window_end: float) -> str:
         (f"({has('cached_prompt_tokens')} AND ({bad('cached_prompt_tokens')} OR {cached} < 0 "
          f"OR ({has('prompt_tokens')} AND NOT {prompt_bad} AND {cached} > {q('prompt_tokens')})))"),  # cached
         f"({has('attempt')} AND ({bad('attempt')} OR {q('attempt')} < 1))",  # Invalid attempt
+        (f"({has('first_answer_token')} AND ({bad('first_answer_token')} OR NOT isfinite({fa}) "
+         f"OR NOT {has('first_token')} OR {fa} < {f} OR {fa} > {e}))"),  # Invalid first answer token time
+        (f"({has('reasoning_tokens')} AND ({bad('reasoning_tokens')} OR {r} < 0 OR ({has('output_tokens')} "
+         f"AND NOT {bad('output_tokens')} AND {r} > {q('output_tokens')})))"),  # Invalid reasoning tokens
         "tokens_bad",  # Invalid token times / counts: servebench's own check, while staging
     ]
     return "(" + " OR ".join(rules) + ")"

@@ -21,13 +21,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from servebench.analysis.duckdb_checks import explain_row, first_bad_row
-from servebench.analysis.duckdb_parts import (PartPlan, choose_native, extra_col, lit, native_view_sql, plan_part, q,
-                                              staged_table, text_lit)
+from servebench.analysis.duckdb_parts import (REQUIRED_FIELDS, PartPlan, absent_field_sql, choose_native, extra_col,
+                                              field_columns, lit, native_view_sql, plan_part, q, staged_table,
+                                              text_lit)
 from servebench.analysis.duckdb_report import report_from_connection, uncovered_fields
 from servebench.analysis.summary import SLO
 from servebench.errors import ConfigError, InputFormatError, RecordValidationError
 from servebench.records.recordset import RecordSet, SetSummary, check_set_window, extra_names, parse_size, read_part
-from servebench.records.table import RecordTable, int_ids_note
+from servebench.records.table import FIELDS, RecordTable, int_ids_note
 
 
 class EngineRefused(ConfigError):
@@ -94,14 +95,20 @@ class _Scan:
 
 def _scan(con: duckdb.DuckDBPyConnection, record_set: RecordSet, fmt: str, stage_dir: Path,
           progress: Callable[[str], None], itl_p99: bool) -> _Scan:
-    """Create the table ``parsed`` over every part: native Parquet scanned by DuckDB, the rest staged."""
+    """Create the view ``parsed`` over every part: native Parquet scanned by DuckDB, the rest staged.
+
+    Its rows are the table ``parsed_rows``; a field that no part has is a constant of the view, not
+    a column held in memory per record.
+    """
     plans = choose_native([plan_part(p, i, fmt) for i, p in enumerate(record_set.parts)])
     part_warnings: list[list[str]] = []
     unavailable: list[str] = []
     extras_per_part: list[list[str]] = []
     files = []
+    held: set[str] = set(REQUIRED_FIELDS)  # the fields some part has
     for plan in plans:
         if plan.native:
+            held.update(canon for _, canon, _ in plan.columns)
             extras_per_part.append([*plan.extra, *(k for k, _ in plan.part.partition)])
             part_warnings.append([])
             continue
@@ -110,6 +117,7 @@ def _scan(con: duckdb.DuckDBPyConnection, record_set: RecordSet, fmt: str, stage
         part_warnings.append(list(loaded.warnings))
         unavailable.extend(loaded.metadata.get("unavailable_metrics") or [])
         extras_per_part.append(list(loaded.rows.extra))
+        held.update(name for name, col in loaded.rows.columns.items() if col.present.any() or col.bad.any())
         path = stage_dir / f"part-{plan.index:06d}.parquet"
         pq.write_table(staged_table(loaded.rows, plan.index, itl_p99=itl_p99), path)
         files.append(path)
@@ -123,7 +131,14 @@ def _scan(con: duckdb.DuckDBPyConnection, record_set: RecordSet, fmt: str, stage
         listed = ", ".join(text_lit(f.as_posix()) for f in files)
         selects.append(f"SELECT * FROM read_parquet([{listed}], union_by_name=true)")
     progress("reading records with DuckDB")
-    con.sql("CREATE OR REPLACE TABLE parsed AS " + " UNION ALL BY NAME ".join(selects))
+    absent = [name for name in FIELDS if name not in held]
+    rows_sql = " UNION ALL BY NAME ".join(selects)
+    if absent:
+        rows_sql = (f"SELECT * EXCLUDE ({', '.join(q(c) for name in absent for c in field_columns(name))}) "
+                    f"FROM ({rows_sql})")
+    con.sql("CREATE OR REPLACE TABLE parsed_rows AS " + rows_sql)
+    constants = "".join(f", {sql}" for name in absent for sql in absent_field_sql(name))
+    con.sql(f"CREATE OR REPLACE VIEW parsed AS SELECT *{constants} FROM parsed_rows")
     for plan in plans:  # integer IDs are read as text, with the note the one-file reader gives
         for id_field in ("request_id", "logical_id"):
             if plan.native and any(c == id_field and k == "int" for _, c, k in plan.columns):
@@ -169,17 +184,20 @@ def _window(con: duckdb.DuckDBPyConnection, plans: Sequence[PartPlan], window_st
 
 @dataclass(frozen=True)
 class _Sections:
-    """Which optional sections the records bring: token times, cached prompt tokens, logical requests."""
+    """Which optional sections the records bring: token times, cached prompt tokens, logical requests, reasoning."""
 
     tokens: bool
     cached: bool
     logical: bool
+    reasoning: bool
 
 
 def _sections(con: duckdb.DuckDBPyConnection) -> _Sections:
-    """Whether some record has token_times, cached_prompt_tokens, and logical_id."""
+    """Whether some record has token_times, cached_prompt_tokens, logical_id, and first_answer_token or
+    reasoning_tokens."""
     found = con.sql('SELECT bool_or(times_present), bool_or("cached_prompt_tokens.present"), '
-                    'bool_or("logical_id.present") FROM parsed').fetchall()[0]
+                    'bool_or("logical_id.present"), '
+                    'bool_or("first_answer_token.present" OR "reasoning_tokens.present") FROM parsed').fetchall()[0]
     return _Sections(*(bool(f) for f in found))
 
 
@@ -188,10 +206,12 @@ def _records_table(con: duckdb.DuckDBPyConnection, code_sql: str, sections: _Sec
     more = (", gaps, max_gap, itl_p99, has_times" if sections.tokens else "") + \
         (", cached_prompt_tokens" if sections.cached else "") + \
         (", logical_id, attempt" if sections.logical else "") + \
+        (", first_answer_token, reasoning_tokens" if sections.reasoning else "") + \
         (", part, part_row" if sections.cached or sections.logical else "")
     con.sql(f"""CREATE OR REPLACE TABLE records AS SELECT "start", "end", status, first_token, output_tokens,
                 admitted, prompt_tokens, request_id, error{more}, {code_sql} AS g FROM parsed p""")
-    con.sql("DROP TABLE parsed")
+    con.sql("DROP VIEW parsed")
+    con.sql("DROP TABLE parsed_rows")
 
 
 def _reader_error(record_set: RecordSet, fmt: str, exc: Exception) -> Exception:
@@ -246,7 +266,8 @@ def summarize_set(record_set: RecordSet, fmt: str = "auto", window_start: float 
                 _records_table(con, code_sql, sections)
                 progress("summarizing records with DuckDB")
                 report = report_from_connection(con, record_set.source, ws, we, slo, names, tokens=sections.tokens,
-                                                cached=sections.cached, logical=sections.logical, weights=weights)
+                                                cached=sections.cached, logical=sections.logical,
+                                                reasoning=sections.reasoning, weights=weights)
             except duckdb.OutOfMemoryException as exc:
                 raise ConfigError(f"DuckDB ran out of memory within the limit ({memory_limit or 'its default'}); "
                                   f"give it more with --memory-limit: {' '.join(str(exc).split())[:200]}") from None

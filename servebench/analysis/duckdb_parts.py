@@ -29,7 +29,7 @@ from servebench.records.table import (FIELDS, FLOAT_FIELDS, INT_FIELDS, INT_LIMI
                                       canonical_name, token_rules)
 from servebench.records.textcolumns import text_array
 
-OPTIONAL_FLOATS = ("first_token", "admitted")  # NaN in a typed column means absent; in start or end it is an error
+OPTIONAL_FLOATS = ("first_token", "admitted", "first_answer_token")  # NaN in a typed column means absent; in start or end it is an error
 
 
 def q(name: str) -> str:
@@ -206,6 +206,19 @@ def _native_field(canon: str, sources: list[tuple[str, str]]) -> list[str]:
     return out
 
 
+REQUIRED_FIELDS = ("start", "end", "status")
+
+
+def field_columns(canon: str) -> list[str]:
+    """The parsed layout's columns of one field: its value, and its present and bad flags (status has no bad)."""
+    return [canon, canon + ".present"] + ([] if canon == "status" else [canon + ".bad"])
+
+
+def absent_field_sql(canon: str) -> list[str]:
+    """SQL for the parsed columns of a field that no part has: its absent marker, present and bad false."""
+    return _native_field(canon, [])
+
+
 def native_view_sql(plans: Sequence[PartPlan], extras: Sequence[str]) -> str | None:
     """Return SELECT SQL over the native parts giving the parsed layout, or None if there are none."""
     native = [p for p in plans if p.native]
@@ -284,5 +297,5 @@ def _token_columns(rows: ParsedRows, itl_p99: bool) -> dict[str, pa.Array]:
             "itl_p99": pa.array(p99, mask=np.isnan(p99)), "has_times": pa.array(g.has_times)}
 
 
-__all__ = ["SPACE_CHARS", "TOKEN_COLUMNS", "PartPlan", "choose_native", "extra_col", "lit", "native_view_sql",
-           "plan_part", "q", "staged_table", "text_lit"]
+__all__ = ["REQUIRED_FIELDS", "SPACE_CHARS", "TOKEN_COLUMNS", "PartPlan", "absent_field_sql", "choose_native",
+           "extra_col", "field_columns", "lit", "native_view_sql", "plan_part", "q", "staged_table", "text_lit"]

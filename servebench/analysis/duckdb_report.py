@@ -27,8 +27,8 @@ import numpy as np
 from servebench.analysis import retries
 from servebench.analysis.duckdb_parts import lit, text_lit
 from servebench.analysis.sorted_stream import PairwiseSum, PeakWalk, SortedSink, distribution, ranks_for
-from servebench.analysis.summary import (SLO, Concurrency, LogicalReport, PrefixCacheReport, Report, SLOResult,
-                                         Stalls, fairness_of)
+from servebench.analysis.summary import (SLO, Concurrency, LogicalReport, PrefixCacheReport, ReasoningReport, Report,
+                                         SLOResult, Stalls, fairness_of)
 from servebench.errors import ConfigError
 from servebench.records.statuses import CLIENT_DEADLINE_ERROR
 from servebench.records.table import MSG_EMPTY, STATUSES
@@ -41,7 +41,7 @@ COVERED_FIELDS = frozenset({
     "queue_wait_s", "prefill_s", "failure_aware_latency_s", "failure_aware_ttft_s", "slo", "total_output_tokens",
     "successful_output_tokens", "wasted_output_tokens", "total_prompt_tokens", "active_requests", "in_service",
     "duplicate_request_ids", "duplicate_request_id_examples", "records_without_request_id", "prefix_cache", "slices",
-    "fairness", "logical",
+    "fairness", "logical", "reasoning",
 })
 
 
@@ -74,6 +74,12 @@ CACHE_METRICS: dict[str, Metric] = {  # successes with and without a prefix-cach
     "prefill_miss": Metric("first_token - admitted", f"status = 0 AND {_MISS} AND isfinite(admitted)"),
 }
 MISS_WITH_PROMPT = f"status = 0 AND {_MISS} AND isfinite(admitted) AND prompt_tokens > 0"
+_ANSWERED = "status = 0 AND isfinite(first_answer_token)"
+REASONING_METRICS: dict[str, Metric] = {  # successes with a first answer token
+    "ttfa": Metric('first_answer_token - "start"', _ANSWERED),
+    "thinking": Metric("first_answer_token - first_token", _ANSWERED),
+}
+_WITH_REASONING_TOKENS = "status = 0 AND reasoning_tokens >= 0"
 
 Group = int | None  # a slice code, or None for the whole set
 
@@ -169,11 +175,12 @@ def _good_sql(slo: SLO | None, tokens: bool) -> str:
 
 
 def _aggregates(con: duckdb.DuckDBPyConnection, slo: SLO | None, grouped: bool, tokens: bool,
-                cached: bool) -> dict[Group, dict[str, Any]]:
+                cached: bool, reasoning: bool = False) -> dict[Group, dict[str, Any]]:
     """Counts and exact token sums for the whole set and (``grouped``) each slice, in one scan."""
     good_sql = _good_sql(slo, tokens)
     produced = "CASE WHEN output_tokens > 0 THEN output_tokens ELSE 0 END"
-    metrics = {**METRICS, **(TOKEN_METRICS if tokens else {}), **(CACHE_METRICS if cached else {})}
+    metrics = {**METRICS, **(TOKEN_METRICS if tokens else {}), **(CACHE_METRICS if cached else {}),
+               **(REASONING_METRICS if reasoning else {})}
     exprs = {
         "n": "count(*)",
         **{f"status_{i}": f"count(*) FILTER (WHERE status = {i})" for i in range(len(STATUSES))},
@@ -197,6 +204,13 @@ def _aggregates(con: duckdb.DuckDBPyConnection, slo: SLO | None, grouped: bool, 
             "pc_hit": f"count(*) FILTER (WHERE {_HIT})",
             "pc_miss_tokens": f"sum(prompt_tokens) FILTER (WHERE {MISS_WITH_PROMPT})",
             "pc_miss_n": f"count(*) FILTER (WHERE {MISS_WITH_PROMPT})",
+        })
+    if reasoning:
+        exprs.update({
+            "rs_any": "count(*) FILTER (WHERE isfinite(first_answer_token) OR reasoning_tokens >= 0)",
+            "rs_counted": f"count(*) FILTER (WHERE {_WITH_REASONING_TOKENS})",
+            "rs_tokens": f"sum(reasoning_tokens) FILTER (WHERE {_WITH_REASONING_TOKENS})",
+            "rs_output": f"sum(output_tokens) FILTER (WHERE {_WITH_REASONING_TOKENS})",
         })
     return _grouped(con, exprs, grouped)
 
@@ -259,6 +273,17 @@ def _prefix_cache(a: dict[str, Any], sinks: dict[str, SortedSink], prefill_sum: 
         prefill_hit_s=distribution(sinks["prefill_hit"]) if a["n_prefill_hit"] else None,
         prefill_miss_s=distribution(sinks["prefill_miss"]) if a["n_prefill_miss"] else None,
         prefill_s_per_prompt_token=per_token, estimated_prefill_saved_s=saved)
+
+
+def _reasoning(a: dict[str, Any], sinks: dict[str, SortedSink]) -> ReasoningReport | None:
+    """The reasoning section of one group, as ``summary.reasoning_of`` computes it."""
+    if not a["rs_any"]:
+        return None
+    reasoning_total, output_total = int(a["rs_tokens"]), int(a["rs_output"])
+    return ReasoningReport(
+        requests=int(a["n_ttfa"]), ttfa_s=distribution(sinks["ttfa"]), reasoning_s=distribution(sinks["thinking"]),
+        requests_with_reasoning_tokens=int(a["rs_counted"]), reasoning_tokens=reasoning_total,
+        output_tokens=output_total, reasoning_token_share=reasoning_total / output_total if output_total else None)
 
 
 # The logical requests: one row per logical_id (first_row: its first record's place in part and row order), and
@@ -343,19 +368,20 @@ def _attempt_issues(con: duckdb.DuckDBPyConnection) -> list[retries.AttemptIssue
 def report_from_connection(con: duckdb.DuckDBPyConnection, source: str | None, window_start: float,
                            window_end: float, slo: SLO | None, slice_names: Sequence[str], *,
                            tokens: bool = False, cached: bool = False, logical: bool = False,
-                           weights: Mapping[str, float] | None = None) -> Report:
+                           reasoning: bool = False, weights: Mapping[str, float] | None = None) -> Report:
     """Return the full report over the validated table ``records`` (columns as in memory, ``g`` the slice code).
 
     ``slice_names[g]`` names slice code g; the codes are in name order, as the in-memory report sorts them.
     ``tokens``: some record has token_times (``records`` has gaps, max_gap, itl_p99, has_times);
     ``cached``: some record has cached_prompt_tokens (``records`` has it, and part and part_row);
     ``logical``: some record has logical_id (``records`` has it, attempt, part and part_row);
+    ``reasoning``: some record has first_answer_token or reasoning_tokens (``records`` has both);
     ``weights``: slice -> weight for the fairness section, as ``build_report`` takes them.
     """
     if slo is not None and slo.itl_p99_s is not None and not tokens:
         raise ConfigError("an ITL SLO (--slo-itl) needs token_times in the records; this file has none")
     grouped = bool(slice_names)
-    agg = _aggregates(con, slo, grouped, tokens, cached)
+    agg = _aggregates(con, slo, grouped, tokens, cached, reasoning)
     whole = agg.get(None)
     if whole is None or whole["n"] == 0:
         raise ConfigError(MSG_EMPTY)
@@ -366,7 +392,8 @@ def report_from_connection(con: duckdb.DuckDBPyConnection, source: str | None, w
         return {m: _sorted_sinks(con, metric, {g: agg[g][f"n_{m}"] for g in groups},
                                  failures if m in ("latency", "ttft") else {}) for m, metric in metrics.items()}
 
-    sinks = sinks_of({**METRICS, **(TOKEN_METRICS if tokens else {}), **(CACHE_METRICS if cached else {})})
+    sinks = sinks_of({**METRICS, **(TOKEN_METRICS if tokens else {}), **(CACHE_METRICS if cached else {}),
+                      **(REASONING_METRICS if reasoning else {})})
     stalled: dict[Group, dict[str, Any]] = {}
     threshold, rule = None, ""
     if tokens:
@@ -433,6 +460,7 @@ def report_from_connection(con: duckdb.DuckDBPyConnection, source: str | None, w
             in_service=service.get(g, empty) if a["any_admitted"] else None,
             duplicate_request_ids=0, duplicate_request_id_examples=[],
             records_without_request_id=int(a["no_id"]), prefix_cache=prefix,
+            reasoning=_reasoning(a, {m: sinks[m][g] for m in REASONING_METRICS}) if reasoning else None,
         )
 
     dups, examples = _duplicates(con)

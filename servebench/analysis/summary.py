@@ -300,6 +300,26 @@ class PrefixCacheReport(BaseModel):
                           "an estimate that assumes prefill time grows linearly with prompt tokens.")
 
 
+class ReasoningReport(BaseModel):
+    """A reasoning model's two first tokens: the first of either kind (TTFT) and the first of the answer (TTFA).
+
+    Over records with ``first_answer_token`` or ``reasoning_tokens``; times and tokens over successes.
+    """
+
+    model_config = ConfigDict(ser_json_inf_nan="strings")
+    requests: int = Field(description="Successes with first_answer_token.")
+    ttfa_s: Distribution = Field(
+        description="Time to first answer token: first_answer_token - start over those successes. TTFT (ttft_s) "
+                    "counts the first token of either kind, so it ends where the thinking starts.")
+    reasoning_s: Distribution = Field(
+        description="first_answer_token - first_token over those successes: the thinking streamed before the answer.")
+    requests_with_reasoning_tokens: int = Field(description="Successes with reasoning_tokens.")
+    reasoning_tokens: int = Field(description="Reasoning tokens of those successes.")
+    output_tokens: int = Field(description="Output tokens of those successes, their reasoning included.")
+    reasoning_token_share: float | None = Field(
+        description="reasoning_tokens / output_tokens; None without such successes.")
+
+
 class Stalls(BaseModel):
     """Requests whose longest gap between tokens exceeds a threshold: what a reader sees as the stream freezing."""
 
@@ -406,6 +426,9 @@ class Report(BaseModel):
     logical: LogicalReport | None = Field(None, description="Logical requests and retries; None when no record "
                                                             "has logical_id.")
     fairness: FairnessReport | None = Field(None, description="Service across slices; None with fewer than two.")
+    reasoning: ReasoningReport | None = Field(
+        None, description="Time to first answer token and reasoning tokens; None when no record has "
+                          "first_answer_token or reasoning_tokens.")
     slices: dict[str, "Report"] = Field(default_factory=dict)
 
     def warnings(self) -> list[str]:
@@ -693,7 +716,11 @@ def build_report(table: RecordTable, window_start: float, window_end: float, slo
     else:
         whole = first
     slices = {name: results[name] for name in slice_rows}
+    if table.has_reasoning:
+        slices = {name: r.model_copy(update={"reasoning": reasoning_of(table, slice_rows[name])})
+                  for name, r in slices.items()}
     return whole.model_copy(update=dict(
+        reasoning=reasoning_of(table) if table.has_reasoning else None,
         duplicate_request_ids=sum(c - 1 for _, c in dups),
         duplicate_request_id_examples=sorted(rid for rid, _ in dups)[:5], slices=slices,
         logical=_logical(table) if table.has_logical_ids else None,
@@ -1045,3 +1072,25 @@ def _prefix_cache(rows: _Rows, ok: np.ndarray) -> PrefixCacheReport | None:
         ttft_hit_s=_distribution_of(ttft[ok_hit]), ttft_miss_s=_distribution_of(ttft[ok_miss]),
         prefill_hit_s=prefill_hit, prefill_miss_s=prefill_miss,
         prefill_s_per_prompt_token=per_token, estimated_prefill_saved_s=saved)
+
+
+def reasoning_of(table: RecordTable, rows: np.ndarray | None = None) -> ReasoningReport | None:
+    """Return the reasoning section over the table (or its ``rows``), None when no record there has
+    first_answer_token or reasoning_tokens."""
+    def col(values: np.ndarray) -> np.ndarray:
+        return values if rows is None else values[rows]
+
+    answer, reasoning = col(table.first_answer_token), col(table.reasoning_tokens)
+    has_answer, has_tokens = np.isfinite(answer), reasoning >= 0
+    if not (has_answer.any() or has_tokens.any()):
+        return None
+    ok = col(table.status) == SUCCESS
+    timed = ok & has_answer
+    counted = ok & has_tokens
+    reasoning_total, output_total = token_sum(reasoning[counted]), token_sum(col(table.output_tokens)[counted])
+    return ReasoningReport(
+        requests=int(np.count_nonzero(timed)),
+        ttfa_s=_distribution_of(answer[timed] - col(table.start)[timed]),
+        reasoning_s=_distribution_of(answer[timed] - col(table.first_token)[timed]),
+        requests_with_reasoning_tokens=int(np.count_nonzero(counted)), reasoning_tokens=reasoning_total,
+        output_tokens=output_total, reasoning_token_share=reasoning_total / output_total if output_total else None)

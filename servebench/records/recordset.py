@@ -233,7 +233,7 @@ def concat_tables(tables: Sequence[RecordTable], source: str) -> RecordTable:
         return tables[0] if tables[0].source == source else tables[0].with_columns(source=source)
     numeric = {name: np.concatenate([getattr(t, name) for t in tables]) for name in
                ("start", "end", "status", "first_token", "output_tokens", "admitted", "prompt_tokens",
-                "cached_prompt_tokens", "attempt")}
+                "cached_prompt_tokens", "attempt", "first_answer_token", "reasoning_tokens")}
 
     def text(attr: str) -> pa.Array:
         return pa.concat_arrays([text_array(getattr(t, attr)) for t in tables])

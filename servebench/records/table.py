@@ -45,6 +45,8 @@ MSG_OUTPUT = "Invalid output tokens"
 MSG_PROMPT = "Invalid prompt tokens"
 MSG_CACHED = "Invalid cached prompt tokens"
 MSG_ATTEMPT = "Invalid attempt"
+MSG_FIRST_ANSWER = "Invalid first answer token time"
+MSG_REASONING = "Invalid reasoning tokens"
 MSG_TEXT = "Invalid text field"
 MSG_EXTRA = "Invalid extra field"
 NO_EXTRA: Mapping[str, Any] = MappingProxyType({})  # no columns beyond the schema
@@ -52,14 +54,15 @@ NO_EXTRA: Mapping[str, Any] = MappingProxyType({})  # no columns beyond the sche
 FIELDS: tuple[str, ...] = (
     "request_id", "start", "admitted", "first_token", "end", "status",
     "prompt_tokens", "output_tokens", "slice", "error", "cached_prompt_tokens", "logical_id", "attempt",
+    "first_answer_token", "reasoning_tokens",
 )
 ALIASES: dict[str, str] = {
     "firstToken": "first_token", "outputTokens": "output_tokens", "requestId": "request_id",
     "promptTokens": "prompt_tokens", "id": "request_id", "cachedPromptTokens": "cached_prompt_tokens",
-    "logicalId": "logical_id",
+    "logicalId": "logical_id", "firstAnswerToken": "first_answer_token", "reasoningTokens": "reasoning_tokens",
 }
-FLOAT_FIELDS = ("start", "end", "first_token", "admitted")
-INT_FIELDS = ("output_tokens", "prompt_tokens", "cached_prompt_tokens", "attempt")
+FLOAT_FIELDS = ("start", "end", "first_token", "admitted", "first_answer_token")
+INT_FIELDS = ("output_tokens", "prompt_tokens", "cached_prompt_tokens", "attempt", "reasoning_tokens")
 TEXT_FIELDS = ("request_id", "slice", "error", "logical_id")
 
 
@@ -111,6 +114,13 @@ class TimingRecord(BaseModel):
         description="The user request this attempt belongs to: every attempt of one request (its retries) shares it.")
     attempt: StrictInt | None = Field(
         None, description="Which attempt of its logical request this record is: 1, 2, ... (at least 1).")
+    first_answer_token: StrictFloat | StrictInt | None = Field(
+        None, alias="firstAnswerToken",
+        description="Time of the first answer token, seconds: the first that is not reasoning (a reasoning model "
+                    "thinks first, and first_token is the first token of either kind). Between first_token and end.")
+    reasoning_tokens: StrictInt | None = Field(
+        None, alias="reasoningTokens", ge=0,
+        description="Output tokens the model spent reasoning: part of output_tokens, at most it.")
 
     @model_validator(mode="after")
     def _check_order(self) -> "TimingRecord":
@@ -135,6 +145,13 @@ class TimingRecord(BaseModel):
             raise ValueError(MSG_CACHED)
         if self.attempt is not None and self.attempt < 1:
             raise ValueError(MSG_ATTEMPT)
+        fa = self.first_answer_token
+        if fa is not None and not (self.first_token is not None and math.isfinite(fa)
+                                   and self.first_token <= fa <= self.end):
+            raise ValueError(MSG_FIRST_ANSWER)
+        if (self.reasoning_tokens is not None and self.output_tokens is not None
+                and self.reasoning_tokens > self.output_tokens):
+            raise ValueError(MSG_REASONING)
         return self
 
 
@@ -612,6 +629,8 @@ class RecordTable:
     cached_prompt_tokens: np.ndarray = None  # type: ignore[assignment]  # -1 where absent; from_columns fills it
     attempt: np.ndarray = None  # type: ignore[assignment]  # int64, -1 where absent; from_columns fills it
     logical_id_arrow: pa.Array = None  # type: ignore[assignment]  # string, null where absent
+    first_answer_token: np.ndarray = None  # type: ignore[assignment]  # NaN where absent; from_columns fills it
+    reasoning_tokens: np.ndarray = None  # type: ignore[assignment]  # int64, -1 where absent; from_columns fills it
 
     def __post_init__(self) -> None:
         if self.cached_prompt_tokens is None:  # tables built before the field existed, or without it
@@ -620,6 +639,10 @@ class RecordTable:
             object.__setattr__(self, "attempt", np.full(self.start.size, -1, dtype=np.int64))
         if self.logical_id_arrow is None:
             object.__setattr__(self, "logical_id_arrow", pa.nulls(self.start.size, pa.string()))
+        if self.first_answer_token is None:
+            object.__setattr__(self, "first_answer_token", np.full(self.start.size, np.nan))
+        if self.reasoning_tokens is None:
+            object.__setattr__(self, "reasoning_tokens", np.full(self.start.size, -1, dtype=np.int64))
 
     @property
     def has_logical_ids(self) -> bool:
@@ -630,6 +653,11 @@ class RecordTable:
     def logical_id(self) -> np.ndarray:
         """Logical request IDs as an object array, None where absent."""
         return to_objects(self.logical_id_arrow)
+
+    @property
+    def has_reasoning(self) -> bool:
+        """Return True when some record has first_answer_token or reasoning_tokens (a reasoning model's run)."""
+        return bool(np.isfinite(self.first_answer_token).any() or (self.reasoning_tokens >= 0).any())
 
     @property
     def has_cached_prompt_tokens(self) -> bool:
@@ -754,6 +782,10 @@ class RecordTable:
                 rec["logical_id"] = logical[i]
             if self.attempt[i] >= 0:
                 rec["attempt"] = int(self.attempt[i])
+            if not math.isnan(self.first_answer_token[i]):
+                rec["first_answer_token"] = float(self.first_answer_token[i])
+            if self.reasoning_tokens[i] >= 0:
+                rec["reasoning_tokens"] = int(self.reasoning_tokens[i])
             for name, values in lists.items():
                 if values[i] is not None:
                     rec[name] = values[i]
@@ -781,6 +813,10 @@ class RecordTable:
             cols["logical_id"] = text_array(self.logical_id_arrow)
         if bool((self.attempt >= 0).any()):
             cols["attempt"] = pa.array(self.attempt, mask=self.attempt < 0)
+        if bool(np.isfinite(self.first_answer_token).any()):
+            cols["first_answer_token"] = pa.array(self.first_answer_token, mask=np.isnan(self.first_answer_token))
+        if bool((self.reasoning_tokens >= 0).any()):
+            cols["reasoning_tokens"] = pa.array(self.reasoning_tokens, mask=self.reasoning_tokens < 0)
         if self.token_times is not None:
             cols["token_times"] = self.token_times
         if self.token_counts is not None:
@@ -794,7 +830,7 @@ def _json_value(value: Any) -> Any:
 
 
 _NUMERIC_FIELDS = ("start", "end", "status", "first_token", "output_tokens", "admitted", "prompt_tokens",
-                   "cached_prompt_tokens", "attempt")
+                   "cached_prompt_tokens", "attempt", "first_answer_token", "reasoning_tokens")
 
 
 @dataclass(frozen=True)
@@ -842,7 +878,7 @@ def first_violation(rows: ParsedRows, window_start: float, window_end: float,
 
 _RULE_BLOCK = 1 << 18
 _RULE_NUMBERS = ("start", "end", "first_token", "status", "output_tokens", "admitted", "prompt_tokens",
-                 "cached_prompt_tokens", "attempt")
+                 "cached_prompt_tokens", "attempt", "first_answer_token", "reasoning_tokens")
 
 
 def _rule_masks(rows: ParsedRows, lo: int, hi: int, window_start: float, window_end: float,
@@ -881,6 +917,13 @@ def _rule_masks(rows: ParsedRows, lo: int, hi: int, window_start: float, window_
             bad["cached_prompt_tokens"] | (c["cached_prompt_tokens"] < 0)
             | (present["prompt_tokens"] & ~prompt_bad & (c["cached_prompt_tokens"] > c["prompt_tokens"])))
         m["attempt"] = present["attempt"] & (bad["attempt"] | (c["attempt"] < 1))
+        fa = c["first_answer_token"]  # after first_token (of either kind), at or before end
+        m["first_answer_token"] = present["first_answer_token"] & (
+            bad["first_answer_token"] | ~np.isfinite(fa) | ~present["first_token"] | (fa < f) | (fa > e))
+        r = c["reasoning_tokens"]  # part of the output tokens
+        m["reasoning_tokens"] = present["reasoning_tokens"] & (
+            bad["reasoning_tokens"] | (r < 0)
+            | (present["output_tokens"] & ~bad["output_tokens"] & (r > c["output_tokens"])))
     return m
 
 
@@ -933,6 +976,18 @@ def _explain(rows: ParsedRows, i: int, failed: dict[str, bool], tokens: tt.Token
         return Violation(i, "cached_prompt_tokens", MSG_CACHED, _int_detail(cached, i, bound))
     if failed.get("attempt"):
         return Violation(i, "attempt", MSG_ATTEMPT, _int_detail(attempt, i, "at least 1", "an attempt number"))
+    if failed.get("first_answer_token"):
+        answer = c["first_answer_token"]
+        if not ft.present[i] and not answer.bad[i] and math.isfinite(answer.values[i]):
+            detail = (f"{show(answer)} is given but first_token is missing (the first token of either kind "
+                      "comes first)")
+        else:
+            detail = _number_detail(answer, i, f"between first_token {shown(ft.values[i])} and end {shown(e[i])}")
+        return Violation(i, "first_answer_token", MSG_FIRST_ANSWER, detail)
+    if failed.get("reasoning_tokens"):
+        bound = (f"between 0 and output_tokens {shown(out.values[i])}" if out.present[i] and not out.bad[i]
+                 else "at least 0")
+        return Violation(i, "reasoning_tokens", MSG_REASONING, _int_detail(c["reasoning_tokens"], i, bound))
     if tokens is not None and tokens.bad[i]:
         field, message, detail = tokens.explain(i)
         return Violation(i, field, message, detail)
@@ -1007,6 +1062,8 @@ def build_table(rows: ParsedRows, codes: np.ndarray) -> RecordTable:
         prompt_tokens=c["prompt_tokens"].values,
         cached_prompt_tokens=c["cached_prompt_tokens"].values,
         attempt=c["attempt"].values,
+        first_answer_token=c["first_answer_token"].values,
+        reasoning_tokens=c["reasoning_tokens"].values,
         request_id=c["request_id"].values,
         logical_id=c["logical_id"].values,
         slice=c["slice"].values,
