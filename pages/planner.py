@@ -133,17 +133,18 @@ else:
     c[3].metric("Per million output tokens (USD)", fmt(best.cost_per_million_output_tokens_usd if best else None),
                 help=HELP["per_token"])
     (st.success if best else st.error)(result.reason or "")
-    st.dataframe(pd.DataFrame([{
-        "GPU": o.gpu, "TP": o.tensor_parallel, "max_num_seqs": o.max_num_seqs,
-        "capacity/replica (req/s)": o.capacity_rps_per_replica, "replicas": o.replicas, "GPUs": o.gpus_total,
-        "meets SLOs": o.meets_slo, "$/hour": o.cost_per_hour_usd, "$/M output tokens": o.cost_per_million_output_tokens_usd,
-        "limit": o.limit, "how": d.note} for o, d in zip(result.options, result.details)]),
+    st.dataframe(pd.DataFrame([{  # every number through fmt: a configuration that does not fit reads —, not None
+        "GPU": o.gpu, "TP": fmt(o.tensor_parallel), "max_num_seqs": fmt(o.max_num_seqs),
+        "capacity/replica (req/s)": fmt(o.capacity_rps_per_replica), "replicas": fmt(o.replicas),
+        "GPUs": fmt(o.gpus_total), "meets SLOs": "yes" if o.meets_slo else "no", "$/hour": fmt(o.cost_per_hour_usd),
+        "$/M output tokens": fmt(o.cost_per_million_output_tokens_usd), "limit": o.limit or fmt(None),
+        "how": d.note} for o, d in zip(result.options, result.details)]),
         hide_index=True, column_config={
-            "capacity/replica (req/s)": st.column_config.NumberColumn(help=HELP["capacity"], format="%.3g"),
-            "replicas": st.column_config.NumberColumn(help=HELP["replicas"]),
-            "GPUs": st.column_config.NumberColumn(help=HELP["gpus"]),
-            "$/hour": st.column_config.NumberColumn(help=HELP["cost"], format="%.2f"),
-            "$/M output tokens": st.column_config.NumberColumn(help=HELP["per_token"], format="%.3f"),
+            "capacity/replica (req/s)": st.column_config.TextColumn(help=HELP["capacity"]),
+            "replicas": st.column_config.TextColumn(help=HELP["replicas"]),
+            "GPUs": st.column_config.TextColumn(help=HELP["gpus"]),
+            "$/hour": st.column_config.TextColumn(help=HELP["cost"]),
+            "$/M output tokens": st.column_config.TextColumn(help=HELP["per_token"]),
             "limit": st.column_config.TextColumn(help=HELP["limit"])})
     st.caption(f"{evaluation.simulations} simulations; {evaluation.pruned} configurations ruled out without "
                f"simulating (no fit, or SLOs missed with no load); {len(evaluation.skipped)} not simulated because "

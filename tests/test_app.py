@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -768,3 +769,45 @@ def test_summary_prefix_cache_tables_are_static_and_follow_the_unit() -> None:
                                   "Prefill without a hit (ms)"]
     assert float(ms["max"].iloc[0].replace(",", "")) == pytest.approx(float(seconds["max"].iloc[0]) * 1000, rel=1e-3)
     assert "TTFT p50 with / without a hit (ms)" in _metrics(at)
+
+
+NONE_WORD = re.compile(r"\bNone\b|\bnan\b|\bNaN\b")
+RECORD_PAGES = ("summary.py", "percentiles.py", "token_timing.py", "diagnosis.py")
+
+
+def _shown_text(at: AppTest) -> list[str]:
+    """Return every text the page shows a person: Markdown, notes, metrics (with their help) and grid cells."""
+    out = [str(e.value) for kind in ("markdown", "caption", "info", "warning", "success", "error", "title",
+                                     "subheader", "header") for e in getattr(at, kind)]
+    out += [f"{m.label} {m.value} {m.proto.help}" for m in at.metric]
+    for grid in at.dataframe:
+        frame = grid.value
+        out += [str(v) for v in frame.to_numpy().ravel() if v is None or (isinstance(v, float) and v != v)]
+        out += frame.astype(str).to_numpy().ravel().tolist()
+    return [str(t) for t in out]
+
+
+@pytest.mark.parametrize("name", [None, "llmperf-individual.json", "guidellm-0.8.1-errors.json"])
+def test_no_page_shows_python_none(name: str | None) -> None:
+    """'peak 6 against the KV limit None': no data reads —, on every record page, in the diagnosis of a model
+    shape, and in the planner's options (a GPU that fits nothing had None in five cells)."""
+    leaks = []
+    for page in RECORD_PAGES:
+        at = _app()
+        if name is not None:
+            data = (IMPORTER_DATA / name).read_bytes()
+            at.file_uploader(key="records_upload").set_value((name, data, "application/json")).run()
+        at.switch_page(f"pages/{page}").run()
+        if page == "diagnosis.py":
+            at.radio(key="diag_mode").set_value("Diagnose the records in use").run()
+            leaks += [(page, t) for t in _shown_text(at) if NONE_WORD.search(t)]  # no model shape: no KV limit
+            at.selectbox(key="diag_model").set_value(at.selectbox(key="diag_model").options[1]).run()
+        assert not at.exception, page
+        leaks += [(page, t) for t in _shown_text(at) if NONE_WORD.search(t)]
+    if name is None:
+        at = _app()
+        at.switch_page("pages/planner.py").run()
+        at.button(key="plan_run").click().run()
+        assert not at.exception and at.dataframe
+        leaks += [("planner.py", t) for t in _shown_text(at) if NONE_WORD.search(t)]
+    assert leaks == []
