@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from faulty_server import FaultyServer, faulty_run
 
 from servebench.errors import ConfigError
-from servebench.load.client import LoadError, chunk_text, normalize_url, parse_sse_line
+from servebench.load.client import LoadError, normalize_url, parse_sse_line
+from servebench.records.stream_chunks import chunk_parts
 from servebench.load.generator import (HttpOutcome, LoadConfig, generator_stats, plan_requests, request_body,
                                        run_load_sync, to_record, to_send_row)
 from servebench.records.table import STATUSES, TimingRecord, parse_objects, validate
@@ -134,11 +135,14 @@ def test_parse_sse_line_kinds():
         parse_sse_line("data: [1, 2]")
 
 
-def test_chunk_text_reads_completion_and_chat_chunks():
-    assert chunk_text({"choices": [{"text": " a"}]}) == " a"
-    assert chunk_text({"choices": [{"delta": {"content": "b"}}]}) == "b"
-    assert chunk_text({"choices": [{"delta": {"role": "assistant"}}]}) == ""
-    assert chunk_text({"choices": [], "usage": {"completion_tokens": 3}}) == ""
+def test_chunk_parts_reads_completion_and_chat_chunks():
+    assert chunk_parts({"choices": [{"text": " a"}]}) == (" a", "")
+    assert chunk_parts({"choices": [{"delta": {"content": "b"}}]}) == ("b", "")
+    assert chunk_parts({"choices": [{"delta": {"role": "assistant"}}]}) == ("", "")
+    assert chunk_parts({"choices": [], "usage": {"completion_tokens": 3}}) == ("", "")
+    assert chunk_parts({"choices": [{"delta": {"reasoning_content": "hm"}}]}) == ("", "hm")
+    assert chunk_parts({"choices": [{"delta": {"reasoning": "hm", "content": None}}]}) == ("", "hm")
+    assert chunk_parts({"choices": [{"message": {"reasoning": "r", "content": "c"}}]}) == ("c", "r")
 
 
 def test_request_body_asks_for_usage_and_names_the_model():

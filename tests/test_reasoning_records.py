@@ -187,3 +187,19 @@ def test_the_json_schema_names_both_fields(capsys):
     props = json.loads(capsys.readouterr().out)["properties"]
     assert props["reasoning_tokens"]["anyOf"][0]["minimum"] == 0
     assert "first_token" in props["first_answer_token"]["description"]
+
+
+def test_the_html_report_shows_both_first_tokens():
+    from servebench.output.site import RunInput, build_site
+    table = validate(parse_objects(REASONING_RUN, "think.json"), 0.0, 6.0)
+    files = build_site([RunInput(name="think.json", path="think.json", kind="records", table=table,
+                                 window_start=0.0, window_end=6.0)])
+    page = next(v.decode() for k, v in files.items() if k.startswith("run-"))
+    assert '<section id="reasoning">' in page and 'href="#reasoning"' in page
+    assert page.count("TTFA (first answer token), s") == 2  # in the percentiles and in its own section
+    assert "57.1%" in page  # 20 of 35 output tokens were reasoning
+    plain = validate(parse_objects([{k: v for k, v in r.items() if k != "first_answer_token" and k != "reasoning_tokens"}
+                                    for r in REASONING_RUN], "plain.json"), 0.0, 6.0)
+    files = build_site([RunInput(name="plain.json", path="plain.json", kind="records", table=plain,
+                                 window_start=0.0, window_end=6.0)])
+    assert "TTFA" not in next(v.decode() for k, v in files.items() if k.startswith("run-"))

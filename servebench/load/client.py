@@ -1,9 +1,11 @@
 """The HTTP side of the load generator: one request to an OpenAI-compatible endpoint, read into an HttpOutcome.
 
 Server-sent events (``data: {...}`` lines ending with ``data: [DONE]``) from ``/v1/completions`` or
-``/v1/chat/completions``; the first content chunk is the first token, every content chunk's
-arrival time is kept, and prompt and output token counts come from ``usage``. When and how often
-requests are sent, deadlines and the run's records are :mod:`servebench.load.generator`'s concern.
+``/v1/chat/completions``; a chunk of answer or of reasoning (a reasoning model's thinking, streamed
+beside the answer: :mod:`servebench.records.stream_chunks`) is output: the first of either kind is the
+first token, every such chunk's arrival time is kept, and the first answer chunk is kept apart (the
+first answer token). Prompt, output and reasoning token counts come from ``usage``. When and how
+often requests are sent, deadlines and the run's records are :mod:`servebench.load.generator`'s concern.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
@@ -21,6 +23,7 @@ import httpx
 
 from servebench.errors import ConfigError, ServebenchError
 from servebench.records.statuses import failure_status
+from servebench.records.stream_chunks import chunk_parts, reasoning_tokens_reported
 
 API_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 ERROR_TEXT_CHARS = 200
@@ -56,7 +59,11 @@ class HttpOutcome:
     slice: str | None = None
     requested_prompt_words: int = 0
     requested_output_tokens: int = 0
-    chunk_times_s: list[float] = field(default_factory=list)
+    chunk_times_s: list[float] = field(default_factory=list)  # every chunk of answer or reasoning
+    chunk_reasoning: list[bool] = field(default_factory=list)  # per chunk: it carried reasoning and no answer
+    first_answer_s: float | None = None  # the first chunk carrying answer text (not reasoning)
+    reasoning_bytes: int = 0  # UTF-8 bytes of reasoning text received (also counted in text_bytes)
+    reported_reasoning_tokens: int | None = None  # usage.completion_tokens_details.reasoning_tokens
     # usage.completion_tokens carried by each content chunk itself (continuous usage stats), else None
     chunk_usage_tokens: list[int | None] = field(default_factory=list)
     text_bytes: int = 0
@@ -107,6 +114,39 @@ class HttpOutcome:
         if min(counts) < 1 or running[-1] != self.output_tokens:
             return None, None
         return list(times), counts  # type: ignore[return-value]
+
+    @property
+    def reasoned(self) -> bool:
+        """True when the reply showed reasoning: reasoning text, or reasoning tokens in its usage."""
+        return self.reasoning_bytes > 0 or bool(self.reported_reasoning_tokens)
+
+    def reasoning_tokens(self) -> int | None:
+        """Return the reply's reasoning tokens: the server's usage count when it fits the output, else counted
+        from the reasoning chunks where their tokens are known (``token_timing``), else None.
+
+        >>> o = HttpOutcome("r", 0.0, chunk_times_s=[0.5, 0.6, 0.9], chunk_reasoning=[True, True, False], output_tokens=3)
+        >>> o.reasoning_tokens(), HttpOutcome("r", 0.0, output_tokens=2, reported_reasoning_tokens=5).reasoning_tokens()
+        (2, None)
+        """
+        reported = self.reported_reasoning_tokens
+        if reported is not None and self.output_tokens is not None and reported <= self.output_tokens:
+            return reported
+        times, counts = self.token_timing()
+        if times is None or len(self.chunk_reasoning) != len(times):
+            return 0 if self.reasoning_bytes == 0 and reported is None and self.output_tokens is not None else None
+        per_chunk = counts if counts is not None else [1] * len(times)
+        return sum(c for c, thought in zip(per_chunk, self.chunk_reasoning) if thought)
+
+    def reasoning_fields(self) -> dict[str, Any]:
+        """Return the record's first_answer_token and reasoning_tokens (each left out when unknown).
+
+        The first answer token is kept only where the record's ordering holds (first_token <= it <= end).
+        """
+        fields: dict[str, Any] = {"reasoning_tokens": self.reasoning_tokens()}
+        fa, ft = self.first_answer_s, self.first_token_s
+        if fa is not None and ft is not None and ft <= fa <= self.end_s:
+            fields["first_answer_token"] = fa
+        return fields
 
 
 def parse_retry_after(value: str | None, now_utc: datetime | None = None) -> float | None:
@@ -164,29 +204,24 @@ def parse_sse_line(line: str) -> dict[str, Any] | Literal["done"] | None:
     return doc
 
 
-def chunk_text(doc: dict[str, Any]) -> str:
-    """Return the generated text carried by one completion or chat chunk ('' if none)."""
-    parts = []
-    for choice in doc.get("choices") or ():
-        if not isinstance(choice, dict):
-            continue
-        text = choice.get("text")
-        if text is None:
-            delta = choice.get("delta") or choice.get("message") or {}
-            text = delta.get("content") if isinstance(delta, dict) else None
-        if isinstance(text, str):
-            parts.append(text)
-    return "".join(parts)
+def reasoning_run(outcomes: Iterable[HttpOutcome]) -> bool:
+    """Whether a run measured a reasoning model: some reply showed reasoning (its records then say first_answer_token
+    and reasoning_tokens, 0 for a reply that thought nothing, so the time to first answer covers every reply)."""
+    return any(o.reasoned for o in outcomes)
 
 
 def apply_usage(out: HttpOutcome, usage: Any) -> None:
-    """Copy prompt, cached prompt and completion token counts from an OpenAI ``usage`` object, if well formed.
+    """Copy prompt, cached prompt, completion and reasoning token counts from an OpenAI ``usage`` object, if well formed.
 
     ``prompt_tokens_details.cached_tokens`` (OpenAI's and vLLM's prefix-cache hits) is kept only when
-    it is between 0 and ``prompt_tokens``.
+    it is between 0 and ``prompt_tokens``; ``completion_tokens_details.reasoning_tokens`` is read
+    beside the completion tokens, which include them.
     """
     if not isinstance(usage, dict):
         return
+    reasoning = reasoning_tokens_reported(usage)
+    if reasoning is not None:
+        out.reported_reasoning_tokens = reasoning
     prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
     if isinstance(prompt, int) and not isinstance(prompt, bool) and prompt >= 0:
         out.prompt_tokens = prompt
@@ -261,16 +296,21 @@ async def _read_stream(resp: httpx.Response, out: HttpOutcome, now: Callable[[],
             out.error = f"error event: {error_message(cause)}"
             count_partial_tokens(out)
             return
-        text = chunk_text(event)
-        if text:
+        answer, reasoning = chunk_parts(event)
+        if answer or reasoning:
             t = now()
             out.chunk_times_s.append(t)
+            out.chunk_reasoning.append(not answer)
             usage = event.get("usage")
             running = usage.get("completion_tokens") if isinstance(usage, dict) else None
             out.chunk_usage_tokens.append(running if type(running) is int else None)
-            out.text_bytes += len(text.encode("utf-8"))
+            thought = len(reasoning.encode("utf-8"))
+            out.text_bytes += len(answer.encode("utf-8")) + thought
+            out.reasoning_bytes += thought
             if out.first_token_s is None:
                 out.first_token_s = t
+            if answer and out.first_answer_s is None:
+                out.first_answer_s = t
         for choice in event.get("choices") or ():
             if isinstance(choice, dict) and choice.get("finish_reason"):
                 finish_reason = choice["finish_reason"]
@@ -292,10 +332,12 @@ async def _read_whole(resp: httpx.Response, out: HttpOutcome, now: Callable[[], 
         return
     apply_usage(out, doc.get("usage") if isinstance(doc, dict) else None)
     finish = None
-    text = chunk_text(doc) if isinstance(doc, dict) else ""
-    if text:
-        out.text_bytes = len(text.encode("utf-8"))
+    answer, reasoning = chunk_parts(doc) if isinstance(doc, dict) else ("", "")
+    if answer or reasoning:
+        out.reasoning_bytes = len(reasoning.encode("utf-8"))
+        out.text_bytes = len(answer.encode("utf-8")) + out.reasoning_bytes
         out.first_token_s = out.end_s  # the whole answer arrives at once: TTFT equals latency
+        out.first_answer_s = out.end_s if answer else None
         finish = next((c.get("finish_reason") for c in doc.get("choices") or () if isinstance(c, dict)), None)
     out.done_marker = True
     _settle(out, finish or "stop", streamed=False)

@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from servebench.errors import ConfigError
 from servebench.load.client import (API_PATHS, HttpOutcome, count_partial_tokens, discover_model, exc_text,
-                                    exchange, normalize_url)
+                                    exchange, normalize_url, reasoning_run)
 from servebench.analysis.percentiles import percentile
 from servebench.records import rundir
 from servebench.records.table import RecordTable, default_window, parse_objects, record_dict, validate
@@ -322,15 +322,17 @@ def request_body(config: LoadConfig, model: str, req: PlannedRequest) -> dict[st
     return body
 
 
-def to_record(o: HttpOutcome) -> dict[str, Any]:
+def to_record(o: HttpOutcome, reasoning: bool = False) -> dict[str, Any]:
     """Return the canonical timing record of an outcome (``start`` is the intended send time).
 
     With several workers the record also names its ``worker`` (an extra column, e.g. for ``--slice-by worker``).
+    ``reasoning``: the run measured a reasoning model (``client.reasoning_run``), so the record says its first
+    answer token and reasoning tokens.
     """
     rec = record_dict(request_id=o.request_id, start=o.intended_s, first_token=o.first_token_s, end=o.end_s,
                       status=o.status, prompt_tokens=o.prompt_tokens, output_tokens=o.output_tokens,
                       slice=o.slice, error=o.error, cached_prompt_tokens=o.cached_prompt_tokens,
-                      logical_id=o.logical_id, attempt=o.attempt)
+                      logical_id=o.logical_id, attempt=o.attempt, **(o.reasoning_fields() if reasoning else {}))
     times, counts = o.token_timing()  # each streamed chunk's arrival, and its tokens when it carried several
     if times is not None and fits(times, rec, counts):
         rec["token_times"] = times
@@ -726,7 +728,9 @@ def records_table(outcomes: Sequence[HttpOutcome], source: str = "load") -> tupl
     if not outcomes:
         raise ConfigError("the run produced no records (every planned arrival came after the duration limit)")
     workers = any(o.worker is not None for o in outcomes)  # the one extra column a load run writes
-    rows = parse_objects([to_record(o) for o in outcomes], source, strict_keys=not workers, keep_extra=workers)
+    reasoning = reasoning_run(outcomes)
+    rows = parse_objects([to_record(o, reasoning) for o in outcomes], source, strict_keys=not workers,
+                         keep_extra=workers)
     ws, we = default_window(rows)
     if not we > ws:
         we = ws + 1e-9  # one instant request: a window of zero length has no rate
@@ -778,7 +782,8 @@ def worker_count(result: LoadResult) -> int | None:
 def write_run(out_dir: str | Path, result: LoadResult, metadata: dict[str, Any]) -> Path:
     """Write the run folder (records, sends and metadata: ``records.rundir``) into ``out_dir``; return it."""
     d = Path(out_dir)
-    rundir.write_run(d, [to_record(o) for o in result.outcomes], metadata=metadata,
+    reasoning = reasoning_run(result.outcomes)
+    rundir.write_run(d, [to_record(o, reasoning) for o in result.outcomes], metadata=metadata,
                      sends=[to_send_row(o) for o in result.outcomes])
     return d
 

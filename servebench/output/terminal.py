@@ -10,7 +10,8 @@ from rich.table import Table
 
 from servebench.output.plain import NO_DATA, fmt
 from servebench.output.safetext import safe_markup
-from servebench.analysis.summary import Distribution, FairnessReport, LogicalReport, PrefixCacheReport, Report
+from servebench.analysis.summary import (Distribution, FairnessReport, LogicalReport, PrefixCacheReport, ReasoningReport,
+                                         Report)
 
 user_text = safe_markup  # every user-supplied string in a table or line goes through this
 
@@ -113,10 +114,14 @@ def print_report(console: Console, report: Report, unavailable: frozenset[str] =
         for k, v in report.by_cause.items():
             causes.add_row(user_text(k), str(v))
         console.print(causes)
+    rs = report.reasoning
     console.print(distribution_table({
-        "latency_s": report.latency_s, "ttft_s": report.ttft_s, "request_tpot_s": report.request_tpot_s,
+        "latency_s": report.latency_s, "ttft_s": report.ttft_s,
+        "ttfa_s": rs.ttfa_s if rs is not None and rs.requests else None, "request_tpot_s": report.request_tpot_s,
         "queue_wait_s": report.queue_wait_s, "prefill_s": report.prefill_s,
     }, "Successful requests"))
+    if rs is not None:
+        print_reasoning(console, rs)
     console.print(distribution_table({
         "latency_s": report.failure_aware_latency_s, "ttft_s": report.failure_aware_ttft_s,
     }, "Failure-aware (every non-success counts as +inf)"))
@@ -148,6 +153,17 @@ def print_report(console: Console, report: Report, unavailable: frozenset[str] =
         print_logical(console, report.logical)
     if report.fairness is not None:
         print_fairness(console, report.fairness)
+
+
+def print_reasoning(console: Console, rs: ReasoningReport) -> None:
+    """Print what a reasoning model's report adds: TTFT is its first token of either kind, TTFA its first answer."""
+    share = NO_DATA if rs.reasoning_token_share is None else f"{rs.reasoning_token_share:.1%}"
+    thinking = rs.reasoning_s.at(50)
+    console.print(f"[bold]Reasoning[/]: ttft_s is the first token of either kind, ttfa_s the first answer token "
+                  f"({rs.requests:,} successes say it; thinking before the answer, p50 "
+                  f"{NO_DATA if thinking is None else fmt(thinking) + ' s'}); {rs.reasoning_tokens:,} of "
+                  f"{rs.output_tokens:,} output tokens were reasoning ({share}, {rs.requests_with_reasoning_tokens:,} "
+                  "successes say)")
 
 
 def print_logical(console: Console, lg: LogicalReport) -> None:

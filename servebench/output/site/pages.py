@@ -22,7 +22,8 @@ from servebench.output.figures import records as rfig
 from servebench.records.table import STATUSES, RecordTable
 from servebench.output.plain import NO_DATA, fmt
 from servebench.output.terminal import fmt_window
-from servebench.analysis.summary import CONTRACT_FIELDS, CONTRACT_LABELS, SLO, Distribution, PrefixCacheReport, Report, build_report
+from servebench.analysis.summary import (CONTRACT_FIELDS, CONTRACT_LABELS, SLO, Distribution, PrefixCacheReport,
+                                         ReasoningReport, Report, build_report)
 from servebench.output.site.html import Markup, figure, join, key_values, nested, note, page, section, table, tag
 from servebench.output.site.inputs import RunInput
 from servebench.output.site.kvview import KvOptions, KvView, kv_section, kv_view
@@ -33,7 +34,7 @@ from servebench.output.site.retries import fairness_section, logical_section
 
 SECTION_TITLES: tuple[tuple[str, str], ...] = (
     ("warnings", "warnings"), ("summary", "summary"), ("outcomes", "outcomes"), ("work", "work"),
-    ("percentiles", "percentiles"), ("prefix_cache", "prefix cache"), ("cdfs", "CDFs"), ("tokens", "token timing"), ("timeline", "concurrency"), ("stages", "stages"),
+    ("percentiles", "percentiles"), ("reasoning", "reasoning"), ("prefix_cache", "prefix cache"), ("cdfs", "CDFs"), ("tokens", "token timing"), ("timeline", "concurrency"), ("stages", "stages"),
     ("steps", "step trace"), ("slices", "slices"), ("logical", "retries"), ("fairness", "fairness"), ("kv", "KV and diagnosis"), ("metadata", "run metadata"),
     ("quality", "data quality"),
 )
@@ -175,6 +176,21 @@ def prefix_cache_section(pc: PrefixCacheReport) -> Markup:
         id_="prefix_cache")
 
 
+def reasoning_section(rs: ReasoningReport) -> Markup:
+    """Return the reasoning section: a reasoning model's thinking before its answer, and its reasoning tokens."""
+    return section("Reasoning", key_values([
+        ("successes with a first answer token", rs.requests),
+        ("reasoning tokens (of those that say)", rs.reasoning_tokens), ("of output tokens", rs.output_tokens),
+        ("reasoning share of the output", NO_DATA if rs.reasoning_token_share is None
+         else share(rs.reasoning_token_share))]),
+        _distribution_table({"TTFA (first answer token), s": rs.ttfa_s if rs.requests else None,
+                             "thinking (first answer - first token), s": rs.reasoning_s if rs.requests else None},
+                            "Successful requests with a first answer token"),
+        tag("p", "A reasoning model streams its thinking before its answer: TTFT is its first token of either kind, "
+                 "TTFA its first answer token.", class_="muted"),
+        id_="reasoning")
+
+
 def _slo_rows(report: Report, missing: frozenset[str] | set[str] = frozenset()) -> list[tuple[object, object]]:
     s = report.slo
     if s is None:
@@ -265,11 +281,15 @@ def run_page(view: RunView, options: SiteOptions) -> str:
     parts.append(section(
         "Percentiles",
         _distribution_table({"latency, s": report.latency_s, "TTFT, s": report.ttft_s,
+                             "TTFA (first answer token), s": report.reasoning.ttfa_s
+                             if report.reasoning is not None and report.reasoning.requests else None,
                              "request TPOT, s": report.request_tpot_s, "queue wait, s": report.queue_wait_s,
                              "prefill, s": report.prefill_s}, "Successful requests (nearest rank)"),
         _distribution_table({"latency, s": report.failure_aware_latency_s, "TTFT, s": report.failure_aware_ttft_s},
                             "Failure-aware: every non-success counts as +infinity"),
         id_="percentiles"))
+    if report.reasoning is not None:
+        parts.append(reasoning_section(report.reasoning))
     if report.prefix_cache is not None:
         parts.append(prefix_cache_section(report.prefix_cache))
     if report.logical is not None:
