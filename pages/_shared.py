@@ -19,7 +19,7 @@ from streamlit import config as st_config
 from servebench.output.appsafety import Sharing, upload_size_error
 from servebench.errors import InputFormatError, RecordValidationError, ServebenchError
 from servebench.records.extra_columns import extra_columns_note, slice_by as sliced
-from servebench.output.terminal import fmt_window
+from servebench.dashboard.windows import NO_CLOCK, shared_clock, span_text, window_text
 from servebench.records.importers import FORMATS as FOREIGN_FORMATS, ImportOptions
 from servebench.records.loaders import LoadedRecords, read_bytes
 from servebench.output.figures.markdown_table import markdown_table
@@ -86,11 +86,21 @@ class Dataset:
     key: str = ""  # the file's digest and how it was read: the cache key of anything built from it
     zoom: TrimmedRecords | None = None  # what the window kept and left out
     read_as: ReadAs = ReadAs()
+    origin_s: float = 0.0  # the first request's start on the file's clock: times are shown from it
 
     @property
     def unavailable(self) -> frozenset[str]:
         """Return the metrics the importer said this file cannot give (no timestamps on a shared clock)."""
         return frozenset(self.loaded.metadata.get("unavailable_metrics") or [])
+
+    @property
+    def shared_clock(self) -> bool:
+        """Return whether the records share one clock (llmperf's, each on its own from 0 s, do not)."""
+        return shared_clock(self.unavailable)
+
+    def window_text(self) -> str:
+        """Say the window in seconds from the first request, with its clock time (or that there is none)."""
+        return window_text(self.window_start, self.window_end, self.origin_s, shared=self.shared_clock)
 
 
 def fail(exc: ServebenchError) -> NoReturn:
@@ -344,8 +354,10 @@ def _on_sample() -> None:
         set_source(sample_source(name))
 
 
-def _on_window(key: str) -> None:
-    st.session_state[f"window:{key}"] = (st.session_state[f"ws:{key}"], st.session_state[f"we:{key}"])
+def _on_window(key: str, origin_s: float) -> None:
+    """Keep the window the sidebar's inputs give, in seconds from the first request, on the file's clock."""
+    st.session_state[f"window:{key}"] = (origin_s + st.session_state[f"ws:{key}"],
+                                         origin_s + st.session_state[f"we:{key}"])
 
 
 def _query_float(name: str) -> float | None:
@@ -387,17 +399,23 @@ def _dataset(src: RecordSource, loaded: LoadedRecords, read_as: ReadAs, window: 
     full = _validate(key, loaded)
     default_ws, default_we = float(full.start.min()), float(full.end.max())
     ws, we = window if window is not None else _window(key, default_ws, default_we)
-    if widgets:
-        with st.sidebar:  # one input per line: epoch clocks need the width
-            st.number_input("Window start (s)", value=ws, key=f"ws:{key}", format="%.3f",
-                            on_change=_on_window, args=(key,))
-            st.number_input("Window end (s)", value=we, key=f"we:{key}", format="%.3f",
-                            on_change=_on_window, args=(key,))
-            st.caption(f"The data spans {fmt_window(default_ws, default_we)}. The window zooms: records not wholly "
+    shared = shared_clock(loaded.metadata.get("unavailable_metrics") or [])
+    if widgets and not shared:  # every request on its own clock from 0 s: no time span to choose
+        st.sidebar.caption(f"No window: {NO_CLOCK}, so there is no time span to choose; all {len(full):,} "
+                           "records are used.")
+        ws, we = default_ws, default_we
+    elif widgets:
+        help_ = "Seconds from the first request's start (the sidebar says when that was)."
+        with st.sidebar:
+            st.number_input("Window start (s)", value=ws - default_ws, key=f"ws:{key}", format="%.3f",
+                            on_change=_on_window, args=(key, default_ws), help=help_)
+            st.number_input("Window end (s)", value=we - default_ws, key=f"we:{key}", format="%.3f",
+                            on_change=_on_window, args=(key, default_ws), help=help_)
+            st.caption(f"{span_text(default_ws, default_we, len(full))} The window zooms: records not wholly "
                        "inside it are left out and counted.")
         ws, we = _window(key, default_ws, default_we)
     zoom = _trim(key, ws, we, full)
-    return Dataset(src, loaded, zoom.table, ws, we, key, zoom=zoom, read_as=read_as)
+    return Dataset(src, loaded, zoom.table, ws, we, key, zoom=zoom, read_as=read_as, origin_s=default_ws)
 
 
 def records_sidebar() -> Dataset:
@@ -446,7 +464,7 @@ def records_sidebar() -> Dataset:
         _share_state(ds)
     if ds.zoom is not None and ds.zoom.left_out:
         if not len(ds.table):
-            st.warning(f"The window {fmt_window(ds.window_start, ds.window_end)} keeps none of the "
+            st.warning(f"The {ds.window_text()} keeps none of the "
                        f"{ds.zoom.total:,} records: widen it in the sidebar.", icon=":material/zoom_out:")
             st.stop()
         st.info(ds.zoom.note() or "", icon=":material/zoom_in:")

@@ -12,7 +12,6 @@ from servebench.capacity import kv
 from servebench.errors import InputFormatError
 from servebench.output.plain import validation_text
 from servebench.output.plain import fmt, fmt_share
-from servebench.output.terminal import fmt_window
 from servebench.output.safetext import safe_text
 from servebench.capacity.model_presets import PRESETS, get_preset
 
@@ -123,7 +122,7 @@ mode = st.radio("Mode", ["Guided A/B walk-through", "Diagnose the records in use
 if mode == "Diagnose the records in use":
     ds = records_sidebar()
     show_reader_warnings(ds)
-    st.caption(f"{safe_text(ds.source.name)} · {len(ds.table):,} records · window {fmt_window(ds.window_start, ds.window_end)}. "
+    st.caption(f"{safe_text(ds.source.name)} · {len(ds.table):,} records · {ds.window_text()}. "
                "`admitted` splits TTFT into queue wait and prefill (without it the verdict says what it cannot "
                "tell); `prompt_tokens` gives the KV limit.")
     shape, budget, policy, cap = _shape_inputs()

@@ -10,7 +10,6 @@ from pages._prefix_cache import show_prefix_cache
 from pages._shared import (Dataset, cached_report, guarded, records_sidebar, show_reader_warnings, site_zip, slo_inputs,
                            static_table, unit_choice)
 from servebench.records.extra_columns import SLICE_COLUMN, slice_choices
-from servebench.output.terminal import fmt_window
 from servebench.output.figures.summary import (cause_frame, contract_cells, distribution_frame, fmt, fmt_share,
                                         fmt_share_of, OUTCOME_WORDS, outcome_cells, slice_frame, status_frame)
 from servebench.output.figures.retries import fairness_frame, logical_frame
@@ -109,8 +108,7 @@ def slice_tables(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 st.title("Summary")
 ds = records_sidebar()
 show_reader_warnings(ds)
-st.caption(f"{safe_text(ds.source.name)} · {len(ds.table):,} records · "
-           f"window {fmt_window(ds.window_start, ds.window_end)}")
+st.caption(f"{safe_text(ds.source.name)} · {len(ds.table):,} records · {ds.window_text()}")
 unit, scale = unit_choice()  # every time on the page in ms or s: contract fields, tables, chart axes
 slice_by = SLICE_COLUMN
 if ds.table.extra:  # columns the schema does not know (gpu, model): any can be the breakdown

@@ -187,6 +187,37 @@ def test_window_is_a_zoom_that_keeps_the_records_inside_and_says_what_it_left_ou
     assert at.query_params["we"] == "5.0"  # the zoom is in the URL
 
 
+def test_epoch_windows_read_as_seconds_from_the_first_request_and_a_file_without_times_says_so() -> None:
+    """GuideLLM's window read '1795947574.931 to 1795947585.040 s'; llmperf's, which has no times, a made-up
+    'window 0 to 1.3773 s'."""
+    at = _app()
+    data = (IMPORTER_DATA / "guidellm-0.8.1-errors.json").read_bytes()
+    at.file_uploader(key="records_upload").set_value(("guidellm.json", data, "application/json")).run()
+    assert not at.exception and not at.error
+    assert _number(at, "Window start (s)").value == 0.0
+    assert _number(at, "Window end (s)").value == pytest.approx(10.1084, abs=1e-4)
+    captions = " ".join(c.value for c in at.caption)
+    assert "window 0 to 10.108 s from the first request (sent 2026-11-29 10:19:34.931 UTC)" in captions
+    assert "The first of 41 requests was sent at 2026-11-29 10:19:34.931 UTC" in captions
+    assert "1795947574.931 to" not in captions  # the epoch appears once, as the clock's origin, never as a window
+    _number(at, "Window end (s)").set_value(5.0).run()  # five seconds after the first request
+    assert not at.exception and not at.error
+    assert float(at.query_params["we"]) == pytest.approx(1795947574.930873 + 5.0)  # the URL keeps the file's clock
+    assert "window 0 to 5 s from the first request" in " ".join(c.value for c in at.caption)
+    assert int(_metrics(at)["Requests"]) < 41
+    at.switch_page("pages/diagnosis.py").run()
+    at.radio(key="diag_mode").set_value("Diagnose the records in use").run()
+    assert "window 0 to 5 s from the first request" in " ".join(c.value for c in at.caption)
+    data = (IMPORTER_DATA / "llmperf-individual.json").read_bytes()
+    at.file_uploader(key="records_upload").set_value(("llmperf.json", data, "application/json")).run()
+    at.switch_page("pages/summary.py").run()
+    assert not at.exception and not at.error
+    assert not [n for n in at.number_input if n.label.startswith("Window")]  # nothing to choose
+    captions = " ".join(c.value for c in at.caption)
+    assert "no window: the file has no timestamps on one clock (each request is on its own, from 0 s)" in captions
+    assert "1.3773" not in captions and _metrics(at)["Requests"] == "40"
+
+
 def test_bad_upload_keeps_the_last_good_records_and_removing_it_returns_to_them() -> None:
     at = _app()
     at.selectbox(key="records_sample").select("r1_r4.json").run()
