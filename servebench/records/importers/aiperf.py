@@ -10,6 +10,13 @@ carried as ``token_times`` where they match the output tokens one to one, as the
 ``inter_chunk_latency`` lists are. The
 aggregate ``profile_export_aiperf.json`` holds no per-request data; importing it explains which file
 to use instead.
+
+A reasoning model's lines carry ``reasoning_token_count`` (AIPerf's tokenizer over the reasoning text;
+``output_token_count`` leaves it out, ``output_sequence_length`` holds both) and
+``time_to_first_output_token`` (``time_to_first_output`` before AIPerf 0.13), the time to the first
+answer token, while ``time_to_first_token`` counts a token of either kind: they become
+``reasoning_tokens`` and ``first_answer_token``. A raw line's reasoning chunks are output, as
+``servebench load`` reads them.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from typing import Any
 
 from servebench.errors import InputFormatError
 from servebench.records.statuses import failure_status
+from servebench.records.stream_chunks import chunk_parts, reasoning_tokens_reported
 from servebench.records.token_times import fits, times_from_gaps
 from servebench.records.loaded import LoadedRecords
 from servebench.records.importers.common import Document, ImportOptions, cached_tokens, count, finish, number, require_list, require_mapping
@@ -62,15 +70,21 @@ def import_document(doc: Document, source: str, options: ImportOptions = ImportO
     records, phases = [], []
     notes = {"cancelled": 0, "failed": 0, "osl_server_diff": 0, "osl_client": 0, "osl_pairs": 0,
              "credit_gap_s": 0.0, "credit_n": 0, "end_gap_s": 0.0, "no_ttft": 0, "error_event": 0, "short": 0,
-             "icl_carried": 0, "icl_left_out": 0, "raw_carried": 0, "raw_left_out": 0}
+             "icl_carried": 0, "icl_left_out": 0, "raw_carried": 0, "raw_left_out": 0, "reasoned": 0,
+             "reasoning_over": 0, "answer_early": 0}
     for i, line in enumerate(lines, start=1):
         where = f"line {i}"
         line = require_mapping(line, source, where)
         stream = _stream(line, source, where)
         rec, phase = _record(line, stream, source, where, notes)
         _add_token_times(rec, line, stream, source, where, notes, options)
+        _add_reasoning(rec, line, stream, source, where, notes, options)
         records.append(rec)
         phases.append(phase)
+    if not notes["reasoned"]:  # AIPerf 0.13 gives every streamed line a TTFO (= TTFT): no reasoning, no fields
+        for rec in records:
+            rec.pop("first_answer_token", None)
+            rec.pop("reasoning_tokens", None)
     outside = sum(p != PROFILING for p in phases)
     if outside and options.outside_window == "drop":
         records = [r for r, p in zip(records, phases) if p == PROFILING]
@@ -131,6 +145,59 @@ def _add_token_times(rec: dict[str, Any], line: Mapping[str, Any], stream: _Stre
         notes["icl_left_out"] += 1
 
 
+def _add_reasoning(rec: dict[str, Any], line: Mapping[str, Any], stream: _Stream | None, source: str, where: str,
+                   notes: dict[str, Any], options: ImportOptions) -> None:
+    """Give a success its first answer token (start + AIPerf's time to first output token; a raw line: its first
+    answer chunk) and its reasoning tokens (AIPerf's reasoning_token_count; tokens=server, or a raw line: the
+    server's usage; else a raw line's reasoning chunks where they match the output tokens one to one).
+
+    A count above the output tokens, or a first answer before the first token, is left out and counted.
+    """
+    if rec.get("status") != "success" or rec.get("first_token") is None:
+        return
+    metrics = line.get("metrics") or {}
+    client = _metric_count(metrics, ("reasoning_token_count",), source, where)
+    server = _metric_count(metrics, ("usage_reasoning_tokens",), source, where)
+    if server is None and stream is not None:
+        server = reasoning_tokens_reported(stream.usage)
+    count = (server if server is not None else client) if options.tokens == "server" or stream is not None \
+        else (client if client is not None else server)
+    out = rec.get("output_tokens")
+    if count is None and stream is not None and stream.content_s and len(stream.content_s) == out:
+        count = sum(stream.reasoning)
+    if stream is not None and any(stream.reasoning):
+        notes["reasoned"] = 1
+    if count is not None:
+        if count > 0:
+            notes["reasoned"] = 1
+        if out is None or count <= out:
+            rec["reasoning_tokens"] = count
+        else:
+            notes["reasoning_over"] += 1
+    ttfo = _metric_s(metrics, "time_to_first_output_token", source, where)
+    if ttfo is None:
+        ttfo = _metric_s(metrics, "time_to_first_output", source, where)
+    if ttfo is None and stream is not None:
+        ttfo = stream.first_answer_s
+    if ttfo is not None:
+        answer = min(rec["start"] + ttfo, rec["end"])  # as first_token: AIPerf's latency ends at its last response
+        if answer >= rec["first_token"]:
+            rec["first_answer_token"] = answer
+        else:
+            notes["answer_early"] += 1
+
+
+def _output_count(metrics: Mapping[str, Any], source: str, where: str) -> int | None:
+    """AIPerf's output tokens, reasoning included: output_sequence_length, else output_token_count (which leaves
+    reasoning out) plus reasoning_token_count."""
+    osl = _metric_count(metrics, ("output_sequence_length",), source, where)
+    if osl is not None:
+        return osl
+    out = _metric_count(metrics, ("output_token_count",), source, where)
+    reasoning = _metric_count(metrics, ("reasoning_token_count",), source, where)
+    return out if out is None or reasoning is None else out + reasoning
+
+
 def _metric_count(metrics: Mapping[str, Any], names: tuple[str, ...], source: str, where: str) -> int | None:
     for name in names:
         m = metrics.get(name)
@@ -143,7 +210,9 @@ def _metric_count(metrics: Mapping[str, Any], names: tuple[str, ...], source: st
 class _Stream:
     """What a raw-export line's responses show: content arrivals, the last usage report, an error event."""
 
-    content_s: list[float] = field(default_factory=list)  # since the request was sent
+    content_s: list[float] = field(default_factory=list)  # chunks of answer or reasoning, since the request was sent
+    reasoning: list[bool] = field(default_factory=list)  # per chunk: it carried reasoning and no answer
+    first_answer_s: float | None = None  # the first chunk carrying answer text
     last_s: float | None = None
     usage: Mapping[str, Any] | None = None
     error: Any = None
@@ -193,22 +262,15 @@ def _stream(line: Mapping[str, Any], source: str, where: str) -> _Stream | None:
             if obj.get("error") is not None:
                 st.error = obj["error"]
                 continue
-            if _has_content(obj) and at_s is not None:
+            answer, thought = chunk_parts(obj)
+            if (answer or thought) and at_s is not None:
                 st.content_s.append(at_s)
+                st.reasoning.append(not answer)
+                if answer and st.first_answer_s is None:
+                    st.first_answer_s = at_s
             if isinstance(obj.get("usage"), Mapping):
                 st.usage = obj["usage"]
     return st
-
-
-def _has_content(obj: Mapping[str, Any]) -> bool:
-    for c in obj.get("choices") or ():
-        if isinstance(c, Mapping):
-            holder = c.get("delta") or c.get("message") or {}
-            text = c.get("text") if c.get("text") is not None else (
-                holder.get("content") if isinstance(holder, Mapping) else None)
-            if isinstance(text, str) and text:
-                return True
-    return False
 
 
 def _requested_tokens(line: Mapping[str, Any]) -> int | None:
@@ -248,7 +310,7 @@ def _record(line: Mapping[str, Any], stream: _Stream | None, source: str, where:
         rec["cached_prompt_tokens"] = cached_tokens(stream.usage, source, where)
     if error is None and not md.get("was_cancelled"):
         ttft = _metric_s(metrics, "time_to_first_token", source, where)
-        out = _metric_count(metrics, ("output_sequence_length", "output_token_count"), source, where)
+        out = _output_count(metrics, source, where)
         server = _metric_count(metrics, ("usage_completion_tokens",), source, where)
         latency = _metric_s(metrics, "request_latency", source, where)
         if stream is not None:  # a raw-export line: times and counts from the responses themselves
@@ -332,6 +394,14 @@ def _warnings(notes: dict[str, Any], outside: int, options: ImportOptions) -> li
     if options.tokens == "server":
         w.append(f"{TOOL}: tokens=server: a success's output tokens are the server's usage_completion_tokens, "
                  "not AIPerf's client-tokenizer count")
+    if notes["reasoned"]:
+        w.append(f"{TOOL}: a reasoning model: TTFT is AIPerf's time_to_first_token (a token of either kind), "
+                 "first_answer_token is start + time_to_first_output_token (the first answer token), "
+                 "reasoning_tokens AIPerf's reasoning_token_count (tokens=server: the server's usage_reasoning_tokens)"
+                 + (f"; {notes['reasoning_over']} count(s) above their output tokens left out"
+                    if notes["reasoning_over"] else "")
+                 + (f"; {notes['answer_early']} first answer(s) before their first token left out"
+                    if notes["answer_early"] else ""))
     if notes["failed"]:
         w.append(f"{TOOL}: its {notes['failed']} non-successful request(s) keep only their input length "
                  "(error_isl); their TTFT and any streamed tokens are not in the export")
