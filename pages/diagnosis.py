@@ -128,7 +128,7 @@ if mode == "Diagnose the records in use":
     shape, budget, policy, cap = _shape_inputs()
     verdict = guarded(diagnosis.diagnose_records, ds.table, ds.window_start, ds.window_end, shape=shape,
                       budget_bytes=budget, policy=policy, output_cap=cap, name=ds.source.name,
-                      shared_clock=not ds.unavailable)
+                      shared_clock=ds.shared_clock)
     render_verdict(verdict)
 
 elif mode == "Diagnose a profile table":

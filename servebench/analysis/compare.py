@@ -25,10 +25,10 @@ def _num(v: float | int | None) -> str:
     return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
 
 
-def _diff(base: float | int | None, other: float | int | None) -> str:
+def difference(base: float | int | None, other: float | int | None) -> str:
     """Say other - base and the relative change, e.g. '+0.25 (+11%)'.
 
-    >>> _diff(2.0, 2.5), _diff(0, 3), _diff(None, 1.0), _diff(4, 4)
+    >>> difference(2.0, 2.5), difference(0, 3), difference(None, 1.0), difference(4, 4)
     ('+0.5 (+25%)', '+3', '—', 'same')
     """
     if base is None or other is None:
@@ -51,7 +51,7 @@ def contract_table(reports: Mapping[str, Report]) -> pd.DataFrame:
         for n, v in zip(names, values):
             row[n] = _num(v)
         for n, v in zip(names[1:], values[1:]):
-            row[f"Δ {n}"] = _diff(values[0], v)
+            row[f"Δ {n}"] = difference(values[0], v)
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -130,7 +130,7 @@ def overlaps(reports: Mapping[str, Report], qs: tuple[float, ...] = (50, 95, 99)
 def overlap_table(reports: Mapping[str, Report]) -> pd.DataFrame:
     """Return the significance hints as a table: metric, percentile, both values and the verdict."""
     return pd.DataFrame([{"metric": f"{o.metric} p{o.q:g}", "run": o.run, "baseline (s)": _num(o.base_value),
-                          "this run (s)": _num(o.value), "change": _diff(o.base_value, o.value),
+                          "this run (s)": _num(o.value), "change": difference(o.base_value, o.value),
                           "95% intervals": o.verdict} for o in overlaps(reports)])
 
 

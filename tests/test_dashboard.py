@@ -1,0 +1,95 @@
+"""servebench.dashboard: the decisions pages make beyond layout (runs to compare, windows, fcfs against fair)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, strategies as st
+
+from servebench.analysis.summary import SLO, build_report
+from servebench.dashboard.fairness import shift_headline, shift_table, tenant_shifts
+from servebench.dashboard.runs import baseline_first, comparable
+from servebench.dashboard.windows import seconds, shared_clock, span_text, window_text
+from servebench.records.loaders import read_bytes, to_table
+
+
+def _report(ttft_by_tenant: dict[str, list[float]], slo: SLO | None = None):
+    """Report on requests one second apart, each tenant's with the given TTFTs (every one succeeds)."""
+    recs, t = [], 0.0
+    for tenant, ttfts in ttft_by_tenant.items():
+        for ttft in ttfts:
+            recs.append({"start": t, "first_token": t + ttft, "end": t + ttft + 1.0, "status": "success",
+                         "output_tokens": 10, "slice": tenant})
+            t += 1.0
+    table, ws, we = to_table(read_bytes(json.dumps(recs).encode(), "tenants.json"))
+    return build_report(table, ws, we, slo)
+
+
+def test_fair_scheduling_moves_waiting_from_the_light_tenant_and_says_so() -> None:
+    before = _report({"batch": [10.0] * 8, "chat": [12.0] * 2})
+    after = _report({"batch": [11.0] * 8, "chat": [2.0] * 2})
+    shifts = tenant_shifts(before, after)
+    assert [s.tenant for s in shifts] == ["batch", "chat"]
+    chat = shifts[1]
+    assert chat.ttft_p95_s == (12.0, 2.0) and chat.ttft_p50_s == (12.0, 2.0)
+    assert chat.goodput_share == (0.2, 0.2) and chat.slo_attainment == (None, None)
+    jain = (before.fairness.jain_index, after.fairness.jain_index)
+    text = shift_headline(shifts, ("fcfs", "fair"), jain, None)
+    assert text.startswith("Under fair instead of fcfs, chat's TTFT p95 goes from 12 s to 2 s (-83%), and batch's "
+                           "TTFT p95 goes from 10 s to 11 s (+10%).")
+    assert "goodput share and Jain's index" in text and "are the same" in text
+    table = shift_table(shifts, ("fcfs", "fair")).set_index("tenant")
+    assert table.loc["chat", "TTFT p95 change"] == "-10 (-83%)"
+    assert table.loc["chat", "goodput share, fcfs"] == "20%" and table.loc["chat", "within the objective, fair"] == "—"
+
+
+def test_with_an_objective_goodput_and_jain_show_the_difference() -> None:
+    slo = SLO(ttft_s=5.0)
+    before = _report({"batch": [1.0] * 8, "chat": [12.0] * 2}, slo)
+    after = _report({"batch": [1.0] * 8, "chat": [2.0] * 2}, slo)
+    shifts = tenant_shifts(before, after)
+    jain = (before.fairness.jain_index, after.fairness.jain_index)
+    assert jain[0] < jain[1]
+    text = shift_headline(shifts, ("fcfs", "fair"), jain, 5.0)
+    assert "Within the 5 s TTFT objective: chat 0% to 100%; batch 100% to 100%" in text
+    assert "are the same" not in text
+
+
+def test_no_tenants_no_comparison() -> None:
+    r = _report({"a": [1.0]})  # one slice: no fairness section
+    assert r.fairness is None and tenant_shifts(r, r) == []
+    assert shift_headline([], ("fcfs", "fair"), (None, None), None) == "The runs have no tenants to compare."
+
+
+@given(st.dictionaries(st.text("abc", min_size=1, max_size=3), st.sampled_from(["sample", "upload", "timing run"]),
+                       max_size=8), st.booleans())
+def test_compare_offers_samples_only_when_nothing_else_is_held_or_asked(origins: dict[str, str],
+                                                                          with_samples: bool) -> None:
+    offered = comparable(origins, with_samples=with_samples)
+    own = [k for k, o in origins.items() if o != "sample"]
+    assert offered[:len(own)] == own  # the user's own, in the order opened, first
+    samples = [k for k in offered if origins[k] == "sample"]
+    assert samples == ([] if own and not with_samples else [k for k, o in origins.items() if o == "sample"])
+    for baseline in offered:
+        ordered = baseline_first(offered, baseline)
+        assert ordered[0] == baseline and sorted(ordered) == sorted(offered)
+
+
+def test_baseline_must_be_chosen() -> None:
+    with pytest.raises(ValueError, match="not among the runs chosen"):
+        baseline_first(["a"], "b")
+
+
+@given(st.floats(0, 1e6, allow_nan=False), st.floats(0, 1e5, allow_nan=False))
+def test_a_window_reads_from_the_first_request_whatever_the_clock(offset_s: float, length_s: float) -> None:
+    for origin in (0.0, 1795947574.9312):
+        text = window_text(origin + offset_s, origin + offset_s + length_s, origin)
+        assert text.startswith(f"window {seconds(offset_s)} to ")
+        assert "1795947574" not in text  # the epoch is named as a clock time, never as a window end
+    assert "2026-11-29 10:19:34.931 UTC" in span_text(1795947574.9312, 1795947585.0, 10)
+
+
+def test_a_file_without_a_shared_clock_has_no_window() -> None:
+    assert not shared_clock(["window_s"]) and shared_clock([])
+    assert window_text(0.0, 1.3773, 0.0, shared=False).startswith("no window: the file has no timestamps")
