@@ -30,6 +30,9 @@ def serve_engine(
     threads: Optional[int] = typer.Option(None, min=1, help="torch CPU threads."),
     read_timeout: float = typer.Option(30.0, min=0.001, help="A request's headers, then its body, must "
                                        "arrive within this many seconds (else 408 and the connection closes)."),
+    reasoning_tokens: int = typer.Option(0, min=0, help="Every chat reply thinks this many tokens first, streamed "
+                                         "as delta.reasoning_content like a reasoning model's (a request's "
+                                         "reasoning.tokens wins; 0: no reasoning)."),
     as_json: bool = typer.Option(False, "--json", help="Print the server's address and limits as JSON, once "
                                  "it accepts requests."),
 ) -> None:
@@ -51,14 +54,14 @@ def serve_engine(
                             max_num_batched_tokens=max_num_batched_tokens, max_waiting=max_waiting,
                             timeout_s=timeout, prefix_caching=prefix_caching)  # type: ignore[arg-type]
     service = EngineService(preset, scheduler=sched, seed=seed, device=device, threads=threads)
-    application = create_app(service, body_timeout_s=read_timeout)
+    application = create_app(service, body_timeout_s=read_timeout, reasoning_tokens=reasoning_tokens)
     sock = bind_socket(host, port)  # bound now, so --port 0 prints the port it got
     port = sock.getsockname()[1]
     model_id = f"servebench-{service.model.config.name}"
     info = {"url": http_url(host, port), "model": model_id, "device": str(service.model.device),
             "kv_budget_tokens": kv_budget_tokens, "max_num_seqs": max_num_seqs, "max_waiting": max_waiting,
             "max_num_batched_tokens": max_num_batched_tokens, "policy": policy, "timeout_s": timeout,
-            "read_timeout_s": read_timeout, "prefix_caching": prefix_caching}
+            "read_timeout_s": read_timeout, "prefix_caching": prefix_caching, "reasoning_tokens": reasoning_tokens}
 
     def announce() -> None:  # called once the engine is warm and the socket listens
         if as_json:

@@ -341,6 +341,12 @@ class ChatMessage(_Strict):
     content: str | list[TextPart] | None = None
 
 
+class ReasoningOption(_Strict):
+    """servebench's request extension: think ``tokens`` tokens before the answer (chat only), as a reasoning model does."""
+
+    tokens: int = Field(ge=0)
+
+
 class StreamOptions(_Strict):
     include_usage: bool | None = None
     continuous_usage_stats: bool | None = None  # vLLM's: usage, counted so far, in every chunk
@@ -368,6 +374,7 @@ class CompletionBody(_Strict):
     echo: bool | None = None  # completions only: the prompt's text before the reply's
     min_tokens: int | None = Field(None, ge=0)  # vLLM's; accepted only where it changes nothing (check_min_tokens)
     user: str | None = None
+    reasoning: ReasoningOption | None = None  # the reply's first tokens are reasoning (servebench's own field)
 
     @property
     def include_usage(self) -> bool:
@@ -651,12 +658,13 @@ def body_limit_bytes(max_positions: int) -> int:
 
 
 def create_app(service: EngineService, model_id: str | None = None, *, manage_service: bool = True,
-               body_timeout_s: float = READ_TIMEOUT_S) -> FastAPI:
+               body_timeout_s: float = READ_TIMEOUT_S, reasoning_tokens: int = 0) -> FastAPI:
     """Return the FastAPI app serving an :class:`~servebench.serving.engine.service.EngineService`.
 
     With ``manage_service`` the app's lifespan starts the service (warm-up, engine thread) and
     stops it at shutdown, cancelling live requests. The model id defaults to ``servebench-<preset>``.
     A request body must arrive whole within ``body_timeout_s`` and hold at most :func:`body_limit_bytes`.
+    ``reasoning_tokens``: every chat reply's first tokens are reasoning (a request's ``reasoning.tokens`` wins).
     """
     vocab = service.vocab_size
     max_positions = service.model.config.max_positions
@@ -726,6 +734,10 @@ def create_app(service: EngineService, model_id: str | None = None, *, manage_se
                 raise BadRequest(f"{len(ids)} prompt + {max_tokens} output tokens exceed the model's "
                                  f"{max_positions} positions", "context_length_exceeded", "max_tokens")
             check_min_tokens(body, max_tokens)
+            if body.reasoning is not None and not chat:
+                raise BadRequest("reasoning: the completions endpoint has no reasoning field (a reasoning model's "
+                                 "thinking streams as chat's delta.reasoning_content); use /v1/chat/completions",
+                                 "unsupported_parameter", "reasoning")
         except BadRequest as exc:
             return _error(exc.status, exc.message, "invalid_request_error", exc.code, exc.param)
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{next(counter)}"
@@ -738,7 +750,9 @@ def create_app(service: EngineService, model_id: str | None = None, *, manage_se
             return _error(status, f"request rejected: {error}", kind, error)
         except ServebenchError as exc:  # the engine is stopping or its thread failed
             return _error(503, f"the engine cannot take requests: {exc}", "server_error", "engine_unavailable")
-        shape = _Shape(rid, model_id, chat, len(ids), max_tokens, int(time.time()))
+        thinking = body.reasoning.tokens if body.reasoning is not None else (reasoning_tokens if chat and reasoning_tokens
+                                                                              else None)
+        shape = _Shape(rid, model_id, chat, len(ids), max_tokens, int(time.time()), thinking)
         reply = ReplyText(body.stop_sequences, None if sampling.ignore_eos else eos)
         echo = prompt_text(body, ids) if body.echo else ""
         extras = _Extras(body.include_usage, body.continuous_usage, echo, recorder,
@@ -775,12 +789,18 @@ class _Shape:
     prompt_tokens: int
     max_tokens: int
     created: int
+    reasoning_tokens: int | None = None  # chat: the reply's first tokens are reasoning (None: not a reasoning reply)
+
+    def thinks(self, token_index: int) -> bool:
+        """Whether the reply's token ``token_index`` (0-based) is reasoning."""
+        return self.reasoning_tokens is not None and token_index < self.reasoning_tokens
 
     def chunk(self, text: str | None, finish: str | None, first: bool = False,
-              logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
+              logprobs: dict[str, Any] | None = None, reasoning: bool = False) -> dict[str, Any]:
         if self.chat:
+            key = "reasoning_content" if reasoning else "content"  # vLLM's and SGLang's field for the thinking
             delta: dict[str, Any] = {"role": "assistant", "content": text or ""} if first else \
-                ({"content": text} if text is not None else {})
+                ({key: text} if text is not None else {})
             choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
             obj = "chat.completion.chunk"
         else:
@@ -794,6 +814,8 @@ class _Shape:
                                  "total_tokens": self.prompt_tokens + completion_tokens}
         if cached_tokens is not None:
             usage["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
+        if self.reasoning_tokens is not None:  # OpenAI's: the reasoning tokens, part of completion_tokens
+            usage["completion_tokens_details"] = {"reasoning_tokens": min(self.reasoning_tokens, completion_tokens)}
         return usage
 
 
@@ -844,7 +866,8 @@ async def _stream(handle: RequestHandle, shape: _Shape, reply: ReplyText, extras
                     continue
                 text = reply.add(token)
                 rest, finish = _finish(reply, shape)
-                doc = shape.chunk(text + rest, finish, logprobs=extras.logprobs_of(index - 1, 1))
+                doc = shape.chunk(text + rest, finish, logprobs=extras.logprobs_of(index - 1, 1),
+                                  reasoning=shape.thinks(index - 1))
                 if extras.continuous_usage:
                     doc["usage"] = shape.usage(reply.tokens)
                 yield _sse(doc)
@@ -895,12 +918,15 @@ async def _whole(handle: RequestHandle, shape: _Shape, reply: ReplyText, extras:
                               f"request ended with {outcome.status}: {outcome.error}", outcome.status,
                               outcome.error or outcome.status)
             parts.append(reply.flush())
-            text = extras.echo + "".join(parts)
+            thought = "".join(parts[:shape.reasoning_tokens or 0])
+            text = extras.echo + "".join(parts[shape.reasoning_tokens or 0:])
             finish = reply.finish or "length"
             logprobs = extras.logprobs_of(0, reply.tokens)
             if shape.chat:
-                choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": logprobs,
-                          "finish_reason": finish}
+                message = {"role": "assistant", "content": text}
+                if shape.reasoning_tokens is not None:
+                    message["reasoning_content"] = thought
+                choice = {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": finish}
             else:
                 choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}
             return {"id": shape.rid, "object": "chat.completion" if shape.chat else "text_completion",
