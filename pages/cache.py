@@ -5,7 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from pages._shared import guarded
+from pages._shared import guarded, static_table
+from servebench.dashboard.cells import cell
 from servebench.serving.cache_experiment import WORKLOADS, CacheExperiment, run_cache_experiment
 from servebench.output.plain import NO_DATA, fmt, fmt_share
 
@@ -98,8 +99,8 @@ c[2].metric("TTFT p50 with caching (s)", fmt(cmp.on.ttft_p50_s),
             delta=None if cmp.ttft_p50_change is None else f"{cmp.ttft_p50_change:+.0%}", delta_color="inverse")
 c[3].metric("Request TPOT p50 with caching (s)", fmt(cmp.on.request_tpot_p50_s),
             delta=None if cmp.tpot_p50_change is None else f"{cmp.tpot_p50_change:+.0%}", delta_color="inverse")
-table = pd.DataFrame([{"metric": m, "caching off": fmt(a), "caching on": fmt(b)} for m, a, b in cmp.rows()])
-st.dataframe(table, hide_index=True, key="cache_table")
+static_table(pd.DataFrame([{"metric": m, "caching off": cell(m, a), "caching on": cell(m, b)}
+                           for m, a, b in cmp.rows()]))
 st.caption("What caching does not change: the tokens of the answer are generated one step at a time either way, "
            "so TPOT and the decode part of latency stay; a long new response gains nothing. Cold prompts hit only "
            "when a preempted request finds its own blocks still cached; a cache smaller than the working set evicts "

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pandas as pd
 import streamlit as st
 
 from pages._shared import guarded, static_table
-from servebench.output.plain import fmt, fmt_share
+from servebench.output.plain import fmt
 from servebench.serving.retry_experiment import (BACKOFF_SHED, IMMEDIATE, NO_RETRY, retry_policies, run_variants,
                                                  scheduling_variants)
 from servebench.serving.scenario import load_scenario
 from servebench.analysis.summary import SLO, Report
+from servebench.dashboard.cells import formatted_columns
 from servebench.dashboard.fairness import shift_headline, shift_table, tenant_shifts
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "sample_data" / "scenarios"
@@ -61,10 +61,7 @@ if st.session_state.get("retries_quiz_revealed"):
 st.subheader("The retry storm under three policies")
 duration = st.slider("Seconds of arrivals", 20, 120, 60, 10, key="retries_duration",
                      help="retry_storm.yaml sends 2 requests/s for 120 s; shorter is quicker to simulate.")
-table = pd.DataFrame(guarded(_storm_rows, float(duration)))
-st.dataframe(table, hide_index=True, key="retries_table",
-             column_config={c: st.column_config.NumberColumn(format="%.3g") for c in table.columns
-                            if c not in ("policy",)})
+static_table(formatted_columns(guarded(_storm_rows, float(duration)), text=("policy",)))
 st.caption("Amplification = attempts / user requests. Rejections under shedding are cheap (no compute); "
            "timeouts are not (a seat held, tokens wasted).")
 

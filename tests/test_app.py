@@ -733,6 +733,7 @@ def test_several_uploads_are_held_and_compared_side_by_side() -> None:
     assert list(contract.columns) == ["r1_r4.json", "mine.jsonl", "Δ mine.jsonl"]
     assert contract.loc["Requests", "r1_r4.json"] == "4" and contract.loc["Requests", "mine.jsonl"] == "2"
     assert contract.loc["Requests", "Δ mine.jsonl"] == "-2 (-50%)"
+    assert contract.loc["Non-success fraction", "r1_r4.json"] == "50%"  # a share reads as Summary writes it
     outcomes = next(t for t in _tables(at) if "Offered" in t.columns).set_index("run")
     statuses = ["Completed", "Failed", "Timed out", "Cancelled", "Rejected"]
     counts = outcomes[[*statuses, "Offered"]].map(lambda v: int(v.replace(",", "")))
@@ -842,3 +843,13 @@ def test_no_page_shows_python_none(name: str | None) -> None:
         assert not at.exception and at.dataframe
         leaks += [("planner.py", t) for t in _shown_text(at) if NONE_WORD.search(t)]
     assert leaks == []
+
+
+def test_cache_experiment_table_writes_the_hit_rate_as_its_metric_does() -> None:
+    """The table said 0.792 where the metric above it says 79.2%."""
+    at = _app()
+    at.switch_page("pages/cache.py").run()
+    assert not at.exception and not at.dataframe
+    table = next(t for t in _tables(at) if "metric" in t.columns).set_index("metric")
+    assert table.loc["token hit rate", "caching on"] == _metrics(at)["Token hit rate"]
+    assert table.loc["token hit rate", "caching off"] == "—"  # no cache, no hit rate to measure

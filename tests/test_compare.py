@@ -45,3 +45,13 @@ def test_export_with_several_benchmarks_is_one_row_per_run(tmp_path) -> None:
     assert list(frame["rate (req/s)"]) == [4.0, 8.0]
     assert frame["run"].tolist() == ["run 0: constant at 4 req/s", "run 1: constant at 8 req/s"]
     assert (frame["requests"] == 41).all()  # its rate curve: test_figures_vegalite_summary.py
+
+
+def test_shares_read_as_percents_as_on_summary() -> None:
+    """Compare showed the non-success fraction as 0.09967 where Summary says 9.97%."""
+    reports = {"sample": _report("requests_sample.csv"), "r1_r4": _report("r1_r4.json")}
+    t = contract_table(reports).set_index("field")
+    assert t.loc["Non-success fraction", "sample"] == "9.97%" and t.loc["Non-success fraction", "r1_r4"] == "50%"
+    assert t.loc["Non-success fraction", "Δ r1_r4"] == "+40 pp (+402%)"
+    o = outcome_table(reports).set_index("run")
+    assert o.loc["sample", "Non-success"] == "9.97%"

@@ -25,11 +25,18 @@ def _num(v: float | int | None) -> str:
     return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
 
 
-def difference(base: float | int | None, other: float | int | None) -> str:
-    """Say other - base and the relative change, e.g. '+0.25 (+11%)'.
+def _share(v: float | None) -> str:
+    """Write a fraction as a percent, as servebench.output.plain.fmt_share does (Summary's 9.97%, not 0.09967)."""
+    return "—" if v is None else f"{v * 100:.3g}%"
+
+
+def difference(base: float | int | None, other: float | int | None, *, share: bool = False) -> str:
+    """Say other - base and the relative change, e.g. '+0.25 (+11%)'; a share's difference in percentage points.
 
     >>> difference(2.0, 2.5), difference(0, 3), difference(None, 1.0), difference(4, 4)
     ('+0.5 (+25%)', '+3', '—', 'same')
+    >>> difference(0.5, 0.2683, share=True)
+    '-23.2 pp (-46%)'
     """
     if base is None or other is None:
         return "—"
@@ -37,8 +44,11 @@ def difference(base: float | int | None, other: float | int | None) -> str:
     if d == 0:
         return "same"
     sign = "+" if d > 0 else "-"
-    text = f"{sign}{_num(abs(d))}"
+    text = f"{sign}{abs(d) * 100:.3g} pp" if share else f"{sign}{_num(abs(d))}"
     return f"{text} ({d / base:+,.0%})" if base else text
+
+
+SHARE_FIELDS = frozenset({"non_success_fraction"})  # contract fields that are fractions, shown as percents
 
 
 def contract_table(reports: Mapping[str, Report]) -> pd.DataFrame:
@@ -48,10 +58,11 @@ def contract_table(reports: Mapping[str, Report]) -> pd.DataFrame:
     for key, (label, _) in CONTRACT_LABELS.items():
         row: dict[str, str] = {"field": label}
         values = [reports[n].summary.get(key) for n in names]
+        share = key in SHARE_FIELDS
         for n, v in zip(names, values):
-            row[n] = _num(v)
+            row[n] = _share(v) if share else _num(v)
         for n, v in zip(names[1:], values[1:]):
-            row[f"Δ {n}"] = difference(values[0], v)
+            row[f"Δ {n}"] = difference(values[0], v, share=share)
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -63,7 +74,7 @@ def outcome_table(reports: Mapping[str, Report]) -> pd.DataFrame:
         row: dict[str, object] = {"run": name, "Offered": r.offered}
         for key, label in STATUS_LABELS:
             row[label] = r.by_status.get(key, 0)
-        row["Non-success"] = f"{1 - r.completed / r.offered:.1%}" if r.offered else "—"
+        row["Non-success"] = _share(1 - r.completed / r.offered if r.offered else None)
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -1,0 +1,42 @@
+"""Table cells for people: a share as a percent, every other number through the one formatter.
+
+A table whose rows or columns mix counts, seconds and fractions (the retry storm's, the cache
+experiment's) names each by its label; a label that says fraction, share, hit rate or attainment is
+a share (Retries showed 0.413 where Summary says 41.3 %, Cache 0.792 where its metric says 79.2 %).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import pandas as pd
+
+from servebench.output.plain import fmt, fmt_share
+
+SHARE_WORDS = ("fraction", "share", "hit rate", "attainment")
+
+
+def is_share(label: str) -> bool:
+    """Return whether a column or row label names a share (a fraction shown as a percent).
+
+    >>> is_share("logical success fraction"), is_share("token hit rate"), is_share("goodput, req/s")
+    (True, True, False)
+    """
+    return any(word in label.lower() for word in SHARE_WORDS)
+
+
+def cell(label: str, value: Any) -> str:
+    """Format one value by its label: a share as a percent, anything else with fmt (no data: —).
+
+    >>> cell("token hit rate", 0.792), cell("attempts", 12600), cell("amplification", 1.0), cell("x", None)
+    ('79.2%', '12,600', '1', '—')
+    """
+    if is_share(label) and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return fmt_share(float(value))
+    return fmt(value)
+
+
+def formatted_columns(rows: Iterable[dict[str, Any]], text: tuple[str, ...] = ()) -> pd.DataFrame:
+    """Return rows as a table of text, each column formatted by its name; ``text`` columns stay as they are."""
+    return pd.DataFrame([{k: (v if k in text else cell(k, v)) for k, v in row.items()} for row in rows])
