@@ -288,14 +288,15 @@ if stored_settings != settings:
 st.subheader("Capacity")
 cap = result.capacity
 reading = sweep_figs.capacity_reading(result)
-unit = "req/s" if result.mode == "rate" else "users"
+unit = sweep_figs.load_unit(result)
 c = st.columns(4)
 c[0].metric("Usable capacity", f"{reading.value} {unit}", help=f"{reading.interval}. {cap.note}.")
 c[1].metric(f"Plausible range ({unit})", "—" if reading.low is None or reading.high is None else
             sweep_figs.range_text(reading.low, reading.high),
             help="From the highest load clearly meeting the SLOs to the lowest clearly missing them, given the "
                  "requests per point (Wilson 95% intervals of each load's SLO attainment).")
-c[2].metric("Knee (p95 latency or TTFT doubles)", fmt(result.knee_load))
+c[2].metric(f"Knee ({unit})", fmt(result.knee_load),
+            help="The lowest load whose p95 latency or p95 TTFT is over twice the lowest load's.")
 c[3].metric("KV budget (tokens)", fmt(result.kv_budget_tokens))
 st.caption(f"{reading.note} Search: {cap.note}.")
 charts = sweep_charts(result)

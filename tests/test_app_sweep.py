@@ -52,6 +52,13 @@ def test_capacity_reads_with_its_interval_and_the_table_uses_labels() -> None:
     m = _metrics(at)
     # 100 requests a point cannot place 95% attainment finely: one decimal, and the range it may lie in
     assert m["Usable capacity"] == "1.0 req/s", m
+    assert "Knee (req/s)" in m  # 'Knee 0.8125' had no unit
+    marks = [layer["data"]["values"][0]["label"] for spec, _ in drawn_charts(at).values()
+             for layer in spec.get("layer", []) if layer.get("mark", {}).get("type") == "text"
+             and "label" in (layer.get("data", {}).get("values") or [{}])[0]]
+    load_marks = [label for label in marks if label.startswith(("knee", "capacity"))]
+    assert {label.split()[0] for label in load_marks} == {"knee", "capacity"}
+    assert all(label.endswith(" req/s") for label in load_marks)  # each chart's marks carry their unit
     low, high = m["Plausible range (req/s)"].split("–")
     assert float(low) <= 1.0 < float(high)
     assert any("cannot be told apart from the 95% target" in c.value for c in at.caption)

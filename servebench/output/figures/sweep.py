@@ -30,6 +30,11 @@ def _load_title(result: SweepResult) -> str:
     return "Offered load (requests/s)" if result.mode == "rate" else "Concurrent users"
 
 
+def load_unit(result: SweepResult) -> str:
+    """Return the unit of a sweep's load: requests/s for a rate sweep, users for a concurrency sweep."""
+    return "req/s" if result.mode == "rate" else "users"
+
+
 @dataclass(frozen=True)
 class Line:
     """One series of a chart: its name, y by x (None: no value there), colour and dash (plotly's names)."""
@@ -66,9 +71,10 @@ def load_marks(result: SweepResult) -> list[LoadMark]:
     """Return the sweep's capacity and knee marks (those it found), labelled on opposite sides of their lines."""
     marks = []
     if result.capacity.load is not None:
-        marks.append((result.capacity.load, f"capacity {capacity_reading(result).value}", "#2ca02c", "dash"))
+        marks.append((result.capacity.load, f"capacity {capacity_reading(result).value} {load_unit(result)}",
+                      "#2ca02c", "dash"))
     if result.knee_load is not None:
-        marks.append((result.knee_load, f"knee {result.knee_load:.3g}", "#d62728", "dot"))
+        marks.append((result.knee_load, f"knee {fmt(result.knee_load, 3)} {load_unit(result)}", "#d62728", "dot"))
     return sided(marks)
 
 
