@@ -639,10 +639,11 @@ class RecordTable:
             object.__setattr__(self, "attempt", np.full(self.start.size, -1, dtype=np.int64))
         if self.logical_id_arrow is None:
             object.__setattr__(self, "logical_id_arrow", pa.nulls(self.start.size, pa.string()))
+        # absent: one read-only marker seen n times, no memory per record (a simulation of 1M requests has neither)
         if self.first_answer_token is None:
-            object.__setattr__(self, "first_answer_token", np.full(self.start.size, np.nan))
+            object.__setattr__(self, "first_answer_token", np.broadcast_to(np.float64(np.nan), self.start.size))
         if self.reasoning_tokens is None:
-            object.__setattr__(self, "reasoning_tokens", np.full(self.start.size, -1, dtype=np.int64))
+            object.__setattr__(self, "reasoning_tokens", np.broadcast_to(np.int64(-1), self.start.size))
 
     @property
     def has_logical_ids(self) -> bool:
