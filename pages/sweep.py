@@ -16,7 +16,7 @@ from servebench.output.appsafety import SHARED_SWEEP_MAX_REQUESTS, is_long_sweep
 from servebench.errors import InputFormatError
 from servebench.serving.engine.sweep_validation import read_sweep_validation, sweep_validation_doc
 from servebench.output.figures import sweep as sweep_figs
-from servebench.output.figures.summary import fmt, fmt_share
+from servebench.output.plain import NO_DATA, fmt, fmt_share
 from servebench.capacity.model_presets import PRESETS, get_preset
 from servebench.records.steps import StepTrace, steps_from_bytes
 from servebench.serving.scenario import (FlatStep, Scenario, StepModelSpec, with_kv_budget_tokens, with_max_num_seqs,
@@ -249,7 +249,7 @@ with st.expander("Measured sweeps: `servebench load --sweep` or `validate-sweep`
         c[0].metric("Measured knee (requests/s)", fmt(vs_doc.get("measured_knee_rps")))
         c[1].metric("Simulated knee (requests/s)", fmt(vs_doc.get("simulated_knee_rps")))
         err = vs_doc.get("knee_relative_error")
-        c[2].metric("Knee error", "-" if not isinstance(err, (int, float)) else f"{err:+.1%}")
+        c[2].metric("Knee error", NO_DATA if not isinstance(err, (int, float)) else f"{err:+.1%}")
         if vs_doc.get("fit_summary"):
             st.caption(f"Simulated with the {vs_doc['fit_summary']}.")
         for name, spec in validation_charts(vs_doc).items():  # full width: a knee's label fits right of its line

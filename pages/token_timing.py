@@ -11,7 +11,7 @@ from pages._figures import prefill_charts, token_charts
 from pages._shared import (SERVER_TOKEN_FORMATS, SERVER_TOKENS_LABEL, guarded, records_sidebar,
                            server_tokens_key, show_reader_warnings)
 from servebench.serving.experiments import compare_prefill
-from servebench.output.plain import fmt
+from servebench.output.plain import fmt, fmt_share
 from servebench.serving.scenario import load_scenario
 from servebench.analysis.summary import build_report
 
@@ -45,7 +45,7 @@ else:
     c[0].metric("ITL p50", fmt(itl.at(50) if itl else None), help="Every gap between consecutive tokens of successes.")
     c[1].metric("ITL p99", fmt(itl.at(99) if itl else None))
     c[2].metric("Longest stall p95", fmt(stall.at(95) if stall else None), help="Each success's longest gap.")
-    c[3].metric("Requests stalled", "-" if stalls is None or stalls.share is None else f"{stalls.share:.1%}",
+    c[3].metric("Requests stalled", fmt_share(None if stalls is None else stalls.share),
                 help="" if stalls is None else f"Longest gap over {fmt(stalls.threshold_s)} s ({stalls.threshold_rule}).")
     c[4].metric("Request TPOT p95", fmt(report.request_tpot_s.at(95)),
                 help="A per-request average: one long stall barely moves it.")
