@@ -15,6 +15,9 @@
       classes:
         - {name: review, prompt: {kind: fixed, value: 7800}, output: {kind: fixed, value: 200}}
 
+A workload may replay a trace instead: ``workload: {trace: {path: conversation_trace.jsonl, speedup: 2}}``
+(the path relative to the scenario file; ``docs/scenarios.md`` and ``docs/traces.md`` give the fields).
+
 Validation is strict, as the README promises of records: ``chunked_prefill: "yes"`` is not a
 boolean and ``max_attempts: true`` not an integer (nothing is coerced); a key given twice in one
 mapping, a number that is not finite, and a count past what a run can use (``workload``'s bounds)
@@ -23,6 +26,7 @@ are refused with one line naming the file and the field.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Literal
 
@@ -36,7 +40,7 @@ from servebench.serving.retry import ClientSpec
 from servebench.serving.scheduler import SchedulerConfig, TenantLimit
 from servebench.capacity.stepmodel import MAX_NOISE_AUTOCORRELATION, LagsS, NoiseExcesses, NoiseFactors, StepModel
 from servebench.serving.workload import MAX_CLASSES, MAX_GENERATED, MAX_LENGTH_TOKENS, MAX_TIME_S, rate_problem
-from servebench.serving.workload import CancelSpec, WorkloadSpec  # CancelSpec is importable from here too
+from servebench.serving.workload import CancelSpec, WorkloadSpec, replay_trace  # CancelSpec is importable here too
 
 
 class AdmissionSpec(BaseModel):
@@ -378,9 +382,19 @@ def _load_files(scenario: Scenario, source: str, base_dir: Path) -> Scenario:
             raise ConfigError(f"{source}, workload.arrival.path: {exc}") from None
         arrival = arrival.model_copy(update={"start_s": [float(x) for x in table.start]})
         changed = True
+    trace = wl.trace
+    if trace is not None:  # read now, so a bad trace is refused with the scenario; its path holds from any folder
+        path = Path(trace.path) if Path(trace.path).is_absolute() else base_dir / trace.path
+        trace = trace.model_copy(update={"path": str(path)})
+        try:
+            replay_trace(wl.model_copy(update={"trace": trace}))
+        except ServebenchError as exc:
+            raise ConfigError(f"{source}, workload.trace: {exc}") from None
+        changed = True
     if not changed:
         return scenario
-    return scenario.model_copy(update={"workload": wl.model_copy(update={"classes": classes, "arrival": arrival})})
+    return scenario.model_copy(update={"workload": wl.model_copy(update={"classes": classes, "arrival": arrival,
+                                                                         "trace": trace})})
 
 
 def _read_lengths(path: Path, where: str) -> list[int]:

@@ -33,6 +33,11 @@ Prompt content, for prefix caching (``Workload.prompt_contents``; token ids from
   previous answer (its drawn output length) plus a new message (the drawn prompt less any
   shared prefix). Only open-loop arrivals take conversations.
 
+A workload may instead replay a trace (``trace: {path, format, speedup, start_s, duration_s,
+max_requests}`` in place of ``arrival`` and ``classes``): its requests arrive at the trace's times divided
+by ``speedup``, with the trace's prompt and output lengths, unchanged, and a trace with prefix block IDs
+gives prompts that share exactly those blocks (:mod:`servebench.serving.trace_replay` states the rules).
+
 Every count and time is bounded by what a run can use, so a hostile file gets a one-line error and
 memory never grows with a count the run does not reach (``docs/scenarios.md``, "Bounds"): at most
 ``MAX_GENERATED`` requests, users, shared-prefix groups and conversation turns (a run of that many
@@ -58,7 +63,9 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from servebench.errors import ConfigError
+from servebench.records.traces import FORMATS as TRACE_FORMATS
 from servebench.serving.prefix_cache import SegmentPrompt, segment_id
+from servebench.serving.trace_replay import TraceBlocks, TraceWindow, block_prompts, read_cached, select_window
 
 MAX_GENERATED = 10_000_000  # refuse workloads larger than this many requests (and users, groups, turns)
 MAX_CLASSES = 10_000  # workload classes (and named tenants) in one scenario
@@ -338,21 +345,68 @@ def replay_span_problem(start_s: list[float] | None, speed: float) -> str | None
     return None
 
 
+class TraceSpec(BaseModel):
+    """A trace to replay: which of its requests, and how fast (``trace_replay`` states the rules)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(min_length=1, description="The trace file (or a run folder of records), relative to the "
+                                                "scenario file.")
+    format: str = Field("auto", description=f"The trace's format: auto (told from its columns, as servebench trace "
+                                            f"stats does), {', '.join(TRACE_FORMATS)}.")
+    speedup: float = Field(1.0, gt=0, description="Arrival times are divided by this (2: twice the traffic, the "
+                                                  "same shape).")
+    start_s: float = Field(0.0, ge=0, le=MAX_TIME_S, description="The window replayed starts this long after the "
+                                                                 "trace's first request (trace seconds).")
+    duration_s: float | None = Field(None, gt=0, le=MAX_TIME_S, description="The window's length in trace seconds; "
+                                                                            "None: to the trace's end.")
+    max_requests: int | None = Field(None, ge=1, le=MAX_GENERATED, description="Replay only the window's first "
+                                                                               "this many requests.")
+
+    @field_validator("format")
+    @classmethod
+    def _known_format(cls, value: str) -> str:
+        if value not in ("auto", *TRACE_FORMATS):
+            raise ValueError(f"unknown trace format {value!r}: auto, {', '.join(TRACE_FORMATS)}")
+        return value
+
+    def window(self) -> TraceWindow:
+        """Return the requests this replay sends (the trace read once per process while the file is unchanged)."""
+        return select_window(read_cached(self.path, self.format), self.start_s, self.duration_s, self.max_requests)
+
+    def with_speedup(self, speedup: float) -> "TraceSpec":
+        """Return the replay at another speedup (checked: positive and finite)."""
+        if not (speedup > 0 and math.isfinite(speedup)):
+            raise ConfigError(f"speedup {speedup} must be a positive, finite number")
+        return self.model_copy(update={"speedup": float(speedup)})
+
+
+
 class WorkloadSpec(BaseModel):
-    """Arrivals (open loop) or users (closed loop), request classes, and when to stop."""
+    """Arrivals (open loop), users (closed loop) or a trace, request classes, and when to stop."""
 
     model_config = ConfigDict(extra="forbid")
 
     arrival: ArrivalSpec | None = None
     closed_loop: ClosedLoopSpec | None = None
-    classes: list[ClassSpec] = Field(min_length=1, max_length=MAX_CLASSES)
+    trace: TraceSpec | None = Field(None, description="Replay a trace's arrivals and lengths, in place of 'arrival' "
+                                                      "and 'classes'.")
+    classes: list[ClassSpec] = Field(default_factory=list, max_length=MAX_CLASSES,
+                                     description="Request classes (at least one, unless a trace gives the requests).")
     num_requests: int | None = Field(None, ge=1, le=MAX_GENERATED, description="Requests to send.")
     duration_s: float | None = Field(None, gt=0, le=MAX_TIME_S, description="Stop sending after this time, s.")
 
     @model_validator(mode="after")
     def _check(self) -> "WorkloadSpec":
+        if self.trace is not None:
+            given = [name for name in ("arrival", "closed_loop", "classes") if getattr(self, name)]
+            if given:
+                raise ValueError(f"a trace gives the arrivals and lengths: leave out {' and '.join(map(repr, given))}")
+            return self
+        if not self.classes:
+            raise ValueError("give 'classes' (at least one request class) or a 'trace' to replay")
         if (self.arrival is None) == (self.closed_loop is None):
-            raise ValueError("give exactly one of 'arrival' (open loop) and 'closed_loop'")
+            raise ValueError("give exactly one of 'arrival' (open loop), 'closed_loop' or 'trace'")
         if self.closed_loop is not None and self.num_requests is None:
             raise ValueError("a closed loop needs 'num_requests'")
         if self.closed_loop is not None and any(c.conversation is not None for c in self.classes):
@@ -368,6 +422,8 @@ class WorkloadSpec(BaseModel):
 
     def with_rate(self, rate_rps: float) -> "WorkloadSpec":
         """Return a copy with an open-loop rate (a replay is sped up to that mean rate)."""
+        if self.trace is not None:
+            raise ConfigError("a trace replays its own arrivals: set its speedup instead of a rate")
         if self.arrival is None:
             raise ConfigError("a closed-loop workload has no arrival rate; sweep its users instead")
         if self.arrival.kind == "replay":
@@ -378,6 +434,12 @@ class WorkloadSpec(BaseModel):
         else:
             arrival = self.arrival.model_copy(update={"rate_rps": rate_rps})
         return self.model_copy(update={"arrival": arrival})
+
+    def with_speedup(self, speedup: float) -> "WorkloadSpec":
+        """Return a copy replaying its trace at ``speedup``."""
+        if self.trace is None:
+            raise ConfigError("only a trace replay has a speedup; set an arrival rate or users instead")
+        return self.model_copy(update={"trace": self.trace.with_speedup(speedup)})
 
     def with_users(self, users: int) -> "WorkloadSpec":
         """Return a copy with ``users`` closed-loop users."""
@@ -417,6 +479,8 @@ class Workload:
     turn_think_s: np.ndarray | None = None  # float64, previous turn's end to this arrival, s
     content_salt: int = 0  # makes one seed's documents and messages differ from another's
     class_tenants: tuple[str | None, ...] = ()  # each class's tenant (empty: none has one)
+    trace_row: np.ndarray | None = None  # int64, a replayed request's 1-based row in its trace (None: drawn)
+    trace_blocks: TraceBlocks | None = None  # a replayed trace's prefix block IDs: the prompts' content
 
     def tenant_of(self, class_index: int) -> str | None:
         """Return the tenant of a class (None when it names none)."""
@@ -435,8 +499,15 @@ class Workload:
             nxt[self.prev_turn[later]] = later
         return nxt
 
+    @property
+    def shares_content(self) -> bool:
+        """Return True when prompts share content (documents, conversation turns or a trace's blocks)."""
+        return self.prefix_tokens is not None or self.trace_blocks is not None
+
     def prompt_contents(self) -> list[SegmentPrompt]:
-        """Return each prompt as segments: shared documents, messages and previous answers."""
+        """Return each prompt as segments: shared documents, messages and previous answers, or a trace's blocks."""
+        if self.trace_blocks is not None and self.trace_row is not None:
+            return block_prompts(self.trace_blocks, self.prompt_tokens, self.trace_row)
         n = len(self)
         salt = self.content_salt
         prompt = self.prompt_tokens.tolist()
@@ -691,14 +762,58 @@ def draw_cancellations(n: int, cancel: CancelSpec | None, rng: np.random.Generat
     return np.where(hit, rng.exponential(cancel.after_s, size=n), np.nan)
 
 
+TRACE_CLASS = "trace"  # the slice of a trace's requests in their records
+
+
+def replay_trace(spec: WorkloadSpec) -> Workload:
+    """Return a trace's window as a workload: its arrivals divided by the speedup, its lengths unchanged.
+
+    Arrivals are ``(t - start_s) / speedup`` for the trace's times ``t`` in the window, so with the defaults
+    they are the trace's own, exactly. The workload's ``num_requests`` and ``duration_s`` (run seconds) then
+    cut the replay as they cut any workload. Each request's output cap is the largest output replayed (a
+    class without ``max_output_tokens`` does the same). Raises ConfigError when the window holds no request
+    or its arrivals span past ``MAX_TIME_S``.
+    """
+    trace = spec.trace
+    assert trace is not None  # the caller's test
+    window = trace.window()
+    t = window.trace
+    index = window.index
+    arrival = (t.arrival_s[index] - trace.start_s) / trace.speedup
+    keep = index.size if spec.num_requests is None else min(index.size, spec.num_requests)
+    if spec.duration_s is not None:
+        keep = min(keep, int(np.searchsorted(arrival, spec.duration_s, side="left")))
+    index, arrival = index[:keep], arrival[:keep]
+    if index.size == 0:
+        what = "requests with output tokens" if window.left_out_zero_output else "requests"
+        raise ConfigError(f"trace {trace.path}: no {what} in the window replayed (start_s {trace.start_s:g}, "
+                          f"duration_s {trace.duration_s}, max_requests {trace.max_requests}; the workload's "
+                          f"num_requests {spec.num_requests}, duration_s {spec.duration_s})")
+    span_s = float(arrival[-1] - arrival[0])
+    if not span_s <= MAX_TIME_S:
+        raise ConfigError(f"trace {trace.path}: at speedup {trace.speedup:g} the arrivals span {span_s:.3g} s, past "
+                          f"{MAX_TIME_S:g} s where float64 seconds keep microseconds")
+    output = t.output_tokens[index]
+    blocks = replace(window, index=index).blocks()
+    n = int(index.size)
+    return Workload(arrival_s=arrival, prompt_tokens=t.prompt_tokens[index], output_tokens=output,
+                    max_output_tokens=np.full(n, int(output.max()), dtype=np.int64),
+                    class_index=np.zeros(n, dtype=np.int64), class_names=(TRACE_CLASS,), class_timeout_s=(None,),
+                    trace_row=t.row[index], trace_blocks=blocks)
+
+
 def draw_workload(spec: WorkloadSpec, rng: np.random.Generator, cancel: CancelSpec | None = None) -> DrawnWorkload:
-    """Draw the requests (open-loop arrivals, or closed-loop lengths and think times), then the cancellations.
+    """Draw the requests (open-loop arrivals, closed-loop lengths and think times, or a trace's), then the
+    cancellations.
 
     The one draw behind ``servebench simulate``, ``servebench run`` and ``servebench load``: one
     spec and seed give all three the same arrivals, lengths and prompt contents (token ids), and
     with ``cancel`` the same cancellations (the load generator's clients close their connections).
+    A trace replay draws nothing for its requests; only the cancellations come from ``rng``.
     """
-    if spec.closed_loop is not None:
+    if spec.trace is not None:
+        drawn = DrawnWorkload(replay_trace(spec))
+    elif spec.closed_loop is not None:
         plan = closed_loop_plan(spec, rng)
         drawn = DrawnWorkload(plan.requests, plan.users, plan.think_s)
     else:

@@ -50,8 +50,10 @@ def arrival_pattern(scenario: Scenario) -> str:
     if wl.closed_loop is not None:
         cl = wl.closed_loop
         return f"closed loop: {cl.users} users, {cl.think} think time of mean {cl.think_s:g} s"
+    if wl.trace is not None:
+        return f"open loop: replay of the trace {wl.trace.path} at {wl.trace.speedup:g}x speed"
     a = wl.arrival
-    assert a is not None  # WorkloadSpec allows exactly one of arrival and closed_loop
+    assert a is not None  # WorkloadSpec allows exactly one of arrival, closed_loop and trace
     if a.kind == "replay":
         return f"open loop: replay of {len(a.start_s or [])} arrival times at {a.speed:g}x speed"
     extra = f", cv {a.cv:g}" if a.kind == "gamma" else ""
