@@ -251,3 +251,49 @@ def test_search_over_users_stops_at_one_user() -> None:
     assert (cap.load, cap.upper, calls) == (None, 1.0, [])
     cap, _ = _search(3, [4.0, 8.0], mode="users")  # below the grid, by halving then bisecting
     assert (cap.load, cap.upper) == (3.0, 4.0)
+
+
+# --- a trace, swept by its speedup ------------------------------------------------------------------------------
+
+MOONCAKE = Path(__file__).resolve().parent.parent / "sample_data" / "traces" / "mooncake_conversation_300.jsonl"
+
+
+def trace_scenario(tmp_path: Path) -> Path:
+    path = tmp_path / "replay.yaml"
+    path.write_text(f"name: replay\nserver: {{kv_budget_tokens: 400000, prefix_caching: true, max_num_seqs: 64}}\n"
+                    f"step_model: {{base_s: 0.002, per_prefill_token_s: 0.00002, per_decode_seq_s: 0.0001}}\n"
+                    f"workload: {{trace: {{path: {MOONCAKE}}}}}\n")
+    return path
+
+
+def test_a_trace_is_swept_by_its_speedup_with_the_same_requests(tmp_path: Path) -> None:
+    sc = load_scenario(trace_scenario(tmp_path))
+    result = sweep(sc, [1.0, 2.0, 4.0], mode="speedup", slo=SLO(ttft_s=2.0), requests=150)
+    grid = {p.load: p for p in result.points if p.source == "grid"}
+    assert result.mode == "speedup" and all(p.offered == 150 for p in result.points)
+    # the same arrivals divided by the speedup: the offered rate scales with it exactly
+    assert grid[2.0].offered_rps == pytest.approx(2 * grid[1.0].offered_rps, rel=1e-12)
+    assert grid[4.0].offered_rps == pytest.approx(4 * grid[1.0].offered_rps, rel=1e-12)
+    assert grid[1.0].ttft_s["p95"] <= grid[4.0].ttft_s["p95"]
+    assert result.capacity.note and (result.capacity.load is None or result.capacity.load > 0)
+    with pytest.raises(ConfigError, match="replays a trace: its load is the trace.s speedup"):
+        sweep(sc, [1.0], mode="rate")
+
+
+def test_sweep_command_over_a_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    scenario = trace_scenario(tmp_path)
+    code, out, err = run_cli(capsys, "sweep", str(scenario), "--speedups", "0.5,1", "--requests", "60", "--no-search",
+                             "-o", str(tmp_path / "o"), "--json", "--figures")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["mode"] == "speedup" and [p["load"] for p in doc["points"]] == [0.5, 1.0]
+    assert "Trace speedup" in (tmp_path / "o" / "sweep_latency.html").read_text()
+    code, out, err = run_cli(capsys, "sweep", str(scenario), "--requests", "40", "--no-search", "-o",
+                             str(tmp_path / "d"))
+    assert code == 0 and "by trace speedup" in out and "2.5" in out  # the default grid: 0.25x to 2.5x
+    code, _, err = run_cli(capsys, "sweep", str(scenario), "--rates", "1,2", "-o", str(tmp_path / "r"))
+    assert code == 2 and "--speedups, not --rates" in err and err.strip().count("\n") == 0
+    code, _, err = run_cli(capsys, "sweep", str(PROFILE_B), "--speedups", "1,2", "-o", str(tmp_path / "s"))
+    assert code == 2 and "replays no trace" in err
+    code, _, err = run_cli(capsys, "simulate", str(scenario), "--rate", "2", "-o", str(tmp_path / "x"))
+    assert code == 2 and "replays a trace" in err

@@ -131,7 +131,11 @@ def sweep(
     rates: Optional[str] = typer.Option(
         None, help="Arrival rates to sweep, requests/s, e.g. 0.5,1,2,4 (default: 10 from 0.25x to 2.5x the scenario's)."),
     concurrency: Optional[str] = typer.Option(None, help="Closed-loop user counts to sweep, e.g. 1,2,4,8."),
-    requests: Optional[int] = typer.Option(2000, help="Requests per point (0: the scenario's own count)."),
+    speedups: Optional[str] = typer.Option(
+        None, help="A trace replay's speedups to sweep, e.g. 0.5,1,2 (its arrival times divided by each; default: 10 "
+                   "from 0.25x to 2.5x the scenario's)."),
+    requests: Optional[int] = typer.Option(2000, help="Requests per point (0: the scenario's own count; a trace: "
+                                                      "the first of its window)."),
     slo_ttft: Optional[float] = typer.Option(None, callback=positive_s, help="SLO on TTFT, s."),
     slo_tpot: Optional[float] = typer.Option(None, callback=positive_s, help="SLO on request TPOT, s."),
     slo_latency: Optional[float] = typer.Option(None, callback=positive_s, help="SLO on latency, s."),
@@ -147,20 +151,26 @@ def sweep(
     figures: bool = typer.Option(False, "--figures", help="Also write the sweep figures as HTML."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
 ) -> None:
-    """Sweep offered load (rates or users); report per-point outcomes and the usable capacity."""
+    """Sweep offered load (rates, users, or a trace's speedup); report per-point outcomes and the usable capacity."""
     from servebench.serving.scenario import load_scenario
     from servebench.analysis.summary import SLO
     from servebench.serving.sweep import sweep as run_sweep
     from servebench.serving.sweep import sweep_csv
 
-    from servebench.serving.sweep import check_loads, default_rates
+    from servebench.serving.sweep import LOAD_AXES, check_loads, default_rates, default_speedups, sweep_mode
 
-    if rates is not None and concurrency is not None:
-        raise ConfigError("give one of --rates and --concurrency, not both")
-    mode = "users" if concurrency is not None else "rate"
+    if sum(x is not None for x in (rates, concurrency, speedups)) > 1:
+        raise ConfigError("give one of --rates, --concurrency and --speedups, not both")
     sc = load_scenario(scenario)
+    mode = sweep_mode(sc, users=concurrency is not None)
+    if mode == "speedup" and rates is not None:
+        raise ConfigError(f"{scenario} replays a trace: sweep its speedup with --speedups, not --rates")
+    if mode != "speedup" and speedups is not None:
+        raise ConfigError(f"--speedups: {scenario} replays no trace (its workload has no 'trace'); give --rates")
     if concurrency is not None:
         loads = _parse_list(concurrency, "concurrency", True)
+    elif mode == "speedup":
+        loads = _parse_list(speedups, "speedups") if speedups is not None else default_speedups(sc)
     else:
         loads = _parse_list(rates, "rates") if rates is not None else default_rates(sc)
     check_loads(sc, loads, mode, requests or None)  # a bad rate is one line, before the progress bar starts
@@ -198,7 +208,8 @@ def sweep(
     if as_json:
         emit_json({**result.model_dump(mode="json"), "files": files})
         return
-    t = Table(title=f"Sweep of {safe_markup(sc.name)} by {'arrival rate' if mode == 'rate' else 'users'}")
+    by = {"rate": "arrival rate", "users": "users", "speedup": "trace speedup"}[mode]
+    t = Table(title=f"Sweep of {safe_markup(sc.name)} by {by} ({LOAD_AXES[mode][1]})")
     t.add_column("load", justify="right", no_wrap=True)
     for col in ("offered/s", "done/s", "rejected", "timeout", "TTFT p95", "TPOT p95", "latency p95",
                 "queue p95", "within SLOs", "peak run"):

@@ -1,8 +1,10 @@
 """Offered-load sweeps over the simulator, and the usable capacity found by search.
 
-Each point simulates the scenario at one arrival rate (open loop) or one number of users (closed
-loop) with the *same seed*, so points share their random draws (common random numbers: Poisson
-gaps scale exactly with 1 / rate) and curves are smooth. Per point: offered, accepted, completed,
+Each point simulates the scenario at one arrival rate (open loop), one number of users (closed
+loop) or one speedup of a replayed trace, with the *same seed*, so points share their random draws
+(common random numbers: Poisson gaps scale exactly with 1 / rate) and curves are smooth. A trace is
+swept by its speedup, not by a Poisson rate: every point replays the same requests with the trace's own
+bursts, its arrival times divided by the speedup, so the knee is found for the real burst pattern. Per point: offered, accepted, completed,
 rejected, timed out, throughput, p50/p95/p99 of TTFT, request TPOT, latency and queue wait (from
 ``summary.build_report``), goodput under the SLOs.
 
@@ -41,7 +43,11 @@ from servebench.analysis.retries import logical_codes
 from servebench.analysis.summary import SLO, Distribution, Report, build_report
 from servebench.serving.workload import MAX_GENERATED, ClosedLoopSpec, rate_problem
 
-Mode = Literal["rate", "users"]
+Mode = Literal["rate", "users", "speedup"]
+# each mode's load axis: its title and its unit, for tables and figures
+LOAD_AXES: dict[str, tuple[str, str]] = {"rate": ("Offered load (requests/s)", "req/s"),
+                                         "users": ("Concurrent users", "users"),
+                                         "speedup": ("Trace speedup (x its own arrival rate)", "x")}
 ProgressCallback = Callable[[int, int, "SweepPoint"], None]
 QUANTILES = (50, 95, 99)
 MAX_WIDEN = 6  # doublings (or halvings) tried when the grid does not bracket the capacity
@@ -52,7 +58,7 @@ class SweepPoint(BaseModel):
 
     model_config = ConfigDict(extra="forbid", ser_json_inf_nan="strings")
 
-    load: float = Field(description="Arrival rate (req/s) or users, as swept.")
+    load: float = Field(description="Arrival rate (req/s), users or a trace's speedup, as swept.")
     source: Literal["grid", "search"] = "grid"
     offered: int = Field(description="User (logical) requests offered; each of their attempts is a record.")
     attempted: int | None = Field(None, description="Attempts sent (records): offered times the retry "
@@ -269,10 +275,32 @@ def default_rates(scenario: Scenario, points: int = 10) -> list[float]:
     return [round(float(x), 6) for x in np.linspace(0.25 * rate, 2.5 * rate, points)]
 
 
+def default_speedups(scenario: Scenario, points: int = 10) -> list[float]:
+    """Return ``points`` speedups from 0.25x to 2.5x a trace replay's own (a default sweep grid)."""
+    trace = scenario.workload.trace
+    if trace is None:
+        raise ConfigError(f"scenario {scenario.name!r} replays no trace: give rates or user counts to sweep")
+    return [round(float(x), 6) for x in np.linspace(0.25 * trace.speedup, 2.5 * trace.speedup, points)]
+
+
+def sweep_mode(scenario: Scenario, users: bool = False) -> Mode:
+    """Return how a scenario's load is swept: a trace by its speedup, else by rate (or ``users``)."""
+    if scenario.workload.trace is not None:
+        if users:
+            raise ConfigError(f"scenario {scenario.name!r} replays a trace: sweep its speedup, not users")
+        return "speedup"
+    return "users" if users else "rate"
+
+
 def scenario_at(scenario: Scenario, load: float, mode: Mode, requests: int | None = None) -> Scenario:
-    """Return the scenario at one arrival rate or number of users (and request count)."""
+    """Return the scenario at one arrival rate, number of users or trace speedup (and request count)."""
     wl = scenario.workload
-    if mode == "rate":
+    if wl.trace is not None and mode != "speedup":
+        raise ConfigError(f"scenario {scenario.name!r} replays a trace: its load is the trace's speedup (sweep "
+                          f"--speedups), not {'a rate' if mode == 'rate' else 'users'}")
+    if mode == "speedup":
+        wl = wl.with_speedup(load)
+    elif mode == "rate":
         if wl.arrival is None:
             raise ConfigError(f"scenario {scenario.name!r} is closed loop; sweep --concurrency, not --rates")
         wl = wl.with_rate(load)
@@ -338,7 +366,7 @@ def point_from_records(table: RecordTable, window_start_s: float, window_end_s: 
     np.minimum.at(first_start, codes, table.start)
     attainment = good / users
     span = float(first_start.max() - first_start.min()) if users > 1 else 0.0
-    offered_rps = (users - 1) / span if mode == "rate" and span > 0 else users / window_s
+    offered_rps = (users - 1) / span if mode != "users" and span > 0 else users / window_s
     server_fields = {name: None for name in SERVER_FIELDS} | (server or {})
     return SweepPoint(
         load=load, source=source, offered=users, attempted=len(table),
@@ -475,7 +503,7 @@ def search_capacity(run: Callable[[float, Literal["grid", "search"]], SweepPoint
     if lo is None:  # even the lowest grid point misses: widen downward
         x = hi
         for _ in range(MAX_WIDEN):
-            x = x / 2 if mode == "rate" else float(max(1, int(x) // 2))
+            x = x / 2 if mode != "users" else float(max(1, int(x) // 2))
             if x in points and x == hi:
                 break
             evals += 1

@@ -21,18 +21,18 @@ from servebench.errors import ConfigError
 from servebench.output.figures.records import plot_label
 from servebench.output.plain import fmt, fmt_share
 from servebench.records.steps import StepTrace, parse_columns
-from servebench.serving.sweep import SweepResult
+from servebench.serving.sweep import LOAD_AXES, SweepResult
 
 MAX_TRACE_POINTS = 4000
 
 
 def _load_title(result: SweepResult) -> str:
-    return "Offered load (requests/s)" if result.mode == "rate" else "Concurrent users"
+    return LOAD_AXES[result.mode][0]
 
 
 def load_unit(result: SweepResult) -> str:
     """Return the unit of a sweep's load: requests/s for a rate sweep, users for a concurrency sweep."""
-    return "req/s" if result.mode == "rate" else "users"
+    return LOAD_AXES[result.mode][1]
 
 
 @dataclass(frozen=True)
@@ -133,7 +133,7 @@ def capacity_reading(result: SweepResult) -> CapacityReading:
     target (its Wilson 95% lower bound reaches it) to the lowest load clearly below it; the capacity is
     rounded down to that interval's width, so 0.9219 measured on 200 requests a point reads "0.9", not "0.92".
     """
-    unit = "req/s" if result.mode == "rate" else "users"
+    unit = LOAD_AXES[result.mode][1]
     cap = result.capacity
     if cap.load is None:
         below = "none found" if cap.upper is None else f"below {cap.upper:g}"
@@ -364,7 +364,7 @@ def trace_over_time(trace: StepTrace | Mapping[str, Any], kv_budget_tokens: int 
 
 def sweep_frame(result: SweepResult) -> pd.DataFrame:
     """Return the points as a table for people: labelled columns, shares as percents, numbers by ``fmt``."""
-    unit = "Load (req/s)" if result.mode == "rate" else "Users"
+    unit = {"rate": "Load (req/s)", "users": "Users", "speedup": "Speedup (x)"}[result.mode]
     rows = []
     for p in sorted(result.points, key=lambda p: p.load):
         fa = (p.failure_aware_latency_s or {}).get("p95")

@@ -18,6 +18,7 @@ from servebench.output.figures.validate_sweep import ValidationCurves
 from servebench.output.figures.vegalite import RUN_COLORS, Spec, _title, _zoom, stacked_y
 from servebench.output.figures.vegalite_lines import limit_layers, line_layers, mark_layers, series_frame
 from servebench.output.safetext import safe_text
+from servebench.serving.sweep import LOAD_AXES
 
 QUANTILE_COLORS: dict[str, str] = {"p50": "#4c78a8", "p95": "#f58518", "p99": "#54a24b"}
 METRIC_WORDS: dict[str, str] = {"latency": "Latency", "ttft": "TTFT"}
@@ -129,7 +130,7 @@ def overlay_charts(series: Sequence[SweepSeries], mode: str = "rate", height: in
     A sweep keeps its colour on all three; simulated sweeps are solid lines, measured ones dashed with diamonds.
     """
     loads = [x for s in series for x in s.loads]
-    x = _x("Offered load (requests/s)" if mode == "rate" else "Concurrent users", loads)
+    x = _x(LOAD_AXES[mode][0], loads)
     names = [safe_text(s.name) for s in series]
     charts = {}
     for key, panel, y_title, field in OVERLAY_PANELS:
