@@ -12,7 +12,7 @@ from servebench.serving.retry_experiment import (BACKOFF_SHED, IMMEDIATE, NO_RET
                                                  scheduling_variants)
 from servebench.serving.scenario import load_scenario
 from servebench.analysis.summary import SLO, Report
-from servebench.dashboard.cells import formatted_columns
+from servebench.dashboard.cells import by_row
 from servebench.dashboard.fairness import shift_headline, shift_table, tenant_shifts
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "sample_data" / "scenarios"
@@ -61,7 +61,7 @@ if st.session_state.get("retries_quiz_revealed"):
 st.subheader("The retry storm under three policies")
 duration = st.slider("Seconds of arrivals", 20, 120, 60, 10, key="retries_duration",
                      help="retry_storm.yaml sends 2 requests/s for 120 s; shorter is quicker to simulate.")
-static_table(formatted_columns(guarded(_storm_rows, float(duration)), text=("policy",)))
+static_table(by_row(guarded(_storm_rows, float(duration)), "policy"))
 st.caption("Amplification = attempts / user requests. Rejections under shedding are cheap (no compute); "
            "timeouts are not (a seat held, tokens wasted).")
 

@@ -37,6 +37,15 @@ def cell(label: str, value: Any) -> str:
     return fmt(value)
 
 
-def formatted_columns(rows: Iterable[dict[str, Any]], text: tuple[str, ...] = ()) -> pd.DataFrame:
-    """Return rows as a table of text, each column formatted by its name; ``text`` columns stay as they are."""
-    return pd.DataFrame([{k: (v if k in text else cell(k, v)) for k, v in row.items()} for row in rows])
+def by_row(rows: Iterable[dict[str, Any]], key: str) -> pd.DataFrame:
+    """Return rows turned on their side: one column per row (named by its ``key`` value), one row per measure.
+
+    A table of three policies and nine measures fits a page as nine rows of three; as three rows of ten
+    columns it runs off a 1,400 px window. Each cell is formatted by its measure's label.
+
+    >>> by_row([{"policy": "a", "attempts": 12600, "success fraction": 0.413}], "policy").to_dict("records")
+    [{'measure': 'attempts', 'a': '12,600'}, {'measure': 'success fraction', 'a': '41.3%'}]
+    """
+    rows = list(rows)
+    measures = [k for k in (rows[0] if rows else {}) if k != key]
+    return pd.DataFrame([{"measure": m, **{str(r[key]): cell(m, r.get(m)) for r in rows}} for m in measures])
