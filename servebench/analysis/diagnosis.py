@@ -54,7 +54,9 @@ from servebench.errors import ConfigError
 from servebench.analysis.percentiles import percentile
 from servebench.records.table import RecordTable
 from servebench.capacity.stepmodel import StepModel
+from servebench.analysis.server_metrics import ServerState, server_state
 from servebench.analysis.summary import build_report
+from servebench.records.server_samples import ServerSamples
 from servebench.analysis.timeline import active_counts
 
 Limit = Literal["kv_memory", "queueing", "prefill", "decode", "none", "undetermined"]
@@ -125,6 +127,8 @@ class ProfileMeasurements(BaseModel):
     shared_prefix_share: float | None = Field(
         None, ge=0, le=1, description="Share of prompt tokens prompts share with earlier ones (a prefix cache's "
                                       "reachable hit rate; from records, their cached_prompt_tokens hit rate).")
+    server: ServerState | None = Field(None, description="The server's own metrics over the window (running, "
+                                                        "waiting, KV use, preemptions); None without them.")
     shared_clock: bool = Field(True, description="False: every request on its own clock (llmperf), so there is "
                                                  "no arrival rate, concurrency or capacity in requests/s.")
 
@@ -473,6 +477,10 @@ def diagnose(m: ProfileMeasurements, *, shape: kv.ModelShape | None = None, budg
                        conditions=queue_rule),
              RuleCheck(limit="prefill", holds=holds(prefill_rule), conditions=prefill_rule)]
     winner = next((r for r in rules if r.holds), None) if symptoms else None
+    if symptoms and winner is None and not m.has_admitted and m.server is not None:  # the server's own evidence
+        server_checks = server_rules(m.server, e_growth, th)
+        rules += server_checks
+        winner = next((r for r in server_checks if r.holds), None)
     limit: Limit
     if not symptoms:
         limit = "none"
@@ -480,7 +488,8 @@ def diagnose(m: ProfileMeasurements, *, shape: kv.ModelShape | None = None, budg
             + [e_util, e_below, e_share, e_queue]
     elif winner is not None:
         limit = winner.limit
-        evidence = {"kv_memory": kv_rule + [e_util] + symptoms, "decode": decode_rule + [e_queue, e_prefill],
+        evidence = winner.conditions + symptoms if _by_server(winner) else \
+            {"kv_memory": kv_rule + [e_util] + symptoms, "decode": decode_rule + [e_queue, e_prefill],
                     "queueing": queue_rule + [e_share] + symptoms, "prefill": prefill_rule + symptoms}[limit]
     else:
         limit = "none" if m.has_admitted else "undetermined"
@@ -521,6 +530,8 @@ def diagnose(m: ProfileMeasurements, *, shape: kv.ModelShape | None = None, budg
     verdict.prefill = _prefill_text(verdict)
     verdict.experiment = _experiment(verdict, shape, budget_bytes, policy, expected_output_tokens)
     verdict.headline = _headline(verdict, symptoms, winner)
+    if winner is not None and _by_server(winner):
+        _told_by_server(verdict, winner)
     return verdict
 
 
@@ -855,19 +866,115 @@ def diagnose_records(table: RecordTable, window_start: float, window_end: float,
                      expected_output_tokens: int | None = None, deadline_s: float | None = None,
                      thresholds: Thresholds | None = None, name: str | None = None,
                      budget_tokens: int | None = None, max_num_seqs: int | None = None,
-                     step_model: StepModel | None = None, shared_clock: bool = True) -> Verdict:
+                     step_model: StepModel | None = None, shared_clock: bool = True,
+                     server_metrics: ServerSamples | None = None) -> Verdict:
     """Measure records, then diagnose them as one profile.
 
     Records without admitted times get the verdict their data supports (``cannot_tell`` says what
     is missing). ``budget_tokens`` and ``max_num_seqs`` are the server's KV budget in tokens and
     its cap on running sequences (a timing run's scenario has both); ``step_model`` a fitted one.
     ``shared_clock`` False: each record is on its own clock (an importer's ``unavailable_metrics``),
-    so no rate or capacity is given.
+    so no rate or capacity is given. ``server_metrics``: the server's Prometheus samples on the records' clock
+    (a load run's): without admitted times, they tell queueing, KV memory and decode apart (:func:`server_rules`).
     """
     m = measure(table, window_start, window_end, name=name, output_cap=output_cap, deadline_s=deadline_s,
                 require_admitted=False)
     if max_num_seqs is not None or not shared_clock:
         m = m.model_copy(update={"max_num_seqs": max_num_seqs, "shared_clock": shared_clock})
+    if server_metrics is not None:
+        m = m.model_copy(update={"server": server_state(server_metrics, window_start, window_end, max_num_seqs)})
     return diagnose(m, shape=shape, budget_bytes=budget_bytes, policy=policy,
                     expected_output_tokens=expected_output_tokens, thresholds=thresholds,
                     budget_tokens=budget_tokens, step_model=step_model)
+
+
+# --------------------------------------------------------------------------- the server's own metrics (no admitted)
+
+SERVER_KV_FULL = 0.9  # KV-cache use at or above this at p95: memory is full (AIPerf reads > 0.9 as a capacity limit)
+SERVER_QUEUE_SHARE = 0.5  # a request waiting in at least half the window's scrapes: the queue persists
+SERVER_AT_CEILING = 0.8  # running at its ceiling in at least this share of the scrapes with a queue
+SERVER_BATCH_FULL = 0.5  # running at its ceiling in at least half the scrapes: a full batch
+SERVER_NO_QUEUE = 0.1  # a request waiting in under a tenth of the scrapes: no queue
+SERVER = "server "  # the prefix of a measurement the server's metrics gave
+
+
+def _pct_of(x: float | None) -> str:
+    return NO_DATA if x is None else f"{x:.0%}"
+
+
+def server_rules(state: ServerState, tpot_growth: Evidence, th: Thresholds) -> list[RuleCheck]:
+    """Return the rules the server's own metrics decide, in precedence order (kv_memory, decode, queueing).
+
+    For records without admitted times, which cannot split TTFT into queue wait and prefill:
+
+    * kv_memory: KV-cache use p95 >= 0.9 with preemptions in the window (or, with none, with the queue
+      persisting: admission waits for memory);
+    * decode: a full batch (running at >= 90% of its ceiling in at least half the scrapes), no queue
+      (a request waiting in under a tenth of them) and TPOT growing with load (the records' rule);
+    * queueing: a request waiting in at least half the scrapes while running sits at its ceiling (in at
+      least 80% of those), and the KV cache not full: a cap on running requests, not memory.
+
+    Each condition quotes the metric and its value. ``th`` is the records' thresholds (TPOT growth's).
+    """
+    n = state.scrapes
+    kv_name, wait_name, run_name = state.kv_metric, state.waiting_metric, state.running_metric
+    e_kv = _ev(f"{SERVER}{kv_name} p95", state.kv_usage_p95, ">=", SERVER_KV_FULL,
+               f"KV cache {_pct_of(state.kv_usage_p95)} in use at p95 (max {_pct_of(state.kv_usage_max)})")
+    e_kv_room = _ev(f"{SERVER}{kv_name} p95", state.kv_usage_p95, "<", SERVER_KV_FULL,
+                    f"KV cache {_pct_of(state.kv_usage_p95)} in use at p95: memory is not what caps the batch")
+    e_pre = _ev(f"{SERVER}{state.preemptions_metric} increase", state.preemptions, ">", 0,
+                f"{_n(state.preemptions)} requests preempted in the window")
+    e_queue = _ev(f"{SERVER}{wait_name}: share of scrapes with one waiting", state.waiting_share, ">=",
+                  SERVER_QUEUE_SHARE, f"requests waiting in {_pct_of(state.waiting_share)} of {n} scrapes (mean "
+                                      f"{_n(state.waiting_mean)}, max {_n(state.waiting_max)})")
+    e_ceiling = _ev(f"{SERVER}{run_name}: share at its ceiling while one waits", state.full_while_waiting, ">=",
+                    SERVER_AT_CEILING, f"running at its ceiling of {_n(state.running_max)} in "
+                                       f"{_pct_of(state.full_while_waiting)} of the scrapes with a queue")
+    e_full = _ev(f"{SERVER}{run_name}: share of scrapes at its ceiling", state.running_full_share, ">=",
+                 SERVER_BATCH_FULL, f"batch at its ceiling of {_n(state.running_max)} in "
+                                    f"{_pct_of(state.running_full_share)} of {n} scrapes (mean {_n(state.running_mean)})")
+    e_no_queue = _ev(f"{SERVER}{wait_name}: share of scrapes with one waiting", state.waiting_share, "<",
+                     SERVER_NO_QUEUE, f"requests waiting in only {_pct_of(state.waiting_share)} of {n} scrapes")
+    kv_rule = [e_kv, e_pre if e_pre.crossed or not e_queue.crossed else e_queue]
+    checks = [(kv_rule, "kv_memory"), ([e_full, e_no_queue, tpot_growth], "decode"),
+              ([e_queue, e_ceiling] + ([e_kv_room] if e_kv_room.crossed is not None else []), "queueing")]
+    return [RuleCheck(limit=limit, holds=all(e.crossed for e in conds), conditions=conds)  # type: ignore[arg-type]
+            for conds, limit in checks]
+
+
+def _by_server(rule: RuleCheck) -> bool:
+    """Return whether a rule is one of :func:`server_rules` (its conditions quote the server's metrics)."""
+    return any(c.measurement.startswith(SERVER) for c in rule.conditions)
+
+
+def _told_by_server(v: Verdict, winner: RuleCheck) -> None:
+    """Say, in place, that the server's metrics decided the verdict: summary, what cannot be told, the experiment."""
+    s = v.measurements.server
+    assert s is not None
+    said = "; ".join(c.note for c in winner.conditions if c.crossed)
+    v.summary = f"{LIMIT_WORDS[v.limit].capitalize()}, from the server's own metrics: {said}."
+    v.explanation += " The records have no admitted times; the server's metrics decided."
+    v.cannot_tell = ["the records have no admitted times, so TTFT is not split into queue wait and prefill; the "
+                     "server's metrics told the limits apart instead (the evidence quotes them)",
+                     *v.cannot_tell[1:]]
+    ceiling = _n(s.running_max)
+    if v.limit == "kv_memory":
+        v.experiment = Experiment(
+            action="Rerun at the same arrival rate with more KV memory (a higher --gpu-memory-utilization, an fp8 "
+                   "KV cache, shorter outputs) or fewer running requests (vLLM --max-num-seqs).",
+            confirm=f"{s.kv_metric} stays below {SERVER_KV_FULL:g}, {s.preemptions_metric} stops rising and the "
+                    "queue drains.",
+            refute=f"KV use falls but {s.waiting_metric} stays up with running at {ceiling}: a cap on running "
+                   "requests binds (queueing).")
+    elif v.limit == "queueing":
+        v.experiment = Experiment(
+            action=f"Raise the server's cap on running requests above {ceiling} (vLLM --max-num-seqs, SGLang "
+                   "--max-running-requests), keeping the arrival rate.",
+            confirm=f"{s.running_metric} rises above {ceiling}, {s.waiting_metric} drains and TTFT p95 falls.",
+            refute=f"{s.running_metric} stays at {ceiling}: the cap is elsewhere (KV memory, or the scheduler's "
+                   "token budget).")
+    else:
+        v.experiment = Experiment(
+            action=f"Cap running requests at half of {ceiling} (or halve the arrival rate).",
+            confirm="TPOT falls back toward its unloaded value.",
+            refute="TPOT stays where it is: decode speed is not bound by the batch.")

@@ -14,10 +14,13 @@ from typing import Any
 
 import pyarrow as pa
 
+from servebench.errors import InputFormatError
 from servebench.analysis.retries import read_tenant_weights
+from servebench.analysis.server_metrics import attach
 from servebench.analysis.summary import build_report
 from servebench.records.extra_columns import slice_by
 from servebench.records.loaders import read_path, to_table
+from servebench.records.rundir import server_samples
 from servebench.records.recordset import (SetSummary, choose_engine, find_parts, is_record_set, parse_size,
                                           read_set, set_warnings, table_of_set)
 
@@ -40,9 +43,13 @@ def summarize_path(path: str | Path, fmt: str = "auto", window_start: float | No
     if chosen == "duckdb":
         from servebench.analysis.duckdb_engine import EngineRefused, summarize_set  # imports duckdb: only when chosen
         try:
-            return summarize_set(record_set, fmt, window_start, window_end, slo,  # type: ignore[arg-type]
+            done = summarize_set(record_set, fmt, window_start, window_end, slo,  # type: ignore[arg-type]
                                  slice_column, memory_limit, progress, engine_note=note, weights=weights,
                                  warmup_s=warmup_s)
+            samples, problem = _server_samples(path, single)
+            attach(done.report, samples)
+            done.warnings.extend(problem)
+            return done
         except EngineRefused as refused:  # asked for by name, the refusal is the error; chosen for size, memory
             if engine == "duckdb":
                 raise
@@ -70,7 +77,19 @@ def summarize_path(path: str | Path, fmt: str = "auto", window_start: float | No
     pa.default_memory_pool().release_unused()
     progress(f"summarizing {len(table):,} records")
     report = build_report(table, ws, we, slo, weights=weights, warmup_s=warmup_s)
-    return SetSummary(report, warnings + report.warnings(), unavailable, list(table.extra), "memory", note)
+    samples, problem = _server_samples(path, single)
+    attach(report, samples)  # a load run's scrapes of the server, if kept
+    return SetSummary(report, warnings + report.warnings() + problem, unavailable, list(table.extra), "memory", note)
+
+
+def _server_samples(path: str | Path, single: bool) -> tuple[Any, list[str]]:
+    """Return the server metrics kept with one file or run folder (None for a record set) and a warning if unreadable."""
+    if not single:
+        return None, []
+    try:
+        return server_samples(path), []
+    except InputFormatError as exc:
+        return None, [f"server metrics not read: {exc}"]
 
 
 __all__ = ["SetSummary", "summarize_path"]

@@ -19,6 +19,7 @@ from servebench.errors import ConfigError
 from fractions import Fraction
 
 from servebench.analysis.exact_sum import exact_total, mean_of
+from servebench.analysis.server_metrics import ServerMetricsReport
 from servebench.analysis.percentiles import (PercentileEstimate, estimate_ranks, estimate_sorted, nearest_rank,
                                              percentile, select_ranks, sort_is_cheaper)
 from servebench.records.table import (MSG_EMPTY, STATUSES, SUCCESS, RecordTable, check_window, first_violation,
@@ -429,6 +430,9 @@ class Report(BaseModel):
     reasoning: ReasoningReport | None = Field(
         None, description="Time to first answer token and reasoning tokens; None when no record has "
                           "first_answer_token or reasoning_tokens.")
+    server_metrics: ServerMetricsReport | None = Field(
+        None, description="The server's own Prometheus metrics over the window, beside the client's times; None "
+                          "when the run kept none (servebench.analysis.server_metrics).")
     slices: dict[str, "Report"] = Field(default_factory=dict)
 
     def warnings(self) -> list[str]:

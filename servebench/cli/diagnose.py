@@ -112,7 +112,8 @@ def _timing_run_server(path: Path, records: Any, use_budget: bool) -> dict[str, 
 
 @app.command("diagnose")
 def diagnose_command(
-    file: Path = typer.Argument(..., help="A profile table (JSON with 'profiles') or a record file with admitted times."),
+    file: Path = typer.Argument(..., help="A profile table (JSON with 'profiles'), a record file with admitted times, "
+                                          "or a run folder (a load run's server metrics stand in for admitted times)."),
     model: Optional[str] = typer.Option(None, "--model", help="Preset model shape (see servebench kv --list-models)."),
     config: Optional[Path] = typer.Option(None, "--config", help="A Hugging Face config.json."),
     layers: Optional[int] = typer.Option(None, help="Layers (explicit shape)."),
@@ -154,6 +155,7 @@ def diagnose_command(
         kind = "profile table"
     else:
         from servebench.records.loaders import read_path, to_table
+        from servebench.records.rundir import server_samples  # a load run's scrapes of the server's metrics
         loaded = read_path(file, format)
         records, ws, we = to_table(loaded, window_start, window_end)
         th = Thresholds(ttft_objective_s=ttft_objective_s) if ttft_objective_s is not None else None
@@ -164,7 +166,8 @@ def diagnose_command(
                                      output_cap=output_cap, expected_output_tokens=expected_output_tokens,
                                      deadline_s=deadline_s, thresholds=th, name=name or file.name,
                                      budget_tokens=server.get("budget_tokens"),
-                                     max_num_seqs=server.get("max_num_seqs"), step_model=server.get("step_model"))]
+                                     max_num_seqs=server.get("max_num_seqs"), step_model=server.get("step_model"),
+                                     server_metrics=server_samples(file))]
         kind = "records"
     if as_json:
         emit_json({"source": str(file), "input": kind,

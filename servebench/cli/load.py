@@ -7,7 +7,7 @@ import json
 import signal
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 import numpy as np
 import typer
@@ -174,7 +174,8 @@ def _worker_table(stats: Any) -> Table:
 
 
 def _run_workers(config: Any, plan: list[Any], spec: Any, seed: int, out_dir: Path, workers: int,
-                 ray_address: str | None, use_ray: bool, show_progress: bool, source: str, cancel: Any = None) -> Any:
+                 ray_address: str | None, use_ray: bool, show_progress: bool, source: str, cancel: Any = None,
+                 scrape: Any = None) -> Any:
     """Send the plan from several workers (processes, or Ray actors) sharing its schedule; write the run.
 
     Ctrl-C or SIGTERM stops the worker processes' runs and writes what they gathered, marked interrupted, as one
@@ -199,12 +200,23 @@ def _run_workers(config: Any, plan: list[Any], spec: Any, seed: int, out_dir: Pa
         except (KeyboardInterrupt, RunStopped) as exc:
             name = exc.signal_name if isinstance(exc, RunStopped) else "SIGINT"
             console.print(f"[yellow]interrupted ({name}):[/] the workers were stopped; nothing was written")
+            if scrape is not None:
+                scrape.finish(None)
             raise SystemExit(_signal_exit(name)) from None
+    samples, metrics_meta = _scraped(scrape, result)
     if result.stopped_by is not None:
-        _write_interrupted(out_dir, result, run_metadata(result, spec, seed, source, cancel))
+        _write_interrupted(out_dir, result, run_metadata(result, spec, seed, source, cancel) | metrics_meta, samples)
         raise SystemExit(_signal_exit(result.stopped_by))
-    write_run(out_dir, result, run_metadata(result, spec, seed, source, cancel))
+    write_run(out_dir, result, run_metadata(result, spec, seed, source, cancel) | metrics_meta, samples)
     return result
+
+
+def _scraped(scrape: Any, result: Any) -> tuple[Any, dict[str, Any]]:
+    """Finish a run's scraping: its samples on the run's clock and metadata.json's ``server_metrics`` entry."""
+    if scrape is None:
+        return None, {}
+    samples, report = scrape.finish(result.t0_monotonic_s)
+    return samples, {"server_metrics": report.model_dump(mode="json", exclude_none=True)}
 
 
 def _signal_exit(signal_name: str) -> int:
@@ -212,7 +224,7 @@ def _signal_exit(signal_name: str) -> int:
     return 128 + signal.Signals[signal_name].value
 
 
-def _write_interrupted(out_dir: Path, result: Any, metadata: dict[str, Any]) -> None:
+def _write_interrupted(out_dir: Path, result: Any, metadata: dict[str, Any], server_metrics: Any = None) -> None:
     """Write a run a signal cut short (if any request had ended), marked so in its metadata, and say so.
 
     The caller then exits with :func:`_signal_exit` (typer.Exit would be swallowed by cli.main, standalone_mode off).
@@ -222,20 +234,25 @@ def _write_interrupted(out_dir: Path, result: Any, metadata: dict[str, Any]) -> 
     if not result.outcomes:
         console.print(f"[yellow]interrupted ({result.stopped_by}):[/] no request had ended; nothing was written")
         return
-    write_run(out_dir, result, {**metadata, "interrupted": True, "interrupted_by": result.stopped_by})
+    write_run(out_dir, result, {**metadata, "interrupted": True, "interrupted_by": result.stopped_by}, server_metrics)
     console.print(f"[yellow]interrupted ({result.stopped_by}):[/] wrote the {len(result.outcomes)} outcomes gathered "
                   f"to {safe_markup(str(out_dir))}")
 
 
 def _run_one(url: str, spec: Any, seed: int, out_dir: Path, cfg_kwargs: dict[str, Any], show_progress: bool,
              label: str = "requests", workers: int = 1, ray_address: str | None = None,
-             use_ray: bool = False, cancel: Any = None) -> tuple[Any, Any, float, float]:
-    """Plan, send, write the run directory; return (result, table, window start, window end).
+             use_ray: bool = False, cancel: Any = None,
+             metrics: Any = None) -> tuple[Any, Any, float, float, Any]:
+    """Plan, send, write the run directory; return (result, table, window start, window end, scrape).
+
+    ``scrape`` is (the server's samples on the run's clock or None, the ScrapeReport saying how they were gathered).
 
     Ctrl-C or SIGTERM cancels the requests in flight; what was gathered is still written, marked interrupted, then
     exit 130 (SIGINT) or 143 (SIGTERM).
     With ``workers`` > 1 or ``use_ray`` the plan is shared by several workers (:mod:`servebench.load.workers`).
     ``cancel``: the clients that give up (a CancelSpec), drawn into the plan as the simulator draws them.
+    ``metrics`` (a MetricsOptions): the server's Prometheus metrics scraped through the run
+    (:mod:`servebench.load.server_metrics`; None: none), written beside the records.
     """
     from servebench.load.generator import (LoadConfig, RunState, RunStopped, records_table, result_from_state,
                                            run_load_sync, run_metadata, workload_plan, write_run)
@@ -244,14 +261,19 @@ def _run_one(url: str, spec: Any, seed: int, out_dir: Path, cfg_kwargs: dict[str
     users = spec.closed_loop.users if spec.closed_loop is not None else None
     config = LoadConfig(url=url, users=users, duration_s=spec.duration_s, **cfg_kwargs)
     source = "--model" if cfg_kwargs.get("model") else "/v1/models"
+    if (workers > 1 or use_ray) and users is not None:
+        raise ConfigError("--workers and --ray share one open-loop schedule; closed loop (--users) runs in "
+                          "one process")
+    from servebench.load.server_metrics import RunScrape
+    scrape = RunScrape(url, metrics)  # its own thread: it never waits on, nor delays, a send
     if workers > 1 or use_ray:
-        if users is not None:
-            raise ConfigError("--workers and --ray share one open-loop schedule; closed loop (--users) runs in "
-                              "one process")
-        result = _run_workers(config, plan, spec, seed, out_dir, workers, ray_address, use_ray, show_progress,
-                              source, cancel)
+        try:
+            result = _run_workers(config, plan, spec, seed, out_dir, workers, ray_address, use_ray, show_progress,
+                                  source, cancel, scrape)
+        finally:
+            scrape.finish(None)  # already finished unless the run failed
         table, ws, we = records_table(result.outcomes, str(out_dir / "records.jsonl"))
-        return result, table, ws, we
+        return result, table, ws, we, scrape.finish(None)
     state = RunState()
     progress = Progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(),
                         TextColumn("{task.fields[bad]} not ok"), TimeElapsedColumn(),
@@ -270,11 +292,15 @@ def _run_one(url: str, spec: Any, seed: int, out_dir: Path, cfg_kwargs: dict[str
     except (KeyboardInterrupt, RunStopped):
         state.interrupted, state.stopped_by = True, state.stopped_by or "SIGINT"
         partial = result_from_state(config, len(plan), state)
-        _write_interrupted(out_dir, partial, run_metadata(partial, spec, seed, source, cancel))
+        samples, metrics_meta = _scraped(scrape, partial)
+        _write_interrupted(out_dir, partial, run_metadata(partial, spec, seed, source, cancel) | metrics_meta, samples)
         raise SystemExit(_signal_exit(state.stopped_by)) from None
-    write_run(out_dir, result, run_metadata(result, spec, seed, source, cancel))
+    finally:
+        scrape.finish(state.t0_monotonic_s)  # stops the thread whatever happened (a second call is a no-op)
+    samples, metrics_meta = _scraped(scrape, result)
+    write_run(out_dir, result, run_metadata(result, spec, seed, source, cancel) | metrics_meta, samples)
     table, ws, we = records_table(result.outcomes, str(out_dir / "records.jsonl"))
-    return result, table, ws, we
+    return result, table, ws, we, scrape.finish(None)
 
 
 @app.command()
@@ -325,6 +351,12 @@ def load(
                                               help="An existing Ray cluster (auto, HOST:PORT or ray://HOST:PORT); "
                                                    "implies --ray."),
     api_key: Optional[str] = typer.Option(None, envvar="OPENAI_API_KEY", help="Bearer token, if the server wants one."),
+    server_metrics: Optional[List[str]] = typer.Option(
+        None, "--server-metrics", metavar="URL", help="Prometheus endpoints to scrape through the run (repeat, or "
+        "comma-separate; a URL without a path gets /metrics). Default: the server's own /metrics when it answers."),
+    no_server_metrics: bool = typer.Option(False, "--no-server-metrics", help="Scrape no server metrics."),
+    metrics_interval_s: float = typer.Option(0.5, "--metrics-interval-s", help="Seconds between scrapes of the "
+                                             "server's metrics (0.05 to 60)."),
     slo_ttft: Optional[float] = typer.Option(None, callback=positive_s, help="SLO on TTFT, s."),
     slo_tpot: Optional[float] = typer.Option(None, callback=positive_s, help="SLO on request TPOT, s."),
     slo_latency: Optional[float] = typer.Option(None, callback=positive_s, help="SLO on latency, s."),
@@ -333,6 +365,7 @@ def load(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
 ) -> None:
     """Send open-loop (--rate) or closed-loop (--users) load to an endpoint; write records; summarize."""
+    from servebench.analysis.server_metrics import attach
     from servebench.analysis.summary import SLO, build_report
 
     if api not in ("completions", "chat"):
@@ -345,10 +378,11 @@ def load(
                       max_in_flight=max_in_flight, api_key=api_key, client=client, jitter_seed=seed,
                       max_retry_wait_s=max_retry_wait_s)
     use_ray = ray or ray_address is not None
+    metrics = _metrics_options(server_metrics, no_server_metrics, metrics_interval_s)
     workload_doc = _workload_file(workload)
     # how each run is sent: from how many workers, and which of its clients give up
     per_run = dict(workers=workers, ray_address=ray_address, use_ray=use_ray,
-                   cancel=_cancel_spec(workload_doc, cancel_share, cancel_after))
+                   cancel=_cancel_spec(workload_doc, cancel_share, cancel_after), metrics=metrics)
     slo = SLO(ttft_s=slo_ttft, tpot_s=slo_tpot, latency_s=slo_latency)
     if sweep is not None:
         if users is not None or replay is not None:
@@ -362,22 +396,39 @@ def load(
         return
     spec = _workload(rate, requests, users, arrival, cv, replay, duration, prompt_tokens, output_tokens, think,
                      workload_doc)
-    result, table, ws, we = _run_one(url, spec, seed, out, cfg_kwargs, show_progress=not as_json, **per_run)
-    report = build_report(table, ws, we, slo)
+    result, table, ws, we, (samples, scraped) = _run_one(url, spec, seed, out, cfg_kwargs,
+                                                          show_progress=not as_json, **per_run)
+    report = attach(build_report(table, ws, we, slo), samples)
     if as_json:
         doc = report.model_dump(mode="json")  # emit_json writes infinities as "Infinity", as in summarize
         emit_json({"summary": doc.pop("summary"), **doc, "generator": result.stats.model_dump(mode="json"),
-                   "model": result.model, "out": str(out)})
+                   "scrape": scraped.model_dump(mode="json"), "model": result.model, "out": str(out)})
         return
     from servebench.output.terminal import print_report
     print_report(console, report)
     console.print(_generator_table(result.stats))
     if result.stats.workers is not None:
         console.print(_worker_table(result.stats))
-    for warning in result.stats.warnings:
+    for warning in [*result.stats.warnings, *scraped.warnings()]:
         console.print(f"[yellow]warning:[/] {safe_markup(warning)}")
+    metrics_file = f", {scraped.file}" if scraped.file else ""
+    if scraped.note and not scraped.file:
+        console.print(f"[cyan]note:[/] {safe_markup(scraped.note)}")
     console.print(f"model {safe_markup(repr(result.model))}; wrote {safe_markup(str(out))}/records.jsonl, sends.jsonl, "
-                  "metadata.json")
+                  f"metadata.json{metrics_file}")
+
+
+def _metrics_options(urls: Optional[List[str]], off: bool, interval_s: float) -> Any:
+    """Return what to scrape from the server-metrics options (a usage error names the option at fault)."""
+    from servebench.load.server_metrics import MAX_INTERVAL_S, MIN_INTERVAL_S, MetricsOptions, metrics_url, split_urls
+
+    given = split_urls(urls)
+    if off and given:
+        raise ConfigError("--server-metrics and --no-server-metrics: give one or the other")
+    if not MIN_INTERVAL_S <= interval_s <= MAX_INTERVAL_S:
+        raise ConfigError(f"--metrics-interval-s {interval_s:g}: must be between {MIN_INTERVAL_S:g} and "
+                          f"{MAX_INTERVAL_S:g} s")
+    return MetricsOptions(urls=[metrics_url(u) for u in given], enabled=not off, interval_s=interval_s)
 
 
 def _parse_rates(text: str) -> list[float]:
@@ -412,8 +463,8 @@ def _sweep(url: str, rates_text: str, out: Path, requests: int, arrival: str, cv
         if rate in points:
             return points[rate]
         d = out / f"rate_{rate:g}"
-        result, _, _, _ = _run_one(url, base.with_rate(rate), seed, d, cfg_kwargs, show_progress=not as_json,
-                                   label=f"rate {rate:g}/s", **(per_run or {}))
+        result, _, _, _, _ = _run_one(url, base.with_rate(rate), seed, d, cfg_kwargs, show_progress=not as_json,
+                                      label=f"rate {rate:g}/s", **(per_run or {}))
         model[0] = result.model
         point = measured_point(result.outcomes, rate, slo, slo_target)
         point.source = source

@@ -38,6 +38,7 @@ from servebench.load.client import (API_PATHS, HttpOutcome, count_partial_tokens
                                     exchange, normalize_url, reasoning_run)
 from servebench.analysis.percentiles import percentile
 from servebench.records import rundir
+from servebench.records.server_samples import ServerSamples
 from servebench.records.table import RecordTable, default_window, parse_objects, record_dict, validate
 from servebench.records.statuses import failure_status
 from servebench.records.token_times import fits
@@ -176,6 +177,7 @@ class RunState:
     waited_for_slot: int = 0
     interrupted: bool = False  # set when the run was stopped (Ctrl-C, SIGTERM) before its plan was done
     stopped_by: str | None = None  # the signal that stopped it ("SIGINT", "SIGTERM"), when one did
+    t0_monotonic_s: float | None = None  # the run's origin t0 on time.monotonic (server metrics are placed on it)
 
 
 class RunStopped(Exception):
@@ -196,6 +198,7 @@ class LoadResult:
     config: LoadConfig
     started_utc: str
     stopped_by: str | None = None  # the signal that cut the run short (its outcomes are what it gathered)
+    t0_monotonic_s: float | None = None  # the run's origin t0 on this process's time.monotonic
 
 
 # --------------------------------------------------------------------------- pure helpers
@@ -607,6 +610,7 @@ async def run_load(config: LoadConfig, plan: Sequence[PlannedRequest],
         state.started_utc = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
         runner = _Runner(config, state.model, client, loop.time() if start_at is None else start_at, on_outcome,
                          state)
+        state.t0_monotonic_s = runner.t0  # loop.time() is time.monotonic()
         if config.users is None:
             await _open_loop(runner, plan)
         else:
@@ -633,7 +637,8 @@ def result_from_state(config: LoadConfig, planned: int, state: RunState) -> Load
     stats = generator_stats(outcomes, mode, planned, config.max_in_flight, state.peak_in_flight,
                             state.waited_for_slot, config.duration_s, state.interrupted)
     return LoadResult(outcomes=outcomes, stats=stats, model=state.model or "unknown", config=config,
-                      started_utc=state.started_utc, stopped_by=state.stopped_by if state.interrupted else None)
+                      started_utc=state.started_utc, stopped_by=state.stopped_by if state.interrupted else None,
+                      t0_monotonic_s=state.t0_monotonic_s)
 
 
 async def _open_loop(runner: _Runner, plan: Sequence[PlannedRequest]) -> None:
@@ -779,12 +784,13 @@ def worker_count(result: LoadResult) -> int | None:
     return None if result.stats.workers is None else len(result.stats.workers)
 
 
-def write_run(out_dir: str | Path, result: LoadResult, metadata: dict[str, Any]) -> Path:
-    """Write the run folder (records, sends and metadata: ``records.rundir``) into ``out_dir``; return it."""
+def write_run(out_dir: str | Path, result: LoadResult, metadata: dict[str, Any],
+              server_metrics: ServerSamples | None = None) -> Path:
+    """Write the run folder (records, sends, metadata and the server's metrics: ``records.rundir``); return it."""
     d = Path(out_dir)
     reasoning = reasoning_run(result.outcomes)
     rundir.write_run(d, [to_record(o, reasoning) for o in result.outcomes], metadata=metadata,
-                     sends=[to_send_row(o) for o in result.outcomes])
+                     sends=[to_send_row(o) for o in result.outcomes], server_metrics=server_metrics)
     return d
 
 

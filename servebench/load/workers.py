@@ -244,7 +244,9 @@ def run_workers(workers: Sequence[Worker], config: LoadConfig, plan: Sequence[Pl
             raise
         runs.extend(w.result() for w in workers[len(runs):])  # each part ends at once, with what it gathered
     end = [clock_offset(w.clock) for w in workers]
-    return merge_runs(config, len(plan), runs, start, end, model, stopped_by)
+    merged = merge_runs(config, len(plan), runs, start, end, model, stopped_by)
+    merged.t0_monotonic_s = origin  # the common origin on this (the coordinator's) clock
+    return merged
 
 
 def raising_on(signals: Sequence[signal.Signals] = (signal.SIGTERM,)) -> contextlib.AbstractContextManager[None]:

@@ -1,13 +1,14 @@
 """The run folder: the files ``run``, ``load`` and ``simulate`` write, and ``summarize`` and ``report`` read.
 
-===================  ==========================================================================
-``records.*``        the records; a reader takes the first of :data:`RECORD_FILES` present
-``steps.*``          the step trace (:mod:`servebench.records.steps`); first of :data:`STEP_FILES`
-``metadata.json``    the run metadata of a timing or load run: what was measured (``kind`` says which)
-``sends.jsonl``      a load run's sends: actual send time and lag per request
-``summary.json``     ``servebench simulate``'s summary (its ``simulation`` part describes the run)
-``scenario.yaml``    a scenario put beside a simulation's files (first of :data:`SCENARIO_FILES`)
-===================  ==========================================================================
+============================  ==================================================================================
+``records.*``                 the records; a reader takes the first of :data:`RECORD_FILES` present
+``steps.*``                   the step trace (:mod:`servebench.records.steps`); first of :data:`STEP_FILES`
+``metadata.json``             the run metadata of a timing or load run: what was measured (``kind`` says which)
+``sends.jsonl``               a load run's sends: actual send time and lag per request
+``server_metrics.parquet``    a load run's scrapes of the server's Prometheus metrics (:data:`SERVER_METRICS`)
+``summary.json``              ``servebench simulate``'s summary (its ``simulation`` part describes the run)
+``scenario.yaml``             a scenario put beside a simulation's files (first of :data:`SCENARIO_FILES`)
+============================  ==================================================================================
 
 A sweep's folder holds ``sweep.json`` and ``sweep.csv`` (:data:`SWEEP_FILES`) and one run folder per
 load. Records are read by :func:`servebench.records.loaders.read_path`, which asks :func:`records_file`
@@ -26,6 +27,7 @@ import pyarrow as pa
 
 from servebench.errors import ConfigError, InputFormatError
 from servebench.records.rows import read_rows
+from servebench.records.server_samples import AIPERF_FILE, ServerSamples, read_aiperf_parquet, read_samples, write_samples
 from servebench.records.steps import StepRow, StepTrace, read_steps, write_steps
 from servebench.records.table import RecordTable
 from servebench.records.token_times import TIMES_TYPE, TokenRuns
@@ -39,6 +41,7 @@ PARQUET_FROM_RECORDS = 10_000  # "auto" writes records and steps as Parquet from
 FileFormat = Literal["auto", "jsonl", "csv", "parquet"]
 METADATA = "metadata.json"
 SENDS = "sends.jsonl"
+SERVER_METRICS = "server_metrics.parquet"
 SUMMARY = "summary.json"
 SCENARIO_FILES: tuple[str, ...] = ("scenario.yaml", "scenario.yml", "scenario.json")
 SWEEP_FILES: tuple[str, ...] = ("sweep.json", "sweep.csv", "sweep_points.json", "sweep_points.csv",
@@ -145,6 +148,21 @@ def read_sends(folder: str | Path) -> list[dict[str, Any]]:
     return read_rows(path)
 
 
+def server_samples(path: str | Path) -> ServerSamples | None:
+    """Return the server's metrics kept with a run (None: none were): in a run folder or beside a record file.
+
+    A load run's :data:`SERVER_METRICS`, else AIPerf's ``server_metrics_export.parquet`` (its scrapes of the
+    same run, on the epoch clock its records are imported on).
+    """
+    p = Path(path)
+    folder = p if p.is_dir() else p.parent
+    found = find_file(folder, (SERVER_METRICS,))
+    if found is not None:
+        return read_samples(found)
+    aiperf = find_file(folder, (AIPERF_FILE,))
+    return read_aiperf_parquet(aiperf) if aiperf is not None else None
+
+
 def _write_parquet_in_parts(path: Path, table: pa.Table, runs: TokenRuns) -> None:
     """Write records with their token times as a list column, expanding the runs one row group at a time."""
     import pyarrow.parquet as pq
@@ -195,14 +213,15 @@ def write_run(folder: str | Path, records: RecordTable | Sequence[Mapping[str, A
               steps: StepTrace | Sequence[StepRow] | None = None, metadata: Mapping[str, Any] | None = None,
               sends: Sequence[Mapping[str, Any]] | None = None,
               steps_format: FileFormat = "jsonl", records_format: FileFormat = "jsonl",
-              token_runs: TokenRuns | None = None) -> dict[str, Path]:
+              token_runs: TokenRuns | None = None, server_metrics: ServerSamples | None = None) -> dict[str, Path]:
     """Write a run folder (created if needed): records, and the step trace, metadata and sends given.
 
     Formats as :func:`formats` chooses (``auto``: by the number of records). ``token_runs`` gives the records'
     token times as runs (a simulation's), written a part of the rows at a time. A record file or step trace
     of another format left there by an earlier run is removed. Returns the files written by role
     (``records``, ``steps``, ``metadata``, ``sends``). Whatever else a command keeps beside them
-    (simulate's ``summary.json``) the command writes itself.
+    (simulate's ``summary.json``) the command writes itself. ``server_metrics``: a load run's scrapes
+    (:data:`SERVER_METRICS`); without them an earlier run's file is removed, so it is never read as this run's.
     """
     d = Path(folder)
     records_fmt, steps_fmt = formats(len(records), records_format, steps_format)
@@ -230,6 +249,10 @@ def write_run(folder: str | Path, records: RecordTable | Sequence[Mapping[str, A
         if sends is not None:
             files["sends"] = d / SENDS
             files["sends"].write_text(_jsonl(sends), encoding="utf-8")
+        if server_metrics is not None:
+            files["server_metrics"] = write_samples(d / SERVER_METRICS, server_metrics)
+        elif (d / SERVER_METRICS).is_file():
+            (d / SERVER_METRICS).unlink()
         if metadata is not None:
             files["metadata"] = d / METADATA
             files["metadata"].write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")

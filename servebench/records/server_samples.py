@@ -1,0 +1,249 @@
+"""A server's Prometheus samples beside a run's records: ``server_metrics.parquet`` in a run folder.
+
+One row per sample a scrape read, every metric kept (known or not):
+
+============  =======  ======================================================================
+``t_s``       float64  when the scrape was answered, s on the records' clock (a load run: since
+                       its origin t0, as a record's ``start``; an AIPerf import: Unix epoch s)
+``endpoint``  string   the URL scraped
+``metric``    string   the sample's name as exposed (``vllm:num_preemptions_total``,
+                       ``vllm:time_to_first_token_seconds_bucket``)
+``family``    string   its metric family (``vllm:num_preemptions``,
+                       ``vllm:time_to_first_token_seconds``): the parser's name, without
+                       ``_total`` or a histogram's suffix
+``type``      string   the family's TYPE: counter, gauge, histogram, summary, info, ... or unknown
+``labels``    string   the sample's labels as one JSON object, keys sorted (``{}`` for none)
+``value``     float64  the sample's value
+============  =======  ======================================================================
+
+AIPerf's own export of the same scrapes (``server_metrics_export.parquet``, its schema 1.0) is read
+into the same samples by :func:`read_aiperf_parquet`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from array import array
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from servebench.errors import InputFormatError
+
+COLUMNS: tuple[str, ...] = ("t_s", "endpoint", "metric", "family", "type", "labels", "value")
+AIPERF_FILE = "server_metrics_export.parquet"  # AIPerf's default name for the same scrapes
+AIPERF_FIXED = ("endpoint_url", "metric_name", "metric_type", "unit", "description", "timestamp_ns",
+                "value", "sum", "count", "bucket_le", "bucket_count")
+
+
+@dataclass(frozen=True)
+class Series:
+    """One time series: a sample name with one set of labels, from one endpoint."""
+
+    endpoint: str
+    metric: str
+    family: str
+    type: str
+    labels: tuple[tuple[str, str], ...]
+
+    def label(self, name: str) -> str | None:
+        """Return one label's value, or None when the series has no such label."""
+        return next((v for k, v in self.labels if k == name), None)
+
+
+@dataclass
+class ServerSamples:
+    """Samples as columns: each row's series (an index into ``series``), time and value, in scrape order."""
+
+    series: list[Series] = field(default_factory=list)
+    series_index: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    t_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    value: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+    def __len__(self) -> int:
+        return int(self.t_s.size)
+
+    def of(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Return one series' times and values, in time order."""
+        rows = np.flatnonzero(self.series_index == k)
+        order = np.argsort(self.t_s[rows], kind="stable")
+        return self.t_s[rows][order], self.value[rows][order]
+
+    def shifted(self, by_s: float) -> "ServerSamples":
+        """Return the samples with every time moved by ``by_s`` (onto another clock's origin)."""
+        return ServerSamples(self.series, self.series_index, self.t_s + by_s, self.value)
+
+
+class SampleLog:
+    """Samples gathered scrape by scrape, kept compactly (a series is stored once, a sample in 24 bytes)."""
+
+    def __init__(self) -> None:
+        self._ids: dict[Series, int] = {}
+        self._series: list[Series] = []
+        self._index = array("q")
+        self._t = array("d")
+        self._value = array("d")
+
+    def add(self, t_s: float, series: Series, value: float) -> None:
+        """Keep one sample of ``series`` at ``t_s``."""
+        k = self._ids.get(series)
+        if k is None:
+            k = self._ids[series] = len(self._series)
+            self._series.append(series)
+        self._index.append(k)
+        self._t.append(t_s)
+        self._value.append(value)
+
+    def __len__(self) -> int:
+        return len(self._t)
+
+    def samples(self, shift_s: float = 0.0) -> ServerSamples:
+        """Return what was gathered, each time moved by ``shift_s``."""
+        return ServerSamples(list(self._series), np.frombuffer(self._index, dtype=np.int64).copy(),
+                             np.frombuffer(self._t, dtype=np.float64) + shift_s,
+                             np.frombuffer(self._value, dtype=np.float64).copy())
+
+
+def labels_key(labels: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """Return labels as a sorted tuple of pairs (hashable; the order the file's JSON uses)."""
+    return tuple(sorted((str(k), str(v)) for k, v in labels.items()))
+
+
+def write_samples(path: str | Path, samples: ServerSamples) -> Path:
+    """Write samples as Parquet (strings dictionary-encoded: a series' names and labels cost once)."""
+    import pyarrow.parquet as pq
+
+    p = Path(path)
+    idx = samples.series_index
+    strings = {
+        "endpoint": [s.endpoint for s in samples.series], "metric": [s.metric for s in samples.series],
+        "family": [s.family for s in samples.series], "type": [s.type for s in samples.series],
+        "labels": [json.dumps(dict(s.labels), sort_keys=True) for s in samples.series],
+    }
+    codes = pa.array(idx.astype(np.int32), type=pa.int32())
+    columns = {"t_s": pa.array(samples.t_s, type=pa.float64())}
+    for name, values in strings.items():
+        columns[name] = pa.DictionaryArray.from_arrays(codes, pa.array(values, type=pa.string()))
+    columns["value"] = pa.array(samples.value, type=pa.float64())
+    pq.write_table(pa.table(columns), p)
+    return p
+
+
+def read_samples(path: str | Path) -> ServerSamples:
+    """Read ``server_metrics.parquet`` (as :func:`write_samples` writes it); refuse another layout by name."""
+    table = _read_parquet(path)
+    missing = [c for c in COLUMNS if c not in table.column_names]
+    if missing:
+        raise InputFormatError(f"{path}: not a server-metrics file: no column {', '.join(repr(c) for c in missing)}")
+    t = _floats(table, "t_s", path)
+    value = _floats(table, "value", path, allow_nan=True)
+    keys = [table.column(c).to_pylist() for c in ("endpoint", "metric", "family", "type", "labels")]
+    ids: dict[tuple[str, ...], int] = {}
+    series: list[Series] = []
+    index = np.empty(table.num_rows, dtype=np.int64)
+    for row, key in enumerate(zip(*keys)):
+        k = ids.get(key)
+        if k is None:
+            if any(not isinstance(x, str) for x in key):
+                raise InputFormatError(f"{path}: row {row + 1}: endpoint, metric, family, type and labels must be "
+                                       "text")
+            k = ids[key] = len(series)
+            series.append(Series(key[0], key[1], key[2], key[3], labels_key(_labels(key[4], path, row))))
+        index[row] = k
+    return ServerSamples(series, index, t, value)
+
+
+def read_aiperf_parquet(path: str | Path) -> ServerSamples:
+    """Read AIPerf's ``server_metrics_export.parquet`` (schema 1.0) as samples on the Unix epoch clock, s.
+
+    Its counters and histograms hold deltas from a reference scrape before profiling, which differ from
+    the raw counts by a constant per series, so increases, rates and the quantiles of a window's
+    histogram come out the same. A histogram row becomes its ``_bucket`` (with ``le``), ``_sum`` and
+    ``_count`` samples as a scrape exposes them; every label column is kept as a label.
+    """
+    table = _read_parquet(path)
+    missing = [c for c in ("endpoint_url", "metric_name", "metric_type", "timestamp_ns") if c not in table.column_names]
+    if missing:
+        raise InputFormatError(f"{path}: not an AIPerf server-metrics export: no column "
+                               f"{', '.join(repr(c) for c in missing)}")
+    cols = {c: table.column(c).to_pylist() for c in table.column_names}
+    label_names = [c for c in table.column_names if c not in AIPERF_FIXED]
+    log = SampleLog()
+    n = table.num_rows
+    for row in range(n):
+        ns = cols["timestamp_ns"][row]
+        if not isinstance(ns, int) or isinstance(ns, bool):
+            raise InputFormatError(f"{path}: row {row + 1}, field 'timestamp_ns': expected an integer, got {ns!r}")
+        t = ns / 1e9
+        family, kind = cols["metric_name"][row], cols["metric_type"][row]
+        endpoint = cols["endpoint_url"][row]
+        labels = {k: cols[k][row] for k in label_names if cols[k][row] is not None}
+        for metric, extra, value in _aiperf_samples(family, kind, cols, row):
+            log.add(t, Series(str(endpoint), metric, str(family), str(kind), labels_key({**labels, **extra})),
+                    _finite_or_nan(value, path, row))
+    return log.samples()
+
+
+def _aiperf_samples(family: str, kind: str, cols: Mapping[str, list[object]],
+                    row: int) -> Iterable[tuple[str, dict[str, str], object]]:
+    """Return the scrape samples one AIPerf row stands for: (sample name, added labels, value)."""
+    def get(name: str) -> object:
+        return cols[name][row] if name in cols else None
+
+    if kind != "histogram":
+        yield (f"{family}_total" if kind == "counter" and not family.endswith("_total") else family), {}, get("value")
+        return
+    le = get("bucket_le")
+    if le is not None:
+        yield f"{family}_bucket", {"le": str(le)}, get("bucket_count")
+    if str(le) in ("+Inf", "None") or le is None:  # sum and count repeat on every bucket row: take them once
+        yield f"{family}_sum", {}, get("sum")
+        yield f"{family}_count", {}, get("count")
+
+
+def _finite_or_nan(value: object, path: str | Path, row: int) -> float:
+    if value is None:
+        return math.nan
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputFormatError(f"{path}: row {row + 1}: a value must be a number, got {value!r}")
+    return float(value)
+
+
+def _read_parquet(path: str | Path) -> pa.Table:
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_table(path)
+    except FileNotFoundError:
+        raise InputFormatError(f"{path}: no such file") from None
+    except (OSError, pa.ArrowException) as exc:
+        raise InputFormatError(f"{path}: cannot read as Parquet ({exc})") from None
+
+
+def _floats(table: pa.Table, name: str, path: str | Path, allow_nan: bool = False) -> np.ndarray:
+    """Return a numeric column as float64; times must be finite, a value may be NaN or infinite (Prometheus)."""
+    col = table.column(name)
+    if not (pa.types.is_floating(col.type) or pa.types.is_integer(col.type)):
+        raise InputFormatError(f"{path}: column '{name}' must be numbers, not {col.type}")
+    if col.null_count:
+        raise InputFormatError(f"{path}: column '{name}' has {col.null_count} empty values")
+    out = col.to_numpy().astype(np.float64)
+    bad = np.zeros(out.size, dtype=bool) if allow_nan else ~np.isfinite(out)  # a value may be NaN or +Inf
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise InputFormatError(f"{path}: row {row + 1}, field '{name}': {out[row]} is not a finite number")
+    return out
+
+
+def _labels(text: str, path: str | Path, row: int) -> dict[str, str]:
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError:
+        doc = None
+    if not isinstance(doc, dict) or not all(isinstance(v, str) for v in doc.values()):
+        raise InputFormatError(f"{path}: row {row + 1}, field 'labels': expected a JSON object of text values")
+    return doc

@@ -1,0 +1,391 @@
+"""Server metrics: parsing recorded vLLM and SGLang pages, the window's statistics, scraping through a load run.
+
+The two pages in tests/data/server_metrics/ are written in the formats vLLM 0.10 (V1 engine) and SGLang
+(--enable-metrics) expose, after the names and help texts of vllm/v1/metrics/loggers.py and
+sglang/srt/metrics/collector.py; their numbers are made up but consistent (a saturated server).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fastapi import FastAPI, Request
+from fastapi.responses import PlainTextResponse, StreamingResponse
+from hypothesis import given, settings, strategies as st
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from servebench.analysis.server_metrics import (KNOWN_SIGNALS, WindowHistogram, counter_increase, gauge_series,
+                                                histogram_window, server_metrics_report, server_state)
+from servebench.cli import main
+from servebench.load.server_metrics import MetricsScraper, discover, metrics_url, parse_page
+from servebench.records import rundir
+from servebench.records.server_samples import (SampleLog, Series, labels_key, read_aiperf_parquet, read_samples,
+                                               write_samples)
+from servebench.serving.engine.http_api import serve_in_background
+
+DATA = Path(__file__).parent / "data" / "server_metrics"
+
+
+def page_samples(name: str, t: float = 1.0) -> SampleLog:
+    log = SampleLog()
+    for series, value in parse_page((DATA / name).read_text(), "http://127.0.0.1:8000/metrics"):
+        log.add(t, series, value)
+    return log
+
+
+# --------------------------------------------------------------------------- parsing recorded pages
+
+
+def test_a_vllm_page_parses_into_known_signals_and_keeps_the_rest():
+    samples = page_samples("vllm_0.10_v1_engine.txt").samples()
+    families = {s.family for s in samples.series}
+    assert {"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+            "vllm:gpu_cache_usage_perc", "vllm:num_preemptions", "vllm:prompt_tokens", "vllm:generation_tokens",
+            "vllm:prefix_cache_queries", "vllm:prefix_cache_hits", "vllm:time_to_first_token_seconds",
+            "vllm:e2e_request_latency_seconds", "vllm:request_queue_time_seconds"} <= families
+    # unknown metrics are kept: the process, the HTTP layer, the cache config info and a _created timestamp
+    assert {"python_gc_objects_collected", "process_resident_memory_bytes", "http_requests",
+            "vllm:cache_config_info", "vllm:time_to_first_token_seconds_created"} <= families
+    by_metric = {(s.metric, s.label("finished_reason")): samples.value[samples.series_index == k][0]
+                 for k, s in enumerate(samples.series)}
+    assert by_metric[("vllm:num_preemptions_total", None)] == 23.0
+    assert by_metric[("vllm:request_success_total", "length")] == 1531.0
+    kinds = {s.family: s.type for s in samples.series}
+    assert kinds["vllm:num_preemptions"] == "counter" and kinds["vllm:e2e_request_latency_seconds"] == "histogram"
+    state = server_state(samples, 0.0, 2.0)
+    assert state is not None
+    assert (state.running_metric, state.running_max) == ("vllm:num_requests_running", 64.0)
+    assert (state.waiting_metric, state.waiting_max, state.waiting_share) == ("vllm:num_requests_waiting", 37.0, 1.0)
+    assert state.kv_metric == "vllm:kv_cache_usage_perc"  # the current name wins over the deprecated one
+    assert state.kv_usage_p95 == pytest.approx(0.9871)
+
+
+def test_an_sglang_page_parses_and_a_repeated_rank_is_not_counted_twice():
+    samples = page_samples("sglang_0.5_enable_metrics.txt").samples()
+    families = {s.family: s.type for s in samples.series}
+    assert families["sglang:num_running_reqs"] == "gauge" and families["sglang:prompt_tokens"] == "counter"
+    assert families["sglang:time_to_first_token_seconds"] == "histogram"
+    assert families["sglang:num_requests"] == "counter"  # not in servebench's table: kept
+    ranks = [s.label("tp_rank") for s in samples.series if s.family == "sglang:num_running_reqs"]
+    assert ranks == ["0", "1"]
+    state = server_state(samples, 0.0, 2.0)
+    assert state is not None
+    assert state.running_max == 128.0  # rank 1 repeats rank 0: not 256
+    assert state.waiting_max == 211.0 and state.kv_usage_p95 == pytest.approx(0.98)
+    assert state.preemptions_metric == "sglang:num_retracted_requests_total"
+
+
+def test_not_prometheus_text_is_refused_with_its_cause():
+    from servebench.load.server_metrics import ScrapeFailed
+
+    with pytest.raises(ScrapeFailed, match="not Prometheus text"):
+        parse_page("<html><body>404 Not Found</body></html>", "u")
+
+
+def test_every_known_signal_has_a_unit_and_a_meaning_and_one_row():
+    families = [s.family for s in KNOWN_SIGNALS]
+    assert len(families) == len(set(families))
+    assert all(s.unit and s.meaning and s.kind in ("gauge", "counter", "histogram") for s in KNOWN_SIGNALS)
+    assert {s.server for s in KNOWN_SIGNALS} == {"vLLM", "SGLang", "TGI", "TensorRT-LLM"}
+
+
+def test_metrics_url():
+    assert metrics_url("http://127.0.0.1:8000") == "http://127.0.0.1:8000/metrics"
+    assert metrics_url("http://127.0.0.1:8000/v1/") == "http://127.0.0.1:8000/metrics"
+    assert metrics_url("http://127.0.0.1:8002/metrics") == "http://127.0.0.1:8002/metrics"
+    from servebench.errors import ConfigError
+    with pytest.raises(ConfigError, match="--server-metrics"):
+        metrics_url("localhost:8000")
+
+
+# --------------------------------------------------------------------------- the window's statistics
+
+
+def series(family: str, kind: str, metric: str | None = None, **labels: str) -> Series:
+    return Series("http://e/metrics", metric or family, family, kind, labels_key(labels))
+
+
+def test_gauge_mean_max_p95_and_counter_increase_through_a_restart():
+    log = SampleLog()
+    run = series("vllm:num_requests_running", "gauge")
+    pre = series("vllm:num_preemptions", "counter", "vllm:num_preemptions_total")
+    values = [1, 2, 3, 4, 8, 8, 8, 8, 8, 8]
+    counts = [10, 12, 15, 15, 2, 5, 5, 9, 9, 9]  # the server restarted before t=4: 2 counted from 0
+    for t in range(10):
+        log.add(float(t), run, float(values[t]))
+        log.add(float(t), pre, float(counts[t]))
+    samples = log.samples()
+    rep = server_metrics_report(samples, 2.0, 8.0)
+    g = next(s for s in rep.signals if s.role == "running")
+    assert (g.scrapes, g.max, g.p95) == (7, 8.0, 8.0)
+    assert g.mean == pytest.approx(np.mean(values[2:9]))
+    c = next(s for s in rep.signals if s.role == "preemptions")
+    # from t=2 (15) to t=8 (9): 0 + 2 (restart) + 3 + 0 + 4 + 0 = 9 over 6 s
+    assert c.increase == 9.0 and c.rate_per_s == pytest.approx(1.5)
+    assert counter_increase(samples, "vllm:num_preemptions", 2.5, 7.5) == (9.0, 6.0)  # bounded by 2 and 8
+
+
+def test_label_sets_are_summed_and_usage_takes_the_fullest_engine():
+    log = SampleLog()
+    for t, (a, b) in enumerate([(1, 2), (3, 4)]):
+        log.add(float(t), series("vllm:num_requests_running", "gauge", engine="0"), float(a))
+        log.add(float(t), series("vllm:num_requests_running", "gauge", engine="1"), float(b))
+        log.add(float(t), series("vllm:kv_cache_usage_perc", "gauge", engine="0"), a / 10)
+        log.add(float(t), series("vllm:kv_cache_usage_perc", "gauge", engine="1"), b / 10)
+    samples = log.samples()
+    assert gauge_series(samples, "vllm:num_requests_running")[1].tolist() == [3.0, 7.0]
+    assert gauge_series(samples, "vllm:kv_cache_usage_perc")[1].tolist() == [0.2, 0.4]
+
+
+def hist_log(bounds: list[float], before: list[int], after: list[int], sums: tuple[float, float]) -> SampleLog:
+    log = SampleLog()
+    fam = "vllm:time_to_first_token_seconds"
+    for t, counts, total in ((0.0, before, sums[0]), (10.0, after, sums[1])):
+        for b, c in zip([*bounds, math.inf], counts):
+            le = "+Inf" if math.isinf(b) else repr(float(b))
+            log.add(t, series(fam, "histogram", fam + "_bucket", le=le), float(c))
+        log.add(t, series(fam, "histogram", fam + "_sum"), total)
+        log.add(t, series(fam, "histogram", fam + "_count"), float(counts[-1]))
+    return log
+
+
+def test_histogram_quantiles_of_the_window_and_the_client_beside_them():
+    # 100 observations in the window: 20 under 0.1 s, 60 in (0.1, 0.5], 20 in (0.5, 1]
+    log = hist_log([0.1, 0.5, 1.0], [5, 5, 5, 5], [25, 85, 105, 105], (1.0, 31.0))
+    samples = log.samples()
+    h = histogram_window(samples, "vllm:time_to_first_token_seconds", 1.0, 9.0)
+    assert h is not None and h.count == 100 and h.sum == 30.0
+    assert h.quantile(50) == (pytest.approx(0.1 + 0.4 * 30 / 60), (0.1, 0.5))
+    assert h.quantile(99) == (pytest.approx(0.5 + 0.5 * 19 / 20), (0.5, 1.0))
+    rep = server_metrics_report(samples, 1.0, 9.0, {"ttft_s": {50: 0.31, 90: 0.8, 95: 0.9, 99: 1.2}})
+    ttft = rep.histograms[0]
+    assert ttft.role == "ttft" and ttft.count == 100 and ttft.mean_s == pytest.approx(0.3)
+    assert ttft.client_metric == "ttft_s" and ttft.client_s == {"p50": 0.31, "p90": 0.8, "p95": 0.9, "p99": 1.2}
+    assert "network" in rep.note
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 50), min_size=1, max_size=8), st.floats(0.5, 99.5))
+def test_a_histogram_quantile_falls_in_the_bucket_that_holds_its_rank(counts, q):
+    bounds = np.array([0.01 * 2 ** i for i in range(len(counts))] + [math.inf])
+    cumulative = np.cumsum([*counts, 0]).astype(float)
+    h = WindowHistogram(bounds, cumulative, 0.0, float(cumulative[-1]))
+    value, (lower, upper) = h.quantile(q)
+    if cumulative[-1] == 0:
+        assert value is None
+        return
+    rank = q / 100 * cumulative[-1]
+    i = int(np.searchsorted(cumulative, rank))
+    assert upper == bounds[i] and (lower or 0.0) <= value <= upper
+    assert h.quantile(min(q + 0.5, 100))[0] >= value  # monotone in q
+
+
+def test_samples_survive_the_run_folder_file(tmp_path):
+    samples = page_samples("vllm_0.10_v1_engine.txt", t=0.25).samples()
+    write_samples(tmp_path / rundir.SERVER_METRICS, samples)
+    back = read_samples(tmp_path / rundir.SERVER_METRICS)
+    assert back.series == samples.series
+    assert back.t_s.tolist() == samples.t_s.tolist() and back.value.tolist() == samples.value.tolist()
+
+
+def test_aiperf_parquet_export_reads_as_the_same_samples(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    url, model = "http://localhost:8000/metrics", "Qwen/Qwen3-0.6B"
+    rows = []
+    for ns, (running, preempt, buckets) in ((1_765_793_061_000_000_000, (4.0, 0.0, (0.0, 0.0, 0.0))),
+                                           (1_765_793_071_000_000_000, (8.0, 3.0, (2.0, 9.0, 10.0)))):
+        base = {"endpoint_url": url, "timestamp_ns": ns, "model_name": model, "unit": None, "description": None}
+        rows.append(base | {"metric_name": "vllm:num_requests_running", "metric_type": "gauge", "value": running})
+        rows.append(base | {"metric_name": "vllm:num_preemptions", "metric_type": "counter", "value": preempt})
+        for le, c in zip(("0.1", "1.0", "+Inf"), buckets):
+            rows.append(base | {"metric_name": "vllm:time_to_first_token_seconds", "metric_type": "histogram",
+                                "sum": 4.5 if c else 0.0, "count": buckets[-1], "bucket_le": le, "bucket_count": c})
+    cols = ["endpoint_url", "metric_name", "metric_type", "unit", "description", "timestamp_ns", "model_name",
+            "value", "sum", "count", "bucket_le", "bucket_count"]
+    pq.write_table(pa.table({c: [r.get(c) for r in rows] for c in cols}), tmp_path / "server_metrics_export.parquet")
+    samples = read_aiperf_parquet(tmp_path / "server_metrics_export.parquet")
+    start, end = 1_765_793_061.0, 1_765_793_071.0
+    rep = server_metrics_report(samples, start, end)
+    by_role = {s.role: s for s in rep.signals}
+    assert by_role["running"].max == 8.0 and by_role["preemptions"].increase == 3.0
+    ttft = rep.histograms[0]
+    assert ttft.count == 10 and ttft.mean_s == pytest.approx(0.45)
+    assert ttft.quantiles_s["p50"] == pytest.approx(0.1 + 0.9 * 3 / 7)
+    # beside an AIPerf record file, rundir finds it (the records are on the same epoch clock)
+    (tmp_path / "profile_export.jsonl").write_text("")
+    assert len(rundir.server_samples(tmp_path / "profile_export.jsonl")) == len(samples)
+
+
+# --------------------------------------------------------------------------- scraping
+
+
+class QueueServer:
+    """An OpenAI-like server running at most ``cap`` requests at once; /metrics in vLLM's names.
+
+    Each request holds a slot for ``service_s`` and streams ``max_tokens`` tokens; the rest wait, so
+    the queue persists while running sits at ``cap`` (queueing, with the KV cache far from full).
+    """
+
+    def __init__(self, cap: int = 2, service_s: float = 0.2, metrics: bool = True) -> None:
+        self.cap, self.service_s = cap, service_s
+        self.registry = CollectorRegistry()
+        labels = ["model_name", "engine"]
+        self.running = Gauge("vllm:num_requests_running", "Number of requests in model execution batches.", labels,
+                             registry=self.registry).labels("fake", "0")
+        self.waiting = Gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", labels,
+                             registry=self.registry).labels("fake", "0")
+        self.kv = Gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", labels,
+                        registry=self.registry).labels("fake", "0")
+        self.preempt = Counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.", labels,
+                               registry=self.registry).labels("fake", "0")
+        self.ttft = Histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+                              labels, buckets=[0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0], registry=self.registry
+                              ).labels("fake", "0")
+        self.scrapes = 0
+        self.app = self._app(metrics)
+
+    def _app(self, metrics: bool) -> FastAPI:
+        app = FastAPI()
+        slots: list[asyncio.Semaphore] = []
+
+        @app.get("/v1/models")
+        async def models() -> dict:
+            return {"object": "list", "data": [{"id": "fake", "object": "model"}]}
+
+        if metrics:
+            @app.get("/metrics")
+            async def prom() -> PlainTextResponse:
+                self.scrapes += 1
+                return PlainTextResponse(generate_latest(self.registry).decode(), media_type="text/plain")
+
+        @app.post("/v1/completions")
+        async def completions(request: Request) -> StreamingResponse:
+            body = await request.json()
+            if not slots:
+                slots.append(asyncio.Semaphore(self.cap))
+            arrived = asyncio.get_running_loop().time()
+
+            async def events():
+                self.waiting.inc()
+                async with slots[0]:
+                    self.waiting.dec()
+                    self.running.inc()
+                    self.kv.set(0.1 * self.cap)
+                    try:
+                        self.ttft.observe(asyncio.get_running_loop().time() - arrived)
+                        n = int(body["max_tokens"])
+                        for i in range(n):
+                            await asyncio.sleep(self.service_s / n)
+                            yield f"data: {json.dumps({'choices': [{'index': 0, 'text': ' x'}]})}\n\n"
+                        usage = {"prompt_tokens": 3, "completion_tokens": n, "total_tokens": 3 + n}
+                        yield f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n"
+                        yield "data: [DONE]\n\n"
+                    finally:
+                        self.running.dec()
+            return StreamingResponse(events(), media_type="text/event-stream")
+
+        return app
+
+
+def test_the_scraper_keeps_samples_and_counts_failures_without_stopping():
+    server = QueueServer()
+    with serve_in_background(server.app) as url:
+        found, note = discover(url)
+        assert found == url + "/metrics", note
+        scraper = MetricsScraper([found, url + "/nothing-here", "http://127.0.0.1:9/metrics"], interval_s=0.05,
+                                 timeout_s=1.0).start()
+        threading.Event().wait(0.3)
+        done = scraper.stop()
+    ok, missing, refused = done.endpoints
+    assert ok.scrapes >= 4 and ok.failed == 0 and ok.samples > 0
+    assert missing.scrapes == 0 and missing.failed == ok.scrapes and missing.first_error == "HTTP 404"
+    assert refused.failed == ok.scrapes and refused.first_error.startswith("ConnectError")
+    report = done.report("server_metrics.parquet")
+    assert len(report.warnings()) == 2 and "never" not in report.warnings()[0]
+    times = np.unique(done.samples.t_s)
+    assert times.size == ok.scrapes and np.all(np.diff(times)[:-1] > 0.03)  # a 50 ms grid, then one at the stop
+
+
+def test_discover_says_why_when_a_server_has_no_metrics():
+    with serve_in_background(QueueServer(metrics=False).app) as url:
+        found, note = discover(url)
+    assert found is None and "HTTP 404" in note
+
+
+def run_load(args: list[str], capsys) -> tuple[int, str]:
+    try:
+        main(args)
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+def test_load_scrapes_the_server_through_the_run_and_summarize_and_diagnose_use_it(tmp_path, capsys):
+    server = QueueServer(cap=2, service_s=0.25)
+    out = tmp_path / "run"
+    with serve_in_background(server.app) as url:
+        code, text = run_load(["load", url, "-o", str(out), "--rate", "40", "--requests", "24", "--output-tokens",
+                               "5", "--arrival", "constant", "--metrics-interval-s", "0.1", "--json"], capsys)
+    assert code == 0, text
+    doc = json.loads(text[text.index("{"):])
+    assert doc["scrape"]["endpoints"][0]["failed"] == 0 and doc["scrape"]["file"] == "server_metrics.parquet"
+    section = doc["server_metrics"]
+    by_role = {s["role"]: s for s in section["signals"]}
+    assert by_role["running"]["max"] == 2.0  # the server's cap, seen from inside
+    assert by_role["waiting"]["max"] >= 5
+    ttft = next(h for h in section["histograms"] if h["role"] == "ttft")
+    assert ttft["count"] == 24 and ttft["client_s"]["p95"] >= ttft["quantiles_s"]["p50"]
+    meta = json.loads((out / "metadata.json").read_text())
+    assert meta["server_metrics"]["interval_s"] == 0.1 and meta["server_metrics"]["samples"] > 0
+    samples = read_samples(out / "server_metrics.parquet")
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    first, last = min(r["start"] for r in records), max(r["end"] for r in records)
+    assert samples.t_s.min() <= first + 0.05 and samples.t_s.max() >= last - 0.05  # before the first, after the last
+
+    code, text = run_load(["summarize", str(out), "--json"], capsys)
+    assert code == 0 and json.loads(text)["server_metrics"]["signals"]
+
+    # no admitted times: the records alone cannot tell; the server's queue and batch say queueing
+    code, text = run_load(["diagnose", str(out / "records.jsonl"), "--ttft-objective-s", "0.3", "--json"], capsys)
+    verdict = next(iter(json.loads(text)["profiles"].values()))
+    assert verdict["limit"] == "queueing", verdict["summary"]
+    evidence = verdict["headline"]["evidence"]
+    assert any("vllm:num_requests_waiting" in e for e in evidence)
+    assert any("vllm:num_requests_running" in e and "ceiling of 2" in e for e in evidence)
+    (out / "server_metrics.parquet").unlink()
+    code, text = run_load(["diagnose", str(out / "records.jsonl"), "--ttft-objective-s", "0.3", "--json"], capsys)
+    assert next(iter(json.loads(text)["profiles"].values()))["limit"] == "undetermined"
+
+
+def test_load_without_metrics_or_with_them_off_writes_none_and_says_why(tmp_path, capsys):
+    with serve_in_background(QueueServer(metrics=False).app) as url:
+        code, text = run_load(["load", url, "-o", str(tmp_path / "a"), "--rate", "50", "--requests", "3"], capsys)
+        assert code == 0 and "no Prometheus metrics found" in text
+        assert not (tmp_path / "a" / "server_metrics.parquet").exists()
+    server = QueueServer()
+    with serve_in_background(server.app) as url:
+        code, text = run_load(["load", url, "-o", str(tmp_path / "b"), "--rate", "50", "--requests", "3",
+                               "--no-server-metrics"], capsys)
+        assert code == 0 and server.scrapes == 0
+        assert json.loads((tmp_path / "b" / "metadata.json").read_text())["server_metrics"]["note"].endswith(
+            "(--no-server-metrics)")
+        # an explicit endpoint that never answers is counted, not fatal
+        code, text = run_load(["load", url, "-o", str(tmp_path / "c"), "--rate", "50", "--requests", "3",
+                               "--server-metrics", url + "/missing"], capsys)
+        assert code == 0 and "scrapes of " + url + "/missing failed" in text
+    code, text = run_load(["load", "http://127.0.0.1:9", "-o", str(tmp_path / "d"), "--rate", "1",
+                           "--server-metrics", "http://127.0.0.1:9", "--no-server-metrics"], capsys)
+    assert code == 2 and "give one or the other" in text
+    code, text = run_load(["load", "http://127.0.0.1:9", "-o", str(tmp_path / "d"), "--rate", "1",
+                           "--metrics-interval-s", "0"], capsys)
+    assert code == 2 and "--metrics-interval-s" in text
