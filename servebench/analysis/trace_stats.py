@@ -82,6 +82,21 @@ def token_stats(values: np.ndarray) -> TokenStats:
                       p99=int(part[ranks[2]]), max=int(part[n - 1]))
 
 
+def busiest_window(arrival_s: np.ndarray, window_s: float = PEAK_WINDOW_S) -> tuple[float, int] | None:
+    """Return the start and the arrivals of the busiest window ``[t, t + window_s)`` (the earliest of equals),
+    or None if the trace is shorter than the window. ``arrival_s`` is sorted; a busiest window starts at an
+    arrival.
+
+    >>> busiest_window(np.array([0.0, 1.0, 2.0, 61.5, 62.0, 63.0, 100.0]), 60.0)
+    (61.5, 4)
+    """
+    if arrival_s.size == 0 or arrival_s[-1] - arrival_s[0] < window_s:
+        return None
+    inside = np.searchsorted(arrival_s, arrival_s + window_s, side="left") - np.arange(arrival_s.size)
+    first = int(np.argmax(inside))
+    return float(arrival_s[first]), int(inside[first])
+
+
 def peak_rate_rps(arrival_s: np.ndarray, window_s: float = PEAK_WINDOW_S) -> float | None:
     """Return the most arrivals in any window ``[t, t + window_s)``, per second; None if the trace is shorter.
 
@@ -90,10 +105,8 @@ def peak_rate_rps(arrival_s: np.ndarray, window_s: float = PEAK_WINDOW_S) -> flo
     >>> peak_rate_rps(np.array([0.0, 1.0, 2.0, 61.5, 100.0]), 60.0)
     0.05
     """
-    if arrival_s.size == 0 or arrival_s[-1] - arrival_s[0] < window_s:
-        return None
-    inside = np.searchsorted(arrival_s, arrival_s + window_s, side="left") - np.arange(arrival_s.size)
-    return int(inside.max()) / window_s
+    busiest = busiest_window(arrival_s, window_s)
+    return None if busiest is None else busiest[1] / window_s
 
 
 def prefix_stats(trace: Trace, capacities_tokens: tuple[int, ...] = CAPACITIES_TOKENS) -> PrefixStats | None:

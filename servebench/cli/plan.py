@@ -38,11 +38,20 @@ def plan(
     model: Optional[str] = typer.Option(None, "--model", help="Model preset (servebench kv --list-models)."),
     config: Optional[Path] = typer.Option(None, "--config", help="A Hugging Face config.json (parameters estimated "
                                           "from its layer sizes)."),
-    rate: float = typer.Option(..., "--rate", help="Traffic to serve, requests/s."),
+    rate: Optional[float] = typer.Option(None, "--rate", help="Traffic to serve, requests/s (with --trace: its "
+                                         "busiest minute's rate unless given)."),
     prompt_tokens: Optional[int] = typer.Option(None, "--prompt-tokens", help="Prompt length, tokens."),
     output_tokens: Optional[int] = typer.Option(None, "--output-tokens", help="Output length, tokens."),
     scenario: Optional[Path] = typer.Option(None, "--scenario", help="A scenario file: its request mix, arrival "
                                             "process and scheduler settings replace --prompt/--output-tokens."),
+    trace: Optional[Path] = typer.Option(None, "--trace", help="A trace (Mooncake, Azure, BurstGPT or records): "
+                                         "size for its busiest minute, replayed with its own bursts, lengths and "
+                                         "prefix blocks (docs/planner.md)."),
+    trace_format: str = typer.Option("auto", "--trace-format", help="The trace's format: auto, mooncake, azure, "
+                                     "burstgpt or records."),
+    prefix_caching: Optional[bool] = typer.Option(None, "--prefix-caching/--no-prefix-caching",
+                                                  help="Simulate prefix caching (default: on for a trace with "
+                                                       "block IDs, off otherwise)."),
     slo_ttft: Optional[float] = typer.Option(None, callback=positive_s, help="SLO on TTFT, s."),
     slo_tpot: Optional[float] = typer.Option(None, callback=positive_s, help="SLO on request TPOT, s."),
     slo_latency: Optional[float] = typer.Option(None, callback=positive_s, help="SLO on latency, s."),
@@ -55,7 +64,8 @@ def plan(
     weight_dtype: str = typer.Option("bf16", help="Weight type: bf16, fp16 or fp8 (fp8 also uses fp8 FLOPs)."),
     kv_dtype: Optional[str] = typer.Option(None, help="KV-cache type (default: the model's, bf16 for presets)."),
     headroom: float = typer.Option(0.2, help="Share of each replica's capacity left unused."),
-    requests: int = typer.Option(300, help="Requests per simulation."),
+    requests: Optional[int] = typer.Option(None, help="Requests per simulation (default: 300; with --trace, every "
+                                           "request of its busiest minute)."),
     calibrate: Optional[Path] = typer.Option(None, "--calibrate", help="A `servebench run` folder: its fitted "
                                              "step model calibrates the efficiency factors of its device."),
     calibrate_gpu: Optional[str] = typer.Option(None, help="The preset the calibration run's device is "
@@ -66,6 +76,7 @@ def plan(
     from servebench.capacity import DEFAULT_GPUS, parse_prices
     from servebench.planning import PlanRequest, Workload
     from servebench.planning.planner import load_calibration, plan as run_plan, plan_document, shape_from_config_file
+    from servebench.planning.trace_window import window_requests
     from servebench.capacity.kv import dtype_bytes
     from servebench.capacity.model_presets import get_preset
     from servebench.analysis.summary import SLO
@@ -78,15 +89,29 @@ def plan(
         shape = get_preset(model, bytes_per_element=kv_bytes)
     else:
         shape, active = shape_from_config_file(str(config), bytes_per_element=kv_bytes)
-    if scenario is not None:
-        if prompt_tokens is not None or output_tokens is not None:
-            raise ConfigError("give the request lengths one way: --scenario, or --prompt-tokens and --output-tokens")
+    lengths_given = prompt_tokens is not None or output_tokens is not None
+    if sum((scenario is not None, trace is not None, lengths_given)) > 1:
+        raise ConfigError("give the request lengths one way: --scenario, --trace, or --prompt-tokens and "
+                          "--output-tokens")
+    if prefix_caching is not None and trace is None:
+        raise ConfigError("--prefix-caching/--no-prefix-caching go with --trace (a scenario says prefix_caching "
+                          "in its server)")
+    if trace is not None:
+        workload = Workload.from_trace(str(trace), trace_format, prefix_caching=prefix_caching)
+    elif scenario is not None:
         from servebench.serving.scenario import load_scenario
         workload = Workload.from_scenario(load_scenario(scenario))
     else:
         if prompt_tokens is None or output_tokens is None:
             raise ConfigError("give --prompt-tokens and --output-tokens (or a --scenario)")
         workload = Workload.fixed(prompt_tokens, output_tokens)
+    if rate is None:
+        if workload.trace is None:
+            raise ConfigError("give the traffic to serve with --rate (requests/s), or a --trace whose busiest "
+                              "minute sets it")
+        rate = workload.trace_rate_rps * workload.trace.speedup
+    if requests is None:
+        requests = max(20, len(window_requests(workload.trace))) if workload.trace is not None else 300
     slo = SLO(ttft_s=slo_ttft, tpot_s=slo_tpot, latency_s=slo_latency)
     calibration = load_calibration(str(calibrate), gpu=calibrate_gpu) if calibrate is not None else None
     try:
@@ -109,7 +134,7 @@ def plan(
         def progress(done: int, total: int, label: str) -> None:
             bar.update(task, completed=done, total=total, description=escape(label))
 
-        evaluation, result = run_plan(req, rate, progress)
+        evaluation, result = run_plan(req, float(rate), progress)
     doc = plan_document(evaluation, result)
     if as_json:
         emit_json(doc)
@@ -125,6 +150,13 @@ def print_plan(out: Console, doc: dict) -> None:
               f"prompts {w['mean_prompt_tokens']:,.0f} and outputs {w['mean_output_tokens']:,.0f} tokens on average; "
               f"SLOs {escape(str({k: v for k, v in doc['slo'].items() if v is not None}))} for "
               f"{doc['slo_target']:.0%} of requests")
+    trace = w.get("trace")
+    if trace is not None:
+        window = ("its busiest minute" if trace["window_s"] is not None else "the whole trace") + \
+            f" ({trace['requests']:,} requests from {fmt(trace['window_start_s'])} s)"
+        out.print(f"sized for {window} of {escape(str(trace['path']))}, replayed with its own bursts at "
+                  f"{fmt(trace['window_rate_rps'])} requests/s; prefix caching "
+                  f"{'on' if trace['prefix_caching'] else 'off'}")
     t = Table(title="Options, cheapest first (meeting the SLOs)")
     for col in ("GPU", "TP", "max seqs", "capacity/replica (req/s)", "replicas", "GPUs", "meets SLOs", "$/hour",
                 "$/M output tokens", "limit"):

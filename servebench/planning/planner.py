@@ -19,16 +19,20 @@ For every accelerator x tensor-parallel degree x ``max_num_seqs``:
 
 The capacity search does not depend on the total rate, so ``evaluate`` runs once and ``price``
 turns its result into options at any rate (what-if and cost-vs-traffic charts cost no simulation).
+
+A workload may be a trace (``Workload.from_trace``): the planner then sizes for its busiest minute,
+simulating that window's requests at speedups (:mod:`servebench.planning.trace_window` states the rules).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Literal, Union
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from servebench.capacity import kv
 from servebench.analysis.diagnosis import Limit, Thresholds, diagnose_records
@@ -38,7 +42,10 @@ from servebench.serving.simulate import SimResult
 from servebench.capacity.stepmodel import StepModel
 from servebench.analysis.summary import SLO
 from servebench.serving.sweep import SweepPoint, evaluate, search_capacity
-from servebench.serving.workload import MAX_GENERATED, ArrivalSpec, ClassSpec, LengthSpec, WorkloadSpec, draw_requests
+from servebench.serving.workload import (MAX_GENERATED, ArrivalSpec, ClassSpec, LengthSpec, TraceSpec, WorkloadSpec,
+                                         draw_requests)
+from servebench.planning.trace_window import (busiest_minute, computed_prompt_tokens, speedup_for, window_rate_rps,
+                                              window_requests)
 from servebench.capacity.gpus import ACCELERATORS, DEFAULT_GPUS, Accelerator, get_accelerator, with_price
 from servebench.capacity.roofline import ACTIVE_PARAMETERS, Calibration, Efficiency, Roofline, roofline, unloaded_times_s
 
@@ -52,15 +59,37 @@ LENGTH_SAMPLE = 4000  # requests drawn to measure a workload mix's length distri
 
 
 class Workload(BaseModel):
-    """What the planner serves: the traffic's request mix (rate is given separately)."""
+    """What the planner serves: the traffic's request mix, or a trace's window (rate is given separately)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    classes: list[ClassSpec] = Field(min_length=1)
+    classes: list[ClassSpec] = Field(default_factory=list, description="The request mix (at least one class), "
+                                                                       "unless a trace gives the requests.")
     arrival: ArrivalSpec = Field(default_factory=lambda: ArrivalSpec(kind="poisson", rate_rps=1.0))
+    trace: TraceSpec | None = Field(None, description="A trace's window to replay in place of classes and arrival "
+                                                      "(trace_window's rules).")
+    trace_rate_rps: float | None = Field(None, gt=0, description="The trace window's requests per second at "
+                                                                 "speedup 1 (set from the trace when not given).")
+    prefix_caching: bool = Field(False, description="Simulate the server with prefix caching (on for a trace with "
+                                                    "block IDs, unless asked otherwise).")
     server: ServerSpec | None = Field(None, description="Scheduler settings to keep (policy, token budget, "
                                                         "deadline); KV budget and max_num_seqs are the planner's.")
     name: str = "plan"
+
+    @model_validator(mode="after")
+    def _check(self) -> "Workload":
+        if (self.trace is None) == (not self.classes):
+            raise ValueError("give the requests one way: classes (a mix), or a trace")
+        if self.trace is not None and self.trace_rate_rps is None:
+            self.trace_rate_rps = window_rate_rps(self.trace)
+        return self
+
+    @classmethod
+    def from_trace(cls, path: str, fmt: str = "auto", *, prefix_caching: bool | None = None) -> "Workload":
+        """Return a trace's busiest minute (prefix caching on when the trace has block IDs, unless given)."""
+        spec = busiest_minute(path, fmt)
+        caching = window_requests(spec).trace_blocks is not None if prefix_caching is None else prefix_caching
+        return cls(trace=spec, prefix_caching=caching, name=f"{Path(path).name}, busiest minute")
 
     @classmethod
     def fixed(cls, prompt_tokens: int, output_tokens: int) -> "Workload":
@@ -74,6 +103,9 @@ class Workload(BaseModel):
     def from_scenario(cls, scenario: Scenario) -> "Workload":
         """Return a scenario's request mix, arrival process and scheduler settings (open loop only)."""
         wl = scenario.workload
+        if wl.trace is not None:
+            return cls(trace=wl.trace, prefix_caching=scenario.server.prefix_caching, server=scenario.server,
+                       name=scenario.name)
         if wl.arrival is None:
             raise ConfigError(f"scenario {scenario.name!r} is closed loop; the planner needs open-loop arrivals")
         return cls(classes=wl.classes, arrival=wl.arrival, server=scenario.server, name=scenario.name)
@@ -86,6 +118,8 @@ class Workload(BaseModel):
         """
         if not factor > 0:
             raise ConfigError(f"prompt scale must be positive, got {factor}")
+        if self.trace is not None:
+            raise ConfigError("a trace's prompts are its own: a trace cannot be scaled")
 
         def scale(n: float | int | None) -> int | None:
             return None if n is None else max(1, round(n * factor))
@@ -228,10 +262,16 @@ class Plan(BaseModel):
 # --------------------------------------------------------------------------- the workload's lengths
 
 
-def _lengths(workload: Workload, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Return drawn prompt, output and output-cap lengths of the mix (a large seeded sample)."""
-    drawn = draw_requests(workload.classes, LENGTH_SAMPLE, np.random.default_rng(seed))
-    return drawn.prompt_tokens, drawn.output_tokens, drawn.max_output_tokens
+def _lengths(workload: Workload, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Return prompt, output and output-cap lengths of the mix (a large seeded sample) or of a trace's window,
+    and the prompt tokens a server computes (with prefix caching, those a cache does not serve)."""
+    if workload.trace is not None:
+        drawn = window_requests(workload.trace)
+        computed = computed_prompt_tokens(drawn) if workload.prefix_caching else drawn.prompt_tokens
+    else:
+        drawn = draw_requests(workload.classes, LENGTH_SAMPLE, np.random.default_rng(seed))
+        computed = drawn.prompt_tokens
+    return drawn.prompt_tokens, drawn.output_tokens, drawn.max_output_tokens, computed
 
 
 def _scenario(req: PlanRequest, budget_tokens: int, max_num_seqs: int, step: StepModel) -> Scenario:
@@ -244,10 +284,23 @@ def _scenario(req: PlanRequest, budget_tokens: int, max_num_seqs: int, step: Ste
         else req.max_num_batched_tokens,
         chunked_prefill=keep.chunked_prefill if keep else True, max_waiting=keep.max_waiting if keep else None,
         block_size_tokens=keep.block_size_tokens if keep else kv.DEFAULT_BLOCK_SIZE,
-        timeout_s=keep.timeout_s if keep else None, prefill_lane=keep.prefill_lane if keep else "shared")
+        timeout_s=keep.timeout_s if keep else None, prefill_lane=keep.prefill_lane if keep else "shared",
+        prefix_caching=wl.prefix_caching)
+    workload = (WorkloadSpec(trace=wl.trace, num_requests=req.requests_per_simulation) if wl.trace is not None
+                else WorkloadSpec(arrival=wl.arrival, classes=wl.classes, num_requests=req.requests_per_simulation))
     return Scenario(name=wl.name, seed=req.seed, server=server, step_model=StepModelSpec(**step.model_dump()),
-                    workload=WorkloadSpec(arrival=wl.arrival, classes=wl.classes,
-                                          num_requests=req.requests_per_simulation))
+                    workload=workload)
+
+
+def _evaluate(req: PlanRequest, scenario: Scenario, load_rps: float, source: Literal["grid", "search"],
+              requests: int | None = None) -> tuple[SweepPoint, SimResult]:
+    """Simulate one replica at ``load_rps``: at that arrival rate, or a trace's window at the speedup offering it."""
+    wl = req.workload
+    if wl.trace is None or wl.trace_rate_rps is None:
+        return evaluate(scenario, load_rps, "rate", req.slo, req.slo_target, requests, source)
+    point, sim = evaluate(scenario, speedup_for(load_rps, wl.trace_rate_rps), "speedup", req.slo, req.slo_target,
+                          requests, source)
+    return point.model_copy(update={"load": load_rps}), sim
 
 
 def throughput_rps(step: StepModel, *, prompt_tokens: float, decode_tokens: float, kv_tokens_per_seq: float,
@@ -342,10 +395,13 @@ class _Mix(BaseModel):
     """The workload's length statistics the search uses."""
 
     mean_prompt: float
+    mean_computed_prompt: float = Field(description="Prompt tokens the engine computes per request (less what a "
+                                                    "prefix cache can serve of a trace).")
     mean_output: float
     decode_tokens: float = Field(description="Mean decode steps per request (output - 1).")
     kv_per_seq: float = Field(description="Prompt tokens a decoding sequence reads, weighted by its decode steps.")
-    prompt_low: int = Field(description="The (1 - target) quantile prompt, for the unloaded check.")
+    prompt_low: int = Field(description="The (1 - target) quantile of prompt tokens computed, for the unloaded "
+                                        "check.")
     output_low: int
     smallest_request_tokens: int
     largest_request_tokens: int
@@ -355,16 +411,17 @@ class _Mix(BaseModel):
 
 
 def _mix(req: PlanRequest) -> _Mix:
-    prompts, outputs, caps = _lengths(req.workload, req.seed)
+    prompts, outputs, caps, computed = _lengths(req.workload, req.seed)
     q = 100 * (1 - req.slo_target)
     server = req.workload.server
     policy = server.policy if server else "paged"
     block = server.block_size_tokens if server else kv.DEFAULT_BLOCK_SIZE
     decode = outputs - 1
     return _Mix(
-        mean_prompt=float(prompts.mean()), mean_output=float(outputs.mean()), decode_tokens=float(decode.mean()),
+        mean_prompt=float(prompts.mean()), mean_computed_prompt=float(computed.mean()),
+        mean_output=float(outputs.mean()), decode_tokens=float(decode.mean()),
         kv_per_seq=float((decode * prompts).sum() / decode.sum()) if decode.sum() > 0 else float(prompts.mean()),
-        prompt_low=int(np.percentile(prompts, q)), output_low=int(max(1, np.percentile(outputs, q))),
+        prompt_low=int(np.percentile(computed, q)), output_low=int(max(1, np.percentile(outputs, q))),
         smallest_request_tokens=int(min(kv.tokens_per_request(int(p), int(c), policy, int(o), block)
                                         for p, o, c in zip(prompts, outputs, caps))),
         largest_request_tokens=int(max(kv.tokens_per_request(int(p), int(c), policy, int(c), block)
@@ -431,7 +488,7 @@ def _screen(req: PlanRequest, mix: _Mix, acc: Accelerator, tp: int) -> Evaluated
     out = []
     for b in sorted(set(req.max_num_seqs)):
         b_eff = min(b, most_seqs)
-        est, bound = capacity_bounds_rps(step, prompt_tokens=mix.mean_prompt, decode_tokens=mix.decode_tokens,
+        est, bound = capacity_bounds_rps(step, prompt_tokens=mix.mean_computed_prompt, decode_tokens=mix.decode_tokens,
                                          kv_tokens_per_seq=mix.kv_per_seq, max_seqs=b_eff, tpot_slo_s=req.slo.tpot_s)
         if mix.separate_lane:
             bound = math.inf  # prefills run beside the decode batch: the engine-time bound does not apply
@@ -451,7 +508,7 @@ def _search(req: PlanRequest, c: _Candidate, memo: dict[tuple[str, float], tuple
     def simulate_at(load: float, source: Literal["grid", "search"]) -> tuple[SweepPoint, SimResult]:
         key = (key_base, load)
         if key not in memo:
-            memo[key] = evaluate(scenario, load, "rate", req.slo, req.slo_target, None, source)
+            memo[key] = _evaluate(req, scenario, load, source)
         sims[load] = memo[key]
         return memo[key]
 
@@ -662,8 +719,7 @@ def planned_point(evaluation: Evaluation, option: Option, rate_rps: float, *, re
     scenario = _scenario(req, d.kv_budget_tokens, d.effective_max_num_seqs, d.step_model)
     if seed is not None:
         scenario = scenario.model_copy(update={"seed": seed})
-    point, _ = evaluate(scenario, rate_rps / option.replicas, "rate", req.slo, req.slo_target,
-                        requests or req.requests_per_simulation)
+    point, _ = _evaluate(req, scenario, rate_rps / option.replicas, "grid", requests or req.requests_per_simulation)
     return point
 
 
@@ -672,8 +728,6 @@ def planned_point(evaluation: Evaluation, option: Option, rate_rps: float, *, re
 
 def shape_from_config_file(path: str, *, bytes_per_element: float | None = None) -> tuple[kv.ModelShape, int]:
     """Return a config.json's shape with its estimated parameter count, and the active parameters."""
-    from pathlib import Path
-
     from servebench.capacity.hf_config import read_config, shape_from_config
     from servebench.capacity.roofline import estimate_parameters
 
@@ -694,8 +748,6 @@ def load_calibration(run_dir: str, *, gpu: str | None = None) -> Calibration:
 
     The device comes from ``metadata.json`` (``runtime.device_name``) unless ``gpu`` names a preset.
     """
-    from pathlib import Path
-
     from servebench.errors import InputFormatError
     from servebench.records.loaders import load_table
     from servebench.records.rundir import METADATA, read_folder
@@ -734,6 +786,16 @@ def load_calibration(run_dir: str, *, gpu: str | None = None) -> Calibration:
 # --------------------------------------------------------------------------- one document for the CLI and the app
 
 
+def _trace_document(workload: Workload) -> dict | None:
+    """Return the trace window a plan sized for (None: a drawn mix)."""
+    spec = workload.trace
+    if spec is None:
+        return None
+    return {"path": spec.path, "format": spec.format, "window_start_s": spec.start_s, "window_s": spec.duration_s,
+            "requests": len(window_requests(spec)), "window_rate_rps": workload.trace_rate_rps,
+            "prefix_caching": workload.prefix_caching}
+
+
 def plan_document(evaluation: Evaluation, result: Plan) -> dict:
     """Return the plan as plain JSON data: ``options`` and ``best`` (the documented keys) with their context."""
     req = evaluation.request
@@ -747,7 +809,8 @@ def plan_document(evaluation: Evaluation, result: Plan) -> dict:
         "workload": {"name": req.workload.name, "rate_rps": result.rate_rps,
                      "mean_prompt_tokens": evaluation.mean_prompt_tokens,
                      "mean_output_tokens": evaluation.mean_output_tokens,
-                     "classes": [c.model_dump(mode="json", exclude_none=True) for c in req.workload.classes]},
+                     "classes": [c.model_dump(mode="json", exclude_none=True) for c in req.workload.classes],
+                     "trace": _trace_document(req.workload)},
         "slo": req.slo.model_dump(), "slo_target": req.slo_target, "headroom": req.headroom,
         "efficiency": {"defaults": req.efficiency.model_dump(),
                        "calibration": cal.model_dump(mode="json") if cal is not None else None,
