@@ -354,6 +354,8 @@ def test_load_scrapes_the_server_through_the_run_and_summarize_and_diagnose_use_
 
     code, text = run_load(["summarize", str(out), "--json"], capsys)
     assert code == 0 and json.loads(text)["server_metrics"]["signals"]
+    code, text = run_load(["summarize", str(out)], capsys)
+    assert code == 0 and "Server histograms beside the client's times" in text and "vllm:num_requests_waiting" in text
 
     # no admitted times: the records alone cannot tell; the server's queue and batch say queueing
     code, text = run_load(["diagnose", str(out / "records.jsonl"), "--ttft-objective-s", "0.3", "--json"], capsys)
@@ -389,3 +391,97 @@ def test_load_without_metrics_or_with_them_off_writes_none_and_says_why(tmp_path
     code, text = run_load(["load", "http://127.0.0.1:9", "-o", str(tmp_path / "d"), "--rate", "1",
                            "--metrics-interval-s", "0"], capsys)
     assert code == 2 and "--metrics-interval-s" in text
+
+
+# --------------------------------------------------------------------------- the diagnosis from the server's metrics
+
+
+def fifo_records(arrivals: list[float], cap: int, service_s: float, n_out: int = 20) -> list[dict]:
+    """Return records of a server running at most ``cap`` requests (no admitted times: a peer tool's view)."""
+    free = [0.0] * cap
+    recs = []
+    for i, a in enumerate(arrivals):
+        adm = max(a, free.pop(free.index(min(free))))
+        end = adm + service_s
+        free.append(end)
+        recs.append({"request_id": f"r{i}", "start": a, "first_token": adm + 0.05, "end": end, "status": "success",
+                     "prompt_tokens": 100, "output_tokens": n_out, "_admitted": adm})
+    return recs
+
+
+def scrapes_of(recs: list[dict], kv_full_at: float, preempt_every_s: float | None, step_s: float = 0.5) -> SampleLog:
+    """Return what the server's /metrics would have said every ``step_s``: running, waiting, KV use, preemptions."""
+    log = SampleLog()
+    end = max(r["end"] for r in recs)
+    for t in np.arange(0.0, end + step_s, step_s):
+        running = sum(r["_admitted"] <= t < r["end"] for r in recs)
+        waiting = sum(r["start"] <= t < r["_admitted"] for r in recs)
+        log.add(t, series("vllm:num_requests_running", "gauge"), float(running))
+        log.add(t, series("vllm:num_requests_waiting", "gauge"), float(waiting))
+        log.add(t, series("vllm:kv_cache_usage_perc", "gauge"), min(1.0, running / kv_full_at))
+        preempted = 0.0 if preempt_every_s is None else float(t // preempt_every_s)
+        log.add(t, series("vllm:num_preemptions", "counter", "vllm:num_preemptions_total"), preempted)
+    return log
+
+
+def diagnose_without_admitted(recs: list[dict], log: SampleLog | None):
+    from servebench.analysis.diagnosis import diagnose_records
+    from servebench.records.loaders import read_bytes, to_table
+
+    plain = [{k: v for k, v in r.items() if k != "_admitted"} for r in recs]
+    table, ws, we = to_table(read_bytes(json.dumps(plain).encode(), "peer.json"))
+    assert not table.has_admitted
+    return diagnose_records(table, ws, we, server_metrics=None if log is None else log.samples())
+
+
+def test_kv_memory_from_the_server_when_its_cache_is_full_and_it_preempts():
+    recs = fifo_records([i * 0.2 for i in range(150)], cap=8, service_s=3.0)
+    v = diagnose_without_admitted(recs, scrapes_of(recs, kv_full_at=8.1, preempt_every_s=2.0))
+    assert v.limit == "kv_memory", v.summary
+    said = " ".join(v.headline.evidence)
+    assert "vllm:kv_cache_usage_perc p95 0.988 >= 0.9" in said and "vllm:num_preemptions_total increase" in said
+    assert v.summary.startswith("KV memory, from the server's own metrics")
+    assert "--gpu-memory-utilization" in v.experiment.action
+    assert v.headline.standing == "at_limit" and v.headline.capacity_rate_per_s <= 5.0
+
+
+def test_queueing_from_the_server_when_the_batch_is_capped_below_memory():
+    recs = fifo_records([i * 0.2 for i in range(150)], cap=8, service_s=3.0)
+    v = diagnose_without_admitted(recs, scrapes_of(recs, kv_full_at=40.0, preempt_every_s=None))
+    assert v.limit == "queueing", v.summary
+    said = " ".join(v.headline.evidence)
+    assert "running at its ceiling of 8" in said and "vllm:num_requests_waiting" in said
+    assert "above 8" in v.experiment.action
+    # the same records without the server's metrics: nothing can tell
+    assert diagnose_without_admitted(recs, None).limit == "undetermined"
+
+
+def test_no_server_verdict_without_a_symptom_or_a_pattern():
+    calm = fifo_records([i * 1.0 for i in range(40)], cap=8, service_s=0.5)
+    assert diagnose_without_admitted(calm, scrapes_of(calm, 8.1, None)).limit == "none"  # no symptom
+    # a symptom (TTFT over 2 s) but a queue seen only now and then, the cache half used: still undetermined
+    recs = fifo_records([i * 0.2 for i in range(150)], cap=8, service_s=3.0)
+    log = SampleLog()
+    for t in np.arange(0.0, 60.0, 0.5):
+        log.add(t, series("vllm:num_requests_running", "gauge"), 8.0)
+        log.add(t, series("vllm:num_requests_waiting", "gauge"), 1.0 if int(t * 2) % 5 == 0 else 0.0)
+        log.add(t, series("vllm:kv_cache_usage_perc", "gauge"), 0.5)
+    v = diagnose_without_admitted(recs, log)
+    assert v.limit == "undetermined" and any(r.conditions[0].measurement.startswith("server ") for r in v.rules)
+
+
+def test_decode_from_the_server_needs_a_full_batch_no_queue_and_tpot_growing():
+    from servebench.analysis.diagnosis import Evidence, Thresholds, server_rules
+    from servebench.analysis.server_metrics import ServerState
+
+    state = ServerState(scrapes=100, running_metric="sglang:num_running_reqs", running_max=64, running_mean=62,
+                        running_full_share=0.9, waiting_metric="sglang:num_queue_reqs", waiting_share=0.02,
+                        waiting_mean=0.02, waiting_max=1, kv_metric="sglang:token_usage", kv_usage_p95=0.6)
+    growing = Evidence(measurement="tpot_growth", value=1.6, threshold=1.25, rule=">=", crossed=True, note="")
+    flat = growing.model_copy(update={"value": 1.05, "crossed": False})
+    rules = {r.limit: r for r in server_rules(state, growing, Thresholds())}
+    assert rules["decode"].holds and not rules["queueing"].holds and not rules["kv_memory"].holds
+    assert not {r.limit: r for r in server_rules(state, flat, Thresholds())}["decode"].holds
+    queued = state.model_copy(update={"waiting_share": 0.7, "full_while_waiting": 0.95})
+    rules = {r.limit: r for r in server_rules(queued, growing, Thresholds())}
+    assert rules["queueing"].holds and not rules["decode"].holds

@@ -952,7 +952,8 @@ def _told_by_server(v: Verdict, winner: RuleCheck) -> None:
     s = v.measurements.server
     assert s is not None
     said = "; ".join(c.note for c in winner.conditions if c.crossed)
-    v.summary = f"{LIMIT_WORDS[v.limit].capitalize()}, from the server's own metrics: {said}."
+    words = LIMIT_WORDS[v.limit]
+    v.summary = f"{words[0].upper() + words[1:]}, from the server's own metrics: {said}."
     v.explanation += " The records have no admitted times; the server's metrics decided."
     v.cannot_tell = ["the records have no admitted times, so TTFT is not split into queue wait and prefill; the "
                      "server's metrics told the limits apart instead (the evidence quotes them)",

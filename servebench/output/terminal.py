@@ -127,6 +127,9 @@ def print_report(console: Console, report: Report, unavailable: frozenset[str] =
     }, "Failure-aware (every non-success counts as +inf)"))
     if report.itl_s is not None:
         print_token_timing(console, report)
+    if report.server_metrics is not None:
+        from servebench.output.server_metrics_text import print_server_metrics
+        print_server_metrics(console, report.server_metrics)
     work = Table(title="Work and concurrency")
     for col in ("output tokens", "successful", "wasted", "peak active", "share at peak", "peak in service",
                 "share at peak"):
