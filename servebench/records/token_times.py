@@ -779,23 +779,27 @@ class RunGaps:
         starts, lengths, owners = r.run_start[chosen], r.run_len[chosen], r.run_row[chosen]
         lasts = starts + lengths - 1
         spanning = lengths > 1
-        weight = np.bincount(starts[spanning], minlength=r.ticks.size)  # chosen runs spanning the step from tick i
-        weight -= np.bincount(lasts[spanning], minlength=r.ticks.size)
+        weight = np.zeros(r.ticks.size, dtype=np.int32)  # chosen runs spanning the step from tick i (fewer than rows)
+        np.add.at(weight, starts[spanning], 1)
+        np.subtract.at(weight, lasts[spanning], 1)
         np.cumsum(weight, out=weight)
-        used = np.flatnonzero(weight[:-1] > 0) if r.ticks.size else np.zeros(0, dtype=np.int64)
-        steps = r.ticks[used + 1] - r.ticks[used]  # the gap from tick i to i+1, as np.diff of a row's times has it
-        counts = weight[used]
-        del weight
+        used = weight[:-1] > 0 if r.ticks.size else np.zeros(0, dtype=bool)
+        steps = np.diff(r.ticks)[used]  # the gap from tick i to i+1, as np.diff of a row's times has it
+        counts = weight[:-1][used]
+        del weight, used
         between = owners[1:] == owners[:-1]  # a row's next run: the gap from its last tick to the next run's first
         joins = r.ticks[starts[1:][between]] - r.ticks[lasts[:-1][between]]
         values = np.concatenate([steps, joins])
-        counts = np.concatenate([counts, np.ones(joins.size, dtype=np.int64)])
-        order = np.argsort(values, kind="stable")
-        values, counts = values[order], counts[order]
+        counts = np.concatenate([counts, np.ones(joins.size, dtype=np.int32)])
+        del steps, joins
+        order = np.argsort(values)  # equal values are merged below: no need for a stable sort
+        values = values[order]
+        counts = counts[order]
+        del order
         if values.size:  # equal values become one, their counts added
             first = np.flatnonzero(np.concatenate([[True], values[1:] != values[:-1]]))
-            values, counts = values[first], np.add.reduceat(counts, first)
-        return RepeatedSorted(values, counts)
+            values, counts = values[first], np.add.reduceat(counts.astype(np.int64), first)
+        return RepeatedSorted(values, counts.astype(np.int64))
 
 
 def fits(times: Sequence[float], record: dict[str, Any], counts: Sequence[int] | None = None) -> bool:

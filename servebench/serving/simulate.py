@@ -242,7 +242,10 @@ class _EventLoop:
         self.cancel = None if cancel_after_s is None else cancel_after_s.tolist()
         self.heap: list[tuple[float, int, int, int, Any]] = []
         self.counter = 0
-        self.trace = array("d")  # the step trace's 14 numbers a row, flat: a tuple a row took three times the memory
+        # the step trace, flat: its two times a row, and its 12 counts (int32 when every count fits: a budget and a
+        # batch below 2**31); a tuple a row took four times the memory
+        self.trace_s = array("d")
+        self.trace_n = array("i" if config.kv_budget_tokens + config.max_num_seqs < 2**31 - 1 else "q")
         # request row i reaches the scheduler lags[i] after its arrival (a retry: as late as its request), or
         # busy_lags[i] after it when a step is running then (the model has busy_arrival_lags_s): then arrivals
         # are pushed at their arrival (push_lags 0) and the lag is chosen there (_arrive)
@@ -443,9 +446,9 @@ class _EventLoop:
                         dur = self.noise.apply(dur, float(self.noise.take(1, prefill=True)[0]))
                     longest = max(longest, dur)
                     self._push(now + dur, PRIO_PREFILL, EV_PREFILL, plan.only({rid}))
-                self.trace.extend((now, longest, 1, 2, plan.running, plan.waiting, plan.kv_tokens_used, 0,
-                                   plan.prefill_tokens, 0, sched.kv_tokens_held, len(plan.prefill),
-                                   len(plan.admitted), len(plan.preempted)))
+                self.trace_s.extend((now, longest))
+                self.trace_n.extend((1, 2, plan.running, plan.waiting, plan.kv_tokens_used, 0, plan.prefill_tokens, 0,
+                                     sched.kv_tokens_held, len(plan.prefill), len(plan.admitted), len(plan.preempted)))
         if not self.busy and sched.num_running:
             plan = sched.step(now, prefill=False)
             self._finish(plan.ended, now)
@@ -467,9 +470,10 @@ class _EventLoop:
         self.last_end, self.last_prefill = end, prefill_seqs > 0
         self.engine_steps += plan.steps
         self.busy = True
-        self.trace.extend((now, end - now, plan.steps, lane, plan.running, plan.waiting, plan.kv_tokens_used,
-                           plan.kv_tokens_read, prefill_tokens, d, self.sched.kv_tokens_held, prefill_seqs,
-                           len(plan.admitted), len(plan.preempted)))
+        self.trace_s.extend((now, end - now))
+        self.trace_n.extend((plan.steps, lane, plan.running, plan.waiting, plan.kv_tokens_used, plan.kv_tokens_read,
+                             prefill_tokens, d, self.sched.kv_tokens_held, prefill_seqs, len(plan.admitted),
+                             len(plan.preempted)))
         self._push(end, PRIO_RUN, EV_RUN, plan)
 
     def _decode_run_end(self, now: float, plan: StepPlan, extra_s: float = 0.0) -> float:
@@ -547,15 +551,17 @@ class _EventLoop:
             logical_id=None if client is None else np.array([str(x) for x in self.logical_of], dtype=object),
             attempt=None if client is None else np.asarray(self.attempt_of, dtype=np.int64))
         end = float(rec.end[:m].max()) if m else 0.0
-        return SimResult(name, table, _trace(self.trace), 0.0, max(end, 0.0), self.config.kv_budget_tokens,
+        return SimResult(name, table, _trace(self.trace_s, self.trace_n), 0.0, max(end, 0.0), self.config.kv_budget_tokens,
                          self.engine_steps, self.events, rec.preemptions, self.sched.evictions,
                          token_runs=runs if self.runs_only else None)
 
 
-def _trace(rows: array) -> StepTrace:
-    """Return the rows ``start_run`` and the prefill lane append (14 floats each) as the step-trace schema's columns."""
-    a = (np.frombuffer(rows, dtype=np.float64) if len(rows) else np.zeros(0)).reshape(len(rows) // 14, 14)
-    i = a[:, 2:].astype(np.int64)
+def _trace(times: array, counts: array) -> StepTrace:
+    """Return the rows ``start_run`` and the prefill lane append (two times and 12 counts each) as the trace's columns."""
+    rows = len(times) // 2
+    a = (np.frombuffer(times, dtype=np.float64) if rows else np.zeros(0)).reshape(rows, 2)
+    i = (np.frombuffer(counts, dtype=np.dtype(counts.typecode)) if rows else np.zeros(0)).reshape(rows, 12)
+    i = i.astype(np.int64)
     return StepTrace(start_s=a[:, 0], duration_s=a[:, 1], steps=i[:, 0], lane=i[:, 1].astype(np.int8),
                      running=i[:, 2], waiting=i[:, 3], kv_tokens_used=i[:, 4], kv_tokens_read=i[:, 5],
                      prefill_tokens=i[:, 6], decode_seqs=i[:, 7], kv_tokens_held=i[:, 8], prefill_seqs=i[:, 9],
