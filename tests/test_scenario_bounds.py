@@ -208,3 +208,17 @@ def test_the_planner_simulates_at_most_a_runs_worth_of_requests():
     with pytest.raises(ValueError, match="requests_per_simulation"):
         PlanRequest(model=get_preset("llama-3.1-8b"), workload=Workload.fixed(10, 10), slo=SLO(ttft_s=1.0),
                     requests_per_simulation=10**12)
+
+
+def test_load_reads_its_workload_file_as_strictly_as_a_scenario(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from servebench.cli import main
+    path = tmp_path / "w.yaml"
+    path.write_text("classes:\n  - {name: a, prompt: {value: 10}, output: {value: 5}}\n"
+                    "classes:\n  - {name: b, prompt: {value: 10}, output: {value: 5}}\n")
+    with pytest.raises(SystemExit) as stop:
+        main(["load", "http://127.0.0.1:9/v1", "--workload", str(path), "--requests", "1", "-o", str(tmp_path / "out")])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert "w.yaml, line 3: key 'classes' appears twice in one mapping" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()  # refused before anything was sent or written

@@ -22,15 +22,19 @@ from servebench.output.safetext import safe_markup
 
 
 def _workload_file(path: Optional[Path]) -> dict[str, Any] | None:
-    """Return a workload or simulator scenario file as read (None without one), for its workload and its cancel."""
-    import yaml
+    """Return a workload or simulator scenario file as read (None without one), for its workload and its cancel.
+
+    Read as strictly as a scenario: a key given twice, too deep a nesting or a syntax error is one line.
+    """
+    from servebench.capacity.documents import read_document
 
     if path is None:
         return None
     try:
-        doc = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{path}: cannot read the workload: {exc}") from None
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read the workload: {getattr(exc, 'strerror', None) or exc}") from None
+    doc = read_document(text, str(path))
     if not isinstance(doc, dict):
         raise ConfigError(f"{path}: expected a mapping with 'classes'")
     return doc
