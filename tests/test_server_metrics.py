@@ -485,3 +485,43 @@ def test_decode_from_the_server_needs_a_full_batch_no_queue_and_tpot_growing():
     queued = state.model_copy(update={"waiting_share": 0.7, "full_while_waiting": 0.95})
     rules = {r.limit: r for r in server_rules(queued, growing, Thresholds())}
     assert rules["queueing"].holds and not rules["decode"].holds
+
+
+# --------------------------------------------------------------------------- charts and the report site
+
+
+def test_the_chart_puts_the_server_under_the_clients_ttft_on_one_time_axis():
+    from servebench.output.figures.server_metrics import server_panels, server_timeline_figure
+    from servebench.records.loaders import read_bytes, to_table
+
+    recs = fifo_records([5.0 + i * 0.2 for i in range(150)], cap=8, service_s=3.0)
+    log = scrapes_of(recs, kv_full_at=8.1, preempt_every_s=2.0)
+    plain = [{k: v for k, v in r.items() if k != "_admitted"} for r in recs]
+    table, ws, we = to_table(read_bytes(json.dumps(plain).encode(), "peer.json"))
+    panels = server_panels(table, log.samples(), ws, we)
+    assert [p.title for p in panels] == ["client TTFT, s", "offered, req/s", "server requests",
+                                         "KV cache use (1: full)", "preemptions so far"]
+    assert [line.source for line in panels[2].lines] == ["vllm:num_requests_running", "vllm:num_requests_waiting"]
+    for panel in panels:
+        for line in panel.lines:
+            assert line.x.min() >= 0.0 and line.x.max() <= we - ws + 1e-9  # seconds since the window's start
+    assert panels[4].lines[0].y[0] == 0.0 and panels[4].lines[0].source == "vllm:num_preemptions_total"
+    assert panels[1].lines[0].y.max() == pytest.approx(5.0, rel=0.2)  # 5 arrivals a second
+    fig = server_timeline_figure(table, log.samples(), ws, we)
+    assert fig is not None and len(fig.data) == 6
+    assert server_timeline_figure(table, None, ws, we) is None
+
+
+def test_the_report_site_shows_the_server_section_and_diagnoses_with_it(tmp_path):
+    from servebench.output.site import KvOptions, SiteOptions, build_site, load_runs
+
+    recs = fifo_records([i * 0.2 for i in range(150)], cap=8, service_s=3.0)
+    plain = [{k: v for k, v in r.items() if k != "_admitted"} for r in recs]
+    rundir.write_run(tmp_path / "run", plain, metadata={"kind": "servebench load"},
+                     server_metrics=scrapes_of(recs, kv_full_at=40.0, preempt_every_s=None).samples())
+    runs = load_runs(tmp_path / "run")
+    assert runs[0].server_metrics is not None and "server_metrics.parquet" in runs[0].files
+    files = build_site(runs, SiteOptions(kv=KvOptions(model="llama-3.1-8b", budget_gib=8)))
+    page = next(v.decode() for k, v in files.items() if k.startswith("run-"))
+    assert 'id="server_metrics"' in page and "The server over time" in page
+    assert "Queueing, from the server&#x27;s own metrics" in page or "Queueing, from the server's own metrics" in page

@@ -28,6 +28,7 @@ from servebench.records import rundir
 from servebench.records.loaders import LoadedRecords, read_path, to_table
 from servebench.records.rows import read_rows
 from servebench.records.rundir import METADATA, RECORD_FILES, SWEEP_FILES, find_file
+from servebench.records.server_samples import AIPERF_FILE, ServerSamples
 from servebench.records.table import RecordTable
 SWEEP_KEYS = ("rate", "rate_per_s", "offered_rate", "offered_rate_per_s", "arrival_rate", "concurrency",
               "users", "offered_load")
@@ -51,6 +52,7 @@ class RunInput:
     sweep_points: list[dict[str, Any]] | None = None
     sweep_document: Any = None
     files: list[str] = field(default_factory=list)
+    server_metrics: ServerSamples | None = None  # a load run's scrapes of the server (rundir.SERVER_METRICS)
 
 
 def _read_mapping(path: Path) -> dict[str, Any]:
@@ -163,11 +165,13 @@ def load_run(path: str | Path, fmt: str = "auto", window_start: float | None = N
         if p.name.lower() in SWEEP_FILES:  # the file `servebench sweep` says it wrote
             return _load_sweep(p, p.parent, p.parent.resolve().name or p.name, p)
         try:
-            return load_records(p, p.name, "records", fmt, window_start, window_end)
+            run = load_records(p, p.name, "records", fmt, window_start, window_end)
         except (InputFormatError, RecordValidationError):
             if p.suffix.lower() in (".json", ".csv") and fmt == "auto" and _is_sweep_file(p):
                 return _load_sweep(p, p.parent, p.stem, p)
             raise
+        run.server_metrics = rundir.server_samples(p)  # AIPerf's scrapes beside its export, or a run folder's
+        return run
     if not p.is_dir():
         raise InputFormatError(f"{p}: no such file or folder")
     name = p.resolve().name or str(p)
@@ -193,6 +197,9 @@ def load_run(path: str | Path, fmt: str = "auto", window_start: float | None = N
         if steps is not None and folder.steps_path is not None:
             run.steps = steps.to_rows()
             run.files.append(folder.steps_path.name)
+        run.server_metrics = rundir.server_samples(p)
+        if run.server_metrics is not None:
+            run.files.append(rundir.SERVER_METRICS if (p / rundir.SERVER_METRICS).is_file() else AIPERF_FILE)
         return run
     sweep = _sweep_file(p)
     if sweep is not None:

@@ -145,7 +145,7 @@ def kv_view(run: RunInput, report: Report, options: KvOptions | None) -> KvView 
         from servebench.analysis.diagnosis import diagnose_records
         verdict = diagnose_records(t, run.window_start, run.window_end, shape=shape,
                                    budget_bytes=int(budget_bytes) if budget_bytes is not None else None,
-                                   policy=policy, output_cap=cap, name=run.name)
+                                   policy=policy, output_cap=cap, name=run.name, server_metrics=run.server_metrics)
     except ServebenchError as exc:
         view.problem = f"No diagnosis: {exc}"
     else:

@@ -29,12 +29,15 @@ from servebench.output.site.inputs import RunInput
 from servebench.output.site.kvview import KvOptions, KvView, kv_section, kv_view
 from servebench.output.site.tokens import token_section
 from servebench.output.site.retries import fairness_section, logical_section
+from servebench.output.site.server_metrics import server_metrics_section
+from servebench.output.figures.server_metrics import server_timeline_figure
+from servebench.analysis.server_metrics import attach
 
 
 
 SECTION_TITLES: tuple[tuple[str, str], ...] = (
     ("warnings", "warnings"), ("summary", "summary"), ("outcomes", "outcomes"), ("work", "work"),
-    ("percentiles", "percentiles"), ("reasoning", "reasoning"), ("prefix_cache", "prefix cache"), ("cdfs", "CDFs"), ("tokens", "token timing"), ("timeline", "concurrency"), ("stages", "stages"),
+    ("percentiles", "percentiles"), ("reasoning", "reasoning"), ("prefix_cache", "prefix cache"), ("cdfs", "CDFs"), ("tokens", "token timing"), ("timeline", "concurrency"), ("stages", "stages"), ("server_metrics", "server metrics"),
     ("steps", "step trace"), ("slices", "slices"), ("logical", "retries"), ("fairness", "fairness"), ("kv", "KV and diagnosis"), ("metadata", "run metadata"),
     ("quality", "data quality"),
 )
@@ -82,7 +85,8 @@ def compute_views(runs: Sequence[RunInput], options: SiteOptions) -> list[RunVie
         if run.table is not None:
             assert run.window_start is not None and run.window_end is not None
             view.table = run.table if options.slice_by is None else slice_by(run.table, options.slice_by)
-            view.report = build_report(view.table, run.window_start, run.window_end, options.slo)
+            view.report = attach(build_report(view.table, run.window_start, run.window_end, options.slo),
+                                 run.server_metrics)
             view.kv = kv_view(run, view.report, options.kv)
         views.append(view)
     return views
@@ -318,6 +322,9 @@ def run_page(view: RunView, options: SiteOptions) -> str:
     parts.append(section("Stages", figs(stage) if stage is not None else
                          tag("p", "No admission times: queue wait and prefill cannot be separated.", class_="muted"),
                          id_="stages"))
+    if report.server_metrics is not None:
+        chart = figs(server_timeline_figure(t, run.server_metrics, run.window_start, run.window_end))
+        parts.append(server_metrics_section(report.server_metrics, chart))
     if run.steps:
         parts.append(section("Step trace", figs(step_figure(run)), id_="steps"))
     if report.slices:
