@@ -87,6 +87,37 @@ def _workload(rate: Optional[float], requests: int, users: Optional[int], arriva
         raise _invalid("workload", exc) from None
 
 
+def _check_trace_options(trace: Optional[Path], speedup: Optional[float], max_requests: Optional[int],
+                         **others: Any) -> None:
+    """Refuse options a trace replay cannot take beside it (it gives the arrivals and lengths), and trace options
+    without a trace."""
+    if trace is None:
+        given = [name for name, value in (("--speedup", speedup), ("--max-requests", max_requests)) if value is not None]
+        if given:
+            raise ConfigError(f"{' and '.join(given)} go with --trace FILE (a trace to replay)")
+        return
+    given = ["--" + name for name, value in others.items() if value is not None]
+    if given:
+        raise ConfigError(f"--trace gives the arrivals and lengths: leave out {', '.join(given)}")
+
+
+def _trace_workload(trace: Path, fmt: str, speedup: Optional[float], max_requests: Optional[int],
+                    duration: Optional[float]) -> Any:
+    """Return the workload that replays a trace (``--duration`` still ends the run)."""
+    from pydantic import ValidationError
+
+    from servebench.serving.workload import WorkloadSpec
+
+    doc = {"path": str(trace), "format": fmt, "speedup": 1.0 if speedup is None else speedup,
+           "max_requests": max_requests}
+    try:
+        return WorkloadSpec.model_validate({"trace": doc, "duration_s": duration})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        flag = {"speedup": "--speedup", "format": "--trace-format"}.get(str(first["loc"][-1]), "--trace")
+        raise ConfigError(f"{flag}: {first['msg']}") from None
+
+
 def _cancel_spec(workload_doc: Mapping[str, Any] | None, share: Optional[float], after_s: Optional[float]) -> Any:
     """Return the clients that give up: ``--cancel-share`` and ``--cancel-after``, else a scenario's ``cancel``."""
     from pydantic import ValidationError
@@ -185,7 +216,7 @@ def _run_workers(config: Any, plan: list[Any], spec: Any, seed: int, out_dir: Pa
     Ctrl-C or SIGTERM stops the worker processes' runs and writes what they gathered, marked interrupted, as one
     process does; Ray actors cannot be stopped midway, so nothing is written then.
     """
-    from servebench.load.generator import RunStopped, discover_model_sync, run_metadata, write_run
+    from servebench.load.generator import RunStopped, discover_model_sync, run_metadata, trace_rows, write_run
     from servebench.load.workers import raising_on
 
     model = discover_model_sync(config)
@@ -207,6 +238,7 @@ def _run_workers(config: Any, plan: list[Any], spec: Any, seed: int, out_dir: Pa
             if scrape is not None:
                 scrape.finish(None)
             raise SystemExit(_signal_exit(name)) from None
+    result.trace_rows = trace_rows(plan)
     samples, metrics_meta = _scraped(scrape, result)
     if result.stopped_by is not None:
         _write_interrupted(out_dir, result, run_metadata(result, spec, seed, source, cancel) | metrics_meta, samples)
@@ -276,7 +308,7 @@ def _run_one(url: str, spec: Any, seed: int, out_dir: Path, cfg_kwargs: dict[str
                                   source, cancel, scrape)
         finally:
             scrape.finish(None)  # already finished unless the run failed
-        table, ws, we = records_table(result.outcomes, str(out_dir / "records.jsonl"))
+        table, ws, we = records_table(result.outcomes, str(out_dir / "records.jsonl"), result.trace_rows)
         return result, table, ws, we, scrape.finish(None)
     state = RunState()
     progress = Progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(),
@@ -303,7 +335,7 @@ def _run_one(url: str, spec: Any, seed: int, out_dir: Path, cfg_kwargs: dict[str
         scrape.finish(state.t0_monotonic_s)  # stops the thread whatever happened (a second call is a no-op)
     samples, metrics_meta = _scraped(scrape, result)
     write_run(out_dir, result, run_metadata(result, spec, seed, source, cancel) | metrics_meta, samples)
-    table, ws, we = records_table(result.outcomes, str(out_dir / "records.jsonl"))
+    table, ws, we = records_table(result.outcomes, str(out_dir / "records.jsonl"), result.trace_rows)
     return result, table, ws, we, scrape.finish(None)
 
 
@@ -318,6 +350,15 @@ def load(
     arrival: str = typer.Option("poisson", help="Arrival process: poisson, gamma or constant."),
     cv: float = typer.Option(1.0, min=0.01, help="Gamma arrivals: coefficient of variation (burstiness)."),
     replay: Optional[Path] = typer.Option(None, help="Replay the start times of a record file (open loop)."),
+    trace: Optional[Path] = typer.Option(None, "--trace", help="Replay a trace (Mooncake, Azure, BurstGPT or "
+                                         "records): each request at its time with its prompt and output lengths, "
+                                         "block-hashed prompts sharing their blocks' text (docs/load.md)."),
+    trace_format: str = typer.Option("auto", "--trace-format", help="The trace's format: auto, mooncake, azure, "
+                                     "burstgpt or records."),
+    speedup: Optional[float] = typer.Option(None, "--speedup", help="--trace: divide its arrival times by this "
+                                            "(2: twice the traffic)."),
+    max_requests: Optional[int] = typer.Option(None, "--max-requests", min=1, help="--trace: send only its first "
+                                               "N requests (--requests does not apply to a trace)."),
     workload: Optional[Path] = typer.Option(None, help="Workload YAML/JSON (classes, lengths); a scenario works."),
     prompt_tokens: int = typer.Option(32, min=1, help="Prompt length in words (tokens on serve-engine)."),
     output_tokens: int = typer.Option(16, min=1, help="Output tokens per request (max_tokens, ignore_eos)."),
@@ -388,6 +429,8 @@ def load(
     per_run = dict(workers=workers, ray_address=ray_address, use_ray=use_ray,
                    cancel=_cancel_spec(workload_doc, cancel_share, cancel_after), metrics=metrics)
     slo = SLO(ttft_s=slo_ttft, tpot_s=slo_tpot, latency_s=slo_latency)
+    _check_trace_options(trace, speedup, max_requests, rate=rate, users=users, sweep=sweep, replay=replay,
+                         workload=workload)
     if sweep is not None:
         if users is not None or replay is not None:
             raise ConfigError("--sweep sweeps open-loop rates; it cannot be combined with --users or --replay")
@@ -398,8 +441,9 @@ def load(
             _sweep(url, sweep, out, requests, arrival, cv, workload_doc, prompt_tokens, output_tokens, duration, seed,
                    cfg_kwargs, slo, slo_target, search, as_json, per_run)
         return
-    spec = _workload(rate, requests, users, arrival, cv, replay, duration, prompt_tokens, output_tokens, think,
-                     workload_doc)
+    spec = _trace_workload(trace, trace_format, speedup, max_requests, duration) if trace is not None else \
+        _workload(rate, requests, users, arrival, cv, replay, duration, prompt_tokens, output_tokens, think,
+                  workload_doc)
     result, table, ws, we, (samples, scraped) = _run_one(url, spec, seed, out, cfg_kwargs,
                                                           show_progress=not as_json, **per_run)
     report = attach(build_report(table, ws, we, slo), samples)

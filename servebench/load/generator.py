@@ -96,6 +96,7 @@ class PlannedRequest:
     think_s: float = 0.0
     deadline_s: float | None = None
     cancel_after_s: float | None = None  # the client gives up this long after the request's arrival (None: never)
+    trace_row: int | None = None  # a replayed trace's row this request is (records keep it as ``trace_row``)
 
 
 class LagStats(BaseModel):
@@ -178,6 +179,7 @@ class RunState:
     interrupted: bool = False  # set when the run was stopped (Ctrl-C, SIGTERM) before its plan was done
     stopped_by: str | None = None  # the signal that stopped it ("SIGINT", "SIGTERM"), when one did
     t0_monotonic_s: float | None = None  # the run's origin t0 on time.monotonic (server metrics are placed on it)
+    trace_rows: dict[str, int] | None = None  # a trace replay's rows by request id (None: no trace)
 
 
 class RunStopped(Exception):
@@ -199,6 +201,7 @@ class LoadResult:
     started_utc: str
     stopped_by: str | None = None  # the signal that cut the run short (its outcomes are what it gathered)
     t0_monotonic_s: float | None = None  # the run's origin t0 on this process's time.monotonic
+    trace_rows: dict[str, int] | None = None  # a trace replay's rows by request id: the records' trace_row
 
 
 # --------------------------------------------------------------------------- pure helpers
@@ -218,11 +221,13 @@ def plan_requests(intended_s: Sequence[float] | np.ndarray, prompt_words: Sequen
                   think_s: Sequence[float] | np.ndarray | None = None,
                   deadline_s: Sequence[float | None] | None = None,
                   prompts: Sequence[str] | None = None,
-                  cancel_after_s: Sequence[float] | np.ndarray | None = None) -> list[PlannedRequest]:
+                  cancel_after_s: Sequence[float] | np.ndarray | None = None,
+                  trace_rows: Sequence[int] | np.ndarray | None = None) -> list[PlannedRequest]:
     """Pair arrival times with prompt and output lengths; prompts are drawn with ``rng`` unless given.
 
     A closed-loop plan passes NaN arrival times (users decide when to send) and ``think_s``.
     ``cancel_after_s``: each client's wait after its request's arrival before it gives up (NaN: never).
+    ``trace_rows``: each request's row in the trace it replays.
     """
     n = len(intended_s)
     if len(prompt_words) != n or len(output_tokens) != n or (slices is not None and len(slices) != n):
@@ -244,8 +249,15 @@ def plan_requests(intended_s: Sequence[float] | np.ndarray, prompt_words: Sequen
             prompt_words=words, max_tokens=out, slice=None if slices is None else slices[i],
             think_s=0.0 if think_s is None else float(think_s[i]),
             deadline_s=None if deadline_s is None else deadline_s[i],
-            cancel_after_s=None if cancel_after_s is None or math.isnan(cancel_after_s[i]) else float(cancel_after_s[i])))
+            cancel_after_s=None if cancel_after_s is None or math.isnan(cancel_after_s[i]) else float(cancel_after_s[i]),
+            trace_row=None if trace_rows is None else int(trace_rows[i])))
     return plan
+
+
+def trace_rows(plan: Sequence[PlannedRequest]) -> dict[str, int] | None:
+    """Return each planned request's trace row by its id (None when the plan replays no trace)."""
+    rows = {r.request_id: r.trace_row for r in plan if r.trace_row is not None}
+    return rows or None
 
 
 def workload_plan(spec: WorkloadSpec, rng: np.random.Generator, cancel: CancelSpec | None = None) -> list[PlannedRequest]:
@@ -272,17 +284,18 @@ def workload_plan(spec: WorkloadSpec, rng: np.random.Generator, cancel: CancelSp
     if wl.has_turns:
         raise ConfigError("servebench load does not send conversations yet (a later turn waits for the previous "
                           "answer): simulate this workload, or drop 'conversation' from its classes")
-    prompts = shared_prompts(wl) if wl.prefix_tokens is not None else None
+    prompts = shared_prompts(wl) if wl.shares_content else None
     return plan_requests(wl.arrival_s, np.maximum(wl.prompt_tokens, 1), wl.output_tokens, rng,
                          slices=slices, think_s=think, deadline_s=deadlines, prompts=prompts,
-                         cancel_after_s=drawn.cancel_after_s)
+                         cancel_after_s=drawn.cancel_after_s, trace_rows=wl.trace_row)
 
 
 def shared_prompts(wl: Workload) -> list[str]:
     """Return prompts that share what the workload's prompts share (a document is the same words every time).
 
     Token id t becomes common word t mod the word list, so prefix caching on the server sees the
-    sharing the simulator models (exactly on ``serve-engine``, one token per word).
+    sharing the simulator models (exactly on ``serve-engine``, one token per word): a trace's requests that
+    name one block ID send that block's same words.
     """
     words = PROMPT_WORDS
     return [" ".join(words[t % len(words)] for t in content.token_ids(2**31)) or words[0]
@@ -325,10 +338,11 @@ def request_body(config: LoadConfig, model: str, req: PlannedRequest) -> dict[st
     return body
 
 
-def to_record(o: HttpOutcome, reasoning: bool = False) -> dict[str, Any]:
+def to_record(o: HttpOutcome, reasoning: bool = False, trace_row: int | None = None) -> dict[str, Any]:
     """Return the canonical timing record of an outcome (``start`` is the intended send time).
 
-    With several workers the record also names its ``worker`` (an extra column, e.g. for ``--slice-by worker``).
+    With several workers the record also names its ``worker`` (an extra column, e.g. for ``--slice-by worker``);
+    a trace replay's record its ``trace_row`` (an extra column: the request's row in the trace).
     ``reasoning``: the run measured a reasoning model (``client.reasoning_run``), so the record says its first
     answer token and reasoning tokens.
     """
@@ -343,7 +357,14 @@ def to_record(o: HttpOutcome, reasoning: bool = False) -> dict[str, Any]:
             rec["token_counts"] = counts
     if o.worker is not None:
         rec["worker"] = o.worker
+    if trace_row is not None:
+        rec["trace_row"] = trace_row
     return rec
+
+
+def _trace_row(o: HttpOutcome, rows: dict[str, int] | None) -> int | None:
+    """Return the trace row of an outcome's (logical) request, or None."""
+    return None if rows is None else rows.get(o.logical_id or o.request_id)
 
 
 def to_send_row(o: HttpOutcome) -> dict[str, Any]:
@@ -602,6 +623,7 @@ async def run_load(config: LoadConfig, plan: Sequence[PlannedRequest],
     if not plan:
         raise ConfigError("the load plan has no requests")
     state = state if state is not None else RunState()
+    state.trace_rows = trace_rows(plan)
     longest = max(config.deadline_s if r.deadline_s is None else r.deadline_s for r in plan)
     async with _client(config, longest) as client:
         headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
@@ -638,7 +660,7 @@ def result_from_state(config: LoadConfig, planned: int, state: RunState) -> Load
                             state.waited_for_slot, config.duration_s, state.interrupted)
     return LoadResult(outcomes=outcomes, stats=stats, model=state.model or "unknown", config=config,
                       started_utc=state.started_utc, stopped_by=state.stopped_by if state.interrupted else None,
-                      t0_monotonic_s=state.t0_monotonic_s)
+                      t0_monotonic_s=state.t0_monotonic_s, trace_rows=state.trace_rows)
 
 
 async def _open_loop(runner: _Runner, plan: Sequence[PlannedRequest]) -> None:
@@ -728,14 +750,16 @@ async def stoppable(run: Awaitable[LoadResult], state: RunState, stop_signals: S
 # --------------------------------------------------------------------------- results on disk
 
 
-def records_table(outcomes: Sequence[HttpOutcome], source: str = "load") -> tuple[RecordTable, float, float]:
-    """Validate the outcomes as canonical records over [first start, last end]."""
+def records_table(outcomes: Sequence[HttpOutcome], source: str = "load",
+                  trace_rows: dict[str, int] | None = None) -> tuple[RecordTable, float, float]:
+    """Validate the outcomes as canonical records over [first start, last end] (``trace_rows``: a trace replay's
+    rows by request id, kept as the extra column ``trace_row``)."""
     if not outcomes:
         raise ConfigError("the run produced no records (every planned arrival came after the duration limit)")
-    workers = any(o.worker is not None for o in outcomes)  # the one extra column a load run writes
+    extra = trace_rows is not None or any(o.worker is not None for o in outcomes)  # the extra columns a run writes
     reasoning = reasoning_run(outcomes)
-    rows = parse_objects([to_record(o, reasoning) for o in outcomes], source, strict_keys=not workers,
-                         keep_extra=workers)
+    rows = parse_objects([to_record(o, reasoning, _trace_row(o, trace_rows)) for o in outcomes], source,
+                         strict_keys=not extra, keep_extra=extra)
     ws, we = default_window(rows)
     if not we > ws:
         we = ws + 1e-9  # one instant request: a window of zero length has no rate
@@ -757,7 +781,9 @@ def run_metadata(result: LoadResult, workload: WorkloadSpec, seed: int, model_so
                      "stream": cfg.stream, "include_usage": cfg.include_usage, "ignore_eos": cfg.ignore_eos},
         "model": {"name": result.model, "source": model_source},
         "workload": workload.model_dump(mode="json", exclude_none=True),
-        "arrival_pattern": (workload.arrival.model_dump(mode="json", exclude_none=True) if mode == "open"
+        "arrival_pattern": ({"kind": "trace", **workload.trace.model_dump(mode="json", exclude_none=True)}
+                            if workload.trace is not None else
+                            workload.arrival.model_dump(mode="json", exclude_none=True) if mode == "open"
                             else {"kind": "closed_loop", **workload.closed_loop.model_dump(mode="json")}),
         "prompt_unit": "words (one token each on serve-engine; prompt_tokens in records come from usage)",
         "seed": seed,
@@ -789,7 +815,8 @@ def write_run(out_dir: str | Path, result: LoadResult, metadata: dict[str, Any],
     """Write the run folder (records, sends, metadata and the server's metrics: ``records.rundir``); return it."""
     d = Path(out_dir)
     reasoning = reasoning_run(result.outcomes)
-    rundir.write_run(d, [to_record(o, reasoning) for o in result.outcomes], metadata=metadata,
+    rows = result.trace_rows
+    rundir.write_run(d, [to_record(o, reasoning, _trace_row(o, rows)) for o in result.outcomes], metadata=metadata,
                      sends=[to_send_row(o) for o in result.outcomes], server_metrics=server_metrics)
     return d
 
