@@ -11,18 +11,15 @@ import numpy as np
 from servebench.load.generator import LoadConfig, LoadResult, plan_requests, run_load_sync
 
 
-class FaultyServer:
-    """A raw-socket HTTP/1.1 server on 127.0.0.1 (port 0) that misbehaves on purpose, in its own thread.
+class LocalHTTPServer:
+    """A raw-socket HTTP/1.1 server on 127.0.0.1 (port 0) in its own thread, for the tests' fake servers.
 
-    Every POST streams ``chunks`` content chunks of one token each (chunked encoding), then does what
-    ``fault`` says: ``error_event`` (a server-side deadline, as serve-engine sends it), ``close`` (drops
-    the connection mid-body), ``garbage`` (malformed SSE data), ``stall`` (sends nothing more),
-    ``lying_usage`` (usage claims ``usage_tokens`` tokens, then [DONE]), ``queue_full`` (HTTP 503 before
-    any chunk) or ``deadline_504`` (HTTP 504 before any chunk).
+    ``with Server(...) as url`` starts it; every POST's path and body go to ``_answer(path, body, writer)``,
+    which writes the reply and says whether the connection may be reused; any other method gets a 404. Leaving the block
+    stops it and cancels answers still running (a stalled one must not outlive the loop).
     """
 
-    def __init__(self, fault: str, chunks: int = 5, usage_tokens: int = 1000) -> None:
-        self.fault, self.chunks, self.usage_tokens = fault, chunks, usage_tokens
+    def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
         self.ready = threading.Event()
         self.port = 0
@@ -31,7 +28,7 @@ class FaultyServer:
     def __enter__(self) -> str:
         self.thread.start()
         if not self.ready.wait(10):
-            raise RuntimeError("the faulty server did not start")
+            raise RuntimeError(f"{type(self).__name__} did not start")
         return f"http://127.0.0.1:{self.port}"
 
     def __exit__(self, *exc: object) -> None:
@@ -62,14 +59,19 @@ class FaultyServer:
         self.handlers.add(task)
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
+                head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
                 length = 0
-                for line in head.decode("latin-1").split("\r\n")[1:]:
+                for line in head[1:]:
                     name, _, value = line.partition(":")
                     if name.strip().lower() == "content-length":
                         length = int(value)
-                body = json.loads(await reader.readexactly(length)) if length else {}
-                if not await self._answer(body, writer):
+                body = await reader.readexactly(length) if length else b""
+                method, path = head[0].split()[:2]
+                if method != "POST":  # only the API's POSTs are served (a GET of /metrics finds nothing)
+                    writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+                    await writer.drain()
+                    continue
+                if not await self._answer(path, body, writer):
                     break
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
             pass
@@ -77,8 +79,27 @@ class FaultyServer:
             writer.close()
             self.handlers.discard(task)
 
-    async def _answer(self, body: dict, writer: asyncio.StreamWriter) -> bool:
+    async def _answer(self, path: str, body: bytes, writer: asyncio.StreamWriter) -> bool:
+        raise NotImplementedError
+
+
+class FaultyServer(LocalHTTPServer):
+    """A server that misbehaves on purpose.
+
+    Every POST streams ``chunks`` content chunks of one token each (chunked encoding), then does what
+    ``fault`` says: ``error_event`` (a server-side deadline, as serve-engine sends it), ``close`` (drops
+    the connection mid-body), ``garbage`` (malformed SSE data), ``stall`` (sends nothing more),
+    ``lying_usage`` (usage claims ``usage_tokens`` tokens, then [DONE]), ``queue_full`` (HTTP 503 before
+    any chunk) or ``deadline_504`` (HTTP 504 before any chunk).
+    """
+
+    def __init__(self, fault: str, chunks: int = 5, usage_tokens: int = 1000) -> None:
+        super().__init__()
+        self.fault, self.chunks, self.usage_tokens = fault, chunks, usage_tokens
+
+    async def _answer(self, path: str, raw: bytes, writer: asyncio.StreamWriter) -> bool:
         """Write one answer; return False when the connection must not be reused."""
+        body = json.loads(raw) if raw else {}
         if self.fault in ("queue_full", "deadline_504"):
             code, reason, err = (
                 (503, "Service Unavailable", {"message": "request rejected: queue_full", "type": "server_overloaded",

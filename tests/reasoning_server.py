@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 from collections.abc import Sequence
 
+from faulty_server import LocalHTTPServer
 
-class ReasoningServer:
+
+class ReasoningServer(LocalHTTPServer):
     """Stream ``reasoning[k]`` reasoning chunks then ``answer`` answer chunks to the k-th request (cycling).
 
     ``prefill_s`` passes before the first chunk and ``gap_s`` between chunks, so a reply's first
@@ -26,63 +27,16 @@ class ReasoningServer:
     def __init__(self, reasoning: Sequence[int] = (3,), answer: int = 4, *, field: str = "reasoning_content",
                  prefill_s: float = 0.05, gap_s: float = 0.02, tokens_per_chunk: int = 1,
                  details: bool = True) -> None:
+        super().__init__()
         self.reasoning, self.answer, self.field = list(reasoning), answer, field
         self.prefill_s, self.gap_s, self.tokens_per_chunk, self.details = prefill_s, gap_s, tokens_per_chunk, details
         self.served = 0
-        self.loop = asyncio.new_event_loop()
-        self.ready = threading.Event()
-        self.port = 0
-        self.thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> str:
-        self.thread.start()
-        if not self.ready.wait(10):
-            raise RuntimeError("the reasoning server did not start")
-        return f"http://127.0.0.1:{self.port}"
+    async def _answer(self, path: str, body: bytes, writer: asyncio.StreamWriter) -> bool:
+        await self._stream(path.endswith("/chat/completions"), writer)
+        return True
 
-    def __exit__(self, *exc: object) -> None:
-        self.loop.call_soon_threadsafe(self.stop.set)
-        self.thread.join(10)
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_until_complete(self._serve())
-        self.loop.close()
-
-    async def _serve(self) -> None:
-        self.stop = asyncio.Event()
-        self.handlers: set[asyncio.Task] = set()
-        server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        self.port = server.sockets[0].getsockname()[1]
-        self.ready.set()
-        async with server:
-            await self.stop.wait()
-            server.close()
-            for task in self.handlers:
-                task.cancel()
-            await asyncio.gather(*self.handlers, return_exceptions=True)
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self.handlers.add(task)
-        try:
-            while True:
-                head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
-                length = 0
-                for line in head[1:]:
-                    name, _, value = line.partition(":")
-                    if name.strip().lower() == "content-length":
-                        length = int(value)
-                await reader.readexactly(length)
-                await self._answer(head[0].split()[1].endswith("/chat/completions"), writer)
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
-            pass
-        finally:
-            writer.close()
-            self.handlers.discard(task)
-
-    async def _answer(self, chat: bool, writer: asyncio.StreamWriter) -> None:
+    async def _stream(self, chat: bool, writer: asyncio.StreamWriter) -> None:
         thinking = self.reasoning[self.served % len(self.reasoning)]
         self.served += 1
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")

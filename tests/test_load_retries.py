@@ -36,13 +36,13 @@ class RetryAfterServer(FaultyServer):
         self.busy, self.retry_after, self.partial = busy, retry_after, partial
         self.arrivals: list[float] = []
 
-    async def _answer(self, body: dict, writer: asyncio.StreamWriter) -> bool:
+    async def _answer(self, path: str, body: bytes, writer: asyncio.StreamWriter) -> bool:
         self.arrivals.append(time.monotonic())
         if len(self.arrivals) > self.busy:
             return await self._succeed(writer)
         if self.partial:
             self.fault, self.chunks = "close", self.partial
-            return await super()._answer(body, writer)  # some tokens, then the connection drops
+            return await super()._answer(path, body, writer)  # some tokens, then the connection drops
         payload = json.dumps({"error": {"message": "request rejected: queue_full", "code": "queue_full"}}).encode()
         header = "" if self.retry_after is None else f"Retry-After: {self.retry_after}\r\n"
         writer.write(f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n{header}"
