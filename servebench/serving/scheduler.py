@@ -1040,14 +1040,16 @@ class Scheduler:
         if self.config.policy != "paged":
             return max(k, 1)
         bs = self.config.block_size_tokens
+        return self._longest_run(k, lambda steps: sum(-(-(s.computed + steps) // bs) - s.blocks - s.shared
+                                                      for s in seqs))
+
+    def _longest_run(self, k: int, extra: Callable[[int], int]) -> int:
+        """Return the most steps, up to ``k``, whose ``extra`` blocks (beyond the first step's, allocated by
+        step() already) are free or evictable: ``extra`` grows with the steps, so a binary search finds it."""
         free = self._free_blocks + self._num_evictable()
-
-        def extra(steps: int) -> int:
-            return sum(-(-(s.computed + steps) // bs) - s.blocks - s.shared for s in seqs)
-
         if extra(k) <= free:
             return max(k, 1)
-        lo, hi = 1, k  # extra(1) <= free: step() allocated it already
+        lo, hi = 1, k  # extra(1) <= free
         while lo < hi:
             mid = (lo + hi + 1) // 2
             if extra(mid) <= free:
@@ -1061,22 +1063,8 @@ class Scheduler:
         k = self._next_completion() or 1
         if self.config.policy != "paged":
             return max(k, 1)
-        free = self._free_blocks + self._num_evictable()
         first = self._cohort_blocks(1)  # allocated by step() already
-
-        def extra(steps: int) -> int:
-            return self._cohort_blocks(steps) - first
-
-        if extra(k) <= free:
-            return max(k, 1)
-        lo, hi = 1, k
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if extra(mid) <= free:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
+        return self._longest_run(k, lambda steps: self._cohort_blocks(steps) - first)
 
     def extend(self, plan: StepPlan, steps: int) -> None:
         """Make a pure decode ``plan`` stand for ``steps`` identical steps, allocating their KV now.
