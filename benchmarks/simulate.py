@@ -1,16 +1,22 @@
-"""Measure the simulator: requests per CPU-second, and the dashboard's default 10-point sweep.
+"""Measure the simulator: requests per CPU-second, the dashboard's default 10-point sweep, and scale.
 
 Cases, each timed with CPU time (``time.process_time``) and wall time, in this one run:
   profile_b    the spec's profile B (300 requests, separate prefill lane, reserve KV)
   paged_10k    sample_data/scenarios/paged_chat.yaml: 10,000 requests, paged KV, chunked prefill
   sweep        profile B at ``default_rates`` (10 points, 2,000 requests each), search off and on
+  scale        paged_chat at 10k, 100k and 1M requests (``--sizes``), each in a fresh process:
+               ``simulate()`` in process (token times in the records, best of ``--repeat``) and
+               ``servebench simulate ... -o DIR`` end to end; CPU (user + system) and peak RSS from outside
 Baselines measured in the same run:
   step-by-step the same simulation with the decode-run fast path off (one heap event per step:
                what a plain discrete-event loop does); ratio = baseline CPU / fast CPU
   real time    the simulated span (seconds of server time) per CPU-second
+  2026-11-30   ``simulate()`` at 10k with the code of commit 7321efc (before token timing), from a
+               ``git archive`` of it, in a fresh process beside this code's (issue 31's reference)
+Each scale figure is also set against the previously committed result, with that file's commit.
 Results: benchmarks/results/simulate.json.
 
-    python benchmarks/simulate.py [--repeat 2]
+    python benchmarks/simulate.py [--repeat 2] [--sizes 10000,100000,1000000]
 """
 
 from __future__ import annotations
@@ -18,6 +24,10 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import subprocess
+import sys
+import tarfile
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -33,6 +43,45 @@ SCENARIOS = HERE.parent / "sample_data" / "scenarios"
 RESULTS = HERE / "results"
 SWEEP_REQUESTS = 2000
 SWEEP_SLO = SLO(ttft_s=5.0, latency_s=15.0)
+SCALE_SIZES = (10_000, 100_000, 1_000_000)
+BASELINE_COMMIT = "7321efc"  # main on 2026-11-30, before token timing: issue 31 compares simulate() at 10k with it
+REPO = HERE.parent
+# simulate() once to warm up, then best CPU of REPEAT runs at N requests; prints one JSON line (a child process)
+_IN_PROCESS = """
+import json, resource, sys, time
+code, n, repeat = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+if code != "-":  # another checkout: its package first, this environment's libraries after it
+    sys.path.insert(0, code)
+    sys.path.append(sys.argv[4])
+try:
+    from servebench.serving.scenario import load_scenario
+    from servebench.serving.simulate import simulate
+except ImportError:  # the flat layout of 2026-11-30
+    from servebench.scenario import load_scenario
+    from servebench.simulate import simulate
+root = code if code != "-" else sys.argv[4]
+sc = load_scenario(root + "/sample_data/scenarios/paged_chat.yaml")
+sc = sc.model_copy(update={"workload": sc.workload.model_copy(update={"num_requests": n})})
+simulate(sc.model_copy(update={"workload": sc.workload.model_copy(update={"num_requests": 200})}))
+best = float("inf")
+for _ in range(repeat):
+    c0 = time.process_time()
+    r = simulate(sc)
+    best = min(best, time.process_time() - c0)
+hwm = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+print(json.dumps({"cpu_s": best, "events": r.events, "engine_steps": r.engine_steps, "peak_rss_bytes": hwm * 1024}))
+"""
+# runs a command and prints its CPU and peak memory: a small process of its own starts it, since a child's
+# ru_maxrss starts from its parent's resident set at the fork (this benchmark's, hundreds of MB)
+_SPAWN = """
+import json, os, subprocess, sys, time
+t0 = time.perf_counter()
+proc = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+_, status, usage = os.wait4(proc.pid, 0)
+err = proc.stderr.read().decode(errors="replace")[-2000:]
+print(json.dumps({"exit": os.waitstatus_to_exitcode(status), "error": err, "wall_s": time.perf_counter() - t0,
+                  "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_bytes": usage.ru_maxrss * 1024}))
+"""
 
 
 def timed(fn: Callable[[], Any], repeat: int) -> tuple[Any, float, float]:
@@ -88,10 +137,95 @@ def sweep_case(sc: Scenario, repeat: int) -> dict[str, Any]:
     }
 
 
+def _child(argv: list[str]) -> dict[str, Any]:
+    """Run a process; return the JSON object of its last line of output."""
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv[:3])} failed: {done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def in_process(n: int, repeat: int, code: str = "-") -> dict[str, Any]:
+    """``simulate()`` at ``n`` requests in a fresh process (``code``: another checkout's root, else this one)."""
+    python = [sys.executable, "-S"] if code != "-" else [sys.executable]  # -S: no editable install of this code
+    site = next(p for p in sys.path if p.endswith("site-packages"))
+    found = _child([*python, "-c", _IN_PROCESS, code, str(n), str(repeat), site if code != "-" else str(REPO)])
+    return {"requests": n, "cpu_s": found["cpu_s"], "peak_rss_mb": found["peak_rss_bytes"] / 2**20,
+            "events": found["events"], "engine_steps": found["engine_steps"]}
+
+
+def command_line(n: int, workdir: Path) -> dict[str, Any]:
+    """``servebench simulate paged_chat.yaml --requests n -o DIR --json`` from outside: CPU, peak RSS, files."""
+    out = workdir / f"run_{n}"
+    argv = [str(Path(sys.executable).with_name("servebench")), "simulate", str(SCENARIOS / "paged_chat.yaml"),
+            "--requests", str(n), "-o", str(out), "--json"]
+    found = _child([sys.executable, "-S", "-c", _SPAWN, *argv])
+    if found["exit"] != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed: {found['error']}")
+    files = {p.name: p.stat().st_size for p in sorted(out.iterdir())}
+    return {"requests": n, "cpu_s": found["cpu_s"], "wall_s": found["wall_s"],
+            "peak_rss_mb": found["peak_rss_bytes"] / 2**20, "file_bytes": files}
+
+
+def baseline_tree(workdir: Path) -> str:
+    """Extract the code of BASELINE_COMMIT (its package and sample data) into ``workdir``; return its root."""
+    root = workdir / f"baseline_{BASELINE_COMMIT}"
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", BASELINE_COMMIT, "servebench", "sample_data"],
+                             check=True, capture_output=True).stdout
+    with tarfile.open(fileobj=__import__("io").BytesIO(archive)) as tar:
+        tar.extractall(root, filter="data")
+    return str(root)
+
+
+def previous(path: Path) -> tuple[dict[str, Any], str]:
+    """Return the committed results file at HEAD and the commit that last wrote it ({} and '' if none)."""
+    rel = str(path.relative_to(REPO))
+    shown = subprocess.run(["git", "-C", str(REPO), "show", f"HEAD:{rel}"], capture_output=True, text=True)
+    commit = subprocess.run(["git", "-C", str(REPO), "log", "-1", "--format=%h", "--", rel], capture_output=True,
+                            text=True).stdout.strip()
+    return (json.loads(shown.stdout) if shown.returncode == 0 else {}), commit
+
+
+def scale_case(sizes: list[int], repeat: int, before: dict[str, Any], before_commit: str) -> dict[str, Any]:
+    """The scale cases, the 2026-11-30 baseline at 10k, and each figure's ratio to the committed one."""
+    old = before.get("scale", {})
+    with tempfile.TemporaryDirectory(prefix="sb-scale-") as tmp:
+        work = Path(tmp)
+        base_root = baseline_tree(work)
+        rounds = []
+        for _ in range(repeat):  # this code and the baseline alternated: the machine's load falls on both
+            rounds.append((in_process(10_000, 1), in_process(10_000, 1, base_root)))
+        ours = min((r[0] for r in rounds), key=lambda r: r["cpu_s"])
+        theirs = min((r[1] for r in rounds), key=lambda r: r["cpu_s"])
+        cases: dict[str, Any] = {
+            "baseline_2026_11_30": {"commit": BASELINE_COMMIT, "in_process_10000": theirs,
+                                    "this_code_in_process_10000": ours,
+                                    "cpu_ratio": ours["cpu_s"] / theirs["cpu_s"],
+                                    "peak_rss_ratio": ours["peak_rss_mb"] / theirs["peak_rss_mb"],
+                                    "rounds_cpu_s": [[a["cpu_s"], b["cpu_s"]] for a, b in rounds]},
+        }
+        for n in sizes:
+            if n <= 100_000:
+                cases[f"in_process_{n}"] = ours if n == 10_000 else in_process(n, 1)
+            cases[f"command_line_{n}"] = command_line(n, work)
+    for key, case in cases.items():
+        was = old.get(key)
+        if isinstance(was, dict) and "cpu_s" in was:
+            case["vs_previous"] = {"commit": before_commit, "cpu_ratio": case["cpu_s"] / was["cpu_s"],
+                                   "peak_rss_ratio": case["peak_rss_mb"] / was["peak_rss_mb"]}
+    cases["note"] = ("CPU is user + system of the whole process (imports included), peak RSS its maximum resident "
+                     "set; ratios below 1 are better. Goals (issue 31): 1M from the command line in 60 s wall and "
+                     "1 GB; 100k at a third of 85 CPU s and 400 MB; simulate() at 10k no slower than 2026-11-30's.")
+    return cases
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=2, help="Runs per timed case (best is kept).")
+    parser.add_argument("--sizes", default=",".join(map(str, SCALE_SIZES)),
+                        help="Request counts of the scale cases, comma-separated (empty: skip them).")
     args = parser.parse_args()
+    before, before_commit = previous(RESULTS / "simulate.json")
     b = load_scenario(SCENARIOS / "profile_b.yaml")
     paged = load_scenario(SCENARIOS / "paged_chat.yaml")
     simulate(b)  # warm imports and caches outside the timings
@@ -102,6 +236,9 @@ def main() -> None:
         "paged_10k": sim_case(paged, 1),
         "sweep_10x2000_profile_b": sweep_case(b, args.repeat),
     }
+    sizes = [int(x) for x in args.sizes.split(",") if x]
+    if sizes:
+        results["scale"] = scale_case(sizes, args.repeat, before, before_commit)
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / "simulate.json"
     out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
@@ -113,6 +250,16 @@ def main() -> None:
     print(f"sweep 10x{SWEEP_REQUESTS}: {s['grid_only']['cpu_s']:.2f} CPU-s grid, "
           f"{s['with_capacity_search']['cpu_s']:.2f} CPU-s with search "
           f"({s['speedup_vs_step_by_step']:.1f}x step-by-step); wrote {out}")
+    for key, case in results.get("scale", {}).items():
+        if isinstance(case, dict) and "cpu_s" in case:
+            prev = case.get("vs_previous")
+            print(f"{key}: {case['cpu_s']:.2f} CPU s, {case['peak_rss_mb']:,.0f} MB peak"
+                  + (f" ({prev['cpu_ratio']:.2f}x CPU, {prev['peak_rss_ratio']:.2f}x memory of {prev['commit']})"
+                     if prev else ""))
+    base = results.get("scale", {}).get("baseline_2026_11_30")
+    if base:
+        print(f"simulate() at 10k: {base['cpu_ratio']:.2f}x the CPU of {BASELINE_COMMIT} (2026-11-30), "
+              f"{base['peak_rss_ratio']:.2f}x its peak memory")
 
 
 if __name__ == "__main__":
