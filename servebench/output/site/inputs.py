@@ -14,6 +14,9 @@ the order a folder is probed in are ``servebench.records.rundir``'s, the same fo
 ``sweep.json|csv``     a sweep: one row per offered-load point (any folder without records
                        whose JSON or CSV holds a list of points with a rate or concurrency)
 =====================  ===============================================================
+
+A file whose columns are a public trace's (Mooncake, Azure, BurstGPT: ``servebench.records.traces``)
+is a trace, shown as ``trace stats`` sees it, not as records.
 """
 
 from __future__ import annotations
@@ -30,9 +33,12 @@ from servebench.records.rows import read_rows
 from servebench.records.rundir import METADATA, RECORD_FILES, SWEEP_FILES, find_file
 from servebench.records.server_samples import AIPERF_FILE, ServerSamples
 from servebench.records.table import RecordTable
+from servebench.records.traces import FORMATS as TRACE_FORMATS
+from servebench.records.traces import Trace, detect_format, read_trace
 SWEEP_KEYS = ("rate", "rate_per_s", "offered_rate", "offered_rate_per_s", "arrival_rate", "concurrency",
               "users", "offered_load")
-KINDS = ("records", "timing run", "load run", "simulation", "sweep")
+KINDS = ("records", "timing run", "load run", "simulation", "sweep", "trace")
+TRACE_SNIFF_BYTES = 1 << 16  # enough of a file to read its first line's columns
 
 
 @dataclass
@@ -53,6 +59,7 @@ class RunInput:
     sweep_document: Any = None
     files: list[str] = field(default_factory=list)
     server_metrics: ServerSamples | None = None  # a load run's scrapes of the server (rundir.SERVER_METRICS)
+    trace: Trace | None = None  # a public trace (kind 'trace'), read by servebench.records.traces
 
 
 def _read_mapping(path: Path) -> dict[str, Any]:
@@ -164,6 +171,9 @@ def load_run(path: str | Path, fmt: str = "auto", window_start: float | None = N
     if p.is_file():
         if p.name.lower() in SWEEP_FILES:  # the file `servebench sweep` says it wrote
             return _load_sweep(p, p.parent, p.parent.resolve().name or p.name, p)
+        trace = _public_trace(p, fmt)
+        if trace is not None:
+            return RunInput(name=p.name, path=str(p), kind="trace", format=trace.format, trace=trace)
         try:
             run = load_records(p, p.name, "records", fmt, window_start, window_end)
         except (InputFormatError, RecordValidationError):
@@ -207,6 +217,21 @@ def load_run(path: str | Path, fmt: str = "auto", window_start: float | None = N
     raise InputFormatError(
         f"{p}: found no records ({', '.join(RECORD_FILES)}) and no sweep output ({', '.join(SWEEP_FILES)}); "
         "give a record file, or a folder written by servebench run, simulate or sweep")
+
+
+def _public_trace(p: Path, fmt: str) -> Trace | None:
+    """Return a file as a public trace when its format is named so, or its columns are one's; else None."""
+    if fmt in TRACE_FORMATS and fmt != "records":
+        return read_trace(p, fmt)
+    if fmt != "auto":
+        return None
+    with p.open("rb") as f:
+        head = f.read(TRACE_SNIFF_BYTES)
+    try:
+        found = detect_format(p, head)
+    except InputFormatError:
+        return None
+    return None if found == "records" else read_trace(p, found)
 
 
 def unique_names(runs: list[RunInput]) -> None:

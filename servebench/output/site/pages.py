@@ -30,6 +30,7 @@ from servebench.output.site.kvview import KvOptions, KvView, kv_section, kv_view
 from servebench.output.site.tokens import token_section
 from servebench.output.site.retries import fairness_section, logical_section
 from servebench.output.site.server_metrics import server_metrics_section
+from servebench.output.site.trace import trace_page
 from servebench.output.figures.server_metrics import server_timeline_figure
 from servebench.analysis.server_metrics import attach
 
@@ -80,7 +81,7 @@ def compute_views(runs: Sequence[RunInput], options: SiteOptions) -> list[RunVie
     """Compute the report and KV view of every record run; sweeps are kept as read."""
     views = []
     for i, run in enumerate(runs, start=1):
-        prefix = "sweep" if run.kind == "sweep" else "run"
+        prefix = run.kind if run.kind in ("sweep", "trace") else "run"
         view = RunView(run=run, page=f"{prefix}-{i:02d}-{slug(run.name)}.html")
         if run.table is not None:
             assert run.window_start is not None and run.window_end is not None
@@ -432,9 +433,12 @@ def index_page(views: Sequence[RunView], options: SiteOptions) -> str:
     figs = _Figures("fig")
     record_views = [v for v in views if v.report is not None]
     sweeps = [v for v in views if v.run.kind == "sweep"]
+    traces = [v for v in views if v.run.kind == "trace"]
     intro = f"{len(record_views)} record run{'s' if len(record_views) != 1 else ''}"
     if sweeps:
         intro += f", {len(sweeps)} sweep{'s' if len(sweeps) != 1 else ''}"
+    if traces:
+        intro += f", {len(traces)} trace{'s' if len(traces) != 1 else ''}"
     intro += f". servebench {__version__}"
     if options.generated_at:
         intro += f", {options.generated_at}"
@@ -479,6 +483,10 @@ def index_page(views: Sequence[RunView], options: SiteOptions) -> str:
         if not (options.slo is not None and options.slo.any):
             parts.append(tag("p", "No SLO given: goodput is not shown (--slo-ttft, --slo-tpot, --slo-latency).",
                              class_="muted"))
+    if traces:
+        parts.append(section("Traces", tag("ul", join(tag("li", join([tag("a", v.run.name, href=v.page),
+                                                                       f" ({len(v.run.trace or []):,} requests)"]))
+                                                      for v in traces)), id_="traces"))
     if sweeps:
         items = join(tag("li", join([tag("a", v.run.name, href=v.page), f" ({len(v.run.sweep_points or [])} points)"]))
                      for v in sweeps)
@@ -495,5 +503,8 @@ def build_pages(runs: Sequence[RunInput], options: SiteOptions) -> dict[str, str
     views = compute_views(runs, options)
     pages = {"index.html": index_page(views, options)}
     for v in views:
-        pages[v.page] = sweep_page(v, options) if v.run.kind == "sweep" else run_page(v, options)
+        if v.run.kind == "trace" and v.run.trace is not None:
+            pages[v.page] = trace_page(v.run.name, v.run.path, v.run.trace, options.title, _Figures("fig"))
+        else:
+            pages[v.page] = sweep_page(v, options) if v.run.kind == "sweep" else run_page(v, options)
     return pages
