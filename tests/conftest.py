@@ -46,3 +46,16 @@ def two_slot_scenario(name: str, seed: int, num_requests: int):
         "workload": {"arrival": {"kind": "poisson", "rate_rps": 1}, "num_requests": num_requests,
                      "classes": [{"prompt": {"value": 100}, "output": {"value": 20}}]},
     })
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """Run a command as the console script does (one-line errors, exit 2); return its exit code, stdout, stderr."""
+    from servebench.cli.core import main
+
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err

@@ -8,12 +8,11 @@ import numpy as np
 import pytest
 
 from servebench.analysis.trace_stats import CAPACITIES_TOKENS, busiest_window, prefix_stats
-from servebench.cli.core import main
 from servebench.output.figures.trace import hit_rate_by_capacity, trace_bins, trace_over_time
 from servebench.output.site import SiteOptions, build_site, load_run
 from servebench.records.traces import read_trace
 
-from conftest import SAMPLE_DATA
+from conftest import SAMPLE_DATA, run_cli
 
 TRACES = SAMPLE_DATA / "traces"
 MOONCAKE = TRACES / "mooncake_conversation_300.jsonl"
@@ -68,23 +67,13 @@ def test_the_report_shows_a_trace_as_a_trace() -> None:
     assert "names no prefix blocks" in azure and "Prefix reuse" not in azure
 
 
-def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
 def test_report_command_on_a_trace(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = _cli(capsys, "report", str(MOONCAKE), "-o", str(tmp_path / "site"), "--json")
+    code, out, err = run_cli(capsys, "report", str(MOONCAKE), "-o", str(tmp_path / "site"), "--json")
     assert code == 0, err
     doc = json.loads(out)
     assert doc["runs"][0]["kind"] == "trace" and (tmp_path / "site" / doc["pages"][1]).exists()
     bad = tmp_path / "bad.jsonl"
     bad.write_text(MOONCAKE.read_text().splitlines()[0] + '\n{"timestamp": 1, "input_length": -4, '
                    '"output_length": 2}\n')
-    code, _, err = _cli(capsys, "report", str(bad), "-o", str(tmp_path / "bad"))
+    code, _, err = run_cli(capsys, "report", str(bad), "-o", str(tmp_path / "bad"))
     assert code == 2 and "bad.jsonl: line 2, field 'input_length'" in err and err.count("\n") == 1

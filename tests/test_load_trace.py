@@ -10,7 +10,6 @@ import pytest
 
 from servebench.analysis.summary import build_report
 from servebench.analysis.trace_stats import prefix_stats
-from servebench.cli.core import main
 from servebench.load.generator import workload_plan
 from servebench.records.loaders import load_table
 from servebench.records.traces import read_trace
@@ -19,7 +18,7 @@ from servebench.serving.scheduler import SchedulerConfig
 from servebench.serving.simulate import simulate
 from servebench.serving.workload import WorkloadSpec
 
-from conftest import SAMPLE_DATA
+from conftest import SAMPLE_DATA, run_cli
 
 MOONCAKE = SAMPLE_DATA / "traces" / "mooncake_conversation_300.jsonl"
 KV_BUDGET_TOKENS = 65_536
@@ -84,16 +83,6 @@ def test_a_trace_without_blocks_sends_prompts_of_their_lengths() -> None:
     assert [r.intended_s for r in plan] == (trace.arrival_s[:20] / 2.0).tolist()
 
 
-def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
 def test_serve_engine_caches_what_the_trace_reuses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from servebench.serving.engine.http_api import create_app, serve_in_background
     from servebench.serving.engine.service import EngineService
@@ -107,7 +96,7 @@ def test_serve_engine_caches_what_the_trace_reuses(tmp_path: Path, capsys: pytes
     service = EngineService("tiny", scheduler=scheduler, device="cpu", threads=1, warmup_steps=1)
     out = tmp_path / "run"
     with serve_in_background(create_app(service)) as url:
-        code, stdout, err = _cli(capsys, "load", url, "--trace", str(path), "--speedup", "6", "--deadline", "20",
+        code, stdout, err = run_cli(capsys, "load", url, "--trace", str(path), "--speedup", "6", "--deadline", "20",
                                  "--no-server-metrics", "-o", str(out), "--json")
     assert code == 0, err
     table, _, _ = load_table(out)
@@ -139,5 +128,5 @@ def test_serve_engine_caches_what_the_trace_reuses(tmp_path: Path, capsys: pytes
 ])
 def test_trace_options_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                            args: tuple[str, ...], words: str) -> None:
-    code, _, err = _cli(capsys, "load", "http://127.0.0.1:9", "-o", str(tmp_path / "o"), *args)
+    code, _, err = run_cli(capsys, "load", "http://127.0.0.1:9", "-o", str(tmp_path / "o"), *args)
     assert code == 2 and words in err and err.strip().count("\n") == 0, err

@@ -11,7 +11,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from servebench.cli.core import main
 from servebench.errors import ConfigError
 from servebench.output.figures.sweep import MAX_TRACE_POINTS, latency_vs_load, outcomes_vs_load, trace_over_time
 from servebench.serving.scenario import load_scenario
@@ -19,7 +18,7 @@ from servebench.serving.simulate import simulate
 from servebench.analysis.summary import SLO
 from servebench.serving.sweep import SweepResult, knee, sweep, sweep_csv
 
-from conftest import two_slot_scenario
+from conftest import run_cli, two_slot_scenario
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "sample_data" / "scenarios"
 PROFILE_B = SCENARIOS / "profile_b.yaml"
@@ -130,16 +129,6 @@ def test_trace_figure_from_trace_or_columns() -> None:
 
 
 # --------------------------------------------------------------------------- commands
-
-
-def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def test_simulate_command_writes_records_trace_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

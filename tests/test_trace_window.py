@@ -12,7 +12,6 @@ from servebench.analysis.prefix_reuse import hit_tokens
 from servebench.analysis.summary import SLO
 from servebench.analysis.trace_stats import busiest_window, peak_rate_rps
 from servebench.capacity.model_presets import get_preset
-from servebench.cli.core import main
 from servebench.errors import ConfigError
 from servebench.planning import PlanRequest, Workload, plan, planned_point
 from servebench.planning.planner import _evaluate, _scenario
@@ -20,7 +19,7 @@ from servebench.planning.trace_window import busiest_minute, computed_prompt_tok
 from servebench.records.traces import read_trace
 from servebench.capacity.stepmodel import StepModel
 
-from conftest import SAMPLE_DATA
+from conftest import SAMPLE_DATA, run_cli
 
 MOONCAKE = SAMPLE_DATA / "traces" / "mooncake_conversation_300.jsonl"
 AZURE = SAMPLE_DATA / "traces" / "azure_conv_2023_300.csv"
@@ -100,14 +99,8 @@ def test_workload_takes_classes_or_a_trace_not_both() -> None:
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
-    """Run the command as the console script does (one-line errors, exit 2); return its code and output."""
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out + captured.err
+    code, out, err = run_cli(capsys, *args)
+    return code, out + err
 
 
 def test_plan_command_with_a_trace(capsys: pytest.CaptureFixture[str]) -> None:
