@@ -19,7 +19,7 @@ SCENARIO = str(SAMPLE_DATA / "scenarios" / "profile_a.yaml")
     (["plan", "--rate", "1", "--prompt-tokens", "10", "--output-tokens", "10", "--slo-ttft", "nan"],
      "Invalid value for '--slo-ttft': must be a positive number of seconds, got nan"),
     (["sweep", SCENARIO, "-o", "unused", "--seeds", "0"], "Invalid value for '--seeds'"),
-    (["plan", "--prompt-tokens", "10"], "Missing option '--rate'"),
+    (["simulate", SCENARIO], "Missing option '-o' / '--out'"),  # plan's --rate is optional since plan --trace
     (["no-such-command"], "No such command 'no-such-command'"),
     (["--no-such-option"], "No such option: --no-such-option"),
 ])
