@@ -23,7 +23,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from servebench.analysis.server_metrics import (KNOWN_SIGNALS, WindowHistogram, counter_increase, gauge_series,
                                                 histogram_window, server_metrics_report, server_state)
 from servebench.cli import main
-from servebench.load.server_metrics import MetricsScraper, discover, metrics_url, parse_page
+from servebench.load.scrape_process import parse_page
+from servebench.load.server_metrics import MetricsScraper, discover, metrics_url
 from servebench.records import rundir
 from servebench.records.server_samples import (SampleLog, Series, labels_key, read_aiperf_parquet, read_samples,
                                                write_samples)
@@ -82,7 +83,7 @@ def test_an_sglang_page_parses_and_a_repeated_rank_is_not_counted_twice():
 
 
 def test_not_prometheus_text_is_refused_with_its_cause():
-    from servebench.load.server_metrics import ScrapeFailed
+    from servebench.load.scrape_process import ScrapeFailed
 
     with pytest.raises(ScrapeFailed, match="not Prometheus text"):
         parse_page("<html><body>404 Not Found</body></html>", "u")
@@ -307,7 +308,7 @@ def test_the_scraper_keeps_samples_and_counts_failures_without_stopping():
     ok, missing, refused = done.endpoints
     assert ok.scrapes >= 4 and ok.failed == 0 and ok.samples > 0
     assert missing.scrapes == 0 and missing.failed == ok.scrapes and missing.first_error == "HTTP 404"
-    assert refused.failed == ok.scrapes and refused.first_error.startswith("ConnectError")
+    assert refused.failed == ok.scrapes and refused.first_error.startswith("ConnectionRefusedError")
     report = done.report("server_metrics.parquet")
     assert len(report.warnings()) == 2 and "never" not in report.warnings()[0]
     times = np.unique(done.samples.t_s)

@@ -1,46 +1,43 @@
-"""Scrape a server's Prometheus ``/metrics`` through a load run, on a thread of its own.
+"""Scrape a server's Prometheus ``/metrics`` through a load run, in a process of its own.
 
 vLLM, SGLang, TGI and TensorRT-LLM publish their queue, batch, KV-cache use and preemptions on
 ``/metrics``; a load run keeps every sample (known names or not) so the report and the diagnosis can
 say what limited the server from its own evidence (:mod:`servebench.analysis.server_metrics`).
 
-The scraper never touches the load generator's event loop: a daemon thread with its own HTTP client
-scrapes every ``interval_s`` (once before the first request, then on a fixed grid, and once more
-when the run ends), parses the text with ``prometheus_client``'s parser and keeps the samples
-(:class:`~servebench.records.server_samples.SampleLog`). A sample's time is the middle of its
-scrape's round trip on ``time.monotonic``, the load generator's clock; the caller moves it to the
+The scraper never touches the load generator: a process of its own (:class:`MetricsScraper`) with
+its own HTTP client scrapes every ``interval_s`` (once before the first request, then on a fixed
+grid, and once more when the run ends), parses the text with ``prometheus_client``'s parser and
+keeps the samples (:mod:`servebench.load.scrape_process`). A sample's time is the middle of its
+scrape's round trip, moved onto the load generator's ``time.monotonic``; the caller moves it to the
 run's origin. A scrape that fails (refused, timed out, an HTTP error, a page that is not Prometheus
-text, a page over :data:`MAX_PAGE_BYTES`) is counted with its cause and the scraping goes on: it is
-never fatal to the run.
+text, a page over 16 MiB) is counted with its cause and the scraping goes on: it is never fatal to
+the run.
 """
 
 from __future__ import annotations
 
-import threading
+import multiprocessing as mp
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
 from pydantic import BaseModel, Field
 
 from servebench.errors import ConfigError
 from servebench.load.client import normalize_url
 from servebench.records.rundir import SERVER_METRICS
-from servebench.records.server_samples import SampleLog, ServerSamples, Series, labels_key
+from servebench.load.scrape_process import Pages, ScrapeFailed, parse_page, scrape_process
+from servebench.records.server_samples import ServerSamples
 
 DEFAULT_INTERVAL_S = 0.5  # AIPerf scrapes every 333 ms; half a second resolves a queue that builds in seconds
 MIN_INTERVAL_S = 0.05
 MAX_INTERVAL_S = 60.0
-MAX_PAGE_BYTES = 16 * 2**20  # a page above this is refused (a vLLM page is tens of kB)
 MAX_SAMPLES = 10_000_000  # about 240 MB kept; past it scraping stops and says so
 PROBE_TIMEOUT_S = 2.0
 TRTLLM_PATH = "/prometheus/metrics"  # trtllm-serve answers /metrics with JSON and serves Prometheus here
-
-
-class ScrapeFailed(Exception):
-    """One scrape could not be read as Prometheus text (the message says why)."""
 
 
 class EndpointStats(BaseModel):
@@ -90,49 +87,6 @@ def metrics_url(url: str) -> str:
     return normalize_url(base) + "/metrics" if path in ("", "/v1") else base
 
 
-def parse_page(text: str, endpoint: str) -> list[tuple[Series, float]]:
-    """Return every sample of a Prometheus text page as (series, value); raise ScrapeFailed if it is not one.
-
-    Parsed by ``prometheus_client.parser``; a family without a TYPE line is ``unknown`` and kept.
-
-    >>> page = '# TYPE vllm:num_preemptions counter\\nvllm:num_preemptions_total{engine="0"} 3.0\\n'
-    >>> [(s.metric, s.family, s.type, s.labels, v) for s, v in parse_page(page, "u")]
-    [('vllm:num_preemptions_total', 'vllm:num_preemptions', 'counter', (('engine', '0'),), 3.0)]
-    """
-    from prometheus_client.parser import text_string_to_metric_families
-
-    out = []
-    try:
-        for family in text_string_to_metric_families(text):
-            for s in family.samples:
-                out.append((Series(endpoint, s.name, family.name, family.type, labels_key(s.labels)), float(s.value)))
-    except (ValueError, TypeError, IndexError, KeyError) as exc:  # the parser's ways of refusing a line
-        raise ScrapeFailed(f"not Prometheus text ({str(exc)[:120]})") from None
-    return out
-
-
-def fetch_page(client: httpx.Client, url: str) -> str:
-    """GET one page; raise ScrapeFailed with the cause (HTTP status, JSON, too large, unreadable)."""
-    try:
-        with client.stream("GET", url) as resp:
-            if resp.status_code != 200:
-                raise ScrapeFailed(f"HTTP {resp.status_code}")
-            if "json" in resp.headers.get("content-type", ""):
-                raise ScrapeFailed("the server answered JSON, not Prometheus text")
-            chunks, size = [], 0
-            for chunk in resp.iter_bytes():
-                size += len(chunk)
-                if size > MAX_PAGE_BYTES:
-                    raise ScrapeFailed(f"the page is over {MAX_PAGE_BYTES // 2**20} MiB")
-                chunks.append(chunk)
-    except httpx.HTTPError as exc:
-        raise ScrapeFailed(f"{type(exc).__name__}: {str(exc)[:120] or 'no answer'}") from None
-    try:
-        return b"".join(chunks).decode("utf-8")
-    except UnicodeDecodeError:
-        raise ScrapeFailed("the page is not UTF-8 text") from None
-
-
 def discover(base_url: str, timeout_s: float = PROBE_TIMEOUT_S) -> tuple[str | None, str]:
     """Return the metrics URL a server at ``base_url`` answers (or None) and what the probe found.
 
@@ -141,20 +95,19 @@ def discover(base_url: str, timeout_s: float = PROBE_TIMEOUT_S) -> tuple[str | N
     """
     first = metrics_url(normalize_url(base_url))
     tried = []
-    with _http(timeout_s) as client:
+    pages = Pages(timeout_s)
+    try:
         for url in (first, normalize_url(base_url) + TRTLLM_PATH):
             try:
-                parse_page(fetch_page(client, url), url)
+                parse_page(pages.get(url), url)
                 return url, f"found {url}"
             except ScrapeFailed as exc:
                 tried.append(f"{url}: {exc}")
                 if "JSON" not in str(exc):
                     break
+    finally:
+        pages.close()
     return None, "no Prometheus metrics found (" + "; ".join(tried) + ")"
-
-
-def _http(timeout_s: float) -> httpx.Client:
-    return httpx.Client(timeout=httpx.Timeout(timeout_s), trust_env=False, follow_redirects=False)
 
 
 @dataclass
@@ -173,85 +126,79 @@ class Scraped:
 
 
 class MetricsScraper:
-    """Scrape ``urls`` every ``interval_s`` on a daemon thread, from :meth:`start` until :meth:`stop`."""
+    """Scrape ``urls`` every ``interval_s`` in a process of its own, from :meth:`start` until :meth:`stop`.
+
+    A process, not a thread: parsing a page holds a Python thread's interpreter lock for milliseconds
+    (a 600-sample vLLM page), and a thread beside the load generator's event loop measurably delayed
+    its sends (p99 schedule lag 6 ms without scraping, 13 to 26 ms with a thread scraping every 0.5 s,
+    at 50 req/s on a loaded 2-core machine). The process runs at a lower priority (``nice`` +5) and
+    ignores Ctrl-C and SIGTERM: the caller stops it. Its clock is measured against the caller's
+    before the run, as the load workers' are (:func:`servebench.load.workers.clock_offset`), and each
+    sample's time is moved onto the caller's ``time.monotonic``.
+    """
 
     def __init__(self, urls: Sequence[str], interval_s: float = DEFAULT_INTERVAL_S,
-                 clock: Callable[[], float] = time.monotonic, timeout_s: float | None = None,
-                 max_samples: int = MAX_SAMPLES) -> None:
+                 timeout_s: float | None = None, max_samples: int = MAX_SAMPLES) -> None:
         if not MIN_INTERVAL_S <= interval_s <= MAX_INTERVAL_S:
             raise ConfigError(f"--metrics-interval-s {interval_s:g}: must be between {MIN_INTERVAL_S:g} and "
                               f"{MAX_INTERVAL_S:g} s")
         self.urls = list(dict.fromkeys(urls))
         self.interval_s = interval_s
-        self.clock = clock
         self.timeout_s = timeout_s if timeout_s is not None else max(1.0, 2 * interval_s)
         self.max_samples = max_samples
-        self.log = SampleLog()
-        self.stats = {u: EndpointStats(url=u) for u in self.urls}
-        self.stopped_early: str | None = None
-        self._stop = threading.Event()
-        self._first = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="servebench-metrics-scraper", daemon=True)
+        self._conn: Connection | None = None
+        self._process: Any = None
+        self._offset_s = 0.0
+        self._done: Scraped | None = None
 
     def start(self) -> "MetricsScraper":
-        """Scrape once (the baseline before the first request: this waits for it), then keep scraping on the thread."""
-        self._thread.start()
-        self._first.wait(timeout=self.timeout_s * max(1, len(self.urls)) + 1.0)
+        """Start the process; return once it has scraped once (the baseline before the first request)."""
+        from servebench.load.workers import clock_offset
+
+        ctx = mp.get_context("spawn")  # never fork a process that may run threads (a server in a test, Ray)
+        parent, child = ctx.Pipe()
+        self._conn = parent
+        self._process = ctx.Process(target=scrape_process, daemon=True, name="servebench-metrics-scraper",
+                                    args=(child, self.urls, self.interval_s, self.timeout_s, self.max_samples))
+        self._process.start()
+        child.close()
+        patience = 30.0 + self.timeout_s * max(1, len(self.urls))  # the interpreter's start, then one scrape
+        if not parent.poll(patience):
+            self._process.terminate()
+            raise ScrapeFailed(f"the scraper process did not start within {patience:g} s")
+        parent.recv()  # ready: the first scrape is done
+
+        def ping() -> float:
+            parent.send("clock")
+            return float(parent.recv())
+        self._offset_s = clock_offset(ping).offset_s
+        parent.send("go")
         return self
 
     def stop(self) -> Scraped:
-        """Scrape once more (the state at the run's end), stop, and return what was gathered."""
-        self._stop.set()
-        self._thread.join(timeout=self.timeout_s * max(1, len(self.urls)) + 5.0)
-        if self._thread.is_alive():
-            self.stopped_early = self.stopped_early or "the last scrape did not finish; its samples are not kept"
-        return Scraped(self.log.samples(), [self.stats[u] for u in self.urls], self.interval_s, self.stopped_early)
-
-    def scrape_once(self, client: httpx.Client) -> None:
-        """Scrape every URL once, keeping its samples or counting its failure."""
-        for url in self.urls:
-            if len(self.log) >= self.max_samples:
-                self.stopped_early = (f"stopped after {len(self.log):,} samples (the bound on what one run keeps); "
-                                      "raise --metrics-interval-s for a run this long")
-                return
-            st = self.stats[url]
-            sent = self.clock()
-            try:
-                samples = parse_page(fetch_page(client, url), url)
-            except ScrapeFailed as exc:
-                st.failed += 1
-                st.first_error = st.first_error or str(exc)
-                st.last_error = str(exc)
-                continue
-            t = (sent + self.clock()) / 2
-            for series, value in samples:
-                self.log.add(t, series, value)
-            st.scrapes += 1
-            st.samples += len(samples)
-
-    def _run(self) -> None:
+        """Scrape once more (the state at the run's end), stop, and return what was gathered on our clock."""
+        if self._done is not None:
+            return self._done
+        assert self._conn is not None, "start() first"
+        stopped_early = None
+        got: tuple[Any, ...] | None = None
         try:
-            self._scrape_until_stopped()
-        except Exception as exc:  # never fatal to the run: say so and keep what was gathered
-            self.stopped_early = f"scraping stopped: {type(exc).__name__}: {str(exc)[:120]}"
-        finally:
-            self._first.set()
-
-    def _scrape_until_stopped(self) -> None:
-        with _http(self.timeout_s) as client:
-            next_at = self.clock()
-            while True:
-                self.scrape_once(client)
-                self._first.set()
-                if self._stop.is_set() or self.stopped_early:
-                    return
-                next_at += self.interval_s
-                now = self.clock()
-                if next_at < now:  # fell behind (a slow scrape): keep the grid, skip the missed points
-                    next_at += ((now - next_at) // self.interval_s + 1) * self.interval_s
-                if self._stop.wait(next_at - now):
-                    self.scrape_once(client)  # the state at the run's end
-                    return
+            self._conn.send("stop")
+            if self._conn.poll(self.timeout_s * max(1, len(self.urls)) + 10.0):
+                got = self._conn.recv()
+        except (OSError, EOFError):
+            got = None
+        if got is None:
+            stopped_early = "the scraper process did not answer at the end of the run; its samples are lost"
+            self._process.terminate()
+            samples, stats, early = ServerSamples(), [EndpointStats(url=u) for u in self.urls], None
+        else:
+            samples, counts, early = got
+            stats = [EndpointStats(**c) for c in counts]
+        self._process.join(timeout=5.0)
+        self._conn.close()
+        self._done = Scraped(samples.shifted(self._offset_s), stats, self.interval_s, stopped_early or early)
+        return self._done
 
 
 def start_scraping(server_url: str, explicit: Sequence[str] | None, enabled: bool,
@@ -271,7 +218,10 @@ def start_scraping(server_url: str, explicit: Sequence[str] | None, enabled: boo
         if found is None:
             return None, note
         urls = [found]
-    return MetricsScraper(urls, interval_s).start(), note
+    try:
+        return MetricsScraper(urls, interval_s).start(), note
+    except ScrapeFailed as exc:  # never fatal to the run
+        return None, f"server metrics not scraped: {exc}"
 
 
 def split_urls(values: Sequence[str] | None) -> list[str]:

@@ -28,11 +28,14 @@ from array import array
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pyarrow as pa
 
 from servebench.errors import InputFormatError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 COLUMNS: tuple[str, ...] = ("t_s", "endpoint", "metric", "family", "type", "labels", "value")
 AIPERF_FILE = "server_metrics_export.parquet"  # AIPerf's default name for the same scrapes
@@ -115,6 +118,7 @@ def labels_key(labels: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
 
 def write_samples(path: str | Path, samples: ServerSamples) -> Path:
     """Write samples as Parquet (strings dictionary-encoded: a series' names and labels cost once)."""
+    import pyarrow as pa  # here, not at the top: the scraper's process needs this module without Arrow
     import pyarrow.parquet as pq
 
     p = Path(path)
@@ -214,6 +218,7 @@ def _finite_or_nan(value: object, path: str | Path, row: int) -> float:
 
 
 def _read_parquet(path: str | Path) -> pa.Table:
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
@@ -226,6 +231,8 @@ def _read_parquet(path: str | Path) -> pa.Table:
 
 def _floats(table: pa.Table, name: str, path: str | Path, allow_nan: bool = False) -> np.ndarray:
     """Return a numeric column as float64; times must be finite, a value may be NaN or infinite (Prometheus)."""
+    import pyarrow as pa
+
     col = table.column(name)
     if not (pa.types.is_floating(col.type) or pa.types.is_integer(col.type)):
         raise InputFormatError(f"{path}: column '{name}' must be numbers, not {col.type}")
