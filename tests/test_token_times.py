@@ -609,7 +609,7 @@ def test_dashboard_shows_uploaded_token_times_and_the_percentile_explorer_offers
     at.switch_page("pages/token_timing.py").run()
     assert not at.exception
     metrics = {m.label: m.value for m in at.metric}
-    assert metrics["ITL p99"] == "2" and metrics["Requests stalled"] == "50.0%"
+    assert metrics["ITL p99"] == "2" and metrics["Requests stalled"] == "50%"  # fmt_share, the one formatter
     charts = drawn_charts(at)
     assert not at.get("plotly_chart")
     itl = charts["ITL: every gap between tokens"][1]["cdf"]
