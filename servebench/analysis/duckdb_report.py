@@ -42,6 +42,7 @@ COVERED_FIELDS = frozenset({
     "successful_output_tokens", "wasted_output_tokens", "total_prompt_tokens", "active_requests", "in_service",
     "duplicate_request_ids", "duplicate_request_id_examples", "records_without_request_id", "prefix_cache", "slices",
     "fairness", "logical", "reasoning",
+    "server_metrics",  # not from the records: attached after either engine's report (analysis.record_sets)
 })
 
 
