@@ -7,7 +7,7 @@ extension for fixed-length benchmarks); ``max_tokens`` defaulting to 16 on compl
 context left on chat; one SSE chunk per generated token. As a server: TCP_NODELAY on every
 connection, a bound on the time to read a request's headers and body, the address announced only
 once requests are accepted, and any client that leaves (streaming or not) has its request cancelled
-and its KV freed.
+and its KV freed. ``GET /metrics`` publishes the engine's numbers under vLLM's names (:mod:`.prom`).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from servebench.serving.engine.logprobs import MAX_LOGPROBS, LogprobFormat, LogprobRecorder
 from servebench.serving.engine.model import SamplingParams
+from servebench.serving.engine.prom import CONTENT_TYPE as PROMETHEUS_TEXT, EngineMetrics
 from servebench.serving.engine.request_rules import BadRequest, check_implemented, check_unicode, shown
 from servebench.serving.engine.service import EngineService, RequestHandle, RequestRejected
 from servebench.errors import ConfigError, ServebenchError
@@ -674,6 +675,8 @@ def create_app(service: EngineService, model_id: str | None = None, *, manage_se
     eos = service.model.config.eos_token_id
     model_id = model_id or f"servebench-{service.model.config.name}"
     started = int(time.time())
+    metrics = EngineMetrics(service.stats, model_id, kv_tokens, sched.prefix_caching)  # vLLM's names (prom.py)
+    service.observer = metrics
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):  # type: ignore[no-untyped-def]
@@ -707,6 +710,11 @@ def create_app(service: EngineService, model_id: str | None = None, *, manage_se
     async def models() -> dict[str, Any]:
         return {"object": "list", "data": [{"id": model_id, "object": "model", "created": started,
                                             "owned_by": "servebench", "max_model_len": context_tokens}]}
+
+    @app.get("/metrics")
+    async def prometheus_metrics() -> Response:
+        """The engine's running, waiting, KV use, preemptions, tokens and request times, as vLLM names them."""
+        return Response(metrics.render(), media_type=PROMETHEUS_TEXT)
 
     @app.get("/servebench/engine")
     async def engine_state() -> dict[str, Any]:

@@ -92,6 +92,10 @@ class EngineLoop:
         self._stopped = False
         self._open_row: tuple[StepRow, float] | None = None  # last step, and when its iteration ended
         self.steps = 0
+        # running totals for the server's /metrics: preempted sequences, prompt tokens computed, tokens
+        # emitted, and with prefix caching the prompt tokens looked up and found at admission
+        self.totals = {"preemptions": 0, "prompt_tokens": 0, "generation_tokens": 0, "prefix_queries": 0,
+                       "prefix_hits": 0}
 
     # ------------------------------------------------------------------ any thread
 
@@ -168,7 +172,7 @@ class EngineLoop:
             self._cv.notify_all()
 
     def snapshot(self) -> dict[str, int]:
-        """Return running and waiting sequences, KV tokens used (scheduler) and held (cache), steps run.
+        """Return running and waiting sequences, KV tokens used (scheduler) and held (cache), steps run, and totals.
 
         A cancelled sequence's tokens stay "held" until the engine thread frees them before its
         next step (it never touches the cache while a step computes).
@@ -177,7 +181,7 @@ class EngineLoop:
             sched = self.scheduler
             return {"running": sched.num_running, "waiting": sched.num_waiting,
                     "kv_tokens_used": sched.kv_tokens_used, "kv_tokens_held": self.cache.used_tokens,
-                    "steps": self.steps}
+                    "steps": self.steps, **self.totals}
 
     @property
     def stopped(self) -> bool:
@@ -224,6 +228,12 @@ class EngineLoop:
                     wait = idle_wait_s if deadline is None else min(idle_wait_s, max(0.0, deadline - now))
                     self._cv.wait(wait)
             else:
+                self.totals["preemptions"] += len(plan.preempted)
+                self.totals["prompt_tokens"] += plan.prefill_tokens
+                if self.config.prefix_caching:
+                    self.totals["prefix_queries"] += sum(len(self._pending[rid][0]) for rid in plan.admitted
+                                                         if rid in self._pending)
+                    self.totals["prefix_hits"] += sum(plan.cached.get(rid, 0) for rid in plan.admitted)
                 for rid in plan.preempted:
                     if rid in self.executor.sequences:
                         self.executor.preempt(rid)
@@ -247,6 +257,7 @@ class EngineLoop:
         end = self.clock()
         tokens: list[tuple[Listener, int]] = []
         with self._cv:
+            self.totals["generation_tokens"] += len(result.emitted)
             for rid, token in result.emitted.items():
                 listener = self._listeners.get(rid)
                 if listener is not None:  # not cancelled while the step ran

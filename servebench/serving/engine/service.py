@@ -37,7 +37,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from servebench.errors import ConfigError, ServebenchError
 from servebench.serving.scheduler import Outcome, Request, SchedulerConfig
@@ -63,6 +63,14 @@ class TokenEvent:
     time_s: float
 
 
+class Observer(Protocol):
+    """Sees each request's gaps between tokens and its outcome, exactly once (called from any thread)."""
+
+    def on_token_gap(self, gap_s: float) -> None: ...
+
+    def on_outcome(self, outcome: Outcome) -> None: ...
+
+
 class RequestHandle:
     """One submitted request: its token events, its outcome, and cancellation."""
 
@@ -76,13 +84,20 @@ class RequestHandle:
         self._wake_lock = threading.Lock()
         self._waker: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
         self.tokens: list[int] = []
+        self._last_token_s: float | None = None
 
     # listener side (engine thread)
     def on_token(self, token_id: int, time_s: float) -> None:
+        observer = self._service.observer
+        if observer is not None and self._last_token_s is not None:
+            observer.on_token_gap(time_s - self._last_token_s)
+        self._last_token_s = time_s
         self._events.put(TokenEvent(token_id, time_s))
         self._wake()
 
     def on_outcome(self, outcome: Outcome) -> None:
+        if self._service.observer is not None:
+            self._service.observer.on_outcome(outcome)
         self._outcome = outcome
         self._done.set()
         self._events.put(outcome)
@@ -198,6 +213,7 @@ class EngineService:
         self._ids = itertools.count()
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
+        self.observer: Observer | None = None  # sees every token gap and outcome (serve-engine's /metrics)
 
     @property
     def vocab_size(self) -> int:
