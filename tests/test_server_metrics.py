@@ -251,6 +251,7 @@ class QueueServer:
                               labels, buckets=[0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0], registry=self.registry
                               ).labels("fake", "0")
         self.scrapes = 0
+        self.requests = 0
         self.app = self._app(metrics)
 
     def _app(self, metrics: bool) -> FastAPI:
@@ -270,6 +271,7 @@ class QueueServer:
         @app.post("/v1/completions")
         async def completions(request: Request) -> StreamingResponse:
             body = await request.json()
+            self.requests += 1
             if not slots:
                 slots.append(asyncio.Semaphore(self.cap))
             arrived = asyncio.get_running_loop().time()
@@ -526,3 +528,41 @@ def test_the_report_site_shows_the_server_section_and_diagnoses_with_it(tmp_path
     page = next(v.decode() for k, v in files.items() if k.startswith("run-"))
     assert 'id="server_metrics"' in page and "The server over time" in page
     assert "Queueing, from the server&#x27;s own metrics" in page or "Queueing, from the server's own metrics" in page
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_run_stopped_by_sigterm_keeps_the_scrapes_it_made(tmp_path, workers):
+    """SIGTERM to the command (one process, or a coordinator with worker processes): the records gathered and the
+    server's scrapes until then are written, the scraper process is stopped, and the samples sit on the run's clock."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from processes import stop
+
+    server = QueueServer(cap=1, service_s=5.0)  # one request runs, the rest wait: the run is cut midway
+    out = tmp_path / "run"
+    with serve_in_background(server.app) as url:
+        proc = subprocess.Popen([sys.executable, "-m", "servebench", "load", url, "--rate", "20", "--arrival",
+                                 "constant", "--requests", "4", "--output-tokens", "50", "-o", str(out),
+                                 "--metrics-interval-s", "0.1", "--workers", str(workers)],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "COLUMNS": "120"})
+        try:
+            for _ in range(600):  # until every request is on the server, scraped a few times (bounded: 30 s)
+                if server.requests >= 4 or proc.poll() is not None:
+                    break
+                time.sleep(0.05)
+            time.sleep(0.5)
+            proc.send_signal(signal.SIGTERM)
+            output = proc.communicate(timeout=30)[0].decode()
+        finally:
+            stop(proc)
+    assert proc.returncode == 143, output
+    meta = json.loads((out / "metadata.json").read_text())
+    assert meta["interrupted_by"] == "SIGTERM" and meta["server_metrics"]["file"] == "server_metrics.parquet"
+    samples = read_samples(out / "server_metrics.parquet")
+    t, waiting = gauge_series(samples, "vllm:num_requests_waiting")
+    assert waiting.max() >= 2 and t.min() < 0.5  # the queue, from the first scrape (before the first request) on
+
