@@ -209,3 +209,19 @@ def test_a_small_budget_falls_as_the_traces_lru_replay_says(tmp_path: Path, whol
     assert simulated == sorted(simulated) and simulated[0] < simulated[-1] - 0.2
     for lru_rate, sim_rate in zip(lru, simulated):
         assert lru_rate - below <= sim_rate <= lru_rate + above
+
+
+def test_simulated_records_keep_each_requests_row_in_the_trace(tmp_path: Path) -> None:
+    from servebench.records.loaders import load_table
+    from servebench.records.rundir import write_run
+    trace = read_trace(MOONCAKE)
+    doc = replay(MOONCAKE, caching=False, start_s=30.0, duration_s=40.0)
+    result = simulate(parse_scenario(doc))
+    inside = (trace.arrival_s >= 30.0) & (trace.arrival_s < 70.0)
+    rows = result.records.extra["trace_row"].to_pylist()
+    assert rows == trace.row[inside].tolist() and rows[0] > 1  # the window starts inside the file
+    for fmt in ("jsonl", "parquet"):  # written and read back as the extra column a measured run has
+        write_run(tmp_path / fmt, result.records, records_format=fmt)
+        assert load_table(tmp_path / fmt)[0].extra["trace_row"].to_pylist() == rows
+    drawn = load_scenario(SAMPLE_DATA / "scenarios" / "profile_a.yaml")
+    assert "trace_row" not in simulate(drawn).records.extra  # a drawn workload has no trace rows

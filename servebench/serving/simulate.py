@@ -48,8 +48,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
+import pyarrow as pa
 
-from servebench.records.table import STATUSES, RecordTable
+from servebench.records.table import NO_EXTRA, STATUSES, RecordTable
 from servebench.serving.retry import ERR_CLIENT_DEADLINE, ClientSpec
 from servebench.serving.scenario import Scenario
 from servebench.serving.scheduler import Outcome, Request, Scheduler, SchedulerConfig, StepPlan
@@ -549,7 +550,8 @@ class _EventLoop:
             error=rec.error[:m], source=name, cached_prompt_tokens=rec.cached[:m],
             token_times=None if runs is None or self.runs_only else runs.expand(),
             logical_id=None if client is None else np.array([str(x) for x in self.logical_of], dtype=object),
-            attempt=None if client is None else np.asarray(self.attempt_of, dtype=np.int64))
+            attempt=None if client is None else np.asarray(self.attempt_of, dtype=np.int64),
+            extra=NO_EXTRA if reqs.trace_row is None else {"trace_row": pa.array(reqs.trace_row[lgs], pa.int64())})
         end = float(rec.end[:m].max()) if m else 0.0
         return SimResult(name, table, _trace(self.trace_s, self.trace_n), 0.0, max(end, 0.0), self.config.kv_budget_tokens,
                          self.engine_steps, self.events, rec.preemptions, self.sched.evictions,
