@@ -130,3 +130,18 @@ def test_trace_options_errors_are_one_line(tmp_path: Path, capsys: pytest.Captur
                                            args: tuple[str, ...], words: str) -> None:
     code, _, err = run_cli(capsys, "load", "http://127.0.0.1:9", "-o", str(tmp_path / "o"), *args)
     assert code == 2 and words in err and err.strip().count("\n") == 0, err
+
+
+def test_load_says_how_many_requests_of_the_trace_it_left_out(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from reasoning_server import ReasoningServer
+    path = tmp_path / "burst.csv"
+    path.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                    "0,ChatGPT,20,3,23,Conversation log\n0.1,ChatGPT,30,0,30,Conversation log\n"
+                    "0.2,GPT-4,10,3,13,Conversation log\n")
+    with ReasoningServer(reasoning=(0,), answer=3, prefill_s=0.0, gap_s=0.0) as url:
+        code, out, err = run_cli(capsys, "load", url + "/v1", "--trace", str(path), "--model", "m", "--api", "chat",
+                                 "--no-server-metrics", "-o", str(tmp_path / "run"), "--json")
+    assert code == 0, err
+    assert "1 request of the window left out: 0 output tokens cannot be replayed" in err
+    assert json.loads(out)["summary"]["requests"] == 2

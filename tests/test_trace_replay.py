@@ -113,6 +113,23 @@ def test_requests_without_output_are_left_out(tmp_path: Path) -> None:
     assert drawn.requests.arrival_s.tolist() == [0.0, 3.0]
 
 
+def test_simulate_says_how_many_requests_of_the_trace_it_left_out(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from servebench.cli import main
+    path = tmp_path / "burst.csv"
+    path.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                    "5,ChatGPT,100,20,120,Conversation log\n6,ChatGPT,300,0,300,Conversation log\n"
+                    "7,ChatGPT,30,0,30,Conversation log\n8,GPT-4,50,7,57,Conversation log\n")
+    scenario = tmp_path / "s.json"
+    scenario.write_text(json.dumps(replay(path, caching=False)))
+    with pytest.raises(SystemExit) as done:
+        main(["simulate", str(scenario), "-o", str(tmp_path / "out"), "--json"])
+    assert done.value.code in (0, None)
+    out = capsys.readouterr()
+    note = "2 requests of the window left out: 0 output tokens cannot be replayed"
+    assert note in out.err and any(note in n for n in json.loads(out.out)["simulation"]["notes"])
+
+
 # --- the scenario file ----------------------------------------------------------------------------------------
 
 def test_a_scenario_file_names_its_trace_relative_to_itself(tmp_path: Path) -> None:

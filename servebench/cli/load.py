@@ -444,6 +444,9 @@ def load(
     spec = _trace_workload(trace, trace_format, speedup, max_requests, duration) if trace is not None else \
         _workload(rate, requests, users, arrival, cv, replay, duration, prompt_tokens, output_tokens, think,
                   workload_doc)
+    left_out = spec.trace.left_out_note() if spec.trace is not None else None
+    if left_out:
+        Console(stderr=True, soft_wrap=True).print(f"[cyan]note:[/] {safe_markup(left_out)}")
     result, table, ws, we, (samples, scraped) = _run_one(url, spec, seed, out, cfg_kwargs,
                                                           show_progress=not as_json, **per_run)
     report = attach(build_report(table, ws, we, slo), samples)

@@ -79,6 +79,9 @@ def simulate(
         else:
             sc = sc.model_copy(update={"workload": sc.workload.model_copy(
                 update={"num_requests": requests, "duration_s": None})})
+    notes = [n for n in [sc.workload.trace.left_out_note() if sc.workload.trace is not None else None] if n]
+    for note in notes:
+        Console(stderr=True, soft_wrap=True).print(f"[cyan]note:[/] {safe_markup(note)}")
     result = run_simulation(sc, token_times="runs")  # the token times as runs of step times: a float per step
     if len(result.records) == 0:
         raise ConfigError(f"{scenario}: the workload produced no requests")
@@ -103,7 +106,7 @@ def simulate(
         "peak_running": int(tr.running.max()) if len(tr) else 0,
         "peak_waiting": int(tr.waiting.max()) if len(tr) else 0,
         "max_kv_tokens_used": int(tr.kv_tokens_used.max()) if len(tr) else 0,
-        "files": files,
+        "files": files, "notes": notes,
     }
     doc = {"simulation": sim, "report": report}
     (d / rundir.SUMMARY).write_text(strict_json.dumps(doc, indent=2), encoding="utf-8")  # what --json prints

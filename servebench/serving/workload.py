@@ -374,6 +374,14 @@ class TraceSpec(BaseModel):
         """Return the requests this replay sends (the trace read once per process while the file is unchanged)."""
         return select_window(read_cached(self.path, self.format), self.start_s, self.duration_s, self.max_requests)
 
+    def left_out_note(self) -> str | None:
+        """Say how many requests of the window are left out for 0 output tokens (None when none is)."""
+        n = self.window().left_out_zero_output
+        if not n:
+            return None
+        return (f"trace {self.path}: {n:,} request{'' if n == 1 else 's'} of the window left out: 0 output tokens "
+                "cannot be replayed (BurstGPT's failed requests have them)")
+
     def with_speedup(self, speedup: float) -> "TraceSpec":
         """Return the replay at another speedup (checked: positive and finite)."""
         if not (speedup > 0 and math.isfinite(speedup)):
