@@ -566,3 +566,46 @@ def test_a_run_stopped_by_sigterm_keeps_the_scrapes_it_made(tmp_path, workers):
     t, waiting = gauge_series(samples, "vllm:num_requests_waiting")
     assert waiting.max() >= 2 and t.min() < 0.5  # the queue, from the first scrape (before the first request) on
 
+
+
+def test_a_broken_server_metrics_file_gets_one_line_naming_row_and_field(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from servebench.errors import InputFormatError
+
+    good = {"t_s": [0.0, 1.0], "endpoint": ["u", "u"], "metric": ["m", "m"], "family": ["m", "m"],
+            "type": ["gauge", "gauge"], "labels": ["{}", "{}"], "value": [1.0, float("nan")]}
+    cases = [({k: v for k, v in good.items() if k != "labels"}, "no column 'labels'"),
+             ({**good, "labels": ["{}", "not json"]}, "row 2, field 'labels'"),
+             ({**good, "t_s": [0.0, float("inf")]}, "row 2, field 't_s'"),
+             ({**good, "metric": ["m", None]}, "row 2, field 'metric'"),
+             ({**good, "value": ["1", "2"]}, "column 'value' must be numbers")]
+    for columns, message in cases:
+        path = tmp_path / "server_metrics.parquet"
+        pq.write_table(pa.table(columns), path)
+        with pytest.raises(InputFormatError, match=message):
+            read_samples(path)
+    pq.write_table(pa.table(good), tmp_path / "server_metrics.parquet")
+    back = read_samples(tmp_path / "server_metrics.parquet")  # plain strings read as well as dictionaries
+    assert len(back.series) == 1 and back.t_s.tolist() == [0.0, 1.0] and math.isnan(back.value[1])
+    (tmp_path / "server_metrics.parquet").write_bytes(b"junk")
+    with pytest.raises(InputFormatError, match="cannot read as Parquet"):
+        read_samples(tmp_path / "server_metrics.parquet")
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["a", "b:c", "d_total"]), st.dictionaries(
+    st.sampled_from(["engine", "le", "model_name"]), st.text(max_size=5), max_size=2),
+    st.floats(allow_nan=False, width=32)), min_size=1, max_size=40))
+def test_samples_written_read_back_are_the_same(tmp_path_factory, rows):
+    log = SampleLog()
+    for i, (name, labels, value) in enumerate(rows):
+        log.add(i * 0.5, Series("http://e/metrics", name, name.removesuffix("_total"), "gauge", labels_key(labels)),
+                value)
+    path = tmp_path_factory.mktemp("s") / "server_metrics.parquet"
+    samples = log.samples()
+    write_samples(path, samples)
+    back = read_samples(path)
+    assert back.series == samples.series and back.series_index.tolist() == samples.series_index.tolist()
+    assert back.value.tolist() == samples.value.tolist()

@@ -258,10 +258,8 @@ def _present(samples: ServerSamples) -> list[Signal]:
 
 def _scrape_times(samples: ServerSamples, endpoint: str | None) -> np.ndarray:
     """Return the distinct scrape times of one endpoint, sorted."""
-    if endpoint is None:
-        return np.zeros(0)
-    ids = np.array([k for k, s in enumerate(samples.series) if s.endpoint == endpoint])
-    return np.unique(samples.t_s[np.isin(samples.series_index, ids)])
+    times = [samples.of(k)[0] for k, s in enumerate(samples.series) if s.endpoint == endpoint]
+    return np.unique(np.concatenate(times)) if times else np.zeros(0)
 
 
 def _repeats_rank0(s: Series) -> bool:
@@ -288,13 +286,13 @@ def gauge_series(samples: ServerSamples, family: str, start: float = -math.inf,
     combine = np.sum if sig is None or sig.role in COUNT_ROLES else np.max
     per_endpoint: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for endpoint in dict.fromkeys(samples.series[k].endpoint for k in _members(samples, family)):
-        keys = [k for k in _members(samples, family) if samples.series[k].endpoint == endpoint]
-        rows = np.isin(samples.series_index, keys)
-        t, v = samples.t_s[rows], samples.value[rows]
-        times = np.unique(t)
-        at = np.searchsorted(times, t)
-        grouped = [v[at == i] for i in range(times.size)]
-        per_endpoint[endpoint] = (times, np.array([combine(g) for g in grouped], dtype=np.float64))
+        parts = [samples.of(k) for k in _members(samples, family) if samples.series[k].endpoint == endpoint]
+        t, v = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+        times, at = np.unique(t, return_inverse=True)
+        order = np.argsort(at, kind="stable")
+        starts = np.searchsorted(at[order], np.arange(times.size))  # every scrape time has a row
+        reduce = np.add.reduceat if combine is np.sum else np.maximum.reduceat
+        per_endpoint[endpoint] = (times, reduce(v[order].astype(np.float64), starts))
     if not per_endpoint:
         return np.zeros(0), np.zeros(0)
     if len(per_endpoint) == 1:

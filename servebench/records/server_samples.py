@@ -66,15 +66,19 @@ class ServerSamples:
     series_index: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     t_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
     value: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    _rows: tuple[np.ndarray, np.ndarray] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __len__(self) -> int:
         return int(self.t_s.size)
 
     def of(self, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Return one series' times and values, in time order."""
-        rows = np.flatnonzero(self.series_index == k)
-        order = np.argsort(self.t_s[rows], kind="stable")
-        return self.t_s[rows][order], self.value[rows][order]
+        """Return one series' times and values, in time order (rows grouped by series once, on first use)."""
+        if self._rows is None:
+            order = np.lexsort((self.t_s, self.series_index))  # by series, then by time
+            self._rows = order, np.searchsorted(self.series_index[order], np.arange(len(self.series) + 1))
+        order, bounds = self._rows
+        rows = order[bounds[k]:bounds[k + 1]]
+        return self.t_s[rows], self.value[rows]
 
     def shifted(self, by_s: float) -> "ServerSamples":
         """Return the samples with every time moved by ``by_s`` (onto another clock's origin)."""
@@ -139,25 +143,38 @@ def write_samples(path: str | Path, samples: ServerSamples) -> Path:
 
 def read_samples(path: str | Path) -> ServerSamples:
     """Read ``server_metrics.parquet`` (as :func:`write_samples` writes it); refuse another layout by name."""
+    import pyarrow as pa
+
     table = _read_parquet(path)
     missing = [c for c in COLUMNS if c not in table.column_names]
     if missing:
         raise InputFormatError(f"{path}: not a server-metrics file: no column {', '.join(repr(c) for c in missing)}")
     t = _floats(table, "t_s", path)
     value = _floats(table, "value", path, allow_nan=True)
-    keys = [table.column(c).to_pylist() for c in ("endpoint", "metric", "family", "type", "labels")]
-    ids: dict[tuple[str, ...], int] = {}
-    series: list[Series] = []
-    index = np.empty(table.num_rows, dtype=np.int64)
-    for row, key in enumerate(zip(*keys)):
-        k = ids.get(key)
-        if k is None:
-            if any(not isinstance(x, str) for x in key):
-                raise InputFormatError(f"{path}: row {row + 1}: endpoint, metric, family, type and labels must be "
-                                       "text")
-            k = ids[key] = len(series)
-            series.append(Series(key[0], key[1], key[2], key[3], labels_key(_labels(key[4], path, row))))
-        index[row] = k
+    codes, words = [], []
+    for name in ("endpoint", "metric", "family", "type", "labels"):
+        col = table.column(name).combine_chunks()
+        if not pa.types.is_dictionary(col.type):
+            col = col.dictionary_encode()
+        if col.null_count or not (pa.types.is_string(col.type.value_type) or pa.types.is_large_string(col.type.value_type)):
+            row = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0]) if col.null_count else 0
+            raise InputFormatError(f"{path}: row {row + 1}, field '{name}': expected text")
+        codes.append(col.indices.to_numpy().astype(np.int64))
+        words.append(col.dictionary.to_pylist())
+    if math.prod(max(len(w), 1) for w in words) < 2**62:  # one integer per row names its five strings
+        combined = np.zeros(table.num_rows, dtype=np.int64)
+        for c, w in zip(codes, words):
+            combined = combined * max(len(w), 1) + c
+        _, first, inverse = np.unique(combined, return_index=True, return_inverse=True)
+    else:
+        _, first, inverse = np.unique(np.stack(codes, axis=1), axis=0, return_index=True, return_inverse=True)
+    by_first = np.argsort(first)  # series in the order the file first names them
+    rank = np.empty_like(by_first)
+    rank[by_first] = np.arange(by_first.size)
+    index = rank[inverse.reshape(-1)]
+    series = [Series(*(words[j][codes[j][row]] for j in range(4)),  # type: ignore[call-arg]
+                     labels_key(_labels(words[4][codes[4][row]], path, int(row))))
+              for row in first[by_first].tolist()]
     return ServerSamples(series, index, t, value)
 
 
