@@ -17,7 +17,6 @@ from fastapi.responses import StreamingResponse
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servebench.cli.core import main
 from servebench.errors import ConfigError, WorkerError
 from servebench.load.generator import LoadConfig, LagStats, PlannedRequest, WorkerStats, plan_requests
 from servebench.serving.engine.http_api import serve_in_background
@@ -26,7 +25,7 @@ from servebench.serving.sweep import sweep
 from servebench.load.workers import (ClockOffset, WorkerRun, clock_offset, clock_warnings, merge_runs, partition,
                                 run_with_processes)
 
-from conftest import two_slot_scenario
+from conftest import run_cli, two_slot_scenario
 
 pytestmark = pytest.mark.timeout(180)
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,17 +74,6 @@ def streaming_app(seen: Counting) -> FastAPI:
             yield "data: [DONE]\n\n"
         return StreamingResponse(events(), media_type="text/event-stream")
     return app
-
-
-def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """Run the CLI as ``servebench`` would; return (exit code, stdout, stderr)."""
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def make_plan(n: int, rate: float = 40.0) -> list[PlannedRequest]:
