@@ -30,7 +30,7 @@ def parse_page(text: str, endpoint: str) -> list[tuple[Series, float]]:
 
     Parsed by ``prometheus_client.parser``; a family without a TYPE line is ``unknown`` and kept.
 
-    >>> page = '# TYPE vllm:num_preemptions counter\\nvllm:num_preemptions_total{engine="0"} 3.0\\n'
+    >>> page = '# TYPE vllm:num_preemptions_total counter\\nvllm:num_preemptions_total{engine="0"} 3.0\\n'
     >>> [(s.metric, s.family, s.type, s.labels, v) for s, v in parse_page(page, "u")]
     [('vllm:num_preemptions_total', 'vllm:num_preemptions', 'counter', (('engine', '0'),), 3.0)]
     """
