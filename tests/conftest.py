@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -59,3 +62,16 @@ def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, s
         code = int(exc.code or 0)
     captured = capsys.readouterr()
     return code, captured.out, captured.err
+
+
+@contextmanager
+def openai_client(server_url: str) -> Iterator[Any]:
+    """The openai client of a local server: no retries, a minute's timeout, no proxy from the environment."""
+    import httpx
+    import openai
+    c = openai.OpenAI(base_url=f"{server_url}/v1", api_key="unused", max_retries=0, timeout=60,
+                      http_client=httpx.Client(trust_env=False))
+    try:
+        yield c
+    finally:
+        c.close()

@@ -23,6 +23,8 @@ from servebench.serving.engine.http_api import create_app, serve_in_background  
 from servebench.serving.engine.service import EngineService  # noqa: E402
 from servebench.serving.scheduler import SchedulerConfig  # noqa: E402
 
+from conftest import openai_client  # noqa: E402
+
 PRESET_THINKING = 2
 
 
@@ -38,10 +40,8 @@ def server():
 
 @pytest.fixture
 def client(server):
-    c = openai.OpenAI(base_url=f"{server}/v1", api_key="unused", max_retries=0, timeout=60,
-                      http_client=httpx.Client(trust_env=False))
-    yield c
-    c.close()
+    with openai_client(server) as c:
+        yield c
 
 
 def test_the_openai_client_reads_reasoning_then_answer(client):

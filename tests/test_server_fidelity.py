@@ -32,6 +32,7 @@ from servebench.serving.engine.model import Decoder, SamplingParams, preset, sam
 from servebench.serving.engine.service import EngineService  # noqa: E402
 from servebench.serving.scheduler import SchedulerConfig  # noqa: E402
 from servebench.serving.engine.http_api import create_app, decode, serve_in_background  # noqa: E402
+from conftest import openai_client  # noqa: E402
 
 MODEL = "servebench-tiny"
 EOS = preset("tiny").eos_token_id
@@ -52,10 +53,8 @@ def server():
 
 @pytest.fixture
 def client(server):
-    c = openai.OpenAI(base_url=f"{server}/v1", api_key="unused", max_retries=0, timeout=60,
-                      http_client=httpx.Client(trust_env=False))
-    yield c
-    c.close()
+    with openai_client(server) as c:
+        yield c
 
 
 def _state(url: str) -> dict:
@@ -340,12 +339,9 @@ def test_the_api_defaults_and_a_real_created_time(client):
 
 def test_chat_without_max_tokens_runs_to_the_context_limit():
     small = dataclasses.replace(preset("tiny"), max_positions=48)
-    with serve_in_background(create_app(_service(small))) as url:
-        c = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60,
-                          http_client=httpx.Client(trust_env=False))
+    with serve_in_background(create_app(_service(small))) as url, openai_client(url) as c:
         reply = c.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "five words in this one"}],
                                           extra_body={"ignore_eos": True})
-        c.close()
     assert reply.usage.prompt_tokens == 5 and reply.usage.completion_tokens == 48 - 5
     assert reply.choices[0].finish_reason == "length"
 
