@@ -73,14 +73,15 @@ print(json.dumps({"cpu_s": best, "events": r.events, "engine_steps": r.engine_st
 """
 # runs a command and prints its CPU and peak memory: a small process of its own starts it, since a child's
 # ru_maxrss starts from its parent's resident set at the fork (this benchmark's, hundreds of MB)
-_SPAWN = """
+SPAWN = """
 import json, os, subprocess, sys, time
 t0 = time.perf_counter()
 proc = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 _, status, usage = os.wait4(proc.pid, 0)
 err = proc.stderr.read().decode(errors="replace")[-2000:]
 print(json.dumps({"exit": os.waitstatus_to_exitcode(status), "error": err, "wall_s": time.perf_counter() - t0,
-                  "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_bytes": usage.ru_maxrss * 1024}))
+                  "cpu_s": usage.ru_utime + usage.ru_stime, "user_cpu_s": usage.ru_utime,
+                  "peak_rss_bytes": usage.ru_maxrss * 1024}))
 """
 
 
@@ -159,7 +160,7 @@ def command_line(n: int, workdir: Path) -> dict[str, Any]:
     out = workdir / f"run_{n}"
     argv = [str(Path(sys.executable).with_name("servebench")), "simulate", str(SCENARIOS / "paged_chat.yaml"),
             "--requests", str(n), "-o", str(out), "--json"]
-    found = _child([sys.executable, "-S", "-c", _SPAWN, *argv])
+    found = _child([sys.executable, "-S", "-c", SPAWN, *argv])
     if found["exit"] != 0:
         raise RuntimeError(f"{' '.join(argv)} failed: {found['error']}")
     files = {p.name: p.stat().st_size for p in sorted(out.iterdir())}
