@@ -26,6 +26,7 @@ PAGES = {
         st.Page("pages/planner.py", title="Capacity planner", icon=":material/calculate:"),
         st.Page("pages/cache.py", title="Cache experiments", icon=":material/cached:"),
         st.Page("pages/retries.py", title="Retries and fairness", icon=":material/replay:"),
+        st.Page("pages/traces.py", title="Traces", icon=":material/stacked_line_chart:"),
     ],
 }
 

@@ -58,7 +58,7 @@ def test_no_page_draws_a_plotly_chart() -> None:
     The charts drawn after a button (a sweep, a plan) or in Summary's panels are checked in their own tests.
     """
     pages = sorted(p.name for p in (REPO / "pages").glob("*.py") if not p.name.startswith("_"))
-    assert len(pages) == 11
+    assert len(pages) == 12
     with_charts = set()
     for name in pages:
         at = AppTest.from_file(APP, default_timeout=90)
