@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from streamlit.testing.v1 import AppTest
 
+from servebench.analysis.summary import SLO
 from servebench.analysis.trace_stats import trace_stats
-from servebench.dashboard.trace_charts import HIT_RATE_TITLE, OVER_TIME_TITLE
-from servebench.dashboard.traces import kept_upload, option_text
+from servebench.capacity.model_presets import get_preset
+from servebench.dashboard.trace_charts import HIT_RATE_TITLE, OVER_TIME_TITLE, hit_rate_chart, over_time_chart
+from servebench.dashboard.traces import (answers, kept_upload, option_text, plan_request, plan_window_text,
+                                         trace_metrics)
+from servebench.output.figures.trace import trace_bins
 from servebench.output.plain import fmt, fmt_share
 from servebench.records.traces import read_trace
 from vega_charts import drawn_charts, valid
@@ -126,3 +133,65 @@ def test_an_upload_is_kept_once_under_its_digest_and_own_name(tmp_path: Path) ->
     assert kept_upload("t.csv", b"abc", tmp_path) == first
     assert kept_upload("t.csv", b"abd", tmp_path) != first
     assert option_text(None) == "no configuration meets the SLOs"
+
+
+# --- servebench.dashboard.traces and trace_charts as units ------------------------------------------------------
+
+def test_the_cache_sentence_names_the_smallest_capacity_within_a_tenth_of_the_unbounded_share() -> None:
+    stats = trace_stats(read_trace(TRACES / "mooncake_conversation_300.jsonl"))
+    prefix = stats.prefix
+    first = next(h for h in prefix.hit_rate_by_capacity if h.token_hit_rate >= 0.9 * prefix.reusable_token_share)
+    assert answers(stats)[2] == (f"An unbounded prefix cache would serve {fmt_share(prefix.reusable_token_share)} of "
+                                 f"the prompt tokens; a cache of {fmt(first.capacity_tokens)} tokens serves "
+                                 f"{fmt_share(first.token_hit_rate)}.")
+
+
+def test_a_trace_under_a_minute_has_no_busiest_minute_and_plans_the_whole_of_it(tmp_path: Path) -> None:
+    path = kept_upload("short.csv", "\n".join(BURSTGPT.splitlines()[:31]).encode() + b"\n", tmp_path)
+    trace = read_trace(path)
+    stats = trace_stats(trace)
+    metrics = {m.label: m.value for m in trace_metrics(stats)}
+    assert metrics["Busiest minute (req/s)"] == "—" and metrics["Reusable prefix share"] == "—"
+    assert "spans less than a minute" in answers(stats)[0]
+    spec = over_time_chart(trace_bins(trace))
+    valid(spec)
+    assert spec["datasets"]["peak"].empty and "shaded" not in " ".join(spec["title"]["subtitle"])
+    request, rate_rps = plan_request(str(path), "auto", get_preset("llama-3.1-8b"), SLO(ttft_s=5.0), slo_target=0.95,
+                                     gpus=["H100"], tensor_parallel=[1], max_num_seqs=[64], headroom=0.2)
+    assert request.workload.trace.duration_s is None and request.requests_per_simulation == 25  # 30 less 5 failed
+    assert "the whole trace (it spans less than a minute)" in plan_window_text(request, rate_rps)
+
+
+def test_the_over_time_chart_draws_trace_bins_numbers_and_the_hit_rate_chart_the_lru_shares() -> None:
+    trace = read_trace(TRACES / "mooncake_synthetic_250.jsonl")
+    bins = trace_bins(trace)
+    spec = over_time_chart(bins)
+    valid(spec)
+    assert spec["datasets"]["prompt_tokens_per_s"]["y"].tolist() == bins.prompt_tokens_per_s.tolist()
+    assert spec["datasets"]["peak"].to_dict("records") == [{"x0": bins.peak_window[0],
+                                                            "x1": bins.peak_window[0] + 60.0}]
+    prefix = trace_stats(trace).prefix
+    hits = hit_rate_chart(prefix)
+    valid(hits)
+    assert hits["datasets"]["lru"]["y"].tolist() == [100 * h.token_hit_rate for h in prefix.hit_rate_by_capacity]
+    assert hits["datasets"]["unbounded"]["y"].tolist() == [100 * prefix.reusable_token_share]
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.binary(max_size=200), other=st.binary(min_size=1, max_size=20))
+def test_an_upload_file_holds_its_bytes_and_is_shared_by_equal_bytes_only(data: bytes, other: bytes) -> None:
+    with tempfile.TemporaryDirectory() as root:
+        path = kept_upload("t.jsonl", data, Path(root))
+        assert path.read_bytes() == data and kept_upload("t.jsonl", data, Path(root)) == path
+        assert kept_upload("t.jsonl", data + other, Path(root)) != path
+        assert [p.name for p in path.parent.iterdir()] == ["t.jsonl"]  # no partial file left behind
+
+
+def test_an_upload_over_the_limit_names_the_limit() -> None:
+    from streamlit.testing.v1.util import patch_config_options
+
+    with patch_config_options({"server.maxUploadSize": 1}):
+        at = _page()
+        _upload(at, "big.jsonl", (TRACES / "mooncake_conversation_300.jsonl").read_bytes() * 16)  # 1.1 MB
+        assert not at.exception
+        assert at.error[0].value.startswith("big.jsonl is 1.1 MB: the dashboard takes uploads up to 1 MB")
