@@ -11,7 +11,7 @@ from servebench.analysis.summary import SLO
 from servebench.analysis.trace_stats import TraceStats, trace_stats
 from servebench.capacity import ACCELERATORS, DEFAULT_GPUS
 from servebench.capacity.model_presets import PRESETS, get_preset
-from servebench.dashboard.trace_charts import hit_rate_chart, over_time_chart
+from servebench.dashboard.trace_charts import hit_rate_chart, over_time_charts
 from servebench.dashboard.traces import (answers, kept_upload, option_text, plan_notes, plan_request, plan_rows,
                                          plan_window_text, trace_metrics)
 from servebench.errors import InputFormatError
@@ -55,7 +55,8 @@ for col, m in zip(st.columns(4) + st.columns(3), trace_metrics(stats)):
     col.metric(m.label, m.value, help=m.help)
 st.markdown("\n".join(f"- {line}" for line in answers(stats)))
 
-st.vega_lite_chart(spec=on_canvas(over_time_chart(bins)), key="traces_over_time")
+for i, spec in enumerate(over_time_charts(bins)):
+    st.vega_lite_chart(spec=on_canvas(spec), key=f"traces_over_time_{i}")
 if stats.prefix is not None:
     st.vega_lite_chart(spec=on_canvas(hit_rate_chart(stats.prefix)), key="traces_hit_rate")
 else:

@@ -14,7 +14,7 @@ from streamlit.testing.v1 import AppTest
 from servebench.analysis.summary import SLO
 from servebench.analysis.trace_stats import trace_stats
 from servebench.capacity.model_presets import get_preset
-from servebench.dashboard.trace_charts import HIT_RATE_TITLE, OVER_TIME_TITLE, hit_rate_chart, over_time_chart
+from servebench.dashboard.trace_charts import HIT_RATE_TITLE, OVER_TIME_TITLE, hit_rate_chart, over_time_charts
 from servebench.dashboard.traces import (answers, kept_upload, option_text, plan_request, plan_window_text,
                                          trace_metrics)
 from servebench.output.figures.trace import trace_bins
@@ -153,9 +153,11 @@ def test_a_trace_under_a_minute_has_no_busiest_minute_and_plans_the_whole_of_it(
     metrics = {m.label: m.value for m in trace_metrics(stats)}
     assert metrics["Busiest minute (req/s)"] == "—" and metrics["Reusable prefix share"] == "—"
     assert "spans less than a minute" in answers(stats)[0]
-    spec = over_time_chart(trace_bins(trace))
-    valid(spec)
-    assert spec["datasets"]["peak"].empty and "shaded" not in " ".join(spec["title"]["subtitle"])
+    charts = over_time_charts(trace_bins(trace))
+    for spec in charts:
+        valid(spec)
+        assert spec["datasets"]["peak"].empty
+    assert "shaded" not in " ".join(charts[0]["title"]["subtitle"])
     request, rate_rps = plan_request(str(path), "auto", get_preset("llama-3.1-8b"), SLO(ttft_s=5.0), slo_target=0.95,
                                      gpus=["H100"], tensor_parallel=[1], max_num_seqs=[64], headroom=0.2)
     assert request.workload.trace.duration_s is None and request.requests_per_simulation == 25  # 30 less 5 failed
@@ -165,11 +167,13 @@ def test_a_trace_under_a_minute_has_no_busiest_minute_and_plans_the_whole_of_it(
 def test_the_over_time_chart_draws_trace_bins_numbers_and_the_hit_rate_chart_the_lru_shares() -> None:
     trace = read_trace(TRACES / "mooncake_synthetic_250.jsonl")
     bins = trace_bins(trace)
-    spec = over_time_chart(bins)
-    valid(spec)
-    assert spec["datasets"]["prompt_tokens_per_s"]["y"].tolist() == bins.prompt_tokens_per_s.tolist()
-    assert spec["datasets"]["peak"].to_dict("records") == [{"x0": bins.peak_window[0],
-                                                            "x1": bins.peak_window[0] + 60.0}]
+    requests, prompt, output = over_time_charts(bins)
+    for spec, values in ((requests, bins.requests_per_s), (prompt, bins.prompt_tokens_per_s),
+                         (output, bins.output_tokens_per_s)):
+        valid(spec)
+        assert spec["datasets"]["rate"]["y"].tolist() == values.tolist()
+        assert spec["datasets"]["peak"].to_dict("records") == [{"x0": bins.peak_window[0],
+                                                                "x1": bins.peak_window[0] + 60.0}]
     prefix = trace_stats(trace).prefix
     hits = hit_rate_chart(prefix)
     valid(hits)
@@ -195,3 +199,28 @@ def test_an_upload_over_the_limit_names_the_limit() -> None:
         _upload(at, "big.jsonl", (TRACES / "mooncake_conversation_300.jsonl").read_bytes() * 16)  # 1.1 MB
         assert not at.exception
         assert at.error[0].value.startswith("big.jsonl is 1.1 MB: the dashboard takes uploads up to 1 MB")
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_in_a_browser_an_uploaded_trace_draws_both_charts_without_plotly() -> None:
+    from browser import browser_page, require_chromium, screenshot, streamlit_server
+
+    require_chromium()
+    drawn = '[data-testid="stVegaLiteChart"] canvas'
+    with streamlit_server() as url, browser_page(viewport=(1400, 2200)) as page:
+        page.set_default_timeout(60_000)
+        page.goto(f"{url}/traces", wait_until="domcontentloaded")
+        page.get_by_role("heading", name="Traces").first.wait_for()
+        page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached")
+        page.locator('[data-testid="stFileUploader"] input[type="file"]').first.set_input_files(
+            str(TRACES / "mooncake_synthetic_250.jsonl"))
+        page.wait_for_function("""() => [...document.querySelectorAll('[data-testid="stMetricValue"]')]
+                                        .some(e => e.innerText.trim() === '250')""")
+        page.locator(drawn).nth(3).wait_for()  # three over time, and the hit rate against capacity
+        page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached")
+        assert page.locator('[data-testid="stException"]').count() == 0
+        assert page.locator('[data-testid="stPlotlyChart"]').count() == 0
+        assert not page.evaluate("performance.getEntriesByType('resource').some(e => e.name.includes('PlotlyChart'))")
+        page.wait_for_timeout(2000)
+        screenshot(page, "traces_upload_mooncake_synthetic")
