@@ -127,6 +127,22 @@ def test_a_burstgpt_plan_says_how_many_failed_requests_it_left_out() -> None:
     assert any("9 requests of the window left out: 0 output tokens" in c.value for c in at.caption)
 
 
+def test_no_gpu_no_slo_or_a_wrong_format_is_one_line_each() -> None:
+    at = _page()
+    at.selectbox(key="traces_sample").select("azure_conv_2023_300.csv").run()
+    at.multiselect(key="traces_gpus").set_value([]).run()
+    at.button(key="traces_plan").click().run()
+    assert not at.exception and [e.value for e in at.error] == ["give at least one GPU type"]
+    at.multiselect(key="traces_gpus").set_value(["H100"])
+    at.number_input(key="traces_slo_ttft").set_value(0.0)
+    at.number_input(key="traces_slo_tpot").set_value(0.0).run()
+    at.button(key="traces_plan").click().run()
+    assert not at.exception and at.error[0].value.startswith("give at least one SLO")
+    at.selectbox(key="traces_format").select("mooncake").run()
+    assert not at.exception
+    assert [e.value for e in at.error] == ["azure_conv_2023_300.csv: line 1: invalid JSON at column 1: Expecting value"]
+
+
 def test_an_upload_is_kept_once_under_its_digest_and_own_name(tmp_path: Path) -> None:
     first = kept_upload("dir/t.csv", b"abc", tmp_path)
     assert first.name == "t.csv" and first.read_bytes() == b"abc"
