@@ -16,6 +16,7 @@ from servebench.dashboard.traces import (answers, kept_upload, option_text, plan
                                          plan_window_text, trace_metrics)
 from servebench.errors import InputFormatError
 from servebench.output.figures.trace import TraceBins, trace_bins
+from servebench.output.safetext import safe_text
 from servebench.planning import plan
 from servebench.planning.planner import MAX_NUM_SEQS, TENSOR_PARALLEL
 from servebench.records.traces import FORMATS
@@ -27,9 +28,9 @@ FIRST_SAMPLE = "mooncake_conversation_300.jsonl"  # block IDs: both charts, and 
 
 
 @st.cache_resource(max_entries=8, show_spinner="Reading the trace…")
-def _stats(path: str, fmt_name: str) -> tuple[TraceStats, TraceBins]:
+def _stats(path: str, fmt_name: str) -> tuple[TraceStats, TraceBins, list[str]]:
     trace = read_cached(path, fmt_name)
-    return trace_stats(trace), trace_bins(trace)
+    return trace_stats(trace), trace_bins(trace), trace.warnings
 
 
 st.title("Traces")
@@ -49,7 +50,9 @@ else:
     if (too_big := upload_error(upload, "Read larger traces with `servebench trace stats FILE`.")) is not None:
         fail(InputFormatError(too_big))
     path = str(kept_upload(upload.name, upload.getvalue()))
-stats, bins = guarded(_stats, path, trace_format)
+stats, bins, warnings = guarded(_stats, path, trace_format)
+for warning in warnings:  # what the reader could not take as written (hash IDs short of a prompt)
+    st.warning(safe_text(warning))
 
 for col, m in zip(st.columns(4) + st.columns(3), trace_metrics(stats)):
     col.metric(m.label, m.value, help=m.help)

@@ -81,6 +81,17 @@ def test_an_upload_of_each_format_replaces_the_excerpt(name: str, data: bytes, r
     assert (_metrics(at)["Reusable prefix share"] != "—") is has_hashes
 
 
+def test_the_readers_warnings_are_shown_above_the_numbers() -> None:
+    at = _page()
+    line = {"timestamp": 0, "input_length": 1600, "output_length": 5, "hash_ids": [1, 2]}
+    _upload(at, "short.jsonl", (json.dumps(line) + "\n" + json.dumps({**line, "timestamp": 5000}) + "\n").encode())
+    assert not at.exception and not at.error
+    assert [w.value for w in at.warning] == [
+        "2 requests have a number of hash_ids other than their input_length in 512-token blocks; their tokens "
+        "past the last block count as never cached"]
+    assert _metrics(at)["Requests"] == "2"
+
+
 def test_a_bad_upload_is_one_line_with_file_line_and_field_and_removing_it_recovers() -> None:
     at = _page()
     bad = BURSTGPT.replace("\n3,ChatGPT,103,", "\n3,ChatGPT,10.5,", 1).encode()
