@@ -609,3 +609,21 @@ def test_samples_written_read_back_are_the_same(tmp_path_factory, rows):
     back = read_samples(path)
     assert back.series == samples.series and back.series_index.tolist() == samples.series_index.tolist()
     assert back.value.tolist() == samples.value.tolist()
+
+
+def test_a_full_preempting_cache_outranks_the_records_own_decode_reading():
+    # TPOT grows with the batch (each step slows as it fills): the records alone read decode; the server's
+    # metrics show its KV cache full and preempting, which also slows every step: the server's evidence decides
+    recs, free = [], [0.0] * 8
+    arrivals = [i * 1.5 for i in range(40)] + [60.0 + i * 0.1 for i in range(150)]  # light, then a burst
+    for i, a in enumerate(arrivals):
+        adm = max(a, free.pop(free.index(min(free))))
+        running = 8 - sum(f <= adm for f in free)  # busy seats when this request is admitted
+        end = adm + 0.05 + 19 * 0.02 * (1 + running)
+        free.append(end)
+        recs.append({"request_id": f"r{i}", "start": a, "first_token": adm + 0.05, "end": end, "status": "success",
+                     "prompt_tokens": 100, "output_tokens": 20, "_admitted": adm})
+    assert diagnose_without_admitted(recs, None).limit == "decode"
+    v = diagnose_without_admitted(recs, scrapes_of(recs, kv_full_at=2.0, preempt_every_s=2.0))
+    assert v.limit == "kv_memory", v.summary
+    assert "vllm:num_preemptions_total increase" in " ".join(v.headline.evidence)

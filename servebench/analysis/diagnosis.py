@@ -476,11 +476,13 @@ def diagnose(m: ProfileMeasurements, *, shape: kv.ModelShape | None = None, budg
              RuleCheck(limit="queueing", holds=holds([e_queue]) and (limit_n is None or bool(e_below.crossed)),
                        conditions=queue_rule),
              RuleCheck(limit="prefill", holds=holds(prefill_rule), conditions=prefill_rule)]
-    winner = next((r for r in rules if r.holds), None) if symptoms else None
-    if symptoms and winner is None and not m.has_admitted and m.server is not None:  # the server's own evidence
-        server_checks = server_rules(m.server, e_growth, th)
+    winner = None
+    if symptoms and not m.has_admitted and m.server is not None:  # the server's own evidence comes first
+        server_checks = server_rules(m.server, e_growth, th)  # (a full, preempting KV cache also grows TPOT)
         rules += server_checks
         winner = next((r for r in server_checks if r.holds), None)
+    if symptoms and winner is None:
+        winner = next((r for r in rules if r.holds), None)
     limit: Limit
     if not symptoms:
         limit = "none"
