@@ -331,7 +331,7 @@ def browser_100k(url: str, big: Path, tokens: Path, i: int, cases: frozenset[str
         page.set_default_timeout(TIMEOUT_MS)
         timed(page, lambda: page.goto(url, wait_until="commit"), "The contract", rerun=False)
         upload = page.locator('[data-testid="stFileUploader"] input[type="file"]').first
-        ttft, end = page.get_by_label("TTFT limit (s)"), page.get_by_label("Window end (s)")
+        ttft, end = page.get_by_label("TTFT limit (s)"), page.get_by_label("Window end (s)", exact=True)  # not its help
         panel = page.get_by_text("CDFs of latency, TTFT and TPOT").first
         over_time = page.get_by_text("Throughput, TTFT and latency over time").first
 
