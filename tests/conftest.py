@@ -75,3 +75,11 @@ def openai_client(server_url: str) -> Iterator[Any]:
         yield c
     finally:
         c.close()
+
+
+def burstgpt_csv(path: Path, rows: list[tuple[float, str, int, int]]) -> Path:
+    """Write a BurstGPT-format trace: (timestamp s, model, request tokens, response tokens) a row (0: failed)."""
+    lines = ["Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type"]
+    lines += [f"{t:g},{model},{req},{resp},{req + resp},Conversation log" for t, model, req, resp in rows]
+    path.write_text("\n".join(lines) + "\n")
+    return path

@@ -18,7 +18,7 @@ from servebench.serving.scheduler import SchedulerConfig
 from servebench.serving.simulate import simulate
 from servebench.serving.workload import WorkloadSpec
 
-from conftest import SAMPLE_DATA, run_cli
+from conftest import SAMPLE_DATA, burstgpt_csv, run_cli
 
 MOONCAKE = SAMPLE_DATA / "traces" / "mooncake_conversation_300.jsonl"
 KV_BUDGET_TOKENS = 65_536
@@ -135,10 +135,7 @@ def test_trace_options_errors_are_one_line(tmp_path: Path, capsys: pytest.Captur
 def test_load_says_how_many_requests_of_the_trace_it_left_out(tmp_path: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     from reasoning_server import ReasoningServer
-    path = tmp_path / "burst.csv"
-    path.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
-                    "0,ChatGPT,20,3,23,Conversation log\n0.1,ChatGPT,30,0,30,Conversation log\n"
-                    "0.2,GPT-4,10,3,13,Conversation log\n")
+    path = burstgpt_csv(tmp_path / "burst.csv", [(0, "ChatGPT", 20, 3), (0.1, "ChatGPT", 30, 0), (0.2, "GPT-4", 10, 3)])
     with ReasoningServer(reasoning=(0,), answer=3, prefill_s=0.0, gap_s=0.0) as url:
         code, out, err = run_cli(capsys, "load", url + "/v1", "--trace", str(path), "--model", "m", "--api", "chat",
                                  "--no-server-metrics", "-o", str(tmp_path / "run"), "--json")

@@ -18,7 +18,7 @@ from servebench.serving.simulate import simulate
 from servebench.serving.trace_replay import TraceBlocks, block_prompts
 from servebench.serving.workload import WorkloadSpec, draw_workload
 
-from conftest import SAMPLE_DATA
+from conftest import SAMPLE_DATA, burstgpt_csv, run_cli
 
 TRACES = SAMPLE_DATA / "traces"
 MOONCAKE = TRACES / "mooncake_conversation_300.jsonl"
@@ -104,10 +104,7 @@ def test_max_requests_and_the_workloads_own_limits_cut_the_window() -> None:
 
 
 def test_requests_without_output_are_left_out(tmp_path: Path) -> None:
-    path = tmp_path / "burst.csv"
-    path.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
-                    "5,ChatGPT,100,20,120,Conversation log\n6,ChatGPT,300,0,300,Conversation log\n"
-                    "8,GPT-4,50,7,57,Conversation log\n")
+    path = burstgpt_csv(tmp_path / "burst.csv", [(5, "ChatGPT", 100, 20), (6, "ChatGPT", 300, 0), (8, "GPT-4", 50, 7)])
     drawn = draw_workload(WorkloadSpec.model_validate({"trace": {"path": str(path)}}), np.random.default_rng(0))
     assert drawn.requests.trace_row.tolist() == [1, 3]
     assert drawn.requests.arrival_s.tolist() == [0.0, 3.0]
@@ -115,19 +112,14 @@ def test_requests_without_output_are_left_out(tmp_path: Path) -> None:
 
 def test_simulate_says_how_many_requests_of_the_trace_it_left_out(tmp_path: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    from servebench.cli import main
-    path = tmp_path / "burst.csv"
-    path.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
-                    "5,ChatGPT,100,20,120,Conversation log\n6,ChatGPT,300,0,300,Conversation log\n"
-                    "7,ChatGPT,30,0,30,Conversation log\n8,GPT-4,50,7,57,Conversation log\n")
+    path = burstgpt_csv(tmp_path / "burst.csv", [(5, "ChatGPT", 100, 20), (6, "ChatGPT", 300, 0),
+                                                 (7, "ChatGPT", 30, 0), (8, "GPT-4", 50, 7)])
     scenario = tmp_path / "s.json"
     scenario.write_text(json.dumps(replay(path, caching=False)))
-    with pytest.raises(SystemExit) as done:
-        main(["simulate", str(scenario), "-o", str(tmp_path / "out"), "--json"])
-    assert done.value.code in (0, None)
-    out = capsys.readouterr()
+    code, out, err = run_cli(capsys, "simulate", str(scenario), "-o", str(tmp_path / "out"), "--json")
+    assert code == 0, err
     note = "2 requests of the window left out: 0 output tokens cannot be replayed"
-    assert note in out.err and any(note in n for n in json.loads(out.out)["simulation"]["notes"])
+    assert note in err and any(note in n for n in json.loads(out)["simulation"]["notes"])
 
 
 # --- the scenario file ----------------------------------------------------------------------------------------
