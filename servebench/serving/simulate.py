@@ -515,12 +515,14 @@ class _EventLoop:
         self._finish(self.sched.on_step_done(plan, stamp, tokens=None if token_log is None else emitted), now)
         if token_log is not None:
             ends = self.run_ends.pop(id(plan), None)
-            times = np.array([stamp]) if ends is None else np.maximum(ends - lead, plan.now_s) if lead else ends
-            if plan.cohort:  # the cohort's steps: one group tick each (its members' runs come when they leave it)
-                token_log.add_group(times)
-            if ends is None:
+            # a cohort's steps are group ticks (its members' runs come when they leave it); a step's tokens one stamp,
+            # a decode run's one per step, each stamped like the run's last
+            times = None if ends is None else np.maximum(ends - lead, plan.now_s) if lead else ends
+            if plan.cohort:
+                token_log.add_group(np.array([stamp]) if times is None else times)
+            if times is None:
                 token_log.add_step(emitted, stamp)
-            else:  # a decode run: every decoder gets one token per step, each stamped like the run's last
+            else:
                 token_log.add_run(emitted, times)
 
     def _prefill_done(self, plan: StepPlan, now: float) -> None:
