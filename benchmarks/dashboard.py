@@ -28,8 +28,9 @@ Cases:
                        then opening Summary's panel of throughput, TTFT and latency over time (60 bins of the
                        100,000 records, built and drawn once opened)
   page switch 100k     opening the Percentile explorer on that file
-  compare switch 100k  then opening Compare with two record sets held (the sample and that file): contract, intervals,
-                       overlaid CDFs and percentile bars of both, outcomes
+  compare switch 100k  then, after a second 100,000-record upload (another seed; untimed), opening Compare with the
+                       two uploads (once anything is uploaded, the sample leaves the comparison): contract,
+                       intervals, overlaid CDFs and percentile bars of both, outcomes
   upload 100k token_times
                        back on Summary, uploading 100,000 records that carry token_times (Parquet; each success
                        streamed in chunks of 16 tokens with token_counts, about 1.2M arrivals; the same records as
@@ -298,8 +299,10 @@ def measure(repeat: int, cases: frozenset[str] = frozenset(CASES)) -> dict[str, 
             if cases & set(BROWSER_100K):
                 tokens = Path(tmp) / "records_100k_tokens.parquet"
                 write_token_records(tokens, 100_000)
+                second = Path(tmp) / "records_100k_b.csv"
+                write_records(second, 100_000, seed=19)
                 for i in range(repeat):
-                    for case, dt in browser_100k(url, big, tokens, i, cases):
+                    for case, dt in browser_100k(url, (big, second), tokens, i, cases):
                         times.setdefault(case, []).append(dt)
     return {case: ts for case, ts in times.items() if case in cases}
 
@@ -320,12 +323,16 @@ def page_visits(url: str, cases: frozenset[str]) -> list[tuple[str, Timed]]:
     return out
 
 
-def browser_100k(url: str, big: Path, tokens: Path, i: int, cases: frozenset[str]) -> list[tuple[str, Timed]]:
+def browser_100k(url: str, uploads: tuple[Path, Path], tokens: Path, i: int,
+                 cases: frozenset[str]) -> list[tuple[str, Timed]]:
     """Return the 100k cases' times in one new browser, in order, up to the last one in ``cases``.
+
+    ``uploads`` are two 100k CSV files: the first is the file of every 100k case, the second joins it for Compare.
 
     Steps whose case is not asked still run when a later one is (each builds on the page the one before left).
     """
     last = max(BROWSER_100K.index(c) for c in cases if c in BROWSER_100K)
+    big, second = uploads
     out: list[tuple[str, Timed]] = []
     with browser_page(viewport=(1400, 1000)) as page:
         page.set_default_timeout(TIMEOUT_MS)
@@ -345,8 +352,10 @@ def browser_100k(url: str, big: Path, tokens: Path, i: int, cases: frozenset[str
             lambda: timed(page, panel.click),
             lambda: timed(page, over_time.click),
             lambda: timed(page, lambda: link("Percentile explorer"), "Records counted"),
-            # two record sets held: the sample the dashboard opened on, and the 100k upload
-            lambda: timed(page, lambda: link("Compare runs"), "Every status, so each row adds up to offered"),
+            # two uploads held (the sample left the comparison with the first): the second is added untimed
+            lambda: (timed(page, lambda: upload.set_input_files([str(big), str(second)]),
+                            f"Showing {second.name} (upload"),
+                     timed(page, lambda: link("Compare runs"), "Every status, so each row adds up to offered"))[1],
             lambda: (timed(page, lambda: link("Summary"), "The contract"),  # untimed: back to the uploader
                      timed(page, lambda: upload.set_input_files(str(tokens)), f"{tokens.name} · 100,000 records"))[1],
             lambda: timed(page, lambda: link("Token timing"), "Requests stalled"),
