@@ -15,6 +15,9 @@
       classes:
         - {name: review, prompt: {kind: fixed, value: 7800}, output: {kind: fixed, value: 200}}
 
+A fleet of identical replicas behind a router: ``fleet: {replicas: 4, router: least_outstanding}``
+(``servebench.serving.fleet``; ``docs/fleet.md``). Without ``fleet`` the scenario is one replica.
+
 A workload may replay a trace instead: ``workload: {trace: {path: conversation_trace.jsonl, speedup: 2}}``
 (the path relative to the scenario file; ``docs/scenarios.md`` and ``docs/traces.md`` give the fields).
 
@@ -123,6 +126,32 @@ class ServerSpec(BaseModel):
             scheduling=self.scheduling)
 
 
+MAX_REPLICAS = 256  # replicas in one fleet: each is a scheduler of its own on the one event clock
+Router = Literal["round_robin", "least_outstanding", "power_of_two", "prefix_affinity", "session_affinity"]
+
+
+class FleetSpec(BaseModel):
+    """Replicas of the scenario's ``server`` behind a router (``servebench.serving.fleet``).
+
+    ``prefix_affinity`` sends a request to the replica holding the longest cached prefix of its prompt
+    unless that replica is overloaded: its outstanding requests exceed the least-loaded replica's by more
+    than ``affinity_slack_requests`` and by more than ``affinity_slack_ratio`` times (SGLang's router
+    rule, with its defaults 64 and 1.5); then, or when no replica holds any of the prompt, the
+    least-loaded replica takes it.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    replicas: int = Field(1, ge=1, le=MAX_REPLICAS, description="Identical replicas, each the scenario's server.")
+    router: Router = Field("round_robin", description="How a request picks its replica (docs/fleet.md).")
+    affinity_slack_requests: int = Field(
+        64, ge=0, description="prefix_affinity: outstanding requests the cached replica may have beyond the "
+                              "least-loaded one's before the router balances instead.")
+    affinity_slack_ratio: float = Field(
+        1.5, ge=1, le=1e6, description="prefix_affinity: and how many times the least-loaded one's (both must hold "
+                                       "to balance).")
+
+
 class FlatStep(BaseModel):
     """The spec's flat timings: a prompt of ``prompt_tokens`` prefills in ``prefill_s``; a decode step takes ``tpot_s``."""
 
@@ -202,6 +231,15 @@ class Scenario(BaseModel):
     workload: WorkloadSpec
     cancel: CancelSpec | None = None
     client: ClientSpec | None = Field(None, description="Retrying clients; None: one attempt, no retry.")
+    fleet: FleetSpec | None = Field(None, description="Replicas behind a router; None: one replica.")
+
+    @model_validator(mode="after")
+    def _check_fleet(self) -> "Scenario":
+        fleet = self.fleet
+        if fleet is not None and fleet.router == "prefix_affinity" and not self.server.prefix_caching:
+            raise ValueError("fleet.router prefix_affinity routes by the replicas' cached prefixes: "
+                             "turn on server.prefix_caching")
+        return self
 
     def rng(self) -> np.random.Generator:
         """Return a fresh generator seeded by the scenario."""
