@@ -205,11 +205,6 @@ def _ceil(x: Fraction) -> int:
     return math.ceil(x)
 
 
-def layer_bytes_per_token(shape: ModelShape, *, tensor_parallel: int = 1) -> int:
-    """Return bytes one layer caches per token, per GPU (rounded up for sub-byte dtypes)."""
-    return _ceil(_layer_bytes_per_token(shape, tensor_parallel))
-
-
 def bytes_per_token(shape: ModelShape, *, tensor_parallel: int = 1) -> int:
     """Return KV bytes per cached token over all layers, per GPU (below any sliding window).
 

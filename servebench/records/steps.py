@@ -345,11 +345,6 @@ def steps_from_bytes(data: bytes, name: str) -> StepTrace:
     return parse_steps(rows_from_bytes(data, name), name)
 
 
-def step_rows(data: StepTrace | Sequence[Mapping[str, Any]], source: str = "step trace") -> list[dict[str, Any]]:
-    """Return a trace, or rows under any names the reader knows, as rows under the schema's names."""
-    return as_trace(data, source).to_rows()
-
-
 def encode_steps(trace: StepTrace, fmt: Literal["jsonl", "csv"]) -> str:
     """Return the trace as JSONL (null as ``null``) or CSV (null as an empty cell), every schema column in order."""
     cols = trace.columns()

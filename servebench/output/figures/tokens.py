@@ -3,7 +3,7 @@
 The numbers come from pure functions (:func:`itl_series`, :func:`stall_bins`, :func:`token_ticks`,
 :func:`prefill_values`) that the report site's plotly figures here and the dashboard's Vega-Lite charts
 (``figures.vegalite_tokens``) both draw, so both show the same values. Each returns None when no
-record carries token times. The chunked-vs-whole prefill comparison takes two reports.
+record carries token times. The chunked-vs-whole prefill values take two reports.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import plotly.graph_objects as go
 from servebench.records.table import RecordTable
 from servebench.analysis.summary import Report
 from servebench.records.token_times import Gaps, flat, gaps
-from servebench.output.plain import NO_DATA
 from servebench.output.figures.records import (MARKS, MAX_POINTS, CdfSeries, _layout, _titled, cdf_series,
                                                new_figure, plot_label, series_figure)
 
@@ -192,18 +191,3 @@ def prefill_values(chunked: Report, whole: Report) -> dict[str, dict[str, float 
                 "longest stall p95": r.max_stall_s.at(95) if r.max_stall_s else None}
 
     return {"chunked prefill": row(chunked), "whole-prompt prefill": row(whole)}
-
-
-def prefill_comparison(chunked: Report, whole: Report) -> go.Figure:
-    """Return grouped bars of TTFT p95, ITL p99 and max_stall_s p95 for chunked vs whole-prompt prefill."""
-    fig = new_figure()
-    for name, by_metric in prefill_values(chunked, whole).items():
-        values = list(by_metric.values())
-        fig.add_trace(go.Bar(name=name, x=list(by_metric), y=values, marker_color=PREFILL_COLORS[name],
-                             text=[f"{v:.3g} s" if v is not None else NO_DATA for v in values], textposition="outside",
-                             hovertemplate="%{x}: %{y:.4g} s<extra>" + name + "</extra>"))
-    fig.update_layout(barmode="group")
-    fig.update_yaxes(title_text="seconds")
-    return _layout(fig, _titled("Chunked vs whole-prompt prefill, same seed and arrivals",
-                                ["TTFT: what a new request waits; stalls: what running streams wait"]),
-                   height=420, top=100)

@@ -16,7 +16,7 @@ import contextlib
 import math
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Iterator
 
 import torch
@@ -73,10 +73,6 @@ class ModelConfig:
     def kv_bytes_per_token(self, bytes_per_element: int) -> int:
         """Return KV bytes per cached token: 2 x layers x KV heads x head dim x bytes per element."""
         return 2 * self.layers * self.kv_heads * self.head_dim * bytes_per_element
-
-    def as_dict(self) -> dict[str, object]:
-        """Return the shape as plain values, with the parameter count."""
-        return {**asdict(self), "param_count": self.param_count}
 
 
 PRESETS: dict[str, ModelConfig] = {
