@@ -284,12 +284,12 @@ def measure(repeat: int, cases: frozenset[str] = frozenset(CASES)) -> dict[str, 
                     times[case] = [first_load(url, "A bare Streamlit page.") for _ in range(repeat)]
         with streamlit_server() as url:
             if cases & {"first load", "reload"}:
-                first_load(url, "The contract")
-                times["first load"] = [first_load(url, "The contract") for _ in range(repeat)]
+                first_load(url, "Eight numbers")
+                times["first load"] = [first_load(url, "Eight numbers") for _ in range(repeat)]
                 with browser_page(viewport=(1400, 1000)) as page:  # a returning user: the browser has the scripts
                     page.set_default_timeout(TIMEOUT_MS)
-                    timed(page, lambda: page.goto(url, wait_until="commit"), "The contract", rerun=False)
-                    times["reload"] = [timed(page, lambda: page.goto(url, wait_until="commit"), "The contract",
+                    timed(page, lambda: page.goto(url, wait_until="commit"), "Eight numbers", rerun=False)
+                    times["reload"] = [timed(page, lambda: page.goto(url, wait_until="commit"), "Eight numbers",
                                              rerun=False) for _ in range(repeat)]
             if cases & set(PAGE_CASES):
                 page_visits(url, cases)  # warm the server: each page's imports, the sweep's cached trace
@@ -336,7 +336,7 @@ def browser_100k(url: str, uploads: tuple[Path, Path], tokens: Path, i: int,
     out: list[tuple[str, Timed]] = []
     with browser_page(viewport=(1400, 1000)) as page:
         page.set_default_timeout(TIMEOUT_MS)
-        timed(page, lambda: page.goto(url, wait_until="commit"), "The contract", rerun=False)
+        timed(page, lambda: page.goto(url, wait_until="commit"), "Eight numbers", rerun=False)
         upload = page.locator('[data-testid="stFileUploader"] input[type="file"]').first
         ttft, end = page.get_by_label("TTFT limit (s)"), page.get_by_label("Window end (s)", exact=True)  # not its help
         panel = page.get_by_text("CDFs of latency, TTFT and TPOT").first
@@ -356,7 +356,7 @@ def browser_100k(url: str, uploads: tuple[Path, Path], tokens: Path, i: int,
             lambda: (timed(page, lambda: upload.set_input_files([str(big), str(second)]),
                             f"Showing {second.name} (upload"),
                      timed(page, lambda: link("Compare runs"), "Every status, so each row adds up to offered"))[1],
-            lambda: (timed(page, lambda: link("Summary"), "The contract"),  # untimed: back to the uploader
+            lambda: (timed(page, lambda: link("Summary"), "Eight numbers"),  # untimed: back to the uploader
                      timed(page, lambda: upload.set_input_files(str(tokens)), f"{tokens.name} · 100,000 records"))[1],
             lambda: timed(page, lambda: link("Token timing"), "Requests stalled"),
         )

@@ -20,6 +20,8 @@ from servebench.output.appsafety import Sharing, upload_size_error
 from servebench.errors import InputFormatError, RecordValidationError, ServebenchError
 from servebench.records.extra_columns import extra_columns_note, slice_by as sliced
 from servebench.dashboard.windows import NO_CLOCK, shared_clock, span_text, window_text
+from servebench.dashboard.wording import (DEFAULT_TIME_UNIT, ENGINEER_VIEW_HELP, ENGINEER_VIEW_KEY, ENGINEER_VIEW_LABEL,
+                                          TIME_UNITS, UNIT_HELP, engineer_from_query, metric_help, time_unit, unit_scale)
 from servebench.records.importers import FORMATS as FOREIGN_FORMATS, ImportOptions
 from servebench.records.loaders import LoadedRecords, read_bytes
 from servebench.output.figures.markdown_table import markdown_table
@@ -579,12 +581,40 @@ def slo_inputs() -> tuple[float | None, float | None, float | None]:
 
 
 def unit_choice() -> tuple[str, float]:
-    """Render the ms / s toggle (kept in the URL) and return the unit and the factor from seconds."""
+    """Render the ms / s toggle (milliseconds unless the URL says s; kept in the URL); return the unit and factor."""
     if "unit" not in st.session_state:
-        st.session_state["unit"] = "ms" if st.query_params.get("unit") == "ms" else "s"
-    unit = st.segmented_control("Time unit", ["ms", "s"], key="unit", help="GuideLLM reports milliseconds.") or "s"
+        st.session_state["unit"] = time_unit(st.query_params.get("unit"))
+    unit = st.segmented_control("Time unit", list(TIME_UNITS), key="unit", help=UNIT_HELP) or DEFAULT_TIME_UNIT
     st.query_params["unit"] = unit
-    return unit, 1000.0 if unit == "ms" else 1.0
+    return unit, unit_scale(unit)
+
+
+def engineer_toggle() -> None:
+    """Render the sidebar's engineer view toggle (on every page: app.py draws it; ``view=engineer`` in the URL)."""
+    if ENGINEER_VIEW_KEY not in st.session_state:
+        st.session_state[ENGINEER_VIEW_KEY] = engineer_from_query(st.query_params)
+    on = st.sidebar.toggle(ENGINEER_VIEW_LABEL, key=ENGINEER_VIEW_KEY, help=ENGINEER_VIEW_HELP)
+    if on:
+        st.query_params["view"] = "engineer"
+    elif "view" in st.query_params:
+        del st.query_params["view"]
+
+
+def engineer_view() -> bool:
+    """Return whether the engineer view is on: field keys and the spec's terms shown."""
+    return bool(st.session_state.get(ENGINEER_VIEW_KEY))
+
+
+def metric(where: Any, key: str, label: str, value: str, detail: str = "", **kwargs: Any) -> None:
+    """Show one number with its one-line meaning as its help (and, in the engineer view, its field key below).
+
+    ``key`` is the report's name for it (:data:`servebench.dashboard.wording.METRIC_MEANINGS`); ``detail``
+    says how it is computed; ``kwargs`` go to ``st.metric`` (delta, delta_color, ...).
+    """
+    engineer = engineer_view()
+    where.metric(label, value, help=metric_help(key, detail, engineer=engineer), **kwargs)
+    if engineer:
+        where.caption(f"`{key}`")
 
 
 def glossary() -> None:

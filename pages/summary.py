@@ -1,14 +1,19 @@
-"""Summary: the spec's eight contract fields, then the full failure-aware report, for the records in use."""
+"""Summary: the answer on one screen (outcomes, latency and TTFT over time and as CDFs, the eight headline numbers),
+then the SLO, the full failure-aware report and its tables, for the records in use."""
 
 from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
 
-from pages._figures import cause_chart, on_canvas, over_time_charts, rate_curve_charts, record_charts
+from pages._figures import cause_chart, cdf_series, on_canvas, over_time_charts, rate_curve_charts, record_charts
 from pages._prefix_cache import show_prefix_cache
-from pages._shared import (Dataset, cached_report, guarded, records_sidebar, show_reader_warnings, site_zip, slo_inputs,
-                           static_table, unit_choice)
+from pages._shared import (Dataset, cached_report, engineer_view, guarded, metric, records_sidebar,
+                           show_reader_warnings, site_zip, slo_inputs, static_table, unit_choice)
+from servebench.dashboard.overview import cdf_pair_chart, over_time_p95_chart
+from servebench.dashboard.wording import headline_title
+from servebench.output.figures.over_time import over_time_bins
+from servebench.records.table import RecordTable
 from servebench.records.extra_columns import SLICE_COLUMN, slice_choices
 from servebench.output.figures.summary import (cause_frame, contract_cells, distribution_frame, fmt, fmt_share,
                                         fmt_share_of, OUTCOME_WORDS, outcome_cells, slice_frame, status_frame)
@@ -105,22 +110,57 @@ def slice_tables(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return frame.drop(columns=rates), frame[["slice", *rates]]
 
 
+@st.cache_resource(max_entries=8, show_spinner=False)
+def overview_charts(key: str, window_start: float, window_end: float, unit: str,
+                    _table: RecordTable) -> tuple[dict, dict]:
+    """Return the overview's latency and TTFT p95 over time and their CDFs (per file, window and unit, not SLO)."""
+    bins = over_time_bins(_table, window_start, window_end)
+    cdfs = cdf_series(key, window_start, window_end, _table)
+    return on_canvas(over_time_p95_chart(bins, unit)), on_canvas(cdf_pair_chart(cdfs, unit))
+
+
+def show_overview(ds: Dataset, report: Report, unit: str, engineer: bool) -> None:
+    """The answer on one screen: outcomes, latency and TTFT over time and as CDFs; the eight numbers beside them."""
+    left, right = st.columns([3, 2], gap="medium")
+    left.vega_lite_chart(spec=on_canvas(outcome_bar(report.by_status, OUTCOME_WORDS, height=OUTCOME_BAR_PX)),
+                         key="outcome_bar")
+    over_time, cdf = overview_charts(ds.key, ds.window_start, ds.window_end, unit, ds.table)
+    a, b = left.columns(2)
+    if "active_requests" in ds.unavailable:
+        a.info("No timestamps on a shared clock: nothing to draw over time for this file.")
+    else:
+        a.vega_lite_chart(spec=over_time, key="overview_over_time")
+    b.vega_lite_chart(spec=cdf, key="overview_cdf")
+    right.markdown(f"**{headline_title(engineer)}**")
+    cells = contract_cells(report.summary, ds.unavailable, unit)
+    for pair in (cells[i:i + 2] for i in range(0, len(cells), 2)):
+        for col, cell in zip(right.columns(2), pair):
+            metric(col, cell.key, cell.label, cell.text, cell.help)
+
+
+OUTCOME_BAR_PX = 210  # the outcome bar's whole height: its title, axis and legend take about 175 px of it
+
+
 st.title("Summary")
 ds = records_sidebar()
 show_reader_warnings(ds)
 st.caption(f"{safe_text(ds.source.name)} · {len(ds.table):,} records · {ds.window_text()}")
-unit, scale = unit_choice()  # every time on the page in ms or s: contract fields, tables, chart axes
+engineer = engineer_view()
+knobs = st.columns([1, 2, 2])
+with knobs[0]:
+    unit, scale = unit_choice()  # every time on the page in ms or s: headline numbers, tables, chart axes
 slice_by = SLICE_COLUMN
 if ds.table.extra:  # columns the schema does not know (gpu, model): any can be the breakdown
-    slice_by = st.selectbox("Break down by", slice_choices(ds.table), key=f"slice_by:{ds.key}",
-                            format_func=safe_text,
-                            help="The column whose values split the report into slices: 'slice', or any "
-                                 "column of the file the schema does not know.")
+    slice_by = knobs[1].selectbox("Break down by", slice_choices(ds.table), key=f"slice_by:{ds.key}",
+                                  format_func=safe_text,
+                                  help="The column whose values split the report into slices: 'slice', or any "
+                                       "column of the file the schema does not know.")
 no_clock = ds.unavailable  # metrics an importer could not give (a file without timestamps)
+overview_box = st.container()  # filled once the report is built, below the SLO's inputs
 
 if int(ds.loaded.metadata.get("runs") or 1) > 1:  # several benchmarks in one export: all of them at a glance
     with st.expander(f"All {ds.loaded.metadata['runs']} runs in this file (pick one under Import options)",
-                     expanded=True, icon=":material/stacked_line_chart:"):
+                     icon=":material/stacked_line_chart:"):
         runs = guarded(runs_table, ds.source.data, ds.source.name, ds.loaded.format)
         st.dataframe(runs, hide_index=True)
         for col, (name, spec) in zip(st.columns(2), rate_curve_charts(runs).items()):
@@ -145,16 +185,10 @@ warmup_s = st.number_input("Warm-up, s (0: none)", min_value=0.0, value=0.0, ste
                                 "so a cold start is not averaged into the warmed service.") or None
 report = guarded(cached_report, ds.key, ds.window_start, ds.window_end, slo, ds.table, slice_by, warmup_s)
 slo_box = st.container()
-contract_box = st.container()
 outcome_box = st.container()
 
-with contract_box:
-    st.subheader("The contract: eight fields")
-    cells = contract_cells(report.summary, no_clock, unit)
-    for row in (cells[:4], cells[4:]):
-        for col, cell in zip(st.columns(4), row):
-            col.metric(cell.label, cell.text, help=cell.help)
-            col.caption(f"`{cell.key}`")
+with overview_box:
+    show_overview(ds, report, unit, engineer)
 
 with outcome_box:
     st.subheader("Outcomes")
@@ -162,8 +196,6 @@ with outcome_box:
     cells = outcome_cells(report)
     for col, cell in zip(st.columns(len(cells)), cells):
         col.metric(cell.label, fmt(cell.count), help=cell.help)
-    # the first view's one chart: small, and it loads Streamlit's Vega-Lite code before a chart panel is opened
-    st.vega_lite_chart(spec=on_canvas(outcome_bar(report.by_status, OUTCOME_WORDS)), key="outcome_bar")
     left, right = st.columns(2)
     static_table(status_frame(report), left)  # the counts above, with shares (no chart: same numbers)
     if report.by_cause:
@@ -178,25 +210,26 @@ with outcome_box:
 
     st.subheader("Work and concurrency")
     c = st.columns(4)
-    c[0].metric("Output tokens generated", fmt(report.total_output_tokens),
-                help="By every request, success or not.")
-    c[1].metric("Useful (successful) output tokens", fmt(report.successful_output_tokens))
-    c[2].metric("Wasted output tokens", fmt(report.wasted_output_tokens),
-                help="Generated by requests that did not succeed.",
-                delta=fmt_share_of(report.wasted_output_tokens, report.total_output_tokens),
-                delta_color="inverse", delta_arrow="off")
-    c[3].metric("Prompt tokens", fmt(report.total_prompt_tokens))
+    metric(c[0], "total_output_tokens", "Output tokens generated", fmt(report.total_output_tokens))
+    metric(c[1], "successful_output_tokens", "Useful (successful) output tokens",
+           fmt(report.successful_output_tokens))
+    metric(c[2], "wasted_output_tokens", "Wasted output tokens", fmt(report.wasted_output_tokens),
+           delta=fmt_share_of(report.wasted_output_tokens, report.total_output_tokens),
+           delta_color="inverse", delta_arrow="off")
+    metric(c[3], "total_prompt_tokens", "Prompt tokens", fmt(report.total_prompt_tokens))
     c = st.columns(4)
     if "active_requests" in no_clock:
         c[0].caption("No timestamps on a shared clock: concurrency over time is unknown for this file.")
     else:
-        c[0].metric("Peak active requests", fmt(report.active_requests.peak), help="Between start and end.")
-        c[1].metric("Share of window at that peak", fmt_share(report.active_requests.share_of_window_at_peak),
-                    help=f"{fmt(report.active_requests.time_at_peak_s)} s at the peak.")
+        metric(c[0], "active_requests.peak", "Peak active requests", fmt(report.active_requests.peak))
+        metric(c[1], "active_requests.share_of_window_at_peak", "Share of window at that peak",
+               fmt_share(report.active_requests.share_of_window_at_peak),
+               f"{fmt(report.active_requests.time_at_peak_s)} s at the peak.")
     if report.in_service is not None and "in_service" not in no_clock:
-        c[2].metric("Peak in service", fmt(report.in_service.peak), help="Between admitted and end.")
-        c[3].metric("Share of window at that peak", fmt_share(report.in_service.share_of_window_at_peak),
-                    help=f"{fmt(report.in_service.time_at_peak_s)} s at the peak.")
+        metric(c[2], "in_service.peak", "Peak in service", fmt(report.in_service.peak))
+        metric(c[3], "in_service.share_of_window_at_peak", "Share of window at that peak",
+               fmt_share(report.in_service.share_of_window_at_peak),
+               f"{fmt(report.in_service.time_at_peak_s)} s at the peak.")
     elif "in_service" not in no_clock:
         c[2].caption("No `admitted` times: in-service concurrency and queue wait are unknown.")
     if "active_requests" not in no_clock:
@@ -223,14 +256,14 @@ with slo_box:
         st.info("Set a limit above to see SLO attainment and goodput.")
     else:
         c = st.columns(3)
-        c[0].metric("SLO attainment", fmt_share(report.slo.attainment),
-                    help=f"{report.slo.good_requests:,} good requests of {report.offered:,}.")
+        metric(c[0], "slo.attainment", "SLO attainment", fmt_share(report.slo.attainment),
+               f"{report.slo.good_requests:,} good requests of {report.offered:,}.")
         for col, label, key, value in (
                 (c[1], "Goodput (requests/s)", "slo.goodput_requests_per_second",
                  report.slo.goodput_requests_per_second),
                 (c[2], "Goodput (output tokens/s)", "slo.goodput_output_tokens_per_second",
                  report.slo.goodput_output_tokens_per_second)):
-            col.metric(label, "n/a" if key in no_clock else fmt(value))
+            metric(col, key, label, "n/a" if key in no_clock else fmt(value))
 
 if report.slices:
     st.subheader("Slices" if slice_by == SLICE_COLUMN else f"Slices by {safe_text(slice_by)}")

@@ -46,7 +46,7 @@ def test_percentile_explorer_ignores_a_bad_url() -> None:
 
 
 def test_summary_percentile_tables_follow_the_unit() -> None:
-    at = _page("pages/summary.py", run="r1_r4.json", ws="0", we="10")
+    at = _page("pages/summary.py", run="r1_r4.json", ws="0", we="10", unit="s")
     seconds = next(t for t in _tables(at) if t.columns[0] == "Metric")  # Markdown tables, not grids
     assert seconds["Metric"].iloc[0] == "Latency (s)"
     assert seconds["p95 [95% CI]"].iloc[0].startswith("2.5 [")
@@ -67,8 +67,15 @@ def _vega_specs(at: AppTest) -> dict[str, dict]:
     return {s["title"]["text"]: s for s in specs}
 
 
-def test_summary_contract_fields_and_cdf_axes_follow_the_unit_and_fractions_are_percents() -> None:
+def test_summary_times_default_to_milliseconds() -> None:
     at = _page("pages/summary.py", run="r1_r4.json", ws="0", we="10")
+    assert at.segmented_control(key="unit").value == "ms" and at.query_params["unit"] == "ms"
+    m = {x.label: x.value for x in at.metric}
+    assert m["TTFT p95 (ms)"] == "500" and m["Request TPOT p95 (ms)"] == "250"
+
+
+def test_summary_contract_fields_and_cdf_axes_follow_the_unit_and_fractions_are_percents() -> None:
+    at = _page("pages/summary.py", run="r1_r4.json", ws="0", we="10", unit="s")
     m = {x.label: x.value for x in at.metric}
     assert m["Non-success fraction"] == "50%"  # the spec's 0.5, for people
     assert m["Latency p95 (s)"] == "2.5" and m["TTFT p95 (s)"] == "0.5"
@@ -88,10 +95,11 @@ def test_summary_contract_fields_and_cdf_axes_follow_the_unit_and_fractions_are_
 
 
 def test_summary_draws_its_charts_only_in_the_panels_opened() -> None:
-    at = _page("pages/summary.py", run="r1_r4.json", ws="0", we="10")
-    # the first view: numbers, tables and one bar of every request by outcome; no plotly
+    at = _page("pages/summary.py", run="r1_r4.json", ws="0", we="10", unit="s")
+    # the first view: the overview's bar of every request by outcome, p95s over time and CDFs; no plotly
     drawn = set(_vega_specs(at))
-    assert drawn == {"Every request by outcome (4 offered)"} and not at.get("plotly_chart")
+    assert drawn == {"Every request by outcome (4 offered)", "p95 over time (s)", "Latency and TTFT CDF (s)"}
+    assert not at.get("plotly_chart")
     panels = {"causes_chart_open": {"Non-success causes"},
               "timeline_open": {"Requests over the window"},
               "cdfs_open": {"Latency", "TTFT", "Request TPOT"},  # R1-R4 has no `admitted`: no stage chart
