@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "servebench"
-LAYERS = ("errors", "records", "capacity", "analysis", "serving", "load", "planning", "output", "dashboard", "cli")
+LAYERS = ("errors", "formatting", "records", "capacity", "analysis", "serving", "load", "planning", "output", "dashboard", "cli")
 
 
 def _modules() -> dict[str, tuple[Path, bool]]:

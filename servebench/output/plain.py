@@ -1,72 +1,19 @@
-"""Words and numbers for people: the one number formatter, tool names, plain error sentences, labels, a glossary.
+"""Words for people: tool names, plain error sentences, labels, a glossary.
 
-Every number a person reads (terminal tables, figures, the HTML site, the dashboard) goes through
-:func:`fmt`, so the same value reads the same everywhere. The CLI and the library keep their exact
-messages; the dashboard passes what it shows through here.
+The one number formatter is :mod:`servebench.formatting` (``fmt``, ``fmt_share``, ``fmt_share_of``,
+``NO_DATA``), at the bottom of the layers so that analysis can use it too; it is imported here for
+the pages that still take it from this module. The CLI and the library keep their exact messages;
+the dashboard passes what it shows through here.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Any
 
-import numpy as np
 from pydantic import ValidationError
 
-NO_DATA = "—"  # a value that is missing (None) or undefined (NaN): never shown as 0 or as a dash that reads as minus
-
-
-def fmt(value: Any, digits: int = 4) -> str:
-    """Format a number for people, by one rule everywhere.
-
-    None and NaN are ``—`` (no data; never 0), +/-infinity ``∞`` / ``-∞`` (a failure-aware percentile
-    that lands on a failed request), integers get thousands separators, floats ``digits`` significant
-    digits (from 1,000 up: whole numbers with separators), booleans True/False, anything else ``str``.
-
-    >>> fmt(None), fmt(float("nan")), fmt(float("inf")), fmt(-float("inf"))
-    ('—', '—', '∞', '-∞')
-    >>> fmt(3000), fmt(0.2), fmt(1234.5678), fmt(0.000123456), fmt(True), fmt("n/a")
-    ('3,000', '0.2', '1,235', '0.0001235', 'True', 'n/a')
-    """
-    if value is None:
-        return NO_DATA
-    if isinstance(value, (bool, np.bool_)):
-        return str(bool(value))
-    if isinstance(value, (int, np.integer)):
-        return f"{int(value):,}"
-    if isinstance(value, (float, np.floating)):
-        v = float(value)
-        if math.isnan(v):
-            return NO_DATA
-        if math.isinf(v):
-            return "∞" if v > 0 else "-∞"
-        if abs(v) >= 1000:
-            return f"{v:,.0f}"
-        return f"{v:.{digits}g}"
-    return str(value)
-
-
-def fmt_share(value: float | None) -> str:
-    """Format a fraction as a percentage to three significant digits; None is ``—``.
-
-    >>> fmt_share(0.5), fmt_share(0.000971), fmt_share(None)
-    ('50%', '0.0971%', '—')
-    """
-    if value is None or math.isnan(value):
-        return NO_DATA
-    return f"{value * 100:.3g}%"
-
-
-def fmt_share_of(part: int | float, whole: int | float) -> str | None:
-    """Format part / whole as a percentage; None when part is 0 or whole is 0 (nothing to show).
-
-    >>> fmt_share_of(46333, 353746), fmt_share_of(0, 10), fmt_share_of(3, 0)
-    ('13.1%', None, None)
-    """
-    if not part or not whole:
-        return None
-    return fmt_share(part / whole)
+from servebench.formatting import NO_DATA, fmt, fmt_share, fmt_share_of  # noqa: F401  (pages import them from here)
 
 
 # another tool's format name -> how it is written, with its article
