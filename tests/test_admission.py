@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from accounting import check_accounting
 from servebench.errors import ConfigError
 from servebench.serving.scheduler import (ERR_DEADLINE, ERR_QUEUE_WAIT, Outcome, Request, Scheduler, SchedulerConfig,
                                           TenantLimit)
@@ -29,7 +30,7 @@ def drive(sched: Scheduler, arrivals: list[Request], dt: float = 1.0, max_steps:
         plan = sched.step(t)
         out += plan.ended
         if check:
-            sched.check_accounting()
+            check_accounting(sched)
         t += dt
         out += sched.on_step_done(plan, t)
     return out

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from accounting import check_accounting
 from servebench.errors import ConfigError
 from servebench.serving.prefix_cache import PrefixCache, SegmentPrompt, TokenPrompt, segment_id, segment_tokens
 from servebench.serving.scenario import parse_scenario
@@ -67,7 +68,7 @@ def _drain(sched: Scheduler, now: float = 0.0) -> list:
         plan = sched.step(now)
         now += 1.0
         out += sched.on_step_done(plan, now)
-        sched.check_accounting()
+        check_accounting(sched)
     return out
 
 
@@ -81,7 +82,7 @@ def test_second_request_prefills_only_what_the_cache_lacks(policy: str) -> None:
     sched.add_request(Request("b", 10.0, 120, 4, 4, content=SegmentPrompt((doc, (segment_id(2), 20)))), 10.0)
     plan = sched.step(10.0)
     assert plan.cached == {"b": 96} and plan.prefill == [("b", 24)]  # 6 full document blocks reused
-    sched.check_accounting()
+    check_accounting(sched)
     done = sched.on_step_done(plan, 11.0) + _drain(sched, 11.0)
     assert done[-1].cached_prompt_tokens == 96
     assert done[-1].to_record()["cached_prompt_tokens"] == 96
@@ -147,14 +148,14 @@ def test_kv_never_over_budget_and_refcounts_consistent(policy: str, budget_block
             if sched.add_request(pending.pop(0), now) is not None:
                 ended += 1
         plan = sched.step(now)
-        sched.check_accounting()
+        check_accounting(sched)
         ended += len(plan.ended)
         if rng.random() < 0.1 and sched.num_running:  # a client gives up mid-run
             victim = str(rng.choice([r for r, _ in plan.prefill] + plan.decode or ["none"]))
             ended += sched.cancel(victim, now) is not None
         now += 0.5
         ended += len(sched.on_step_done(plan, now))
-        sched.check_accounting()
+        check_accounting(sched)
     assert ended == len(own)
     assert sched.kv_tokens_used == 0 and sched.kv_tokens_held == 0  # every cached block is unheld at the end
 

@@ -12,6 +12,7 @@ from servebench.serving.engine.kvcache import PagedKVCache  # noqa: E402
 from servebench.serving.engine.loop import EngineLoop  # noqa: E402
 from servebench.serving.engine.model import Decoder, preset  # noqa: E402
 from servebench.serving.engine.runner import run_workload  # noqa: E402
+from accounting import check_accounting  # noqa: E402
 from servebench.errors import ConfigError  # noqa: E402
 from servebench.serving.scheduler import Request, SchedulerConfig  # noqa: E402
 from servebench.serving.workload import (ArrivalSpec, ClassSpec, ConversationSpec, LengthSpec, SharedPrefixSpec,  # noqa: E402
@@ -99,7 +100,7 @@ def test_loop_reuses_a_shared_prefix_and_generates_the_same_tokens(model: Decode
     assert b.tokens == b_plain.tokens  # greedy: the cached run computes the same continuation
     snap = cached.snapshot()
     assert snap["kv_tokens_used"] == 0 and snap["running"] == 0
-    cached.scheduler.check_accounting()
+    check_accounting(cached.scheduler)
     # everything no request holds is still cached, and its physical blocks are pinned, not leaked
     assert cached.cache.used_blocks == cached.scheduler.cache.num_cached
 
@@ -109,7 +110,7 @@ def test_loop_evicts_and_returns_physical_blocks_under_pressure(model: Decoder) 
     for i in range(5):  # each caches 4 blocks of 8: later ones evict earlier ones
         out = _serve(loop, str(i), _ids(20 + i, 4 * BS + 2), 3).outcome
         assert out.status == "success"
-        loop.scheduler.check_accounting()
+        check_accounting(loop.scheduler)
         assert loop.cache.used_blocks == loop.scheduler.cache.num_cached <= 8
     assert loop.scheduler.evictions > 0
     again = _serve(loop, "again", _ids(24, 4 * BS + 2), 3).outcome

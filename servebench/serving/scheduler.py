@@ -1093,55 +1093,6 @@ class Scheduler:
         seq = self._seqs.get(request_id)
         return [] if seq is None or not seq.keys else seq.keys[:seq.shared]
 
-    def check_accounting(self) -> None:
-        """Raise AssertionError if the KV accounting is inconsistent (for tests and debugging).
-
-        Each cached block is counted once: its references equal the running requests holding it,
-        and private blocks (or reservations) plus cached blocks never exceed the budget.
-        """
-        cfg, bs = self.config, self.config.block_size_tokens
-        for seq in self._members:  # their fields as the clock says
-            self._write_back(seq)
-        running = self._running
-        if sorted(self._others + self._members, key=lambda q: q.order) != running or \
-                any(not q.decoding or q.in_flight for q in self._members):
-            raise AssertionError("the cohort and the others are not the running sequences, or a member does not decode")
-        cached = 0 if self.cache is None else self.cache.num_cached
-        if self.cache is not None:
-            held: dict[int, int] = {}
-            for seq in running:
-                for k in (seq.keys or [])[:seq.shared]:
-                    held[k] = held.get(k, 0) + 1
-            self.cache.check(held)
-        if any(seq.shared for seq in self._waiting):
-            raise AssertionError("a waiting request holds cached blocks")
-        if cfg.policy == "paged":
-            private = sum(seq.blocks for seq in running)
-            if any(seq.blocks for seq in self._waiting):
-                raise AssertionError("a waiting request holds KV blocks")
-            if private + cached + self._free_blocks != cfg.num_blocks:
-                raise AssertionError(f"blocks: {private} private + {cached} cached + {self._free_blocks} free "
-                                     f"!= {cfg.num_blocks}")
-        else:
-            if self._reserved_tokens != sum(seq.reserved for seq in running):
-                raise AssertionError("reserved tokens differ from the running requests' reservations")
-            if self._reserved_tokens + cached * bs > cfg.kv_budget_tokens:
-                raise AssertionError(f"KV over budget: {self._reserved_tokens} reserved + {cached} cached blocks "
-                                     f"> {cfg.kv_budget_tokens} tokens")
-        if self.kv_tokens_used > cfg.kv_budget_tokens:
-            raise AssertionError(f"kv_tokens_used {self.kv_tokens_used} > budget {cfg.kv_budget_tokens}")
-        if self._held_tokens != sum(seq.computed - seq.shared * bs for seq in running):
-            raise AssertionError("held tokens differ from the running requests' computed tokens")
-        if self._tenanted:
-            for tenant in set(self._tenant_running) | {seq.req.tenant for seq in running}:
-                n = sum(1 for seq in running if seq.req.tenant == tenant)
-                if self._tenant_running.get(tenant, 0) != n:
-                    raise AssertionError(f"tenant {tenant!r}: {self._tenant_running.get(tenant, 0)} counted running "
-                                         f"!= {n}")
-                limit = self._limits.get(tenant) if tenant is not None else None
-                if limit is not None and limit.max_running is not None and n > limit.max_running:
-                    raise AssertionError(f"tenant {tenant!r}: {n} running > max_running {limit.max_running}")
-
     def snapshot(self) -> dict[str, int]:
         """Return counts for a trace row: running, waiting, kv_tokens_used."""
         return {"running": len(self._running), "waiting": len(self._waiting), "kv_tokens_used": self.kv_tokens_used}
