@@ -18,7 +18,7 @@ from servebench.dashboard.trace_charts import HIT_RATE_TITLE, OVER_TIME_TITLE, h
 from servebench.dashboard.traces import (answers, kept_upload, option_text, plan_request, plan_window_text,
                                          trace_metrics)
 from servebench.output.figures.trace import trace_bins
-from servebench.output.plain import fmt, fmt_share
+from servebench.formatting import fmt, fmt_share
 from servebench.records.traces import read_trace
 from vega_charts import drawn_charts, valid
 

@@ -29,7 +29,7 @@ from servebench.records.loaders import encode_records, read_bytes, to_table
 from servebench.records.table import TimingRecord
 from servebench.serving.experiments import compare_prefill
 from servebench.output.figures import vegalite, vegalite_tokens
-from servebench.output.plain import fmt
+from servebench.formatting import fmt
 from servebench.output.figures.tokens import (itl_cdf, itl_series, stall_bins, stall_histogram, token_ticks,
                                               token_timeline)
 from servebench.serving.scenario import Scenario, load_scenario, parse_scenario

@@ -15,7 +15,7 @@ from servebench.analysis.diagnosis import PRECEDENCE, ProfileTable, Thresholds, 
 from servebench.errors import ConfigError, InputFormatError
 from servebench.capacity.kv import GIB, POLICIES
 from servebench.capacity.model_presets import resolve_shape
-from servebench.output.plain import fmt
+from servebench.formatting import fmt
 from servebench.output.safetext import safe_markup
 
 

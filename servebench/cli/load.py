@@ -17,7 +17,7 @@ from rich.table import Table
 
 from servebench.cli.core import app, console, emit_json, positive_s
 from servebench.errors import ConfigError
-from servebench.output.plain import fmt
+from servebench.formatting import fmt
 from servebench.output.safetext import safe_markup
 
 

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from servebench.cli.core import app, console, emit_json, positive_s
 from servebench.errors import ConfigError
-from servebench.output.plain import fmt
+from servebench.formatting import fmt
 
 
 def _csv(text: str | None, what: str) -> list[str]:

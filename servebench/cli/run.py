@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from servebench.cli.core import app, console, emit_json
-from servebench.output.plain import fmt
+from servebench.formatting import fmt
 from servebench.output.safetext import safe_markup
 
 

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from servebench.cli.core import app, console, emit_json
-from servebench.output.plain import fmt, fmt_share
+from servebench.formatting import fmt, fmt_share
 from servebench.output.safetext import safe_markup
 
 trace_app = typer.Typer(help="Read production traces: what their traffic asks of a server.", no_args_is_help=True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from servebench.capacity.stepmodel import StepFit
-from servebench.output.plain import NO_DATA
+from servebench.formatting import NO_DATA
 
 CPU_PARAMS_LIMIT = 1_000_000_000  # above this, a CPU timing run takes minutes per request batch
 

@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from servebench.analysis.server_metrics import ServerMetricsReport
-from servebench.output.plain import NO_DATA, fmt
+from servebench.formatting import NO_DATA, fmt
 from servebench.output.safetext import safe_markup
 
 MEASURES = {"ttft": "TTFT", "e2e": "latency (end to end)", "queue_time": "queue time", "itl": "inter-token latency",

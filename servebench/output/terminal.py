@@ -8,7 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from servebench.output.plain import NO_DATA, fmt
+from servebench.formatting import NO_DATA, fmt
 from servebench.output.safetext import safe_markup
 from servebench.analysis.summary import (Distribution, FairnessReport, LogicalReport, PrefixCacheReport, ReasoningReport,
                                          Report)

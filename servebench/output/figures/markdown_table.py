@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 import pandas as pd
 
-from servebench.output.plain import NO_DATA, fmt
+from servebench.formatting import NO_DATA, fmt
 
 # every ASCII punctuation mark CommonMark lets a backslash escape: a cell's text is shown as it is, never markup
 _MARKUP = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:&=\"'])")

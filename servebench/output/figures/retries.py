@@ -8,7 +8,7 @@ from __future__ import annotations
 import pandas as pd
 
 from servebench.analysis.summary import FairnessReport, LogicalReport
-from servebench.output.plain import fmt, fmt_share
+from servebench.formatting import fmt, fmt_share
 
 
 def _time(value_s: float | None, unit: str) -> str:

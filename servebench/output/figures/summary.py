@@ -11,7 +11,7 @@ import pandas as pd
 
 from servebench.analysis.summary import CONTRACT_LABELS, Distribution, Report
 from servebench.capacity import kv
-from servebench.output.plain import NO_DATA, fmt, fmt_share, fmt_share_of
+from servebench.formatting import NO_DATA, fmt, fmt_share, fmt_share_of
 
 METRIC_LABELS: dict[str, str] = {
     "latency": "Latency (s)", "ttft": "TTFT (s)", "tpot": "Request TPOT (s)",

@@ -19,7 +19,7 @@ from plotly.subplots import make_subplots
 
 from servebench.errors import ConfigError
 from servebench.output.figures.records import plot_label
-from servebench.output.plain import fmt, fmt_share
+from servebench.formatting import fmt, fmt_share
 from servebench.records.steps import StepTrace, parse_columns
 from servebench.serving.sweep import LOAD_AXES, SweepResult
 

@@ -33,7 +33,7 @@ from servebench.output.figures.records import (
     cause_items,
     comparison_values,
 )
-from servebench.output.plain import fmt
+from servebench.formatting import fmt
 from servebench.output.safetext import safe_text
 
 Spec = dict[str, Any]

@@ -15,7 +15,7 @@ import pandas as pd
 
 from servebench.output.figures.tokens import PREFILL_COLORS, STALL_COLOR, StallBins, TickRow
 from servebench.output.figures.vegalite import CONFIG, SUCCESS_COLOR, Spec, _note, _number, _title, _zoom
-from servebench.output.plain import fmt
+from servebench.formatting import fmt
 from servebench.output.safetext import safe_text
 
 

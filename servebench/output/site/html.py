@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from servebench.output.plain import fmt
+from servebench.formatting import fmt
 from servebench.output.safetext import safe_text
 
 PLOTLY_JS = "assets/plotly.min.js"

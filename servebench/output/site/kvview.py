@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from servebench.capacity.kv import Policy
 from servebench.errors import ConfigError, ServebenchError
-from servebench.output.plain import fmt
+from servebench.formatting import fmt
 from servebench.analysis.summary import Report
 from servebench.output.site.html import Markup, join, key_values, note, section, tag, table
 from servebench.output.site.inputs import RunInput

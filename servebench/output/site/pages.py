@@ -20,7 +20,7 @@ from servebench.records.extra_columns import extra_columns_note, slice_by
 from servebench.records.steps import parse_columns
 from servebench.output.figures import records as rfig
 from servebench.records.table import STATUSES, RecordTable
-from servebench.output.plain import NO_DATA, fmt
+from servebench.formatting import NO_DATA, fmt
 from servebench.output.terminal import fmt_window
 from servebench.analysis.summary import (CONTRACT_FIELDS, CONTRACT_LABELS, SLO, Distribution, PrefixCacheReport,
                                          ReasoningReport, Report, build_report)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from servebench.analysis.summary import Distribution, FairnessReport, LogicalReport
 from servebench.output.site.html import Markup, key_values, section, table, tag
-from servebench.output.terminal import fmt
+from servebench.formatting import fmt
 
 
 def _share(x: float | None) -> str:

@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 from servebench.output.figures import tokens as tfig
 from servebench.output.figures.records import record_cdfs
 from servebench.records.table import RecordTable
-from servebench.output.plain import fmt
+from servebench.formatting import fmt
 from servebench.analysis.summary import Report
 from servebench.output.site.html import Markup, join, key_values, note, section, tag
 
