@@ -6,7 +6,7 @@ import streamlit as st
 
 from pages._shared import static_table
 from servebench.output.figures.summary import distribution_frame
-from servebench.output.plain import fmt, fmt_share
+from servebench.formatting import fmt, fmt_share
 from servebench.analysis.summary import PrefixCacheReport
 
 

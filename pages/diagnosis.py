@@ -11,7 +11,7 @@ from servebench.analysis import diagnosis, walkthrough
 from servebench.capacity import kv
 from servebench.errors import InputFormatError
 from servebench.output.plain import validation_text
-from servebench.output.plain import fmt, fmt_share
+from servebench.formatting import fmt, fmt_share
 from servebench.output.safetext import safe_text
 from servebench.capacity.model_presets import PRESETS, get_preset
 

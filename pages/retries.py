@@ -7,7 +7,7 @@ from pathlib import Path
 import streamlit as st
 
 from pages._shared import guarded, static_table
-from servebench.output.plain import fmt
+from servebench.formatting import fmt
 from servebench.serving.retry_experiment import (BACKOFF_SHED, IMMEDIATE, NO_RETRY, retry_policies, run_variants,
                                                  scheduling_variants)
 from servebench.serving.scenario import load_scenario

@@ -15,8 +15,9 @@ from servebench.dashboard.wording import headline_title
 from servebench.output.figures.over_time import over_time_bins
 from servebench.records.table import RecordTable
 from servebench.records.extra_columns import SLICE_COLUMN, slice_choices
-from servebench.output.figures.summary import (cause_frame, contract_cells, distribution_frame, fmt, fmt_share,
-                                        fmt_share_of, OUTCOME_WORDS, outcome_cells, slice_frame, status_frame)
+from servebench.formatting import fmt, fmt_share, fmt_share_of
+from servebench.output.figures.summary import (cause_frame, contract_cells, distribution_frame, OUTCOME_WORDS,
+                                        outcome_cells, slice_frame, status_frame)
 from servebench.output.figures.retries import fairness_frame, logical_frame
 from servebench.output.plain import label
 from servebench.records.loaders import encode_records

@@ -14,7 +14,7 @@ from servebench.serving.engine.model import device_name, pick_device
 from servebench.output.cautions import cpu_model_warning
 from servebench.serving.engine.rundir import METADATA, RECORDS, STEPS, read_run
 from servebench.serving.engine.timing_run import execute_run
-from servebench.output.plain import fmt
+from servebench.formatting import fmt
 from servebench.serving.scenario import with_request_count
 
 st.title("Timing run")

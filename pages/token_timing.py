@@ -11,7 +11,7 @@ from pages._figures import prefill_charts, token_charts
 from pages._shared import (SERVER_TOKEN_FORMATS, SERVER_TOKENS_LABEL, guarded, records_sidebar,
                            server_tokens_key, show_reader_warnings)
 from servebench.serving.experiments import compare_prefill
-from servebench.output.plain import fmt, fmt_share
+from servebench.formatting import fmt, fmt_share
 from servebench.serving.scenario import load_scenario
 from servebench.analysis.summary import build_report
 

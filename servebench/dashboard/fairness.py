@@ -15,7 +15,7 @@ import pandas as pd
 
 from servebench.analysis.compare import difference
 from servebench.analysis.summary import Report
-from servebench.output.plain import fmt, fmt_share
+from servebench.formatting import fmt, fmt_share
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from pathlib import Path
 from servebench.analysis.summary import SLO
 from servebench.analysis.trace_stats import PEAK_WINDOW_S, TraceStats
 from servebench.capacity.kv import ModelShape
-from servebench.output.plain import fmt, fmt_share
+from servebench.formatting import fmt, fmt_share
 from servebench.planning import Evaluation, Option, Plan, PlanRequest, Workload
 from servebench.planning.trace_window import window_requests
 

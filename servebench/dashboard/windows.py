@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from servebench.output.plain import fmt
+from servebench.formatting import fmt
 from servebench.output.terminal import epoch_utc
 
 NO_CLOCK = "the file has no timestamps on one clock (each request is on its own, from 0 s)"
