@@ -6,9 +6,10 @@ import pandas as pd
 import streamlit as st
 
 from pages._shared import guarded, static_table
-from servebench.dashboard.cells import cell
+from servebench.dashboard.answers import cache_answer, ms_text
+from servebench.dashboard.cells import cell, in_ms
 from servebench.serving.cache_experiment import WORKLOADS, CacheExperiment, run_cache_experiment
-from servebench.output.plain import NO_DATA, fmt, fmt_share
+from servebench.output.plain import NO_DATA, fmt_share
 
 st.title("Cache experiments")
 st.caption("Prefix caching keeps the KV of full prompt blocks that earlier requests computed and reuses the "
@@ -42,9 +43,9 @@ if st.button("Reveal the simulation's answer", key="cache_quiz_reveal"):
 if st.session_state.get("cache_quiz_revealed"):
     quiz = _comparison(CacheExperiment(workload="partly_shared", shared_share=0.8, documents=4, rate_rps=2.0))
     d_ttft, d_tpot = quiz.ttft_p50_change, quiz.tpot_p50_change
-    st.success(f"TTFT p50: {fmt(quiz.off.ttft_p50_s)} s → {fmt(quiz.on.ttft_p50_s)} s "
+    st.success(f"TTFT p50: {ms_text(quiz.off.ttft_p50_s)} → {ms_text(quiz.on.ttft_p50_s)} "
                f"(**{NO_DATA if d_ttft is None else f'{d_ttft:+.0%}'}**); request TPOT p50: "
-               f"{fmt(quiz.off.request_tpot_p50_s)} s → {fmt(quiz.on.request_tpot_p50_s)} s "
+               f"{ms_text(quiz.off.request_tpot_p50_s)} → {ms_text(quiz.on.request_tpot_p50_s)} "
                f"(**{NO_DATA if d_tpot is None else f'{d_tpot:+.0%}'}**). Token hit rate {fmt_share(quiz.on.token_hit_rate)}.")
     if ttft_guess is not None or tpot_guess is not None:
         st.write(f"Your prediction: TTFT {NO_DATA if ttft_guess is None else f'{ttft_guess:+.0f}%'}, "
@@ -90,17 +91,21 @@ seed = int(c2.number_input("Seed (both runs)", min_value=0, value=16, step=1, ke
 exp = guarded(CacheExperiment, workload=kind, prompt_tokens=prompt, output_tokens=output, rate_rps=rate,
               kv_budget_tokens=budget, num_requests=n, seed=seed, **extra)
 cmp = _comparison(exp)
+st.success(f"**{cache_answer(cmp)}**")
 c = st.columns(4)
 c[0].metric("Token hit rate", fmt_share(cmp.on.token_hit_rate),
             help="Cached prompt tokens / prompt tokens, over the requests the server admitted.")
 c[1].metric("Best the workload allows", "depends on the answers" if cmp.allowed_hit_rate is None
             else fmt_share(cmp.allowed_hit_rate), help="Full 16-token blocks of what prompts share.")
-c[2].metric("TTFT p50 with caching (s)", fmt(cmp.on.ttft_p50_s),
-            delta=None if cmp.ttft_p50_change is None else f"{cmp.ttft_p50_change:+.0%}", delta_color="inverse")
-c[3].metric("Request TPOT p50 with caching (s)", fmt(cmp.on.request_tpot_p50_s),
-            delta=None if cmp.tpot_p50_change is None else f"{cmp.tpot_p50_change:+.0%}", delta_color="inverse")
+c[2].metric("TTFT p50 with caching", ms_text(cmp.on.ttft_p50_s), delta_color="inverse",
+            delta=None if cmp.ttft_p50_change is None else f"{cmp.ttft_p50_change:+.0%}",
+            help="Time to first token: from sending a request to seeing the first token of its answer (median).")
+c[3].metric("Request TPOT p50 with caching", ms_text(cmp.on.request_tpot_p50_s), delta_color="inverse",
+            delta=None if cmp.tpot_p50_change is None else f"{cmp.tpot_p50_change:+.0%}",
+            help="Time per output token: the pace at which the rest of one answer streams (median).")
+rows = [(in_ms(m, a), in_ms(m, b)) for m, a, b in cmp.rows()]  # times in ms, as every page shows them
 static_table(pd.DataFrame([{"metric": m, "caching off": cell(m, a), "caching on": cell(m, b)}
-                           for m, a, b in cmp.rows()]))
+                           for (m, a), (_, b) in rows]))
 st.caption("What caching does not change: the tokens of the answer are generated one step at a time either way, "
            "so TPOT and the decode part of latency stay; a long new response gains nothing. Cold prompts hit only "
            "when a preempted request finds its own blocks still cached; a cache smaller than the working set evicts "

@@ -9,15 +9,18 @@ import streamlit as st
 from pages._figures import concurrency_chart
 from pages._shared import SAMPLE_DIR, fail, guarded
 from servebench.capacity import kv
+from servebench.dashboard.answers import gib_text, kv_answer, kv_load_answer
 from servebench.errors import InputFormatError
 from servebench.output.figures.summary import concurrency_by_prompt
-from servebench.output.plain import NO_DATA, fmt, fmt_share
+from servebench.output.plain import fmt, fmt_share
 from servebench.capacity.hf_config import shape_from_config
 from servebench.capacity.model_presets import PRESETS, get_preset
 
 st.title("KV calculator")
-st.caption("KV bytes ≈ 2 × layers × KV heads × head dimension × cached tokens × bytes per element "
-           "(per GPU; MLA, sliding windows, tensor parallelism and paged blocks accounted for).")
+st.caption("How many requests of a size fit in a GPU's KV cache at once. KV bytes ≈ 2 × layers × KV heads × head "
+           "dimension × cached tokens × bytes per element (per GPU; MLA, sliding windows, tensor parallelism and "
+           "paged blocks accounted for).")
+answer = st.container()  # the answer leads; it is written once the inputs below are read
 
 st.subheader("Model shape")
 how = st.radio("Shape from", ["Preset", "config.json", "Manual"], horizontal=True, key="shape_from")
@@ -90,45 +93,58 @@ with c2:
     expected = None
     if policy == "paged":
         expected = int(r1.number_input("Expected output tokens", min_value=0, max_value=cap, value=cap, key="expected"))
-    tokens = int(r2.number_input("Tokens of one sequence to size", min_value=0, value=8192, step=1024, key="tokens"))
 
 st.subheader("Little's law")
 c1, c2, c3, c4 = st.columns(4)
 rate = c1.number_input("Arrival rate (requests/s)", min_value=0.0, value=1.0, step=0.1, key="rate")
-prefill = c2.number_input("Prefill p50 (s)", min_value=0.0, value=1.2, step=0.05, key="prefill")
-tpot = c3.number_input("Request TPOT p50 (s)", min_value=0.0, value=0.031, step=0.001, format="%.4f", key="tpot")
+prefill_ms = c2.number_input("Prefill p50 (ms)", min_value=0.0, value=1200.0, step=50.0, key="prefill_ms",
+                             help="Time the server spends reading one prompt before its first token (median).")
+tpot_ms = c3.number_input("Request TPOT p50 (ms)", min_value=0.0, value=31.0, step=1.0, key="tpot_ms",
+                          help="Time per output token: the pace at which the rest of one answer streams (median).")
+prefill, tpot = prefill_ms / 1000, tpot_ms / 1000
 out_n = int(c4.number_input("Output tokens N", min_value=1, value=cap, step=10, key="out_n"))
 w = guarded(kv.time_in_service_s, prefill, tpot, out_n)
 
-res = guarded(kv.analyze, shape, tensor_parallel=tp, tokens=tokens, budget_bytes=budget_bytes, prompt_tokens=prompt,
+res = guarded(kv.analyze, shape, tensor_parallel=tp, budget_bytes=budget_bytes, prompt_tokens=prompt,
               output_cap=cap, policy=policy, expected_output_tokens=expected, block_size=block_size,
               rate_per_s=rate, time_in_service_s=w)
 
-st.subheader("Results")
-c = st.columns(5)
-c[0].metric("KV bytes per token", fmt(res.bytes_per_token), help="Per GPU, below any sliding window.")
-c[1].metric(f"KV for {tokens:,} tokens",
-            NO_DATA if res.bytes_for_tokens is None else f"{fmt(res.bytes_for_tokens / kv.GIB)} GiB",
-            help=f"{fmt(res.bytes_for_tokens)} bytes for one sequence.")
-c[2].metric("Tokens in the budget", fmt(res.budget_tokens), help=f"{fmt(budget_bytes)} bytes per GPU.")
-c[3].metric("Tokens per request", fmt(res.tokens_per_request))
-c[4].metric("Max concurrent sequences", fmt(res.max_concurrent_sequences))
-c = st.columns(4)
-c[0].metric("Time in service (s)", fmt(w), help="prefill + (N - 1) × TPOT")
-c[1].metric("Average in service", fmt(res.in_service), help="Little's law: rate × time in service.")
-c[2].metric("Utilization of the limit", fmt_share(res.utilization),
-            help="Average in service / max concurrent sequences; waits rise sharply as it nears 100%.")
-c[3].metric("Saturation rate (requests/s)", fmt(res.saturation_rate_per_s),
-            help="The arrival rate at which the average in service reaches the limit.")
-if res.utilization is not None and res.utilization >= 0.8:
-    st.warning(f"At an arrival rate of {fmt(rate)}/s the average in service is {fmt_share(res.utilization)} of the "
-               "concurrency limit: expect queueing while the limit is held.")
+with answer:  # one input (the request: prompt and output), one answer
+    (st.success if res.max_concurrent_sequences else st.error)(f"**{kv_answer(res)}**")
+    load = kv_load_answer(res)
+    if load:
+        (st.warning if res.utilization is not None and res.utilization >= 0.8 else st.info)(
+            load + (" Expect queueing while the limit is held." if res.utilization >= 0.8 else ""))
+    with st.expander("The numbers behind it"):
+        c = st.columns(5)
+        c[0].metric("KV bytes per token", fmt(res.bytes_per_token),
+                    help="GPU memory one token of context takes in the KV cache, per GPU, below any sliding window.")
+        c[1].metric("Tokens per request", fmt(res.tokens_per_request),
+                    help="What one request holds: its prompt plus its output cap (reserve), or whole blocks for its "
+                         "prompt and expected output (paged).")
+        c[2].metric("KV per request", gib_text(res.bytes_per_request),
+                    help=f"{fmt(res.bytes_per_request)} bytes: tokens per request × KV bytes per token.")
+        c[3].metric("Tokens in the budget", fmt(res.budget_tokens),
+                    help=f"How many tokens of KV the budget holds: {fmt(budget_bytes)} bytes per GPU.")
+        c[4].metric("Max concurrent sequences", fmt(res.max_concurrent_sequences),
+                    help="How many requests fit in the KV cache at once: tokens in the budget ÷ tokens per request, "
+                         "rounded down.")
+        c = st.columns(4)
+        c[0].metric("Time in service (s)", fmt(w), help="How long one request is held: prefill + (N - 1) × TPOT.")
+        c[1].metric("Average in service", fmt(res.in_service),
+                    help="Requests being worked on at once, on average (Little's law: rate × time in service).")
+        c[2].metric("Utilization of the limit", fmt_share(res.utilization),
+                    help="Average in service ÷ max concurrent sequences; waits rise sharply as it nears 100%.")
+        c[3].metric("Saturation rate (requests/s)", fmt(res.saturation_rate_per_s),
+                    help="The arrival rate at which the average in service reaches the limit.")
+
+st.subheader("The limit against prompt length")
 if res.max_concurrent_sequences:
     curve = guarded(concurrency_by_prompt, shape, budget_bytes, prompt, cap, policy=policy,
                     expected_output_tokens=expected, block_size=block_size, tensor_parallel=tp)
     st.vega_lite_chart(spec=concurrency_chart(curve), key="kv_curve")
 else:
-    st.error("Not one request of this size fits in the budget.")
+    st.caption("No chart: not one request of this size fits in the budget.")
 
 st.subheader("Shared prefix held once (prefix caching)")
 st.caption("When prompts begin with the same document or system prompt, a prefix cache keeps its full blocks once; "

@@ -8,8 +8,10 @@ import pandas as pd
 import streamlit as st
 
 from pages._figures import cost_chart
-from pages._shared import chosen_scenario, guarded, sample_scenarios
+from pages._shared import chosen_scenario, guarded, sample_scenarios, static_table
 from servebench.capacity import ACCELERATORS, DEFAULT_GPUS
+from servebench.dashboard.answers import ms_text, plan_answer, usd_text
+from servebench.dashboard.traces import plan_rows
 from servebench.planning import PlanRequest, Workload, plan
 from servebench.planning.interview import QUESTION, QUESTION_RATE_RPS, interview_request, interview_step
 from servebench.planning.planner import MAX_NUM_SEQS, TENSOR_PARALLEL, Evaluation, Plan
@@ -74,15 +76,19 @@ target = c[3].number_input("Share of requests that must meet them", min_value=0.
                            step=0.01, key="plan_target")
 
 st.subheader("Hardware and prices")
-c = st.columns(3)
-gpus = c[0].multiselect("GPU types", list(ACCELERATORS), default=list(DEFAULT_GPUS), key="plan_gpus")
-tps = c[1].multiselect("Tensor parallelism", list(TENSOR_PARALLEL), default=list(TENSOR_PARALLEL), key="plan_tp")
-seqs = c[2].multiselect("max_num_seqs", [8, 16, 32, 64, 128, 256, 512], default=list(MAX_NUM_SEQS), key="plan_seqs")
-prices = st.data_editor(
-    pd.DataFrame([{"GPU": a.name, "USD per GPU-hour": a.price_usd_per_hour, "as of": a.price_date,
-                   "source": a.price_source} for a in ACCELERATORS.values()]),
-    hide_index=True, disabled=["GPU", "as of", "source"], key="plan_prices",
+# the GPU types on a row of their own: six chips in a third of the page were cut off at 1,400 px
+gpus = st.multiselect("GPU types", list(ACCELERATORS), default=list(DEFAULT_GPUS), key="plan_gpus")
+c = st.columns(2)
+tps = c[0].multiselect("Tensor parallelism", list(TENSOR_PARALLEL), default=list(TENSOR_PARALLEL), key="plan_tp")
+seqs = c[1].multiselect("max_num_seqs", [8, 16, 32, 64, 128, 256, 512], default=list(MAX_NUM_SEQS), key="plan_seqs")
+c = st.columns([1, 2])
+prices = c[0].data_editor(  # short columns only: a grid cuts long text off, so the sources are a table beside it
+    pd.DataFrame([{"GPU": a.name, "USD per GPU-hour": a.price_usd_per_hour, "as of": a.price_date}
+                  for a in ACCELERATORS.values()]),
+    hide_index=True, disabled=["GPU", "as of"], key="plan_prices",
     column_config={"USD per GPU-hour": st.column_config.NumberColumn(min_value=0.0, format="%.2f")})
+static_table(pd.DataFrame([{"GPU": a.name, "where the price comes from": a.price_source}
+                           for a in ACCELERATORS.values()]), c[1])
 c = st.columns(2)
 requests = int(c[0].number_input("Requests per simulation", min_value=20, value=200, step=50, key="plan_requests",
                                  help="More requests: a steadier capacity estimate, slower planning."))
@@ -124,31 +130,28 @@ else:
     if stored_settings != settings:
         st.warning("The settings changed since this plan ran; plan again to update it.")
     best = result.best
-    c = st.columns(4)
-    c[0].metric("Cheapest: configuration",
-                f"{best.replicas} × {best.gpu} ×{best.tensor_parallel}" if best else "none",
-                help="replicas × GPU type × tensor-parallel degree. " + HELP["replicas"])
-    c[1].metric("Cheapest: GPUs in all", fmt(best.gpus_total if best else None), help=HELP["gpus"])
-    c[2].metric("Cost per hour (USD)", fmt(best.cost_per_hour_usd if best else None), help=HELP["cost"])
-    c[3].metric("Per million output tokens (USD)", fmt(best.cost_per_million_output_tokens_usd if best else None),
-                help=HELP["per_token"])
-    (st.success if best else st.error)(result.reason or "")
-    st.dataframe(pd.DataFrame([{  # every number through fmt: a configuration that does not fit reads —, not None
-        "GPU": o.gpu, "TP": fmt(o.tensor_parallel), "max_num_seqs": fmt(o.max_num_seqs),
-        "capacity/replica (req/s)": fmt(o.capacity_rps_per_replica), "replicas": fmt(o.replicas),
-        "GPUs": fmt(o.gpus_total), "meets SLOs": "yes" if o.meets_slo else "no", "$/hour": fmt(o.cost_per_hour_usd),
-        "$/M output tokens": fmt(o.cost_per_million_output_tokens_usd), "limit": o.limit or fmt(None),
-        "how": d.note} for o, d in zip(result.options, result.details)]),
-        hide_index=True, column_config={
-            "capacity/replica (req/s)": st.column_config.TextColumn(help=HELP["capacity"]),
-            "replicas": st.column_config.TextColumn(help=HELP["replicas"]),
-            "GPUs": st.column_config.TextColumn(help=HELP["gpus"]),
-            "$/hour": st.column_config.TextColumn(help=HELP["cost"]),
-            "$/M output tokens": st.column_config.TextColumn(help=HELP["per_token"]),
-            "limit": st.column_config.TextColumn(help=HELP["limit"])})
-    st.caption(f"{evaluation.simulations} simulations; {evaluation.pruned} configurations ruled out without "
-               f"simulating (no fit, or SLOs missed with no load); {len(evaluation.skipped)} not simulated because "
-               "even at their throughput bound they cost more than the cheapest found.")
+    (st.success if best else st.error)(f"**{plan_answer(result)}**")
+    with st.expander("The numbers behind it: every configuration tried, and why this one"):
+        c = st.columns(4)
+        c[0].metric("Capacity per replica (req/s)", fmt(best.capacity_rps_per_replica if best else None),
+                    help=HELP["capacity"])
+        c[1].metric("GPUs in all", fmt(best.gpus_total if best else None), help=HELP["gpus"])
+        c[2].metric("Cost per hour", usd_text(best.cost_per_hour_usd if best else None), help=HELP["cost"])
+        c[3].metric("Per million output tokens", usd_text(best.cost_per_million_output_tokens_usd if best else None),
+                    help=HELP["per_token"])
+        st.markdown(result.reason or "")
+        rows = plan_rows(result)  # every number through fmt: a configuration that does not fit reads —, not None
+        for row, o in zip(rows, result.options):
+            row["$/M output tokens"] = fmt(o.cost_per_million_output_tokens_usd)
+        static_table(pd.DataFrame(rows))  # a Markdown table wraps; a grid cut the long columns off
+        st.markdown("**How each capacity was found**\n\n" + "\n".join(
+            f"- {o.gpu} ×{o.tensor_parallel}, max_num_seqs {fmt(o.max_num_seqs)}: {d.note}"
+            for o, d in zip(result.options, result.details)))
+        st.caption(" ".join(f"{k}: {v}" for k, v in (("Capacity", HELP["capacity"]), ("Replicas", HELP["replicas"]),
+                                                      ("Limit", HELP["limit"]))))
+        st.caption(f"{evaluation.simulations} simulations; {evaluation.pruned} configurations ruled out without "
+                   f"simulating (no fit, or SLOs missed with no load); {len(evaluation.skipped)} not simulated "
+                   "because even at their throughput bound they cost more than the cheapest found.")
     rates = [planned_rate * f for f in (0.25, 0.5, 0.75, 1, 1.25, 1.5, 2, 3, 4)]
     st.vega_lite_chart(spec=cost_chart(evaluation, rates, planned_rate), key="plan_cost_chart")
     st.caption("Replicas are recomputed from the capacities found at each traffic level; configurations skipped "
@@ -164,7 +167,7 @@ else:
                 "**Step model (roofline).** " + "; ".join(
                     f"`{k}` = {fmt(getattr(step, k))} s: {v}" for k, v in d.how.items()) +
                 f"\n\n**Efficiency factors:** {d.efficiency_source}.\n\n"
-                f"**Alone on the server:** TTFT {fmt(d.unloaded_ttft_s)} s, TPOT {fmt(d.unloaded_tpot_s)} s.\n\n"
+                f"**Alone on the server:** TTFT {ms_text(d.unloaded_ttft_s)}, TPOT {ms_text(d.unloaded_tpot_s)}.\n\n"
                 f"**Capacity search:** {d.note}.\n\n**Price:** ${d.price_usd_per_hour:.2f} per GPU-hour, "
                 f"{d.price_source}.")
 

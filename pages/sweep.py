@@ -13,6 +13,7 @@ from pages._shared import (STEP_TRACE_KEY, chosen_scenario, fail, guarded, sampl
                            upload_error)
 from pages._url import keep, one_of, positive, seed
 from servebench.output.appsafety import SHARED_SWEEP_MAX_REQUESTS, is_long_sweep, sweep_requests_bound
+from servebench.dashboard.answers import sweep_answer
 from servebench.errors import InputFormatError
 from servebench.serving.engine.sweep_validation import read_sweep_validation, sweep_validation_doc
 from servebench.output.figures import sweep as sweep_figs
@@ -286,6 +287,7 @@ if stored_settings != settings:
     st.warning("The settings changed since this sweep ran; run it again to update the results.")
 
 st.subheader("Capacity")
+st.success(f"**{sweep_answer(result)}**")
 cap = result.capacity
 reading = sweep_figs.capacity_reading(result)
 unit = sweep_figs.load_unit(result)

@@ -423,9 +423,12 @@ def test_kv_calculator_profile_b_allows_8_sequences() -> None:
     at = _app()
     at.switch_page("pages/kv.py").run()
     assert not at.exception
-    m = _metrics(at)
+    assert at.success[0].value == ("**8 sequences fit: each request holds 8,000 tokens of KV (0.9766 GiB), and "
+                                   "8 GiB holds 65,536 tokens.**")  # one input (the request), one answer
+    assert not any(n.label.startswith("Tokens of one sequence") for n in at.number_input)
+    m = _metrics(at)  # the numbers behind the answer, in a panel
     assert m["KV bytes per token"] == "131,072"
-    assert m["KV for 8,192 tokens"] == "1 GiB"
+    assert m["KV per request"] == "0.9766 GiB"
     assert m["Tokens in the budget"] == "65,536"
     assert m["Tokens per request"] == "8,000"
     assert m["Max concurrent sequences"] == "8"

@@ -53,6 +53,10 @@ def test_capacity_reads_with_its_interval_and_the_table_uses_labels() -> None:
     # 100 requests a point cannot place 95% attainment finely: one decimal, and the range it may lie in
     assert m["Usable capacity"] == "1.0 req/s", m
     assert "Knee (req/s)" in m  # 'Knee 0.8125' had no unit
+    # the answer first, in one sentence: the capacity as the metric reads it, the SLOs, the knee with its unit
+    assert at.success[0].value.startswith("**One server takes up to 1.0 req/s within the SLOs (95% of requests with "
+                                          "TTFT at most 5 s).")
+    assert f"Past {m['Knee (req/s)']} req/s latency climbs steeply" in at.success[0].value
     marks = [layer["data"]["values"][0]["label"] for spec, _ in drawn_charts(at).values()
              for layer in spec.get("layer", []) if layer.get("mark", {}).get("type") == "text"
              and "label" in (layer.get("data", {}).get("values") or [{}])[0]]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from servebench.planning.planner import cost_curve, plan_document
 from servebench.cli.core import app
 from servebench.capacity.model_presets import get_preset
 from servebench.analysis.summary import SLO
+from servebench.output.figures.markdown_table import markdown_tables
 
 from vega_charts import drawn_charts
 
@@ -188,10 +190,15 @@ def test_planner_page_ranks_options_and_reveals_the_guided_answer() -> None:
     at.multiselect(key="plan_gpus").set_value(["H100", "L40S"])
     at.button(key="plan_run").click().run()
     assert not at.exception and not at.error
-    frame = next(d.value for d in at.dataframe if "limit" in d.value.columns)  # the price editor comes first
-    assert {"GPU", "$/hour", "how"} <= set(frame.columns)
+    lead = at.success[0].value  # the answer in one sentence: replicas of a GPU, its cost per hour
+    assert re.fullmatch(r"\*\*\d+ replicas? of (H100|L40S) ×\d, \$[\d,]+\.\d\d/h: \d+ GPUs? serve 10 requests/s "
+                        r"within the SLOs \(\$[\d,.]+ per million output tokens\)\.\*\*", lead), lead
+    # the options behind it, a Markdown table (a grid cut its long columns off at 1,400 px)
+    frame = next(t for t in markdown_tables(m.value for m in at.markdown) if "limit" in t.columns)
+    assert {"GPU", "$/hour", "$/M output tokens"} <= set(frame.columns)
     assert set(frame["GPU"]) <= {"H100", "L40S"} and set(frame["limit"]) <= LIMITS
-    assert any(m.label == "Cheapest: GPUs in all" for m in at.metric)
+    assert any(m.label == "GPUs in all" for m in at.metric)
+    assert any(m.value.startswith("**How each capacity was found**") for m in at.markdown)
     assert not at.get("plotly_chart")  # Vega-Lite: a link straight to the planner never loads plotly.js
     (spec, data), = drawn_charts(at).values()
     assert spec["title"]["text"].startswith("Cost per hour against traffic")

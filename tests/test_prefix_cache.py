@@ -370,3 +370,24 @@ def test_a_folder_of_record_files_keeps_cached_prompt_tokens(tmp_path) -> None:
     write_records(result.records.take(np.arange(20, 40)), tmp_path / "b.jsonl")
     table = table_of_set(read_set(find_parts(tmp_path)), "set")[0]
     assert sorted(table.cached_prompt_tokens.tolist()) == sorted(result.records.cached_prompt_tokens.tolist())
+
+
+def test_cache_experiment_leads_with_one_sentence_and_shows_times_in_ms() -> None:
+    """The page answers first ('cuts TTFT p50 by 73%'), and its times read in milliseconds, not 0.0141 s."""
+    from streamlit.testing.v1 import AppTest
+
+    from servebench.output.figures.markdown_table import markdown_tables
+
+    at = AppTest.from_file(str(Path(__file__).resolve().parent.parent / "app.py"), default_timeout=120)
+    at.run()
+    at.switch_page("pages/cache.py").run()
+    assert not at.exception
+    lead = at.success[0].value
+    m = {m.label: m.value for m in at.metric}
+    assert lead.startswith(f"**Prefix caching serves {m['Token hit rate']} of prompt tokens from the cache, cuts "
+                           "TTFT p50 by ")
+    assert f"to {m['TTFT p50 with caching']})" in lead and m["TTFT p50 with caching"].endswith(" ms")
+    table = next(t for t in markdown_tables(x.value for x in at.markdown) if "metric" in t.columns)
+    assert "TTFT p50, ms" in set(table["metric"]) and not any(str(x).endswith(", s") for x in table["metric"])
+    row = table.set_index("metric").loc["TTFT p50, ms", "caching on"]
+    assert f"{row} ms" == m["TTFT p50 with caching"]

@@ -49,3 +49,17 @@ def by_row(rows: Iterable[dict[str, Any]], key: str) -> pd.DataFrame:
     rows = list(rows)
     measures = [k for k in (rows[0] if rows else {}) if k != key]
     return pd.DataFrame([{"measure": m, **{str(r[key]): cell(m, r.get(m)) for r in rows}} for m in measures])
+
+
+def in_ms(label: str, value: Any) -> tuple[str, Any]:
+    """Return a row labelled in seconds (', s' or ' (s)') relabelled and scaled to milliseconds; others as given.
+
+    TTFT, TPOT and ITL are tens to hundreds of milliseconds, where seconds read 0.0297.
+
+    >>> in_ms("TTFT p50, s", 0.0297), in_ms("Latency (s)", None), in_ms("completed", 400)
+    (('TTFT p50, ms', 29.7), ('Latency (ms)', None), ('completed', 400))
+    """
+    for suffix, shown in ((", s", ", ms"), (" (s)", " (ms)")):
+        if label.endswith(suffix):
+            return label[: -len(suffix)] + shown, None if value is None else value * 1000
+    return label, value

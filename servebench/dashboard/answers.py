@@ -1,0 +1,167 @@
+"""The one-sentence answers the capacity pages lead with, each number through the one formatter.
+
+A product manager asks "how many requests fit?", "what does this cost?", "how much load does one server
+take?", "what does the cache buy?"; each page answers first in one sentence (these functions), with the
+numbers behind it one click away. Pure: data in, text out.
+"""
+
+from __future__ import annotations
+
+from servebench.analysis.summary import SLO
+from servebench.capacity.kv import GIB, KVReport
+from servebench.dashboard.traces import option_text
+from servebench.output.figures.sweep import capacity_reading, load_unit
+from servebench.output.plain import fmt, fmt_share
+from servebench.planning import Plan
+from servebench.serving.cache_experiment import CacheComparison
+from servebench.serving.sweep import SweepResult
+
+
+def gib_text(n_bytes: int | float | None) -> str:
+    """Return bytes as GiB for people ('—' for no data).
+
+    >>> gib_text(8 * 2**30), gib_text(1_048_576_000), gib_text(None)
+    ('8 GiB', '0.9766 GiB', '—')
+    """
+    return fmt(None) if n_bytes is None else f"{fmt(n_bytes / GIB)} GiB"
+
+
+def kv_answer(report: KVReport) -> str:
+    """Say how many requests of this size fit in the KV budget, and why, in one sentence.
+
+    >>> from servebench.capacity import kv
+    >>> shape = kv.ModelShape(name="m", layers=32, kv_heads=8, head_dim=128)
+    >>> print(kv_answer(kv.analyze(shape, budget_bytes=8 * kv.GIB, prompt_tokens=7800, output_cap=200)))
+    8 sequences fit: each request holds 8,000 tokens of KV (0.9766 GiB), and 8 GiB holds 65,536 tokens.
+    >>> print(kv_answer(kv.analyze(shape, budget_bytes=kv.GIB // 2, prompt_tokens=7800, output_cap=200)))
+    No request fits: one holds 8,000 tokens of KV (0.9766 GiB), and 0.5 GiB holds 4,096 tokens.
+    """
+    fits = report.max_concurrent_sequences
+    held = (f"{fmt(report.tokens_per_request)} tokens of KV ({gib_text(report.bytes_per_request)}), and "
+            f"{gib_text(report.budget_bytes)} holds {fmt(report.budget_tokens)} tokens")
+    if not fits:
+        return f"No request fits: one holds {held}."
+    return f"{fmt(fits)} sequence{'' if fits == 1 else 's'} fit: each request holds {held}."
+
+
+def kv_load_answer(report: KVReport) -> str | None:
+    """Say what Little's law makes of the arrival rate against that limit (None without a rate or a limit).
+
+    >>> from servebench.capacity import kv
+    >>> shape = kv.ModelShape(name="m", layers=32, kv_heads=8, head_dim=128)
+    >>> r = kv.analyze(shape, budget_bytes=8 * kv.GIB, prompt_tokens=7800, output_cap=200, rate_per_s=1.0,
+    ...                time_in_service_s=7.369)
+    >>> print(kv_load_answer(r))
+    At 1 request/s, 7.369 are in service on average: 92.1% of the 8 that fit (full at 1.086 requests/s).
+    """
+    if report.in_service is None or not report.max_concurrent_sequences or report.rate_per_s is None:
+        return None
+    rate = report.rate_per_s
+    return (f"At {fmt(rate)} request{'' if rate == 1 else 's'}/s, {fmt(report.in_service)} are in service on "
+            f"average: {fmt_share(report.utilization)} of the {fmt(report.max_concurrent_sequences)} that fit "
+            f"(full at {fmt(report.saturation_rate_per_s)} requests/s).")
+
+
+def plan_answer(result: Plan) -> str:
+    """Say what the planned traffic needs, in one sentence: replicas, GPU, tensor parallelism, cost per hour.
+
+    >>> from servebench.planning import Option
+    >>> o = Option(gpu="H100", tensor_parallel=8, max_num_seqs=64, capacity_rps_per_replica=3.0, replicas=4,
+    ...            gpus_total=32, meets_slo=True, cost_per_hour_usd=96.0, cost_per_million_output_tokens_usd=2.5,
+    ...            limit="decode")
+    >>> print(plan_answer(Plan(rate_rps=10.0, options=[o], best=o, reason="", details=[])))
+    4 replicas of H100 ×8, $96.00/h: 32 GPUs serve 10 requests/s within the SLOs ($2.50 per million output tokens).
+    >>> print(plan_answer(Plan(rate_rps=10.0, options=[], best=None, reason="", details=[])))
+    No configuration tried serves 10 requests/s within the SLOs.
+    """
+    best = result.best
+    if best is None:
+        return f"No configuration tried serves {fmt(result.rate_rps)} requests/s within the SLOs."
+    per_million = best.cost_per_million_output_tokens_usd
+    gpus = "1 GPU serves" if best.gpus_total == 1 else f"{fmt(best.gpus_total)} GPUs serve"
+    return (f"{option_text(best)}: {gpus} "
+            f"{fmt(result.rate_rps)} requests/s within the SLOs"
+            + ("." if per_million is None else f" ({usd_text(per_million)} per million output tokens)."))
+
+
+def slo_text(slo: SLO, target: float) -> str:
+    """Say what the SLOs ask, in words.
+
+    >>> slo_text(SLO(ttft_s=5.0, tpot_s=0.05), 0.95), slo_text(SLO(), 0.9)
+    ('95% of requests with TTFT at most 5 s and request TPOT at most 50 ms', '90% of requests succeeding')
+    """
+    limits = [f"{name} at most {fmt(value)} s" if value >= 1 else f"{name} at most {fmt(value * 1000)} ms"
+              for name, value in (("TTFT", slo.ttft_s), ("request TPOT", slo.tpot_s), ("latency", slo.latency_s))
+              if value is not None]
+    return f"{fmt_share(target)} of requests " + (f"with {' and '.join(limits)}" if limits else "succeeding")
+
+
+def sweep_answer(result: SweepResult) -> str:
+    """Say how much load one server of the scenario takes within the SLOs, and where latency breaks.
+
+    The capacity is the sweep's reading (rounded down to what its requests per point resolve).
+    """
+    unit = load_unit(result)
+    reading = capacity_reading(result)
+    slo = slo_text(result.slo, result.slo_target)
+    if result.capacity.load is None:
+        head = f"Not even the lowest load tried meets the SLOs ({slo}): {reading.interval or 'none found'}."
+    elif result.capacity.upper is None:
+        head = f"Every load tried meets the SLOs ({slo}), up to {fmt(result.capacity.load)} {unit}: try higher loads."
+    else:
+        head = f"One server takes up to {reading.value} {unit} within the SLOs ({slo})."
+    knee = ("" if result.knee_load is None else
+            f" Past {fmt(result.knee_load)} {unit} latency climbs steeply (the knee: p95 over twice its value at "
+            "the lowest load).")
+    return head + knee
+
+
+def cache_answer(comparison: CacheComparison) -> str:
+    """Say what prefix caching does to TTFT and TPOT here, in one sentence.
+
+    >>> from servebench.serving.cache_experiment import CacheExperiment, CacheRun
+    >>> run = dict(completed=400, failed=0, requests_with_hit=None, ttft_p95_s=None, prefill_p50_s=None,
+    ...            latency_p50_s=None, estimated_prefill_saved_s=None, prefix_evictions=0, mean_prompt_tokens=1600)
+    >>> off = CacheRun(caching=False, token_hit_rate=None, ttft_p50_s=0.8, request_tpot_p50_s=0.03, **run)
+    >>> on = CacheRun(caching=True, token_hit_rate=0.792, ttft_p50_s=0.2, request_tpot_p50_s=0.0297, **run)
+    >>> both = CacheComparison(experiment=CacheExperiment(), off=off, on=on, allowed_hit_rate=0.8)
+    >>> print(cache_answer(both))  # doctest: +NORMALIZE_WHITESPACE
+    Prefix caching serves 79.2% of prompt tokens from the cache, cuts TTFT p50 by 75% (800 ms to 200 ms) and cuts
+    request TPOT p50 by 1% (30 ms to 29.7 ms).
+    """
+    on, off = comparison.on, comparison.off
+    ttft = _change_text("TTFT p50", off.ttft_p50_s, on.ttft_p50_s, comparison.ttft_p50_change)
+    tpot = _change_text("request TPOT p50", off.request_tpot_p50_s, on.request_tpot_p50_s,
+                        comparison.tpot_p50_change)
+    return f"Prefix caching serves {fmt_share(on.token_hit_rate)} of prompt tokens from the cache, {ttft} and {tpot}."
+
+
+def _change_text(name: str, before: float | None, after: float | None, change: float | None) -> str:
+    """Say how a time moved: 'cuts TTFT p50 by 75% (800 ms to 200 ms)'; under half a percent it 'leaves' it.
+
+    >>> _change_text("TPOT", 0.03, 0.03, 0.0), _change_text("TTFT", None, 0.2, None)
+    ('leaves TPOT at 30 ms', 'gives TTFT 200 ms')
+    """
+    if change is None:
+        return f"gives {name} {ms_text(after)}"
+    if abs(change) < 0.005:
+        return f"leaves {name} at {ms_text(after)}"
+    return f"{'cuts' if change < 0 else 'raises'} {name} by {abs(change):.0%} ({ms_text(before)} to {ms_text(after)})"
+
+
+def usd_text(dollars: float | None) -> str:
+    """Return dollars with cents ('—' for no data).
+
+    >>> usd_text(2.2), usd_text(1234.5), usd_text(None)
+    ('$2.20', '$1,234.50', '—')
+    """
+    return fmt(None) if dollars is None else f"${dollars:,.2f}"
+
+
+def ms_text(seconds: float | None) -> str:
+    """Return a time in milliseconds for people.
+
+    >>> ms_text(0.0297), ms_text(1.25), ms_text(None)
+    ('29.7 ms', '1,250 ms', '—')
+    """
+    return fmt(None) if seconds is None else f"{fmt(seconds * 1000)} ms"
