@@ -79,3 +79,7 @@ def test_cost_chart_draws_each_gpus_cheapest_cost_and_the_plans_cheapest(evaluat
     planned = [layer for layer in spec["layer"] if layer["mark"]["type"] == "text"]
     assert [(p["data"]["values"][0]["x"], p["data"]["values"][0]["label"]) for p in planned] == [(10.0,
                                                                                                  "planned traffic")]
+    # a point at the last traffic level sat on the plot's edge, cut in half (a zoom clips marks to the plot): the
+    # scales of the lines and their points keep room for a point's radius at each end
+    for layer in spec["layer"][:2]:
+        assert layer["encoding"]["x"]["scale"]["padding"] >= 4 and layer["encoding"]["y"]["scale"]["padding"] >= 4

@@ -57,6 +57,8 @@ def line_layers(lines: Sequence[Line], x: Spec, y: Spec, *, points: bool = True,
     with a tooltip costs, and Streamlit's Vega evaluates it without ``eval``.
     """
     encoding = series_encoding(lines, widths, legend_columns)
+    if points:  # a point on the plot's edge was cut in half (a zoom clips marks to the plot): room for its radius
+        x, y = padded(x), padded(y)
     mark: Spec = {"type": "line", "invalid": "break-paths-filter-domains"}
     if step:
         mark["interpolate"] = "step-after"
@@ -69,6 +71,18 @@ def line_layers(lines: Sequence[Line], x: Spec, y: Spec, *, points: bool = True,
                                                 {"field": "x", "title": x["title"], "format": ".4~g"},
                                                 {"field": "text", "title": y["title"]}]}})
     return layers
+
+
+POINT_PAD_PX = 6  # a point of size 36 has a radius of 3.4 px; its outline and a pixel of air fit in 6
+
+
+def padded(axis: Spec) -> Spec:
+    """Return an x or y encoding whose scale keeps ``POINT_PAD_PX`` clear at each end of the plot.
+
+    >>> padded({"field": "y", "scale": {"domain": [0, 1]}})
+    {'field': 'y', 'scale': {'domain': [0, 1], 'padding': 6}}
+    """
+    return {**axis, "scale": {**axis.get("scale", {}), "padding": POINT_PAD_PX}}
 
 
 def mark_layers(marks: Sequence[LoadMark], x: Spec) -> list[Spec]:
