@@ -55,3 +55,23 @@ def test_shares_read_as_percents_as_on_summary() -> None:
     assert t.loc["Non-success fraction", "Δ r1_r4"] == "+40 pp (+402%)"
     o = outcome_table(reports).set_index("run")
     assert o.loc["sample", "Non-success"] == "9.97%"
+
+
+def _with_latency_p95(report, value: float):
+    """Return ``report`` with its latency p95 replaced (and its interval open), as a failure-aware p95 can be."""
+    dist = report.latency_s
+    pcts = [p.model_copy(update={"value": value, "ci_low": None, "ci_high": None}) if p.q == 95 else p
+            for p in dist.percentiles]
+    return report.model_copy(update={"latency_s": dist.model_copy(update={"percentiles": pcts})})
+
+
+def test_an_infinite_or_undefined_value_reads_as_the_one_formatter_writes_it() -> None:
+    """Compare's own formatter printed 'inf', '+inf (+inf%)' and 'nan'; fmt writes '∞' and '—'."""
+    base = _report("requests_sample.csv")
+    reports = {"base": base, "inf": _with_latency_p95(base, float("inf")), "nan": _with_latency_p95(base, float("nan"))}
+    rows = overlap_table(reports)
+    p95 = rows[rows["metric"] == "Latency p95"].set_index("run")
+    assert p95.loc["inf", "this run (s)"] == "∞" and p95.loc["inf", "change"] == "+∞"
+    assert p95.loc["nan", "this run (s)"] == "—" and p95.loc["nan", "change"] == "—"
+    assert not rows.drop(columns=["metric", "run", "95% intervals"]).map(
+        lambda text: "inf" in text or "nan" in text).any().any()

@@ -5,29 +5,18 @@ Pure: reports in, pandas out. The first run is the baseline every other run is c
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import pandas as pd
 
 from servebench.analysis.summary import CONTRACT_LABELS, Distribution, Report
+from servebench.formatting import NO_DATA, fmt, fmt_share
 
 STATUS_LABELS = (("success", "Completed"), ("failed", "Failed"), ("timeout", "Timed out"),
                  ("cancelled", "Cancelled"), ("rejected", "Rejected"))
 METRICS = (("latency_s", "Latency"), ("ttft_s", "TTFT"), ("request_tpot_s", "Request TPOT"))
-
-
-def _num(v: float | int | None) -> str:
-    if v is None:
-        return "—"
-    if isinstance(v, int):
-        return f"{v:,}"
-    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
-
-
-def _share(v: float | None) -> str:
-    """Write a fraction as a percent, as servebench.output.plain.fmt_share does (Summary's 9.97%, not 0.09967)."""
-    return "—" if v is None else f"{v * 100:.3g}%"
 
 
 def difference(base: float | int | None, other: float | int | None, *, share: bool = False) -> str:
@@ -37,14 +26,23 @@ def difference(base: float | int | None, other: float | int | None, *, share: bo
     ('+0.5 (+25%)', '+3', '—', 'same')
     >>> difference(0.5, 0.2683, share=True)
     '-23.2 pp (-46%)'
+
+    An infinite side (a failure-aware percentile on a failed request) reads as the one formatter writes it:
+
+    >>> difference(2.0, float("inf")), difference(float("inf"), 2.0), difference(float("inf"), float("inf"))
+    ('+∞', '-∞', '—')
     """
     if base is None or other is None:
-        return "—"
+        return NO_DATA
     d = other - base
+    if math.isnan(d):  # inf - inf (or a NaN side): no difference to show
+        return NO_DATA
     if d == 0:
         return "same"
     sign = "+" if d > 0 else "-"
-    text = f"{sign}{abs(d) * 100:.3g} pp" if share else f"{sign}{_num(abs(d))}"
+    if math.isinf(d):
+        return f"{sign}{fmt(abs(d))}"  # no relative change to speak of
+    text = f"{sign}{abs(d) * 100:.3g} pp" if share else f"{sign}{fmt(abs(d))}"
     return f"{text} ({d / base:+,.0%})" if base else text
 
 
@@ -60,7 +58,7 @@ def contract_table(reports: Mapping[str, Report]) -> pd.DataFrame:
         values = [reports[n].summary.get(key) for n in names]
         share = key in SHARE_FIELDS
         for n, v in zip(names, values):
-            row[n] = _share(v) if share else _num(v)
+            row[n] = fmt_share(v) if share else fmt(v)
         for n, v in zip(names[1:], values[1:]):
             row[f"Δ {n}"] = difference(values[0], v, share=share)
         rows.append(row)
@@ -74,7 +72,7 @@ def outcome_table(reports: Mapping[str, Report]) -> pd.DataFrame:
         row: dict[str, object] = {"run": name, "Offered": r.offered}
         for key, label in STATUS_LABELS:
             row[label] = r.by_status.get(key, 0)
-        row["Non-success"] = _share(1 - r.completed / r.offered if r.offered else None)
+        row["Non-success"] = fmt_share(1 - r.completed / r.offered if r.offered else None)
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -140,8 +138,8 @@ def overlaps(reports: Mapping[str, Report], qs: tuple[float, ...] = (50, 95, 99)
 
 def overlap_table(reports: Mapping[str, Report]) -> pd.DataFrame:
     """Return the significance hints as a table: metric, percentile, both values and the verdict."""
-    return pd.DataFrame([{"metric": f"{o.metric} p{o.q:g}", "run": o.run, "baseline (s)": _num(o.base_value),
-                          "this run (s)": _num(o.value), "change": difference(o.base_value, o.value),
+    return pd.DataFrame([{"metric": f"{o.metric} p{o.q:g}", "run": o.run, "baseline (s)": fmt(o.base_value),
+                          "this run (s)": fmt(o.value), "change": difference(o.base_value, o.value),
                           "95% intervals": o.verdict} for o in overlaps(reports)])
 
 
