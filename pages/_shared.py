@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Collection, NoReturn, TypeVar
 
@@ -19,6 +19,8 @@ from streamlit import config as st_config
 from servebench.output.appsafety import Sharing, upload_size_error
 from servebench.errors import InputFormatError, RecordValidationError, ServebenchError
 from servebench.records.extra_columns import extra_columns_note, slice_by as sliced
+from servebench.dashboard.server_view import is_server_metrics_file, read_server_metrics, server_charts
+from servebench.records.server_samples import ServerSamples
 from servebench.dashboard.windows import NO_CLOCK, shared_clock, span_text, window_text
 from servebench.dashboard.wording import (DEFAULT_TIME_UNIT, ENGINEER_VIEW_HELP, ENGINEER_VIEW_KEY, ENGINEER_VIEW_LABEL,
                                           TIME_UNITS, UNIT_HELP, engineer_from_query, metric_help, time_unit, unit_scale)
@@ -90,6 +92,8 @@ class Dataset:
     zoom: TrimmedRecords | None = None  # what the window kept and left out
     read_as: ReadAs = ReadAs()
     origin_s: float = 0.0  # the first request's start on the file's clock: times are shown from it
+    server: ServerSamples | None = None  # the server's own metrics, scraped during the run (uploaded with it)
+    server_name: str | None = None
 
     @property
     def unavailable(self) -> frozenset[str]:
@@ -316,13 +320,24 @@ def _uploads() -> list[Any]:
     return [] if ups is None else list(ups) if isinstance(ups, (list, tuple)) else [ups]
 
 
+SERVER_KEY = "server_metrics_files"  # record set digest -> RecordSource of the server's scrapes that go with it
+
+
 def _on_upload() -> None:
-    """Hold every uploaded file; show the newest; a file removed with its x is let go (back to the last good set)."""
+    """Hold every uploaded file; show the newest; a file removed with its x is let go (back to the last good set).
+
+    A server-metrics file (:func:`is_server_metrics_file`) is no record set: it joins the record set uploaded
+    with it, else the one on screen.
+    """
     held = held_runs()
     present: set[str] = set()
     newest = None
+    scrapes: list[RecordSource] = []
     for up in _uploads():
         if upload_error(up) is not None:
+            continue
+        if is_server_metrics_file(up.name):
+            scrapes.append(RecordSource.of(up.name, up.getvalue(), "upload"))
             continue
         src = RecordSource.of(up.name, up.getvalue(), "upload")
         present.add(src.digest)
@@ -334,10 +349,60 @@ def _on_upload() -> None:
             del held[digest]
     if newest is not None:
         set_source(newest)
-        return
     current = st.session_state.get(SOURCE_KEY)
     if current is not None and current.digest not in held:
-        st.session_state[SOURCE_KEY] = _fallback_source()
+        st.session_state[SOURCE_KEY] = current = _fallback_source()
+    _attach_scrapes(scrapes, current)
+
+
+def _attach_scrapes(scrapes: list[RecordSource], current: RecordSource | None) -> None:
+    """Keep the server-metrics files still uploaded with their record sets; a new one joins ``current``."""
+    attached: dict[str, RecordSource] = st.session_state.setdefault(SERVER_KEY, {})
+    uploaded = {s.digest for s in scrapes}
+    for digest, scrape in list(attached.items()):
+        if scrape.digest not in uploaded:  # removed with its x
+            del attached[digest]
+    kept = {s.digest for s in attached.values()}
+    for scrape in scrapes:
+        if scrape.digest not in kept and current is not None:
+            attached[current.digest] = scrape
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def _server_samples(digest: str, name: str, _data: bytes) -> ServerSamples:
+    return read_server_metrics(name, _data)
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def _server_charts(key: str, server_name: str, window_start: float, window_end: float, unit: str,
+                   _table: RecordTable, _samples: ServerSamples) -> list[dict[str, Any]]:
+    return server_charts(_table, _samples, window_start, window_end, unit)
+
+
+def show_server_over_time(ds: Dataset, unit: str, where: Any = None) -> None:
+    """Draw the server's running, waiting, KV use and preemptions under the client's TTFT and offered load."""
+    if ds.server is None:
+        return
+    box = where or st
+    box.caption(f"The server's own metrics ({safe_text(ds.server_name or '')}), on the records' time axis: "
+                "every chart below spans the same window.")
+    for i, spec in enumerate(_server_charts(ds.key, ds.server_name or "", ds.window_start, ds.window_end, unit,
+                                            ds.table, ds.server)):
+        box.vega_lite_chart(spec=spec, key=f"server_over_time_{i}")
+
+
+def _with_server(ds: Dataset) -> Dataset:
+    """Return ``ds`` with the server's metrics uploaded with it; a file that cannot be read is one error line."""
+    scrape = st.session_state.get(SERVER_KEY, {}).get(ds.source.digest)
+    if scrape is None:
+        return ds
+    try:
+        samples = _server_samples(scrape.digest, scrape.name, scrape.data)
+    except ServebenchError as exc:
+        st.error(safe_text(for_people(str(exc))), icon="🚫")
+        return ds
+    st.sidebar.caption(f"Server metrics: **{safe_text(scrape.name)}** ({len(samples):,} samples)")
+    return replace(ds, server=samples, server_name=scrape.name)
 
 
 def _fallback_source() -> RecordSource:
@@ -431,7 +496,10 @@ def records_sidebar() -> Dataset:
         st.subheader("Record sets")
         st.file_uploader("Upload records", key="records_upload", on_change=_on_upload, accept_multiple_files=True,
                          help="One or more files: CSV, JSON, JSONL or Parquet with canonical fields, or another "
-                              f"tool's export, up to {upload_limit_mb():,} MB each. Every file is kept for Compare.")
+                              f"tool's export, up to {upload_limit_mb():,} MB each. Every file is kept for Compare. "
+                              "A load run's server_metrics.parquet (or AIPerf's server_metrics_export.parquet) "
+                              "goes with the records uploaded with it: Summary and Diagnosis then show the "
+                              "server over time.")
         for up in _uploads():
             too_big = upload_error(up, RECORDS_UPLOAD_HINT)
             if too_big:
@@ -465,6 +533,7 @@ def records_sidebar() -> Dataset:
         st.session_state[LAST_GOOD_KEY] = (src, read_as, (ds.window_start, ds.window_end))
         st.session_state.setdefault(READ_AS_KEY, {})[src.digest] = read_as
         _share_state(ds)
+    ds = _with_server(ds)
     if ds.zoom is not None and ds.zoom.left_out:
         if not len(ds.table):
             st.warning(f"The {ds.window_text()} keeps none of the "

@@ -9,7 +9,8 @@ import streamlit as st
 from pages._figures import cause_chart, cdf_series, on_canvas, over_time_charts, rate_curve_charts, record_charts
 from pages._prefix_cache import show_prefix_cache
 from pages._shared import (Dataset, cached_report, engineer_view, guarded, metric, records_sidebar,
-                           show_reader_warnings, site_zip, slo_inputs, static_table, unit_choice)
+                           show_reader_warnings, show_server_over_time, site_zip, slo_inputs, static_table,
+                           unit_choice)
 from servebench.dashboard.overview import cdf_pair_chart, over_time_p95_chart
 from servebench.dashboard.wording import headline_title
 from servebench.output.figures.over_time import over_time_bins
@@ -54,10 +55,14 @@ def timeline_panels(ds: Dataset, unit: str) -> None:
     if box.open:
         box.vega_lite_chart(spec=record_charts(ds.key, ds.window_start, ds.window_end, unit, ds.table)["timeline"],
                             key="timeline_fig")
-    later = chart_panel(st, "Throughput, TTFT and latency over time (warm-up, drift, bursts)", "over_time_open")
+    title = "Throughput, TTFT and latency over time (warm-up, drift, bursts)"
+    if ds.server is not None:
+        title += "; the server's running, waiting, KV use and preemptions"
+    later = chart_panel(st, title, "over_time_open")
     if later.open:
         for name, spec in over_time_charts(ds.key, ds.window_start, ds.window_end, unit, ds.table).items():
             later.vega_lite_chart(spec=spec, key=f"over_time_{name}")
+        show_server_over_time(ds, unit, later)
 
 
 @st.fragment
