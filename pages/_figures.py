@@ -16,6 +16,7 @@ import numpy as np
 import streamlit as st
 
 from pages._shared import Dataset
+from servebench.dashboard.walkthrough_sweeps import ProfileSweep, run_profile_sweep
 from servebench.output.figures import records as record_figs
 from servebench.output.figures import sweep as sweep_figs
 from servebench.output.figures import tokens as token_figs
@@ -147,6 +148,13 @@ def sweep_charts(result: SweepResult) -> dict[str, Spec]:
     charts = vegalite_sweep.latency_charts(sweep_figs.latency_by_load(result))
     charts["outcomes"] = vegalite_sweep.outcomes_chart(sweep_figs.outcome_rates(result))
     return each_on_canvas(charts)
+
+
+@st.cache_resource(max_entries=4, show_spinner="Sweeping the profile's scenario over load…")
+def profile_sweep_chart(profile: str, loads: tuple[float, ...], _plan: ProfileSweep) -> tuple[SweepResult, Spec]:
+    """Return a walk-through profile's sweep and its TTFT chart, the knee marked (keyed by profile and loads)."""
+    result = run_profile_sweep(_plan)
+    return result, sweep_charts(result)["ttft"]
 
 
 def trace_charts(trace: StepTrace, kv_budget_tokens: int | None, title: str) -> dict[str, Spec]:

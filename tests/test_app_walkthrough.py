@@ -1,0 +1,54 @@
+"""The guided A/B walk-through ends on the knee it talks about: profiles A and B swept over load, on the page."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+from servebench.analysis.diagnosis import ProfileTable, diagnose_table
+from servebench.dashboard.walkthrough_sweeps import LOAD_FACTORS, profile_sweeps, run_profile_sweep
+from vega_charts import drawn_charts
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _verdicts():
+    table = ProfileTable.model_validate(json.loads((REPO / "sample_data" / "profiles_ab.json").read_text()))
+    return diagnose_table(table)
+
+
+def test_each_profile_is_swept_around_the_rate_its_limit_binds_at_and_shows_a_knee() -> None:
+    plans = profile_sweeps(_verdicts(), REPO / "sample_data" / "scenarios")
+    assert [(p.profile, p.scenario.name) for p in plans] == [("A", "profile_a"), ("B", "profile_b")]
+    for plan in plans:
+        assert len(plan.loads) == len(LOAD_FACTORS) and min(plan.loads) < plan.binds_at_rps < max(plan.loads)
+        result = run_profile_sweep(plan)
+        assert result.knee_load is not None  # the knee the walk-through talks about lies within the loads swept
+        assert 0.5 * plan.binds_at_rps <= result.knee_load <= 1.25 * plan.binds_at_rps
+
+
+def test_a_profile_without_a_scenario_is_left_out(tmp_path: Path) -> None:
+    (tmp_path / "profile_b.yaml").write_text((REPO / "sample_data" / "scenarios" / "profile_b.yaml").read_text())
+    assert [p.profile for p in profile_sweeps(_verdicts(), tmp_path)] == ["B"]
+
+
+def test_the_walkthrough_ends_with_the_sweep_charts_of_a_and_b() -> None:
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=120)
+    at.run()
+    at.switch_page("pages/diagnosis.py").run()
+    for n in range(1, 6):
+        at.button(key=f"wt_reveal_{n}").click().run()
+    assert not at.exception
+    assert at.subheader[-1].value == "The knee: each profile swept over load"  # the last thing on the page
+    answers = [m.value for m in at.markdown if m.value.startswith("**Profile ")]
+    assert [a.split(":")[0] for a in answers] == ["**Profile A** (profile_a)", "**Profile B** (profile_b)"]
+    assert all("One server takes up to" in a and "latency climbs steeply" in a for a in answers)
+    charts = {title: spec for title, (spec, _) in drawn_charts(at).items() if "against offered load" in title}
+    assert sorted(charts) == ["profile_a: TTFT against offered load", "profile_b: TTFT against offered load"]
+    for spec in charts.values():
+        labels = [layer["data"]["values"][0]["label"] for layer in spec["layer"]
+                  if layer["mark"]["type"] == "text" and "values" in layer.get("data", {})
+                  and "label" in layer["data"]["values"][0]]
+        assert any(label.startswith("knee ") and label.endswith(" req/s") for label in labels), labels
