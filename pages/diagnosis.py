@@ -6,7 +6,8 @@ import pandas as pd
 import streamlit as st
 from pydantic import ValidationError
 
-from pages._shared import SAMPLE_DIR, fail, guarded, records_sidebar, show_reader_warnings
+from pages._shared import (SAMPLE_DIR, engineer_view, fail, guarded, metric, records_sidebar, show_reader_warnings,
+                           show_server_over_time, unit_choice)
 from pages._figures import profile_sweep_chart
 from servebench.analysis import diagnosis, walkthrough
 from servebench.dashboard.answers import sweep_answer
@@ -33,13 +34,13 @@ def render_headline(v: diagnosis.Verdict) -> None:
     box = {"below_limit": st.success, "at_limit": st.warning, "cannot_tell": st.info}[h.standing]
     box(safe_text(f"**{v.profile}**: {h.text}"), icon=":material/speed:")
     c = st.columns(3)
-    c[0].metric("Measured load (requests/s)", fmt(h.measured_rate_per_s),
-                help="Arrival rate offered: (requests - 1) / (last start - first start).")
+    metric(c[0], "measured_rate_per_s", "Measured load (requests/s)", fmt(h.measured_rate_per_s),
+           "Arrival rate offered: (requests - 1) / (last start - first start).")
     capacity = fmt(h.capacity_rate_per_s)
-    c[1].metric("Capacity (requests/s)", capacity if h.capacity_rate_per_s is None
-                else CAPACITY_PREFIX[h.standing] + capacity, help=h.capacity_basis)
-    c[2].metric("Limit that binds", LIMIT_TITLES.get(h.limit, h.limit) if h.limit else fmt(None),
-                help="At this load when the verdict names a limit; else the first to bind as load grows.")
+    metric(c[1], "capacity_rate_per_s", "Capacity (requests/s)", capacity if h.capacity_rate_per_s is None
+           else CAPACITY_PREFIX[h.standing] + capacity, h.capacity_basis)
+    metric(c[2], "binding_limit", "Limit that binds", LIMIT_TITLES.get(h.limit, h.limit) if h.limit else fmt(None),
+           "At this load when the verdict names a limit; else the first to bind as load grows.")
     if h.evidence:
         st.markdown("**Evidence**\n\n" + "\n".join(f"- {safe_text(e)}" for e in h.evidence))
 
@@ -48,20 +49,23 @@ def render_verdict(v: diagnosis.Verdict) -> None:
     """Show one verdict: the headline, the numbers behind it, its evidence and the experiment that would check it."""
     render_headline(v)
     box = st.success if v.limit == "none" else st.warning
-    box(safe_text(f"**Profile {v.profile}: {LIMIT_TITLES.get(v.limit, v.limit)}** (`{v.limit}`). {v.summary}"))
+    key = f" (`{v.limit}`)" if engineer_view() else ""
+    box(safe_text(f"**Profile {v.profile}: {LIMIT_TITLES.get(v.limit, v.limit)}**{key}. {v.summary}"))
     c = st.columns(4)
-    c[0].metric("Max concurrent sequences", fmt(v.max_concurrent_sequences),
-                help=f"{fmt(v.budget_tokens)} tokens in the budget / {fmt(v.tokens_per_request)} per request.")
-    c[1].metric("Average in service", fmt(v.in_service), help="Little's law: rate × (prefill p50 + (N - 1) × TPOT p50).")
-    c[2].metric("Utilization of the limit", fmt_share(v.utilization))
-    c[3].metric("KV saturation rate (requests/s)", fmt(v.saturation_rate_per_s),
-                help="Little's law: the KV limit / time in service, an estimate; the headline's capacity also "
-                     "weighs what the run completed.")
+    metric(c[0], "max_concurrent_sequences", "Max concurrent sequences", fmt(v.max_concurrent_sequences),
+           f"{fmt(v.budget_tokens)} tokens in the budget / {fmt(v.tokens_per_request)} per request.")
+    metric(c[1], "in_service", "Average in service", fmt(v.in_service),
+           "Little's law: rate × (prefill p50 + (N - 1) × TPOT p50).")
+    metric(c[2], "utilization", "Utilization of the limit", fmt_share(v.utilization))
+    metric(c[3], "saturation_rate_per_s", "KV saturation rate (requests/s)", fmt(v.saturation_rate_per_s),
+           "Little's law: the KV limit / time in service, an estimate; the headline's capacity also weighs what the "
+           "run completed.")
     c = st.columns(4)
-    c[0].metric("Queue wait share of TTFT p95", fmt_share(v.queue_share_of_ttft))
-    c[1].metric("Prefill share of TTFT p95", fmt_share(v.prefill_share_of_ttft))
-    c[2].metric("TPOT growth under load", fmt(v.tpot_growth), help="TPOT p50 with many sequences / with few.")
-    c[3].metric("KV bytes per token", fmt(v.bytes_per_token))
+    metric(c[0], "queue_share_of_ttft", "Queue wait share of TTFT p95", fmt_share(v.queue_share_of_ttft))
+    metric(c[1], "prefill_share_of_ttft", "Prefill share of TTFT p95", fmt_share(v.prefill_share_of_ttft))
+    metric(c[2], "tpot_growth", "TPOT growth under load", fmt(v.tpot_growth),
+           "TPOT p50 with many sequences / with few.")
+    metric(c[3], "bytes_per_token", "KV bytes per token", fmt(v.bytes_per_token))
     st.dataframe(pd.DataFrame([{"measurement": e.measurement, "value": fmt(e.value), "rule": e.rule,
                                 "threshold": fmt(e.threshold),
                                 "crossed": {True: "yes", False: "no", None: "not measured"}[e.crossed],
@@ -131,8 +135,16 @@ if mode == "Diagnose the records in use":
     shape, budget, policy, cap = _shape_inputs()
     verdict = guarded(diagnosis.diagnose_records, ds.table, ds.window_start, ds.window_end, shape=shape,
                       budget_bytes=budget, policy=policy, output_cap=cap, name=ds.source.name,
-                      shared_clock=ds.shared_clock)
+                      shared_clock=ds.shared_clock, server_metrics=ds.server)
     render_verdict(verdict)
+    if ds.server is not None:
+        st.subheader("The server over time")
+        unit, _ = unit_choice()
+        show_server_over_time(ds, unit)
+    else:
+        st.caption("No server metrics with these records: upload the run's server_metrics.parquet (or AIPerf's "
+                   "server_metrics_export.parquet) with them to see the server's running, waiting, KV use and "
+                   "preemptions here, and to let the server's own evidence decide without `admitted` times.")
 
 elif mode == "Diagnose a profile table":
     st.caption("A measurement table like the spec's: per profile prompt tokens, queue wait and prefill p50/p95, "
