@@ -12,7 +12,7 @@ from servebench.capacity import kv
 from servebench.dashboard.answers import gib_text, kv_answer, kv_load_answer
 from servebench.errors import InputFormatError
 from servebench.output.figures.summary import concurrency_by_prompt
-from servebench.output.plain import fmt, fmt_share
+from servebench.formatting import fmt, fmt_share
 from servebench.capacity.hf_config import shape_from_config
 from servebench.capacity.model_presets import PRESETS, get_preset
 

@@ -15,7 +15,7 @@ from servebench.dashboard.traces import plan_rows
 from servebench.planning import PlanRequest, Workload, plan
 from servebench.planning.interview import QUESTION, QUESTION_RATE_RPS, interview_request, interview_step
 from servebench.planning.planner import MAX_NUM_SEQS, TENSOR_PARALLEL, Evaluation, Plan
-from servebench.output.plain import fmt
+from servebench.formatting import fmt
 from servebench.capacity.kv import dtype_bytes
 from servebench.capacity.model_presets import PRESETS, get_preset
 from servebench.analysis.summary import SLO

@@ -11,7 +11,7 @@ from servebench.analysis.summary import SLO
 from servebench.capacity.kv import GIB, KVReport
 from servebench.dashboard.traces import option_text
 from servebench.output.figures.sweep import capacity_reading, load_unit
-from servebench.output.plain import fmt, fmt_share
+from servebench.formatting import fmt, fmt_share
 from servebench.planning import Plan
 from servebench.serving.cache_experiment import CacheComparison
 from servebench.serving.sweep import SweepResult

@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from servebench.output.plain import fmt, fmt_share
+from servebench.formatting import fmt, fmt_share
 
 SHARE_WORDS = ("fraction", "share", "hit rate", "attainment")
 
