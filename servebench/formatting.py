@@ -66,3 +66,28 @@ def fmt_share_of(part: int | float, whole: int | float) -> str | None:
     if not part or not whole:
         return None
     return fmt_share(part / whole)
+
+
+def fmt_percent(value: float | None, decimals: int = 0) -> str:
+    """Format a fraction as a percentage with fixed ``decimals`` (:func:`fmt_share` gives significant digits).
+
+    For a sentence that reads better rounded ("queue wait is 95% of TTFT p95"); None and NaN are ``—``.
+
+    >>> fmt_percent(0.953), fmt_percent(0.0012), fmt_percent(1.0), fmt_percent(0.9531, 1), fmt_percent(None)
+    ('95%', '0%', '100%', '95.3%', '—')
+    """
+    if value is None or math.isnan(value):
+        return NO_DATA
+    if math.isinf(value):
+        return fmt(value)
+    return f"{value:.{decimals}%}"
+
+
+def fmt_seconds(value: Any, digits: int = 3) -> str:
+    """Format a time in seconds as :func:`fmt` does, followed by ``s``; a missing value is ``—`` alone.
+
+    >>> fmt_seconds(0.01234), fmt_seconds(2.5), fmt_seconds(1234.5), fmt_seconds(None), fmt_seconds(float("nan"))
+    ('0.0123 s', '2.5 s', '1,234 s', '—', '—')
+    """
+    text = fmt(value, digits)
+    return text if text == NO_DATA else f"{text} s"

@@ -636,3 +636,22 @@ def test_no_limit_is_said_to_bind_below_a_load_that_nothing_limits() -> None:
     assert kv_bind.rate_per_s is None and "gives 1.35/s, below the measured 20/s" in kv_bind.basis
     assert "binds first" not in v.summary and "binds first" not in v.headline.text
     _consistent(v)
+
+
+def test_server_evidence_reads_an_undefined_gauge_and_a_large_count_as_the_one_formatter_writes_them() -> None:
+    """The diagnosis's own formatters wrote a NaN gauge (Prometheus allows NaN) as 'nan%' and 1,234 preemptions
+    as '1.23e+03'; servebench.formatting writes '—' and '1,234'."""
+    from servebench.analysis.diagnosis import Evidence, server_rules
+    from servebench.analysis.server_metrics import ServerState
+
+    state = ServerState(scrapes=40, running_metric="vllm:num_requests_running", running_max=8.0, running_mean=7.5,
+                        running_full_share=0.95, waiting_metric="vllm:num_requests_waiting", waiting_share=0.6,
+                        waiting_mean=3.25, waiting_max=12.0, full_while_waiting=0.9,
+                        kv_metric="vllm:kv_cache_usage_perc", kv_usage_p95=float("nan"), kv_usage_max=float("nan"),
+                        preemptions_metric="vllm:num_preemptions_total", preemptions=1234.0)
+    growth = Evidence(measurement="tpot_growth", value=1.1, threshold=1.5, rule=">=", crossed=False, note="")
+    notes = [c.note for rule in server_rules(state, growth, Thresholds()) for c in rule.conditions]
+    assert "KV cache — in use at p95 (max —)" in notes
+    assert "1,234 requests preempted in the window" in notes
+    assert "requests waiting in 60% of 40 scrapes (mean 3.25, max 12)" in notes
+    assert not any("nan" in n or "e+" in n for n in notes)

@@ -51,6 +51,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from servebench.capacity import kv
 from servebench.errors import ConfigError
+from servebench.formatting import fmt, fmt_percent, fmt_seconds
 from servebench.analysis.percentiles import percentile
 from servebench.records.table import RecordTable
 from servebench.capacity.stepmodel import StepModel
@@ -374,21 +375,6 @@ def _ev(measurement: str, value: float | None, rule: str, threshold: float | Non
     return Evidence(measurement=measurement, value=value, threshold=threshold, rule=rule, crossed=crossed, note=note)
 
 
-NO_DATA = "—"  # as servebench.output.plain writes a missing value (never Python's None, never a minus sign)
-
-
-def _pct(x: float | None) -> str:
-    return NO_DATA if x is None else f"{x:.0%}"
-
-
-def _s(x: float | None) -> str:
-    return NO_DATA if x is None else f"{x:.3g} s"
-
-
-def _count(x: int | None) -> str:
-    return NO_DATA if x is None else f"{x:,}"
-
-
 def diagnose(m: ProfileMeasurements, *, shape: kv.ModelShape | None = None, budget_bytes: int | None = None,
              policy: kv.Policy = "reserve", expected_output_tokens: int | None = None,
              thresholds: Thresholds | None = None, tpot_baseline_s: float | None = None,
@@ -442,23 +428,26 @@ def diagnose(m: ProfileMeasurements, *, shape: kv.ModelShape | None = None, budg
     e_timeouts = _ev("timeouts", m.timeouts, ">", 0, "requests that hit the deadline")
     e_rejected = _ev("rejected", m.rejected, ">", 0, "requests refused at admission (queue full or too large)")
     e_growth = _ev("tpot_growth", growth, ">=", th.tpot_growth,
-                   f"TPOT {_s(m.tpot_high_load_s or m.tpot_p50_s)} over baseline {_s(base)}")
+                   f"TPOT {fmt_seconds(m.tpot_high_load_s or m.tpot_p50_s)} over baseline {fmt_seconds(base)}")
     e_load = _ev("tpot_growth_at_load", growth_at_load, ">=", th.tpot_growth,
-                 f"TPOT at {_n(load)} in service (the mean requests decode under) over TPOT alone "
-                 f"{_s(line.unloaded_s if line else None)}" + (f" ({line.source})" if line else ""))
+                 f"TPOT at {fmt(load, 3)} in service (the mean requests decode under) over TPOT alone "
+                 f"{fmt_seconds(line.unloaded_s if line else None)}" + (f" ({line.source})" if line else ""))
     e_peak = _ev("peak_active / max_concurrent_sequences", at_limit, ">=", 1.0,
-                 f"peak {_count(m.peak_active)} against the KV limit {_count(limit_n)}" if limit_n else "no KV limit known")
+                 f"peak {fmt(m.peak_active)} against the KV limit {fmt(limit_n)}" if limit_n else "no KV limit known")
     e_share = _ev("share_at_peak", m.share_at_peak, ">=", th.share_at_peak,
-                  ("under " if m.share_at_peak_is_upper_bound else "") + f"{_pct(m.share_at_peak)} of the run at the peak")
+                  ("under " if m.share_at_peak_is_upper_bound else "")
+                  + f"{fmt_percent(m.share_at_peak)} of the run at the peak")
     e_queue = _ev("queue_share_of_ttft", q_share, ">=", th.queue_share,
-                  f"queue wait p95 {_s(m.queue_wait_p95_s)} of TTFT p95 {_s(m.ttft_p95_s)}")
-    e_flat = _ev("tpot_growth", growth, "<", th.tpot_growth, f"TPOT {_s(m.tpot_p50_s)} against baseline {_s(base)}")
+                  f"queue wait p95 {fmt_seconds(m.queue_wait_p95_s)} of TTFT p95 {fmt_seconds(m.ttft_p95_s)}")
+    e_flat = _ev("tpot_growth", growth, "<", th.tpot_growth,
+                 f"TPOT {fmt_seconds(m.tpot_p50_s)} against baseline {fmt_seconds(base)}")
     e_prefill = _ev("prefill_share_of_ttft", p_share, ">=", th.prefill_share,
-                    f"prefill p95 {_s(m.prefill_p95_s)} of TTFT p95 {_s(m.ttft_p95_s)}")
+                    f"prefill p95 {fmt_seconds(m.prefill_p95_s)} of TTFT p95 {fmt_seconds(m.ttft_p95_s)}")
     e_below = _ev("peak_active / max_concurrent_sequences", at_limit, "<", 1.0,
-                  f"peak {_count(m.peak_active)} below the KV limit {_count(limit_n)}" if limit_n else "no KV limit known")
+                  f"peak {fmt(m.peak_active)} below the KV limit {fmt(limit_n)}" if limit_n else "no KV limit known")
     e_util = _ev("utilization", util, "<", 1.0,
-                 f"{l_srv:.3g} in service against the limit {_count(limit_n)}" if l_srv is not None else "in service unknown")
+                 f"{l_srv:.3g} in service against the limit {fmt(limit_n)}" if l_srv is not None
+                 else "in service unknown")
 
     # TPOT growth is a symptom at the load requests typically decode under, when that is known
     decode_symptom = e_load if e_load.crossed is not None else e_growth
@@ -537,10 +526,6 @@ def diagnose(m: ProfileMeasurements, *, shape: kv.ModelShape | None = None, budg
     return verdict
 
 
-def _n(x: float | None) -> str:
-    return NO_DATA if x is None else f"{x:.3g}"
-
-
 def _line_from(step_model: StepModel | None, m: ProfileMeasurements) -> TpotLine | None:
     """Return TPOT against load from a fitted step model: one decode step of L sequences per token."""
     if step_model is None:
@@ -586,9 +571,9 @@ def _bindings(m: ProfileMeasurements, limit_n: int | None, line: TpotLine | None
                                  f"(at least {MIN_FIT_REQUESTS} needed)"))
     elif line is not None and line.per_seq_s > 0:
         n_decode = 1.0 + (th.tpot_growth - 1.0) * line.unloaded_s / line.per_seq_s
-        out.append(at("decode", n_decode, f"TPOT reaches {th.tpot_growth:g}x its unloaded {_s(line.unloaded_s)} at "
-                                          f"{n_decode:.3g} in service ({line.source}: +{_s(line.per_seq_s)} per "
-                                          "sequence)"))
+        out.append(at("decode", n_decode, f"TPOT reaches {th.tpot_growth:g}x its unloaded "
+                                          f"{fmt_seconds(line.unloaded_s)} at {n_decode:.3g} in service "
+                                          f"({line.source}: +{fmt_seconds(line.per_seq_s)} per sequence)"))
     else:
         out.append(Binding(limit="decode", rate_per_s=None, in_service=None, headroom=None,
                            basis="TPOT does not grow measurably with load in this data"
@@ -635,15 +620,15 @@ LIMIT_WORDS = {"kv_memory": "KV memory", "queueing": "queueing", "prefill": "pre
 def _symptom(e: Evidence) -> str:
     """Return a symptom in a few words: 'TTFT p95 9.43 s over its 2 s objective', '128 timeouts'."""
     if e.measurement == "ttft_p95_s":
-        return f"TTFT p95 {_s(e.value)} over its {_s(e.threshold)} objective"
+        return f"TTFT p95 {fmt_seconds(e.value)} over its {fmt_seconds(e.threshold)} objective"
     if e.measurement in ("timeouts", "rejected"):
-        return f"{_count(int(e.value or 0))} {e.measurement}"
-    return f"TPOT {_n(e.value)}x its unloaded value"
+        return f"{fmt(int(e.value or 0))} {e.measurement}"
+    return f"TPOT {fmt(e.value, 3)}x its unloaded value"
 
 
 def _said(e: Evidence) -> str:
     """Return one measurement against its rule, e.g. 'ttft_p95_s 9.43 > 2: TTFT p95 above the objective'."""
-    return f"{e.measurement} {_n(e.value)} {e.rule} {_n(e.threshold)}: {e.note}"
+    return f"{e.measurement} {fmt(e.value, 3)} {e.rule} {fmt(e.threshold, 3)}: {e.note}"
 
 
 def _headline(v: Verdict, symptoms: list[Evidence], winner: RuleCheck | None) -> Headline:
@@ -694,7 +679,7 @@ def _headline(v: Verdict, symptoms: list[Evidence], winner: RuleCheck | None) ->
                     capacity_basis=first.basis, evidence=evidence,
                     text=f"{rate} ({lost}), with no symptom: nothing limits it at this load. As load grows, "
                          f"{LIMIT_WORDS[first.limit]} binds first, at about {first.rate_per_s:.3g} requests/s "
-                         f"({_n(first.headroom)}x the measured rate).")
+                         f"({fmt(first.headroom, 3)}x the measured rate).")
 
 
 def _explanation(v: Verdict, symptoms: list[Evidence], winner: RuleCheck | None) -> str:
@@ -723,10 +708,11 @@ def _explanation(v: Verdict, symptoms: list[Evidence], winner: RuleCheck | None)
 def _summary(v: Verdict, stressed: bool) -> str:
     m = v.measurements
     if v.limit == "kv_memory":
-        return (f"KV memory: at most {v.max_concurrent_sequences} sequences fit; {_count(m.peak_active)} were active for "
-                f"{_pct(m.share_at_peak)} of the run, and queue wait is {_pct(v.queue_share_of_ttft)} of TTFT p95 "
-                f"while TPOT stays flat." + (f" Little's law puts {v.in_service:.2f} in service on average against "
-                f"the limit of {v.max_concurrent_sequences} ({_pct(v.utilization)}), "
+        return (f"KV memory: at most {v.max_concurrent_sequences} sequences fit; {fmt(m.peak_active)} were active for "
+                f"{fmt_percent(m.share_at_peak)} of the run, and queue wait is "
+                f"{fmt_percent(v.queue_share_of_ttft)} of TTFT p95 while TPOT stays flat."
+                + (f" Little's law puts {v.in_service:.2f} in service on average against "
+                f"the limit of {v.max_concurrent_sequences} ({fmt_percent(v.utilization)}), "
                 + ("where waits rise sharply." if v.utilization < 1 else
                    "beyond it: the queue grows for as long as this load lasts.")
                 if v.in_service is not None and v.utilization is not None else ""))
@@ -735,12 +721,12 @@ def _summary(v: Verdict, stressed: bool) -> str:
     if v.limit == "queueing":
         where = f"below the KV limit of {v.max_concurrent_sequences}" if v.max_concurrent_sequences else \
             "(no KV limit known to compare)"
-        return (f"Queueing: queue wait is {_pct(v.queue_share_of_ttft)} of TTFT p95 while active sequences stop at "
-                f"{_count(m.peak_active)}, {where}: a cap other than memory."
+        return (f"Queueing: queue wait is {fmt_percent(v.queue_share_of_ttft)} of TTFT p95 while active sequences "
+                f"stop at {fmt(m.peak_active)}, {where}: a cap other than memory."
                 + (f" {m.rejected} of {m.requests} requests were rejected at admission." if m.rejected else ""))
     if v.limit == "prefill":
-        return (f"Prefill: prefill is {_pct(v.prefill_share_of_ttft)} of TTFT p95 ({_s(m.ttft_p95_s)}) with "
-                f"little queueing.")
+        return (f"Prefill: prefill is {fmt_percent(v.prefill_share_of_ttft)} of TTFT p95 "
+                f"({fmt_seconds(m.ttft_p95_s)}) with little queueing.")
     if v.limit == "undetermined":
         return ("Something limits this profile (see the symptoms), but without admitted times queue wait cannot be "
                 "told from prefill, so KV memory, queueing and prefill cannot be told apart; TPOT does not grow "
@@ -753,15 +739,17 @@ def _summary(v: Verdict, stressed: bool) -> str:
     grows = (f" As load grows, {bind.limit} binds first, at about {bind.rate_per_s:.3g} requests/s "
              f"({bind.in_service:.3g} in service).") if bind is not None and bind.rate_per_s is not None \
         and bind.in_service is not None else ""
-    return f"Nothing limits this profile at this load: TTFT p95 {_s(m.ttft_p95_s)}, {m.timeouts} timeouts{util}.{grows}"
+    return (f"Nothing limits this profile at this load: TTFT p95 {fmt_seconds(m.ttft_p95_s)}, {m.timeouts} "
+            f"timeouts{util}.{grows}")
 
 
 def _prefill_text(v: Verdict) -> str:
     m = v.measurements
     if m.prefill_p50_s is None:
         return "Prefill was not measured (records need admitted times)."
-    text = (f"Prefill takes {_s(m.prefill_p50_s)} p50 ({_s(m.prefill_p95_s)} p95): {_pct(v.prefill_share_of_ttft)} "
-            f"of TTFT p95 and {_pct(v.prefill_share_of_service)} of each request's time in service.")
+    text = (f"Prefill takes {fmt_seconds(m.prefill_p50_s)} p50 ({fmt_seconds(m.prefill_p95_s)} p95): "
+            f"{fmt_percent(v.prefill_share_of_ttft)} of TTFT p95 and {fmt_percent(v.prefill_share_of_service)} of "
+            "each request's time in service.")
     if v.limit == "prefill":
         return text + " It is the limit: shorter prompts, prefix caching or more prefill compute would cut TTFT."
     if v.limit == "kv_memory":
@@ -783,32 +771,36 @@ def _experiment(v: Verdict, shape: kv.ModelShape | None, budget_bytes: int | Non
         return Experiment(
             action=(f"Rerun {m.name} at the same arrival rate with twice the KV budget (or an fp8 KV cache, which "
                     f"halves bytes per token): the limit becomes {doubled} sequences{util}."),
-            confirm=(f"Peak active rises above {_count(m.peak_active)} and no longer sits at a ceiling, queue wait p95 falls "
-                     f"far below {_s(m.queue_wait_p95_s)}, TPOT stays near {_s(m.tpot_p50_s)}."),
-            refute=(f"Peak active stays at {_count(m.peak_active)} with the same queue wait: a cap other than KV memory "
+            confirm=(f"Peak active rises above {fmt(m.peak_active)} and no longer sits at a ceiling, queue wait p95 "
+                     f"falls far below {fmt_seconds(m.queue_wait_p95_s)}, TPOT stays near "
+                     f"{fmt_seconds(m.tpot_p50_s)}."),
+            refute=(f"Peak active stays at {fmt(m.peak_active)} with the same queue wait: a cap other than KV memory "
                     "(max sequences, scheduler) binds, so the verdict is queueing."))
     if v.limit == "kv_memory":
         return Experiment(action=f"Rerun {m.name} with a larger KV budget or shorter output cap.",
                           confirm="Peak active rises and queue wait falls.",
-                          refute=f"Peak active stays at {_count(m.peak_active)}: another cap binds.")
+                          refute=f"Peak active stays at {fmt(m.peak_active)}: another cap binds.")
     if v.limit == "queueing":
         return Experiment(
             action=(f"Raise the cap on concurrent sequences (server max sequences, scheduler or client concurrency) "
-                    f"above {_count(m.peak_active)}, keeping the KV budget and arrival rate."),
-            confirm=f"Peak active rises above {_count(m.peak_active)} and queue wait p95 falls well below {_s(m.queue_wait_p95_s)}.",
-            refute=f"Peak active stays at {_count(m.peak_active)}: the cap is elsewhere (or it is memory after all).")
+                    f"above {fmt(m.peak_active)}, keeping the KV budget and arrival rate."),
+            confirm=(f"Peak active rises above {fmt(m.peak_active)} and queue wait p95 falls well below "
+                     f"{fmt_seconds(m.queue_wait_p95_s)}."),
+            refute=f"Peak active stays at {fmt(m.peak_active)}: the cap is elsewhere (or it is memory after all).")
     if v.limit == "decode":
         return Experiment(
-            action=f"Cap active sequences at half of {_count(m.peak_active)} (or halve the arrival rate).",
-            confirm=f"TPOT p50 falls back toward {_s(m.tpot_baseline_s)}.",
-            refute=f"TPOT stays near {_s(m.tpot_high_load_s or m.tpot_p50_s)}: decode speed is not load-bound.")
+            action=f"Cap active sequences at half of {fmt(m.peak_active)} (or halve the arrival rate).",
+            confirm=f"TPOT p50 falls back toward {fmt_seconds(m.tpot_baseline_s)}.",
+            refute=(f"TPOT stays near {fmt_seconds(m.tpot_high_load_s or m.tpot_p50_s)}: decode speed is not "
+                    "load-bound."))
     prefix = _prefix_cache_experiment(v)
     if prefix is not None:
         return prefix
     if v.limit == "prefill":
         return Experiment(
             action="Halve the prompt length (or enable prefix caching or chunked prefill) at the same arrival rate.",
-            confirm=f"TTFT p95 falls roughly with prefill, from {_s(m.ttft_p95_s)} toward {_s((m.ttft_p95_s or 0) / 2)}.",
+            confirm=(f"TTFT p95 falls roughly with prefill, from {fmt_seconds(m.ttft_p95_s)} toward "
+                     f"{fmt_seconds((m.ttft_p95_s or 0) / 2)}."),
             refute="TTFT p95 barely moves: the time is spent elsewhere (queueing or emit).")
     if v.limit == "undetermined":
         return Experiment(
@@ -844,7 +836,8 @@ def _prefix_cache_experiment(v: Verdict) -> Experiment | None:
                 f"{m.name} at the same arrival rate and prompts: {share:.0%} of prompt tokens are shared with "
                 "earlier prompts, and prefill is most of TTFT."),
         confirm=(f"Token hit rate near {share:.0%}, prefill p50 and TTFT p95 fall roughly by that share "
-                 f"(from {_s(m.ttft_p95_s)} toward {_s((m.ttft_p95_s or 0) * (1 - share))}), TPOT unchanged."),
+                 f"(from {fmt_seconds(m.ttft_p95_s)} toward {fmt_seconds((m.ttft_p95_s or 0) * (1 - share))}), "
+                 "TPOT unchanged."),
         refute="Hit rate well below the shared share (prompts differ in their first tokens, or the cache evicts "
                "documents before reuse), or TTFT barely moves: the time is not in recomputing the shared part.")
 
@@ -900,10 +893,6 @@ SERVER_NO_QUEUE = 0.1  # a request waiting in under a tenth of the scrapes: no q
 SERVER = "server "  # the prefix of a measurement the server's metrics gave
 
 
-def _pct_of(x: float | None) -> str:
-    return NO_DATA if x is None else f"{x:.0%}"
-
-
 def server_rules(state: ServerState, tpot_growth: Evidence, th: Thresholds) -> list[RuleCheck]:
     """Return the rules the server's own metrics decide, in precedence order (kv_memory, decode, queueing).
 
@@ -921,22 +910,23 @@ def server_rules(state: ServerState, tpot_growth: Evidence, th: Thresholds) -> l
     n = state.scrapes
     kv_name, wait_name, run_name = state.kv_metric, state.waiting_metric, state.running_metric
     e_kv = _ev(f"{SERVER}{kv_name} p95", state.kv_usage_p95, ">=", SERVER_KV_FULL,
-               f"KV cache {_pct_of(state.kv_usage_p95)} in use at p95 (max {_pct_of(state.kv_usage_max)})")
+               f"KV cache {fmt_percent(state.kv_usage_p95)} in use at p95 (max {fmt_percent(state.kv_usage_max)})")
     e_kv_room = _ev(f"{SERVER}{kv_name} p95", state.kv_usage_p95, "<", SERVER_KV_FULL,
-                    f"KV cache {_pct_of(state.kv_usage_p95)} in use at p95: memory is not what caps the batch")
+                    f"KV cache {fmt_percent(state.kv_usage_p95)} in use at p95: memory is not what caps the batch")
     e_pre = _ev(f"{SERVER}{state.preemptions_metric} increase", state.preemptions, ">", 0,
-                f"{_n(state.preemptions)} requests preempted in the window")
+                f"{fmt(state.preemptions, 3)} requests preempted in the window")
     e_queue = _ev(f"{SERVER}{wait_name}: share of scrapes with one waiting", state.waiting_share, ">=",
-                  SERVER_QUEUE_SHARE, f"requests waiting in {_pct_of(state.waiting_share)} of {n} scrapes (mean "
-                                      f"{_n(state.waiting_mean)}, max {_n(state.waiting_max)})")
+                  SERVER_QUEUE_SHARE, f"requests waiting in {fmt_percent(state.waiting_share)} of {n} scrapes (mean "
+                                      f"{fmt(state.waiting_mean, 3)}, max {fmt(state.waiting_max, 3)})")
     e_ceiling = _ev(f"{SERVER}{run_name}: share at its ceiling while one waits", state.full_while_waiting, ">=",
-                    SERVER_AT_CEILING, f"running at its ceiling of {_n(state.running_max)} in "
-                                       f"{_pct_of(state.full_while_waiting)} of the scrapes with a queue")
+                    SERVER_AT_CEILING, f"running at its ceiling of {fmt(state.running_max, 3)} in "
+                                       f"{fmt_percent(state.full_while_waiting)} of the scrapes with a queue")
     e_full = _ev(f"{SERVER}{run_name}: share of scrapes at its ceiling", state.running_full_share, ">=",
-                 SERVER_BATCH_FULL, f"batch at its ceiling of {_n(state.running_max)} in "
-                                    f"{_pct_of(state.running_full_share)} of {n} scrapes (mean {_n(state.running_mean)})")
+                 SERVER_BATCH_FULL, f"batch at its ceiling of {fmt(state.running_max, 3)} in "
+                                    f"{fmt_percent(state.running_full_share)} of {n} scrapes "
+                                    f"(mean {fmt(state.running_mean, 3)})")
     e_no_queue = _ev(f"{SERVER}{wait_name}: share of scrapes with one waiting", state.waiting_share, "<",
-                     SERVER_NO_QUEUE, f"requests waiting in only {_pct_of(state.waiting_share)} of {n} scrapes")
+                     SERVER_NO_QUEUE, f"requests waiting in only {fmt_percent(state.waiting_share)} of {n} scrapes")
     kv_rule = [e_kv, e_pre if e_pre.crossed or not e_queue.crossed else e_queue]
     checks = [(kv_rule, "kv_memory"), ([e_full, e_no_queue, tpot_growth], "decode"),
               ([e_queue, e_ceiling] + ([e_kv_room] if e_kv_room.crossed is not None else []), "queueing")]
@@ -960,7 +950,7 @@ def _told_by_server(v: Verdict, winner: RuleCheck) -> None:
     v.cannot_tell = ["the records have no admitted times, so TTFT is not split into queue wait and prefill; the "
                      "server's metrics told the limits apart instead (the evidence quotes them)",
                      *v.cannot_tell[1:]]
-    ceiling = _n(s.running_max)
+    ceiling = fmt(s.running_max, 3)
     if v.limit == "kv_memory":
         v.experiment = Experiment(
             action="Rerun at the same arrival rate with more KV memory (a higher --gpu-memory-utilization, an fp8 "
