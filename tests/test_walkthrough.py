@@ -72,3 +72,14 @@ def test_share_answers_state_tolerance_and_accept_percent_or_fraction() -> None:
     s = next(x for x in score_prediction(step, {"utilization[B]": 20}).scores if x.name == "utilization[B]")
     assert not s.within and s.predicted == pytest.approx(0.2) and s.closeness.endswith("% computed)")
     assert "points low" in s.closeness
+
+
+def test_closeness_reads_large_and_infinite_misses_as_the_one_formatter_writes_them() -> None:
+    """The walkthrough's own formatter wrote a miss of 12,345.6 tokens as '1.235e+04' and an infinite one as
+    'inf'; servebench.formatting writes '12,346' and '∞'."""
+    from servebench.analysis.walkthrough import NumericAnswer, closeness_text
+
+    answer = NumericAnswer(name="t", label="t", value=100.0, tolerance=0, unit="tokens")
+    assert closeness_text(answer, 12445.6).startswith("12,346 tokens high")
+    assert closeness_text(answer, float("inf")).startswith("∞ tokens high")
+    assert closeness_text(answer, 100.5) == "0.5 tokens high (0.5%)"

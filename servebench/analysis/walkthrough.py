@@ -12,13 +12,10 @@ from pydantic import BaseModel, Field
 
 from servebench.capacity import kv
 from servebench.analysis.diagnosis import LIMITS, ProfileTable, Verdict, diagnose_table
+from servebench.formatting import fmt
 
 
 SHARE = "share"  # the unit of an answer that is a fraction: typed as 92 (percent) or 0.92 (fraction)
-
-
-def _num(x: float) -> str:
-    return f"{x:,.0f}" if float(x).is_integer() else f"{x:,.4g}"
 
 
 class NumericAnswer(BaseModel):
@@ -43,7 +40,7 @@ class NumericAnswer(BaseModel):
             return "exact"
         if self.unit == SHARE:
             return f"within ±{self.tolerance * 100:g} percentage points"
-        return f"within ±{_num(self.tolerance)}" + (f" {self.unit}" if self.unit else "")
+        return f"within ±{fmt(self.tolerance)}" + (f" {self.unit}" if self.unit else "")
 
     @property
     def prompt_label(self) -> str:
@@ -265,7 +262,7 @@ def closeness_text(answer: NumericAnswer, pred: float | None) -> str:
         return f"{abs(err) * 100:.2g} points {side} ({answer.value * 100:.3g}% computed)"
     rel = f" ({abs(err) / abs(answer.value) * 100:.2g}%)" if answer.value else ""
     unit = f" {answer.unit}" if answer.unit else ""
-    return f"{_num(abs(err))}{unit} {side}{rel}"
+    return f"{fmt(abs(err))}{unit} {side}{rel}"
 
 
 def score_prediction(step: WalkthroughStep, answers: dict[str, float | str | None]) -> StepScore:
