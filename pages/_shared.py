@@ -16,7 +16,7 @@ import pandas as pd
 import streamlit as st
 from streamlit import config as st_config
 
-from servebench.output.appsafety import Sharing, upload_size_error
+from servebench.dashboard.sharing import Sharing, upload_size_error
 from servebench.errors import InputFormatError, RecordValidationError, ServebenchError
 from servebench.records.extra_columns import extra_columns_note, slice_by as sliced
 from servebench.dashboard.server_view import is_server_metrics_file, read_server_metrics, server_charts

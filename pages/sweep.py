@@ -12,7 +12,7 @@ from pages._figures import overlay_charts, sweep_charts, trace_charts, validatio
 from pages._shared import (STEP_TRACE_KEY, chosen_scenario, fail, guarded, sample_scenarios, sharing, static_table,
                            upload_error)
 from pages._url import keep, one_of, positive, seed
-from servebench.output.appsafety import SHARED_SWEEP_MAX_REQUESTS, is_long_sweep, sweep_requests_bound
+from servebench.dashboard.sharing import SHARED_SWEEP_MAX_REQUESTS, is_long_sweep, sweep_requests_bound
 from servebench.dashboard.answers import sweep_answer
 from servebench.errors import InputFormatError
 from servebench.serving.engine.sweep_validation import read_sweep_validation, sweep_validation_doc

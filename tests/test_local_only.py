@@ -1,6 +1,6 @@
 """Local by default: the dashboard started the README's way listens on loopback only, and sharing is explicit.
 
-Also the pure rules behind it (servebench.output.appsafety) and serve-engine's warning for a non-loopback --host.
+Also the pure rules behind it (servebench.dashboard.sharing) and serve-engine's warning for a non-loopback --host.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from browser import free_port
 from processes import stop
-from servebench.output.appsafety import (SHARED_SWEEP_MAX_REQUESTS, Sharing, is_long_sweep, is_loopback,
+from servebench.dashboard.sharing import (SHARED_SWEEP_MAX_REQUESTS, Sharing, is_long_sweep, is_loopback,
                                    remote_work_allowed, upload_size_error)
 
 REPO = Path(__file__).resolve().parent.parent

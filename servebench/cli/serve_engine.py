@@ -43,7 +43,7 @@ def serve_engine(
     from servebench.serving.engine.service import EngineService
     from servebench.serving.scheduler import SchedulerConfig
     from servebench.serving.engine.http_api import bind_socket, create_app, http_url, make_server
-    from servebench.output.appsafety import is_loopback
+    from servebench.dashboard.sharing import is_loopback
 
     if not is_loopback(host):  # stderr, so --json output on stdout stays one object
         typer.echo(f"warning: --host {host} serves the engine beyond this machine: anyone who can reach "
