@@ -132,11 +132,27 @@ def test_json_nan_and_infinity_literals_are_rejected():
     (b"{\"start\": 0, \"end\": 1, \"status\": \"failed\"}\n\n{\"start\": 0}\n", "gap.jsonl", "row 2: invalid JSON"),
     (b"{\"runs\": []}", "obj.json", "expected a JSON array"),
     (b"start,end,status,gpu,gpu\n0,1,failed,a,b\n", "twice.csv", "two columns are named 'gpu'"),
+    # a binary file said 'missing columns' (issue 36): an image, an archive, bytes that happen to be valid UTF-8
+    (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "shot.png", "not a text file (a NUL byte at offset 8)"),
+    (b"PK\x03\x04\x14\x00\x06\x00", "book.xlsx", "not a text file (a NUL byte at offset 5)"),
+    (b"\x00\x01\x02" * 100, "a.bin", "not a text file (a NUL byte at offset 0)"),
+    ("start,end,status\n0,1,failed\n".encode("utf-16"), "wide.csv", "not UTF-8 text"),  # text, in the wrong encoding
 ])
 def test_malformed_files_get_one_clear_error(data, name, fragment):
     with pytest.raises(InputFormatError) as info:
         load(data, name)
     assert name in str(info.value) and fragment in str(info.value)
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=200),
+       junk=st.binary(max_size=64), at=st.integers(0, 4000))
+def test_a_nul_byte_in_the_first_4_kib_is_not_text_and_named_where(text: str, junk: bytes, at: int):
+    data = ("start,end,status\n" + text).encode()[:at] + b"\x00" + junk
+    if data.startswith((b"\xff\xfe", b"\xfe\xff", b"PAR1")):
+        return
+    with pytest.raises(InputFormatError, match=rf"^x\.csv: not a text file \(a NUL byte at offset {data.index(0)}\)"):
+        load(data, "x.csv")
 
 
 def test_parquet_types_are_checked(tmp_path):

@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # the importers load on first use
     from servebench.records.importers.common import ImportOptions
 
 REQUIRED_COLUMNS = ("start", "end", "status")
+TEXT_SNIFF_BYTES = 4096  # how much of a file is looked at for a NUL byte before it is read as text
 
 
 def detect_format(name: str, head: bytes) -> str:
@@ -48,6 +49,28 @@ def detect_format(name: str, head: bytes) -> str:
         except ValueError:
             return "json"
     return "csv"
+
+
+def check_text(data: bytes, source: str) -> None:
+    r"""Refuse a binary file (an image, an archive, a spreadsheet) as what it is, before a text reader sees it.
+
+    No UTF-8 text holds a NUL byte; a binary file nearly always has one in its first few KiB, and read as CSV
+    it gave 'missing columns'. UTF-16 text (NUL in every other byte) starts with its byte-order mark and is left
+    to the decoder, which asks for UTF-8.
+
+    >>> check_text(b"start,end,status\n", "r.csv")
+    >>> check_text(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "shot.png")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    servebench.errors.InputFormatError: shot.png: not a text file (a NUL byte at offset 8): records and exports ...
+    """
+    head = data[:TEXT_SNIFF_BYTES]
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return
+    at = head.find(b"\x00")
+    if at >= 0:
+        raise InputFormatError(f"{source}: not a text file (a NUL byte at offset {at}): records and exports are CSV, "
+                               "JSON or JSONL text, or Parquet")
 
 
 def _decode(data: bytes, source: str) -> str:
@@ -301,8 +324,12 @@ def read_bytes(data: bytes, name: str, fmt: str = "auto", options: ImportOptions
     """
     if not data.strip():
         raise InputFormatError(f"{name}: the file is empty")
-    if fmt == "auto":
+    detected = fmt == "auto"
+    if detected:
         fmt = detect_format(name, data[:4096])
+    if fmt != "parquet" and not data.startswith(b"PAR1"):  # every other reader reads text
+        check_text(data, name)
+    if detected:
         try:
             return _loaded(READERS[fmt](data, name), fmt)
         except (InputFormatError, RecordValidationError):
