@@ -16,8 +16,9 @@ from servebench.dashboard.wording import headline_title
 from servebench.output.figures.over_time import over_time_bins
 from servebench.records.table import RecordTable
 from servebench.records.extra_columns import SLICE_COLUMN, slice_choices
+from servebench.records.statuses import STATUS_WORDS
 from servebench.formatting import fmt, fmt_share, fmt_share_of
-from servebench.output.figures.summary import (cause_frame, contract_cells, distribution_frame, OUTCOME_WORDS,
+from servebench.output.figures.summary import (cause_frame, contract_cells, distribution_frame,
                                         outcome_cells, slice_frame, status_frame)
 from servebench.output.figures.retries import fairness_frame, logical_frame
 from servebench.output.plain import label
@@ -128,7 +129,7 @@ def overview_charts(key: str, window_start: float, window_end: float, unit: str,
 def show_overview(ds: Dataset, report: Report, unit: str, engineer: bool) -> None:
     """The answer on one screen: outcomes, latency and TTFT over time and as CDFs; the eight numbers beside them."""
     left, right = st.columns([3, 2], gap="medium")
-    left.vega_lite_chart(spec=on_canvas(outcome_bar(report.by_status, OUTCOME_WORDS, height=OUTCOME_BAR_PX)),
+    left.vega_lite_chart(spec=on_canvas(outcome_bar(report.by_status, STATUS_WORDS, height=OUTCOME_BAR_PX)),
                          key="outcome_bar")
     over_time, cdf = overview_charts(ds.key, ds.window_start, ds.window_end, unit, ds.table)
     a, b = left.columns(2)

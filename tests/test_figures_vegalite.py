@@ -134,8 +134,8 @@ def test_percentile_bars_per_metric_and_run_in_the_unit_asked() -> None:
 
 def test_outcome_bar_adds_up_to_offered_in_status_order_with_each_status_colour():
     from servebench.output.figures.records import STATUS_COLORS
-    from servebench.output.figures.summary import OUTCOME_WORDS
-    spec = vegalite.outcome_bar({"rejected": 5, "success": 90, "failed": 0, "timeout": 3, "cancelled": 2}, OUTCOME_WORDS)
+    from servebench.records.statuses import STATUS_WORDS
+    spec = vegalite.outcome_bar({"rejected": 5, "success": 90, "failed": 0, "timeout": 3, "cancelled": 2}, STATUS_WORDS)
     frame = spec["datasets"]["outcomes"]
     assert list(frame["outcome"]) == ["Completed", "Timed out", "Cancelled", "Rejected"]  # no empty part
     assert frame["requests"].sum() == 100 and frame["share"].sum() == pytest.approx(1.0)

@@ -44,3 +44,28 @@ def test_the_docs_show_one_table_and_the_load_docs_point_to_it():
     for status, _ in STATUS_TABLE:
         assert f"| `{status}` |" in importers
     assert "importers.md#one-status-vocabulary" in load and "| `rejected` |" not in load
+
+
+def test_one_status_list_gives_the_type_and_one_table_gives_the_words() -> None:
+    """Status (and FailureStatus) come from STATUSES; Compare, the labels and the outcome cells use STATUS_WORDS."""
+    from typing import get_args
+
+    from servebench.analysis.compare import outcome_table
+    from servebench.analysis.summary import build_report
+    from servebench.output.figures.summary import outcome_cells
+    from servebench.output.plain import label
+    from servebench.records import statuses, table
+    from servebench.records.statuses import STATUS_WORDS, FailureStatus, Status
+    from servebench.records.table import parse_objects, validate
+
+    assert table.STATUSES is statuses.STATUSES and table.Status is Status
+    assert get_args(Status) == STATUSES and get_args(FailureStatus) == STATUSES[1:]
+    assert tuple(STATUS_WORDS) == STATUSES
+    words = list(STATUS_WORDS.values())
+    assert [label(k) for k in ("completed", "failed", "timed_out", "cancelled", "rejected")] == words
+    rows = [{"request_id": f"r{i}", "start": 0.0, "end": 1.0, "status": s, "prompt_tokens": 1,
+             "output_tokens": 1 if s == "success" else 0, "first_token": 0.5 if s == "success" else None}
+            for i, s in enumerate(STATUSES)]
+    report = build_report(validate(parse_objects(rows), 0, 2), 0, 2)
+    assert list(outcome_table({"run": report}).columns)[2:7] == words
+    assert [c.label for c in outcome_cells(report)][1:6] == words

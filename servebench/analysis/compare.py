@@ -13,9 +13,8 @@ import pandas as pd
 
 from servebench.analysis.summary import CONTRACT_LABELS, Distribution, Report
 from servebench.formatting import NO_DATA, fmt, fmt_share
+from servebench.records.statuses import STATUS_WORDS
 
-STATUS_LABELS = (("success", "Completed"), ("failed", "Failed"), ("timeout", "Timed out"),
-                 ("cancelled", "Cancelled"), ("rejected", "Rejected"))
 METRICS = (("latency_s", "Latency"), ("ttft_s", "TTFT"), ("request_tpot_s", "Request TPOT"))
 
 
@@ -70,7 +69,7 @@ def outcome_table(reports: Mapping[str, Report]) -> pd.DataFrame:
     rows = []
     for name, r in reports.items():
         row: dict[str, object] = {"run": name, "Offered": r.offered}
-        for key, label in STATUS_LABELS:
+        for key, label in STATUS_WORDS.items():
             row[label] = r.by_status.get(key, 0)
         row["Non-success"] = fmt_share(1 - r.completed / r.offered if r.offered else None)
         rows.append(row)

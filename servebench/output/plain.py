@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from servebench.formatting import NO_DATA, fmt, fmt_share, fmt_share_of  # noqa: F401  (pages import them from here)
+from servebench.records.statuses import STATUS_WORDS
 
 
 # another tool's format name -> how it is written, with its article
@@ -108,8 +109,10 @@ LABELS: dict[str, str] = {
     "ttft_p95_ms": "TTFT p95 (ms)",
     "goodput_requests_per_second": "Goodput (req/s)", "wasted_output_tokens": "Wasted tokens",
     "peak_active": "Peak active", "offered_rate": "Offered (req/s)", "rate": "Offered (req/s)",
-    "offered": "Offered", "completed": "Completed", "rejected": "Rejected", "timed_out": "Timed out",
-    "failed": "Failed", "cancelled": "Cancelled", "accepted": "Accepted",
+    "offered": "Offered", "accepted": "Accepted",
+    # a report's count of each status, by the status's one word (records.statuses.STATUS_WORDS)
+    "completed": STATUS_WORDS["success"], "timed_out": STATUS_WORDS["timeout"], "rejected": STATUS_WORDS["rejected"],
+    "failed": STATUS_WORDS["failed"], "cancelled": STATUS_WORDS["cancelled"],
     "latency_s": "Latency", "ttft_s": "TTFT", "request_tpot_s": "Request TPOT", "queue_wait_s": "Queue wait",
     "prefill_s": "Prefill",
 }

@@ -1,4 +1,8 @@
-"""One status vocabulary for every source: the load generator and every importer map a failure here.
+"""One status vocabulary for every source: the statuses, their words for people, and the failure mapping.
+
+:data:`STATUSES` is the one list of a record's outcomes (the :data:`Status` type is derived from it) and
+:data:`STATUS_WORDS` the one table of how each reads (Completed, Timed out, ...) in the terminal, the
+figures, Compare and the dashboard. The load generator and every importer map a failure here.
 
 The same server event must get the same status whichever tool measured it, or accepted and rejected
 counts would depend on the tool. The rules, first match wins (``docs/importers.md`` has the table):
@@ -21,7 +25,13 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-FailureStatus = Literal["failed", "timeout", "cancelled", "rejected"]
+STATUSES: tuple[str, ...] = ("success", "failed", "timeout", "cancelled", "rejected")  # this order everywhere
+Status = Literal[STATUSES]  # type: ignore[valid-type]  # Literal["success", ..., "rejected"], from the one list
+FailureStatus = Literal[STATUSES[1:]]  # type: ignore[valid-type]  # every status but success
+
+# each status as people read it: the one table the terminal, figures, Compare and the dashboard use
+STATUS_WORDS: dict[str, str] = {"success": "Completed", "failed": "Failed", "timeout": "Timed out",
+                                "cancelled": "Cancelled", "rejected": "Rejected"}
 
 REJECT_HTTP: frozenset[int] = frozenset({429, 503})
 TIMEOUT_HTTP: frozenset[int] = frozenset({408, 504})

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field as dataclass_field
 from functools import cached_property
 from types import MappingProxyType
-from typing import Any, Callable, Literal
+from typing import Any, Callable
 
 import numpy as np
 import pyarrow as pa
@@ -26,12 +26,11 @@ from servebench.records.arrow_masks import all_false, bool_values, null_mask
 from servebench.errors import InputFormatError, RecordValidationError
 from servebench.records.textcolumns import blank_mask, categorical, category_codes, take as take_rows, text_array, to_objects
 from servebench.records import token_times as tt
+from servebench.records.statuses import STATUSES, Status
 from servebench.records.token_times import LIST_ALIASES, LIST_FIELDS, ListColumn
 
-STATUSES: tuple[str, ...] = ("success", "failed", "timeout", "cancelled", "rejected")
 SUCCESS = 0  # index of "success" in STATUSES
 _STATUS_CODE = {name: i for i, name in enumerate(STATUSES)}
-Status = Literal["success", "failed", "timeout", "cancelled", "rejected"]
 
 MSG_WINDOW = "Invalid observation window"
 MSG_EMPTY = "Expected nonempty records"

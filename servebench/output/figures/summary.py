@@ -12,6 +12,7 @@ import pandas as pd
 from servebench.analysis.summary import CONTRACT_LABELS, Distribution, Report
 from servebench.capacity import kv
 from servebench.formatting import NO_DATA, fmt, fmt_share, fmt_share_of
+from servebench.records.statuses import STATUS_WORDS
 
 METRIC_LABELS: dict[str, str] = {
     "latency": "Latency (s)", "ttft": "TTFT (s)", "tpot": "Request TPOT (s)",
@@ -178,8 +179,6 @@ class OutcomeCell:
     help: str
 
 
-OUTCOME_WORDS: dict[str, str] = {"success": "Completed", "failed": "Failed", "timeout": "Timed out",
-                                 "cancelled": "Cancelled", "rejected": "Rejected"}  # each status as pages name it
 _OUTCOME_HELP = {"success": "Succeeded.", "failed": "Ended with an error after being accepted.",
                  "timeout": "Hit a deadline before finishing.", "cancelled": "Abandoned by the client before finishing.",
                  "rejected": "Refused by the server (never admitted)."}
@@ -191,7 +190,7 @@ def outcome_cells(report: Report) -> list[OutcomeCell]:
     Accepted (offered minus rejected) is not a status, so it is returned last, apart from the sum.
     """
     s = report.by_status
-    parts = [(OUTCOME_WORDS[status], s.get(status, 0), about) for status, about in _OUTCOME_HELP.items()]
+    parts = [(STATUS_WORDS[status], s.get(status, 0), about) for status, about in _OUTCOME_HELP.items()]
     total = sum(n for _, n, _ in parts)
     return [OutcomeCell("Offered", report.offered,
                         f"Every request that arrived: {' + '.join(f'{n:,} {lab.lower()}' for lab, n, _ in parts)} "
