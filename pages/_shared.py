@@ -6,9 +6,8 @@ page (and a timing run that hands over its records) loads it through the same ``
 
 from __future__ import annotations
 
-import hashlib
 import os
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Collection, NoReturn, TypeVar
 
@@ -20,11 +19,14 @@ from servebench.dashboard.sharing import Sharing, upload_size_error
 from servebench.errors import InputFormatError, RecordValidationError, ServebenchError
 from servebench.records.extra_columns import extra_columns_note, slice_by as sliced
 from servebench.dashboard.server_view import is_server_metrics_file, read_server_metrics, server_charts
+from servebench.dashboard.sources import (SERVER_TOKEN_FORMATS, Dataset, ReadAs, RecordSource, attach_scrapes,
+                                          fallback_source, import_read_as, query_float, record_files,
+                                          scenario_files, sort_uploads)
 from servebench.records.server_samples import ServerSamples
 from servebench.dashboard.windows import NO_CLOCK, shared_clock, span_text, window_text
 from servebench.dashboard.wording import (DEFAULT_TIME_UNIT, ENGINEER_VIEW_HELP, ENGINEER_VIEW_KEY, ENGINEER_VIEW_LABEL,
                                           TIME_UNITS, UNIT_HELP, engineer_from_query, metric_help, time_unit, unit_scale)
-from servebench.records.importers import FORMATS as FOREIGN_FORMATS, ImportOptions
+from servebench.records.importers import FORMATS as FOREIGN_FORMATS
 from servebench.records.loaders import LoadedRecords, read_bytes
 from servebench.output.figures.markdown_table import markdown_table
 from servebench.formatting import fmt
@@ -44,70 +46,8 @@ SAMPLE_DIR = REPO / "sample_data"
 SCENARIO_DIR = SAMPLE_DIR / "scenarios"
 STEP_TRACE_KEY = "timing_run_steps"  # (name, step trace) of the last timing run: the Load sweep page fits on it
 DEFAULT_SAMPLE = "requests_sample.csv"
-RECORD_SUFFIXES = (".csv", ".json", ".jsonl", ".ndjson", ".parquet", ".pq")
 SOURCE_KEY = "records_source"
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class RecordSource:
-    """A record file's bytes and where they came from ("sample", "upload" or "timing run")."""
-
-    name: str
-    data: bytes
-    origin: str
-    digest: str
-    metadata: dict[str, Any] | None = None  # a timing run's metadata.json
-    steps: list[dict[str, Any]] | None = None  # a timing run's step trace
-
-    @classmethod
-    def of(cls, name: str, data: bytes, origin: str, *, metadata: dict[str, Any] | None = None,
-           steps: list[dict[str, Any]] | None = None) -> "RecordSource":
-        return cls(name, data, origin, hashlib.sha256(data).hexdigest()[:16], metadata, steps)
-
-
-@dataclass(frozen=True)
-class ReadAs:
-    """How a record set is read: the format picked (or auto) and, for another tool's export, its import options."""
-
-    fmt: str = "auto"
-    options: ImportOptions | None = None
-
-    @property
-    def key(self) -> str:
-        """Return a text key for caches and widget keys (just the format when there are no options)."""
-        return self.fmt if self.options is None else f"{self.fmt}:{self.options}"
-
-
-@dataclass(frozen=True)
-class Dataset:
-    """The validated records on screen, the window they were validated over, and what the reader said."""
-
-    source: RecordSource
-    loaded: LoadedRecords
-    table: RecordTable
-    window_start: float
-    window_end: float
-    key: str = ""  # the file's digest and how it was read: the cache key of anything built from it
-    zoom: TrimmedRecords | None = None  # what the window kept and left out
-    read_as: ReadAs = ReadAs()
-    origin_s: float = 0.0  # the first request's start on the file's clock: times are shown from it
-    server: ServerSamples | None = None  # the server's own metrics, scraped during the run (uploaded with it)
-    server_name: str | None = None
-
-    @property
-    def unavailable(self) -> frozenset[str]:
-        """Return the metrics the importer said this file cannot give (no timestamps on a shared clock)."""
-        return frozenset(self.loaded.metadata.get("unavailable_metrics") or [])
-
-    @property
-    def shared_clock(self) -> bool:
-        """Return whether the records share one clock (llmperf's, each on its own from 0 s, do not)."""
-        return shared_clock(self.unavailable)
-
-    def window_text(self) -> str:
-        """Say the window in seconds from the first request, with its clock time (or that there is none)."""
-        return window_text(self.window_start, self.window_end, self.origin_s, shared=self.shared_clock)
 
 
 def fail(exc: ServebenchError) -> NoReturn:
@@ -128,13 +68,12 @@ def guarded(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
 
 def sample_files() -> list[str]:
     """Return the record files shipped in sample_data/, by name."""
-    return sorted(p.name for p in SAMPLE_DIR.iterdir() if p.is_file() and p.suffix.lower() in RECORD_SUFFIXES
-                  and not p.name.startswith("profiles"))
+    return record_files(SAMPLE_DIR)
 
 
 def sample_scenarios() -> list[str]:
     """Return the scenario files shipped in sample_data/scenarios/, by name."""
-    return sorted(p.name for p in SCENARIO_DIR.glob("*.y*ml"))
+    return scenario_files(SCENARIO_DIR)
 
 
 def chosen_scenario(upload: Any, sample: str) -> Scenario:
@@ -254,14 +193,10 @@ def _import_options(src: RecordSource) -> tuple[LoadedRecords, ReadAs]:
                            "by default.")
     server = loaded.format in SERVER_TOKEN_FORMATS and box.toggle(
         SERVER_TOKENS_LABEL, key=_carried(server_tokens_key(src)), help=SERVER_TOKENS_HELP)
-    if run is None and not drop and not server:
-        return loaded, read_as
-    again = ReadAs(loaded.format, ImportOptions(run=run, outside_window="drop" if drop else "mark",
-                                                tokens="server" if server else "client"))
-    return _read(src, again), again
+    again = import_read_as(loaded.format, run, drop, server)
+    return (loaded, read_as) if again is None else (_read(src, again), again)
 
 
-SERVER_TOKEN_FORMATS = ("aiperf",)  # exports whose importer takes tokens="server" (the CLI's aiperf:tokens=server)
 SERVER_TOKENS_LABEL = "Count the server's output tokens"
 SERVER_TOKENS_HELP = ("AIPerf counts output tokens with its client tokenizer, while each streamed chunk is one "
                       "server token, so its inter-chunk latencies fit only the server's count (its usage report). "
@@ -330,42 +265,19 @@ def _on_upload() -> None:
     with it, else the one on screen.
     """
     held = held_runs()
-    present: set[str] = set()
-    newest = None
-    scrapes: list[RecordSource] = []
-    for up in _uploads():
-        if upload_error(up) is not None:
-            continue
-        if is_server_metrics_file(up.name):
-            scrapes.append(RecordSource.of(up.name, up.getvalue(), "upload"))
-            continue
-        src = RecordSource.of(up.name, up.getvalue(), "upload")
-        present.add(src.digest)
+    uploads = sort_uploads(((up.name, up.getvalue()) for up in _uploads() if upload_error(up) is None), held)
+    for src in uploads.records.values():
         if src.digest not in held:
-            newest = src
             hold(src)
     for digest, src in list(held.items()):
-        if src.origin == "upload" and digest not in present:
+        if src.origin == "upload" and digest not in uploads.records:
             del held[digest]
-    if newest is not None:
-        set_source(newest)
+    if uploads.newest is not None:
+        set_source(uploads.newest)
     current = st.session_state.get(SOURCE_KEY)
     if current is not None and current.digest not in held:
         st.session_state[SOURCE_KEY] = current = _fallback_source()
-    _attach_scrapes(scrapes, current)
-
-
-def _attach_scrapes(scrapes: list[RecordSource], current: RecordSource | None) -> None:
-    """Keep the server-metrics files still uploaded with their record sets; a new one joins ``current``."""
-    attached: dict[str, RecordSource] = st.session_state.setdefault(SERVER_KEY, {})
-    uploaded = {s.digest for s in scrapes}
-    for digest, scrape in list(attached.items()):
-        if scrape.digest not in uploaded:  # removed with its x
-            del attached[digest]
-    kept = {s.digest for s in attached.values()}
-    for scrape in scrapes:
-        if scrape.digest not in kept and current is not None:
-            attached[current.digest] = scrape
+    attach_scrapes(st.session_state.setdefault(SERVER_KEY, {}), uploads.scrapes, current)
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)
@@ -407,13 +319,8 @@ def _with_server(ds: Dataset) -> Dataset:
 
 def _fallback_source() -> RecordSource:
     """Return the last good record set if still held, else the newest held one, else the default sample."""
-    held = held_runs()
     last = st.session_state.get(LAST_GOOD_KEY)
-    if last is not None and (last[0].digest in held or last[0].origin == "sample"):
-        return last[0]
-    if held:
-        return list(held.values())[-1]
-    return sample_source(DEFAULT_SAMPLE)
+    return fallback_source(held_runs(), None if last is None else last[0], sample_source(DEFAULT_SAMPLE))
 
 
 def _on_sample() -> None:
@@ -429,10 +336,7 @@ def _on_window(key: str, origin_s: float) -> None:
 
 
 def _query_float(name: str) -> float | None:
-    try:
-        return float(st.query_params[name]) if name in st.query_params else None
-    except ValueError:
-        return None
+    return query_float(st.query_params, name)
 
 
 def _window(key: str, default_ws: float, default_we: float) -> tuple[float, float]:

@@ -767,6 +767,7 @@ def test_several_uploads_are_held_and_compared_side_by_side() -> None:
     outcomes = next(t for t in _tables(at) if "Offered" in t.columns).set_index("run")
     counts = outcomes[[*statuses, "Offered"]].map(lambda v: int(v.replace(",", "")))
     assert counts.loc["requests_sample.csv", "Offered"] == 3000
+    at.segmented_control(key="unit").set_value("s").run()  # milliseconds by default
     charts = drawn_charts(at)  # Vega-Lite, so the page never loads plotly.js
     assert not at.get("plotly_chart") and len(charts) == 6  # latency, TTFT, TPOT: overlaid CDFs, percentile bars
     curves = charts["Latency CDF (successes)"][1]["curves"]
