@@ -24,6 +24,7 @@ from servebench.analysis.duckdb_checks import explain_row, first_bad_row
 from servebench.analysis.duckdb_parts import (REQUIRED_FIELDS, PartPlan, absent_field_sql, choose_native, extra_col,
                                               field_columns, lit, native_view_sql, plan_part, q, staged_table,
                                               text_lit)
+from servebench.analysis.fleet import REPLICA_COLUMN
 from servebench.analysis.duckdb_report import report_from_connection, uncovered_fields
 from servebench.analysis.summary import SLO
 from servebench.errors import ConfigError, InputFormatError, RecordValidationError
@@ -257,6 +258,9 @@ def summarize_set(record_set: RecordSet, fmt: str = "auto", window_start: float 
                 progress("validating records with DuckDB")
                 ws, we = _window(con, scan.plans, window_start, window_end, record_set.source, fmt)
                 _validate(con, scan.plans, ws, we, fmt)
+                if REPLICA_COLUMN in scan.extras:
+                    raise EngineRefused(f"--engine duckdb: the DuckDB engine does not compute the report's 'fleet' "
+                                        f"(records with a '{REPLICA_COLUMN}' column) yet; use --engine memory")
                 code_sql, names = slice_codes(con, slice_column, scan.extras, record_set.source)
                 if warmup_s is not None:  # as build_report: the records' slices give way to cold and warm
                     if not warmup_s > 0:

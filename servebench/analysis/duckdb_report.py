@@ -43,6 +43,7 @@ COVERED_FIELDS = frozenset({
     "duplicate_request_ids", "duplicate_request_id_examples", "records_without_request_id", "prefix_cache", "slices",
     "fairness", "logical", "reasoning",
     "server_metrics",  # not from the records: attached after either engine's report (analysis.record_sets)
+    "fleet",  # only records with a 'replica' column have it, and this engine refuses those (duckdb_engine)
 })
 
 

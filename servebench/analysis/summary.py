@@ -20,6 +20,7 @@ from fractions import Fraction
 
 from servebench.analysis.exact_sum import exact_total, mean_of
 from servebench.analysis.server_metrics import ServerMetricsReport
+from servebench.analysis.fleet import FleetReport, fleet_report
 from servebench.analysis.percentiles import (PercentileEstimate, estimate_ranks, estimate_sorted, nearest_rank,
                                              percentile, select_ranks, sort_is_cheaper)
 from servebench.records.table import (MSG_EMPTY, STATUSES, SUCCESS, RecordTable, check_window, first_violation,
@@ -433,6 +434,9 @@ class Report(BaseModel):
     server_metrics: ServerMetricsReport | None = Field(
         None, description="The server's own Prometheus metrics over the window, beside the client's times; None "
                           "when the run kept none (servebench.analysis.server_metrics).")
+    fleet: FleetReport | None = Field(
+        None, exclude_if=lambda v: v is None,
+        description="Requests across replicas (servebench.analysis.fleet); left out when no record names its replica.")
     slices: dict[str, "Report"] = Field(default_factory=dict)
 
     def warnings(self) -> list[str]:
@@ -728,7 +732,8 @@ def build_report(table: RecordTable, window_start: float, window_end: float, slo
         duplicate_request_ids=sum(c - 1 for _, c in dups),
         duplicate_request_id_examples=sorted(rid for rid, _ in dups)[:5], slices=slices,
         logical=_logical(table) if table.has_logical_ids else None,
-        fairness=fairness_of(slices, window_end - window_start, weights) if len(slices) >= 2 else None))
+        fairness=fairness_of(slices, window_end - window_start, weights) if len(slices) >= 2 else None,
+        fleet=fleet_report(table)))
 
 
 def _logical(table: RecordTable) -> LogicalReport:

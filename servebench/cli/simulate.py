@@ -57,7 +57,7 @@ def simulate(
     """Simulate a continuous-batching server on a scenario; write records, step trace and summary."""
     from servebench.records import rundir
     from servebench.serving.scenario import load_scenario
-    from servebench.serving.simulate import simulate as run_simulation
+    from servebench.serving.fleet import simulate_scenario as run_simulation  # one replica, or the fleet
     from servebench.analysis.summary import build_report
     from servebench.serving.sweep import scenario_at
 
@@ -155,6 +155,7 @@ def sweep(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
 ) -> None:
     """Sweep offered load (rates, users, or a trace's speedup); report per-point outcomes and the usable capacity."""
+    from servebench.records import rundir
     from servebench.serving.scenario import load_scenario
     from servebench.analysis.summary import SLO
     from servebench.serving.sweep import sweep as run_sweep
@@ -200,9 +201,8 @@ def sweep(
         else:
             result = run()
     d = _out_dir(out)
-    (d / "sweep.json").write_text(result.model_dump_json(indent=2), encoding="utf-8")
-    (d / "sweep.csv").write_text(sweep_csv(result), encoding="utf-8")
-    files = [str(d / "sweep.json"), str(d / "sweep.csv")]
+    written = rundir.write_sweep(d, result, sweep_csv(result))
+    files = [str(written["sweep"]), str(written["csv"])]
     if figures:
         from servebench.output.figures.sweep import latency_vs_load, outcomes_vs_load
         for name, fig in (("sweep_latency.html", latency_vs_load(result)), ("sweep_outcomes.html", outcomes_vs_load(result))):

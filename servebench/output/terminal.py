@@ -10,6 +10,7 @@ from rich.table import Table
 
 from servebench.formatting import NO_DATA, fmt
 from servebench.output.safetext import safe_markup
+from servebench.analysis.fleet import FleetReport
 from servebench.analysis.summary import (Distribution, FairnessReport, LogicalReport, PrefixCacheReport, ReasoningReport,
                                          Report)
 
@@ -156,6 +157,21 @@ def print_report(console: Console, report: Report, unavailable: frozenset[str] =
         print_logical(console, report.logical)
     if report.fairness is not None:
         print_fairness(console, report.fairness)
+    if report.fleet is not None:
+        print_fleet(console, report.fleet)
+
+
+def print_fleet(console: Console, fl: FleetReport) -> None:
+    """Print the fleet section: each replica's requests, in-flight peak, token hit rate, TTFT and latency p95."""
+    table = Table(title=f"Fleet: {fl.replicas} replicas, load imbalance {fmt(fl.load_imbalance)} (busiest / mean "
+                        f"requests), token hit rate {NO_DATA if fl.token_hit_rate is None else f'{fl.token_hit_rate:.1%}'}")
+    for col in ("replica", "requests", "in-flight peak", "token hit rate", "TTFT p95, s", "latency p95, s"):
+        table.add_column(col, justify="left" if col == "replica" else "right")
+    for name, r in fl.per_replica.items():
+        table.add_row(user_text(name), f"{r.requests:,}", f"{r.in_flight_peak:,}",
+                      NO_DATA if r.token_hit_rate is None else f"{r.token_hit_rate:.1%}", fmt(r.ttft_p95_s),
+                      fmt(r.latency_p95_s))
+    console.print(table)
 
 
 def print_reasoning(console: Console, rs: ReasoningReport) -> None:
