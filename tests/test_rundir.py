@@ -11,7 +11,7 @@ import yaml
 from typer.testing import CliRunner
 
 from servebench.cli.core import app
-from servebench.errors import InputFormatError
+from servebench.errors import ConfigError, InputFormatError
 from servebench.output.site.inputs import load_run
 from servebench.records.loaders import encode_records, load_table, read_path
 from servebench.records.rundir import (RECORD_FILES, STEP_FILES, read_folder, read_sends, read_trace, records_file,
@@ -153,3 +153,25 @@ def test_simulate_writes_the_same_records_as_parquet_and_jsonl(tmp_path: Path) -
     assert outs["jsonl"].to_dicts() == outs["parquet"].to_dicts()
     assert outs["jsonl"].token_times is not None
     assert read_trace(tmp_path / "jsonl").to_rows() == read_trace(tmp_path / "parquet").to_rows()
+
+
+def test_write_sweep_writes_the_files_the_site_reads_back(tmp_path: Path) -> None:
+    """A sweep's folder (sweep.json, sweep.csv, a measured sweep's metadata.json) is read back as one sweep."""
+    from servebench.analysis.summary import SLO
+    from servebench.records.rundir import METADATA, SWEEP, SWEEP_CSV, write_sweep
+    from servebench.serving.scenario import load_scenario
+    from servebench.serving.sweep import sweep, sweep_csv
+
+    result = sweep(load_scenario(SCENARIOS / "paged_chat.yaml"), [0.5, 1.0], slo=SLO(ttft_s=2.0), requests=40,
+                   search=False)
+    out = tmp_path / "new" / "sweep"
+    files = write_sweep(out, result, sweep_csv(result), metadata={"kind": "test", "runs": {}})
+    assert files == {"sweep": out / SWEEP, "csv": out / SWEEP_CSV, "metadata": out / METADATA}
+    assert json.loads(files["sweep"].read_text()) == json.loads(result.model_dump_json())
+    assert files["csv"].read_text() == sweep_csv(result)
+    assert json.loads(files["metadata"].read_text()) == {"kind": "test", "runs": {}}
+    run = load_run(out)
+    assert run.kind == "sweep" and run.files == [SWEEP, METADATA]
+    (tmp_path / "a_file").write_text("x")
+    with pytest.raises(ConfigError, match="exists and is not a folder"):
+        write_sweep(tmp_path / "a_file", result, "")

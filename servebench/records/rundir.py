@@ -10,9 +10,11 @@
 ``scenario.yaml``             a scenario put beside a simulation's files (first of :data:`SCENARIO_FILES`)
 ============================  ==================================================================================
 
-A sweep's folder holds ``sweep.json`` and ``sweep.csv`` (:data:`SWEEP_FILES`) and one run folder per
-load. Records are read by :func:`servebench.records.loaders.read_path`, which asks :func:`records_file`
-here, so every command reads the same file of a folder; this module reads and writes the rest.
+A sweep's folder holds ``sweep.json`` and ``sweep.csv`` (the first two of :data:`SWEEP_FILES`, written by
+:func:`write_sweep`); a measured sweep's (``servebench load --sweep``) also its ``metadata.json`` and one run
+folder per rate (``rate_<r>``, :func:`rate_folder`). Records are read by
+:func:`servebench.records.loaders.read_path`, which asks :func:`records_file` here, so every command reads
+the same file of a folder; this module reads and writes the rest.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pyarrow as pa
+from pydantic import BaseModel
 
 from servebench.errors import ConfigError, InputFormatError
 from servebench.records.rows import read_rows
@@ -46,6 +49,7 @@ SUMMARY = "summary.json"
 SCENARIO_FILES: tuple[str, ...] = ("scenario.yaml", "scenario.yml", "scenario.json")
 SWEEP_FILES: tuple[str, ...] = ("sweep.json", "sweep.csv", "sweep_points.json", "sweep_points.csv",
                                 "points.json", "points.csv")
+SWEEP, SWEEP_CSV = SWEEP_FILES[0], SWEEP_FILES[1]  # what servebench writes (the rest: other tools' names, read)
 
 
 def find_file(folder: Path, names: Sequence[str]) -> Path | None:
@@ -254,8 +258,46 @@ def write_run(folder: str | Path, records: RecordTable | Sequence[Mapping[str, A
         elif (d / SERVER_METRICS).is_file():
             (d / SERVER_METRICS).unlink()
         if metadata is not None:
-            files["metadata"] = d / METADATA
-            files["metadata"].write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
+            files["metadata"] = _write_metadata(d, metadata)
     except OSError as exc:
         raise ConfigError(f"cannot write the run to {d}: {exc.strerror or exc}") from None
+    return files
+
+
+def _write_metadata(folder: Path, metadata: Mapping[str, Any]) -> Path:
+    path = folder / METADATA
+    path.write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def rate_folder(folder: str | Path, rate_rps: float) -> Path:
+    """Return the run folder of one rate of a measured sweep: ``rate_<r>`` inside the sweep's folder.
+
+    >>> rate_folder("out", 0.5).as_posix(), rate_folder("out", 4.0).as_posix()
+    ('out/rate_0.5', 'out/rate_4')
+    """
+    return Path(folder) / f"rate_{rate_rps:g}"
+
+
+def write_sweep(folder: str | Path, sweep: BaseModel, sweep_csv: str, *,
+                metadata: Mapping[str, Any] | None = None) -> dict[str, Path]:
+    """Write a sweep's folder (created if needed): ``sweep.json`` (the result), ``sweep.csv`` and the metadata given.
+
+    ``sweep`` is the :class:`servebench.serving.sweep.SweepResult`, ``sweep_csv`` its points as
+    :func:`servebench.serving.sweep.sweep_csv` writes them; a measured sweep gives its ``metadata``
+    (the endpoint, the rates and each rate's run folder). Returns the files written by role
+    (``sweep``, ``csv``, ``metadata``).
+    """
+    d = Path(folder)
+    try:
+        if d.exists() and not d.is_dir():
+            raise ConfigError(f"output {d} exists and is not a folder")
+        d.mkdir(parents=True, exist_ok=True)
+        files = {"sweep": d / SWEEP, "csv": d / SWEEP_CSV}
+        files["sweep"].write_text(sweep.model_dump_json(indent=2), encoding="utf-8")
+        files["csv"].write_text(sweep_csv, encoding="utf-8")
+        if metadata is not None:
+            files["metadata"] = _write_metadata(d, metadata)
+    except OSError as exc:
+        raise ConfigError(f"cannot write the sweep to {d}: {exc.strerror or exc}") from None
     return files
