@@ -17,7 +17,8 @@ from streamlit import config as st_config
 
 from servebench.dashboard.sharing import Sharing, upload_size_error
 from servebench.errors import InputFormatError, RecordValidationError, ServebenchError
-from servebench.records.extra_columns import extra_columns_note, slice_by as sliced
+from servebench.records.extra_columns import extra_columns_note
+from servebench.dashboard.reports import report_for, site_zip_of
 from servebench.dashboard.server_view import is_server_metrics_file, read_server_metrics, server_charts
 from servebench.dashboard.sources import (SERVER_TOKEN_FORMATS, Dataset, ReadAs, RecordSource, attach_scrapes,
                                           fallback_source, import_read_as, query_float, record_files,
@@ -34,12 +35,9 @@ from servebench.output.plain import GLOSSARY, export_label, for_people
 from servebench.records.table import RecordTable
 from servebench.records.validation_report import bad_rows_text
 from servebench.records.window_zoom import TrimmedRecords, full_table, trim
-from servebench.output.site.inputs import RunInput, unique_names
-from servebench.output.site.pages import SiteOptions
-from servebench.output.site.site import build_site, site_zip_bytes
 from servebench.output.safetext import safe_text
 from servebench.serving.scenario import Scenario, load_scenario, scenario_from_bytes
-from servebench.analysis.summary import SLO, Report, build_report
+from servebench.analysis.summary import SLO, Report
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE_DIR = REPO / "sample_data"
@@ -227,9 +225,7 @@ def cached_report(key: str, window_start: float, window_end: float, slo: tuple[f
 
     ``warmup_s`` reports the window's first seconds as the slice ``cold`` and the rest as ``warm``.
     """
-    ttft_s, tpot_s, latency_s = slo
-    return build_report(sliced(_table, slice_by), window_start, window_end,
-                        SLO(ttft_s=ttft_s, tpot_s=tpot_s, latency_s=latency_s), warmup_s=warmup_s)
+    return report_for(_table, window_start, window_end, slo, slice_by, warmup_s)
 
 
 def sharing() -> Sharing:
@@ -472,14 +468,6 @@ def dataset_of(src: RecordSource) -> Dataset:
     return _dataset(src, loaded, read_as, (float(window[0]), float(window[1])), widgets=False)
 
 
-def _run_input(ds: Dataset) -> RunInput:
-    kind = "timing run" if ds.source.metadata else "records"
-    return RunInput(name=ds.source.name, path=ds.source.name, kind=kind, table=ds.table,
-                    window_start=ds.window_start, window_end=ds.window_end, format=ds.loaded.format,
-                    warnings=list(ds.loaded.warnings), metadata=ds.source.metadata or dict(ds.loaded.metadata) or None,
-                    steps=ds.source.steps)
-
-
 def held_datasets(digests: Collection[str] | None = None) -> list[Dataset]:
     """Return every held record set that loads (or those of ``digests``), as last read and zoomed.
 
@@ -507,11 +495,7 @@ def site_zip(ds: Dataset | list[Dataset], slo: SLO | None, slice_by: str | None 
         runs = [ds, *others]
     else:
         runs = list(ds)
-    inputs = [_run_input(d) for d in runs]
-    unique_names(inputs)
-    title = f"servebench: {runs[0].source.name}" + (f" and {len(runs) - 1} more" if len(runs) > 1 else "")
-    files = build_site(inputs, SiteOptions(title=title, slo=slo, slice_by=slice_by))
-    return site_zip_bytes(files)
+    return site_zip_of(runs, slo, slice_by)
 
 
 def _in_streamlit() -> bool:
