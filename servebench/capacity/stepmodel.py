@@ -73,7 +73,7 @@ NOISE_MAX_LAG = 64  # the noise's memory is fitted to its autocorrelation at lag
 NoiseFactor = Annotated[float, Field(gt=0, allow_inf_nan=False)]  # measured / modelled step time
 NoiseExcess = Annotated[float, Field(allow_inf_nan=False)]  # measured - modelled step time, s
 MIN_NOISE_SHARE = 0.2  # an additive excess never makes a step shorter than this share of the model's time
-_FEW_STEPS = 32  # decode_run_ends adds a run this short in Python: numpy's per-call cost is more than its additions
+FEW_STEPS = 32  # decode_run_ends adds a run this short in Python: numpy's per-call cost is more than its additions
 LagS = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 # the tuples of them; a document's list fills one under strict validation (a scenario file)
 NoiseFactors = Annotated[tuple[NoiseFactor, ...], BeforeValidator(as_tuple)]
@@ -232,17 +232,9 @@ class StepModel(BaseModel):
         that jumps over a run breaks ties exactly as one that steps through it. A short run without
         noise is added up in Python (the same float operations as numpy's cumulative sum).
         """
+        if factors is None and steps <= FEW_STEPS:  # numpy's calls cost more than a few additions
+            return np.array(self.decode_run_ends_until(start_s, decode_seqs, kv_tokens_read, steps, first_extra_s))
         fixed = self.base_s + self.per_prefill_token_s * 0 + self.per_decode_seq_s * decode_seqs
-        if factors is None and steps <= _FEW_STEPS:  # numpy's calls cost more than a few additions
-            zero, per_kv, t, out = self.per_prefill_seq_s * 0, self.per_kv_token_s, start_s, []
-            for j in range(steps):
-                step = fixed + zero if per_kv == 0 else \
-                    fixed + per_kv * float(kv_tokens_read + decode_seqs * j) + zero
-                if j == 0 and first_extra_s:
-                    step += first_extra_s
-                t += step
-                out.append(t)
-            return np.array(out)
         times = np.empty(steps + 1)
         times[0] = start_s
         if self.per_kv_token_s == 0:
@@ -255,6 +247,23 @@ class StepModel(BaseModel):
         if factors is not None:
             times[1:] = noisy_s(times[1:], factors[:steps], additive)
         return np.cumsum(times)[1:]
+
+    def decode_run_ends_until(self, start_s: float, decode_seqs: int, kv_tokens_read: int, steps: int,
+                              first_extra_s: float = 0.0, stop_s: float = math.inf) -> list[float]:
+        """Return :meth:`decode_run_ends` without noise as a list, added up in Python, and only as far as the
+        first step that ends after ``stop_s`` (that one included): a short run costs no numpy call, and a run
+        cut by an event costs no step past it."""
+        fixed = self.base_s + self.per_prefill_token_s * 0 + self.per_decode_seq_s * decode_seqs
+        zero, per_kv, t, out = self.per_prefill_seq_s * 0, self.per_kv_token_s, start_s, []
+        for j in range(steps):
+            step = fixed + zero if per_kv == 0 else fixed + per_kv * float(kv_tokens_read + decode_seqs * j) + zero
+            if j == 0 and first_extra_s:
+                step += first_extra_s
+            t += step
+            out.append(t)
+            if t > stop_s:
+                break
+        return out
 
     @classmethod
     def flat(cls, prefill_s: float, prompt_tokens: int, tpot_s: float) -> "StepModel":

@@ -506,6 +506,15 @@ def as_json_text(array: pa.Array) -> pa.Array:
     return pa.array([None if v is None else json.dumps(v) for v in array.to_pylist()], pa.string())
 
 
+def _append_floats(out: array, times: np.ndarray | list[float]) -> None:
+    """Append float times to a ``d`` array: a list (a short run's ends, added up in Python) as it is, an array
+    through its bytes."""
+    if isinstance(times, list):
+        out.extend(times)
+    else:
+        out.frombytes(np.ascontiguousarray(times, dtype=np.float64).tobytes())
+
+
 class TokenLog:
     """Token arrivals as a server emits them: each emission time once, and each row's runs of them.
 
@@ -544,20 +553,20 @@ class TokenLog:
             self._appends += 1
             self._extend(rows, len(self._ticks) - 1, 1)
 
-    def add_run(self, rows: Sequence[Hashable], times: np.ndarray) -> None:
+    def add_run(self, rows: Sequence[Hashable], times: np.ndarray | list[float]) -> None:
         """Record that every row in ``rows`` received a token at each of ``times`` (non-decreasing)."""
-        if rows and times.size:
+        if rows and len(times):
             first = len(self._ticks)
-            self._ticks.frombytes(np.ascontiguousarray(times, dtype=np.float64).tobytes())
+            _append_floats(self._ticks, times)
             self._appends += 1
-            self._extend(rows, first, int(times.size))
+            self._extend(rows, first, len(times))
 
-    def add_group(self, times: np.ndarray) -> None:
+    def add_group(self, times: np.ndarray | list[float]) -> None:
         """Append the group's next ticks: one end time per step the group took."""
         self._appends += 1
         self._group_first.append(len(self._group_ticks))
         self._group_seq.append(self._appends)
-        self._group_ticks.frombytes(np.ascontiguousarray(times, dtype=np.float64).tobytes())
+        _append_floats(self._group_ticks, times)
 
     def add_group_run(self, row: Hashable, first: int, end: int) -> None:
         """Record that ``row`` received a token at each group tick ``first .. end-1`` (given or to be given)."""

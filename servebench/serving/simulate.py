@@ -54,7 +54,7 @@ from servebench.records.table import NO_EXTRA, STATUSES, RecordTable
 from servebench.serving.retry import ERR_CLIENT_DEADLINE, ClientSpec
 from servebench.serving.scenario import Scenario
 from servebench.serving.scheduler import Outcome, Request, Scheduler, SchedulerConfig, StepPlan
-from servebench.capacity.stepmodel import StepModel, StepNoise
+from servebench.capacity.stepmodel import FEW_STEPS, StepModel, StepNoise
 from servebench.records.steps import StepTrace
 from servebench.records.token_times import TokenLog, TokenRuns
 from servebench.serving.workload import ClosedLoopPlan, Workload, draw_cancellations, draw_workload
@@ -63,6 +63,7 @@ PRIO_RUN, PRIO_PREFILL, PRIO_CANCEL, PRIO_DEADLINE, PRIO_ARRIVAL = 0, 1, 2, 3, 4
 NOISE_STREAM = 0x5E  # the step noise's generator: default_rng([seed, NOISE_STREAM]), apart from the workload's
 LAG_STREAM = 0x1A  # the arrival lags' generator (a model with arrival_lags_s): default_rng([seed, LAG_STREAM])
 EV_RUN, EV_PREFILL, EV_CANCEL, EV_ARRIVAL, EV_RETRY, EV_SEEN = 0, 1, 2, 3, 4, 5
+PASSIVE = frozenset((EV_ARRIVAL, EV_RETRY, EV_SEEN))  # events that only add to the queue: a decode step need not stop
 TokenTimes = bool | Literal["runs"]  # token times in the records (True), none (False), or as SimResult.token_runs
 _STATUS_CODE = {s: i for i, s in enumerate(STATUSES)}
 
@@ -305,6 +306,31 @@ class _EventLoop:
         d = self.sched.next_deadline()
         return t if d is None or d > t else d
 
+    def _run_horizon(self) -> tuple[float, float]:
+        """Return when the next event comes, and until when a decode run may go on past it: the end of the step
+        it falls in, if it is an arrival (the shared lane only) and nothing else comes before that step ends.
+
+        An arrival while a step runs reads nothing the step changes (it joins the queue; the step after sees
+        it), so the run can take that step too rather than stop before it, as one step at a time would: one
+        run fewer per arrival, the same records. ``after`` is the earliest other event (a deadline, a cancel,
+        anything else), which the run must not pass: they read the running sequences' tokens. Without such an
+        arrival ``after`` is ``-inf``.
+        """
+        heap = self.heap
+        d = self.sched.next_deadline()
+        if not heap:
+            return (math.inf if d is None else d), -math.inf
+        t, _, _, kind, _ = heap[0]
+        if d is not None and d <= t:
+            return d, -math.inf
+        if self.separate or kind not in PASSIVE:  # the separate lane admits on arrival: the run's state is read
+            return t, -math.inf
+        after = math.inf if d is None else d
+        for j in (1, 2):  # the second event is one of the heap's top's children
+            if j < len(heap) and heap[j][0] < after:
+                after = heap[j][0]
+        return t, after
+
     # ------------------------------------------------------------------ arrivals, attempts, ends
     def _first_arrivals(self) -> None:
         """Push the first drawn arrival (open loop), or each user's first request at time 0 (closed loop)."""
@@ -486,18 +512,26 @@ class _EventLoop:
         base = model.step_s(0, d, plan.kv_tokens_read)
         first = base + extra_s if extra_s else base
         one = first if noise is None else noise.apply(first, float(noise.peek(1)[0]))
-        horizon = self._next_event_time()
-        if kmax <= 1 or now + one > horizon:
+        horizon, after = self._run_horizon()
+        if kmax <= 1 or now + one > horizon:  # the first step already takes the next event in
             if noise is not None:
                 noise.advance(1)
             return now + one
         if horizon != math.inf and base > 0:  # steps only lengthen (noise: by at least its smallest value)
             shortest = base if noise is None else noise.shortest_s(base)
-            kmax = min(kmax, int((horizon - now) / shortest) + 2)
-        ends = model.decode_run_ends(now, d, plan.kv_tokens_read, kmax,
-                                     None if noise is None else noise.peek(kmax), extra_s,
-                                     additive=noise is not None and noise.additive)
-        k = max(1, min(kmax, int(np.searchsorted(ends, horizon, side="right"))))
+            kmax = min(kmax, int((horizon - now) / shortest) + 3)
+        ends: np.ndarray | list[float]
+        if noise is None and kmax <= FEW_STEPS:  # added up in Python, up to the step the next event falls in
+            ends = model.decode_run_ends_until(now, d, plan.kv_tokens_read, kmax, extra_s, horizon)
+            k = len(ends) - (ends[-1] > horizon)  # the steps that end before the next event
+        else:
+            ends = model.decode_run_ends(now, d, plan.kv_tokens_read, kmax,
+                                         None if noise is None else noise.peek(kmax), extra_s,
+                                         additive=noise is not None and noise.additive)
+            k = int(np.searchsorted(ends, horizon, side="right"))  # the steps that end before the next event
+        if k < len(ends) and ends[k] <= after:  # and the one it arrives in (a step ending with it commits first)
+            k += 1
+        k = max(1, min(kmax, k))
         if noise is not None:
             noise.advance(k)
         if k > 1 and self.token_log is not None:
@@ -517,9 +551,9 @@ class _EventLoop:
             ends = self.run_ends.pop(id(plan), None)
             # a cohort's steps are group ticks (its members' runs come when they leave it); a step's tokens one stamp,
             # a decode run's one per step, each stamped like the run's last
-            times = None if ends is None else np.maximum(ends - lead, plan.now_s) if lead else ends
+            times = None if ends is None else np.maximum(np.asarray(ends) - lead, plan.now_s) if lead else ends
             if plan.cohort:
-                token_log.add_group(np.array([stamp]) if times is None else times)
+                token_log.add_group([stamp] if times is None else times)
             if times is None:
                 token_log.add_step(emitted, stamp)
             else:
