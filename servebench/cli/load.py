@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import signal
 from collections.abc import Mapping
 from pathlib import Path
@@ -19,6 +18,7 @@ from servebench.cli.core import app, console, emit_json, positive_s
 from servebench.errors import ConfigError
 from servebench.formatting import fmt
 from servebench.output.safetext import safe_markup
+from servebench.records import rundir
 
 
 def _workload_file(path: Optional[Path]) -> dict[str, Any] | None:
@@ -308,7 +308,7 @@ def _run_one(url: str, spec: Any, seed: int, out_dir: Path, cfg_kwargs: dict[str
                                   source, cancel, scrape)
         finally:
             scrape.finish(None)  # already finished unless the run failed
-        table, ws, we = records_table(result.outcomes, str(out_dir / "records.jsonl"), result.trace_rows)
+        table, ws, we = records_table(result.outcomes, str(out_dir / rundir.RECORDS), result.trace_rows)
         return result, table, ws, we, scrape.finish(None)
     state = RunState()
     progress = Progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(),
@@ -335,7 +335,7 @@ def _run_one(url: str, spec: Any, seed: int, out_dir: Path, cfg_kwargs: dict[str
         scrape.finish(state.t0_monotonic_s)  # stops the thread whatever happened (a second call is a no-op)
     samples, metrics_meta = _scraped(scrape, result)
     write_run(out_dir, result, run_metadata(result, spec, seed, source, cancel) | metrics_meta, samples)
-    table, ws, we = records_table(result.outcomes, str(out_dir / "records.jsonl"), result.trace_rows)
+    table, ws, we = records_table(result.outcomes, str(out_dir / rundir.RECORDS), result.trace_rows)
     return result, table, ws, we, scrape.finish(None)
 
 
@@ -465,8 +465,8 @@ def load(
     metrics_file = f", {scraped.file}" if scraped.file else ""
     if scraped.note and not scraped.file:
         console.print(f"[cyan]note:[/] {safe_markup(scraped.note)}")
-    console.print(f"model {safe_markup(repr(result.model))}; wrote {safe_markup(str(out))}/records.jsonl, sends.jsonl, "
-                  f"metadata.json{metrics_file}")
+    console.print(f"model {safe_markup(repr(result.model))}; wrote {safe_markup(str(out))}/{rundir.RECORDS}, "
+                  f"{rundir.SENDS}, {rundir.METADATA}{metrics_file}")
 
 
 def _metrics_options(urls: Optional[List[str]], off: bool, interval_s: float) -> Any:
@@ -496,54 +496,28 @@ def _sweep(url: str, rates_text: str, out: Path, requests: int, arrival: str, cv
            workload_doc: Mapping[str, Any] | None, prompt_tokens: int, output_tokens: int, duration: Optional[float],
            seed: int, cfg_kwargs: dict[str, Any], slo: Any, slo_target: float, search: bool, as_json: bool,
            per_run: dict[str, Any] | None = None) -> None:
-    """Run one open-loop load per rate into OUT/rate_<r>/, then write the simulator's sweep output into OUT."""
-    from servebench.load.generator import measured_point
-    from servebench.serving.sweep import SweepResult, knee, sweep_csv
-    from servebench.serving.sweep import capacity_from_grid, search_capacity
+    """Run one open-loop load per rate into OUT/rate_<r>/ (:func:`servebench.load.sweep.measured_sweep`), then
+    write the simulator's sweep output into OUT and show it."""
+    from servebench.load.sweep import measured_sweep
 
     rates = _parse_rates(rates_text)
     if not 0 < slo_target <= 1:
         raise ConfigError(f"--slo-target {slo_target}: must be in (0, 1]")
     base = _workload(rates[0], requests, None, arrival, cv, None, duration, prompt_tokens, output_tokens, 0.0,
                      workload_doc)
-    points: dict[float, Any] = {}
-    runs: dict[str, str] = {}
-    model = [None]
 
-    def run(rate: float, source: str) -> Any:
-        if rate in points:
-            return points[rate]
-        d = out / f"rate_{rate:g}"
-        result, _, _, _, _ = _run_one(url, base.with_rate(rate), seed, d, cfg_kwargs, show_progress=not as_json,
+    def run_rate(rate: float, spec: Any, folder: Path) -> Any:
+        result, _, _, _, _ = _run_one(url, spec, seed, folder, cfg_kwargs, show_progress=not as_json,
                                       label=f"rate {rate:g}/s", **(per_run or {}))
-        model[0] = result.model
-        point = measured_point(result.outcomes, rate, slo, slo_target)
-        point.source = source
-        points[rate] = point
-        runs[f"{rate:g}"] = str(d)
-        return point
+        return result
 
-    for r in rates:
-        run(r, "grid")
-    capacity = search_capacity(run, rates, points, "rate", 0.05, 4) if search else capacity_from_grid(rates, points)
-    ordered = [points[k] for k in sorted(points)]
-    result = SweepResult(
-        scenario=f"measured {model[0]} at {url}", mode="rate", seed=seed, requests_per_point=requests, slo=slo,
-        slo_target=slo_target, points=ordered, capacity=capacity, knee_load=knee(ordered), kv_budget_tokens=None)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "sweep.json").write_text(result.model_dump_json(indent=2), encoding="utf-8")
-    (out / "sweep.csv").write_text(sweep_csv(result), encoding="utf-8")
-    (out / "metadata.json").write_text(_dump({
-        "kind": "servebench load --sweep", "endpoint": url, "model": model[0], "rates": rates,
-        "workload": base.model_dump(mode="json", exclude_none=True), "seed": seed, "runs": runs,
-        "not_observed": "peak_active, mean_active, peak_waiting, max_kv_tokens_used, preemptions and "
-                        "kv_budget_tokens are server-side; a client cannot measure them (null)",
-    }) + "\n", encoding="utf-8")
+    swept = measured_sweep(url, rates, base, out, run_rate, seed=seed, slo=slo, slo_target=slo_target, search=search)
+    result, capacity, ordered = swept.result, swept.result.capacity, swept.result.points
     if as_json:
-        emit_json({**result.model_dump(mode="json"), "runs": runs,
-                   "files": [str(out / "sweep.json"), str(out / "sweep.csv")]})
+        emit_json({**result.model_dump(mode="json"), "runs": swept.runs,
+                   "files": [str(swept.files["sweep"]), str(swept.files["csv"])]})
         return
-    t = Table(title=safe_markup(f"Measured sweep of {model[0]} at {url}"))
+    t = Table(title=safe_markup(f"Measured sweep of {swept.model} at {url}"))
     for col in ("rate", "offered/s", "done/s", "rejected", "timeout", "failed", "TTFT p95", "TPOT p95",
                 "latency p95", "within SLOs"):
         t.add_column(col, justify="right")
@@ -553,9 +527,6 @@ def _sweep(url: str, rates_text: str, out: Path, requests: int, arrival: str, cv
                   fmt(p.latency_s["p95"]), f"{p.slo_attainment:.1%}", style=None if p.meets_slo else "red")
     console.print(t)
     console.print(f"usable capacity: [bold]{fmt(capacity.load)}[/] ({safe_markup(capacity.note)}); knee at "
-                  f"{fmt(result.knee_load)}; wrote {safe_markup(str(out))}/sweep.json, sweep.csv and one run directory "
-                  "per rate")
+                  f"{fmt(result.knee_load)}; wrote {safe_markup(str(out))}/{rundir.SWEEP}, {rundir.SWEEP_CSV} and one run "
+                  "directory per rate")
 
-
-def _dump(obj: Any) -> str:
-    return json.dumps(obj, indent=2)
