@@ -44,7 +44,7 @@ def load() -> dict[str, Any]:
 
 def one_run(scenario: Path, out: Path, model: str, device: str) -> dict[str, Any]:
     """Run the scenario on the engine, validate it, and return the comparison with the machine's load."""
-    from servebench.serving.engine.rundir import read_run
+    from servebench.serving.engine.readback import read_run
     from servebench.serving.engine.timing_run import execute_run
     from servebench.serving.engine.validation import validate_run
     from servebench.serving.scenario import load_scenario

@@ -12,7 +12,8 @@ from pages._shared import STEP_TRACE_KEY, RecordSource, chosen_scenario, guarded
 from servebench.serving.engine.model import PRESETS as ENGINE_PRESETS
 from servebench.serving.engine.model import device_name, pick_device
 from servebench.output.cautions import cpu_model_warning
-from servebench.serving.engine.rundir import METADATA, RECORDS, STEPS, read_run
+from servebench.records.rundir import METADATA, RECORDS, STEPS
+from servebench.serving.engine.readback import read_run
 from servebench.serving.engine.timing_run import execute_run
 from servebench.formatting import fmt
 from servebench.serving.scenario import with_request_count

@@ -450,7 +450,7 @@ def test_every_crossed_rule_is_shown_and_the_first_wins() -> None:
 
 def test_cli_diagnose_a_timing_run_folder_uses_its_server(tmp_path: Path) -> None:
     """A run folder brings its KV budget in tokens, its cap on running sequences and its step trace."""
-    from servebench.serving.engine.rundir import write_run
+    from servebench.records.rundir import write_run
     from servebench.records.steps import StepRow
 
     recs = fifo([float(i) for i in range(60)], cap=1000, prefill_s=0.01, tpot_s=0.01, n_out=20, prompt=100)
@@ -462,7 +462,7 @@ def test_cli_diagnose_a_timing_run_folder_uses_its_server(tmp_path: Path) -> Non
                 "server": {"policy": "paged", "kv_budget_tokens": 2048, "max_num_seqs": 4},
                 "workload": {"arrival": {"kind": "poisson", "rate_rps": 1}, "num_requests": 60,
                              "classes": [{"prompt": {"value": 100}, "output": {"value": 20}}]}}
-    write_run(tmp_path / "run", recs, steps, {"scenario": scenario})
+    write_run(tmp_path / "run", recs, steps=steps, metadata={"scenario": scenario})
     res = runner.invoke(app, ["diagnose", str(tmp_path / "run"), "--json"])
     assert res.exit_code == 0, res.output
     v = json.loads(res.stdout)["profiles"]["run"]

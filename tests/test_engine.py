@@ -377,7 +377,7 @@ def test_run_writes_records_trace_and_run_metadata_then_validate_compares(tmp_pa
 def test_execute_run_takes_a_scenario_object_no_file(tmp_path) -> None:
     import yaml
 
-    from servebench.serving.engine.rundir import read_run
+    from servebench.serving.engine.readback import read_run
     from servebench.serving.engine.timing_run import execute_run
     from servebench.serving.scenario import parse_scenario, with_request_count
 

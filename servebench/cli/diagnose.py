@@ -92,7 +92,7 @@ def _timing_run_server(path: Path, records: Any, use_budget: bool) -> dict[str, 
     model is used only when its fit is good enough to predict from.
     """
     from servebench.records.rundir import METADATA, STEP_FILES, find_file
-    from servebench.serving.engine.rundir import read_run
+    from servebench.serving.engine.readback import read_run
     if not (path.is_dir() and find_file(path, STEP_FILES) is not None and (path / METADATA).is_file()):
         return {}
     from servebench.serving.engine.validation import fit_trace

@@ -12,12 +12,14 @@ from rich.table import Table
 from servebench.cli.core import app, console, emit_json
 from servebench.formatting import fmt
 from servebench.output.safetext import safe_markup
+from servebench.records import rundir
 
 
 @app.command()
 def run(
     scenario: Path = typer.Argument(..., help="Scenario file (.yaml or .json): server limits and workload."),
-    out: Path = typer.Option(..., "-o", "--out", help="Output folder: records.jsonl, steps.jsonl, metadata.json."),
+    out: Path = typer.Option(..., "-o", "--out", help=f"Output folder: {rundir.RECORDS}, {rundir.STEPS}, "
+                                                     f"{rundir.METADATA}."),
     model: str = typer.Option("tiny", help="Model preset (seeded random weights): tiny, small, llama-3.2-1b, ..."),
     device: str = typer.Option("auto", help="auto (CUDA with bf16 when present, else CPU with fp32), cpu or cuda."),
     threads: int = typer.Option(1, min=1, help="torch CPU threads."),
@@ -32,7 +34,7 @@ def run(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from servebench.analysis.summary import build_report
-    from servebench.serving.engine.rundir import read_run
+    from servebench.serving.engine.readback import read_run
     from servebench.serving.engine.timing_run import execute_run
     from servebench.serving.scenario import load_scenario
 
@@ -50,7 +52,7 @@ def run(
                            progress=progress)
     folder = read_run(out)
     report = build_report(folder.records, 0.0, max(folder.window_end, 1e-9))
-    info = {"out_dir": str(out), "files": ["records.jsonl", "steps.jsonl", "metadata.json"],
+    info = {"out_dir": str(out), "files": [rundir.RECORDS, rundir.STEPS, rundir.METADATA],
             "model": meta["model"]["name"], "parameters": meta["model"]["parameters"],
             "device": meta["runtime"]["device_name"], "dtype": meta["runtime"]["dtype"], "run": meta["run"]}
     if as_json:
@@ -62,7 +64,8 @@ def run(
     console.print(f"[bold]{safe_markup(meta['model']['name'])}[/] ({meta['model']['parameters']:,} parameters, "
                   f"{meta['runtime']['dtype']}) on {safe_markup(meta['runtime']['device_name'])}: {r['offered_requests']} "
                   f"requests in {fmt(r['wall_s'])} s, {r['steps']} steps, arrival lag p99 "
-                  f"{fmt(r['arrival_lag_p99_s'])} s; wrote {safe_markup(str(out))}/records.jsonl, steps.jsonl, metadata.json")
+                  f"{fmt(r['arrival_lag_p99_s'])} s; wrote {safe_markup(str(out))}/{rundir.RECORDS}, {rundir.STEPS}, "
+                  f"{rundir.METADATA}")
     for note in r["notes"]:
         console.print(f"[yellow]note:[/] {safe_markup(note)}")
     print_report(console, report)
@@ -79,7 +82,7 @@ def validate(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
 ) -> None:
     """Fit the step model to a timing run, simulate its scenario, and compare p50/p95 TTFT, TPOT and latency."""
-    from servebench.serving.engine.rundir import read_run
+    from servebench.serving.engine.readback import read_run
     from servebench.serving.engine.validation import validate_run
 
     folder = read_run(run_dir)

@@ -62,7 +62,7 @@ def validate_sweep_command(
 
     from servebench.serving.engine.run_metadata import build_run_metadata
     from servebench.serving.engine.model import Decoder, configure_cpu, pick_device, preset
-    from servebench.serving.engine.rundir import write_run
+    from servebench.records.rundir import write_run
     from servebench.serving.engine.sweep_validation import (CPU_MAX_WALL_S_PER_RATE, CPU_REQUESTS_PER_RATE, LONG_MAX_WALL_S_PER_RATE,
                                            REPORT, RESULT, run_folder_name, validate_sweep)
     from servebench.output.figures.validate_sweep import measured_vs_simulated
@@ -88,7 +88,7 @@ def validate_sweep_command(
         def write(rate: float, run) -> None:  # each measured rate as a run folder (validate, diagnose, report)
             meta = build_run_metadata(scenario_at(sc, rate, "rate", n), decoder, run, seed_weights=weights_seed,
                                       threads=threads, scenario_source=str(scenario), warmup_steps=3)
-            write_run(out / run_folder_name(rate), run.records, run.steps, meta)
+            write_run(out / run_folder_name(rate), run.records, steps=run.steps, metadata=meta)
 
         with err.status("validate-sweep") as status:
             def progress(stage: str, rate: float) -> None:

@@ -13,9 +13,9 @@ from typing import Any
 import torch
 
 from servebench.errors import ConfigError
+from servebench.records.rundir import write_run
 from servebench.serving.engine.model import Decoder, configure_cpu, pick_device, preset
 from servebench.serving.engine.run_metadata import build_run_metadata
-from servebench.serving.engine.rundir import write_run
 from servebench.serving.engine.runner import run_scenario
 from servebench.serving.scenario import Scenario
 
@@ -46,5 +46,5 @@ def execute_run(scenario: Scenario, out: Path, *, scenario_source: str | None = 
                          "the batched step (shared)")
     meta = build_run_metadata(scenario, decoder, run, seed_weights=weights_seed, threads=threads,
                               scenario_source=scenario_source, warmup_steps=warmup_steps)
-    write_run(out, run.records, run.steps, meta)
+    write_run(out, run.records, steps=run.steps, metadata=meta)
     return meta
