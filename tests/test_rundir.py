@@ -175,3 +175,22 @@ def test_write_sweep_writes_the_files_the_site_reads_back(tmp_path: Path) -> Non
     (tmp_path / "a_file").write_text("x")
     with pytest.raises(ConfigError, match="exists and is not a folder"):
         write_sweep(tmp_path / "a_file", result, "")
+
+
+def test_read_settings_gives_metadata_then_scenario_files_and_leaves_out_what_it_cannot_read(tmp_path: Path) -> None:
+    """Tenant weights come from a run's metadata.json, else a scenario file beside it; a broken file gives none."""
+    from servebench.analysis.retries import read_tenant_weights
+    from servebench.records.rundir import read_settings
+
+    tenants = {"server": {"tenants": {"a": {"weight": 3}, "b": {"weight": 1}}}}
+    assert read_settings(tmp_path / "missing") == [] and read_tenant_weights(tmp_path / "missing") is None
+    (tmp_path / "metadata.json").write_text("{not json")
+    (tmp_path / "scenario.yml").write_text("- a list, not a mapping\n")
+    (tmp_path / "scenario.json").write_text(json.dumps(tenants))
+    assert read_settings(tmp_path) == [tenants]
+    assert read_tenant_weights(tmp_path) == {"a": 3.0, "b": 1.0}
+    (tmp_path / "metadata.json").write_text(json.dumps({"kind": "servebench run", "scenario": {"server": {}}}))
+    (tmp_path / "scenario.yaml").write_text(yaml.safe_dump({"server": {"tenants": {"a": {"weight": 2}}}}))
+    docs = read_settings(tmp_path)
+    assert [d.get("kind") for d in docs] == ["servebench run", None, None]  # metadata, scenario.yaml, scenario.json
+    assert read_tenant_weights(tmp_path) == {"a": 2.0}  # the metadata's scenario names none: scenario.yaml's

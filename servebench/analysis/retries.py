@@ -26,7 +26,6 @@ Fairness across slices uses Jain's index over each slice's goodput divided by it
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,9 +34,9 @@ from typing import Literal
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import yaml
 from pydantic import BaseModel, Field
 
+from servebench.records.rundir import read_settings
 from servebench.records.statuses import CLIENT_DEADLINE_ERROR
 from servebench.records.table import SUCCESS, RecordTable, shown
 
@@ -267,21 +266,13 @@ def tenant_weights(doc: Mapping[str, object]) -> dict[str, float] | None:
 
 
 def read_tenant_weights(folder: str | Path) -> dict[str, float] | None:
-    """Return the tenant weights of a run folder (its metadata.json's scenario, or a scenario file), or None."""
-    p = Path(folder)
-    if not p.is_dir():
-        return None
-    for name in ("metadata.json", "scenario.json", "scenario.yaml", "scenario.yml"):
-        f = p / name
-        if not f.is_file():
-            continue
-        try:
-            text = f.read_text(encoding="utf-8")
-            doc = json.loads(text) if name.endswith(".json") else yaml.safe_load(text)
-        except (OSError, ValueError, yaml.YAMLError):
-            continue  # an unreadable file gives no weights; the report says 'equal'
-        if isinstance(doc, Mapping):
-            found = tenant_weights(doc)
-            if found:
-                return found
+    """Return the tenant weights of a run folder (its metadata.json's scenario, or a scenario file), or None.
+
+    The first of :func:`servebench.records.rundir.read_settings`'s documents that names weights gives them;
+    a document that cannot be read gives none, and the report says 'equal'.
+    """
+    for doc in read_settings(folder):
+        found = tenant_weights(doc)
+        if found:
+            return found
     return None

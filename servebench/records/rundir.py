@@ -98,6 +98,33 @@ def read_metadata(path: Path) -> dict[str, Any]:
     return doc
 
 
+def read_settings(folder: str | Path) -> list[dict[str, Any]]:
+    """Return the documents that say how a run was set up: its ``metadata.json``, then each scenario file beside it.
+
+    In that order (scenario files in :data:`SCENARIO_FILES` order), each parsed to a mapping (JSON, or YAML for
+    ``.yaml``/``.yml``). A file that cannot be read or parsed, or that is not a mapping, is left out: these
+    documents only add to a report (a tenant's weight), never stop it. Not a folder: none.
+    """
+    import yaml
+
+    p = Path(folder)
+    if not p.is_dir():
+        return []
+    docs: list[dict[str, Any]] = []
+    for name in (METADATA, *SCENARIO_FILES):
+        f = p / name
+        if not f.is_file():
+            continue
+        try:
+            text = f.read_text(encoding="utf-8")
+            doc = json.loads(text) if name.endswith(".json") else yaml.safe_load(text)
+        except (OSError, ValueError, yaml.YAMLError):
+            continue
+        if isinstance(doc, dict):
+            docs.append(doc)
+    return docs
+
+
 @dataclass
 class RunFolder:
     """A run folder's files, read (the records are read by ``loaders.read_path``, from ``records_path``)."""
