@@ -109,7 +109,7 @@ def simulate(
         "files": files, "notes": notes,
     }
     doc = {"simulation": sim, "report": report}
-    (d / rundir.SUMMARY).write_text(strict_json.dumps(doc, indent=2), encoding="utf-8")  # what --json prints
+    rundir.write_summary(d, strict_json.dumps(doc, indent=2))  # what --json prints
     if as_json:
         emit_json(doc)
         return

@@ -250,9 +250,9 @@ def write_run(folder: str | Path, records: RecordTable | Sequence[Mapping[str, A
     Formats as :func:`formats` chooses (``auto``: by the number of records). ``token_runs`` gives the records'
     token times as runs (a simulation's), written a part of the rows at a time. A record file or step trace
     of another format left there by an earlier run is removed. Returns the files written by role
-    (``records``, ``steps``, ``metadata``, ``sends``). Whatever else a command keeps beside them
-    (simulate's ``summary.json``) the command writes itself. ``server_metrics``: a load run's scrapes
-    (:data:`SERVER_METRICS`); without them an earlier run's file is removed, so it is never read as this run's.
+    (``records``, ``steps``, ``metadata``, ``sends``); simulate's ``summary.json`` is :func:`write_summary`'s.
+    ``server_metrics``: a load run's scrapes (:data:`SERVER_METRICS`); without them an earlier run's file is
+    removed, so it is never read as this run's.
     """
     d = Path(folder)
     records_fmt, steps_fmt = formats(len(records), records_format, steps_format)
@@ -294,6 +294,16 @@ def write_run(folder: str | Path, records: RecordTable | Sequence[Mapping[str, A
 def _write_metadata(folder: Path, metadata: Mapping[str, Any]) -> Path:
     path = folder / METADATA
     path.write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def write_summary(folder: str | Path, summary_json: str) -> Path:
+    """Write ``servebench simulate``'s summary (its ``--json`` document, serialized) as :data:`SUMMARY`."""
+    path = Path(folder) / SUMMARY
+    try:
+        path.write_text(summary_json, encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot write the run to {folder}: {exc.strerror or exc}") from None
     return path
 
 
