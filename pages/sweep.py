@@ -17,7 +17,7 @@ from servebench.dashboard.answers import sweep_answer
 from servebench.errors import InputFormatError
 from servebench.serving.engine.sweep_validation import read_sweep_validation, sweep_validation_doc
 from servebench.output.figures import sweep as sweep_figs
-from servebench.output.plain import NO_DATA, fmt, fmt_share
+from servebench.formatting import NO_DATA, fmt, fmt_share
 from servebench.capacity.model_presets import PRESETS, get_preset
 from servebench.records.steps import StepTrace, steps_from_bytes
 from servebench.serving.scenario import (FlatStep, Scenario, StepModelSpec, with_kv_budget_tokens, with_max_num_seqs,

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from servebench.analysis.summary import SLO
 from servebench.capacity import kv
 from servebench.dashboard.answers import kv_answer, kv_load_answer, plan_answer, slo_text, sweep_answer
-from servebench.output.plain import fmt
+from servebench.formatting import fmt
 from servebench.planning import Option, Plan
 from servebench.serving.sweep import Capacity, SweepResult
 

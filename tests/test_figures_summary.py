@@ -12,8 +12,8 @@ import pytest
 from servebench.errors import ConfigError, InputFormatError
 from servebench.output.figures.records import cdf_figure, timeline_figure
 from servebench.output.terminal import epoch_utc, fmt_window
-from servebench.output.figures.summary import (contract_cells, distribution_frame, fmt, fmt_share, fmt_share_of,
-                                               slice_frame, status_frame)
+from servebench.formatting import fmt, fmt_share, fmt_share_of
+from servebench.output.figures.summary import contract_cells, distribution_frame, slice_frame, status_frame
 from servebench.output.figures.vegalite import percentile_cdf, percentile_histogram
 from servebench.records.loaders import encode_records, read_bytes, to_table
 from servebench.records.table import parse_objects, validate

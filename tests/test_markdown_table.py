@@ -9,8 +9,7 @@ from hypothesis import given, settings, strategies as st
 from markdown_it import MarkdownIt
 
 from servebench.output.figures.markdown_table import markdown_table, read_markdown_table
-from servebench.formatting import fmt
-from servebench.output.figures.summary import fmt_share
+from servebench.formatting import fmt, fmt_share
 
 TEXT = st.text(st.characters(blacklist_categories=("Cs", "Cc", "Zl", "Zp")), max_size=12).map(str.strip)
 

@@ -14,7 +14,7 @@ import pandas as pd
 
 from servebench.output.figures.sweep import Line, LoadMark
 from servebench.output.figures.vegalite import NOTE_COLOR, Spec, _zoom
-from servebench.output.plain import fmt
+from servebench.formatting import fmt
 from servebench.output.safetext import safe_text
 
 DASHES: dict[str, list[int]] = {"solid": [1, 0], "dash": [6, 4], "dot": [2, 3], "longdash": [10, 4]}  # plotly's names
