@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from rich.console import Console
 
 from servebench.analysis.summary import build_report
+from servebench import formatting
 from servebench.output import plain, terminal
 from servebench.output.figures import summary as figures_summary
 from servebench.output.site.html import cell, table
@@ -17,15 +18,19 @@ from servebench.records.table import parse_objects, validate
 
 
 def test_every_surface_uses_the_one_formatter() -> None:
-    assert terminal.fmt is plain.fmt and figures_summary.fmt is plain.fmt
-    assert figures_summary.fmt_share is plain.fmt_share
+    from servebench.analysis import compare, diagnosis, walkthrough
+
+    assert terminal.fmt is formatting.fmt and figures_summary.fmt is formatting.fmt
+    assert figures_summary.fmt_share is formatting.fmt_share
+    assert compare.fmt is diagnosis.fmt is walkthrough.fmt is formatting.fmt
+    assert not hasattr(plain, "fmt")  # one home: output.plain keeps words, not numbers
 
 
 def test_no_data_and_infinity_read_the_same_everywhere() -> None:
-    assert [plain.fmt(v) for v in (None, math.nan, math.inf, -math.inf)] == ["—", "—", "∞", "-∞"]
+    assert [formatting.fmt(v) for v in (None, math.nan, math.inf, -math.inf)] == ["—", "—", "∞", "-∞"]
     assert [cell(v) for v in (None, math.nan, math.inf)] == ["—", "—", "∞"]  # the HTML site's cells
     assert "<td class=\"num\">—</td>" in str(table(["x"], [[None]]))
-    assert plain.fmt_share(None) == plain.fmt_share(math.nan) == plain.NO_DATA
+    assert formatting.fmt_share(None) == formatting.fmt_share(math.nan) == formatting.NO_DATA
 
 
 def test_terminal_report_shows_a_failure_aware_infinity_as_the_dashboard_does(r1_r4) -> None:
@@ -39,6 +44,6 @@ def test_terminal_report_shows_a_failure_aware_infinity_as_the_dashboard_does(r1
 @settings(max_examples=200, deadline=None)
 @given(st.floats(allow_nan=False, allow_infinity=False))
 def test_a_finite_number_reads_back_within_its_shown_precision(x: float) -> None:
-    text = plain.fmt(x)
+    text = formatting.fmt(x)
     back = float(text.replace(",", ""))
     assert abs(back - x) <= 5e-4 * abs(x) + 1e-300, (x, text)

@@ -1,9 +1,8 @@
 """Words for people: tool names, plain error sentences, labels, a glossary.
 
-The one number formatter is :mod:`servebench.formatting` (``fmt``, ``fmt_share``, ``fmt_share_of``,
-``NO_DATA``), at the bottom of the layers so that analysis can use it too; it is imported here for
-the pages that still take it from this module. The CLI and the library keep their exact messages;
-the dashboard passes what it shows through here.
+Numbers are :mod:`servebench.formatting`'s (``fmt`` and its share forms, ``NO_DATA``), at the bottom of the
+layers so that analysis can use it too. The CLI and the library keep their exact messages; the dashboard
+passes what it shows through here.
 """
 
 from __future__ import annotations
@@ -13,7 +12,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from servebench.formatting import NO_DATA, fmt, fmt_share, fmt_share_of  # noqa: F401  (pages import them from here)
 from servebench.records.statuses import STATUS_WORDS
 
 
