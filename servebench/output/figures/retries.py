@@ -1,6 +1,6 @@
 """Tables for the dashboard's retry and fairness sections (pure: report sections in, DataFrames out).
 
-Fractions show as percents and times in the unit asked for ('s' or 'ms'), as text formatted by ``plain.fmt``.
+Fractions show as percents and times in the unit asked for ('s' or 'ms'), as text formatted by ``formatting.fmt``.
 """
 
 from __future__ import annotations

@@ -82,7 +82,7 @@ def _visible_in_json(match: re.Match[str]) -> str:
 
 
 def cell(value: object, digits: int = 4) -> object:
-    """Format a metric for a table cell by ``plain.fmt``'s rule (None and NaN as '—', infinity as '∞')."""
+    """Format a metric for a table cell by ``formatting.fmt``'s rule (None and NaN as '—', infinity as '∞')."""
     if isinstance(value, Markup):
         return value
     if value is None or isinstance(value, (int, float)) and not isinstance(value, bool):
