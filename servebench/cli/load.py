@@ -342,7 +342,8 @@ def _run_one(url: str, spec: Any, seed: int, out_dir: Path, cfg_kwargs: dict[str
 @app.command()
 def load(
     url: str = typer.Argument(..., help="Base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000."),
-    out: Path = typer.Option(..., "-o", "--out", help="Output directory: records.jsonl, sends.jsonl, metadata.json."),
+    out: Path = typer.Option(..., "-o", "--out", help=f"Output directory: {rundir.RECORDS}, {rundir.SENDS}, "
+                                                     f"{rundir.METADATA}."),
     rate: Optional[float] = typer.Option(None, help="Open loop: mean arrival rate, requests/s."),
     requests: int = typer.Option(100, min=1, max=1_000_000, help="Requests to send (per sweep point)."),
     users: Optional[int] = typer.Option(None, min=1, help="Closed loop: this many users instead of --rate."),
