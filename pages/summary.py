@@ -128,7 +128,8 @@ def overview_charts(key: str, window_start: float, window_end: float, unit: str,
 
 def show_overview(ds: Dataset, report: Report, unit: str, engineer: bool) -> None:
     """The answer on one screen: outcomes, latency and TTFT over time and as CDFs; the eight numbers beside them."""
-    left, right = st.columns([3, 2], gap="medium")
+    cols = st.columns([3, 2], gap="medium")
+    left, right = cols[0].container(key="overview_charts"), cols[1].container(key="overview_numbers")
     left.vega_lite_chart(spec=on_canvas(outcome_bar(report.by_status, STATUS_WORDS, height=OUTCOME_BAR_PX)),
                          key="outcome_bar")
     over_time, cdf = overview_charts(ds.key, ds.window_start, ds.window_end, unit, ds.table)
@@ -163,7 +164,7 @@ if ds.table.extra:  # columns the schema does not know (gpu, model): any can be 
                                   help="The column whose values split the report into slices: 'slice', or any "
                                        "column of the file the schema does not know.")
 no_clock = ds.unavailable  # metrics an importer could not give (a file without timestamps)
-overview_box = st.container()  # filled once the report is built, below the SLO's inputs
+overview_box = st.container(key="overview")  # filled once the report is built, below the SLO's inputs
 
 if int(ds.loaded.metadata.get("runs") or 1) > 1:  # several benchmarks in one export: all of them at a glance
     with st.expander(f"All {ds.loaded.metadata['runs']} runs in this file (pick one under Import options)",

@@ -40,14 +40,14 @@ def test_summary_upload_renders_contract_and_charts() -> None:
         page.get_by_role("heading", name="Summary").first.wait_for()
         _wait_idle(page)
         assert _metric(page, "Requests") == "3,000"  # opens on the sample with nothing to do
-        # the first view is numbers, tables and one bar of outcomes; the other charts are drawn in the panels
-        # opened, never with plotly.js
-        page.locator(VEGA_DRAWN).first.wait_for()  # a chart's code loads after the run: wait until it is drawn
-        assert page.locator('.stPrintGraphic').count() == 1  # every chart container, drawn or still loading
+        # the first view is the overview (outcomes, p95s over time, CDFs) beside the numbers, then tables; the other
+        # charts are drawn in the panels opened, never with plotly.js
+        page.locator(VEGA_DRAWN).nth(2).wait_for()  # a chart's code loads after the run: wait until it is drawn
+        assert page.locator('.stPrintGraphic').count() == 3  # every chart container, drawn or still loading
         assert page.locator('[data-testid="stPlotlyChart"]').count() == 0
         page.get_by_text("CDFs of latency, TTFT and TPOT").first.click()
-        page.locator(VEGA_DRAWN).nth(3).wait_for()  # the outcome bar and the three CDFs
-        page.locator('[data-testid="stVegaLiteChart"] canvas').nth(3).wait_for()  # on canvases: cheaper than SVG
+        page.locator(VEGA_DRAWN).nth(5).wait_for()  # the overview's three charts and the three CDFs
+        page.locator('[data-testid="stVegaLiteChart"] canvas').nth(5).wait_for()  # on canvases: cheaper than SVG
         _wait_idle(page)
         assert page.locator('[data-testid="stPlotlyChart"]').count() == 0
         assert not page.evaluate(PLOTLY_FETCHED)
@@ -64,15 +64,16 @@ def test_summary_upload_renders_contract_and_charts() -> None:
         assert _metric(page, "Successes") == "2"
         assert _metric(page, "Successful requests/s") == "0.2857"  # 2 successes over the default window 0-7 s
         assert _metric(page, "Non-success fraction") == "50%"
-        chart = page.locator(VEGA_DRAWN).nth(1)  # the latency CDF, after the outcome bar
+        chart = page.locator(VEGA_DRAWN).nth(2)  # the overview's CDFs, after the outcome bar and the p95s over time
         chart.wait_for()
         assert chart.bounding_box()["height"] > 100
-        page.get_by_role("radio", name="ms", exact=True).first.click()  # the unit toggle: contract fields in milliseconds
+        assert _metric(page, "Latency p95 (ms)") == "2,500"  # milliseconds by default
+        page.get_by_role("radio", name="s", exact=True).first.click()  # the unit toggle: the fields in seconds
         page.wait_for_function(
             """() => [...document.querySelectorAll('[data-testid="stMetricValue"]')]
-                     .some(e => e.innerText.trim() === '2,500')""", timeout=TIMEOUT_MS)
+                     .some(e => e.innerText.trim() === '2.5')""", timeout=TIMEOUT_MS)
         _wait_idle(page)
-        assert _metric(page, "Latency p95 (ms)") == "2,500"
+        assert _metric(page, "Latency p95 (s)") == "2.5"
         assert page.locator('[data-testid="stException"]').count() == 0
         screenshot(page, "summary_upload_r1_r4")
 
@@ -276,7 +277,7 @@ def _tables(page) -> int:
 
 def test_summary_tables_fit_a_1400_px_window_without_scrolling_sideways(tmp_path) -> None:
     """Every table on Summary (the prefix-cache and retries tables too) and the Percentile explorer's records grid
-    fits a 1,400 px window: each table's scrollable width is its visible width, in s and in ms."""
+    fits a 1,400 px window: each table's scrollable width is its visible width, in ms and in s."""
     require_chromium()
     records = _records_with_every_section(tmp_path)
     with streamlit_server() as url, browser_page(viewport=(1400, 3600)) as page:
@@ -295,9 +296,9 @@ def test_summary_tables_fit_a_1400_px_window_without_scrolling_sideways(tmp_path
         shown = _tables(page)
         assert shown >= 10  # the sample's tables, the prefix cache's and the logical requests'
         assert page.evaluate(WIDE_TABLES) == []
-        page.get_by_role("radio", name="ms", exact=True).first.click()  # longer numbers in milliseconds
+        page.get_by_role("radio", name="s", exact=True).first.click()  # milliseconds (longer numbers) by default
         page.wait_for_function(
-            """() => [...document.querySelectorAll('th')].some(e => e.innerText.trim() === 'Latency p95 (ms)')""",
+            """() => [...document.querySelectorAll('th')].some(e => e.innerText.trim() === 'Latency p95 (s)')""",
             timeout=TIMEOUT_MS)
         _wait_idle(page)
         assert _tables(page) == shown
