@@ -464,7 +464,8 @@ def busy_arrival_scenarios(draw: st.DrawFn) -> Scenario:
     server = {"policy": draw(st.sampled_from(["reserve", "paged"])), "kv_budget_tokens": draw(st.integers(800, 6000)),
               "max_num_seqs": draw(st.integers(1, 32)), "max_num_batched_tokens": draw(st.sampled_from([None, 64, 512])),
               "chunked_prefill": draw(st.booleans()), "max_waiting": draw(st.sampled_from([None, 2, 50])),
-              "timeout_s": draw(st.sampled_from([None, 0.4, 3.0])), "prefill_lane": "shared",
+              "timeout_s": draw(st.sampled_from([None, 0.4, 3.0])),
+              "prefill_lane": draw(st.sampled_from(["shared", "separate"])),
               "prefix_caching": draw(st.booleans())}
     cls: dict[str, Any] = {"prompt": draw(length), "output": {"kind": "uniform", "low": 1, "high": draw(st.integers(2, 60))}}
     if draw(st.booleans()):
