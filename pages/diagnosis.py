@@ -7,7 +7,7 @@ import streamlit as st
 from pydantic import ValidationError
 
 from pages._shared import (SAMPLE_DIR, engineer_view, fail, guarded, metric, records_sidebar, show_reader_warnings,
-                           show_server_over_time, unit_choice)
+                           show_server_over_time, static_table, unit_choice)
 from pages._figures import profile_sweep_chart
 from servebench.analysis import diagnosis, walkthrough
 from servebench.dashboard.answers import sweep_answer
@@ -66,29 +66,29 @@ def render_verdict(v: diagnosis.Verdict) -> None:
     metric(c[2], "tpot_growth", "TPOT growth under load", fmt(v.tpot_growth),
            "TPOT p50 with many sequences / with few.")
     metric(c[3], "bytes_per_token", "KV bytes per token", fmt(v.bytes_per_token))
-    st.dataframe(pd.DataFrame([{"measurement": e.measurement, "value": fmt(e.value), "rule": e.rule,
+    static_table(pd.DataFrame([{"measurement": e.measurement, "value": fmt(e.value), "rule": e.rule,
                                 "threshold": fmt(e.threshold),
                                 "crossed": {True: "yes", False: "no", None: "not measured"}[e.crossed],
-                                "note": e.note} for e in v.evidence]), hide_index=True)
+                                "note": e.note} for e in v.evidence]))
     st.markdown(f"**Why this verdict.** {v.explanation}")
     for gap in v.cannot_tell:
         st.info(f"Cannot tell: {gap}")
     st.caption("Every rule, in precedence order (" + " > ".join(diagnosis.PRECEDENCE) +
                "): with a symptom, the first rule whose every condition holds wins.")
-    st.dataframe(pd.DataFrame([{"limit": r.limit, "holds": "yes" if r.holds else "no",
+    static_table(pd.DataFrame([{"limit": r.limit, "holds": "yes" if r.holds else "no",
                                 "conditions": "; ".join(
                                     f"{c.measurement} {c.rule} {fmt(c.threshold)}: "
                                     + {True: "yes", False: "no", None: "not measured"}[c.crossed]
-                                    for c in r.conditions)} for r in v.rules]), hide_index=True)
+                                    for c in r.conditions)} for r in v.rules]))
     if v.bindings:
         first = v.first_to_bind
         said = " (none estimated from this data)." if first is None else \
             f": **{first.limit}** binds at the measured load." if v.headline and v.headline.standing == "at_limit" \
             else f": **{first.limit}** first."
         st.markdown("**Where each limit binds as load grows**" + said)
-        st.dataframe(pd.DataFrame([{"limit": b.limit, "rate (requests/s)": fmt(b.rate_per_s),
+        static_table(pd.DataFrame([{"limit": b.limit, "rate (requests/s)": fmt(b.rate_per_s),
                                     "in service": fmt(b.in_service), "× the measured rate": fmt(b.headroom),
-                                    "how": b.basis} for b in v.bindings]), hide_index=True)
+                                    "how": b.basis} for b in v.bindings]))
     st.markdown(f"**What prefill contributes.** {v.prefill}")
     st.markdown(f"**Experiment.** {v.experiment.action}  \n**Confirms:** {v.experiment.confirm}  \n"
                 f"**Refutes:** {v.experiment.refute}")
@@ -171,7 +171,7 @@ else:
         st.subheader(f"Step {step.number}: {step.title}")
         if step.number == 2:
             st.markdown(f"**The measurements** ({name})")
-            st.dataframe(_profiles_frame(table), hide_index=True)
+            static_table(_profiles_frame(table))
         st.markdown(step.question)
         revealed = answers.get(step.number)
         if revealed is None:
@@ -196,12 +196,11 @@ else:
         score = walkthrough.score_prediction(step, revealed["given"])
         if score.total:
             st.markdown(f"**{score.correct} of {score.total} right**")
-            st.dataframe(pd.DataFrame([{"answer": s.label, "your prediction": fmt(s.predicted),
+            static_table(pd.DataFrame([{"answer": s.label, "your prediction": fmt(s.predicted),
                                         "computed": fmt(s.expected), "off by": fmt(s.error),
                                         "how close": s.closeness, "tolerance": s.tolerance,
                                         "within tolerance": "no prediction" if s.predicted is None
-                                        else "yes" if s.within else "no"} for s in score.scores]),
-                         hide_index=True)
+                                        else "yes" if s.within else "no"} for s in score.scores]))
         st.info(step.explanation)
     else:
         st.success("All five steps revealed. The same diagnosis, with its evidence:")

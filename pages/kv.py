@@ -116,7 +116,7 @@ with answer:  # one input (the request: prompt and output), one answer
         (st.warning if res.utilization is not None and res.utilization >= 0.8 else st.info)(
             load + (" Expect queueing while the limit is held." if res.utilization >= 0.8 else ""))
     with st.expander("The numbers behind it"):
-        c = st.columns(5)
+        c = st.columns(3)  # five across cut 'Max concurrent sequences' off at 1,400 px
         c[0].metric("KV bytes per token", fmt(res.bytes_per_token),
                     help="GPU memory one token of context takes in the KV cache, per GPU, below any sliding window.")
         c[1].metric("Tokens per request", fmt(res.tokens_per_request),
@@ -124,9 +124,10 @@ with answer:  # one input (the request: prompt and output), one answer
                          "prompt and expected output (paged).")
         c[2].metric("KV per request", gib_text(res.bytes_per_request),
                     help=f"{fmt(res.bytes_per_request)} bytes: tokens per request × KV bytes per token.")
-        c[3].metric("Tokens in the budget", fmt(res.budget_tokens),
+        c = st.columns(3)
+        c[0].metric("Tokens in the budget", fmt(res.budget_tokens),
                     help=f"How many tokens of KV the budget holds: {fmt(budget_bytes)} bytes per GPU.")
-        c[4].metric("Max concurrent sequences", fmt(res.max_concurrent_sequences),
+        c[1].metric("Max concurrent sequences", fmt(res.max_concurrent_sequences),
                     help="How many requests fit in the KV cache at once: tokens in the budget ÷ tokens per request, "
                          "rounded down.")
         c = st.columns(4)

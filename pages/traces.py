@@ -74,13 +74,14 @@ slo_tpot = c[2].number_input("Request TPOT (s)", min_value=0.0, value=0.05, step
 target = c[3].number_input("Share of requests that must meet them", min_value=0.51, max_value=1.0, value=0.95,
                            step=0.01, key="traces_target")
 with st.expander("Search: GPU types, tensor parallelism, headroom"):
-    c = st.columns(4)
-    gpus = c[0].multiselect("GPU types", list(ACCELERATORS), default=list(DEFAULT_GPUS), key="traces_gpus")
-    tps = c[1].multiselect("Tensor parallelism", list(TENSOR_PARALLEL), default=list(TENSOR_PARALLEL),
+    # the GPU types on a row of their own: six chips in a quarter of the page were cut off at 1,400 px
+    gpus = st.multiselect("GPU types", list(ACCELERATORS), default=list(DEFAULT_GPUS), key="traces_gpus")
+    c = st.columns(3)
+    tps = c[0].multiselect("Tensor parallelism", list(TENSOR_PARALLEL), default=list(TENSOR_PARALLEL),
                            key="traces_tp")
-    seqs = c[2].multiselect("max_num_seqs", [8, 16, 32, 64, 128, 256, 512], default=list(MAX_NUM_SEQS),
+    seqs = c[1].multiselect("max_num_seqs", [8, 16, 32, 64, 128, 256, 512], default=list(MAX_NUM_SEQS),
                             key="traces_seqs")
-    headroom = c[3].slider("Headroom", 0.0, 0.5, 0.2, 0.05, key="traces_headroom",
+    headroom = c[2].slider("Headroom", 0.0, 0.5, 0.2, 0.05, key="traces_headroom",
                            help="Share of each replica's capacity left unused (bursts, failover).")
     st.caption("Prices are each GPU's default list price (the Capacity planner page edits them).")
 
