@@ -252,6 +252,9 @@ PAGE_VISITS = {"kv first load": ("kv", "Max concurrent sequences", None, None, N
                "planner first load": ("planner", "then plan.", "plan run", "Plan", "Cheapest: configuration")}
 PAGE_CASES = ("kv first load", "sweep first load", "sweep run", "planner first load", "plan run")
 CASES = (*PYTHON_CASES, *BASELINE_CASES, *BROWSER_100K, *PAGE_CASES)
+FIRST_LOAD_RATIO = 1.5  # issue 36: the app's first load, x a bare page's first load in the same run
+INTERACTION_RATIO = 0.5  # issue 36: every interaction on 100,000 records, x a bare page's first load
+TARGETS = (("first load", FIRST_LOAD_RATIO), *((case, INTERACTION_RATIO) for case in BROWSER_100K))
 
 
 def measure(repeat: int, cases: frozenset[str] = frozenset(CASES)) -> dict[str, list[Timed]]:
@@ -385,12 +388,16 @@ def main() -> None:
                   f"{', '.join(f'{t.settled_s:.2f}' for t in ts)} still")
         return
     base = statistics.median(t.settled_s for t in times["hello first load"])
+    base_drawn = statistics.median(t.drawn_s for t in times["hello first load"])
     rows = {case: {"median_s": statistics.median(t.settled_s for t in ts), "runs_s": [t.settled_s for t in ts],
                    "drawn_median_s": statistics.median(t.drawn_s for t in ts), "drawn_runs_s": [t.drawn_s for t in ts],
-                   "ratio_to_hello": statistics.median(t.settled_s for t in ts) / base} for case, ts in times.items()}
+                   "ratio_to_hello": statistics.median(t.settled_s for t in ts) / base,
+                   "drawn_ratio_to_hello": statistics.median(t.drawn_s for t in ts) / base_drawn}
+            for case, ts in times.items()}
     doc = {"machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                        "platform": platform.platform(), "load_average_1min": [load_before[0], load_after[0]]},
-           "targets": {"first load": 3.0, "each interaction on 100k": 1.0}, "cases": rows}
+           "targets_ratio_to_hello": {"first load": FIRST_LOAD_RATIO, "each interaction on 100k": INTERACTION_RATIO},
+           "cases": rows}
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "dashboard.json").write_text(json.dumps(doc, indent=2) + "\n")
     lines = ["# Dashboard in a real browser (headless Chromium)", "",
@@ -402,11 +409,12 @@ def main() -> None:
              "ratio is to a bare Streamlit page's first load (still) measured in the same run. The machine's 1-minute "
              f"load average was {load_before[0]:.1f} before and {load_after[0]:.1f} after, on {os.cpu_count()} "
              "CPUs shared with other work, so absolute times vary from run to run.", "",
-             "| case | still, median (s) | still, runs (s) | drawn, median (s) | x bare page |",
-             "|---|---:|---|---:|---:|"]
+             "| case | still, median (s) | still, runs (s) | drawn, median (s) | x bare page (still) | "
+             "x bare page (drawn) |",
+             "|---|---:|---|---:|---:|---:|"]
     for case, r in rows.items():
         lines.append(f"| {case} | {r['median_s']:.2f} | {', '.join(f'{t:.2f}' for t in r['runs_s'])} | "
-                     f"{r['drawn_median_s']:.2f} | {r['ratio_to_hello']:.1f} |")
+                     f"{r['drawn_median_s']:.2f} | {r['ratio_to_hello']:.2f} | {r['drawn_ratio_to_hello']:.2f} |")
     med = {case: r["median_s"] for case, r in rows.items()}
     drawn = {case: r["drawn_median_s"] for case, r in rows.items()}
     python = sum(med[case] for case in med if case.startswith("python:"))
@@ -417,19 +425,14 @@ def main() -> None:
               "", f"One plotly chart adds {med['plotly chart page'] - base:.2f} s to a bare page's first load "
               f"(plotly.js, 4.7 MB, compiled by a new browser profile); one Vega-Lite chart adds "
               f"{med['vega chart page'] - base:.2f} s. Every page of the dashboard draws Vega-Lite, so none pays for "
-              "plotly.js. Summary's first view draws one small chart (every request by outcome, which also loads "
-              "the Vega-Lite code); its other charts are drawn in panels, once opened.", "",
-              "Against the targets (first load under 3 s, each interaction on 100,000 records under 1 s): "
-              + "; ".join(f"{case} {med[case]:.2f} s still, {drawn[case]:.2f} s drawn: "
-                          f"{'met' if med[case] < target else 'NOT met'}"
-                          for case, target in (("first load", 3.0), ("kv first load", 3.0),
-                                               ("sweep first load", 3.0), ("planner first load", 3.0),
-                                               ("upload 100k", 1.0), ("SLO change 100k", 1.0),
-                                               ("window change 100k", 1.0), ("charts opened 100k", 1.0),
-                                               ("over time opened 100k", 1.0),
-                                               ("page switch 100k", 1.0), ("compare switch 100k", 1.0),
-                                               ("upload 100k token_times", 1.0),
-                                               ("token timing switch 100k", 1.0))) + "."]
+              "plotly.js. Summary's first view draws the overview's three charts (every request by outcome, latency and "
+              "TTFT p95 over time, their CDFs); its other charts are drawn in panels, once opened.", "",
+              f"Against the targets (issue 36: a first load under {FIRST_LOAD_RATIO}x a bare page's first load, "
+              f"each interaction on 100,000 records under {INTERACTION_RATIO}x; both as ratios of 'drawn', the "
+              "issue's measure, to the bare page's 'drawn' in this run): "
+              + "; ".join(f"{case} {drawn[case] / base_drawn:.2f}x ({drawn[case]:.2f} s drawn, {med[case]:.2f} s "
+                          f"still): {'met' if drawn[case] / base_drawn < target else 'NOT met'}"
+                          for case, target in TARGETS if case in drawn) + "."]
     (RESULTS / "dashboard.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
