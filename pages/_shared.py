@@ -412,7 +412,8 @@ def records_sidebar() -> Dataset:
         held = held_runs()
         if len(held) > 1:
             names = {d: f"{s.name} ({s.origin})" for d, s in held.items()}
-            st.selectbox("Showing", list(names), index=list(names).index(src.digest) if src.digest in names else 0,
+            # a radio wraps a long file name; a select cut 'guidellm-0.8.1-errors.json (upload)' off at 1,400 px
+            st.radio("Showing", list(names), index=list(names).index(src.digest) if src.digest in names else 0,
                          format_func=lambda d: safe_text(names[d]), key=f"showing:{src.digest}",
                          on_change=_on_showing, args=(f"showing:{src.digest}",),
                          help="Every record set you uploaded or opened is kept; Compare shows them side by side.")
