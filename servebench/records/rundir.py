@@ -316,6 +316,15 @@ def rate_folder(folder: str | Path, rate_rps: float) -> Path:
     return Path(folder) / f"rate_{rate_rps:g}"
 
 
+def read_sweep(path: str | Path) -> tuple[list[dict[str, Any]], Any]:
+    """Read a sweep file (one of :data:`SWEEP_FILES`, or another tool's): its points as rows, and for JSON the
+    whole document (a ``SweepResult`` when servebench wrote it; None for CSV)."""
+    p = Path(path)
+    rows = read_rows(p)
+    doc = json.loads(p.read_text(encoding="utf-8-sig")) if p.suffix.lower() == ".json" else None
+    return rows, doc
+
+
 def write_sweep(folder: str | Path, sweep: BaseModel, sweep_csv: str, *,
                 metadata: Mapping[str, Any] | None = None) -> dict[str, Path]:
     """Write a sweep's folder (created if needed): ``sweep.json`` (the result), ``sweep.csv`` and the metadata given.

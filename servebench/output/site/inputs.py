@@ -21,7 +21,6 @@ is a trace, shown as ``trace stats`` sees it, not as records.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -102,8 +101,7 @@ def _sweep_file(folder: Path) -> Path | None:
 
 def _load_sweep(sweep: Path, folder: Path, name: str, path: Path) -> RunInput:
     """Read a sweep's points (and the folder's metadata.json, if any) as one run."""
-    rows = read_rows(sweep)
-    doc = json.loads(sweep.read_text(encoding="utf-8-sig")) if sweep.suffix.lower() == ".json" else None
+    rows, doc = rundir.read_sweep(sweep)
     meta_path = find_file(folder, (METADATA,))
     meta = rundir.read_metadata(meta_path) if meta_path is not None else None
     files = [sweep.name] + ([meta_path.name] if meta_path is not None else [])
