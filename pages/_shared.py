@@ -254,6 +254,9 @@ def _uploads() -> list[Any]:
 SERVER_KEY = "server_metrics_files"  # record set digest -> RecordSource of the server's scrapes that go with it
 
 
+SEEN_UPLOADS_KEY = "seen_upload_ids"  # the uploader's file ids already handled: a new id is the newest file
+
+
 def _on_upload() -> None:
     """Hold every uploaded file; show the newest; a file removed with its x is let go (back to the last good set).
 
@@ -261,7 +264,11 @@ def _on_upload() -> None:
     with it, else the one on screen.
     """
     held = held_runs()
-    uploads = sort_uploads(((up.name, up.getvalue()) for up in _uploads() if upload_error(up) is None), held)
+    seen = st.session_state.setdefault(SEEN_UPLOADS_KEY, set())
+    ups = [up for up in _uploads() if upload_error(up) is None]
+    uploads = sort_uploads(((up.name, up.getvalue()) for up in ups), held,
+                           fresh={i for i, up in enumerate(ups) if up.file_id not in seen})
+    seen.update(up.file_id for up in ups)
     for src in uploads.records.values():
         if src.digest not in held:
             hold(src)

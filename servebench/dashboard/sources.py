@@ -8,7 +8,7 @@ No Streamlit here: ``pages/_shared.py`` keeps these in ``st.session_state`` and 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -106,23 +106,33 @@ class Uploads:
     newest: RecordSource | None
 
 
-def sort_uploads(files: Iterable[tuple[str, bytes]], held: Mapping[str, RecordSource]) -> Uploads:
-    """Split uploaded (name, bytes) into record sets and server metrics; name the newest record set not in ``held``.
+def sort_uploads(files: Iterable[tuple[str, bytes]], held: Mapping[str, RecordSource],
+                 fresh: Collection[int] | None = None) -> Uploads:
+    """Split uploaded (name, bytes) into record sets and server metrics; name the newest record set.
+
+    The newest is the last of the ``fresh`` files (their positions: added since the uploader last changed), even
+    when its bytes are held already under another name, so a second bad file names itself; without ``fresh``, the
+    last record set not in ``held``.
 
     >>> up = sort_uploads([("a.csv", b"1"), ("server_metrics.parquet", b"2"), ("b.csv", b"3")], {})
     >>> [s.name for s in up.records.values()], [s.name for s in up.scrapes], up.newest.name
     (['a.csv', 'b.csv'], ['server_metrics.parquet'], 'b.csv')
+    >>> held = {up.newest.digest: up.newest}
+    >>> sort_uploads([("b.csv", b"3"), ("copy of b.csv", b"3")], held, fresh={1}).newest.name
+    'copy of b.csv'
+    >>> print(sort_uploads([("b.csv", b"3"), ("copy of b.csv", b"3")], held, fresh=set()).newest)
+    None
     """
     records: dict[str, RecordSource] = {}
     scrapes: list[RecordSource] = []
     newest = None
-    for name, data in files:
+    for i, (name, data) in enumerate(files):
         src = RecordSource.of(name, data, "upload")
         if is_server_metrics_file(name):
             scrapes.append(src)
             continue
         records[src.digest] = src
-        if src.digest not in held:
+        if (src.digest not in held) if fresh is None else (i in fresh):
             newest = src
     return Uploads(records, scrapes, newest)
 
