@@ -42,11 +42,10 @@ def over_time_p95_chart(b: OverTimeBins, unit: str = "ms", height: int = OVERVIE
                           "metric": np.repeat(names, b.mids_s.size)})
     span = [0.0, float(b.mids_s[-1] + b.width_s / 2)] if b.mids_s.size else [0.0, 1.0]
     return {
-        "title": _title(f"p95 over time ({unit})", [f"successes ending in each of {b.mids_s.size} bins of "
-                                                    f"{b.width_s:.3g} s"]),
+        "title": _title(f"p95 over time ({unit})", [f"{b.mids_s.size} bins of {b.width_s:.3g} s, by end"]),
         "height": height, "config": CONFIG, "datasets": {"lines": frame}, "data": {"name": "lines"},
         "mark": {"type": "line", "invalid": "break-paths-filter-domains", "point": {"size": 12}},
-        "encoding": {"x": {"field": "x", "type": "quantitative", "title": "seconds since the window start",
+        "encoding": {"x": {"field": "x", "type": "quantitative", "title": "s since the window start",
                            "scale": {"domain": span}},
                      "y": {"field": "y", "type": "quantitative", "title": f"p95, {unit}"},
                      "color": {"field": "metric", "type": "nominal", "title": None, "sort": names,
