@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 import os
-import tempfile
-import time
-from pathlib import Path
 
 import streamlit as st
-from pages._shared import STEP_TRACE_KEY, RecordSource, chosen_scenario, guarded, sample_scenarios, set_source, sharing
+from pages._shared import (STEP_TRACE_KEY, RecordSource, chosen_scenario, fail, guarded, sample_scenarios, set_source,
+                           sharing)
+from servebench.dashboard.timing import BackgroundRun
 from servebench.serving.engine.model import PRESETS as ENGINE_PRESETS
 from servebench.serving.engine.model import device_name, pick_device
 from servebench.output.cautions import cpu_model_warning
 from servebench.records.rundir import METADATA, RECORDS, STEPS
-from servebench.serving.engine.readback import read_run
-from servebench.serving.engine.timing_run import execute_run
-from servebench.formatting import fmt
 from servebench.serving.scenario import with_request_count
 
 st.title("Timing run")
@@ -50,33 +46,45 @@ too_big = cpu_model_warning(model, shape.param_count, dev.type)
 if too_big:
     st.warning(too_big, icon=":material/warning:")
 
+RUN_KEY = "timing_run_job"  # the BackgroundRun in progress (or just ended) in this session
+
+
+@st.fragment(run_every=0.5)
+def _watch(job: BackgroundRun) -> None:
+    """Show the run's progress and its Stop button, twice a second; once it has ended, rerun the page to open it."""
+    if job.done:
+        st.rerun()
+    total = job.total or job.scenario.workload.num_requests or 1
+    text = "Warming up…" if not job.total else f"{job.ended:,} of {total:,} requests ended ({job.sent:,} sent)"
+    st.progress(min(1.0, job.ended / total), text="Stopping: cancelling the live requests…" if job.stopping else text)
+    st.button("Stop the run", key="run_stop", icon=":material/stop_circle:", on_click=job.stop,
+              disabled=job.stopping, help="End the run now and open what it measured: requests still live are "
+                                          "cancelled (stopped_by_user), the ones not yet sent are not offered.")
+
+
+job: BackgroundRun | None = st.session_state.get(RUN_KEY)
+if job is not None and job.done:  # the run ended (or was stopped): open its records on the Summary page
+    del st.session_state[RUN_KEY]
+    if job.error is not None:
+        job.discard()
+        fail(job.error)
+    meta, folder, records = job.result()
+    name = f"timing run {job.scenario.name} ({job.options['model']}, {meta['runtime']['device_name']}).jsonl"
+    set_source(RecordSource.of(name, records, "timing run", metadata=meta, steps=folder.steps))
+    st.session_state[STEP_TRACE_KEY] = (name, folder.steps)
+    st.switch_page("pages/summary.py")
+
 share = sharing()
-if not share.may_start_work:  # shared on a network: no button, so nobody else starts work on this machine
+if job is not None:
+    _watch(job)
+elif not share.may_start_work:  # shared on a network: no button, so nobody else starts work on this machine
     st.warning(share.opt_in_message("a timing run"), icon=":material/lock:")
 elif st.button("Start the timing run", type="primary", key="run_start"):
     to_run = guarded(with_request_count, scenario, requests)
     source = up.name if up is not None else f"sample_data/scenarios/{sample}"
-    bar = st.progress(0.0, text="Warming up…")
-    last = [0.0, -1]
-
-    def on_progress(ended: int, sent: int, total: int) -> None:
-        now = time.monotonic()
-        if ended != last[1] and (now - last[0] > 0.2 or ended == total):
-            last[0], last[1] = now, ended
-            bar.progress(ended / total, text=f"{ended:,} of {total:,} requests ended ({sent:,} sent)")
-
-    with tempfile.TemporaryDirectory(prefix="servebench-run-") as tmp:
-        out = Path(tmp) / "run"
-        meta = guarded(execute_run, to_run, out, scenario_source=source, model=model, device=device,
-                       threads=threads, max_wall_s=max_wall_s, progress=on_progress)
-        folder = guarded(read_run, out)
-        records = (out / RECORDS).read_bytes()
-    name = f"timing run {scenario.name} ({model}, {meta['runtime']['device_name']}).jsonl"
-    set_source(RecordSource.of(name, records, "timing run", metadata=meta, steps=folder.steps))
-    st.session_state[STEP_TRACE_KEY] = (name, folder.steps)
-    bar.progress(1.0, text=f"Done in {fmt(meta['run']['wall_s'])} s: {meta['run']['records']:,} records, "
-                           f"{meta['run']['steps']:,} steps")
-    st.switch_page("pages/summary.py")
+    st.session_state[RUN_KEY] = BackgroundRun(to_run, scenario_source=source, model=model, device=device,
+                                              threads=threads, max_wall_s=max_wall_s).start()
+    st.rerun()
 
 st.caption(f"Files a CLI run writes: {RECORDS}, {STEPS}, {METADATA} "
            "(`servebench run SCENARIO -o DIR`; `servebench validate DIR` compares it with a simulation).")

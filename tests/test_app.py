@@ -581,6 +581,13 @@ def test_load_sweep_bad_step_trace_names_file_and_line() -> None:
     assert "steps.jsonl: line 2: invalid JSON" in at.error[0].value
 
 
+def _finish_timing_run(at: AppTest, timeout_s: float = 120) -> None:
+    """Wait for the timing run started on its own thread, then rerun the page, which opens its records."""
+    assert not at.exception and not at.error
+    assert at.session_state["timing_run_job"].wait(timeout_s)
+    at.run()
+
+
 @pytest.mark.slow
 def test_timing_run_shows_device_then_opens_its_records_on_summary() -> None:
     at = _app()
@@ -589,6 +596,7 @@ def test_timing_run_shows_device_then_opens_its_records_on_summary() -> None:
     assert "Runs on **" in at.info[0].value  # the device, before anything starts
     at.number_input(key="run_requests:tiny_cpu").set_value(12)
     at.button(key="run_start").click().run()
+    _finish_timing_run(at)
     assert not at.exception and not at.error
     assert at.title[0].value == "Summary"
     assert any("Timing run of **tiny**" in s.value for s in at.success)
@@ -665,6 +673,7 @@ def test_shared_timing_run_with_the_opt_in_runs(monkeypatch: pytest.MonkeyPatch)
         at.switch_page("pages/timing_run.py").run()
         at.number_input(key="run_requests:tiny_cpu").set_value(4)
         at.button(key="run_start").click().run()
+        _finish_timing_run(at)
         assert not at.exception and not at.error
         assert at.title[0].value == "Summary" and _metrics(at)["Requests"] == "4"
 

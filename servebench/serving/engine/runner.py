@@ -38,6 +38,7 @@ from servebench.serving.engine.loop import EngineLoop, StepRow, warm_up
 from servebench.serving.engine.model import Decoder, denormals_flushed
 
 ERR_RUN_LIMIT = "run_time_limit"
+ERR_STOPPED = "stopped_by_user"  # the run was stopped from outside (the dashboard's Stop button)
 Progress = Callable[[int, int, int], None]  # (ended, sent, total)
 
 
@@ -302,7 +303,7 @@ def run_scenario(model: Decoder, scenario: Scenario, **kwargs: Any) -> TimingRun
 def run_workload(model: Decoder, scheduler: SchedulerConfig, workload: WorkloadSpec, *, seed: int = 0,
                  cancel: CancelSpec | None = None, max_wall_s: float | None = None, warmup_steps: int = 3,
                  progress: Progress | None = None, on_step: Callable[[StepRow], None] | None = None,
-                 client: ClientSpec | None = None) -> TimingRun:
+                 client: ClientSpec | None = None, stop: threading.Event | None = None) -> TimingRun:
     """Serve ``workload`` in real time on ``model`` under ``scheduler``; return records and step trace.
 
     With ``client`` each request is a logical request served by attempts, as in the simulator: one
@@ -312,16 +313,19 @@ def run_workload(model: Decoder, scheduler: SchedulerConfig, workload: WorkloadS
     The workload (then the clients' cancellations) is drawn from ``numpy.random.default_rng(seed)``
     by :func:`~servebench.serving.workload.draw_workload`, the simulator's draw. ``max_wall_s`` bounds the run: requests still live then are
     cancelled with error ``run_time_limit`` (kept as records) and requests not yet sent are not offered.
+    Setting ``stop`` (from another thread) ends the run the same way, its live requests cancelled with error
+    ``stopped_by_user``; what ran is kept.
     """
     with denormals_flushed(), gc_frozen():
         return _run_workload(model, scheduler, workload, seed=seed, cancel=cancel, max_wall_s=max_wall_s,
-                             warmup_steps=warmup_steps, progress=progress, on_step=on_step, client=client)
+                             warmup_steps=warmup_steps, progress=progress, on_step=on_step, client=client,
+                             stop=stop)
 
 
 def _run_workload(model: Decoder, scheduler: SchedulerConfig, workload: WorkloadSpec, *, seed: int,
                   cancel: CancelSpec | None, max_wall_s: float | None, warmup_steps: int,
                   progress: Progress | None, on_step: Callable[[StepRow], None] | None,
-                  client: ClientSpec | None = None) -> TimingRun:
+                  client: ClientSpec | None = None, stop: threading.Event | None = None) -> TimingRun:
     draw = draw_workload(workload, np.random.default_rng(seed), cancel)  # the simulator's draw
     drawn = draw.requests
     specs = drawn.to_specs()
@@ -399,12 +403,14 @@ def _run_workload(model: Decoder, scheduler: SchedulerConfig, workload: Workload
                 progress(ended, producer.sent, total)
             if ended >= total:
                 break
-            if max_wall_s is not None and loop.clock() > max_wall_s:
+            over = max_wall_s is not None and loop.clock() > max_wall_s
+            if over or (stop is not None and stop.is_set()):
                 producer.stop()
                 producer.join()
-                loop.cancel_all(ERR_RUN_LIMIT)
+                loop.cancel_all(ERR_RUN_LIMIT if over else ERR_STOPPED)
                 unsent = total - producer.sent_logical  # user requests, not attempts
-                notes.append(f"stopped at the {max_wall_s:g} s limit: {unsent} requests never sent")
+                why = f"at the {max_wall_s:g} s limit" if over else f"by the user after {loop.clock():.3g} s"
+                notes.append(f"stopped {why}: {unsent} requests never sent")
                 break
             loop.run_once(idle_wait_s=0.02)
     finally:

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,11 +25,13 @@ Progress = Callable[[int, int, int], None]  # (requests ended, sent, total), cal
 
 def execute_run(scenario: Scenario, out: Path, *, scenario_source: str | None = None, model: str = "tiny",
                 device: str = "auto", threads: int = 1, weights_seed: int = 0, max_wall_s: float | None = None,
-                warmup_steps: int = 3, progress: Progress | None = None) -> dict[str, Any]:
+                warmup_steps: int = 3, progress: Progress | None = None,
+                stop: threading.Event | None = None) -> dict[str, Any]:
     """Run ``scenario`` on the local engine, write the run folder ``out``, and return its metadata.
 
     ``scenario_source`` (a file name or path) is recorded in the metadata as where the scenario came from.
     The caller's torch thread count is restored afterwards, so a long-lived process (the dashboard) keeps its own.
+    Setting ``stop`` from another thread ends the run early; what ran is written (``run_workload``).
     """
     if out.exists() and not out.is_dir():
         raise ConfigError(f"output {out} exists and is not a directory")
@@ -38,7 +41,8 @@ def execute_run(scenario: Scenario, out: Path, *, scenario_source: str | None = 
     configure_cpu(threads)
     try:
         decoder = Decoder(shape, seed=weights_seed, device=dev, dtype=dtype)
-        run = run_scenario(decoder, scenario, max_wall_s=max_wall_s, warmup_steps=warmup_steps, progress=progress)
+        run = run_scenario(decoder, scenario, max_wall_s=max_wall_s, warmup_steps=warmup_steps, progress=progress,
+                           stop=stop)
     finally:
         torch.set_num_threads(previous_threads)
     if scenario.server.prefill_lane != "shared":
