@@ -788,27 +788,47 @@ class RunGaps:
         starts, lengths, owners = r.run_start[chosen], r.run_len[chosen], r.run_row[chosen]
         lasts = starts + lengths - 1
         spanning = lengths > 1
-        weight = np.zeros(r.ticks.size, dtype=np.int32)  # chosen runs spanning the step from tick i (fewer than rows)
+        ticks = r.ticks
+        weight = np.zeros(ticks.size, dtype=np.int32)  # chosen runs spanning the step from tick i (fewer than rows)
         np.add.at(weight, starts[spanning], 1)
         np.subtract.at(weight, lasts[spanning], 1)
         np.cumsum(weight, out=weight)
-        used = weight[:-1] > 0 if r.ticks.size else np.zeros(0, dtype=bool)
-        steps = np.diff(r.ticks)[used]  # the gap from tick i to i+1, as np.diff of a row's times has it
-        counts = weight[:-1][used]
-        del weight, used
         between = owners[1:] == owners[:-1]  # a row's next run: the gap from its last tick to the next run's first
-        joins = r.ticks[starts[1:][between]] - r.ticks[lasts[:-1][between]]
-        values = np.concatenate([steps, joins])
-        counts = np.concatenate([counts, np.ones(joins.size, dtype=np.int32)])
-        del steps, joins
-        order = np.argsort(values)  # equal values are merged below: no need for a stable sort
-        values = values[order]
+        join_to, join_from = starts[1:][between], lasts[:-1][between]
+        del starts, lengths, owners, lasts, spanning, between
+        steps = max(ticks.size - 1, 0)
+        used = weight[:steps] > 0
+        n_used = int(np.count_nonzero(used))
+        # the gaps and their weights go straight into one array each, a block of steps at a time: no temporary as
+        # long as the ticks (a million requests take 23 million steps)
+        values = np.empty(n_used + join_to.size)
+        counts = np.empty(values.size, dtype=np.int32)
+        at = 0
+        for lo in range(0, steps, _GAP_BLOCK):
+            hi = min(lo + _GAP_BLOCK, steps)
+            u = used[lo:hi]
+            k = int(np.count_nonzero(u))
+            values[at:at + k] = (ticks[lo + 1:hi + 1] - ticks[lo:hi])[u]  # the gap from tick i to i+1, as np.diff
+            counts[at:at + k] = weight[lo:hi][u]
+            at += k
+        del weight, used
+        values[n_used:] = ticks[join_to] - ticks[join_from]
+        counts[n_used:] = 1
+        order = np.argsort(values)  # equal values may come in any order: a value's copies are alike
         counts = counts[order]
         del order
-        if values.size:  # equal values become one, their counts added
-            first = np.flatnonzero(np.concatenate([[True], values[1:] != values[:-1]]))
-            values, counts = values[first], np.add.reduceat(counts.astype(np.int64), first)
-        return RepeatedSorted(values, counts.astype(np.int64))
+        values.sort()  # in place: the same order as values[order], without a second array as long
+        if values.size:  # equal values become one, their counts added (a step's length repeats: few values remain)
+            new = np.empty(values.size, dtype=bool)
+            new[0] = True
+            np.not_equal(values[1:], values[:-1], out=new[1:])
+            first = np.flatnonzero(new)
+            del new
+            values, counts = values[first], np.add.reduceat(counts, first, dtype=np.int64)
+        return RepeatedSorted(values, counts.astype(np.int64, copy=False))
+
+
+_GAP_BLOCK = 1 << 20  # steps whose gaps RunGaps computes at once
 
 
 def fits(times: Sequence[float], record: dict[str, Any], counts: Sequence[int] | None = None) -> bool:
