@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from servebench.errors import ConfigError, WorkerError
 from servebench.load.generator import LoadConfig, LagStats, PlannedRequest, WorkerStats, plan_requests
-from servebench.serving.engine.http_api import serve_in_background
+from asgi_server import serve_in_background
 from servebench.analysis.summary import SLO
 from servebench.serving.sweep import sweep
 from servebench.load.workers import (ClockOffset, WorkerRun, clock_offset, clock_warnings, merge_runs, partition,

@@ -84,7 +84,8 @@ def test_a_trace_without_blocks_sends_prompts_of_their_lengths() -> None:
 
 
 def test_serve_engine_caches_what_the_trace_reuses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from servebench.serving.engine.http_api import create_app, serve_in_background
+    from asgi_server import serve_in_background
+    from servebench.serving.engine.http_api import create_app
     from servebench.serving.engine.service import EngineService
 
     path = short_chat_trace(tmp_path / "chat.jsonl")

@@ -23,7 +23,7 @@ from servebench.records.stream_chunks import chunk_parts
 from servebench.load.generator import (HttpOutcome, LoadConfig, generator_stats, plan_requests, request_body,
                                        run_load_sync, to_record, to_send_row)
 from servebench.records.table import STATUSES, TimingRecord, parse_objects, validate
-from servebench.serving.engine.http_api import serve_in_background
+from asgi_server import serve_in_background
 from servebench.analysis.summary import build_report
 
 

@@ -141,7 +141,8 @@ def test_server_reports_cached_tokens_and_the_load_generator_records_them() -> N
 
     from servebench.serving.engine.service import EngineService
     from servebench.load.generator import LoadConfig, records_table, run_load_sync, workload_plan
-    from servebench.serving.engine.http_api import create_app, serve_in_background
+    from asgi_server import serve_in_background
+    from servebench.serving.engine.http_api import create_app
     from servebench.analysis.summary import build_report
 
     service = EngineService("tiny", scheduler=SchedulerConfig(kv_budget_tokens=4096, max_num_seqs=8, max_waiting=64,

@@ -31,7 +31,9 @@ from servebench.serving.engine.kvcache import PagedKVCache  # noqa: E402
 from servebench.serving.engine.model import Decoder, SamplingParams, preset, sample_tokens  # noqa: E402
 from servebench.serving.engine.service import EngineService  # noqa: E402
 from servebench.serving.scheduler import SchedulerConfig  # noqa: E402
-from servebench.serving.engine.http_api import create_app, decode, serve_in_background  # noqa: E402
+from asgi_server import serve_in_background  # noqa: E402
+from servebench.serving.engine.http_api import create_app  # noqa: E402
+from servebench.serving.engine.words import decode  # noqa: E402
 from conftest import openai_client  # noqa: E402
 
 MODEL = "servebench-tiny"

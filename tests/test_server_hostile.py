@@ -20,8 +20,10 @@ openai = pytest.importorskip("openai")
 
 import torch  # noqa: E402
 from test_server_fidelity import client, server_log  # noqa: E402,F401  (fixtures: an openai client, the server's log)
-from servebench.serving.engine.http_api import (MAX_LOGIT_BIAS, MAX_STOP_CHARS, body_limit_bytes,  # noqa: E402
-                                                create_app, decode, encode, serve_in_background)
+from asgi_server import serve_in_background  # noqa: E402
+from servebench.serving.engine.http_api import body_limit_bytes, create_app  # noqa: E402
+from servebench.serving.engine.request_body import MAX_LOGIT_BIAS, MAX_STOP_CHARS  # noqa: E402
+from servebench.serving.engine.words import decode, encode  # noqa: E402
 from servebench.serving.engine.request_rules import NOT_IMPLEMENTED  # noqa: E402
 from servebench.serving.engine.service import EngineService  # noqa: E402
 from servebench.serving.scheduler import SchedulerConfig  # noqa: E402

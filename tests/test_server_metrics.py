@@ -28,7 +28,7 @@ from servebench.load.server_metrics import MetricsScraper, discover, metrics_url
 from servebench.records import rundir
 from servebench.records.server_samples import (SampleLog, Series, labels_key, read_aiperf_parquet, read_samples,
                                                write_samples)
-from servebench.serving.engine.http_api import serve_in_background
+from asgi_server import serve_in_background
 
 DATA = Path(__file__).parent / "data" / "server_metrics"
 

@@ -360,7 +360,8 @@ def test_load_generator_token_times_against_the_local_server_count_the_streamed_
     from servebench.serving.engine.service import EngineService
     from servebench.load.generator import LoadConfig, plan_requests, records_table, run_load_sync, to_record
     from servebench.serving.scheduler import SchedulerConfig
-    from servebench.serving.engine.http_api import create_app, serve_in_background
+    from asgi_server import serve_in_background
+    from servebench.serving.engine.http_api import create_app
     service = EngineService("tiny", scheduler=SchedulerConfig(kv_budget_tokens=8192, max_num_seqs=8),
                             device="cpu", threads=1, warmup_steps=1)
     plan = plan_requests(np.arange(6) / 50.0, [6] * 6, [7] * 6, np.random.default_rng(0))
@@ -404,7 +405,7 @@ def chunky_app(running_usage: bool):
 @pytest.mark.parametrize("running_usage", [True, False])
 def test_chunks_of_several_tokens_get_counts_only_when_the_server_says_them(running_usage):
     from servebench.load.generator import LoadConfig, plan_requests, records_table, run_load_sync, to_record
-    from servebench.serving.engine.http_api import serve_in_background
+    from asgi_server import serve_in_background
     plan = plan_requests(np.arange(3) / 50.0, [5] * 3, [6] * 3, np.random.default_rng(0))
     with serve_in_background(chunky_app(running_usage)) as url:
         result = run_load_sync(LoadConfig(url=url), plan)

@@ -42,7 +42,8 @@ def serve_engine(
     """
     from servebench.serving.engine.service import EngineService
     from servebench.serving.scheduler import SchedulerConfig
-    from servebench.serving.engine.http_api import bind_socket, create_app, http_url, make_server
+    from servebench.serving.engine.http_api import create_app
+    from servebench.serving.engine.http_server import bind_socket, http_url, make_server
     from servebench.dashboard.sharing import is_loopback
 
     if not is_loopback(host):  # stderr, so --json output on stdout stays one object

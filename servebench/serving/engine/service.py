@@ -23,7 +23,7 @@ so a waiter that is cancelled or times out never takes an event with it. Every h
 (``stop()`` cancels live requests with error ``engine_stopped``). Times are seconds on
 ``time.monotonic()`` relative to the service's start; ``svc.clock()`` reads that clock and
 ``svc.t0_monotonic`` is its origin. The model has no tokenizer: prompts are token ids in
-``[0, svc.vocab_size)`` (:mod:`servebench.serving.engine.http_api` maps words to ids for its HTTP API). Output
+``[0, svc.vocab_size)`` (:mod:`servebench.serving.engine.words` maps words to ids for its HTTP API). Output
 length is exactly ``max_tokens`` under the default greedy, fixed-length sampling; pass
 ``sampling=SamplingParams(...)`` for temperature, top-p, a seed, EOS (``ignore_eos=False``) or a stop check.
 """
