@@ -230,3 +230,27 @@ def test_simulate_cli_runs_the_fleet(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert fleet["replicas"] == 3 and sum(r["requests"] for r in fleet["per_replica"].values()) == 200
     first = json.loads((tmp_path / "out" / "records.jsonl").read_text(encoding="utf-8").splitlines()[0])
     assert first["replica"] == 0
+
+
+def test_on_the_mooncake_trace_prefix_affinity_and_least_outstanding_pay() -> None:
+    """The trace's first 2,000 requests at 2.5x on 4 busy replicas (benchmarks/fleet.py --case mooncake has all)."""
+    import importlib.util
+
+    from servebench.analysis.fleet import fleet_report
+    from servebench.analysis.percentiles import percentile
+    spec = importlib.util.spec_from_file_location("fleet_benchmark", Path(__file__).resolve().parent.parent
+                                                  / "benchmarks" / "fleet.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)  # the benchmark's scenario, so this test checks what docs/fleet.md quotes
+    sc = bench.mooncake(2.5, 2000)
+    seen = {}
+    for router in ("round_robin", "least_outstanding", "prefix_affinity"):
+        records = simulate_fleet(sc, FleetSpec(replicas=4, router=router), token_times=False).result.records
+        ttft = (records.first_token - records.start)[records.is_success]
+        report = fleet_report(records)
+        assert report is not None
+        seen[router] = (report.token_hit_rate, percentile(ttft, 50), percentile(ttft, 99))
+    assert seen["prefix_affinity"][0] > 2 * seen["round_robin"][0]  # measured 0.287 against 0.119
+    assert seen["prefix_affinity"][1] < seen["round_robin"][1] and seen["prefix_affinity"][2] < seen["round_robin"][2]
+    assert seen["least_outstanding"][2] < seen["round_robin"][2]  # the bursts: 6.0 s against 7.7 s
