@@ -64,14 +64,17 @@ def compare_cdfs(runs: Mapping[str, Dataset], unit: str) -> dict[str, Spec]:
 
 
 @st.cache_resource(max_entries=8, show_spinner=False)
-def token_charts(key: str, window_start: float, window_end: float, threshold_s: float | None,
+def token_charts(key: str, window_start: float, window_end: float, threshold_s: float | None, unit: str,
                  _table: RecordTable) -> dict[str, Spec | None]:
-    """Return Token timing's charts of records with token times: ``ttft``, ``itl``, ``stall``, ``ticks``."""
+    """Return Token timing's charts of records with token times: ``ttft``, ``itl``, ``stall``, ``ticks``.
+
+    The TTFT and ITL CDFs read in ``unit`` (ms or s); the stall histogram and the ticks stay in seconds.
+    """
     itl = token_figs.itl_series(_table, max_points=vegalite.LINE_POINTS)
     bins = token_figs.stall_bins(_table, threshold_s)
     ticks = token_figs.token_ticks(_table)
-    return {"ttft": on_canvas(vegalite.cdf_chart(cdf_series(key, window_start, window_end, _table)["ttft"])),
-            "itl": None if itl is None else on_canvas(vegalite.cdf_chart(itl, y_title="share of gaps")),
+    return {"ttft": on_canvas(vegalite.cdf_chart(cdf_series(key, window_start, window_end, _table)["ttft"], unit)),
+            "itl": None if itl is None else on_canvas(vegalite.cdf_chart(itl, unit, y_title="share of gaps")),
             "stall": None if bins is None else on_canvas(vegalite_tokens.stall_chart(bins)),
             "ticks": None if ticks is None else on_canvas(vegalite_tokens.ticks_chart(ticks))}
 

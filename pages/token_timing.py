@@ -8,8 +8,8 @@ from pathlib import Path
 import streamlit as st
 
 from pages._figures import prefill_charts, token_charts
-from pages._shared import (SERVER_TOKEN_FORMATS, SERVER_TOKENS_LABEL, guarded, records_sidebar,
-                           server_tokens_key, show_reader_warnings)
+from pages._shared import (SERVER_TOKEN_FORMATS, SERVER_TOKENS_LABEL, guarded, metric, records_sidebar,
+                           server_tokens_key, show_reader_warnings, unit_choice)
 from servebench.serving.experiments import compare_prefill
 from servebench.formatting import fmt, fmt_share
 from servebench.serving.scenario import load_scenario
@@ -41,15 +41,25 @@ elif ds.table.token_times is None:
 else:
     report = guarded(build_report, ds.table, ds.window_start, ds.window_end, by_slice=False)
     itl, stall, stalls = report.itl_s, report.max_stall_s, report.stalls
+    unit, scale = unit_choice()  # milliseconds by default: gaps between tokens are tens of ms
+
+    def shown(seconds: float | None) -> str:
+        return fmt(None if seconds is None else seconds * scale)
+
     c = st.columns(5)
-    c[0].metric("ITL p50", fmt(itl.at(50) if itl else None), help="Every gap between consecutive tokens of successes.")
-    c[1].metric("ITL p99", fmt(itl.at(99) if itl else None))
-    c[2].metric("Longest stall p95", fmt(stall.at(95) if stall else None), help="Each success's longest gap.")
+    metric(c[0], "itl_s", f"ITL p50 ({unit})", shown(itl.at(50) if itl else None),
+           "Half the gaps between consecutive tokens of successes are at most this.")
+    metric(c[1], "itl_s", f"ITL p99 ({unit})", shown(itl.at(99) if itl else None),
+           "99% of the gaps between consecutive tokens of successes are at most this.")
+    c[2].metric(f"Longest stall p95 ({unit})", shown(stall.at(95) if stall else None),
+                help="The longest pause in one answer's stream: 95% of successes paused at most this long at once.")
     c[3].metric("Requests stalled", fmt_share(None if stalls is None else stalls.share),
-                help="" if stalls is None else f"Longest gap over {fmt(stalls.threshold_s)} s ({stalls.threshold_rule}).")
-    c[4].metric("Request TPOT p95", fmt(report.request_tpot_s.at(95)),
-                help="A per-request average: one long stall barely moves it.")
-    charts = token_charts(ds.key, ds.window_start, ds.window_end, stalls.threshold_s if stalls else None, ds.table)
+                help="The share of successes whose stream paused longer than the stall threshold" + (
+                    "." if stalls is None else f": {shown(stalls.threshold_s)} {unit} ({stalls.threshold_rule})."))
+    metric(c[4], "tpot_s", f"Request TPOT p95 ({unit})", shown(report.request_tpot_s.at(95)),
+           "A per-request average: one long stall barely moves it.")
+    charts = token_charts(ds.key, ds.window_start, ds.window_end, stalls.threshold_s if stalls else None, unit,
+                          ds.table)
     for col, name in zip(st.columns(3), ("ttft", "itl", "stall")):
         col.vega_lite_chart(spec=charts[name], key=f"tok_{name}")
     if charts["ticks"] is not None:

@@ -610,12 +610,14 @@ def test_dashboard_shows_uploaded_token_times_and_the_percentile_explorer_offers
     at.switch_page("pages/token_timing.py").run()
     assert not at.exception
     metrics = {m.label: m.value for m in at.metric}
-    assert metrics["ITL p99"] == "2" and metrics["Requests stalled"] == "50%"  # fmt_share, the one formatter
+    # times in ms by default, the unit in each label (the ITL read '2' with no unit), shares through fmt_share
+    assert metrics["ITL p99 (ms)"] == "2,000" and metrics["Requests stalled"] == "50%"
+    assert all(m.help for m in at.metric[:5])  # every number says what it means
     charts = drawn_charts(at)
     assert not at.get("plotly_chart")
     itl = charts["ITL: every gap between tokens"][1]["cdf"]
-    assert itl["x"].max() == 2.0 and itl["share"].iloc[-1] == 1.0
-    assert charts["TTFT"][1]["marks"]["x"].tolist() == [0.25, 0.5, 0.5]  # p50, p95, p99 of TTFTs 0.5, 0.25, 0.125
+    assert itl["x"].max() == 2000.0 and itl["share"].iloc[-1] == 1.0
+    assert charts["TTFT"][1]["marks"]["x"].tolist() == [250, 500, 500]  # p50, p95, p99 of TTFTs 0.5, 0.25, 0.125 s
     assert charts["Longest stall per request"][1]["bins"]["requests"].sum() == 2
     ticks = charts["Token ticks of the 3 slowest successes"][1]["ticks"]
     assert ticks.groupby("request", sort=False).size().tolist() == [6, 10, 1]
@@ -624,7 +626,7 @@ def test_dashboard_shows_uploaded_token_times_and_the_percentile_explorer_offers
     at.number_input(key="q_input").set_value(99.0).run()
     assert not at.exception
     metrics = {m.label: m.value for m in at.metric}
-    assert metrics["Gaps counted"] == "14" and metrics["p99 (success-only, s)"] == "2"
+    assert metrics["Gaps counted"] == "14" and metrics["p99 (success-only, ms)"] == "2,000"
 
 
 def test_token_times_given_under_both_names_with_different_values_is_refused():

@@ -66,6 +66,9 @@ def _title(text: str, lines: list[str] | None = None) -> Spec:
 Y_LABELS_PX = 56
 
 
+COUNT_AXIS: Spec = {"format": ",d", "tickMinStep": 1}  # a count's axis: whole numbers only (no 0.5 requests)
+
+
 def stacked_y(title: str) -> Spec:
     """Return the y encoding (field ``y``) of a chart drawn one above another with others on the same x axis."""
     return {"field": "y", "type": "quantitative", "title": title, "axis": {"minExtent": Y_LABELS_PX}}
@@ -92,7 +95,7 @@ def timeline_chart(s: TimelineSeries, height: int = 380) -> Spec:
         "mark": {"type": "line", "interpolate": "step-after", "strokeWidth": 1.5}, "params": _zoom("x"),
         "encoding": {
             "x": {"field": "t", "type": "quantitative", "title": s.x_title, "scale": {"domain": list(s.x_range)}},
-            "y": {"field": "requests", "type": "quantitative", "title": "requests"},
+            "y": {"field": "requests", "type": "quantitative", "title": "requests", "axis": COUNT_AXIS},
             "color": {"field": "series", "type": "nominal", "title": None, "legend": {"orient": "bottom"},
                       "scale": {"domain": names, "range": [TIMELINE_COLORS[n] for n in names]}},
         },
@@ -254,7 +257,7 @@ def cause_chart(by_cause: Mapping[str, int], max_bars: int = 15) -> Spec | None:
     frame = pd.DataFrame({"cause": [safe_text(c) for c, _ in items], "requests": [n for _, n in items]})
     y = {"field": "cause", "type": "nominal", "title": None, "sort": list(frame["cause"]),
          "axis": {"labelLimit": 320}}
-    x = {"field": "requests", "type": "quantitative", "title": "non-success requests",
+    x = {"field": "requests", "type": "quantitative", "title": "non-success requests", "axis": COUNT_AXIS,
          "scale": {"domain": [0, max(frame["requests"]) * 1.15]}}
     return {
         "title": _title("Non-success causes"), "height": {"step": 24},
@@ -340,7 +343,7 @@ def percentile_histogram(values: np.ndarray, q: float, value: float | None, labe
         {"data": {"name": "bins"}, "mark": {"type": "bar", "color": SUCCESS_COLOR, "binSpacing": 0},
          "params": _zoom("x"),
          "encoding": {"x": {**x, "bin": "binned"}, "x2": {"field": "hi"},
-                      "y": {"field": "records", "type": "quantitative"},
+                      "y": {"field": "records", "type": "quantitative", "title": "records", "axis": COUNT_AXIS},
                       "tooltip": [_number("lo", "from"), _number("hi", "to"), {"field": "records", "format": ","}]}}]
     if value is not None and math.isfinite(value):
         layers.append({"data": {"values": [{"lo": value, "about": f"p{q:g} = {fmt(value)}"}]},

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from servebench.output.figures.tokens import PREFILL_COLORS, STALL_COLOR, StallBins, TickRow
-from servebench.output.figures.vegalite import CONFIG, SUCCESS_COLOR, Spec, _note, _number, _title, _zoom
+from servebench.output.figures.vegalite import CONFIG, COUNT_AXIS, SUCCESS_COLOR, Spec, _note, _number, _title, _zoom
 from servebench.formatting import fmt
 from servebench.output.safetext import safe_text
 
@@ -29,7 +29,7 @@ def stall_chart(h: StallBins, height: int = 420) -> Spec:
         {"data": {"name": "bins"}, "mark": {"type": "bar", "color": SUCCESS_COLOR, "binSpacing": 0},
          "params": _zoom("x"),
          "encoding": {"x": {**x, "bin": "binned"}, "x2": {"field": "hi"},
-                      "y": {"field": "requests", "type": "quantitative", "title": "requests"},
+                      "y": {"field": "requests", "type": "quantitative", "title": "requests", "axis": COUNT_AXIS},
                       "tooltip": [_number("lo", "from, s"), _number("hi", "to, s"), {"field": "requests", "format": ","}]}}]
     if h.threshold_s is not None:
         layers.append({"data": {"values": [{"lo": h.threshold_s, "about": f"stall threshold {fmt(h.threshold_s)} s"}]},
