@@ -6,12 +6,12 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from pages._figures import cause_chart, cdf_series, on_canvas, over_time_charts, rate_curve_charts, record_charts
+from pages._figures import cause_chart, cdf_series, over_time_charts, rate_curve_charts, record_charts
 from pages._prefix_cache import show_prefix_cache
 from pages._shared import (Dataset, cached_report, engineer_view, guarded, metric, records_sidebar,
                            show_reader_warnings, show_server_over_time, site_zip, slo_inputs, static_table,
                            unit_choice)
-from servebench.dashboard.overview import cdf_pair_chart, over_time_p95_chart
+from servebench.dashboard.overview_svg import cdf_picture, outcome_picture, over_time_picture
 from servebench.dashboard.wording import headline_title
 from servebench.output.figures.over_time import over_time_bins
 from servebench.records.table import RecordTable
@@ -25,7 +25,6 @@ from servebench.output.plain import label
 from servebench.records.loaders import encode_records
 from servebench.analysis.multirun import runs_table
 from servebench.analysis.summary import Distribution, Report
-from servebench.output.figures.vegalite import outcome_bar
 from servebench.output.safetext import safe_text
 from streamlit.delta_generator import DeltaGenerator
 
@@ -118,35 +117,34 @@ def slice_tables(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 @st.cache_resource(max_entries=8, show_spinner=False)
-def overview_charts(key: str, window_start: float, window_end: float, unit: str,
-                    _table: RecordTable) -> tuple[dict, dict]:
-    """Return the overview's latency and TTFT p95 over time and their CDFs (per file, window and unit, not SLO)."""
+def overview_pictures(key: str, window_start: float, window_end: float, unit: str,
+                      _table: RecordTable) -> tuple[str, str]:
+    """Return the overview's latency and TTFT p95 over time and their CDFs as SVG (per file, window and unit)."""
     bins = over_time_bins(_table, window_start, window_end)
-    cdfs = cdf_series(key, window_start, window_end, _table)
-    return on_canvas(over_time_p95_chart(bins, unit)), on_canvas(cdf_pair_chart(cdfs, unit))
+    return over_time_picture(bins, unit), cdf_picture(cdf_series(key, window_start, window_end, _table), unit)
 
 
 def show_overview(ds: Dataset, report: Report, unit: str, engineer: bool) -> None:
-    """The answer on one screen: outcomes, latency and TTFT over time and as CDFs; the eight numbers beside them."""
+    """The answer on one screen: outcomes, latency and TTFT over time and as CDFs; the eight numbers beside them.
+
+    The pictures are SVG in the page's Markdown, drawn with it (no chart library to load first); the same
+    charts, interactive, are in the panels below.
+    """
     cols = st.columns([5, 4], gap="medium")  # a number's label (Successful output tokens/s) fits its half
     left, right = cols[0].container(key="overview_charts"), cols[1].container(key="overview_numbers")
-    left.vega_lite_chart(spec=on_canvas(outcome_bar(report.by_status, STATUS_WORDS, height=OUTCOME_BAR_PX)),
-                         key="outcome_bar")
-    over_time, cdf = overview_charts(ds.key, ds.window_start, ds.window_end, unit, ds.table)
+    left.markdown(outcome_picture(report.by_status, STATUS_WORDS), unsafe_allow_html=True)
+    over_time, cdf = overview_pictures(ds.key, ds.window_start, ds.window_end, unit, ds.table)
     a, b = left.columns(2)
     if "active_requests" in ds.unavailable:
         a.info("No timestamps on a shared clock: nothing to draw over time for this file.")
     else:
-        a.vega_lite_chart(spec=over_time, key="overview_over_time")
-    b.vega_lite_chart(spec=cdf, key="overview_cdf")
+        a.markdown(over_time, unsafe_allow_html=True)
+    b.markdown(cdf, unsafe_allow_html=True)
     right.markdown(f"**{headline_title(engineer)}**")
     cells = contract_cells(report.summary, ds.unavailable, unit)
     for pair in (cells[i:i + 2] for i in range(0, len(cells), 2)):
         for col, cell in zip(right.columns(2), pair):
             metric(col, cell.key, cell.label, cell.text, cell.help)
-
-
-OUTCOME_BAR_PX = 210  # the outcome bar's whole height: its title, axis and legend take about 175 px of it
 
 
 st.title("Summary")

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from browser import browser_page, require_chromium, screenshot, streamlit_server
-from test_app_browser import TIMEOUT_MS, VEGA_DRAWN, _metric, _wait_idle
+from test_app_browser import TIMEOUT_MS, _metric, _wait_idle
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -23,7 +23,7 @@ OVERVIEW_BOXES = """() => {
                                                                   bottom: r.bottom, height: r.height}; };
   const o = document.querySelector('.st-key-overview');
   const table = document.querySelector('[data-testid="stMarkdownContainer"] table');
-  return {charts: [...o.querySelectorAll('[data-testid="stVegaLiteChart"]')].map(box),
+  return {charts: [...o.querySelectorAll('svg[role="img"]')].map(box),
           metrics: [...o.querySelectorAll('[data-testid="stMetric"]')].map(box),
           numbers: box(document.querySelector('.st-key-overview_numbers')),
           table_top: table ? table.getBoundingClientRect().top : null};
@@ -33,7 +33,7 @@ OVERVIEW_BOXES = """() => {
 def _overview_drawn(page) -> None:
     page.wait_for_function(f"""() => {{
       const o = document.querySelector('.st-key-overview');
-      return o && o.querySelectorAll('{VEGA_DRAWN}').length === 3 && o.querySelectorAll('[data-testid="stMetric"]').length === 8;
+      return o && o.querySelectorAll('svg[role="img"]').length === 3 && o.querySelectorAll('[data-testid="stMetric"]').length === 8;
     }}""", timeout=TIMEOUT_MS)
     _wait_idle(page)
 
@@ -49,7 +49,8 @@ def test_summary_opens_on_its_overview_above_the_fold_at_1400x900() -> None:
         assert len(boxes["charts"]) == 3 and len(boxes["metrics"]) == 8
         for b in boxes["charts"] + boxes["metrics"]:
             assert 0 <= b["top"] and b["bottom"] <= HEIGHT and b["right"] <= WIDTH, b  # no scrolling to see it
-        assert all(b["height"] >= 150 for b in boxes["charts"])  # drawn at size, not squeezed to fit
+        assert sorted(b["height"] >= 150 for b in boxes["charts"]) == [False, True, True]  # the bar, then the plots
+        assert page.locator('.stPrintGraphic').count() == 0  # no chart library loaded for the first screen
         assert min(m["left"] for m in boxes["metrics"]) >= max(c["right"] for c in boxes["charts"])  # beside
         bottom = max(b["bottom"] for b in boxes["charts"] + boxes["metrics"])
         assert boxes["table_top"] is not None and boxes["table_top"] > bottom  # the tables follow
