@@ -103,7 +103,8 @@ c[2].metric(f"95% CI high ({unit})", _scaled(est.ci_high), help="— : too few v
 if metric == "itl":  # one value per gap between tokens, not per record
     c[3].metric("Gaps counted", f"{est.n:,}", help=f"Between the tokens of {len(table):,} records.")
 else:
-    c[3].metric("Records counted", f"{est.n:,} of {len(table):,}")
+    c[3].metric("Records counted", f"{est.n:,} of {len(table):,}",
+                help="The records this percentile is over: successes only, or every request (failure-aware).")
 other = fa_est if view == "success-only" else ok_est
 st.caption(f"The other view: p{q:g} {'failure-aware' if view == 'success-only' else 'success-only'} = "
            f"{_scaled(other.value)} {unit} over {other.n:,} records.")

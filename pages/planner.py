@@ -67,9 +67,12 @@ else:
 
 st.subheader("SLOs")
 c = st.columns(4)
-slo_ttft = c[0].number_input("TTFT (s)", min_value=0.0, value=2.0, step=0.5, key="plan_slo_ttft")
-slo_tpot = c[1].number_input("Request TPOT (s)", min_value=0.0, value=0.05, step=0.01, format="%.3f",
-                             key="plan_slo_tpot")
+slo_ttft_ms = c[0].number_input("TTFT (ms)", min_value=0.0, value=2000.0, step=500.0, key="plan_slo_ttft_ms",
+                                help="Time to first token: how long a user waits for the answer to start. 0: no limit.")
+slo_tpot_ms = c[1].number_input("Request TPOT (ms)", min_value=0.0, value=50.0, step=10.0, key="plan_slo_tpot_ms",
+                                help="Time per output token, per request: the pace at which the rest of the answer "
+                                     "streams. 0: no limit.")
+slo_ttft, slo_tpot = slo_ttft_ms / 1000, slo_tpot_ms / 1000
 slo_latency = c[2].number_input("Latency (s)", min_value=0.0, value=None, step=1.0, key="plan_slo_latency",
                                 placeholder="no limit")
 target = c[3].number_input("Share of requests that must meet them", min_value=0.51, max_value=1.0, value=0.95,

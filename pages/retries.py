@@ -76,9 +76,9 @@ shifts = tenant_shifts(reports["fcfs"], reports["fair"])
 jain = tuple(reports[k].fairness.jain_index if reports[k].fairness else None for k in labels)
 st.markdown(shift_headline(shifts, labels, jain, objective or None))  # type: ignore[arg-type]
 c = st.columns(2)
-c[0].metric("Jain's index over goodput, fcfs", fmt(jain[0], 3), help="1 = each tenant served in proportion to its "
-            "weight; 1/2 = one tenant got everything.")
-c[1].metric("Jain's index over goodput, fair", fmt(jain[1], 3))
+JAIN_HELP = "How evenly the tenants shared goodput, by weight: 1 = each in proportion to its weight; 1/2 = one got all."
+c[0].metric("Jain's index over goodput, fcfs", fmt(jain[0], 3), help=JAIN_HELP)
+c[1].metric("Jain's index over goodput, fair", fmt(jain[1], 3), help=JAIN_HELP)
 static_table(shift_table(shifts, labels))
 st.caption("Under fcfs the light chat tenant waits behind the batch backlog; under fair scheduling admission goes "
            "to the tenant with the least weighted admitted tokens, so chat's TTFT drops while batch waits a little "

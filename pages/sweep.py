@@ -160,9 +160,11 @@ elif step_how == "fitted from a timing run":
     fit = guarded(fit_step_model, trace)
     c = st.columns(4)
     c[0].metric("Steps fitted", fmt(fit.steps), help=f"From {trace_name}.")
-    c[1].metric("RMSE of step time (s)", fmt(fit.rmse_s))
-    c[2].metric("Mean abs. relative error", fmt_share(fit.mean_abs_pct_error))
-    c[3].metric("R²", fmt(fit.r2))
+    c[1].metric("RMSE of step time (s)", fmt(fit.rmse_s),
+                help="How far the fitted step times are from the measured ones, typically (root mean square).")
+    c[2].metric("Mean abs. relative error", fmt_share(fit.mean_abs_pct_error),
+                help="How far off the fitted step time is from a measured step, on average, as a share of it.")
+    c[3].metric("R²", fmt(fit.r2), help="How much of the steps' variation the fit explains (1: all of it).")
     st.caption("Fitted: " + ", ".join(f"{k} = {fmt(v)}" for k, v in fit.model.model_dump().items()))
     poor_fit = fit_warning(fit)  # one message: the numbers, the thresholds, a suggestion, then the choice
     if poor_fit:
@@ -247,10 +249,12 @@ with st.expander("Measured sweeps: `servebench load --sweep` or `validate-sweep`
     if vs_doc is not None:
         measured += sweep_figs.series_of_validation(vs_doc)
         c = st.columns(3)
-        c[0].metric("Measured knee (requests/s)", fmt(vs_doc.get("measured_knee_rps")))
-        c[1].metric("Simulated knee (requests/s)", fmt(vs_doc.get("simulated_knee_rps")))
+        knee_help = "The lowest load whose p95 latency or TTFT is over twice the lowest load's."
+        c[0].metric("Measured knee (requests/s)", fmt(vs_doc.get("measured_knee_rps")), help=knee_help)
+        c[1].metric("Simulated knee (requests/s)", fmt(vs_doc.get("simulated_knee_rps")), help=knee_help)
         err = vs_doc.get("knee_relative_error")
-        c[2].metric("Knee error", NO_DATA if not isinstance(err, (int, float)) else f"{err:+.1%}")
+        c[2].metric("Knee error", NO_DATA if not isinstance(err, (int, float)) else f"{err:+.1%}",
+                    help="How far the simulated knee is from the measured one, as a share of the measured.")
         if vs_doc.get("fit_summary"):
             st.caption(f"Simulated with the {vs_doc['fit_summary']}.")
         for name, spec in validation_charts(vs_doc).items():  # full width: a knee's label fits right of its line
@@ -299,7 +303,8 @@ c[1].metric(f"Plausible range ({unit})", "—" if reading.low is None or reading
                  "requests per point (Wilson 95% intervals of each load's SLO attainment).")
 c[2].metric(f"Knee ({unit})", fmt(result.knee_load),
             help="The lowest load whose p95 latency or p95 TTFT is over twice the lowest load's.")
-c[3].metric("KV budget (tokens)", fmt(result.kv_budget_tokens))
+c[3].metric("KV budget (tokens)", fmt(result.kv_budget_tokens),
+            help="How many tokens of KV cache the server holds: what the running requests share.")
 st.caption(f"{reading.note} Search: {cap.note}.")
 charts = sweep_charts(result)
 st.vega_lite_chart(spec=charts["latency"], key="sweep_latency")

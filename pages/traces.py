@@ -68,9 +68,12 @@ else:
 st.subheader("What it needs")
 c = st.columns(4)
 model_name = c[0].selectbox("Model", list(PRESETS), index=list(PRESETS).index("llama-3.1-8b"), key="traces_model")
-slo_ttft = c[1].number_input("TTFT (s)", min_value=0.0, value=5.0, step=0.5, key="traces_slo_ttft")
-slo_tpot = c[2].number_input("Request TPOT (s)", min_value=0.0, value=0.05, step=0.01, format="%.3f",
-                             key="traces_slo_tpot")
+slo_ttft_ms = c[1].number_input("TTFT (ms)", min_value=0.0, value=5000.0, step=500.0, key="traces_slo_ttft_ms",
+                                help="Time to first token: how long a user waits for the answer to start. 0: no limit.")
+slo_tpot_ms = c[2].number_input("Request TPOT (ms)", min_value=0.0, value=50.0, step=10.0, key="traces_slo_tpot_ms",
+                                help="Time per output token, per request: the pace at which the rest of the answer "
+                                     "streams. 0: no limit.")
+slo_ttft, slo_tpot = slo_ttft_ms / 1000, slo_tpot_ms / 1000
 target = c[3].number_input("Share of requests that must meet them", min_value=0.51, max_value=1.0, value=0.95,
                            step=0.01, key="traces_target")
 with st.expander("Search: GPU types, tensor parallelism, headroom"):

@@ -111,7 +111,7 @@ def test_the_plan_button_names_replicas_gpu_and_cost_with_details_a_click_away()
     at.multiselect(key="traces_gpus").set_value(["H100"])
     at.multiselect(key="traces_tp").set_value([1])
     at.multiselect(key="traces_seqs").set_value([64])
-    at.number_input(key="traces_slo_ttft").set_value(2.0)
+    at.number_input(key="traces_slo_ttft_ms").set_value(2000.0)  # times in ms, as every page shows them
     at.run()
     at.button(key="traces_plan").click().run()
     assert not at.exception and not at.error
@@ -120,7 +120,7 @@ def test_the_plan_button_names_replicas_gpu_and_cost_with_details_a_click_away()
     text = " ".join(md.value for md in at.markdown)
     assert "Sized for the busiest minute" in text and "prefix caching off" in text
     assert "| H100 |" in text
-    at.number_input(key="traces_slo_ttft").set_value(3.0).run()
+    at.number_input(key="traces_slo_ttft_ms").set_value(3000.0).run()
     assert "plan again" in at.warning[0].value
 
 
@@ -145,8 +145,8 @@ def test_no_gpu_no_slo_or_a_wrong_format_is_one_line_each() -> None:
     at.button(key="traces_plan").click().run()
     assert not at.exception and [e.value for e in at.error] == ["give at least one GPU type"]
     at.multiselect(key="traces_gpus").set_value(["H100"])
-    at.number_input(key="traces_slo_ttft").set_value(0.0)
-    at.number_input(key="traces_slo_tpot").set_value(0.0).run()
+    at.number_input(key="traces_slo_ttft_ms").set_value(0.0)
+    at.number_input(key="traces_slo_tpot_ms").set_value(0.0).run()
     at.button(key="traces_plan").click().run()
     assert not at.exception and at.error[0].value.startswith("give at least one SLO")
     at.selectbox(key="traces_format").select("mooncake").run()
