@@ -164,7 +164,7 @@ else:
         with st.expander("How the cheapest option's numbers were computed"):
             step = d.step_model
             st.markdown(
-                f"**Memory.** Weights {d.weights_gib_per_gpu:.1f} GiB per GPU; KV budget "
+                f"**Memory.** Weights {fmt(d.weights_gib_per_gpu)} GiB per GPU; KV budget "
                 f"{fmt(d.kv_budget_gib_per_gpu)} GiB = {fmt(d.kv_budget_tokens)} tokens (the KV calculator, after "
                 f"{request.memory_utilization:.0%} of memory and {request.overhead_gib:g} GiB overhead).\n\n"
                 "**Step model (roofline).** " + "; ".join(
