@@ -24,6 +24,27 @@ def _out_dir(out: Path) -> Path:
     return out
 
 
+def _arrow_returns_memory() -> None:
+    """Give Arrow's buffers back to the system as they are freed: writing a big run folder a part at a time
+    otherwise leaves Arrow's own allocator (mimalloc) holding its peak."""
+    import pyarrow as pa
+    pa.set_memory_pool(pa.system_memory_pool())
+
+
+def _return_freed_memory() -> None:
+    """Hand the C heap's free pages back to the system (glibc's ``malloc_trim``; nothing elsewhere), between
+    the phases of a big simulation: the simulation's and the report's temporaries are freed, but glibc keeps
+    them, and the next phase's peak would come on top (100,000 requests: 371 MB at the write instead of 414).
+    """
+    import ctypes
+    import ctypes.util
+    name = ctypes.util.find_library("c")
+    try:
+        ctypes.CDLL(name).malloc_trim(0)
+    except (OSError, AttributeError, TypeError):  # not glibc: its allocator returns memory its own way
+        pass
+
+
 def _parse_list(text: str | None, what: str, integer: bool = False) -> list[float]:
     if text is None:
         return []
@@ -83,9 +104,12 @@ def simulate(
     for note in notes:
         Console(stderr=True, soft_wrap=True).print(f"[cyan]note:[/] {safe_markup(note)}")
     result = run_simulation(sc, token_times="runs")  # the token times as runs of step times: a float per step
+    _arrow_returns_memory()
+    _return_freed_memory()
     if len(result.records) == 0:
         raise ConfigError(f"{scenario}: the workload produced no requests")
     report = build_report(result.records, result.window_start_s, result.window_end_s, token_runs=result.token_runs)
+    _return_freed_memory()
     d = _out_dir(out)
     written = rundir.write_run(d, result.records, steps=result.trace,
                                steps_format=cast(rundir.FileFormat, trace_format),
