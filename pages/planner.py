@@ -14,7 +14,7 @@ from servebench.dashboard.answers import ms_text, plan_answer, usd_text
 from servebench.dashboard.traces import plan_rows
 from servebench.planning import PlanRequest, Workload, plan
 from servebench.planning.interview import QUESTION, QUESTION_RATE_RPS, interview_request, interview_step
-from servebench.planning.planner import MAX_NUM_SEQS, TENSOR_PARALLEL, Evaluation, Plan
+from servebench.planning.planner import MAX_NUM_SEQS, TENSOR_PARALLEL, Evaluation, Plan, fleet_sentence
 from servebench.formatting import fmt
 from servebench.capacity.kv import dtype_bytes
 from servebench.capacity.model_presets import PRESETS, get_preset
@@ -32,6 +32,9 @@ HELP = {
     "limit": "What binds first as load grows, in the diagnosis's words: kv_memory, queueing (the max_num_seqs cap), "
              "prefill, decode, throughput (the engine has no time left for more requests), or none.",
 }
+
+
+PAGE_ROUTERS = ("round_robin", "least_outstanding", "power_of_two", "session_affinity")  # no prefix cache here
 
 
 @st.cache_resource(max_entries=8, show_spinner=False)
@@ -96,6 +99,9 @@ c = st.columns(2)
 requests = int(c[0].number_input("Requests per simulation", min_value=20, value=200, step=50, key="plan_requests",
                                  help="More requests: a steadier capacity estimate, slower planning."))
 headroom = c[1].slider("Headroom (share of capacity left unused)", 0.0, 0.5, 0.2, 0.05, key="plan_headroom")
+router = st.selectbox("Router in front of the replicas", list(PAGE_ROUTERS), key="plan_router",
+                      help="The plan simulates the whole fleet behind this router at the planned traffic and adds "
+                           "replicas until it meets the SLOs (docs/fleet.md).")
 
 st.subheader("What if")
 c = st.columns(3)
@@ -112,7 +118,7 @@ request = guarded(lambda: PlanRequest(
     model=get_preset(model_name), weight_bytes_per_parameter=dtype_bytes(weights), workload=workload,
     slo=SLO(ttft_s=slo_ttft or None, tpot_s=slo_tpot or None, latency_s=slo_latency or None), slo_target=target,
     gpus=gpus, prices=price_map, tensor_parallel=tps, max_num_seqs=seqs, headroom=headroom,
-    requests_per_simulation=requests))
+    requests_per_simulation=requests, router=router))
 settings = json.dumps({"request": request.model_dump(mode="json"), "rate": planned_rate}, sort_keys=True)
 
 if st.button("Plan", type="primary", key="plan_run"):
@@ -134,6 +140,9 @@ else:
         st.warning("The settings changed since this plan ran; plan again to update it.")
     best = result.best
     (st.success if best else st.error)(f"**{plan_answer(result)}**")
+    fleet_text = fleet_sentence(best, result.details[0]) if best is not None else None
+    if fleet_text is not None:
+        st.markdown(fleet_text)
     with st.expander("The numbers behind it: every configuration tried, and why this one"):
         c = st.columns(4)
         c[0].metric("Capacity per replica (req/s)", fmt(best.capacity_rps_per_replica if best else None),

@@ -70,6 +70,11 @@ def plan(
                                              "step model calibrates the efficiency factors of its device."),
     calibrate_gpu: Optional[str] = typer.Option(None, help="The preset the calibration run's device is "
                                                 "(default: read from its metadata)."),
+    router: str = typer.Option("round_robin", "--router", help="The router in front of the replicas when the plan "
+                               "simulates the whole fleet: round_robin, least_outstanding, power_of_two, "
+                               "prefix_affinity (with prefix caching) or session_affinity (docs/fleet.md)."),
+    fleet_check: bool = typer.Option(True, "--fleet-check/--no-fleet-check", help="Verify the cheapest options' "
+                                     "replica counts by simulating each whole fleet (default on)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
 ) -> None:
     """Plan GPUs, tensor parallelism, replicas and cost for a workload under SLOs (roofline + simulation)."""
@@ -112,6 +117,9 @@ def plan(
         rate = workload.trace_rate_rps * workload.trace.speedup
     if requests is None:
         requests = max(20, len(window_requests(workload.trace))) if workload.trace is not None else 300
+    if router == "prefix_affinity" and not workload.prefix_caching:
+        raise ConfigError("--router prefix_affinity routes by the replicas' cached prefixes: give a --trace with block "
+                          "IDs (or --prefix-caching), or a --scenario whose server has prefix_caching")
     slo = SLO(ttft_s=slo_ttft, tpot_s=slo_tpot, latency_s=slo_latency)
     calibration = load_calibration(str(calibrate), gpu=calibrate_gpu) if calibrate is not None else None
     try:
@@ -120,7 +128,8 @@ def plan(
                           gpus=_csv(gpus, "gpus") if gpus is not None else list(DEFAULT_GPUS),
                           prices=parse_prices(price), tensor_parallel=_ints(tensor_parallel, "tp"),
                           max_num_seqs=_ints(max_num_seqs, "max-num-seqs"), headroom=headroom,
-                          requests_per_simulation=requests, calibration=calibration)
+                          requests_per_simulation=requests, calibration=calibration, router=router,
+                          verify_fleet=fleet_check)
     except ValueError as exc:  # pydantic's ValidationError: name the option
         first = exc.errors()[0] if hasattr(exc, "errors") else {"loc": (), "msg": str(exc)}
         where = ".".join(str(p) for p in first["loc"]) or "options"
@@ -179,6 +188,15 @@ def print_plan(out: Console, doc: dict) -> None:
               f"{s['pruned_without_simulating']} configurations ruled out without simulating (no fit, or SLOs "
               f"missed unloaded); {s['skipped_by_cost_bound']} not simulated because even at their throughput "
               "bound they cost more than the best")
+    fl = doc.get("fleet")
+    if fl is not None and fl["verified"]:
+        for o, d in zip(doc["options"], doc["details"]):
+            if d.get("fleet") is not None:
+                out.print(f"fleet of {escape(o['gpu'])} x{o['tensor_parallel']}, max_num_seqs {o['max_num_seqs']}: "
+                          f"{escape(d['fleet']['note'])} ({d['fleet']['requests']:,} requests simulated)")
+        out.print(f"{fl['options_verified']} option(s) verified by simulating the whole fleet behind {fl['router']} "
+                  f"({fl['fleet_simulations']} fleet simulations of at most {fl['most_requests_per_fleet']:,} requests; "
+                  f"the cheapest first, at most {fl['most_options_verified']}; the others divide)")
     for gpu, how in doc["efficiency"]["used"].items():
         out.print(f"efficiency factors for {escape(gpu)}: {escape(how)}")
     for note in doc["notes"]:

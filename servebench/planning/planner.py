@@ -16,6 +16,15 @@ For every accelerator x tensor-parallel degree x ``max_num_seqs``:
    diagnosis (``diagnosis.diagnose_records``) of the first load that misses.
 5. **Replicas and cost.** replicas = ceil(rate / (capacity x (1 - headroom))); cost per hour =
    replicas x tp x price; cost per million output tokens = cost per hour / (output tokens per hour / 1e6).
+6. **The fleet, simulated** (``plan``; ``verify_fleet``). Division assumes requests spread evenly; a router
+   does not, and bursts land unevenly. The options that meet the SLOs are verified cheapest first: the whole
+   fleet of the divided count, behind ``router``, is simulated at the planned rate
+   (:mod:`servebench.serving.fleet`), and the count is raised one replica at a time until the fleet meets the
+   SLOs (at most ``MAX_FLEET_REPLICAS_FACTOR`` times the divided count). Verification only raises a count, so
+   an option whose divided cost is not below the cheapest verified cost cannot win and is not verified
+   (branch and bound, as the capacity search); at most ``MAX_VERIFIED_OPTIONS`` options are. A fleet
+   simulation offers ``requests_per_simulation`` requests per replica, at most ``MAX_FLEET_REQUESTS`` in all
+   (a trace's window: its requests), so the default plan stays interactive.
 
 The capacity search does not depend on the total rate, so ``evaluate`` runs once and ``price``
 turns its result into options at any rate (what-if and cost-vs-traffic charts cost no simulation).
@@ -37,11 +46,13 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from servebench.capacity import kv
 from servebench.analysis.diagnosis import Limit, Thresholds, diagnose_records
 from servebench.errors import ConfigError, ServebenchError
-from servebench.serving.scenario import Scenario, ServerSpec, StepModelSpec
+from servebench.analysis.fleet import REPLICA_COLUMN
+from servebench.serving.fleet import simulate_fleet
+from servebench.serving.scenario import FleetSpec, Router, Scenario, ServerSpec, StepModelSpec
 from servebench.serving.simulate import SimResult
 from servebench.capacity.stepmodel import StepModel
 from servebench.analysis.summary import SLO
-from servebench.serving.sweep import SweepPoint, evaluate, search_capacity
+from servebench.serving.sweep import SweepPoint, evaluate, point_from, scenario_at, search_capacity
 from servebench.serving.workload import (MAX_GENERATED, ArrivalSpec, ClassSpec, LengthSpec, TraceSpec, WorkloadSpec,
                                          draw_requests)
 from servebench.planning.trace_window import (busiest_minute, computed_prompt_tokens, speedup_for, window_rate_rps,
@@ -56,6 +67,9 @@ PlanLimit = Union[Limit, Literal["throughput"]]
 TENSOR_PARALLEL: tuple[int, ...] = (1, 2, 4, 8)
 MAX_NUM_SEQS: tuple[int, ...] = (16, 64, 256)
 LENGTH_SAMPLE = 4000  # requests drawn to measure a workload mix's length distribution
+MAX_FLEET_REQUESTS = 3000  # requests one fleet simulation offers, at most (requests_per_simulation per replica)
+MAX_VERIFIED_OPTIONS = 4  # options whose replica count a plan verifies by simulating the fleet, at most
+MAX_FLEET_REPLICAS_FACTOR = 2  # a verified count goes up to this times the divided count (then: SLOs missed)
 
 
 class Workload(BaseModel):
@@ -162,6 +176,17 @@ class PlanRequest(BaseModel):
     seed: int = Field(0, ge=0)
     efficiency: Efficiency = Field(default_factory=Efficiency)
     calibration: Calibration | None = None
+    router: Router = Field("round_robin", description="The router in front of the replicas when the fleet is "
+                                                      "simulated (docs/fleet.md).")
+    verify_fleet: bool = Field(True, description="Check the cheapest options' replica counts by simulating the "
+                                                 "whole fleet (plan only; price divides).")
+
+    @model_validator(mode="after")
+    def _router_needs(self) -> "PlanRequest":
+        if self.router == "prefix_affinity" and not self.workload.prefix_caching:
+            raise ValueError("router prefix_affinity routes by the replicas' cached prefixes: plan with prefix "
+                             "caching (a trace with block IDs, or a scenario whose server has prefix_caching)")
+        return self
 
 
 class Option(BaseModel):
@@ -181,6 +206,34 @@ class Option(BaseModel):
     cost_per_million_output_tokens_usd: float | None
     limit: PlanLimit = Field(description="What binds first as load grows: the diagnosis's vocabulary, or "
                                          "'throughput' where the engine's throughput bound sets the capacity.")
+    router: Router | None = Field(None, description="The router the fleet was simulated behind; None: not simulated.")
+    fleet_verified: bool = Field(False, description="True when replicas came from simulating the whole fleet at "
+                                                    "the planned rate; False: by division alone.")
+    replicas_by_division: int | None = Field(None, description="ceil(rate / (capacity x (1 - headroom))); replicas "
+                                                               "is more where the fleet needed more.")
+
+
+class FleetTry(BaseModel):
+    """One fleet simulated at the planned rate."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    replicas: int
+    attainment: float = Field(description="Share of requests within every SLO.")
+    meets_slo: bool
+    load_imbalance: float | None = Field(description="Busiest replica's requests / the mean.")
+    requests_per_replica: list[int]
+
+
+class FleetCheck(BaseModel):
+    """How an option's replica count was verified: each fleet tried, the divided count first."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    router: Router
+    requests: int = Field(description="Requests each fleet simulation offered (bounded: MAX_FLEET_REQUESTS).")
+    tries: list[FleetTry]
+    note: str
 
 
 class Detail(BaseModel):
@@ -204,6 +257,7 @@ class Detail(BaseModel):
     efficiency_source: str = "defaults"
     price_usd_per_hour: float
     price_source: str
+    fleet: FleetCheck | None = Field(None, description="The fleet simulations behind a verified replica count.")
 
 
 class Evaluated(BaseModel):
@@ -639,7 +693,7 @@ def _option(e: Evaluated, rate_rps: float, headroom: float, mean_output_tokens: 
     return Option(gpu=e.gpu, tensor_parallel=e.tensor_parallel, max_num_seqs=e.max_num_seqs,
                   capacity_rps_per_replica=e.capacity_rps, replicas=replicas, gpus_total=gpus, meets_slo=True,
                   cost_per_hour_usd=per_hour, cost_per_million_output_tokens_usd=per_hour / tokens_per_hour * 1e6,
-                  limit=e.limit)
+                  limit=e.limit, replicas_by_division=replicas)
 
 
 def _rank_key(o: Option) -> tuple:
@@ -687,11 +741,141 @@ def _no_option_reason(evaluation: Evaluation) -> str:
 
 
 def plan(req: PlanRequest, rate_rps: float, progress: ProgressCallback | None = None) -> tuple[Evaluation, Plan]:
-    """Evaluate every configuration, then price them at ``rate_rps``."""
+    """Evaluate every configuration, price them at ``rate_rps``, then verify the cheapest by simulating the fleet."""
     if not (rate_rps > 0 and math.isfinite(rate_rps)):
         raise ConfigError(f"rate must be a positive number of requests per second, got {rate_rps}")
     evaluation = evaluate_configurations(req, rate_rps, progress)
-    return evaluation, price(evaluation, rate_rps)
+    priced = price(evaluation, rate_rps)
+    return evaluation, verify_fleets(evaluation, priced, progress) if req.verify_fleet else priced
+
+
+def fleet_point(evaluation: Evaluation, option: Option, rate_rps: float, replicas: int,
+                requests: int | None = None) -> tuple[SweepPoint, SimResult]:
+    """Simulate ``replicas`` replicas of ``option`` behind the request's router at ``rate_rps`` (the whole fleet)."""
+    req = evaluation.request
+    e = next(c for c in evaluation.configs if (c.gpu, c.tensor_parallel, c.max_num_seqs) ==
+             (option.gpu, option.tensor_parallel, option.max_num_seqs))
+    d = e.detail
+    assert d.step_model is not None and d.kv_budget_tokens is not None and d.effective_max_num_seqs is not None
+    scenario = _scenario(req, d.kv_budget_tokens, d.effective_max_num_seqs, d.step_model)
+    n = requests or min(MAX_FLEET_REQUESTS, req.requests_per_simulation * replicas)
+    wl = req.workload
+    if wl.trace is not None and wl.trace_rate_rps is not None:
+        at = scenario_at(scenario, speedup_for(rate_rps, wl.trace_rate_rps), "speedup", n)
+    else:
+        at = scenario_at(scenario, rate_rps, "rate", n)
+    sim = simulate_fleet(at, FleetSpec(replicas=replicas, router=req.router), token_times=False).result
+    return point_from(sim, rate_rps, "rate", req.slo, req.slo_target), sim
+
+
+def _fleet_try(point: SweepPoint, sim: SimResult, replicas: int) -> FleetTry:
+    counts = np.bincount(sim.records.extra[REPLICA_COLUMN].to_numpy(), minlength=replicas).tolist()
+    mean = sum(counts) / replicas
+    return FleetTry(replicas=replicas, attainment=point.slo_attainment or 0.0, meets_slo=bool(point.meets_slo),
+                    load_imbalance=max(counts) / mean if mean > 0 else None, requests_per_replica=counts)
+
+
+def verify_fleets(evaluation: Evaluation, result: Plan, progress: ProgressCallback | None = None) -> Plan:
+    """Return the plan with the cheapest options' replica counts verified by simulating each fleet (step 6)."""
+    req = evaluation.request
+    rate = result.rate_rps
+    pairs = list(zip(result.options, result.details))
+    order = [i for i, (o, _) in enumerate(pairs) if o.meets_slo and o.replicas is not None]
+    best_cost = math.inf
+    verified = 0
+    for i in order:
+        o, d = pairs[i]
+        if verified >= MAX_VERIFIED_OPTIONS or (o.cost_per_hour_usd or 0.0) >= best_cost:
+            break  # a count only rises: this option cannot become the cheapest
+        verified += 1
+        assert o.replicas is not None
+        divided, most = o.replicas, o.replicas * MAX_FLEET_REPLICAS_FACTOR
+        tries: list[FleetTry] = []
+        n = divided
+        requests = 0
+        while n <= most:
+            if progress is not None:
+                progress(verified, min(len(order), MAX_VERIFIED_OPTIONS),
+                         f"{o.gpu} x{o.tensor_parallel}: {n} replicas behind {req.router}, simulated together")
+            point, sim = fleet_point(evaluation, o, rate, n)
+            requests = len(sim.records)
+            tries.append(_fleet_try(point, sim, n))
+            if tries[-1].meets_slo:
+                break
+            n += 1
+        met = tries[-1].meets_slo
+        if met and n == divided:
+            note = f"{n} replicas behind {req.router} meet the SLOs together, as division says"
+        elif met:
+            note = (f"{divided} replicas by division, {n} needed under bursts: the fleet of {divided} behind "
+                    f"{req.router} had {tries[0].attainment:.1%} of requests within the SLOs")
+        else:
+            note = (f"{divided} replicas by division, and even {most} behind {req.router} miss the SLOs together "
+                    f"({tries[-1].attainment:.1%} within them)")
+        check = FleetCheck(router=req.router, requests=requests, tries=tries, note=note)
+        if met:
+            per_hour = (o.cost_per_hour_usd or 0.0) * n / divided
+            tokens_per_hour = rate * evaluation.mean_output_tokens * 3600
+            option = o.model_copy(update={"replicas": n, "gpus_total": n * o.tensor_parallel,
+                                          "cost_per_hour_usd": per_hour,
+                                          "cost_per_million_output_tokens_usd": per_hour / tokens_per_hour * 1e6})
+            best_cost = min(best_cost, per_hour)
+        else:
+            option = o.model_copy(update={"replicas": None, "gpus_total": None, "meets_slo": False,
+                                          "cost_per_hour_usd": None, "cost_per_million_output_tokens_usd": None})
+        option = option.model_copy(update={"router": req.router, "fleet_verified": True,
+                                           "replicas_by_division": divided})
+        pairs[i] = (option, d.model_copy(update={"fleet": check, "note": f"{d.note}; fleet: {note}"}))
+    if progress is not None and verified:
+        progress(verified, verified, f"{verified} fleet(s) verified behind {req.router}")
+    pairs.sort(key=lambda p: _rank_key(p[0]))
+    options = [o for o, _ in pairs]
+    best = next((o for o in options if o.meets_slo), None)
+    reason = result.reason
+    if best is not None:
+        reason = (f"cheapest configuration meeting the SLOs: {best.replicas} replica(s) of {best.gpu} x"
+                  f"{best.tensor_parallel}, each planned at {rate / best.replicas:.3g} of its "
+                  f"{best.capacity_rps_per_replica:.3g} requests/s ({req.headroom:.0%} headroom)")
+        if best.fleet_verified:
+            reason += (f"; the fleet simulated behind {best.router} " +
+                       (f"needs {best.replicas}, where division says {best.replicas_by_division}"
+                        if best.replicas != best.replicas_by_division else "meets the SLOs at that count"))
+    elif options:
+        reason = _no_option_reason(evaluation)
+    return Plan(rate_rps=rate, options=options, best=best, reason=reason, details=[d for _, d in pairs])
+
+
+def fleet_sentence(option: Option, detail: Detail) -> str | None:
+    """Say what simulating the fleet changed for ``option`` (None when it was not simulated).
+
+    >>> tries = [FleetTry(replicas=4, attainment=0.937, meets_slo=False, load_imbalance=1.0,
+    ...                   requests_per_replica=[300] * 4),
+    ...          FleetTry(replicas=5, attainment=0.999, meets_slo=True, load_imbalance=1.01,
+    ...                   requests_per_replica=[300, 300, 300, 300, 300])]
+    >>> o = Option(gpu="H100", tensor_parallel=1, max_num_seqs=64, capacity_rps_per_replica=8.5, replicas=5,
+    ...            gpus_total=5, meets_slo=True, cost_per_hour_usd=15.0, cost_per_million_output_tokens_usd=1.0,
+    ...            limit="decode", router="round_robin", fleet_verified=True, replicas_by_division=4)
+    >>> d = Detail(note="", fits=True, weights_gib_per_gpu=15.0, kv_budget_gib_per_gpu=50.0, kv_budget_tokens=1,
+    ...            step_model=None, price_usd_per_hour=3.0, price_source="",
+    ...            fleet=FleetCheck(router="round_robin", requests=1500, tries=tries, note=""))
+    >>> print(fleet_sentence(o, d))
+    4 replicas by division, 5 needed under bursts: behind round_robin the fleet of 4 had 93.7% of requests within the SLOs, the fleet of 5 99.9% (requests per replica 300 / 300 / 300 / 300 / 300, the busiest 1.01x the mean).
+    """
+    check = detail.fleet
+    if check is None or not option.fleet_verified:
+        return None
+    first, last = check.tries[0], check.tries[-1]
+    spread = (f"requests per replica {' / '.join(f'{n:,}' for n in last.requests_per_replica)}, the busiest "
+              f"{last.load_imbalance:.2f}x the mean" if last.load_imbalance is not None else "")
+    if last.meets_slo and last.replicas == first.replicas:
+        return (f"{first.replicas} replicas by division, and the fleet of {first.replicas} simulated behind "
+                f"{check.router} meets the SLOs too ({first.attainment:.1%} of requests within them; {spread}).")
+    if last.meets_slo:
+        return (f"{first.replicas} replicas by division, {last.replicas} needed under bursts: behind {check.router} "
+                f"the fleet of {first.replicas} had {first.attainment:.1%} of requests within the SLOs, the fleet "
+                f"of {last.replicas} {last.attainment:.1%} ({spread}).")
+    return (f"{first.replicas} replicas by division, and even {last.replicas} behind {check.router} miss the SLOs "
+            f"together ({last.attainment:.1%} of requests within them).")
 
 
 def cost_curve(evaluation: Evaluation, rates_rps: Sequence[float]) -> list[dict[str, float | str | None]]:
@@ -824,6 +1008,11 @@ def plan_document(evaluation: Evaluation, result: Plan) -> dict:
         "search": {"simulations": evaluation.simulations, "pruned_without_simulating": evaluation.pruned,
                    "skipped_by_cost_bound": len(evaluation.skipped),
                    "requests_per_simulation": req.requests_per_simulation, "tolerance": req.tolerance},
+        "fleet": {"router": req.router, "verified": req.verify_fleet,
+                  "options_verified": sum(o.fleet_verified for o in result.options),
+                  "fleet_simulations": sum(len(d.fleet.tries) for d in result.details if d.fleet is not None),
+                  "most_options_verified": MAX_VERIFIED_OPTIONS, "most_requests_per_fleet": MAX_FLEET_REQUESTS,
+                  "most_replicas_factor": MAX_FLEET_REPLICAS_FACTOR},
         "assumptions": {"memory_utilization": req.memory_utilization, "overhead_gib_per_gpu": req.overhead_gib,
                         "max_num_batched_tokens": req.max_num_batched_tokens,
                         "estimate": "a roofline estimate from public hardware figures, not a hardware guarantee"},
