@@ -749,15 +749,20 @@ def plan(req: PlanRequest, rate_rps: float, progress: ProgressCallback | None = 
     return evaluation, verify_fleets(evaluation, priced, progress) if req.verify_fleet else priced
 
 
-def fleet_point(evaluation: Evaluation, option: Option, rate_rps: float, replicas: int,
-                requests: int | None = None) -> tuple[SweepPoint, SimResult]:
-    """Simulate ``replicas`` replicas of ``option`` behind the request's router at ``rate_rps`` (the whole fleet)."""
-    req = evaluation.request
+def _option_scenario(evaluation: Evaluation, option: Option) -> Scenario:
+    """Return the simulator's scenario for one replica of ``option`` (its configuration as evaluated)."""
     e = next(c for c in evaluation.configs if (c.gpu, c.tensor_parallel, c.max_num_seqs) ==
              (option.gpu, option.tensor_parallel, option.max_num_seqs))
     d = e.detail
     assert d.step_model is not None and d.kv_budget_tokens is not None and d.effective_max_num_seqs is not None
-    scenario = _scenario(req, d.kv_budget_tokens, d.effective_max_num_seqs, d.step_model)
+    return _scenario(evaluation.request, d.kv_budget_tokens, d.effective_max_num_seqs, d.step_model)
+
+
+def fleet_point(evaluation: Evaluation, option: Option, rate_rps: float, replicas: int,
+                requests: int | None = None) -> tuple[SweepPoint, SimResult]:
+    """Simulate ``replicas`` replicas of ``option`` behind the request's router at ``rate_rps`` (the whole fleet)."""
+    req = evaluation.request
+    scenario = _option_scenario(evaluation, option)
     n = requests or min(MAX_FLEET_REQUESTS, req.requests_per_simulation * replicas)
     wl = req.workload
     if wl.trace is not None and wl.trace_rate_rps is not None:
@@ -896,11 +901,7 @@ def planned_point(evaluation: Evaluation, option: Option, rate_rps: float, *, re
     if option.replicas is None or option.max_num_seqs is None:
         raise ConfigError(f"{option.gpu} x{option.tensor_parallel} has no planned load to simulate")
     req = evaluation.request
-    e = next(c for c in evaluation.configs if (c.gpu, c.tensor_parallel, c.max_num_seqs) ==
-             (option.gpu, option.tensor_parallel, option.max_num_seqs))
-    d = e.detail
-    assert d.step_model is not None and d.kv_budget_tokens is not None and d.effective_max_num_seqs is not None
-    scenario = _scenario(req, d.kv_budget_tokens, d.effective_max_num_seqs, d.step_model)
+    scenario = _option_scenario(evaluation, option)
     if seed is not None:
         scenario = scenario.model_copy(update={"seed": seed})
     point, _ = _evaluate(req, scenario, rate_rps / option.replicas, "grid", requests or req.requests_per_simulation)
