@@ -16,7 +16,7 @@ from conftest import run_cli
 from servebench.analysis.summary import build_report
 from servebench.output import strict_json
 from servebench.serving.fleet import ROUTER_STREAM, simulate_fleet, simulate_scenario
-from servebench.serving.scenario import FleetSpec, Scenario, parse_scenario
+from servebench.serving.scenario import FleetSpec, Scenario, load_scenario, parse_scenario
 from servebench.serving.simulate import simulate, simulate_workload
 from servebench.serving.workload import Workload, draw_workload
 
@@ -264,3 +264,14 @@ def test_on_the_mooncake_trace_prefix_affinity_and_least_outstanding_pay() -> No
     assert seen["prefix_affinity"][0] > 2 * seen["round_robin"][0]  # measured 0.287 against 0.119
     assert seen["prefix_affinity"][1] < seen["round_robin"][1] and seen["prefix_affinity"][2] < seen["round_robin"][2]
     assert seen["least_outstanding"][2] < seen["round_robin"][2]  # the bursts: 6.0 s against 7.7 s
+
+
+def test_a_scenario_without_fleet_writes_what_it_wrote(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """No replica column, no fleet section: the run folder of a sample scenario is the single simulator's."""
+    sample = Path(__file__).resolve().parent.parent / "sample_data" / "scenarios" / "profile_b.yaml"
+    code, out, _ = run_cli(capsys, "simulate", str(sample), "-o", str(tmp_path / "out"), "--json")
+    assert code == 0 and "fleet" not in json.loads(out)["report"]
+    first = json.loads((tmp_path / "out" / "records.jsonl").read_text(encoding="utf-8").splitlines()[0])
+    assert "replica" not in first
+    one = simulate(load_scenario(sample), token_times="runs")
+    assert first["end"] == float(one.records.end[0]) and first["request_id"] == "0"
