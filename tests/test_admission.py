@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from accounting import check_accounting
-from servebench.errors import ConfigError
-from servebench.serving.scheduler import (ERR_DEADLINE, ERR_QUEUE_WAIT, Outcome, Request, Scheduler, SchedulerConfig,
-                                          TenantLimit)
+from servebench.serving.scheduler import (ERR_DEADLINE, ERR_QUEUE_WAIT, AdmissionSpec, Outcome, Request, Scheduler,
+                                          SchedulerConfig, TenantLimit)
 
 
 def drive(sched: Scheduler, arrivals: list[Request], dt: float = 1.0, max_steps: int = 10_000,
@@ -43,7 +43,8 @@ def req(rid: str, arrival: float = 0.0, prompt: int = 10, out: int = 5, tenant: 
 
 def test_shedding_removes_a_request_waiting_past_the_limit() -> None:
     # one seat: r0 runs 0..5, r1 waits; shedding at 2 s ends it as rejected at arrival + 2 with its seat freed
-    s = Scheduler(SchedulerConfig(kv_budget_tokens=100, max_num_seqs=1, max_queue_wait_s=2.0, timeout_s=30))
+    s = Scheduler(SchedulerConfig(kv_budget_tokens=100, max_num_seqs=1, admission=AdmissionSpec(max_queue_wait_s=2.0),
+                                  timeout_s=30))
     outs = {o.request_id: o for o in drive(s, [req("r0"), req("r1", arrival=0.5)], dt=1.0)}
     assert outs["r0"].status == "success"
     r1 = outs["r1"]
@@ -58,7 +59,7 @@ def test_without_shedding_the_same_request_times_out_after_holding_its_slot() ->
 
 
 def test_next_deadline_includes_the_shedding_time() -> None:
-    s = Scheduler(SchedulerConfig(kv_budget_tokens=100, max_queue_wait_s=2.0, timeout_s=10.0))
+    s = Scheduler(SchedulerConfig(kv_budget_tokens=100, admission=AdmissionSpec(max_queue_wait_s=2.0), timeout_s=10.0))
     s.add_request(req("a", arrival=1.0), 1.0)
     assert s.next_deadline() == 3.0
     s.on_step_done(s.step(1.5), 2.0)  # admitted: no longer sheddable
@@ -74,7 +75,7 @@ def test_a_client_deadline_names_its_own_error() -> None:
 
 
 def test_a_capped_tenant_does_not_hold_back_the_others() -> None:
-    cfg = SchedulerConfig(kv_budget_tokens=1000, max_num_seqs=8, tenants=(TenantLimit("heavy", max_running=2),))
+    cfg = SchedulerConfig(kv_budget_tokens=1000, max_num_seqs=8, tenants={"heavy": TenantLimit(max_running=2)})
     s = Scheduler(cfg)
     for i in range(5):
         s.add_request(req(f"h{i}", tenant="heavy"), 0.0)
@@ -101,7 +102,7 @@ def test_fair_serves_a_light_tenant_before_a_heavy_backlog() -> None:
 
 def test_fair_shares_follow_weights_over_a_backlog() -> None:
     cfg = SchedulerConfig(kv_budget_tokens=10_000, max_num_seqs=1, scheduling="fair",
-                          tenants=(TenantLimit("a", weight=3.0), TenantLimit("b", weight=1.0)))
+                          tenants={"a": TenantLimit(weight=3.0), "b": TenantLimit(weight=1.0)})
     s = Scheduler(cfg)
     for i in range(40):
         s.add_request(req(f"a{i}", tenant="a", out=1), 0.0)
@@ -123,16 +124,16 @@ def test_an_idle_tenant_banks_no_credit() -> None:
 
 
 def test_bad_admission_config_raises() -> None:
-    with pytest.raises(ConfigError, match="max_queue_wait_s"):
-        SchedulerConfig(kv_budget_tokens=10, max_queue_wait_s=0)
-    with pytest.raises(ConfigError, match="scheduling"):
+    with pytest.raises(ValidationError, match="max_queue_wait_s"):
+        SchedulerConfig(kv_budget_tokens=10, admission={"max_queue_wait_s": 0})
+    with pytest.raises(ValidationError, match="scheduling"):
         SchedulerConfig(kv_budget_tokens=10, scheduling="lottery")  # type: ignore[arg-type]
-    with pytest.raises(ConfigError, match="max_running"):
-        TenantLimit("a", max_running=0)
-    with pytest.raises(ConfigError, match="weight"):
-        TenantLimit("a", weight=0)
-    with pytest.raises(ConfigError, match="more than once"):
-        SchedulerConfig(kv_budget_tokens=10, tenants=(TenantLimit("a"), TenantLimit("a")))
+    with pytest.raises(ValidationError, match="max_running"):
+        TenantLimit(max_running=0)
+    with pytest.raises(ValidationError, match="weight"):
+        TenantLimit(weight=0)
+    with pytest.raises(ValidationError, match="weight"):
+        SchedulerConfig(kv_budget_tokens=10, tenants={"a": {"weight": float("inf")}})
 
 
 @settings(max_examples=60, deadline=None, derandomize=True)
@@ -144,8 +145,9 @@ def test_tenant_caps_hold_and_every_request_ends_once(
         reqs: list[tuple[str | None, int, int, int]], policy: str, scheduling: str, wait_s: float | None,
         cap_a: int, max_waiting: int | None) -> None:
     cfg = SchedulerConfig(kv_budget_tokens=96, policy=policy, block_size_tokens=8, max_num_seqs=4,  # type: ignore[arg-type]
-                          scheduling=scheduling, max_queue_wait_s=wait_s, max_waiting=max_waiting,  # type: ignore[arg-type]
-                          tenants=(TenantLimit("a", max_running=cap_a, weight=2.0), TenantLimit("b", max_running=1)))
+                          scheduling=scheduling, max_waiting=max_waiting,  # type: ignore[arg-type]
+                          admission=None if wait_s is None else AdmissionSpec(max_queue_wait_s=wait_s),
+                          tenants={"a": TenantLimit(max_running=cap_a, weight=2.0), "b": TenantLimit(max_running=1)})
     s = Scheduler(cfg)
     arrivals = [req(str(i), arrival=float(t) / 2, prompt=p, out=o, tenant=tenant)
                 for i, (tenant, t, p, o) in enumerate(reqs)]

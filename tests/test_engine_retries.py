@@ -12,7 +12,7 @@ from servebench.records.table import parse_objects, validate  # noqa: E402
 from servebench.serving.engine.model import Decoder, preset  # noqa: E402
 from servebench.serving.engine.runner import run_workload  # noqa: E402
 from servebench.serving.retry import BackoffSpec, ClientSpec  # noqa: E402
-from servebench.serving.scheduler import SchedulerConfig, TenantLimit  # noqa: E402
+from servebench.serving.scheduler import AdmissionSpec, SchedulerConfig, TenantLimit  # noqa: E402
 from servebench.serving.workload import ArrivalSpec, ClassSpec, LengthSpec, WorkloadSpec  # noqa: E402
 
 torch.set_num_threads(1)
@@ -51,8 +51,8 @@ def test_engine_tenant_cap_and_shedding(model: Decoder) -> None:
     classes = [ClassSpec(tenant="batch", weight=3, prompt=LengthSpec(kind="fixed", value=16),
                          output=LengthSpec(kind="fixed", value=30)),
                ClassSpec(tenant="chat", prompt=LengthSpec(kind="fixed", value=16), output=LengthSpec(kind="fixed", value=5))]
-    cfg = SchedulerConfig(kv_budget_tokens=4096, max_num_seqs=4, scheduling="fair", max_queue_wait_s=30.0,
-                          tenants=(TenantLimit("batch", max_running=2),))
+    cfg = SchedulerConfig(kv_budget_tokens=4096, max_num_seqs=4, scheduling="fair", admission=AdmissionSpec(max_queue_wait_s=30.0),
+                          tenants={"batch": TenantLimit(max_running=2)})
     recs = run_workload(model, cfg, burst(16, classes), seed=4, warmup_steps=0).records
     assert {r["slice"] for r in recs} == {"batch", "chat"}
     spans = sorted((r["admitted"], 1) for r in recs if r["slice"] == "batch" and "admitted" in r)

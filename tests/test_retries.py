@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from servebench.analysis.percentiles import percentile
 from servebench.records.table import RecordTable, parse_objects, validate
 from servebench.serving.retry import ERR_CLIENT_DEADLINE, BackoffSpec, ClientSpec
-from servebench.serving.scenario import AdmissionSpec, CancelSpec, Scenario, load_scenario, parse_scenario
+from servebench.serving.scenario import CancelSpec, Scenario, load_scenario, parse_scenario
+from servebench.serving.scheduler import AdmissionSpec
 from servebench.serving.scheduler import ERR_QUEUE_WAIT
 from servebench.serving.simulate import simulate
 from servebench.serving.workload import generate_workload

@@ -88,3 +88,89 @@ def test_scenario_edits_are_validated_as_a_whole() -> None:
         with_mix(base, [])
     with pytest.raises(ConfigError, match=r"an edited workload mix, field 'workload.classes.0.prompt'.*needs 'value'"):
         with_mix(base, [{"name": "x", "weight": 1, "prompt_tokens": None, "output_tokens": 5}])
+
+
+def test_an_edit_keeps_a_tenant_class_slice() -> None:
+    # a class that names a tenant and no name writes the tenant as its slice; an edit validated as a
+    # whole once dumped every default ("name: default") and so wrote "default" instead
+    from servebench.serving.scenario import with_policy
+
+    base = load_scenario(SAMPLES / "two_tenants.yaml")
+    for edited in (with_policy(base, "paged"), with_request_count(base, 40)):
+        assert [c.slice_name for c in edited.workload.classes] == ["batch", "chat"]
+        assert edited.server.tenants == base.server.tenants
+
+
+def test_server_spec_is_the_scheduler_config_with_the_scenario_fields() -> None:
+    # one model: the scenario's server states no scheduler field again, and its limits reach the scheduler as given
+    from servebench.serving.scenario import ServerSpec
+    from servebench.serving.scheduler import SchedulerConfig, TenantLimit
+
+    assert issubclass(ServerSpec, SchedulerConfig)
+    own = set(ServerSpec.model_fields) - set(SchedulerConfig.model_fields)
+    assert own == {"model", "kv_budget_gib", "prefill_lane"}
+    for name, info in SchedulerConfig.model_fields.items():
+        if name != "kv_budget_tokens":  # optional in a scenario: a model shape and GiB may give it
+            assert repr(ServerSpec.model_fields[name]) == repr(info)  # inherited, not stated again
+    sc = load_scenario(SAMPLES / "two_tenants.yaml")
+    config = sc.server.scheduler_config()
+    assert type(config) is SchedulerConfig and config.tenants["chat"] == TenantLimit(max_running=1, weight=1)
+    assert {n: getattr(config, n) for n in SchedulerConfig.model_fields} == \
+        {n: getattr(sc.server, n) for n in SchedulerConfig.model_fields}
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(st.fixed_dictionaries({}, optional={
+    "policy": st.sampled_from(["reserve", "paged"]), "max_num_seqs": st.integers(1, 64),
+    "max_waiting": st.integers(1, 100), "block_size_tokens": st.integers(1, 64), "chunked_prefill": st.booleans(),
+    "max_num_batched_tokens": st.integers(1, 4096), "timeout_s": st.floats(0.5, 100), "prefix_caching": st.booleans(),
+    "scheduling": st.sampled_from(["fcfs", "fair"]), "admission": st.fixed_dictionaries({"max_queue_wait_s": st.floats(0.1, 9)}),
+    "tenants": st.dictionaries(st.sampled_from(["a", "b"]), st.fixed_dictionaries({}, optional={
+        "max_running": st.integers(1, 4), "weight": st.floats(0.1, 10)}), max_size=2)}),
+    st.integers(64, 100_000))
+def test_a_server_reaches_the_scheduler_as_the_file_gives_it(server: dict, budget: int) -> None:
+    from servebench.serving.scenario import parse_scenario
+    from servebench.serving.scheduler import Scheduler
+
+    doc = {"server": {"kv_budget_tokens": budget, **server}, "step_model": {},
+           "workload": {"arrival": {"rate_rps": 1}, "num_requests": 1,
+                        "classes": [{"prompt": {"kind": "fixed", "value": 1}, "output": {"kind": "fixed", "value": 1}}]}}
+    config = parse_scenario(doc).server.scheduler_config()
+    assert config.kv_budget_tokens == budget
+    for name, value in server.items():
+        got = getattr(config, name)
+        assert (got.model_dump(exclude_unset=True) if name == "admission" else
+                {k: t.model_dump(exclude_unset=True) for k, t in got.items()} if name == "tenants" else got) == value
+    assert config.max_queue_wait_s == server.get("admission", {}).get("max_queue_wait_s")
+    Scheduler(config)  # and the scheduler takes it
+
+
+def test_a_paged_budget_short_of_one_block_is_refused_with_the_file(tmp_path: Path) -> None:
+    # the scheduler's own rule, now checked when the scenario is read (it used to surface at the first simulation)
+    path = tmp_path / "tiny.yaml"
+    doc = yaml.safe_load((SAMPLES / "profile_b.yaml").read_text())
+    doc["server"] = {"policy": "paged", "kv_budget_tokens": 8}
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError) as err:
+        load_scenario(path)
+    assert str(err.value) == f"{path}, field 'server': Value error, kv_budget_tokens 8 holds no 16-token block"
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(st.fixed_dictionaries({}, optional={name: st.floats(0, 0.5) for name in (
+    "base_s", "per_prefill_token_s", "per_prefill_seq_s", "per_decode_seq_s", "per_kv_token_s", "arrival_lag_s",
+    "emit_lead_s", "wake_s")} | {"noise_factors": st.lists(st.floats(0.5, 2), max_size=4).map(tuple)}),
+    st.none() | st.tuples(st.floats(0, 5), st.integers(1, 10_000), st.floats(0, 0.1)))
+def test_a_step_model_spec_is_the_step_model_with_flat_timings(fields: dict, flat: tuple | None) -> None:
+    from servebench.capacity.stepmodel import STEP_COEFFICIENTS, StepModel
+    from servebench.serving.scenario import FlatStep, StepModelSpec
+
+    assert set(StepModelSpec.model_fields) - set(StepModel.model_fields) == {"flat"}
+    spec = StepModelSpec(**fields, flat=None if flat is None else FlatStep(prefill_s=flat[0], prompt_tokens=flat[1],
+                                                                            tpot_s=flat[2]))
+    model = spec.to_model()
+    assert type(model) is StepModel
+    want = StepModel(**fields)
+    if flat is not None:  # the coefficients come from the flat timings, everything else as given
+        want = want.model_copy(update={n: getattr(StepModel.from_flat(*flat), n) for n in STEP_COEFFICIENTS})
+    assert model == want

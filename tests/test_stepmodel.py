@@ -72,7 +72,7 @@ def test_fit_from_simulated_trace_recovers_model() -> None:
 
 
 def test_flat_model_reproduces_spec_timings() -> None:
-    m = StepModel.flat(1.2, 7800, 0.031)
+    m = StepModel.from_flat(1.2, 7800, 0.031)
     assert m.step_s(0, 8, 0) == pytest.approx(0.031)
     assert m.prefill_s(7800) == pytest.approx(1.2)
 

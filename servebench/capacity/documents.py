@@ -14,6 +14,7 @@ import math
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
 from servebench.errors import ConfigError, ServebenchError
 
@@ -134,3 +135,32 @@ def as_tuple(value: Any) -> Any:
     ((1, 2), 'ab')
     """
     return tuple(value) if isinstance(value, list) else value
+
+
+def validation_line(source: str, exc: ValidationError) -> str:
+    """Return a pydantic refusal as one line: the source, the first field refused, why, and its value.
+
+    >>> from pydantic import BaseModel, Field
+    >>> class Limits(BaseModel):
+    ...     seqs: int = Field(ge=1)
+    >>> try:
+    ...     Limits(seqs=0)
+    ... except ValidationError as exc:
+    ...     print(validation_line("limits.yaml", exc))
+    limits.yaml, field 'seqs': Input should be greater than or equal to 1, got 0
+    """
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    value = first.get("input")
+    got = f", got {_shown(value)}" if _scalar(value) and first["type"] != "missing" else ""
+    more = f" ({exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"{source}, field '{where}': {first['msg']}{got}{more}"
+
+
+def _scalar(value: Any) -> bool:
+    return value is None or isinstance(value, (str, int, float, bool))
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."

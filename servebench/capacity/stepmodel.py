@@ -68,6 +68,8 @@ EXCESS_BINS = 200  # step-time excess: the mean of each 0.5% of the steps; finer
 #                   (70 ms among 200 prefill steps of 5 ms) stays one step's, not averaged into a 2% bin's
 NOISE_WINDOW_STEPS = 32  # the noise's autocorrelation makes windows of this many steps vary as in the trace
 MAX_NOISE_AUTOCORRELATION = 0.99
+# the coefficients of the step time; the other fields are its noise, lags and wake-up
+STEP_COEFFICIENTS = ("base_s", "per_prefill_token_s", "per_prefill_seq_s", "per_decode_seq_s", "per_kv_token_s")
 MIN_NOISE_STEPS = 200  # fewer steps than this: no noise is fitted
 NOISE_MAX_LAG = 64  # the noise's memory is fitted to its autocorrelation at lags 1 to this (a request's life)
 NoiseFactor = Annotated[float, Field(gt=0, allow_inf_nan=False)]  # measured / modelled step time
@@ -266,10 +268,10 @@ class StepModel(BaseModel):
         return out
 
     @classmethod
-    def flat(cls, prefill_s: float, prompt_tokens: int, tpot_s: float) -> "StepModel":
+    def from_flat(cls, prefill_s: float, prompt_tokens: int, tpot_s: float) -> "StepModel":
         """Return the spec's flat model: a prompt's prefill takes ``prefill_s``, a decode step ``tpot_s``.
 
-        >>> StepModel.flat(1.2, 7800, 0.031).step_s(7800, 0, 0) - 0.031
+        >>> StepModel.from_flat(1.2, 7800, 0.031).step_s(7800, 0, 0) - 0.031
         1.2
         """
         if prompt_tokens <= 0:

@@ -41,6 +41,9 @@ def serve_engine(
     The address is printed once the engine has warmed up and the socket listens.
     """
     from servebench.serving.engine.service import EngineService
+    from pydantic import ValidationError
+
+    from servebench.capacity.documents import validation_line
     from servebench.serving.scheduler import SchedulerConfig
     from servebench.serving.engine.http_api import create_app
     from servebench.serving.engine.http_server import bind_socket, http_url, make_server
@@ -51,9 +54,12 @@ def serve_engine(
                    "this address can send it requests. Leave --host out to keep it on 127.0.0.1.", err=True)
     if policy not in ("paged", "reserve"):
         raise ConfigError(f"--policy {policy!r}: expected paged or reserve")
-    sched = SchedulerConfig(kv_budget_tokens=kv_budget_tokens, policy=policy, max_num_seqs=max_num_seqs,
-                            max_num_batched_tokens=max_num_batched_tokens, max_waiting=max_waiting,
-                            timeout_s=timeout, prefix_caching=prefix_caching)  # type: ignore[arg-type]
+    try:
+        sched = SchedulerConfig(kv_budget_tokens=kv_budget_tokens, policy=policy, max_num_seqs=max_num_seqs,
+                                max_num_batched_tokens=max_num_batched_tokens, max_waiting=max_waiting,
+                                timeout_s=timeout, prefix_caching=prefix_caching)  # type: ignore[arg-type]
+    except ValidationError as exc:  # e.g. a paged budget smaller than one block
+        raise ConfigError(validation_line("serve-engine options", exc)) from None
     service = EngineService(preset, scheduler=sched, seed=seed, device=device, threads=threads)
     application = create_app(service, body_timeout_s=read_timeout, reasoning_tokens=reasoning_tokens)
     sock = bind_socket(host, port)  # bound now, so --port 0 prints the port it got

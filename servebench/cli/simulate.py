@@ -80,6 +80,7 @@ def simulate(
     from servebench.serving.scenario import load_scenario
     from servebench.serving.fleet import simulate_scenario as run_simulation  # one replica, or the fleet
     from servebench.analysis.summary import build_report
+    from servebench.serving.scenario import with_request_count
     from servebench.serving.sweep import scenario_at
 
     if trace_format not in ("auto", "jsonl", "csv", "parquet"):
@@ -98,8 +99,7 @@ def simulate(
         if rate is not None:
             sc = scenario_at(sc, rate, "rate", requests)
         else:
-            sc = sc.model_copy(update={"workload": sc.workload.model_copy(
-                update={"num_requests": requests, "duration_s": None})})
+            sc = with_request_count(sc, requests)
     notes = [n for n in [sc.workload.trace.left_out_note() if sc.workload.trace is not None else None] if n]
     for note in notes:
         Console(stderr=True, soft_wrap=True).print(f"[cyan]note:[/] {safe_markup(note)}")

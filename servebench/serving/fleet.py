@@ -109,7 +109,7 @@ def simulate_fleet(scenario: Scenario, fleet: FleetSpec | None = None, *,
     config = scenario.server.scheduler_config()
     separate = scenario.server.prefill_lane == "separate"
     if separate:  # as simulate_workload: each prefill runs whole on its own lane
-        config = replace(config, max_num_batched_tokens=None)
+        config = config.model_copy(update={"max_num_batched_tokens": None})
     loop = _Fleet(fleet, config, scenario.step_model.to_model(), workload, separate=separate,
                   cancel_after_s=cancel_after, decode_runs=decode_runs, token_times=token_times, client=client,
                   client_rng=client_rng, lazy_decode=lazy_decode, seed=scenario.seed)

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from servebench.analysis.summary import SLO, Report, build_report
 from servebench.records.table import RecordTable
 from servebench.serving.retry import BackoffSpec, ClientSpec
-from servebench.serving.scenario import AdmissionSpec, Scenario
+from servebench.serving.scenario import Scenario
+from servebench.serving.scheduler import AdmissionSpec
 from servebench.serving.simulate import simulate
 
 NO_RETRY = "no retry"

@@ -37,61 +37,30 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from servebench.errors import ConfigError, ServebenchError
-from servebench.capacity.documents import check_values, read_document
+from servebench.capacity.documents import check_values, read_document, validation_line
 from servebench.capacity.kv import GIB, ModelShape, Policy, budget_tokens, bytes_per_token
 from servebench.serving.retry import ClientSpec
-from servebench.serving.scheduler import SchedulerConfig, TenantLimit
-from servebench.capacity.stepmodel import MAX_NOISE_AUTOCORRELATION, LagsS, NoiseExcesses, NoiseFactors, StepModel
-from servebench.serving.workload import MAX_CLASSES, MAX_GENERATED, MAX_LENGTH_TOKENS, MAX_TIME_S, rate_problem
+from servebench.serving.scheduler import SchedulerConfig
+from servebench.capacity.stepmodel import STEP_COEFFICIENTS, StepModel
+from servebench.serving.workload import MAX_GENERATED, rate_problem
 from servebench.serving.workload import CancelSpec, WorkloadSpec, replay_trace  # CancelSpec is importable here too
 
 
-class AdmissionSpec(BaseModel):
-    """Load shedding at the server's queue."""
+class ServerSpec(SchedulerConfig):
+    """One replica's scheduler limits and KV budget: the scheduler's configuration as a scenario gives it.
 
-    model_config = ConfigDict(extra="forbid")
+    Beside the scheduler's own fields, the KV budget may be given as a model shape and the GiB left
+    for its cache, and ``prefill_lane`` says how the simulator runs prompts.
+    """
 
-    max_queue_wait_s: float | None = Field(
-        None, gt=0, le=MAX_TIME_S,
-        description="A request still waiting this long after arrival is rejected (queue_wait_exceeded).")
-
-
-class TenantSpec(BaseModel):
-    """One tenant's cap on running sequences and its weight under fair scheduling."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    max_running: int | None = Field(None, ge=1, description="Most running sequences of this tenant; None: no cap.")
-    weight: float = Field(1.0, gt=0, description="Share under fair scheduling, relative to the other tenants.")
-
-
-class ServerSpec(BaseModel):
-    """One replica's scheduler limits and KV budget."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    policy: Policy = Field("reserve", description="KV admission policy.")
-    kv_budget_tokens: int | None = Field(None, ge=1, description="KV budget in tokens (or give model + kv_budget_gib).")
+    kv_budget_tokens: int | None = Field(  # type: ignore[assignment]  # or from model + kv_budget_gib
+        None, ge=1, description="KV budget in tokens (or give model + kv_budget_gib).")
     model: ModelShape | None = Field(None, description="Model shape, to turn kv_budget_gib into tokens.")
     kv_budget_gib: float | None = Field(None, gt=0, description="Memory left for the KV cache, GiB.")
-    max_num_seqs: int = Field(256, ge=1, description="Most running sequences.")
-    max_num_batched_tokens: int | None = Field(None, ge=1, description="Most tokens per step; None: no limit.")
-    chunked_prefill: bool = Field(True, description="Split prompts to fill the step's token budget.")
-    max_waiting: int | None = Field(None, ge=1, description="Waiting-queue bound (arrivals beyond it are rejected); every request passes through it, so at least 1.")
-    block_size_tokens: int = Field(16, ge=1, le=MAX_LENGTH_TOKENS, description="Paged KV block size, tokens.")
-    timeout_s: float | None = Field(None, gt=0, le=MAX_TIME_S, description="Deadline after arrival, s.")
     prefill_lane: Literal["shared", "separate"] = Field(
         "shared", description="shared: prompts are computed inside the batched step (continuous batching); "
                               "separate: each whole prefill runs beside the decode batch (the spec's flat timings; "
                               "max_num_batched_tokens does not apply).")
-    prefix_caching: bool = Field(False, description="Reuse cached full prompt blocks shared with earlier requests "
-                                                    "(vLLM's automatic prefix caching); off by default.")
-    admission: AdmissionSpec | None = Field(None, description="Shedding: reject requests that waited too long.")
-    tenants: dict[str, TenantSpec] = Field(default_factory=dict, max_length=MAX_CLASSES,
-                                           description="Per-tenant limits and weights (a run uses a tenant only "
-                                                       "through a workload class, so at most as many as classes).")
-    scheduling: Literal["fcfs", "fair"] = Field(
-        "fcfs", description="fcfs: admit in arrival order; fair: by weighted admitted tokens across tenants.")
 
     @model_validator(mode="after")
     def _check(self) -> "ServerSpec":
@@ -115,19 +84,16 @@ class ServerSpec(BaseModel):
         return budget_tokens(self.kv_budget_gib * GIB, self.model, block_size=block)
 
     def scheduler_config(self) -> SchedulerConfig:
-        """Return the scheduler's configuration."""
-        return SchedulerConfig(
-            kv_budget_tokens=self.budget_tokens(), policy=self.policy, max_num_seqs=self.max_num_seqs,
-            max_num_batched_tokens=self.max_num_batched_tokens, chunked_prefill=self.chunked_prefill,
-            max_waiting=self.max_waiting, block_size_tokens=self.block_size_tokens, timeout_s=self.timeout_s,
-            prefix_caching=self.prefix_caching,
-            max_queue_wait_s=None if self.admission is None else self.admission.max_queue_wait_s,
-            tenants=tuple(TenantLimit(name, t.max_running, t.weight) for name, t in self.tenants.items()),
-            scheduling=self.scheduling)
+        """Return the scheduler's configuration: these limits, with the KV budget in tokens."""
+        fields = {name: getattr(self, name) for name in SchedulerConfig.model_fields}
+        return SchedulerConfig(**fields | {"kv_budget_tokens": self.budget_tokens()})
 
 
 MAX_REPLICAS = 256  # replicas in one fleet: each is a scheduler of its own on the one event clock
 Router = Literal["round_robin", "least_outstanding", "power_of_two", "prefix_affinity", "session_affinity"]
+MAX_TRANSFER_GBPS = 1e6  # a prefill-to-decode link, GB/s: a thousand times NVLink's
+DISAGGREGATED_ROUTERS = ("round_robin", "least_outstanding", "power_of_two")  # routers that read load, not caches
+_DISAGGREGATED = ("prefill_replicas", "decode_replicas", "kv_transfer_gbps")
 
 
 class FleetSpec(BaseModel):
@@ -150,6 +116,38 @@ class FleetSpec(BaseModel):
     affinity_slack_ratio: float = Field(
         1.5, ge=1, le=1e6, description="prefix_affinity: and how many times the least-loaded one's (both must hold "
                                        "to balance).")
+    prefill_replicas: int | None = Field(
+        None, ge=1, le=MAX_REPLICAS, description="Disaggregated: instances that only compute prompts "
+                                                 "(servebench.serving.disagg); give with decode_replicas.")
+    decode_replicas: int | None = Field(
+        None, ge=1, le=MAX_REPLICAS, description="Disaggregated: instances that only decode, each taking a prompt's "
+                                                 "KV from a prefill instance.")
+    kv_transfer_gbps: float | None = Field(
+        None, gt=0, le=MAX_TRANSFER_GBPS, description="Disaggregated: each prefill instance's link to the decode "
+                                                      "instances, GB/s (1e9 bytes); a prompt's KV takes its bytes / "
+                                                      "this to cross.")
+
+    @model_validator(mode="after")
+    def _check_disaggregated(self) -> "FleetSpec":
+        given = [name for name in _DISAGGREGATED if getattr(self, name) is not None]
+        if not given:
+            return self
+        if len(given) < len(_DISAGGREGATED):
+            missing = ", ".join(name for name in _DISAGGREGATED if name not in given)
+            raise ValueError(f"disaggregated prefill and decode needs {', '.join(_DISAGGREGATED)} together; "
+                             f"{missing} missing")
+        if self.replicas != 1:
+            raise ValueError(f"replicas {self.replicas} with prefill_replicas and decode_replicas: a disaggregated "
+                             "fleet counts its instances in those two (leave replicas out)")
+        if self.router not in DISAGGREGATED_ROUTERS:
+            raise ValueError(f"router {self.router} does not route a disaggregated fleet; use one of "
+                             f"{', '.join(DISAGGREGATED_ROUTERS)}")
+        return self
+
+    @property
+    def disaggregated(self) -> bool:
+        """Return whether prompts and decodes run on instances of their own."""
+        return self.prefill_replicas is not None
 
 
 class FlatStep(BaseModel):
@@ -162,60 +160,22 @@ class FlatStep(BaseModel):
     tpot_s: float = Field(ge=0)
 
 
-class StepModelSpec(BaseModel):
-    """Step-time coefficients, or ``flat`` timings turned into them."""
+class StepModelSpec(StepModel):
+    """The step-time model as a scenario gives it: its coefficients, or ``flat`` timings turned into them.
 
-    model_config = ConfigDict(extra="forbid")
+    With ``flat``, the coefficients come from it (``StepModel.from_flat``) and any given beside it are
+    unused; the noise, lag and wake fields apply either way. ``to_model`` gives the model to run.
+    """
 
     flat: FlatStep | None = None
-    base_s: float = Field(0.0, ge=0)
-    per_prefill_token_s: float = Field(0.0, ge=0)
-    per_decode_seq_s: float = Field(0.0, ge=0)
-    per_kv_token_s: float = Field(0.0, ge=0)
-    per_prefill_seq_s: float = Field(0.0, ge=0, description="Cost per sequence prefilling in a step, s.")
-    arrival_lag_s: float = Field(0.0, ge=0, description="Arrival to the scheduler seeing the request, s.")
-    emit_lead_s: float = Field(0.0, ge=0, description="Tokens come out this long before their step ends, s.")
-    wake_s: float = Field(0.0, ge=0, description="Extra time of the first step after a long idle, s.")
-    wake_tau_s: float = Field(0.0, ge=0, description="Idle time constant of wake_s, s (StepModel.wake_tau_s).")
-    after_prefill_s: float = Field(0.0, ge=0, description="Extra time of a step right after one with prompt "
-                                                         "tokens, s.")
-    noise_factors: NoiseFactors = Field((), description="Step-time noise factors (StepModel.noise_factors); "
-                                             "empty: none.")
-    prefill_noise_factors: NoiseFactors = Field((), description="Noise factors of steps with prompt "
-                                                     "tokens (StepModel.prefill_noise_factors); empty: "
-                                                     "noise_factors.")
-    noise_excess_s: NoiseExcesses = Field((), description="Step-time noise as seconds added to a step "
-                                               "(StepModel.noise_excess_s); empty: none.")
-    prefill_noise_excess_s: NoiseExcesses = Field((), description="noise_excess_s of steps with prompt "
-                                                       "tokens (StepModel.prefill_noise_excess_s); empty: "
-                                                       "noise_excess_s.")
-    noise_autocorrelation: float = Field(0.0, ge=0, le=MAX_NOISE_AUTOCORRELATION,
-                                         description="Step-to-step correlation of the noise (of its drift, "
-                                                     "with noise_jitter_share).")
-    noise_jitter_share: float = Field(0.0, ge=0, le=1, description="Share of the noise drawn afresh each step "
-                                                                   "(StepModel.noise_jitter_share).")
-    arrival_lags_s: LagsS = Field((), description="The arrival lag's spread (StepModel.arrival_lags_s); "
-                                              "empty: arrival_lag_s for every request.")
-    busy_arrival_lags_s: LagsS = Field((), description="Lags of arrivals while a step runs "
-                                                   "(StepModel.busy_arrival_lags_s); empty: as idle.")
 
     def to_model(self) -> StepModel:
         """Return the step model."""
-        noise = {"noise_factors": self.noise_factors, "noise_autocorrelation": self.noise_autocorrelation,
-                 "noise_jitter_share": self.noise_jitter_share,
-                 "prefill_noise_factors": self.prefill_noise_factors, "noise_excess_s": self.noise_excess_s,
-                 "prefill_noise_excess_s": self.prefill_noise_excess_s,
-                 "arrival_lags_s": self.arrival_lags_s, "busy_arrival_lags_s": self.busy_arrival_lags_s,
-                 "wake_s": self.wake_s, "wake_tau_s": self.wake_tau_s,
-                 "after_prefill_s": self.after_prefill_s}
+        fields = {name: getattr(self, name) for name in StepModel.model_fields}
         if self.flat is not None:
-            flat = StepModel.flat(self.flat.prefill_s, self.flat.prompt_tokens, self.flat.tpot_s)
-            return StepModel(**flat.model_dump() | noise | {"arrival_lag_s": self.arrival_lag_s,
-                                                            "emit_lead_s": self.emit_lead_s})
-        return StepModel(base_s=self.base_s, per_prefill_token_s=self.per_prefill_token_s,
-                         per_decode_seq_s=self.per_decode_seq_s, per_kv_token_s=self.per_kv_token_s,
-                         per_prefill_seq_s=self.per_prefill_seq_s, arrival_lag_s=self.arrival_lag_s,
-                         emit_lead_s=self.emit_lead_s, **noise)
+            flat = StepModel.from_flat(self.flat.prefill_s, self.flat.prompt_tokens, self.flat.tpot_s)
+            fields |= {name: getattr(flat, name) for name in STEP_COEFFICIENTS}
+        return StepModel(**fields)
 
 
 class Scenario(BaseModel):
@@ -241,6 +201,22 @@ class Scenario(BaseModel):
                              "turn on server.prefix_caching")
         return self
 
+    @model_validator(mode="after")
+    def _check_disaggregated(self) -> "Scenario":
+        fleet = self.fleet
+        if fleet is None or not fleet.disaggregated:
+            return self
+        if self.server.model is None:
+            raise ValueError("fleet.kv_transfer_gbps moves each prompt's KV bytes: give server.model (and "
+                             "kv_budget_gib) so the KV calculator can count them")
+        if self.client is not None and self.client.retries:
+            raise ValueError("fleet.prefill_replicas: retrying clients are not simulated with disaggregated "
+                             "prefill and decode; leave client.retries out")
+        if self.workload.closed_loop is not None or any(c.conversation is not None for c in self.workload.classes):
+            raise ValueError("fleet.prefill_replicas: requests that follow others' ends (closed_loop users, "
+                             "conversations) are not simulated with disaggregated prefill and decode")
+        return self
+
     def rng(self) -> np.random.Generator:
         """Return a fresh generator seeded by the scenario."""
         return np.random.default_rng(self.seed)
@@ -256,22 +232,8 @@ def parse_scenario(data: Any, source: str = "scenario", base_dir: Path | None = 
     try:
         scenario = Scenario.model_validate(data, strict=True)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        value = first.get("input")
-        got = f", got {_shown(value)}" if _scalar(value) and first["type"] != "missing" else ""
-        raise ConfigError(f"{source}, field '{where}': {first['msg']}{got}"
-                          + (f" ({exc.error_count() - 1} more)" if exc.error_count() > 1 else "")) from None
+        raise ConfigError(validation_line(source, exc)) from None
     return _load_files(scenario, source, base_dir or Path("."))
-
-
-def _scalar(value: Any) -> bool:
-    return value is None or isinstance(value, (str, int, float, bool))
-
-
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -306,7 +268,11 @@ def _scenario_document(text: str, name: str) -> dict[str, Any]:
 
 
 def with_request_count(scenario: Scenario, requests: int) -> Scenario:
-    """Return the scenario offering exactly ``requests`` requests (any duration limit dropped)."""
+    """Return the scenario offering exactly ``requests`` requests (any duration limit dropped).
+
+    The one place a request count is set: ``simulate --requests`` and every sweep point come here, and
+    the edited scenario is validated whole (:func:`_revised`).
+    """
     if requests < 1:
         raise ConfigError(f"scenario {scenario.name!r}: {requests} requests; a run needs at least 1")
     if requests > MAX_GENERATED:
@@ -316,8 +282,7 @@ def with_request_count(scenario: Scenario, requests: int) -> Scenario:
         problem = rate_problem(arrival.rate_rps, requests, None)
         if problem:
             raise ConfigError(f"scenario {scenario.name!r}: {problem}")
-    workload = scenario.workload.model_copy(update={"num_requests": requests, "duration_s": None})
-    return scenario.model_copy(update={"workload": workload})
+    return _revised(scenario, f"{requests:,} requests", {"workload": {"num_requests": requests, "duration_s": None}})
 
 
 def _revised(scenario: Scenario, edit: str, changes: dict[str, Any]) -> Scenario:
@@ -326,7 +291,7 @@ def _revised(scenario: Scenario, edit: str, changes: dict[str, Any]) -> Scenario
     A copy with updated fields would skip the cross-field checks (KV budget given one way, not both);
     the edited document is validated as a whole, and a refusal names the edit and the field.
     """
-    doc = scenario.model_dump(exclude_none=True)
+    doc = scenario.model_dump(exclude_unset=True, exclude_none=True)  # unset stays unset: a tenant class keeps its slice
     for section, fields in changes.items():
         node = doc
         for part in section.split(".") if section else ():

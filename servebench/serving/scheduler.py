@@ -98,10 +98,13 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from servebench.capacity.kv import POLICIES, Policy, tokens_per_request
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from servebench.capacity.kv import Policy, tokens_per_request
 from servebench.errors import ConfigError
 from servebench.serving.prefix_cache import PrefixCache, PromptContent
 from servebench.records.table import record_dict
+from servebench.serving.workload import MAX_CLASSES, MAX_LENGTH_TOKENS, MAX_TIME_S
 
 Scheduling = Literal["fcfs", "fair"]
 SCHEDULINGS: tuple[str, ...] = ("fcfs", "fair")
@@ -115,64 +118,64 @@ ERR_PREEMPTED_QUEUE_FULL = "preempted_queue_full"
 ERR_QUEUE_WAIT = "queue_wait_exceeded"
 
 
-@dataclass(frozen=True)
-class TenantLimit:
+class _Config(BaseModel):
+    """A frozen configuration that refuses unknown fields (pydantic's ValidationError names the field)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TenantLimit(_Config):
     """One tenant's cap on running sequences and its weight under ``fair`` scheduling."""
 
-    name: str
-    max_running: int | None = None  # None: only max_num_seqs
-    weight: float = 1.0
-
-    def __post_init__(self) -> None:
-        if self.max_running is not None and self.max_running < 1:
-            raise ConfigError(f"tenant {self.name!r}: max_running {self.max_running!r} must be at least 1")
-        if not self.weight > 0 or not math.isfinite(self.weight):
-            raise ConfigError(f"tenant {self.name!r}: weight {self.weight!r} must be a positive number")
+    max_running: int | None = Field(None, ge=1, description="Most running sequences of this tenant; None: no cap.")
+    weight: float = Field(1.0, gt=0, allow_inf_nan=False,
+                          description="Share under fair scheduling, relative to the other tenants.")
 
 
-@dataclass(frozen=True)
-class SchedulerConfig:
-    """Limits and policy of one server replica."""
+class AdmissionSpec(_Config):
+    """Load shedding at the server's queue."""
 
-    kv_budget_tokens: int
-    policy: Policy = "reserve"
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int | None = None  # None: no per-step token limit
-    chunked_prefill: bool = True
-    max_waiting: int | None = None  # bounded waiting queue (>= 1); None: unbounded
-    block_size_tokens: int = 16
-    timeout_s: float | None = None  # default deadline after arrival; None: none
-    prefix_caching: bool = False  # reuse cached full prompt blocks (see the module docstring)
-    max_queue_wait_s: float | None = None  # shed a request still waiting this long after arrival; None: never
-    tenants: tuple[TenantLimit, ...] = ()  # per-tenant limits; tenants not named have no cap and weight 1
-    scheduling: Scheduling = "fcfs"  # fcfs, or fair: weighted admitted tokens (see the module docstring)
+    max_queue_wait_s: float | None = Field(
+        None, gt=0, le=MAX_TIME_S,
+        description="A request still waiting this long after arrival is rejected (queue_wait_exceeded).")
 
-    def __post_init__(self) -> None:
-        if self.policy not in POLICIES:
-            raise ConfigError(f"scheduler policy {self.policy!r} is not one of {', '.join(POLICIES)}")
-        if self.kv_budget_tokens < 1:
-            raise ConfigError(f"kv_budget_tokens {self.kv_budget_tokens!r} must be at least 1")
-        if self.max_num_seqs < 1:
-            raise ConfigError(f"max_num_seqs {self.max_num_seqs!r} must be at least 1")
-        if self.max_num_batched_tokens is not None and self.max_num_batched_tokens < 1:
-            raise ConfigError(f"max_num_batched_tokens {self.max_num_batched_tokens!r} must be at least 1")
-        if self.max_waiting is not None and self.max_waiting < 1:
-            # every request waits in the queue until the next step admits it, so 0 would refuse them all
-            raise ConfigError(f"max_waiting {self.max_waiting!r} must be at least 1 (every request passes through "
-                              "the waiting queue; 0 would reject them all), or None for no bound")
-        if self.block_size_tokens < 1:
-            raise ConfigError(f"block_size_tokens {self.block_size_tokens!r} must be at least 1")
-        if self.policy == "paged" and self.kv_budget_tokens < self.block_size_tokens:
-            raise ConfigError(f"kv_budget_tokens {self.kv_budget_tokens} holds no {self.block_size_tokens}-token block")
-        if self.timeout_s is not None and not self.timeout_s > 0:
-            raise ConfigError(f"timeout_s {self.timeout_s!r} must be positive")
-        if self.max_queue_wait_s is not None and not self.max_queue_wait_s > 0:
-            raise ConfigError(f"max_queue_wait_s {self.max_queue_wait_s!r} must be positive")
-        if self.scheduling not in SCHEDULINGS:
-            raise ConfigError(f"scheduling {self.scheduling!r} is not one of {', '.join(SCHEDULINGS)}")
-        names = [t.name for t in self.tenants]
-        if len(set(names)) != len(names):
-            raise ConfigError(f"tenants are named more than once: {', '.join(sorted(names))}")
+
+class SchedulerConfig(_Config):
+    """Limits and policy of one server replica.
+
+    A scenario's ``server`` is this model with the scenario's own fields added
+    (``servebench.serving.scenario.ServerSpec``), so each limit and its bound is stated once.
+    """
+
+    policy: Policy = Field("reserve", description="KV admission policy.")
+    kv_budget_tokens: int = Field(ge=1, description="KV budget in tokens.")
+    max_num_seqs: int = Field(256, ge=1, description="Most running sequences.")
+    max_num_batched_tokens: int | None = Field(None, ge=1, description="Most tokens per step; None: no limit.")
+    chunked_prefill: bool = Field(True, description="Split prompts to fill the step's token budget.")
+    max_waiting: int | None = Field(None, ge=1, description="Waiting-queue bound (arrivals beyond it are rejected); every request passes through it, so at least 1.")
+    block_size_tokens: int = Field(16, ge=1, le=MAX_LENGTH_TOKENS, description="Paged KV block size, tokens.")
+    timeout_s: float | None = Field(None, gt=0, le=MAX_TIME_S, description="Deadline after arrival, s.")
+    prefix_caching: bool = Field(False, description="Reuse cached full prompt blocks shared with earlier requests "
+                                                    "(vLLM's automatic prefix caching); off by default.")
+    admission: AdmissionSpec | None = Field(None, description="Shedding: reject requests that waited too long.")
+    tenants: dict[str, TenantLimit] = Field(default_factory=dict, max_length=MAX_CLASSES,
+                                            description="Per-tenant limits and weights (a run uses a tenant only "
+                                                        "through a workload class, so at most as many as classes); "
+                                                        "tenants not named have no cap and weight 1.")
+    scheduling: Scheduling = Field(
+        "fcfs", description="fcfs: admit in arrival order; fair: by weighted admitted tokens across tenants.")
+
+    @model_validator(mode="after")
+    def _blocks_fit(self) -> "SchedulerConfig":
+        budget: int | None = self.kv_budget_tokens
+        if budget is not None and self.policy == "paged" and budget < self.block_size_tokens:
+            raise ValueError(f"kv_budget_tokens {budget} holds no {self.block_size_tokens}-token block")
+        return self
+
+    @property
+    def max_queue_wait_s(self) -> float | None:
+        """Return how long a request may wait before it is shed (None: never)."""
+        return None if self.admission is None else self.admission.max_queue_wait_s
 
     @property
     def num_blocks(self) -> int:
@@ -325,7 +328,7 @@ class Scheduler:
         self.evicted: list[tuple[int, Any]] = []  # (key, payload) evicted from the prefix cache
         self.evictions = 0  # blocks evicted from the prefix cache so far
         self._shed: list[tuple[float, int, str]] = []  # (arrival + max_queue_wait_s, key, id)
-        self._limits = {t.name: t for t in config.tenants}
+        self._limits = dict(config.tenants)
         self._tenanted = bool(config.tenants) or config.scheduling == "fair"
         self._tenant_running: dict[str | None, int] = {}
         self._tenant_waiting: dict[str | None, int] = {}

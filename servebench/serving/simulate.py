@@ -44,7 +44,7 @@ from __future__ import annotations
 import heapq
 import math
 from array import array
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
@@ -182,7 +182,7 @@ def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workl
     seeds = (noise_seed,) if isinstance(noise_seed, int) else tuple(noise_seed)
     separate = prefill_lane == "separate"
     if separate:  # each prefill runs whole on its own lane: no per-step token budget applies
-        config = replace(config, max_num_batched_tokens=None)
+        config = config.model_copy(update={"max_num_batched_tokens": None})
     loop = _EventLoop(config, model, workload, separate=separate, cancel_after_s=cancel_after_s,
                       decode_runs=decode_runs, token_times=token_times, client=client, client_rng=client_rng,
                       lazy_decode=lazy_decode,

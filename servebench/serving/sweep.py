@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from servebench.errors import ConfigError
 from servebench.records.steps import LANES
 from servebench.records.table import RecordTable
-from servebench.serving.scenario import Scenario
+from servebench.serving.scenario import Scenario, with_request_count
 from servebench.serving.simulate import SimResult, simulate
 from servebench.analysis.retries import logical_codes
 from servebench.analysis.summary import SLO, Distribution, Report, build_report
@@ -313,15 +313,15 @@ def scenario_at(scenario: Scenario, load: float, mode: Mode, requests: int | Non
                                        "num_requests": wl.num_requests or requests or 1000})
         else:
             wl = wl.with_users(users)
-    if requests is not None:
-        if not 1 <= requests <= MAX_GENERATED:
-            raise ConfigError(f"{requests:,} requests per point; a run takes from 1 to {MAX_GENERATED:,}")
-        wl = wl.model_copy(update={"num_requests": requests, "duration_s": None})
+    if requests is not None and not 1 <= requests <= MAX_GENERATED:
+        raise ConfigError(f"{requests:,} requests per point; a run takes from 1 to {MAX_GENERATED:,}")
+    num_requests, duration_s = (wl.num_requests, wl.duration_s) if requests is None else (requests, None)
     if mode == "rate" and wl.arrival is not None and wl.arrival.kind != "replay":
-        problem = rate_problem(load, wl.num_requests, wl.duration_s)
+        problem = rate_problem(load, num_requests, duration_s)
         if problem:  # e.g. 1e-300 req/s: its arrivals lie where a step's milliseconds are lost to rounding
             raise ConfigError(f"rate {load:g} requests/s: {problem}")
-    return scenario.model_copy(update={"workload": wl})
+    at_load = scenario.model_copy(update={"workload": wl})
+    return at_load if requests is None else with_request_count(at_load, requests)
 
 
 def check_loads(scenario: Scenario, loads: Sequence[float], mode: Mode, requests: int | None = None) -> None:
