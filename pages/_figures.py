@@ -68,14 +68,14 @@ def token_charts(key: str, window_start: float, window_end: float, threshold_s: 
                  _table: RecordTable) -> dict[str, Spec | None]:
     """Return Token timing's charts of records with token times: ``ttft``, ``itl``, ``stall``, ``ticks``.
 
-    The TTFT and ITL CDFs read in ``unit`` (ms or s); the stall histogram and the ticks stay in seconds.
+    The TTFT and ITL CDFs and the stall histogram read in ``unit`` (ms or s); the token ticks stay in seconds.
     """
     itl = token_figs.itl_series(_table, max_points=vegalite.LINE_POINTS)
     bins = token_figs.stall_bins(_table, threshold_s)
     ticks = token_figs.token_ticks(_table)
     return {"ttft": on_canvas(vegalite.cdf_chart(cdf_series(key, window_start, window_end, _table)["ttft"], unit)),
             "itl": None if itl is None else on_canvas(vegalite.cdf_chart(itl, unit, y_title="share of gaps")),
-            "stall": None if bins is None else on_canvas(vegalite_tokens.stall_chart(bins)),
+            "stall": None if bins is None else on_canvas(vegalite_tokens.stall_chart(bins, unit)),
             "ticks": None if ticks is None else on_canvas(vegalite_tokens.ticks_chart(ticks))}
 
 

@@ -69,6 +69,20 @@ Y_LABELS_PX = 56
 COUNT_AXIS: Spec = {"format": ",d", "tickMinStep": 1}  # a count's axis: whole numbers only (no 0.5 requests)
 
 
+POINT_PAD_PX = 8  # a point of size 36 reaches 3.4 px from its centre, a diamond of size 70 5.9: both fit in 8
+
+
+def padded(axis: Spec) -> Spec:
+    """Return an x or y encoding whose scale keeps ``POINT_PAD_PX`` clear at each end of the plot.
+
+    A zoom clips marks to the plot, so a point or a diamond on its edge was cut in half.
+
+    >>> padded({"field": "y", "scale": {"domain": [0, 1]}})
+    {'field': 'y', 'scale': {'domain': [0, 1], 'padding': 8}}
+    """
+    return {**axis, "scale": {**axis.get("scale", {}), "padding": POINT_PAD_PX}}
+
+
 def stacked_y(title: str) -> Spec:
     """Return the y encoding (field ``y``) of a chart drawn one above another with others on the same x axis."""
     return {"field": "y", "type": "quantitative", "title": title, "axis": {"minExtent": Y_LABELS_PX}}
@@ -112,7 +126,7 @@ def cdf_chart(s: CdfSeries, unit: str = "s", height: int = 420, y_title: str = "
     title = _title(s.title, [line for line in (s.formula, marked, s.subtitle) if line])
     if s.n == 0:
         return _note(title, "no values: no request counted for this metric", height)
-    x = {"field": "x", "type": "quantitative", "title": UNIT_WORDS[unit]}
+    x = padded({"field": "x", "type": "quantitative", "title": UNIT_WORDS[unit]})  # a mark at the largest value
     y = {"field": "share", "type": "quantitative", "title": y_title, "scale": {"domain": [0, 1.02]},
          "axis": {"format": "%"}}
     marks = pd.DataFrame({"x": [v * k for _, v, _ in s.marks], "share": [r / s.n for _, _, r in s.marks],

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from servebench.output.figures.sweep import Line, LoadMark
-from servebench.output.figures.vegalite import NOTE_COLOR, Spec, _zoom
+from servebench.output.figures.vegalite import NOTE_COLOR, Spec, _zoom, padded
 from servebench.formatting import fmt
 from servebench.output.safetext import safe_text
 
@@ -71,18 +71,6 @@ def line_layers(lines: Sequence[Line], x: Spec, y: Spec, *, points: bool = True,
                                                 {"field": "x", "title": x["title"], "format": ".4~g"},
                                                 {"field": "text", "title": y["title"]}]}})
     return layers
-
-
-POINT_PAD_PX = 6  # a point of size 36 has a radius of 3.4 px; its outline and a pixel of air fit in 6
-
-
-def padded(axis: Spec) -> Spec:
-    """Return an x or y encoding whose scale keeps ``POINT_PAD_PX`` clear at each end of the plot.
-
-    >>> padded({"field": "y", "scale": {"domain": [0, 1]}})
-    {'field': 'y', 'scale': {'domain': [0, 1], 'padding': 6}}
-    """
-    return {**axis, "scale": {**axis.get("scale", {}), "padding": POINT_PAD_PX}}
 
 
 def mark_layers(marks: Sequence[LoadMark], x: Spec) -> list[Spec]:

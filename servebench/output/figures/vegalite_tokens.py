@@ -14,25 +14,29 @@ import numpy as np
 import pandas as pd
 
 from servebench.output.figures.tokens import PREFILL_COLORS, STALL_COLOR, StallBins, TickRow
-from servebench.output.figures.vegalite import CONFIG, COUNT_AXIS, SUCCESS_COLOR, Spec, _note, _number, _title, _zoom
+from servebench.output.figures.vegalite import (CONFIG, COUNT_AXIS, SUCCESS_COLOR, UNIT_SCALE, Spec, _note, _number,
+                                              _title, _zoom)
 from servebench.formatting import fmt
 from servebench.output.safetext import safe_text
 
 
-def stall_chart(h: StallBins, height: int = 420) -> Spec:
-    """Return the histogram of each success's longest gap, the stall threshold as a dashed red line."""
+def stall_chart(h: StallBins, unit: str = "s", height: int = 420) -> Spec:
+    """Return the histogram of each success's longest gap in ``unit`` (s or ms), the stall threshold dashed red."""
     if h.n == 0:
         return _note(_title("Longest stall per request"), "no success has two token arrivals", height)
-    frame = pd.DataFrame({"lo": h.edges_s[:-1], "hi": h.edges_s[1:], "requests": h.counts})
-    x = {"field": "lo", "type": "quantitative", "title": "longest gap between tokens, s"}
+    k = UNIT_SCALE[unit]
+    frame = pd.DataFrame({"lo": h.edges_s[:-1] * k, "hi": h.edges_s[1:] * k, "requests": h.counts})
+    x = {"field": "lo", "type": "quantitative", "title": f"longest gap between tokens, {unit}"}
     layers: list[Spec] = [
         {"data": {"name": "bins"}, "mark": {"type": "bar", "color": SUCCESS_COLOR, "binSpacing": 0},
          "params": _zoom("x"),
          "encoding": {"x": {**x, "bin": "binned"}, "x2": {"field": "hi"},
                       "y": {"field": "requests", "type": "quantitative", "title": "requests", "axis": COUNT_AXIS},
-                      "tooltip": [_number("lo", "from, s"), _number("hi", "to, s"), {"field": "requests", "format": ","}]}}]
+                      "tooltip": [_number("lo", f"from, {unit}"), _number("hi", f"to, {unit}"),
+                                  {"field": "requests", "format": ","}]}}]
     if h.threshold_s is not None:
-        layers.append({"data": {"values": [{"lo": h.threshold_s, "about": f"stall threshold {fmt(h.threshold_s)} s"}]},
+        at = h.threshold_s * k
+        layers.append({"data": {"values": [{"lo": at, "about": f"stall threshold {fmt(at)} {unit}"}]},
                        "mark": {"type": "rule", "color": STALL_COLOR, "strokeDash": [6, 4], "strokeWidth": 2},
                        "encoding": {"x": x, "tooltip": [{"field": "about", "title": "threshold"}]}})
     # the field's name under the title, not in it: the title fits a third of the page
