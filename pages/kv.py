@@ -157,9 +157,11 @@ groups = int(c2.number_input("Distinct shared prefixes held", min_value=1, value
 fit = guarded(kv.shared_prefix_concurrency, res.budget_tokens, prompt, cap, shared, groups=groups, policy=policy,
               expected_output_tokens=expected, block_size=kv.DEFAULT_BLOCK_SIZE if policy == "reserve" else block_size)
 c = st.columns(3)
-c[0].metric("Max concurrent sequences, prefix per request", fmt(fit.max_sequences_unshared))
+c[0].metric("Max concurrent sequences, prefix per request", fmt(fit.max_sequences_unshared),
+            help="How many requests fit at once when each holds its own copy of the shared prefix (no cache).")
 c[1].metric("Max concurrent sequences, prefix held once", fmt(fit.max_sequences_shared),
-            delta=fit.max_sequences_shared - fit.max_sequences_unshared)
+            delta=fit.max_sequences_shared - fit.max_sequences_unshared,
+            help="How many fit when the shared prefix's full blocks are held once for all (a prefix cache).")
 c[2].metric("Tokens per request beyond the shared blocks", fmt(fit.tokens_per_request_shared),
             help=f"{fmt(fit.shared_tokens_held)} tokens of shared blocks held once "
                  f"(full {kv.DEFAULT_BLOCK_SIZE if policy == 'reserve' else block_size}-token blocks only).")
