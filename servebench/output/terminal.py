@@ -8,7 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from servebench.formatting import NO_DATA, fmt
+from servebench.formatting import NO_DATA, fmt, fmt_share
 from servebench.output.safetext import safe_markup
 from servebench.analysis.fleet import FleetReport
 from servebench.analysis.summary import (Distribution, FairnessReport, LogicalReport, PrefixCacheReport, ReasoningReport,
@@ -187,9 +187,9 @@ def print_reasoning(console: Console, rs: ReasoningReport) -> None:
 
 def print_logical(console: Console, lg: LogicalReport) -> None:
     """Print the logical-request section: successes, attempts, amplification, user-visible latency."""
-    share = "-" if lg.success_fraction is None else f"{lg.success_fraction:.1%}"
     console.print(f"[bold]Logical requests[/]: {lg.logical_successes:,} of {lg.logical_requests:,} succeeded "
-                  f"({share}) in {lg.attempts:,} attempts: amplification {fmt(lg.amplification)}; "
+                  f"({fmt_share(lg.success_fraction)}) in {lg.attempts:,} attempts: amplification "
+                  f"{fmt(lg.amplification)}; "
                   f"{lg.retried:,} retried, {lg.partial_then_retry:,} saw partial output then a retry, "
                   f"{lg.attempts_cut_by_deadline:,} attempts cut by the client's deadline")
     console.print(distribution_table({"user_latency_s": lg.user_latency_s,
@@ -204,8 +204,7 @@ def print_fairness(console: Console, fr: FairnessReport) -> None:
         table.add_column(col, justify="left" if col == "slice" else "right")
     for name, s in fr.slices.items():
         table.add_row(user_text(name), fmt(s.weight), fmt(s.goodput_requests_per_second),
-                      "-" if s.goodput_share is None else f"{s.goodput_share:.1%}",
-                      "-" if s.slo_attainment is None else f"{s.slo_attainment:.1%}", fmt(s.ttft_p95_s))
+                      fmt_share(s.goodput_share), fmt_share(s.slo_attainment), fmt(s.ttft_p95_s))
     console.print(table)
     console.print(f"Jain's index over goodput / weight: {fmt(fr.jain_index)} (1 = in proportion to weight); "
                   f"worst / best TTFT p95: {fmt(fr.ttft_p95_ratio)}")
