@@ -65,17 +65,17 @@ for n, d in zip(shown, picked):
     if d.zoom is not None and d.zoom.left_out:
         st.caption(safe_text(f"{n}: {d.zoom.note()}"))
 
+unit, _ = unit_choice()  # every time on the page, the tables' too (milliseconds by default)
 st.subheader("The contract: eight fields side by side")
 st.caption(f"Each later run against the baseline, **{shown[0]}**: Δ is the difference and the relative change.")
-static_table(contract_table(reports))
+static_table(contract_table(reports, unit))
 
 st.subheader("Is it noise? 95% confidence intervals")
 st.caption("Distribution-free intervals of each percentile (successes only). Intervals apart: the runs likely "
            "differ. Intervals overlapping: the difference may be noise; collect more requests to tell.")
-static_table(overlap_table(reports))
+static_table(overlap_table(reports, unit))
 
 st.subheader("Distributions")
-unit, _ = unit_choice()
 bars = percentile_bars(percentiles_by_run(reports), unit)
 for col, (metric, spec) in zip(st.columns(3), compare_cdfs(dict(zip(shown, picked)), unit).items()):
     col.vega_lite_chart(spec=spec, key=f"cmp_cdf_{metric}")

@@ -751,6 +751,9 @@ def test_several_uploads_are_held_and_compared_side_by_side() -> None:
     assert contract.loc["Requests", "r1_r4.json"] == "4" and contract.loc["Requests", "mine.jsonl"] == "2"
     assert contract.loc["Requests", "Δ mine.jsonl"] == "-2 (-50%)"
     assert contract.loc["Non-success fraction", "r1_r4.json"] == "50%"  # a share reads as Summary writes it
+    # times in ms by default, the tables' as the charts' (the contract read 2.5 in s above charts in ms)
+    assert contract.loc["Latency p95 (ms)", "r1_r4.json"] == "2,500"
+    assert "baseline (ms)" in next(t for t in _tables(at) if "95% intervals" in t.columns).columns
     outcomes = next(t for t in _tables(at) if "Offered" in t.columns).set_index("run")
     statuses = ["Completed", "Failed", "Timed out", "Cancelled", "Rejected"]
     counts = outcomes[[*statuses, "Offered"]].map(lambda v: int(v.replace(",", "")))

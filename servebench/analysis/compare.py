@@ -48,13 +48,26 @@ def difference(base: float | int | None, other: float | int | None, *, share: bo
 SHARE_FIELDS = frozenset({"non_success_fraction"})  # contract fields that are fractions, shown as percents
 
 
-def contract_table(reports: Mapping[str, Report]) -> pd.DataFrame:
-    """Return the eight contract fields, one column per run, then each later run's difference from the first (Δ)."""
+TIME_UNITS = {"s": 1.0, "ms": 1000.0}  # a table's times in seconds or milliseconds (the dashboard's default)
+
+
+def _scaled(value: float | None, unit: str) -> float | None:
+    return None if value is None else value * TIME_UNITS[unit]
+
+
+def contract_table(reports: Mapping[str, Report], unit: str = "s") -> pd.DataFrame:
+    """Return the eight contract fields, one column per run, then each later run's difference from the first (Δ).
+
+    The p95 times (keys ending ``_s``) read in ``unit``, 's' or 'ms', their labels saying which.
+    """
     names = list(reports)
     rows = []
     for key, (label, _) in CONTRACT_LABELS.items():
-        row: dict[str, str] = {"field": label}
+        time = key.endswith("_s")
+        row: dict[str, str] = {"field": label.replace("(s)", f"({unit})") if time else label}
         values = [reports[n].summary.get(key) for n in names]
+        if time:
+            values = [_scaled(v, unit) for v in values]
         share = key in SHARE_FIELDS
         for n, v in zip(names, values):
             row[n] = fmt_share(v) if share else fmt(v)
@@ -135,10 +148,12 @@ def overlaps(reports: Mapping[str, Report], qs: tuple[float, ...] = (50, 95, 99)
     return out
 
 
-def overlap_table(reports: Mapping[str, Report]) -> pd.DataFrame:
-    """Return the significance hints as a table: metric, percentile, both values and the verdict."""
-    return pd.DataFrame([{"metric": f"{o.metric} p{o.q:g}", "run": o.run, "baseline (s)": fmt(o.base_value),
-                          "this run (s)": fmt(o.value), "change": difference(o.base_value, o.value),
+def overlap_table(reports: Mapping[str, Report], unit: str = "s") -> pd.DataFrame:
+    """Return the significance hints as a table: metric, percentile, both values (in ``unit``) and the verdict."""
+    return pd.DataFrame([{"metric": f"{o.metric} p{o.q:g}", "run": o.run,
+                          f"baseline ({unit})": fmt(_scaled(o.base_value, unit)),
+                          f"this run ({unit})": fmt(_scaled(o.value, unit)),
+                          "change": difference(_scaled(o.base_value, unit), _scaled(o.value, unit)),
                           "95% intervals": o.verdict} for o in overlaps(reports)])
 
 
