@@ -17,6 +17,7 @@ from servebench.capacity.kv import GIB, POLICIES
 from servebench.capacity.model_presets import resolve_shape
 from servebench.formatting import fmt
 from servebench.output.safetext import safe_markup
+from servebench.output.terminal import print_headline
 
 
 def _read_profile_table(path: Path) -> ProfileTable | None:
@@ -39,6 +40,7 @@ def _read_profile_table(path: Path) -> ProfileTable | None:
 
 def _print_verdict(v: Verdict) -> None:
     console.rule(f"[bold]{safe_markup(v.profile)}[/]: limit = [bold]{v.limit}[/]")
+    print_headline(console, v.headline)  # the answer first, as --json's headline; the numbers behind it follow
     console.print(safe_markup(v.summary))
     t = Table(show_header=False, box=None)
     for label, value in (("KV bytes per token", v.bytes_per_token), ("tokens in the budget", v.budget_tokens),

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from servebench.formatting import NO_DATA, fmt, fmt_share
 from servebench.output.safetext import safe_markup
+from servebench.analysis.diagnosis import Headline
 from servebench.analysis.fleet import FleetReport
 from servebench.analysis.summary import (Distribution, FairnessReport, LogicalReport, PrefixCacheReport, ReasoningReport,
                                          Report)
@@ -183,6 +184,12 @@ def print_reasoning(console: Console, rs: ReasoningReport) -> None:
                   f"{NO_DATA if thinking is None else fmt(thinking) + ' s'}); {rs.reasoning_tokens:,} of "
                   f"{rs.output_tokens:,} output tokens were reasoning ({share}, {rs.requests_with_reasoning_tokens:,} "
                   "successes say)")
+
+
+def print_headline(console: Console, headline: Headline | None) -> None:
+    """Print a diagnosis's one answer (the load measured, the capacity it implies, the limit that binds)."""
+    if headline is not None:
+        console.print(f"[bold]answer:[/] {user_text(headline.text)}")
 
 
 def print_logical(console: Console, lg: LogicalReport) -> None:

@@ -1,0 +1,27 @@
+"""``servebench diagnose`` prints each profile's one-sentence headline first in the terminal, as --json carries it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import run_cli
+
+SAMPLE = Path(__file__).resolve().parent.parent / "sample_data"
+
+
+@pytest.mark.parametrize("name", ["profiles_ab.json", "requests_sample.csv"])
+def test_the_headline_comes_first_under_each_profile(capsys: pytest.CaptureFixture[str], name: str) -> None:
+    code, out, err = run_cli(capsys, "diagnose", str(SAMPLE / name), "--json")
+    assert code == 0, err
+    headlines = {p: v["headline"]["text"] for p, v in json.loads(out)["profiles"].items()}
+    code, out, err = run_cli(capsys, "diagnose", str(SAMPLE / name))
+    assert code == 0, err
+    text = " ".join(out.split())  # the terminal wraps long lines
+    for profile, headline in headlines.items():
+        heading = next(line for line in out.splitlines() if f" {profile}: limit = " in line)
+        section = text[text.index(heading.strip()) + len(heading.strip()):]
+        # first under the profile's rule: before its summary line and every table
+        assert section.lstrip().startswith(f"answer: {' '.join(headline.split())}"), section[:300]
