@@ -232,7 +232,6 @@ class _Fleet:
         self.pending = [False] * n if client is not None else []
         self.replica_of = np.full(n, -1, dtype=np.int64)
         self.load = [0] * spec.replicas  # outstanding requests per replica: routed, not yet ended
-        self.routed = [0] * spec.replicas
         self.replicas = [
             _Replica(self, k, config, model, workload, separate=separate, cancel_after_s=cancel_after_s,
                      decode_runs=decode_runs, token_times=token_times, client=client, client_rng=client_rng,
@@ -329,7 +328,6 @@ class _Fleet:
                 r = self.choose(i)
                 self.replica_of[i] = r
                 self.load[r] += 1
-                self.routed[r] += 1
                 self.arrivals_routed += 1
                 replicas[r].deliver(i, arrival[0])
                 keys[r] = replicas[r].next_key()
