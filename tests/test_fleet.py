@@ -275,3 +275,15 @@ def test_a_scenario_without_fleet_writes_what_it_wrote(tmp_path: Path, capsys: p
     assert "replica" not in first
     one = simulate(load_scenario(sample), token_times="runs")
     assert first["end"] == float(one.records.end[0]) and first["request_id"] == "0"
+
+
+def test_a_sweep_of_a_fleet_scenario_runs_the_fleet() -> None:
+    """Each sweep point of a scenario with fleet simulates the whole fleet: 3 replicas carry 3x the load."""
+    from servebench.analysis.summary import SLO
+    from servebench.serving.sweep import sweep
+    one = scenario()
+    three = scenario(fleet={"replicas": 3, "router": "least_outstanding"})
+    slo = SLO(ttft_s=1.0)
+    alone = sweep(one, [10.0], slo=slo, requests=600, search=False).points[0]
+    fleet = sweep(three, [10.0], slo=slo, requests=600, search=False).points[0]
+    assert not alone.meets_slo and fleet.meets_slo and fleet.slo_attainment > alone.slo_attainment
