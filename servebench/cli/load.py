@@ -178,6 +178,7 @@ def _generator_table(stats: Any) -> Table:
             ("in flight: peak / limit", f"{stats.peak_in_flight} / {stats.max_in_flight}"),
             ("waited for a connection slot", stats.waited_for_slot),
             ("schedule lag p50 / p99 / max, s", f"{f(lag.p50_s)} / {f(lag.p99_s)} / {f(lag.max_s)}"),
+            *_ttft_rows(stats, f),
             ("run, s", f(stats.run_s))]
     if stats.logical_offered is not None:  # retrying clients: offered and the statuses count attempts
         rows[1:1] = [("user requests offered", stats.logical_offered),
@@ -187,6 +188,18 @@ def _generator_table(stats: Any) -> Table:
     for name, value in rows:
         t.add_row(name, str(value))
     return t
+
+
+def _ttft_rows(stats: Any, f: Any) -> list[tuple[str, str]]:
+    """Return TTFT from the intended and from the actual send beside the lag, and who kept the schedule."""
+    rows = [] if stats.sender is None else [("schedule kept by", "sender process" if stats.sender == "process"
+                                             else "event loop")]
+    if stats.warmup is not None:
+        rows.append(("warm-up requests (untimed): ok / sent", f"{stats.warmup.succeeded} / {stats.warmup.requests}"))
+    if stats.ttft is not None:
+        for name, t in (("intended", stats.ttft.from_intended_s), ("actual", stats.ttft.from_sent_s)):
+            rows.append((f"TTFT from the {name} send p50 / p95 / p99, s", f"{f(t.p50_s)} / {f(t.p95_s)} / {f(t.p99_s)}"))
+    return rows
 
 
 def _worker_table(stats: Any) -> Table:
@@ -385,6 +398,10 @@ def load(
                                                "attempt's start, s: no attempt starts after it."),
     max_retry_wait_s: float = typer.Option(60.0, callback=positive_s, help="Longest wait before a retry, s: a "
                                            "server's Retry-After above it (or a longer backoff) is cut to it."),
+    warmup_requests: int = typer.Option(0, "--warmup-requests", min=0, max=10_000, help="Untimed requests sent one "
+                                        "at a time before the measured schedule; they are never records."),
+    sender: str = typer.Option("process", "--sender", help="Open loop: process (a sender process keeps the schedule; "
+                               "plain http without retries) or loop (the event loop that also parses the streams)."),
     api: str = typer.Option("completions", help="completions or chat."),
     model: Optional[str] = typer.Option(None, help="Model name (default: the first one /v1/models lists)."),
     stream: bool = typer.Option(True, "--stream/--no-stream", help="Stream tokens (SSE) or wait for the body."),
@@ -416,13 +433,15 @@ def load(
 
     if api not in ("completions", "chat"):
         raise ConfigError(f"--api {api!r}: expected completions or chat")
+    if sender not in ("process", "loop"):
+        raise ConfigError(f"--sender {sender!r}: expected process or loop")
     if arrival not in ("poisson", "gamma", "constant"):
         raise ConfigError(f"--arrival {arrival!r}: expected poisson, gamma or constant")
     client = _client_spec(max_attempts, backoff_base_s, backoff_multiplier, backoff_max_s, jitter, retry_on,
                           deadline_s)
     cfg_kwargs = dict(api=api, model=model, stream=stream, ignore_eos=ignore_eos, deadline_s=deadline,
                       max_in_flight=max_in_flight, api_key=api_key, client=client, jitter_seed=seed,
-                      max_retry_wait_s=max_retry_wait_s)
+                      max_retry_wait_s=max_retry_wait_s, warmup_requests=warmup_requests, sender=sender)
     use_ray = ray or ray_address is not None
     metrics = _metrics_options(server_metrics, no_server_metrics, metrics_interval_s)
     workload_doc = _workload_file(workload)

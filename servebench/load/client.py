@@ -13,11 +13,11 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import httpx
 
@@ -254,24 +254,43 @@ async def exchange(client: httpx.AsyncClient, url: str, body: dict[str, Any], he
     chunk times, usage) in ``out``; so does a failure, whose content chunks are its wasted tokens.
     """
     async with client.stream("POST", url, json=body, headers=headers) as resp:
-        out.http_status = resp.status_code
-        if resp.status_code != 200:
-            text = (await resp.aread()).decode("utf-8", "replace")
-            out.end_s = now()
-            out.status = failure_status(resp.status_code, text[:CAUSE_CHARS])
-            out.error = f"HTTP {resp.status_code}: {error_message(text)}"
-            if resp.status_code in RETRY_AFTER_CODES and "retry-after" in resp.headers:
-                header = resp.headers["retry-after"]
-                out.retry_after_s = parse_retry_after(header)
-                out.retry_after_text = header[:RETRY_AFTER_TEXT_CHARS]
-            return
-        if stream:
-            await _read_stream(resp, out, now)
-        else:
-            await _read_whole(resp, out, now)
+        await read_answer(resp, out, now, stream)
 
 
-async def _read_stream(resp: httpx.Response, out: HttpOutcome, now: Callable[[], float]) -> None:
+class Answer(Protocol):
+    """An HTTP answer being read: what :func:`read_answer` needs of it (an ``httpx.Response`` is one)."""
+
+    @property
+    def status_code(self) -> int: ...
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+    async def aread(self) -> bytes: ...
+
+    def aiter_lines(self) -> AsyncIterator[str]: ...
+
+
+async def read_answer(resp: Answer, out: HttpOutcome, now: Callable[[], float], stream: bool) -> None:
+    """Read an answer whose request went out into ``out``: its status, then its stream or its whole body."""
+    out.http_status = resp.status_code
+    if resp.status_code != 200:
+        text = (await resp.aread()).decode("utf-8", "replace")
+        out.end_s = now()
+        out.status = failure_status(resp.status_code, text[:CAUSE_CHARS])
+        out.error = f"HTTP {resp.status_code}: {error_message(text)}"
+        if resp.status_code in RETRY_AFTER_CODES and "retry-after" in resp.headers:
+            header = resp.headers["retry-after"]
+            out.retry_after_s = parse_retry_after(header)
+            out.retry_after_text = header[:RETRY_AFTER_TEXT_CHARS]
+        return
+    if stream:
+        await _read_stream(resp, out, now)
+    else:
+        await _read_whole(resp, out, now)
+
+
+async def _read_stream(resp: Answer, out: HttpOutcome, now: Callable[[], float]) -> None:
     """Read server-sent events into ``out``; the answer is settled at ``[DONE]`` (or at the end of the body)."""
     finish_reason = None
     async for line in resp.aiter_lines():
@@ -321,7 +340,7 @@ async def _read_stream(resp: httpx.Response, out: HttpOutcome, now: Callable[[],
         _settle(out, finish_reason, streamed=True)
 
 
-async def _read_whole(resp: httpx.Response, out: HttpOutcome, now: Callable[[], float]) -> None:
+async def _read_whole(resp: Answer, out: HttpOutcome, now: Callable[[], float]) -> None:
     """Read a non-streaming answer: one JSON body, so the first token arrives with the end."""
     raw = await resp.aread()
     out.end_s = now()

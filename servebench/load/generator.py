@@ -20,6 +20,7 @@ files; :mod:`servebench.load.client` sends one request and reads its server-sent
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import signal
 import threading
@@ -34,6 +35,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from servebench.errors import ConfigError
+from servebench.load.handoff import Handed, Handoff, request_bytes
 from servebench.load.client import (API_PATHS, HttpOutcome, count_partial_tokens, discover_model, exc_text,
                                     exchange, normalize_url, reasoning_run)
 from servebench.analysis.percentiles import percentile
@@ -47,6 +49,9 @@ from servebench.serving.send_lag import lag_threshold_s, sent_late
 from servebench.serving.workload import CancelSpec, Workload, WorkloadSpec, draw_workload
 
 MAX_RETRY_WAIT_S = 60.0  # default cap on any wait before a retry: a server may ask for days
+# an arrival this close to the duration limit counts as at it, as on the event loop's clock (t0 + 0.49999999999999994,
+# constant arrivals' 10 / 20 s, rounds to t0 + 0.5 there)
+LIMIT_TOLERANCE_S = 1e-9
 
 # Common English words that most tokenizers keep as one token each (with a leading space).
 PROMPT_WORDS = (
@@ -81,6 +86,13 @@ class LoadConfig(BaseModel):
     max_retry_wait_s: float = Field(
         MAX_RETRY_WAIT_S, gt=0, allow_inf_nan=False,
         description="Longest wait before a retry, s: a server's Retry-After above it (and any backoff) is cut to it.")
+    sender: Literal["process", "loop"] = Field(
+        "process", description="Open loop: who keeps the schedule. process: a sender process of its own that writes "
+                               "each request at its time on a connection opened ahead and hands the connection over "
+                               "(plain http, no retrying clients); loop: this process's event loop, which also "
+                               "parses every stream (https, retries and closed loops always use it).")
+    warmup_requests: int = Field(0, ge=0, le=10_000, description="Untimed requests sent one at a time before the "
+                                                                 "measured schedule; never records.")
 
 
 @dataclass(frozen=True)
@@ -107,6 +119,32 @@ class LagStats(BaseModel):
     p99_s: float | None
     max_s: float | None
     mean_s: float | None
+
+
+class TtftStats(BaseModel):
+    """TTFT percentiles over the successes, from one starting point (nearest rank, s)."""
+
+    n: int
+    p50_s: float | None
+    p95_s: float | None
+    p99_s: float | None
+
+
+class TtftBothWays(BaseModel):
+    """TTFT from the intended send (the records' figure: a user arriving then waits all of it) and from the actual
+    send (the server and network alone); the difference is the generator's own lag, reported beside them."""
+
+    from_intended_s: TtftStats
+    from_sent_s: TtftStats
+
+
+class WarmupStats(BaseModel):
+    """The untimed requests sent one at a time before the measured schedule (``--warmup-requests``)."""
+
+    requests: int
+    succeeded: int
+    seconds: float = Field(description="From the first warm-up request's send to the last one's end.")
+    first_error: str | None = None
 
 
 class WorkerStats(BaseModel):
@@ -158,6 +196,11 @@ class GeneratorStats(BaseModel):
     retry_waits_capped: int = Field(0, description="Retries sent at the cap on a retry's wait (--max-retry-wait-s) "
                                                    "though the server's Retry-After asked for longer.")
     warnings: list[str] = Field(default_factory=list, description="Everything the run should not hide, one line each.")
+    ttft: TtftBothWays | None = Field(None, description="TTFT from the intended and from the actual send (None when "
+                                                         "no success was sent).")
+    sender: Literal["process", "loop"] | None = Field(None, description="Who kept the schedule: a sender process, or "
+                                                                        "the event loop that parses the streams.")
+    warmup: WarmupStats | None = Field(None, description="The untimed warm-up requests (None: none were sent).")
     run_s: float = Field(description="From t0 to the last outcome.")
     workers: list[WorkerStats] | None = Field(None, description="Per worker, when several shared the schedule "
                                                                 "(None: one generator).")
@@ -180,6 +223,8 @@ class RunState:
     stopped_by: str | None = None  # the signal that stopped it ("SIGINT", "SIGTERM"), when one did
     t0_monotonic_s: float | None = None  # the run's origin t0 on time.monotonic (server metrics are placed on it)
     trace_rows: dict[str, int] | None = None  # a trace replay's rows by request id (None: no trace)
+    sender: Literal["process", "loop"] | None = None  # who kept the schedule
+    warmup: WarmupStats | None = None  # the untimed requests before the origin
 
 
 class RunStopped(Exception):
@@ -400,6 +445,31 @@ def capped_wait_warning(outcomes: Sequence[HttpOutcome]) -> str | None:
             f"{first.request_id} waited {first.retry_at_s - first.end_s:.3g} s (sends.jsonl: retry_wait_capped)")
 
 
+def ttft_both_ways(outcomes: Sequence[HttpOutcome]) -> TtftBothWays | None:
+    """Return TTFT over the sent successes from the intended and from the actual send (None: no such success).
+
+    >>> o = HttpOutcome("r", 1.0, status="success", sent_s=1.25, first_token_s=1.5, end_s=2.0)
+    >>> t = ttft_both_ways([o]); t.from_intended_s.p50_s, t.from_sent_s.p50_s
+    (0.5, 0.25)
+    """
+    ok = [o for o in outcomes if o.status == "success" and o.sent_s is not None and o.first_token_s is not None]
+    if not ok:
+        return None
+
+    def stats(ttft: list[float]) -> TtftStats:
+        return TtftStats(n=len(ttft), p50_s=percentile(ttft, 50), p95_s=percentile(ttft, 95),
+                         p99_s=percentile(ttft, 99))
+    return TtftBothWays(from_intended_s=stats([o.first_token_s - o.intended_s for o in ok]),  # type: ignore[operator]
+                        from_sent_s=stats([o.first_token_s - o.sent_s for o in ok]))  # type: ignore[operator]
+
+
+def warmup_warning(warmup: WarmupStats | None) -> list[str]:
+    if warmup is None or warmup.succeeded == warmup.requests:
+        return []
+    return [f"warm-up: {warmup.requests - warmup.succeeded} of {warmup.requests} untimed requests did not succeed "
+            f"(first: {warmup.first_error}); the measured run went on"]
+
+
 def lag_stats(outcomes: Sequence[HttpOutcome]) -> LagStats:
     """Summarize schedule lag over the sent requests (nearest-rank percentiles)."""
     lags = np.array([o.lag_s for o in outcomes if o.lag_s is not None], dtype=np.float64)
@@ -461,6 +531,7 @@ def generator_stats(outcomes: Sequence[HttpOutcome], mode: Literal["open", "clos
         peak_in_flight=peak_in_flight, waited_for_slot=waited_for_slot, schedule_lag_s=lag, lag_warning=lag_note,
         implausible_usage=sum(o.reported_output_tokens is not None for o in outcomes), warnings=warnings,
         retry_waits_capped=sum(o.retry_wait_capped for o in outcomes),
+        ttft=ttft_both_ways(outcomes),
         run_s=max(ends) if ends else 0.0)
 
 
@@ -485,9 +556,14 @@ class _Runner:
         self.on_outcome = on_outcome
         self.in_flight = 0
         self.jitter = np.random.default_rng([config.jitter_seed, 17])  # backoff jitter of retrying clients
+        self.handoff: Handoff | None = None  # the sender process that keeps an open-loop schedule, when one does
 
     def now(self) -> float:
         return self.loop.time() - self.t0
+
+    def _on_wire(self) -> None:
+        self.in_flight += 1
+        self.state.peak_in_flight = max(self.state.peak_in_flight, self.in_flight)
 
     async def one(self, req: PlannedRequest, intended_s: float) -> HttpOutcome:
         """Serve one planned request: one attempt, or (``config.client``) attempts until none is due; return the last.
@@ -529,8 +605,11 @@ class _Runner:
         return nxt
 
     async def _attempt(self, req: PlannedRequest, intended_s: float, request_id: str, attempt: int | None,
-                       first_s: float) -> HttpOutcome:
-        """Send one attempt and record its outcome; never raises except on cancellation from outside."""
+                       first_s: float, handed: Handed | None = None) -> HttpOutcome:
+        """Send one attempt and record its outcome; never raises except on cancellation from outside.
+
+        ``handed``: the sender process already wrote it (or could not): read its answer on that connection.
+        """
         cfg = self.config
         out = HttpOutcome(request_id=request_id, intended_s=intended_s, slice=req.slice,
                           requested_prompt_words=req.prompt_words, requested_output_tokens=req.max_tokens,
@@ -546,15 +625,26 @@ class _Runner:
         on_wire = False
         try:
             async with asyncio.timeout_at(limit_at):
-                if self.slots.locked():
-                    self.state.waited_for_slot += 1
-                async with self.slots:
-                    out.sent_s = self.now()
+                if handed is not None:
+                    self.state.waited_for_slot += handed.waited
+                    out.sent_s = handed.sent_s
+                    if handed.error is not None:
+                        raise httpx.ConnectError(handed.error)
+                    if handed.sock is None:
+                        raise TimeoutError  # every slot stayed busy until its give-up instant: never sent
                     on_wire = True
-                    self.in_flight += 1
-                    self.state.peak_in_flight = max(self.state.peak_in_flight, self.in_flight)
-                    await exchange(self.client, self.url, request_body(cfg, self.model, req), self.headers, out,
-                                   self.now, cfg.stream)
+                    self._on_wire()
+                    assert self.handoff is not None
+                    await self.handoff.exchange(handed, out, self.now, cfg.stream)
+                else:
+                    if self.slots.locked():
+                        self.state.waited_for_slot += 1
+                    async with self.slots:
+                        out.sent_s = self.now()
+                        on_wire = True
+                        self._on_wire()
+                        await exchange(self.client, self.url, request_body(cfg, self.model, req), self.headers, out,
+                                       self.now, cfg.stream)
         except TimeoutError:
             if not out.done_marker:  # after [DONE] the answer is settled; only reading the rest of the body was cut
                 out.end_s = self.now()
@@ -628,16 +718,90 @@ async def run_load(config: LoadConfig, plan: Sequence[PlannedRequest],
     async with _client(config, longest) as client:
         headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
         state.model = config.model or await discover_model(client, config.url, headers)
-        loop = asyncio.get_running_loop()
-        state.started_utc = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-        runner = _Runner(config, state.model, client, loop.time() if start_at is None else start_at, on_outcome,
-                         state)
-        state.t0_monotonic_s = runner.t0  # loop.time() is time.monotonic()
-        if config.users is None:
-            await _open_loop(runner, plan)
-        else:
-            await _closed_loop(runner, plan, config.users)
+        if config.warmup_requests:
+            state.warmup = await warm_up(client, config, state.model, plan, headers)
+        handoff = None
+        try:
+            if uses_sender(config):
+                handoff = Handoff(config.url, sender_plan(config, state.model, plan, headers), config.max_in_flight)
+                await handoff.ready()
+            loop = asyncio.get_running_loop()
+            state.started_utc = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+            runner = _Runner(config, state.model, client, loop.time() if start_at is None else start_at, on_outcome,
+                             state)
+            state.t0_monotonic_s = runner.t0  # loop.time() is time.monotonic()
+            state.sender = "process" if handoff is not None else "loop"
+            if handoff is not None:
+                runner.handoff = handoff
+                await _open_loop_handed(runner, plan, handoff)
+            elif config.users is None:
+                await _open_loop(runner, plan)
+            else:
+                await _closed_loop(runner, plan, config.users)
+        finally:
+            if handoff is not None:
+                handoff.close()
     return result_from_state(config, len(plan), state)
+
+
+def uses_sender(config: LoadConfig) -> bool:
+    """Return True when a sender process keeps the schedule: an open loop over plain http without retrying clients.
+
+    A retry's time is known only when the attempt before it ends, a closed loop's user sends when its
+    answer ends, and a TLS session cannot move between processes; those runs send from the event loop.
+    """
+    return (config.sender == "process" and config.users is None and config.client is None
+            and normalize_url(config.url).startswith("http://"))
+
+
+def sender_plan(config: LoadConfig, model: str, plan: Sequence[PlannedRequest],
+                headers: dict[str, str]) -> Iterator[tuple[int, float, float, bytes]]:
+    """Yield what the sender writes: per request offered (due before the duration limit) its index, due and
+    give-up times from the origin, and its bytes. It gives up where the request's own limit comes: its
+    deadline, the run's end, or its client giving up."""
+    url = normalize_url(config.url) + API_PATHS[config.api]
+    end_s = math.inf if config.duration_s is None else config.duration_s
+    for i, req in enumerate(plan):
+        if req.intended_s >= end_s - LIMIT_TOLERANCE_S:
+            return
+        deadline_s = config.deadline_s if req.deadline_s is None else req.deadline_s
+        give_up_s = min(req.intended_s + deadline_s, end_s,
+                        math.inf if req.cancel_after_s is None else req.intended_s + req.cancel_after_s)
+        body = json.dumps(request_body(config, model, req), separators=(",", ":")).encode()
+        yield i, req.intended_s, give_up_s, request_bytes(url, body, headers)
+
+
+async def warm_up(client: httpx.AsyncClient, config: LoadConfig, model: str, plan: Sequence[PlannedRequest],
+                  headers: dict[str, str]) -> WarmupStats:
+    """Send ``config.warmup_requests`` requests one at a time (the plan's first ones, round again if it is shorter),
+    untimed, before the run's origin; return how they went. None of them is a record."""
+    url = normalize_url(config.url) + API_PATHS[config.api]
+    n, ok, first_error = config.warmup_requests, 0, None
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    for k in range(n):
+        req = plan[k % len(plan)]
+        out = HttpOutcome(request_id=f"warmup-{k}", intended_s=0.0, requested_output_tokens=req.max_tokens)
+        try:
+            async with asyncio.timeout(config.deadline_s if req.deadline_s is None else req.deadline_s):
+                await exchange(client, url, request_body(config, model, req), headers, out, loop.time, config.stream)
+        except TimeoutError:
+            out.status, out.error = "timeout", "deadline passed"
+        except httpx.HTTPError as exc:
+            out.status, out.error = "failed", exc_text(exc)
+        ok += out.status == "success"
+        if out.status != "success" and first_error is None:
+            first_error = out.error or out.status
+    return WarmupStats(requests=n, succeeded=ok, seconds=loop.time() - began, first_error=first_error)
+
+
+def warm_up_sync(config: LoadConfig, plan: Sequence[PlannedRequest]) -> WarmupStats:
+    """Send ``config.warmup_requests`` untimed requests in a fresh event loop (``config.model`` must be set)."""
+    async def send() -> WarmupStats:
+        headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
+        async with _client(config, config.deadline_s) as client:
+            return await warm_up(client, config, config.model or "", plan, headers)
+    return asyncio.run(send())
 
 
 def discover_model_sync(config: LoadConfig) -> str:
@@ -658,6 +822,8 @@ def result_from_state(config: LoadConfig, planned: int, state: RunState) -> Load
     outcomes = sorted(state.outcomes, key=lambda o: (o.intended_s, o.request_id))
     stats = generator_stats(outcomes, mode, planned, config.max_in_flight, state.peak_in_flight,
                             state.waited_for_slot, config.duration_s, state.interrupted)
+    stats = stats.model_copy(update={"sender": state.sender, "warmup": state.warmup,
+                                     "warnings": stats.warnings + warmup_warning(state.warmup)})
     return LoadResult(outcomes=outcomes, stats=stats, model=state.model or "unknown", config=config,
                       started_utc=state.started_utc, stopped_by=state.stopped_by if state.interrupted else None,
                       t0_monotonic_s=state.t0_monotonic_s, trace_rows=state.trace_rows)
@@ -680,6 +846,27 @@ async def _open_loop(runner: _Runner, plan: Sequence[PlannedRequest]) -> None:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _open_loop_handed(runner: _Runner, plan: Sequence[PlannedRequest], handoff: Handoff) -> None:
+    """Serve the answers to what the sender process sends at each intended time (it keeps the schedule)."""
+    tasks: list[asyncio.Task[HttpOutcome]] = []
+    handed: list[Handed] = []
+
+    def serve(h: Handed) -> None:
+        req = plan[h.index]
+        handed.append(h)
+        tasks.append(asyncio.create_task(runner._attempt(req, req.intended_s, req.request_id, None, req.intended_s,
+                                                         handed=h)))
+    try:
+        await handoff.run(runner.t0, serve)
+        await asyncio.gather(*tasks)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for h in handed:
+            handoff.release(h)  # a connection whose task never ran is closed here
 
 
 async def _closed_loop(runner: _Runner, plan: Sequence[PlannedRequest], users: int) -> None:

@@ -33,7 +33,8 @@ from typing import Any, Protocol
 from servebench.errors import ConfigError, WorkerError
 from servebench.load.client import HttpOutcome
 from servebench.load.generator import (GeneratorStats, LoadConfig, LoadResult, PlannedRequest, RunState, RunStopped,
-                                       WorkerStats, stoppable, generator_stats, lag_stats, run_load)
+                                       WorkerStats, stoppable, generator_stats, lag_stats, run_load, warm_up_sync,
+                                       warmup_warning)
 from servebench.serving.send_lag import LAG_FLOOR_S
 
 PINGS = 8
@@ -227,6 +228,10 @@ def run_workers(workers: Sequence[Worker], config: LoadConfig, plan: Sequence[Pl
         raise ConfigError("--workers shares one open-loop schedule; closed loop (--users) runs in one process")
     parts = partition(plan, len(workers))
     config = config.model_copy(update={"model": model})
+    warmup = None
+    if config.warmup_requests:  # once, from here, before the clocks are measured: a worker's would make it start late
+        warmup = warm_up_sync(config, plan)
+        config = config.model_copy(update={"warmup_requests": 0})
     for w in workers:
         w.clock()  # the first call may wait for the worker to start: not a measurement
     start = [clock_offset(w.clock) for w in workers]
@@ -245,6 +250,9 @@ def run_workers(workers: Sequence[Worker], config: LoadConfig, plan: Sequence[Pl
         runs.extend(w.result() for w in workers[len(runs):])  # each part ends at once, with what it gathered
     end = [clock_offset(w.clock) for w in workers]
     merged = merge_runs(config, len(plan), runs, start, end, model, stopped_by)
+    if warmup is not None:
+        merged.stats = merged.stats.model_copy(update={"warmup": warmup,
+                                                       "warnings": merged.stats.warnings + warmup_warning(warmup)})
     merged.t0_monotonic_s = origin  # the common origin on this (the coordinator's) clock
     return merged
 
