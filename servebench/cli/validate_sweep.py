@@ -34,8 +34,9 @@ def parse_rates(text: str) -> list[float]:
 
 @app.command("validate-sweep")
 def validate_sweep_command(
-    scenario: Path = typer.Argument(..., help="Scenario file (.yaml or .json), open loop."),
-    rates: str = typer.Option(..., "--rates", help="Offered rates, requests/s, comma-separated (e.g. 10,20,40,60,80)."),
+    scenario: Path = typer.Argument(..., help="Scenario file (.yaml or .json), open loop or a trace replay."),
+    rates: str = typer.Option(..., "--rates", help="Offered rates, requests/s, comma-separated (e.g. 10,20,40,60,80); "
+                              "a trace is replayed at the speedup that offers each."),
     out: Path = typer.Option(..., "-o", "--out", help="Output folder: validate_sweep.json, validate_sweep.html and "
                              "one run folder per rate."),
     long: bool = typer.Option(False, "--long", help="The scenario's full request count per rate and up to 300 s "
@@ -62,13 +63,12 @@ def validate_sweep_command(
 
     from servebench.serving.engine.run_metadata import build_run_metadata
     from servebench.serving.engine.model import Decoder, configure_cpu, pick_device, preset
-    from servebench.records.rundir import write_run
-    from servebench.serving.engine.sweep_validation import (CPU_MAX_WALL_S_PER_RATE, CPU_REQUESTS_PER_RATE, LONG_MAX_WALL_S_PER_RATE,
-                                           REPORT, RESULT, run_folder_name, validate_sweep)
+    from servebench.records.rundir import rate_folder, write_run, write_validation
+    from servebench.serving.engine.sweep_validation import (CPU_MAX_WALL_S_PER_RATE, CPU_REQUESTS_PER_RATE,
+                                                            LONG_MAX_WALL_S_PER_RATE, REPORT, validate_sweep)
     from servebench.output.figures.validate_sweep import measured_vs_simulated
-    from servebench.serving.scenario import load_scenario
+    from servebench.serving.scenario import Scenario, load_scenario
     from servebench.analysis.summary import SLO
-    from servebench.serving.sweep import scenario_at
 
     grid = parse_rates(rates)
     if out.exists() and not out.is_dir():
@@ -85,10 +85,10 @@ def validate_sweep_command(
     try:
         decoder = Decoder(preset(model), seed=weights_seed, device=dev, dtype=dtype)
 
-        def write(rate: float, run) -> None:  # each measured rate as a run folder (validate, diagnose, report)
-            meta = build_run_metadata(scenario_at(sc, rate, "rate", n), decoder, run, seed_weights=weights_seed,
-                                      threads=threads, scenario_source=str(scenario), warmup_steps=3)
-            write_run(out / run_folder_name(rate), run.records, steps=run.steps, metadata=meta)
+        def write(rate: float, run, served: Scenario) -> None:  # each rate as a run folder (validate, diagnose, report)
+            meta = build_run_metadata(served, decoder, run, seed_weights=weights_seed, threads=threads,
+                                      scenario_source=str(scenario), warmup_steps=3)
+            write_run(rate_folder(out, rate), run.records, steps=run.steps, metadata=meta)
 
         with err.status("validate-sweep") as status:
             def progress(stage: str, rate: float) -> None:
@@ -102,9 +102,8 @@ def validate_sweep_command(
         torch.set_num_threads(previous)
     doc = result.model_dump(mode="json")
     from servebench.output.strict_json import dumps
+    write_validation(out, dumps(doc, indent=2) + "\n")
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / RESULT).write_text(dumps(doc, indent=2) + "\n", encoding="utf-8")
         measured_vs_simulated(doc).write_html(out / REPORT, include_plotlyjs=True, full_html=True)
     except OSError as exc:
         raise ConfigError(f"cannot write to {out}: {exc.strerror or exc}") from None
@@ -150,6 +149,8 @@ def print_sweep_validation(out: Console, result, folder: Path) -> None:
                   + ("" if floor is None else f"; the engine's own run-to-run difference there: up to {floor:.1%}"))
     for note in result.notes:
         out.print(f"[yellow]note:[/] {safe_markup(note)}")
-    out.print(f"wrote {safe_markup(str(folder))}/validate_sweep.json, validate_sweep.html and one run "
-              "folder per rate")
+    from servebench.records.rundir import VALIDATION, VALIDATION_REPORT
+
+    out.print(f"wrote {safe_markup(str(folder))}/{VALIDATION}, {VALIDATION_REPORT} and one run folder per rate "
+              "(rate_<r>)")
 

@@ -12,7 +12,9 @@
 
 A sweep's folder holds ``sweep.json`` and ``sweep.csv`` (the first two of :data:`SWEEP_FILES`, written by
 :func:`write_sweep`); a measured sweep's (``servebench load --sweep``) also its ``metadata.json`` and one run
-folder per rate (``rate_<r>``, :func:`rate_folder`). Records are read by
+folder per rate (``rate_<r>``, :func:`rate_folder`). ``servebench validate-sweep``'s folder holds
+``validate_sweep.json`` (:data:`VALIDATION`, :func:`write_validation` and :func:`read_validation`), its HTML
+overlay (:data:`VALIDATION_REPORT`) and one run folder per measured rate (:func:`rate_folder`). Records are read by
 :func:`servebench.records.loaders.read_path`, which asks :func:`records_file` here, so every command reads
 the same file of a folder; this module reads and writes the rest.
 """
@@ -50,6 +52,8 @@ SCENARIO_FILES: tuple[str, ...] = ("scenario.yaml", "scenario.yml", "scenario.js
 SWEEP_FILES: tuple[str, ...] = ("sweep.json", "sweep.csv", "sweep_points.json", "sweep_points.csv",
                                 "points.json", "points.csv")
 SWEEP, SWEEP_CSV = SWEEP_FILES[0], SWEEP_FILES[1]  # what servebench writes (the rest: other tools' names, read)
+VALIDATION = "validate_sweep.json"  # validate-sweep's result, beside VALIDATION_REPORT and a run folder per rate
+VALIDATION_REPORT = "validate_sweep.html"  # its measured-vs-simulated overlay (a plotly page)
 
 
 def find_file(folder: Path, names: Sequence[str]) -> Path | None:
@@ -347,3 +351,33 @@ def write_sweep(folder: str | Path, sweep: BaseModel, sweep_csv: str, *,
     except OSError as exc:
         raise ConfigError(f"cannot write the sweep to {d}: {exc.strerror or exc}") from None
     return files
+
+
+def write_validation(folder: str | Path, result_json: str) -> Path:
+    """Write ``servebench validate-sweep``'s result (its ``--json`` document, serialized) as :data:`VALIDATION`.
+
+    The folder is created if needed; the run folder of each rate is :func:`write_run`'s, at :func:`rate_folder`.
+    """
+    d = Path(folder)
+    try:
+        if d.exists() and not d.is_dir():
+            raise ConfigError(f"output {d} exists and is not a folder")
+        d.mkdir(parents=True, exist_ok=True)
+        path = d / VALIDATION
+        path.write_text(result_json, encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot write the sweep validation to {d}: {exc.strerror or exc}") from None
+    return path
+
+
+def read_validation(path: str | Path) -> Any:
+    """Read a validate-sweep result as parsed JSON: :data:`VALIDATION` in a folder, or the file itself.
+
+    What it holds is the caller's to check (``serving.engine.sweep_validation.sweep_validation_doc``).
+    """
+    p = Path(path)
+    file = p / VALIDATION if p.is_dir() else p
+    try:
+        return json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputFormatError(f"{file}: not a validate-sweep result ({exc})") from None

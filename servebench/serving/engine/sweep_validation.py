@@ -10,11 +10,15 @@ measured and simulated TTFT and latency p50/p95, throughput and queue wait are c
 knee is found both ways by one rule (``knee_rps``). With ``engine_repeats`` 2 the engine serves
 each rate twice: the second run's difference from the first is the measurement's own noise floor,
 and each simulated error is reported against it.
+
+A scenario that replays a trace is offered each rate by its speedup, as a sweep over a trace is: the
+trace's requests at speedup 1 arrive at :func:`replay_rate_rps` (requests - 1 over the span of their
+arrivals, the rate a sweep point reads), so rate ``r`` replays them at speedup ``r`` / that rate, with
+the trace's own bursts and lengths, on the engine and in the simulator alike (:func:`scenario_at_rate`).
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -24,9 +28,12 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from servebench.errors import ConfigError, InputFormatError
+from servebench.formatting import fmt
+from servebench.records import rundir
 from servebench.records.table import RecordTable, parse_objects, validate
 from servebench.serving.scenario import Scenario
 from servebench.serving.simulate import SimResult, simulate
+from servebench.serving.workload import replay_trace
 from servebench.capacity.stepmodel import FitMethod, StepFit, require_usable
 from servebench.analysis.summary import SLO
 from servebench.serving.sweep import SweepPoint, point_from, point_from_records, scenario_at
@@ -42,8 +49,8 @@ LONG_MAX_WALL_S_PER_RATE = 300.0
 COMPARED: tuple[str, ...] = ("ttft_p50_s", "ttft_p95_s", "latency_p50_s", "latency_p95_s")  # held to the target
 METRICS: tuple[str, ...] = ("ttft_p50_s", "ttft_p95_s", "latency_p50_s", "latency_p95_s", "throughput_rps",
                             "queue_wait_p50_s", "queue_wait_p95_s")
-RESULT = "validate_sweep.json"  # in the output folder, beside REPORT and one run folder per rate
-REPORT = "validate_sweep.html"
+RESULT = rundir.VALIDATION  # in the output folder, beside REPORT and one run folder per rate (rundir.rate_folder)
+REPORT = rundir.VALIDATION_REPORT
 Progress = Callable[[str, float], None]  # (stage: "run" or "simulate", rate)
 
 
@@ -66,6 +73,8 @@ class PointComparison(BaseModel):
                                                             "rel_error (None: served once).")
     within_engine_spread: list[str] | None = Field(None, description="The compared metrics whose simulated error "
                                                    "is no larger than the engine's own run-to-run difference.")
+    speedup: float | None = Field(None, description="A trace replay's speedup that offered this rate, on the engine "
+                                                    "and in the simulator (None: drawn arrivals at the rate).")
 
 
 class SweepValidation(BaseModel):
@@ -242,38 +251,78 @@ def _after(earlier: list[dict[str, Any]], steps: list[dict[str, Any]], gap_s: fl
     return moved
 
 
+def replay_rate_rps(scenario: Scenario, requests: int | None = None) -> tuple[float, int]:
+    """Return the arrival rate of a trace replay's requests at speedup 1, and how many it replays.
+
+    The rate is ``requests - 1`` over the span of the first ``requests`` arrivals of the window (None: all
+    of it), as a sweep point reads its offered rate. Raises ConfigError when they arrive at one instant.
+    """
+    arrival_s = replay_trace(scenario_at(scenario, 1.0, "speedup", requests).workload).arrival_s
+    span_s = float(arrival_s[-1] - arrival_s[0])
+    if arrival_s.size < 2 or not span_s > 0:
+        raise ConfigError(f"scenario {scenario.name!r}: the {arrival_s.size} requests its trace replays arrive at "
+                          "one instant, so no speedup offers a rate; give a trace window whose requests arrive "
+                          "over time")
+    return (arrival_s.size - 1) / span_s, int(arrival_s.size)
+
+
+def scenario_at_rate(scenario: Scenario, rate_rps: float, requests: int | None = None,
+                     replay_rps: float | None = None) -> Scenario:
+    """Return the scenario offering ``rate_rps``: drawn arrivals at that rate, or a trace at the speedup that offers it.
+
+    ``replay_rps`` is the trace's rate at speedup 1 (:func:`replay_rate_rps`; computed when None).
+    """
+    if scenario.workload.trace is None:
+        return scenario_at(scenario, rate_rps, "rate", requests)
+    base_rps = replay_rps if replay_rps is not None else replay_rate_rps(scenario, requests)[0]
+    return scenario_at(scenario, rate_rps / base_rps, "speedup", requests)
+
+
 def validate_sweep(model: Any, scenario: Scenario, rates: Sequence[float], *, requests: int | None = None,
                    max_wall_s_per_rate: float | None = CPU_MAX_WALL_S_PER_RATE, slo: SLO | None = None,
                    slo_target: float = 0.95, allow_poor_fit: bool = False, method: FitMethod = "huber",
                    warmup_steps: int = 3, progress: Progress | None = None,
-                   on_run: Callable[[float, Any], None] | None = None, engine_repeats: int = 1,
+                   on_run: Callable[[float, Any, Scenario], None] | None = None, engine_repeats: int = 1,
                    replicas: int = REPLICAS) -> SweepValidation:
     """Run the engine at each rate, fit, simulate the same rates and compare (see the module docstring).
 
-    ``model`` is a ``servebench.serving.engine.model.Decoder``; ``on_run(rate, timing_run)`` sees each
-    rate's first measured run (to write its folder). ``engine_repeats`` 2 serves every rate a second
-    time, after the first pass over all rates. Raises ``PoorFitError`` when even the pooled fit is too poor.
+    ``model`` is a ``servebench.serving.engine.model.Decoder``; ``on_run(rate, timing_run, scenario)`` sees
+    each rate's first measured run and the scenario it served (to write its folder). ``engine_repeats`` 2
+    serves every rate a second time, after the first pass over all rates. A trace replay is offered each
+    rate by its speedup (:func:`scenario_at_rate`). Raises ``PoorFitError`` when even the pooled fit is too
+    poor.
     """
     from servebench.serving.engine.runner import run_scenario
 
     grid = sorted(set(float(r) for r in rates))
     if not grid or any(not (r > 0 and np.isfinite(r)) for r in grid):
         raise ConfigError(f"rates must be positive and finite, got {list(rates)}")
-    if scenario.workload.arrival is None:
-        raise ConfigError(f"scenario {scenario.name!r} is closed loop; validate-sweep needs open-loop arrivals")
+    if scenario.workload.arrival is None and scenario.workload.trace is None:
+        raise ConfigError(f"scenario {scenario.name!r} is closed loop; validate-sweep needs open-loop arrivals "
+                          "(or a trace to replay)")
     if engine_repeats not in (1, 2) or replicas < 1:
         raise ConfigError(f"engine_repeats must be 1 or 2 and replicas at least 1, got {engine_repeats}, {replicas}")
     slo = slo or SLO()
     slo_given = any(v is not None for v in (slo.ttft_s, slo.tpot_s, slo.latency_s))
     n = requests if requests is not None else scenario.workload.num_requests
-    measured, repeated, m_status, notes = [], [], [], []
+    notes: list[str] = []
+    replay_rps, speedups = None, None
+    if scenario.workload.trace is not None:  # every rate through the trace's speedup, as a sweep over a trace
+        replay_rps, replayed = replay_rate_rps(scenario, n)
+        n = n or replayed
+        speedups = [rate / replay_rps for rate in grid]
+        notes.append(f"trace {scenario.workload.trace.path} replayed: its {replayed:,} requests arrive at "
+                     f"{fmt(replay_rps)} requests/s at speedup 1, so each rate is replayed at rate / "
+                     f"{fmt(replay_rps)} (" + ", ".join(f"{r:g}/s at {fmt(s)}x" for r, s in zip(grid, speedups))
+                     + ")")
+    at_rate = {rate: scenario_at_rate(scenario, rate, n, replay_rps) for rate in grid}  # every rate checked first
+    measured, repeated, m_status = [], [], []
     all_steps, lags, busy_lags, own_fits = [], [], [], []
     for attempt in range(engine_repeats):
         for rate in grid:
             if progress is not None:
                 progress("run", rate)
-            sc = scenario_at(scenario, rate, "rate", n)
-            run = run_scenario(model, sc, max_wall_s=max_wall_s_per_rate, warmup_steps=warmup_steps)
+            run = run_scenario(model, at_rate[rate], max_wall_s=max_wall_s_per_rate, warmup_steps=warmup_steps)
             steps = run.step_dicts()
             table, ws, we = _table(run.records, f"measured at {rate:g}/s")
             point = point_from_records(table, ws, we, rate, "rate", slo, slo_target, server=_server_fields(steps))
@@ -281,7 +330,7 @@ def validate_sweep(model: Any, scenario: Scenario, rates: Sequence[float], *, re
                 repeated.append(point)
                 continue
             if on_run is not None:
-                on_run(rate, run)
+                on_run(rate, run, at_rate[rate])
             measured.append(point)
             m_status.append({s: int(c) for s, c in zip(*np.unique([r["status"] for r in run.records],
                                                                    return_counts=True))})
@@ -307,13 +356,15 @@ def validate_sweep(model: Any, scenario: Scenario, rates: Sequence[float], *, re
                          "fit of every rate's trace")
         used = own if usable and own is not None else fit
         summaries.append(("this rate's trace: " if used is own else "every rate's traces: ") + used.summary)
-        sc = simulation_scenario(scenario_at(scenario, rate, "rate", n), used)
+        sc = simulation_scenario(at_rate[rate], used)
         sims = [simulate(sc, replica=k, token_times=False) for k in range(replicas)]
         simulated.append(point_from(pooled(sims), rate, "rate", slo, slo_target))
         s_status.append({s: c for s, c in sims[0].status_counts().items() if c})
     points, summary = compare_sweeps(measured, simulated, slo_given=slo_given, measured_status=m_status,
                                      simulated_status=s_status, repeated=repeated or None,
                                      fit_summaries=summaries)
+    for point, speedup in zip(points, speedups or []):
+        point.speedup = speedup
     rule = ("the lowest rate whose point misses the SLOs (where the SLO capacity falls), and every higher rate "
             "too" if slo_given else f"the lowest rate where TTFT p95 is at least {KNEE_FACTOR:g}x its value at "
             "the lowest rate, and at every higher rate")
@@ -331,13 +382,9 @@ def validate_sweep(model: Any, scenario: Scenario, rates: Sequence[float], *, re
 
 
 def read_sweep_validation(path: Path) -> dict[str, Any]:
-    """Read a validate-sweep output folder's result (or the JSON file itself) as JSON data."""
+    """Read a validate-sweep output folder's result (or the JSON file itself) as JSON data, checked."""
     file = path / RESULT if path.is_dir() else path
-    try:
-        doc = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputFormatError(f"{file}: not a validate-sweep result ({exc})") from None
-    return sweep_validation_doc(doc, str(file))
+    return sweep_validation_doc(rundir.read_validation(file), str(file))
 
 
 def sweep_validation_doc(doc: Any, source: str) -> dict[str, Any]:
@@ -351,10 +398,5 @@ def sweep_validation_doc(doc: Any, source: str) -> dict[str, Any]:
     return doc
 
 
-def run_folder_name(rate: float) -> str:
-    """Return the folder name of one measured rate inside the output folder."""
-    return f"rate_{rate:g}".replace(".", "_")
-
-
 __all__ = ["PointComparison", "SweepValidation", "compare_sweeps", "knee_rps", "metrics_of", "pooled", "rel_error",
-           "read_sweep_validation", "run_folder_name", "sweep_validation_doc", "validate_sweep"]
+           "read_sweep_validation", "replay_rate_rps", "scenario_at_rate", "sweep_validation_doc", "validate_sweep"]
