@@ -578,7 +578,7 @@ class _EventLoop:
         if np.any(rec.status[:m] < 0):
             raise RuntimeError(f"{int(np.sum(rec.status[:m] < 0))} requests never ended")  # a simulator bug
         runs = None if self.token_log is None else self.token_log.to_runs(m, int)
-        self.token_log = None  # its ticks and runs are copied: free them before the records are built
+        self.token_log = self.sched.on_cohort_run = None  # free its ticks and runs (copied) before the records are built
         table = RecordTable.from_columns(
             start=rec.arrival[:m], end=rec.end[:m], status=rec.status[:m], first_token=rec.first_token[:m],
             output_tokens=rec.output[:m], admitted=rec.admitted[:m],
