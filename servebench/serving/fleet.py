@@ -51,8 +51,7 @@ from servebench.records.token_times import TokenRuns
 from servebench.serving.retry import ClientSpec
 from servebench.serving.scenario import FleetSpec, Scenario
 from servebench.serving.scheduler import SchedulerConfig
-from servebench.serving.simulate import (EV_ARRIVAL, EV_CANCEL, EV_PREFILL, EV_RETRY, EV_RUN, EV_SEEN, LAG_STREAM,
-                                         NOISE_STREAM, PRIO_ARRIVAL, PRIO_DEADLINE, SimResult, TokenTimes,
+from servebench.serving.simulate import (LAG_STREAM, NOISE_STREAM, PRIO_ARRIVAL, PRIO_DEADLINE, SimResult, TokenTimes,
                                          _EventLoop, _Recorder, _trace, simulate)
 from servebench.serving.workload import ClosedLoopPlan, Workload, draw_cancellations, draw_workload
 
@@ -169,7 +168,7 @@ class _Replica(_EventLoop):
 
     def advance(self, limit: tuple[float, float, float]) -> None:
         """Handle this replica's events that come before ``limit`` and before the fleet's next arrival."""
-        fleet, sched, heap, index = self.fleet, self.sched, self.heap, self.index
+        fleet, sched, heap = self.fleet, self.sched, self.heap
         while True:
             key = self.next_key()
             arrival = (fleet.next_arrival_s(), PRIO_ARRIVAL, -1)
@@ -182,20 +181,7 @@ class _Replica(_EventLoop):
                 self._kick(d)
                 continue
             now, _, _, kind, payload = heapq.heappop(heap)
-            if kind == EV_RUN:
-                self._run_done(payload, now)
-            elif kind == EV_PREFILL:
-                self._prefill_done(payload, now)
-            elif kind == EV_CANCEL:
-                self._cancel(payload, now)
-            elif kind == EV_RETRY:
-                self._retry(*payload, now)
-            elif kind == EV_SEEN:
-                self._arrive(payload, now, seen=True)
-            elif kind == EV_ARRIVAL:
-                self._arrival(payload, now)
-            else:
-                raise RuntimeError(f"replica {index}: unknown event kind {kind}")  # a simulator bug
+            self._handle(kind, payload, now)
             self._kick(now)
 
     # a decode run stops where a routed request could reach this replica (see the module docstring)

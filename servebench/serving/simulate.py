@@ -50,7 +50,8 @@ from typing import Any, Literal
 import numpy as np
 import pyarrow as pa
 
-from servebench.records.table import NO_EXTRA, STATUSES, RecordTable
+from servebench.records.schema import NO_EXTRA
+from servebench.records.table import STATUSES, RecordTable
 from servebench.serving.retry import ERR_CLIENT_DEADLINE, ClientSpec
 from servebench.serving.scenario import Scenario
 from servebench.serving.scheduler import Outcome, Request, Scheduler, SchedulerConfig, StepPlan
@@ -279,18 +280,7 @@ class _EventLoop:
             if heap and (d is None or d > heap[0][0] or (d == heap[0][0] and heap[0][1] < PRIO_DEADLINE)):
                 now, _, _, kind, payload = heapq.heappop(heap)
                 self.events += 1
-                if kind == EV_RUN:
-                    self._run_done(payload, now)
-                elif kind == EV_PREFILL:
-                    self._prefill_done(payload, now)
-                elif kind == EV_CANCEL:
-                    self._cancel(payload, now)
-                elif kind == EV_RETRY:
-                    self._retry(*payload, now)
-                elif kind == EV_SEEN:
-                    self._arrive(payload, now, seen=True)
-                else:
-                    self._arrival(payload, now)
+                self._handle(kind, payload, now)
                 self._kick(now)
             elif d is not None:
                 self.events += 1
@@ -298,6 +288,23 @@ class _EventLoop:
                 self._kick(d)
             else:
                 break
+
+    def _handle(self, kind: int, payload: Any, now: float) -> None:
+        """Handle one event taken from the heap (the fleet's replicas run their events through it too)."""
+        if kind == EV_RUN:
+            self._run_done(payload, now)
+        elif kind == EV_PREFILL:
+            self._prefill_done(payload, now)
+        elif kind == EV_CANCEL:
+            self._cancel(payload, now)
+        elif kind == EV_RETRY:
+            self._retry(*payload, now)
+        elif kind == EV_SEEN:
+            self._arrive(payload, now, seen=True)
+        elif kind == EV_ARRIVAL:
+            self._arrival(payload, now)
+        else:
+            raise RuntimeError(f"unknown event kind {kind}")  # a simulator bug
 
     def _push(self, t: float, prio: int, kind: int, payload: Any) -> None:
         self.counter += 1
