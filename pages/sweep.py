@@ -14,6 +14,7 @@ from pages._shared import (STEP_TRACE_KEY, chosen_scenario, fail, guarded, sampl
 from pages._url import keep, one_of, positive, seed
 from servebench.dashboard.sharing import SHARED_SWEEP_MAX_REQUESTS, is_long_sweep, sweep_requests_bound
 from servebench.dashboard.answers import sweep_answer
+from servebench.dashboard.sweep_form import load_axis, replay_caption
 from servebench.errors import InputFormatError
 from servebench.serving.engine.sweep_validation import read_sweep_validation, sweep_validation_doc
 from servebench.output.figures import sweep as sweep_figs
@@ -105,25 +106,27 @@ seqs = int(c[3].number_input("Max running sequences", min_value=1, key=f"sweep_s
 scenario = guarded(with_max_num_seqs, scenario, seqs)
 keep("max_seqs", seqs, base.server.max_num_seqs)
 
-st.markdown("**Workload mix** (one row per request class)")
-classes = base.workload.classes
-all_fixed = all(cl.prompt.kind == "fixed" and cl.output.kind == "fixed" for cl in classes)
-mix = pd.DataFrame([{"class": cl.name, "weight": cl.weight, "prompt tokens": cl.prompt.value,
-                     "output tokens": cl.output.value, "output cap": cl.max_output_tokens} for cl in classes])
-edited = st.data_editor(mix, key=f"sweep_mix:{base.name}", hide_index=True, num_rows="dynamic" if all_fixed else "fixed",
-                        disabled=[] if all_fixed else ["class", "prompt tokens", "output tokens", "output cap"])
-if not all_fixed:
-    st.caption("Classes with length distributions keep them; only their weights are editable here.")
+replayed = replay_caption(base)  # a trace gives every request (servebench.dashboard.sweep_form): no mix
+if replayed is not None:
+    st.markdown(f"**Workload**: {replayed}")
+else:
+    st.markdown("**Workload mix** (one row per request class)")
+    classes = base.workload.classes
+    all_fixed = all(cl.prompt.kind == "fixed" and cl.output.kind == "fixed" for cl in classes)
+    mix = pd.DataFrame([{"class": cl.name, "weight": cl.weight, "prompt tokens": cl.prompt.value,
+                         "output tokens": cl.output.value, "output cap": cl.max_output_tokens} for cl in classes])
+    edited = st.data_editor(mix, key=f"sweep_mix:{base.name}", hide_index=True, num_rows="dynamic" if all_fixed else "fixed",
+                            disabled=[] if all_fixed else ["class", "prompt tokens", "output tokens", "output cap"])
+    if not all_fixed:
+        st.caption("Classes with length distributions keep them; only their weights are editable here.")
 
+    def _cell(value, cast=int):
+        return None if pd.isna(value) else cast(value)
 
-def _cell(value, cast=int):
-    return None if pd.isna(value) else cast(value)
-
-
-rows = [{"name": _cell(r["class"], str), "weight": _cell(r["weight"], float), "prompt_tokens": _cell(r["prompt tokens"]),
-         "output_tokens": _cell(r["output tokens"]), "output_cap": _cell(r["output cap"])}
-        for r in edited.to_dict("records")]
-scenario = guarded(with_mix, scenario, rows)
+    rows = [{"name": _cell(r["class"], str), "weight": _cell(r["weight"], float), "prompt_tokens": _cell(r["prompt tokens"]),
+             "output_tokens": _cell(r["output tokens"]), "output_cap": _cell(r["output cap"])}
+            for r in edited.to_dict("records")]
+    scenario = guarded(with_mix, scenario, rows)
 
 st.markdown("**Step-time model**")
 step_how = st.radio("Step time", ["scenario's", "flat timings", "coefficients", "fitted from a timing run"],
@@ -174,11 +177,12 @@ elif step_how == "fitted from a timing run":
     scenario = guarded(with_step_model, scenario, fit.model)
 
 st.subheader("Sweep")
-mode = "rate" if scenario.workload.arrival is not None else "users"
+axis = guarded(load_axis, scenario)  # a trace is swept by its speedup, as servebench sweep sweeps it
+mode = axis.mode
 c = st.columns([3, 1, 1])
-loads_default = "0.25, 0.5, 0.75, 1, 1.25, 1.5, 2" if mode == "rate" else "1, 2, 4, 8, 16, 32"
+loads_default = axis.default_loads
 seed("loads", "loads", str, loads_default)
-loads_text = c[0].text_input("Offered loads (requests/s)" if mode == "rate" else "Concurrent users", key="loads")
+loads_text = c[0].text_input(axis.label, key="loads")
 seed("sweep_requests", "requests", positive(int), int(scenario.workload.num_requests or 1000))
 requests = int(c[1].number_input("Requests per point", min_value=10, step=100, key="sweep_requests"))
 search = c[2].toggle("Search for capacity", value=True, key="sweep_search",
