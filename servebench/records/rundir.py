@@ -32,7 +32,8 @@ from pydantic import BaseModel
 
 from servebench.errors import ConfigError, InputFormatError
 from servebench.records.rows import read_rows
-from servebench.records.server_samples import AIPERF_FILE, ServerSamples, read_aiperf_parquet, read_samples, write_samples
+from servebench.records.server_samples import (AIPERF_FILE, AIPERF_JSON, ServerSamples, read_aiperf_json,
+                                               read_aiperf_parquet, read_samples, write_samples)
 from servebench.records.steps import StepRow, StepTrace, read_steps, write_steps
 from servebench.records.table import RecordTable
 from servebench.records.token_times import TIMES_TYPE, TokenRuns
@@ -187,7 +188,7 @@ def server_samples(path: str | Path) -> ServerSamples | None:
     """Return the server's metrics kept with a run (None: none were): in a run folder or beside a record file.
 
     A load run's :data:`SERVER_METRICS`, else AIPerf's ``server_metrics_export.parquet`` (its scrapes of the
-    same run, on the epoch clock its records are imported on).
+    same run, on the epoch clock its records are imported on), else its aggregated ``server_metrics_export.json``.
     """
     p = Path(path)
     folder = p if p.is_dir() else p.parent
@@ -195,7 +196,10 @@ def server_samples(path: str | Path) -> ServerSamples | None:
     if found is not None:
         return read_samples(found)
     aiperf = find_file(folder, (AIPERF_FILE,))
-    return read_aiperf_parquet(aiperf) if aiperf is not None else None
+    if aiperf is not None:
+        return read_aiperf_parquet(aiperf)
+    aggregated = find_file(folder, (AIPERF_JSON,))  # statistics only: what they place in time (read_aiperf_json)
+    return read_aiperf_json(aggregated) if aggregated is not None else None
 
 
 def _write_parquet_in_parts(path: Path, table: pa.Table, runs: TokenRuns) -> None:

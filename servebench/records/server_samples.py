@@ -17,7 +17,9 @@ One row per sample a scrape read, every metric kept (known or not):
 ============  =======  ======================================================================
 
 AIPerf's own export of the same scrapes (``server_metrics_export.parquet``, its schema 1.0) is read
-into the same samples by :func:`read_aiperf_parquet`.
+into the same samples by :func:`read_aiperf_parquet`; its aggregated ``server_metrics_export.json``
+(schema 1.0: statistics per series, with time slices when it was asked for them) by
+:func:`read_aiperf_json`, as far as it places values in time.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from __future__ import annotations
 import json
 import math
 from array import array
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
 
 COLUMNS: tuple[str, ...] = ("t_s", "endpoint", "metric", "family", "type", "labels", "value")
 AIPERF_FILE = "server_metrics_export.parquet"  # AIPerf's default name for the same scrapes
+AIPERF_JSON = "server_metrics_export.json"  # AIPerf's aggregated statistics of them (its default export, with a CSV)
 AIPERF_FIXED = ("endpoint_url", "metric_name", "metric_type", "unit", "description", "timestamp_ns",
                 "value", "sum", "count", "bucket_le", "bucket_count")
 
@@ -224,6 +227,135 @@ def _aiperf_samples(family: str, kind: str, cols: Mapping[str, list[object]],
     if str(le) in ("+Inf", "None") or le is None:  # sum and count repeat on every bucket row: take them once
         yield f"{family}_sum", {}, get("sum")
         yield f"{family}_count", {}, get("count")
+
+
+def read_aiperf_json(path: str | Path) -> ServerSamples:
+    """Read AIPerf's aggregated ``server_metrics_export.json`` (schema 1.0) as samples on the Unix epoch clock, s.
+
+    It holds statistics, not scrapes, so only what it places in time becomes samples:
+
+    * with time slices (``--slice-duration``), a counter's running total at each slice's edges (0 at
+      the first slice's start), a histogram's running bucket counts, sum and count the same way, and a
+      gauge's slice mean at the slice's middle (so a window's max and p95 of it are over slice means);
+    * without them, a counter's total and a histogram's buckets, sum and count as two samples, 0 at
+      the endpoint's first fetch and the total at its last (``summary.endpoint_info``); a gauge's
+      statistics say nothing of when, and it is left out.
+
+    Increases, rates and the window quantiles of a histogram over whole slices are then what the
+    scrapes would give (counters and histograms are deltas over the collection period, a constant
+    offset per series from the raw counts). A file that is not this export is one line naming the field.
+    """
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputFormatError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputFormatError(f"{path}: cannot read as JSON ({exc})") from None
+    metrics = doc.get("metrics") if isinstance(doc, dict) else None
+    if not isinstance(metrics, dict) or not isinstance(doc.get("summary", {}), dict):
+        raise InputFormatError(f"{path}: not an AIPerf server-metrics JSON export: no 'metrics' object")
+    info = (doc.get("summary") or {}).get("endpoint_info") or {}
+    log = SampleLog()
+    for family, metric in metrics.items():
+        where = f"metrics[{family!r}]"
+        if not isinstance(metric, dict) or not isinstance(metric.get("series"), list):
+            raise InputFormatError(f"{path}: {where}: expected an object with a 'series' list")
+        kind = str(metric.get("type") or "unknown")
+        for j, series in enumerate(metric["series"]):
+            _json_series(log, str(family), kind, series, info, path, f"{where}.series[{j}]")
+    return log.samples()
+
+
+def _json_series(log: SampleLog, family: str, kind: str, series: object, info: Mapping[str, object],
+                 path: str | Path, where: str) -> None:
+    """Add one series of AIPerf's JSON export to ``log`` as the samples it places in time."""
+    if not isinstance(series, dict):
+        raise InputFormatError(f"{path}: {where}: expected an object")
+    endpoint = str(series.get("endpoint_url") or "")
+    labels = series.get("labels") or {}
+    if not isinstance(labels, dict):
+        raise InputFormatError(f"{path}: {where}.labels: expected an object")
+    labels = {str(k): str(v) for k, v in labels.items()}
+    stats = series.get("stats") or {}
+    slices = series.get("timeslices")
+    if slices is not None and not isinstance(slices, list):
+        raise InputFormatError(f"{path}: {where}.timeslices: expected a list")
+
+    def add(t_s: float, metric: str, value: object, extra: Mapping[str, str] = {}) -> None:
+        log.add(t_s, Series(endpoint, metric, family, kind, labels_key({**labels, **extra})),
+                _json_number(value, path, where))
+
+    name = f"{family}_total" if kind == "counter" and not family.endswith("_total") else family
+    if slices:
+        edges = [_slice_edges(sl, path, f"{where}.timeslices[{i}]") for i, sl in enumerate(slices)]
+        if kind == "counter":
+            total = 0.0
+            add(edges[0][0], name, 0.0)
+            for (_, end), sl in zip(edges, slices):
+                if sl.get("total") is None:
+                    raise InputFormatError(f"{path}: {where}.timeslices: a counter's slice has no 'total'")
+                total += _json_number(sl["total"], path, where)
+                add(end, name, total)
+        elif kind == "histogram":
+            _json_histogram(add, family, [(end, sl) for (_, end), sl in zip(edges, slices)], edges[0][0], path, where)
+        else:
+            for (start, end), sl in zip(edges, slices):
+                add((start + end) / 2, name, sl.get("avg"))
+        return
+    span = info.get(endpoint) if isinstance(info, dict) else None
+    first, last = (span.get("first_fetch_ns"), span.get("last_fetch_ns")) if isinstance(span, dict) else (None, None)
+    if kind not in ("counter", "histogram") or not (_is_int(first) and _is_int(last) and last > first):  # type: ignore[operator]
+        return  # a gauge's statistics, or totals with no collection period to place them on
+    start, end = first / 1e9, last / 1e9  # type: ignore[operator]
+    if kind == "counter":
+        add(start, name, 0.0)
+        add(end, name, stats.get("total", 0.0) if isinstance(stats, dict) else None)
+    else:
+        whole = {"count": stats.get("count", 0), "sum": stats.get("sum", 0.0), "buckets": series.get("buckets")}
+        _json_histogram(add, family, [(end, whole)], start, path, where)
+
+
+def _json_histogram(add: Callable[..., None], family: str, slices: list[tuple[float, Mapping[str, object]]],
+                    start: float, path: str | Path, where: str) -> None:
+    """Add a histogram's running ``_bucket``, ``_sum`` and ``_count`` from per-slice deltas (0 at ``start``)."""
+    bounds = [le for _, sl in slices if isinstance(sl.get("buckets"), dict) for le in sl["buckets"]]  # type: ignore[union-attr]
+    keep_buckets = all(isinstance(sl.get("buckets"), dict) for _, sl in slices)  # null buckets: a counter reset
+    bounds = list(dict.fromkeys(bounds)) if keep_buckets else []
+    running = dict.fromkeys(bounds, 0.0)
+    count = total = 0.0
+
+    def emit(t_s: float) -> None:
+        for le in bounds:
+            add(t_s, f"{family}_bucket", running[le], {"le": str(le)})
+        add(t_s, f"{family}_sum", total)
+        add(t_s, f"{family}_count", count)
+
+    emit(start)
+    for end, sl in slices:
+        count += _json_number(sl.get("count", 0), path, where)
+        total += _json_number(sl.get("sum", 0.0), path, where)
+        for le in bounds:
+            running[le] += _json_number(sl["buckets"].get(le, 0), path, f"{where}.buckets[{le!r}]")  # type: ignore[union-attr]
+        emit(end)
+
+
+def _slice_edges(sl: object, path: str | Path, where: str) -> tuple[float, float]:
+    if not isinstance(sl, dict) or not _is_int(sl.get("start_ns")) or not _is_int(sl.get("end_ns")) \
+            or not sl["end_ns"] > sl["start_ns"]:
+        raise InputFormatError(f"{path}: {where}: expected integer 'start_ns' before 'end_ns'")
+    return sl["start_ns"] / 1e9, sl["end_ns"] / 1e9
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _json_number(value: object, path: str | Path, where: str) -> float:
+    if value is None:
+        return math.nan
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputFormatError(f"{path}: {where}: a value must be a number, got {value!r}")
+    return float(value)
 
 
 def _finite_or_nan(value: object, path: str | Path, row: int) -> float:
