@@ -16,17 +16,11 @@ from servebench.records import rundir
 from servebench.serving.engine.sweep_validation import read_sweep_validation, replay_rate_rps, scenario_at_rate
 from servebench.serving.scenario import load_scenario
 from servebench.serving.workload import replay_trace
+from test_validate_sweep import TINY_SWEEP  # the engine end to end's server, with a trace in place of its arrivals
 
 # Bursts of three 20 ms apart, a burst every 300 ms, then a straggler: 12 requests over 1.1 s, 10 requests/s
 TIMES_MS = [0, 20, 40, 300, 320, 340, 600, 620, 640, 900, 920, 1100]
-SCENARIO = """
-name: tiny_trace
-seed: 3
-server: {policy: paged, kv_budget_tokens: 4096, max_num_seqs: 16, max_num_batched_tokens: 128, timeout_s: 10}
-step_model: {base_s: 0.001}
-workload:
-  trace: {path: trace.jsonl, speedup: 1.5}
-"""
+SCENARIO = TINY_SWEEP[:TINY_SWEEP.index("workload:")] + "workload:\n  trace: {path: trace.jsonl, speedup: 1.5}\n"
 
 
 def write_trace_scenario(folder: Path) -> Path:
