@@ -37,14 +37,14 @@ Cases:
                        the CSV otherwise)
   token timing switch 100k
                        opening Token timing on that file: ITL and stalls (a report over every gap), its charts
-  kv first load        a new browser profile opening the KV calculator by its link (/kv): metrics and the
-                       concurrency chart
+  kv first load        a new browser profile opening the KV calculator by its link (/kv): its one-sentence answer
+                       and the concurrency chart
   sweep first load     the same for the Load sweep (/sweep): its knobs, no result yet
   sweep run            then running its default sweep (profile B, 7 loads and the capacity search, about 0.5 s
                        of simulation) until its capacity, charts and tables are drawn
   planner first load   a new browser profile opening the Capacity planner (/planner): its inputs, no plan yet
-  plan run             then planning with its defaults (18 simulations, about 0.5 s) until the options and the
-                       cost chart are drawn
+  plan run             then planning with its defaults until its one-sentence answer, the options and the cost
+                       chart are drawn
   python: ...          in this process, without a browser: the Python an upload of that file runs (read the
                        CSV, validate, report, Summary's chart specs), so the results say what of an upload is not
                        the server's Python
@@ -247,9 +247,9 @@ BROWSER_100K = ("upload 100k", "SLO change 100k", "window change 100k", "charts 
                 "page switch 100k", "compare switch 100k", "upload 100k token_times", "token timing switch 100k")
 # each page opened by its link in a new browser profile, then (where named) its button pressed: (path, text
 # shown once drawn, the run's case, its button, text shown once the run is drawn)
-PAGE_VISITS = {"kv first load": ("kv", "Max concurrent sequences", None, None, None),
+PAGE_VISITS = {"kv first load": ("kv", "sequences fit", None, None, None),  # its answer first, the numbers in a panel
                "sweep first load": ("sweep", "then run the sweep", "sweep run", "Run the sweep", "Usable capacity"),
-               "planner first load": ("planner", "then plan.", "plan run", "Plan", "Cheapest: configuration")}
+               "planner first load": ("planner", "then plan.", "plan run", "Plan", "within the SLOs")}
 PAGE_CASES = ("kv first load", "sweep first load", "sweep run", "planner first load", "plan run")
 CASES = (*PYTHON_CASES, *BASELINE_CASES, *BROWSER_100K, *PAGE_CASES)
 FIRST_LOAD_RATIO = 1.5  # issue 36: the app's first load, x a bare page's first load in the same run
@@ -356,8 +356,8 @@ def browser_100k(url: str, uploads: tuple[Path, Path], tokens: Path, i: int,
             lambda: timed(page, over_time.click),
             lambda: timed(page, lambda: link("Percentile explorer"), "Records counted"),
             # two uploads held (the sample left the comparison with the first): the second is added untimed
-            lambda: (timed(page, lambda: upload.set_input_files([str(big), str(second)]),
-                            f"Showing {second.name} (upload"),
+            lambda: (timed(page, lambda: upload.set_input_files([str(big), str(second)]),  # it replaces its files
+                           f"Showing {second.name} (upload"),
                      timed(page, lambda: link("Compare runs"), "Every status, so each row adds up to offered"))[1],
             lambda: (timed(page, lambda: link("Summary"), "Eight numbers"),  # untimed: back to the uploader
                      timed(page, lambda: upload.set_input_files(str(tokens)), f"{tokens.name} · 100,000 records"))[1],
