@@ -6,8 +6,9 @@ Starts `streamlit run app.py` on loopback (tests/browser.py), opens each page at
 Streamlit is idle and every chart is drawn, then makes the window as tall as the page (Streamlit scrolls its
 main area inside the window, so a full-page shot alone would stop at the window's height) and saves it.
 The Load sweep is shown after one run of its default sweep, the Capacity planner after one plan with its
-defaults; Compare with three runs (the sample, R1-R4 and a GuideLLM export uploaded together); Token timing on
-a vLLM export, whose records carry token times.
+defaults; Diagnosis again with its walk-through revealed to the end (the profiles' sweeps); Compare with the
+runs uploaded (R1-R4 and a GuideLLM export, uploaded together); Token timing on a vLLM export, whose records
+carry token times.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ PAGES = (  # sidebar link -> file name, in the order the sidebar lists them (Com
     ("Summary", "summary"), ("Percentile explorer", "percentiles"), ("Diagnosis", "diagnosis"),
     ("KV calculator", "kv"), ("Load sweep", "sweep"), ("Timing run", "timing_run"),
     ("Capacity planner", "planner"), ("Cache experiments", "cache"), ("Retries and fairness", "retries"),
+    ("Traces", "traces"),
 )
 
 
@@ -92,6 +94,13 @@ def main() -> None:
                 page.locator('[data-testid="stVegaLiteChart"] canvas').first.wait_for()
                 settle(page)
             shoot(page, name)
+        open_page(page, "Diagnosis")  # the guided walk-through revealed to its end: both profiles' sweeps
+        for _ in range(5):
+            page.get_by_role("button", name="Reveal the answer", exact=True).first.click()
+            settle(page)
+        page.get_by_role("heading", name="The knee: each profile swept over load").wait_for()
+        settle(page)
+        shoot(page, "diagnosis_walkthrough")
         open_page(page, "Summary")
         upload = page.locator('[data-testid="stFileUploader"] input[type="file"]').first
         upload.set_input_files([str(REPO / "sample_data" / "r1_r4.json"),
