@@ -25,3 +25,16 @@ def test_the_headline_comes_first_under_each_profile(capsys: pytest.CaptureFixtu
         section = text[text.index(heading.strip()) + len(heading.strip()):]
         # first under the profile's rule: before its summary line and every table
         assert section.lstrip().startswith(f"answer: {' '.join(headline.split())}"), section[:300]
+
+
+def test_a_condition_that_cannot_be_checked_reads_no_data(capsys: pytest.CaptureFixture[str]) -> None:
+    # without a model shape the KV limit is unknown: 'peak_active / max_concurrent_sequences' cannot be checked
+    code, out, err = run_cli(capsys, "diagnose", str(SAMPLE / "requests_sample.csv"), "--json")
+    assert code == 0, err
+    rules = json.loads(out)["profiles"]["requests_sample.csv"]["rules"]
+    unknown = [c for r in rules for c in r["conditions"] if c["crossed"] is None]
+    assert unknown  # the case under test
+    code, out, err = run_cli(capsys, "diagnose", str(SAMPLE / "requests_sample.csv"))
+    assert code == 0, err
+    text = " ".join(out.split())
+    assert "max_concurrent_sequences >= 1: —" in text and ": -;" not in text and not text.count(": - ")

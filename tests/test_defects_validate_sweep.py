@@ -9,11 +9,15 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rich.console import Console
 
 from conftest import run_cli
+from servebench.cli.validate_sweep import print_sweep_validation
 from servebench.errors import ConfigError, InputFormatError
+from servebench.formatting import NO_DATA
 from servebench.records import rundir
-from servebench.serving.engine.sweep_validation import read_sweep_validation, replay_rate_rps, scenario_at_rate
+from servebench.serving.engine.sweep_validation import (SweepValidation, read_sweep_validation, replay_rate_rps,
+                                                        scenario_at_rate)
 from servebench.serving.scenario import load_scenario
 from servebench.serving.workload import replay_trace
 from test_validate_sweep import TINY_SWEEP  # the engine end to end's server, with a trace in place of its arrivals
@@ -95,6 +99,13 @@ def test_validate_sweep_on_a_trace_end_to_end(capsys: pytest.CaptureFixture[str]
     assert [sum(p["simulated_status"].values()) for p in doc["points"]] == [12, 12]
     assert any("each rate is replayed at rate / 10 " in note for note in doc["notes"])
     assert doc["requests_per_rate"] == 12
+    console = Console(record=True, width=250, color_system=None)  # the tables: each rate with its speedup
+    print_sweep_validation(console, SweepValidation.model_validate(doc), out)
+    lines = [line.split("│") for line in console.export_text().splitlines() if line.startswith("│ ")]
+    rows = [cells[1].strip() for cells in lines]
+    assert "12.5 (1.25x)" in rows and "40 (4x)" in rows, rows
+    spreads = [cells[-2].strip() for cells in lines if cells[1].strip()]
+    assert spreads == [NO_DATA] * 2  # served once: no run-to-run difference, never a '-' that reads as minus
     # the folder is records.rundir's: its result file and a run folder per rate that every reader takes
     assert read_sweep_validation(out)["points"] == doc["points"]
     assert (out / rundir.VALIDATION_REPORT).is_file()

@@ -15,7 +15,7 @@ from servebench.analysis.diagnosis import PRECEDENCE, ProfileTable, Thresholds, 
 from servebench.errors import ConfigError, InputFormatError
 from servebench.capacity.kv import GIB, POLICIES
 from servebench.capacity.model_presets import resolve_shape
-from servebench.formatting import fmt
+from servebench.formatting import NO_DATA, fmt
 from servebench.output.safetext import safe_markup
 from servebench.output.terminal import print_headline
 
@@ -58,7 +58,7 @@ def _print_verdict(v: Verdict) -> None:
         e.add_column(col)
     for ev in v.evidence:
         e.add_row(ev.measurement, fmt(ev.value), safe_markup(ev.rule), fmt(ev.threshold),
-                  "-" if ev.crossed is None else ("yes" if ev.crossed else "no"), safe_markup(ev.note))
+                  NO_DATA if ev.crossed is None else ("yes" if ev.crossed else "no"), safe_markup(ev.note))
     console.print(e)
     console.print(f"[bold]why:[/] {safe_markup(v.explanation)}")
     r = Table(title=f"rules, in precedence order ({' > '.join(PRECEDENCE)}; the first that holds wins)")
@@ -66,7 +66,7 @@ def _print_verdict(v: Verdict) -> None:
         r.add_column(col)
     for rule in v.rules:
         conds = "; ".join(f"{c.measurement} {c.rule} {fmt(c.threshold)}: "
-                          + ("-" if c.crossed is None else ("yes" if c.crossed else "no")) for c in rule.conditions)
+                          + (NO_DATA if c.crossed is None else ("yes" if c.crossed else "no")) for c in rule.conditions)
         r.add_row(rule.limit, "yes" if rule.holds else "no", safe_markup(conds))
     console.print(r)
     if v.bindings:

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from servebench.cli.core import app, console, emit_json, positive_s
 from servebench.errors import ConfigError
-from servebench.formatting import fmt
+from servebench.formatting import NO_DATA, fmt
 from servebench.output.safetext import safe_markup
 
 def parse_rates(text: str) -> list[float]:
@@ -130,12 +130,13 @@ def print_sweep_validation(out: Console, result, folder: Path) -> None:
 
     def spread(p) -> str:  # the engine's own difference between two runs of the rate, largest of the four
         if p.engine_rel_diff is None:
-            return "-"
+            return NO_DATA
         worst = max((abs(v) for k, v in p.engine_rel_diff.items() if v is not None and k in COMPARED), default=None)
-        return "-" if worst is None else f"up to {worst:.0%}"
+        return NO_DATA if worst is None else f"up to {worst:.0%}"
 
     for p in result.points:
-        t.add_row(f"{p.rate_rps:g}", cell(p, "ttft_p50_s"), cell(p, "ttft_p95_s"), cell(p, "latency_p50_s"),
+        rate = f"{p.rate_rps:g}" + ("" if p.speedup is None else f" ({fmt(p.speedup)}x)")  # a trace: its speedup
+        t.add_row(rate, cell(p, "ttft_p50_s"), cell(p, "ttft_p95_s"), cell(p, "latency_p50_s"),
                   cell(p, "latency_p95_s"), cell(p, "throughput_rps"), cell(p, "queue_wait_p95_s"),
                   "yes" if p.below_knee else "no", spread(p))
     out.print(t)
