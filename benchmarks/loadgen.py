@@ -124,7 +124,8 @@ def main() -> None:
         ok = [r["rate"] for r in rows if r["workers"] == w and r["lag_p99_s"] is not None
               and r["lag_p99_s"] <= LAG_BUDGET_S and r["send_ratio"] >= 0.99 and r["failed"] == 0]
         capacity[str(w)] = max(ok) if ok else None
-    doc = {"machine_cpus": os.cpu_count(), "lag_budget_s": LAG_BUDGET_S, "points": rows,
+    doc = {"machine_cpus": os.cpu_count(), "load_avg_1min": os.getloadavg()[0], "lag_budget_s": LAG_BUDGET_S,
+           "points": rows,
            "capacity_rps_by_workers": capacity, "capacity_rps": capacity.get("1"),
            "note": "shared 2-core machine; the server runs in another process on the same cores, so two "
                    "workers and the server share two cores"}
@@ -132,7 +133,8 @@ def main() -> None:
     (RESULTS / "loadgen.json").write_text(json.dumps(doc, indent=2) + "\n")
     caps = ", ".join(f"{w} worker{'s' if w != '1' else ''}: {c} req/s" for w, c in capacity.items())
     lines = ["# Load generator capacity", "", f"p99 lag budget {LAG_BUDGET_S * 1000:g} ms; "
-             f"capacity on this machine ({os.cpu_count()} CPUs, server on the same cores): {caps}", "",
+             f"capacity on this machine ({os.cpu_count()} CPUs, server on the same cores, load average "
+             f"{doc['load_avg_1min']:.2f}): {caps}", "",
              "| workers | rate | requests | send ratio | lag p50 ms | lag p99 ms | lag max ms | peak in flight |",
              "|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:

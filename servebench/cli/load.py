@@ -192,7 +192,8 @@ def _generator_table(stats: Any) -> Table:
 
 def _ttft_rows(stats: Any, f: Any) -> list[tuple[str, str]]:
     """Return TTFT from the intended and from the actual send beside the lag, and who kept the schedule."""
-    rows = [] if stats.sender is None else [("schedule kept by", "sender process" if stats.sender == "process"
+    nice = "" if stats.sender_nice is None else f" (nice {stats.sender_nice})"
+    rows = [] if stats.sender is None else [("schedule kept by", f"sender process{nice}" if stats.sender == "process"
                                              else "event loop")]
     if stats.warmup is not None:
         rows.append(("warm-up requests (untimed): ok / sent", f"{stats.warmup.succeeded} / {stats.warmup.requests}"))

@@ -23,6 +23,7 @@ import asyncio
 import json
 import math
 import signal
+import sys
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -41,7 +42,8 @@ from servebench.load.client import (API_PATHS, HttpOutcome, count_partial_tokens
 from servebench.analysis.percentiles import percentile
 from servebench.records import rundir
 from servebench.records.server_samples import ServerSamples
-from servebench.records.table import RecordTable, default_window, parse_objects, record_dict, validate
+from servebench.records.schema import parse_objects, record_dict
+from servebench.records.table import RecordTable, default_window, validate
 from servebench.records.statuses import failure_status
 from servebench.records.token_times import fits
 from servebench.serving.retry import ERR_CLIENT_DEADLINE, ClientSpec
@@ -201,6 +203,8 @@ class GeneratorStats(BaseModel):
     sender: Literal["process", "loop"] | None = Field(None, description="Who kept the schedule: a sender process, or "
                                                                         "the event loop that parses the streams.")
     warmup: WarmupStats | None = Field(None, description="The untimed warm-up requests (None: none were sent).")
+    sender_nice: int | None = Field(None, description="The niceness the sender process ran at: it asks for -10 and "
+                                                      "keeps its default (0) where the system refuses.")
     run_s: float = Field(description="From t0 to the last outcome.")
     workers: list[WorkerStats] | None = Field(None, description="Per worker, when several shared the schedule "
                                                                 "(None: one generator).")
@@ -225,6 +229,7 @@ class RunState:
     trace_rows: dict[str, int] | None = None  # a trace replay's rows by request id (None: no trace)
     sender: Literal["process", "loop"] | None = None  # who kept the schedule
     warmup: WarmupStats | None = None  # the untimed requests before the origin
+    sender_nice: int | None = None  # the sender process's niceness
 
 
 class RunStopped(Exception):
@@ -733,6 +738,7 @@ async def run_load(config: LoadConfig, plan: Sequence[PlannedRequest],
             state.sender = "process" if handoff is not None else "loop"
             if handoff is not None:
                 runner.handoff = handoff
+                state.sender_nice = handoff.nice
                 await _open_loop_handed(runner, plan, handoff)
             elif config.users is None:
                 await _open_loop(runner, plan)
@@ -748,10 +754,11 @@ def uses_sender(config: LoadConfig) -> bool:
     """Return True when a sender process keeps the schedule: an open loop over plain http without retrying clients.
 
     A retry's time is known only when the attempt before it ends, a closed loop's user sends when its
-    answer ends, and a TLS session cannot move between processes; those runs send from the event loop.
+    answer ends, and a TLS session cannot move between processes; those runs send from the event loop, as
+    does every run off Linux (the hand-over needs Unix sequenced-packet sockets, which macOS lacks).
     """
     return (config.sender == "process" and config.users is None and config.client is None
-            and normalize_url(config.url).startswith("http://"))
+            and normalize_url(config.url).startswith("http://") and sys.platform.startswith("linux"))
 
 
 def sender_plan(config: LoadConfig, model: str, plan: Sequence[PlannedRequest],
@@ -822,7 +829,7 @@ def result_from_state(config: LoadConfig, planned: int, state: RunState) -> Load
     outcomes = sorted(state.outcomes, key=lambda o: (o.intended_s, o.request_id))
     stats = generator_stats(outcomes, mode, planned, config.max_in_flight, state.peak_in_flight,
                             state.waited_for_slot, config.duration_s, state.interrupted)
-    stats = stats.model_copy(update={"sender": state.sender, "warmup": state.warmup,
+    stats = stats.model_copy(update={"sender": state.sender, "warmup": state.warmup, "sender_nice": state.sender_nice,
                                      "warnings": stats.warnings + warmup_warning(state.warmup)})
     return LoadResult(outcomes=outcomes, stats=stats, model=state.model or "unknown", config=config,
                       started_utc=state.started_utc, stopped_by=state.stopped_by if state.interrupted else None,

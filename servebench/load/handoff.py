@@ -145,7 +145,8 @@ class Handoff:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
         self.process = subprocess.Popen(
             [sys.executable, "-m", "servebench.load.sender", str(theirs.fileno()), plan, u.host,
-             str(u.port or 80), str(max_in_flight)], pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL)
+             str(u.port or 80), str(max_in_flight)], pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL,
+            start_new_session=True)  # its own scheduling group (autogroup); Ctrl-C reaches it through this process
         theirs.close()
         self.t0: float | None = None
         self.ended = False

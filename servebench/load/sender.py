@@ -36,6 +36,7 @@ AHEAD_S = 0.25  # open connections for the sends due within this long (the rest 
 MAX_SPARE = 64  # never hold more idle connections than this
 STALE_S = 2.0  # an idle connection older than this is closed (servers close idle keep-alive ones after ~5 s)
 CONNECT_TIMEOUT_S = 5.0
+WRITE_TIMEOUT_MAX_S = 3600.0  # a request with no deadline still gets a bound on its write
 ITEM = struct.Struct("<qddI")  # plan file: index, due (s from t0), give-up (s from t0), payload bytes
 HEAD = struct.Struct("<qdB")  # index, instant, waited
 GO = struct.Struct("<d")
@@ -98,7 +99,7 @@ class Sender:
             if self.in_flight >= self.max_in_flight:
                 self.ctrl.send(b"U" + HEAD.pack(index, math.nan, waited))
                 continue
-            self._send(index, payload, waited)
+            self._send(index, payload, waited, t0 + give_up_s)
         self.ctrl.send(b"E")
         while not self.stopped:  # read the generator's last messages until it says stop: a Unix socket closed with
             self._handle(self._receive(None))  # unread messages resets the other end before it reads the E
@@ -116,8 +117,12 @@ class Sender:
                 continue
             self._handle(self._receive(due - now))
 
-    def _send(self, index: int, payload: bytes, waited: bool) -> None:
-        """Write one request on a spare connection (or a new one) and hand the connection over."""
+    def _send(self, index: int, payload: bytes, waited: bool, give_up: float) -> None:
+        """Write one request on a spare connection (or a new one) and hand the connection over.
+
+        A server that does not read a long request holds this write, and the sends after it, at most until the
+        request's give-up instant; then it fails as a write timeout.
+        """
         for attempt in range(2):  # a kept-alive connection the server closed meanwhile: once more on a fresh one
             tried = time.monotonic()  # a request that cannot connect was still attempted then
             try:
@@ -126,7 +131,8 @@ class Sender:
                 self.ctrl.send(b"F" + HEAD.pack(index, tried, waited) + _text(exc))
                 return
             try:
-                sock.sendall(payload)
+                sock.settimeout(min(max(give_up - time.monotonic(), 0.001), WRITE_TIMEOUT_MAX_S))
+                sock.sendall(payload)  # non-blocking by the generator (one open file shared by both processes)
             except OSError as exc:
                 sock.close()
                 if attempt == 0:
@@ -217,6 +223,11 @@ def _raise_priority() -> int:
     """
     try:
         os.setpriority(os.PRIO_PROCESS, 0, NICE_WANTED)
+    except OSError:
+        pass
+    try:  # the sender leads a session of its own, so Linux's autogroup scheduling gives it a group of its own too
+        with open("/proc/self/autogroup", "w") as f:
+            f.write(str(NICE_WANTED))
     except OSError:
         pass
     return os.getpriority(os.PRIO_PROCESS, 0)
