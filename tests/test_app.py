@@ -145,7 +145,7 @@ def test_aiperf_token_times_are_carried_over_with_the_servers_token_counts() -> 
     assert "'Count the server's output tokens' under Import options" in notes and "--format" not in notes
     at.switch_page("pages/token_timing.py").run()
     assert not at.exception and not at.error
-    assert "ITL p50" not in _metrics(at)
+    assert "ITL p50 (ms)" not in _metrics(at)
     assert any("Count the server's output tokens" in i.value for i in at.info)
     at.button(key="tok_server_tokens").click().run()  # the page's button turns the sidebar's option on
     assert not at.exception and not at.error
@@ -154,9 +154,9 @@ def test_aiperf_token_times_are_carried_over_with_the_servers_token_counts() -> 
 
     assert toggle().value is True
     m = _metrics(at)
-    assert m["ITL p50"] not in ("—", "-") and float(m["ITL p50"]) == pytest.approx(0.015, abs=0.003)  # mock: 15 ms
+    assert float(m["ITL p50 (ms)"]) == pytest.approx(15, abs=3)  # the mock server's 15 ms, in ms by default
     toggle().set_value(False).run()  # off again: the client's counts, no token times
-    assert not at.exception and "ITL p50" not in _metrics(at)
+    assert not at.exception and "ITL p50 (ms)" not in _metrics(at)
     toggle().set_value(True).run()
     at.switch_page("pages/summary.py").run()  # the option holds on every page: the server's output tokens
     assert not at.exception and not at.error
@@ -311,6 +311,8 @@ def test_percentile_explorer_any_percentile_and_failure_aware() -> None:
     at.selectbox(key="records_sample").select("r1_r4.json").run()
     at.switch_page("pages/percentiles.py").run()
     assert not at.exception
+    assert _metrics(at)["p95 (success-only, ms)"] == "2,500"  # milliseconds by default
+    at.segmented_control(key="unit").set_value("s").run()
     m = _metrics(at)
     assert m["p95 (success-only, s)"] == "2.5"
     assert m["Records counted"] == "2 of 4"
@@ -385,7 +387,7 @@ def test_percentile_explorer_records_grid_shows_what_the_metric_is_computed_from
     at.session_state["pct_records_open"] = True
     at.run()
     assert not at.exception
-    assert list(at.dataframe[0].value.columns) == ["Latency (s)", "request_id", "status", "slice", "start", "end"]
+    assert list(at.dataframe[0].value.columns) == ["Latency (ms)", "request_id", "status", "slice", "start", "end"]
     at.selectbox(key="metric").select("ttft")
     at.radio(key="view").set_value("failure-aware").run()
     grid = at.dataframe[0].value
