@@ -17,20 +17,22 @@ _HOMES = {
     "load_table": "servebench.records.loaders", "read_path": "servebench.records.loaders",
     "nearest_rank": "servebench.analysis.percentiles", "percentile": "servebench.analysis.percentiles",
     "STATUSES": "servebench.records.table", "RecordTable": "servebench.records.table",
-    "TimingRecord": "servebench.records.table",
-    "CONTRACT_FIELDS": "servebench.analysis.summary", "SLO": "servebench.analysis.summary",
-    "ContractError": "servebench.analysis.summary", "Report": "servebench.analysis.summary",
-    "build_report": "servebench.analysis.summary", "summarize": "servebench.analysis.summary",
+    "TimingRecord": "servebench.records.schema",
+    "CONTRACT_FIELDS": "servebench.analysis.contract", "SLO": "servebench.analysis.summary",
+    "ContractError": "servebench.analysis.contract", "Report": "servebench.analysis.summary",
+    "build_report": "servebench.analysis.summary", "summarize": "servebench.analysis.contract",
 }
 
 __all__ = sorted([*_HOMES, "__version__"])
 
 if TYPE_CHECKING:
     from servebench.analysis.percentiles import nearest_rank, percentile
-    from servebench.analysis.summary import CONTRACT_FIELDS, SLO, ContractError, Report, build_report, summarize
+    from servebench.analysis.contract import CONTRACT_FIELDS, ContractError, summarize
+    from servebench.analysis.summary import SLO, Report, build_report
     from servebench.errors import ConfigError, InputFormatError, RecordValidationError, ServebenchError
     from servebench.records.loaders import load_table, read_path
-    from servebench.records.table import STATUSES, RecordTable, TimingRecord
+    from servebench.records.schema import TimingRecord
+    from servebench.records.table import STATUSES, RecordTable
 
 
 def __getattr__(name: str) -> Any:

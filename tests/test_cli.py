@@ -12,7 +12,7 @@ import pytest
 import typer.main
 
 from servebench.cli.core import app
-from servebench.analysis.summary import CONTRACT_FIELDS
+from servebench.analysis.contract import CONTRACT_FIELDS
 
 from conftest import SAMPLE_DATA
 

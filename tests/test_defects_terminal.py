@@ -7,7 +7,8 @@ from rich.console import Console
 from servebench.analysis.summary import SLO, build_report
 from servebench.formatting import NO_DATA, fmt_share
 from servebench.output.terminal import print_fairness, print_logical
-from servebench.records.table import parse_objects, validate
+from servebench.records.schema import parse_objects
+from servebench.records.table import validate
 
 # Two users whose every attempt failed, in two slices, and one success: without an SLO the slices have no
 # SLO attainment; the failing slice has no goodput; the logical success share is 1 of 3.

@@ -189,7 +189,8 @@ from collections import Counter  # noqa: E402
 from servebench.serving.engine.loop import EngineLoop, cache_capacity_tokens  # noqa: E402
 from servebench.serving.engine.runner import run_workload  # noqa: E402
 from servebench.serving.engine.service import EngineService, RequestRejected  # noqa: E402
-from servebench.records.table import parse_objects, validate  # noqa: E402
+from servebench.records.schema import parse_objects  # noqa: E402
+from servebench.records.table import validate  # noqa: E402
 from servebench.serving.scheduler import Request, SchedulerConfig  # noqa: E402
 from servebench.serving.workload import ArrivalSpec, ClassSpec, ClosedLoopSpec, LengthSpec, WorkloadSpec  # noqa: E402
 
@@ -318,7 +319,7 @@ import json  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from servebench.cli.core import app, main  # noqa: E402
-from servebench.analysis.summary import CONTRACT_FIELDS  # noqa: E402
+from servebench.analysis.contract import CONTRACT_FIELDS  # noqa: E402
 from servebench.records.steps import NAMES as STEP_COLUMNS  # noqa: E402
 
 SCENARIO = """

@@ -8,7 +8,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from servebench.records.table import parse_objects, validate  # noqa: E402
+from servebench.records.schema import parse_objects  # noqa: E402
+from servebench.records.table import validate  # noqa: E402
 from servebench.serving.engine.model import Decoder, preset  # noqa: E402
 from servebench.serving.engine.runner import run_workload  # noqa: E402
 from servebench.serving.retry import BackoffSpec, ClientSpec  # noqa: E402

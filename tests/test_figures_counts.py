@@ -35,7 +35,8 @@ def test_the_stall_histogram_reads_in_the_unit_asked_and_a_cdf_keeps_room_for_it
     assert spec["layer"][0]["encoding"]["x"]["title"] == "longest gap between tokens, ms"
     assert spec["layer"][1]["data"]["values"][0]["lo"] == 150.0
     from servebench.output.figures.records import record_series
-    from servebench.records.table import parse_objects, validate
+    from servebench.records.schema import parse_objects
+    from servebench.records.table import validate
 
     table = validate(parse_objects([{"start": 0.0, "first_token": 0.1 * i, "end": 1.0, "status": "success",
                                      "output_tokens": 4} for i in range(1, 6)]), 0, 1)

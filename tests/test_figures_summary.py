@@ -16,8 +16,10 @@ from servebench.formatting import fmt, fmt_share, fmt_share_of
 from servebench.output.figures.summary import contract_cells, distribution_frame, slice_frame, status_frame
 from servebench.output.figures.vegalite import percentile_cdf, percentile_histogram
 from servebench.records.loaders import encode_records, read_bytes, to_table
-from servebench.records.table import parse_objects, validate
-from servebench.analysis.summary import SLO, build_report, metric_values
+from servebench.records.schema import parse_objects
+from servebench.records.table import validate
+from servebench.analysis.contract import metric_values
+from servebench.analysis.summary import SLO, build_report
 
 
 @pytest.fixture

@@ -11,7 +11,8 @@ import pytest
 from servebench.analysis.percentiles import percentile
 from servebench.output.figures import records as rf
 from servebench.output.figures import vegalite
-from servebench.records.table import parse_objects, validate
+from servebench.records.schema import parse_objects
+from servebench.records.table import validate
 
 from vega_charts import valid as _valid
 

@@ -13,7 +13,8 @@ from servebench.analysis.multirun import runs_table
 from servebench.analysis.percentiles import percentile
 from servebench.output.figures.over_time import over_time_bins
 from servebench.output.figures.vegalite_summary import over_time_charts, rate_curve_charts
-from servebench.records.table import parse_objects, validate
+from servebench.records.schema import parse_objects
+from servebench.records.table import validate
 
 from conftest import REPO
 from vega_charts import valid

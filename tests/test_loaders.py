@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from servebench.errors import InputFormatError, RecordValidationError
 from servebench.records.loaders import load_table, read_bytes, read_path, to_table, write_records
-from servebench.records.table import TimingRecord
-from servebench.analysis.summary import summarize
+from servebench.records.schema import TimingRecord
+from servebench.analysis.contract import summarize
 
 CSV_R1_R4 = (
     "request_id,start,first_token,end,status,output_tokens\n"
@@ -43,7 +43,7 @@ def test_every_format_gives_the_same_table(tmp_path, r1_r4):
     paths.append(tmp_path / "wrapped.json")
     for p in paths:
         t, ws, we = load_table(p, 0, 10)
-        from servebench.analysis.summary import contract_summary
+        from servebench.analysis.contract import contract_summary
         assert contract_summary(t, ws, we) == expected, p.name
         assert t.to_dicts() == table.to_dicts() or p.name == "wrapped.json"
 

@@ -22,7 +22,8 @@ from servebench.load.client import LoadError, normalize_url, parse_sse_line
 from servebench.records.stream_chunks import chunk_parts
 from servebench.load.generator import (HttpOutcome, LoadConfig, generator_stats, plan_requests, request_body,
                                        run_load_sync, to_record, to_send_row)
-from servebench.records.table import STATUSES, TimingRecord, parse_objects, validate
+from servebench.records.schema import TimingRecord, parse_objects
+from servebench.records.table import STATUSES, validate
 from asgi_server import serve_in_background
 from servebench.analysis.summary import build_report
 

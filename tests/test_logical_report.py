@@ -12,7 +12,8 @@ import pytest
 from servebench.analysis.retries import jain_index, tenant_weights
 from servebench.analysis.summary import SLO, build_report
 from servebench.output.figures.markdown_table import markdown_tables
-from servebench.records.table import RecordTable, parse_objects, validate
+from servebench.records.schema import parse_objects
+from servebench.records.table import RecordTable, validate
 
 # Two users. u1: attempt 1 times out after streaming 4 tokens, attempt 2 succeeds (partial output, then a retry).
 # u2: attempt 1 rejected, attempt 2 cut by the client's deadline. One record with no logical_id: its own request.

@@ -14,7 +14,8 @@ from servebench import formatting
 from servebench.output import plain, terminal
 from servebench.output.figures import summary as figures_summary
 from servebench.output.site.html import cell, table
-from servebench.records.table import parse_objects, validate
+from servebench.records.schema import parse_objects
+from servebench.records.table import validate
 
 
 def test_every_surface_uses_the_one_formatter() -> None:

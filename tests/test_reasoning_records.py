@@ -18,10 +18,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from servebench.analysis.record_sets import summarize_path
-from servebench.analysis.summary import build_report, summarize
+from servebench.analysis.contract import summarize
+from servebench.analysis.summary import build_report
 from servebench.cli.core import main
 from servebench.errors import ServebenchError
-from servebench.records.table import TimingRecord, parse_objects, validate
+from servebench.records.schema import TimingRecord, parse_objects
+from servebench.records.table import validate
 
 ENGINES = ("memory", "duckdb")
 GOOD = {"request_id": "a", "start": 0.0, "first_token": 0.5, "end": 2.5, "status": "success", "output_tokens": 8}

@@ -18,7 +18,8 @@ from servebench.errors import ConfigError, InputFormatError
 from servebench.output.figures import records as rfig
 from servebench.records.loaders import load_table
 from servebench.analysis.percentiles import percentile
-from servebench.records.table import parse_objects, validate
+from servebench.records.schema import parse_objects
+from servebench.records.table import validate
 from servebench.output.site import KvOptions, RunInput, SiteOptions, build_site, load_run, site_zip_bytes, write_site
 from servebench.output.site.html import esc, json_for_script
 from servebench.analysis.summary import SLO

@@ -8,7 +8,8 @@ import pytest
 
 from browser import browser_page, require_chromium, screenshot
 from servebench.records.loaders import read_path, to_table
-from servebench.records.table import parse_objects, validate
+from servebench.records.schema import parse_objects
+from servebench.records.table import validate
 from servebench.output.site import RunInput, SiteOptions, build_site, load_run, write_site
 from servebench.analysis.summary import SLO
 

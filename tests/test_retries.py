@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from servebench.analysis.percentiles import percentile
-from servebench.records.table import RecordTable, parse_objects, validate
+from servebench.records.schema import parse_objects
+from servebench.records.table import RecordTable, validate
 from servebench.serving.retry import ERR_CLIENT_DEADLINE, BackoffSpec, ClientSpec
 from servebench.serving.scenario import CancelSpec, Scenario, load_scenario, parse_scenario
 from servebench.serving.scheduler import AdmissionSpec

@@ -17,7 +17,8 @@ from servebench.records.loaders import encode_records, load_table, read_path
 from servebench.records.rundir import (RECORD_FILES, STEP_FILES, read_folder, read_sends, read_trace, records_file,
                                        write_run)
 from servebench.records.steps import NAMES, parse_steps
-from servebench.records.table import parse_objects, validate
+from servebench.records.schema import parse_objects
+from servebench.records.table import validate
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "sample_data" / "scenarios"
 

@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from servebench.errors import ConfigError
-from servebench.records.table import parse_objects, validate
+from servebench.records.schema import parse_objects
+from servebench.records.table import validate
 from servebench.serving.scheduler import (ERR_CANCELLED, ERR_DEADLINE, ERR_PREEMPTED_QUEUE_FULL, ERR_QUEUE_FULL, ERR_TOO_LARGE,
                                   Outcome, Request, Scheduler, SchedulerConfig)
 

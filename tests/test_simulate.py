@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from servebench.errors import ConfigError
-from servebench.records.table import STATUSES, parse_objects, validate
+from servebench.records.schema import parse_objects
+from servebench.records.table import STATUSES, validate
 from servebench.serving.scenario import Scenario, load_scenario, parse_scenario
 from servebench.serving.simulate import SimResult, simulate
 from servebench.analysis.summary import build_report

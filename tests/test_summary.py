@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from servebench import CONTRACT_FIELDS, SLO, summarize
-from servebench.records.table import FIELDS, first_violation, parse_objects, validate
+from servebench.records.schema import FIELDS, parse_objects
+from servebench.records.table import first_violation, validate
 from servebench.analysis.summary import build_report
 
 

@@ -26,7 +26,7 @@ from servebench.analysis.summary import SLO, build_report
 from typer.testing import CliRunner
 from vega_charts import drawn_charts, drawn_list
 from servebench.records.loaders import encode_records, read_bytes, to_table
-from servebench.records.table import TimingRecord
+from servebench.records.schema import TimingRecord
 from servebench.serving.experiments import compare_prefill
 from servebench.output.figures import vegalite, vegalite_tokens
 from servebench.formatting import fmt

@@ -15,7 +15,8 @@ from servebench.serving.engine.sweep_validation import (compare_sweeps, knee_rps
 from servebench.serving.engine.validation import arrival_lag_s, busy_arrival_lags, emit_lead_s, fit_trace
 from servebench.analysis.summary import SLO
 from servebench.errors import ConfigError, InputFormatError
-from servebench.records.table import parse_objects, validate
+from servebench.records.schema import parse_objects
+from servebench.records.table import validate
 from servebench.serving.sweep import SweepPoint
 
 runner = CliRunner()

@@ -11,7 +11,7 @@ import pytest
 
 from servebench.errors import RecordValidationError
 from servebench.records.loaders import read_bytes, read_path
-from servebench.analysis.summary import summarize
+from servebench.analysis.contract import summarize
 from servebench.records.validation_report import MAX_BAD_ROWS, bad_rows, bad_rows_text
 from servebench.records.window_zoom import trim_to_window
 

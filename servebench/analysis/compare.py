@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from servebench.analysis.summary import CONTRACT_LABELS, Distribution, Report
+from servebench.analysis.contract import CONTRACT_LABELS
+from servebench.analysis.summary import Distribution, Report
 from servebench.formatting import NO_DATA, fmt, fmt_share
 from servebench.records.statuses import STATUS_WORDS
 

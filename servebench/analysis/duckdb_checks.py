@@ -19,7 +19,8 @@ import pyarrow.parquet as pq
 from servebench.analysis.duckdb_parts import PartPlan, lit, q
 from servebench.errors import RecordValidationError
 from servebench.records.recordset import read_part
-from servebench.records.table import TEXT_FIELDS, first_violation, parse_arrow
+from servebench.records.schema import TEXT_FIELDS, parse_arrow
+from servebench.records.table import first_violation
 
 
 def violation_sql(window_start: float, window_end: float) -> str:

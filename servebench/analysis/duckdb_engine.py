@@ -29,7 +29,8 @@ from servebench.analysis.duckdb_report import report_from_connection, uncovered_
 from servebench.analysis.summary import SLO
 from servebench.errors import ConfigError, InputFormatError, RecordValidationError
 from servebench.records.recordset import RecordSet, SetSummary, check_set_window, extra_names, parse_size, read_part
-from servebench.records.table import FIELDS, RecordTable, int_ids_note
+from servebench.records.schema import FIELDS, int_ids_note
+from servebench.records.table import RecordTable
 
 
 class EngineRefused(ConfigError):

@@ -25,8 +25,8 @@ import pyarrow.parquet as pq
 
 from servebench.records import token_times as tt
 from servebench.records.recordset import Part
-from servebench.records.table import (FIELDS, FLOAT_FIELDS, INT_FIELDS, INT_LIMIT, STATUSES, ParsedRows,
-                                      canonical_name, token_rules)
+from servebench.records.schema import FIELDS, FLOAT_FIELDS, INT_FIELDS, INT_LIMIT, ParsedRows, canonical_name
+from servebench.records.table import STATUSES, token_rules
 from servebench.records.textcolumns import text_array
 
 OPTIONAL_FLOATS = ("first_token", "admitted", "first_answer_token")  # NaN in a typed column means absent; in start or end it is an error

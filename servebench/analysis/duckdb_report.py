@@ -31,7 +31,8 @@ from servebench.analysis.summary import (SLO, Concurrency, LogicalReport, Prefix
                                          SLOResult, Stalls, fairness_of)
 from servebench.errors import ConfigError
 from servebench.records.statuses import CLIENT_DEADLINE_ERROR
-from servebench.records.table import MSG_EMPTY, STATUSES
+from servebench.records.schema import MSG_EMPTY
+from servebench.records.table import STATUSES
 
 BATCH_ROWS = 1 << 20
 # Every field of the report this engine computes; a field build_report gains is refused until it is here.

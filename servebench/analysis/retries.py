@@ -38,7 +38,8 @@ from pydantic import BaseModel, Field
 
 from servebench.records.rundir import read_settings
 from servebench.records.statuses import CLIENT_DEADLINE_ERROR
-from servebench.records.table import SUCCESS, RecordTable, shown
+from servebench.records.schema import SUCCESS, shown
+from servebench.records.table import RecordTable
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ def emit_json(obj: Any) -> None:
 @app.command()
 def schema() -> None:
     """Print the JSON Schema of the canonical timing record."""
-    from servebench.records.table import TimingRecord
+    from servebench.records.schema import TimingRecord
     emit_json(TimingRecord.model_json_schema(by_alias=False))
 
 
@@ -158,4 +158,3 @@ def main(argv: list[str] | None = None) -> None:
     except ServebenchError as exc:
         typer.echo(f"error: {safe_text(exc)}", err=True)  # user text in it cannot drive the terminal
         sys.exit(2)
-

@@ -15,7 +15,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from servebench.errors import ConfigError
-from servebench.records.table import ALIASES, FIELDS, RecordTable
+from servebench.records.schema import ALIASES, FIELDS
+from servebench.records.table import RecordTable
 from servebench.records.textcolumns import categorical
 
 SLICE_COLUMN = "slice"

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from servebench.records.table import ParsedRows
+from servebench.records.schema import ParsedRows
 
 
 @dataclass

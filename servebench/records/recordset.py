@@ -27,7 +27,8 @@ import pyarrow as pa
 from servebench.errors import ConfigError, InputFormatError
 from servebench.records.loaders import LoadedRecords, read_bytes
 from servebench.records.rundir import is_run_folder, records_file
-from servebench.records.table import ParsedRows, RecordTable, canonical_name, shown, validate
+from servebench.records.schema import ParsedRows, canonical_name, shown
+from servebench.records.table import RecordTable, validate
 from servebench.records.textcolumns import text_array
 
 PART_SUFFIXES = (".parquet", ".pq", ".csv", ".jsonl", ".ndjson", ".json")

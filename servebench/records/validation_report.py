@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from servebench.records.table import Column, ParsedRows, first_violation
+from servebench.records.schema import Column, ParsedRows
+from servebench.records.table import first_violation
 
 MAX_BAD_ROWS = 10
 

@@ -14,7 +14,8 @@ import numpy as np
 
 from servebench.errors import RecordValidationError
 from servebench.records.loaders import LoadedRecords, to_table
-from servebench.records.table import RecordTable, shown
+from servebench.records.schema import shown
+from servebench.records.table import RecordTable
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import plotly.io as pio
 from servebench.analysis.percentiles import nearest_rank, percentile
 from servebench.records.table import STATUSES, RecordTable
 from servebench.output.safetext import safe_text
-from servebench.analysis.summary import success_metrics
+from servebench.analysis.contract import success_metrics
 from servebench.analysis.timeline import active_counts
 from servebench.output.terminal import epoch_utc
 

@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from servebench.analysis.summary import CONTRACT_LABELS, Distribution, Report
+from servebench.analysis.contract import CONTRACT_LABELS
+from servebench.analysis.summary import Distribution, Report
 from servebench.capacity import kv
 from servebench.formatting import NO_DATA, fmt, fmt_share, fmt_share_of
 from servebench.records.statuses import STATUS_WORDS

@@ -22,8 +22,8 @@ from servebench.output.figures import records as rfig
 from servebench.records.table import STATUSES, RecordTable
 from servebench.formatting import NO_DATA, fmt
 from servebench.output.terminal import fmt_window
-from servebench.analysis.summary import (CONTRACT_FIELDS, CONTRACT_LABELS, SLO, Distribution, PrefixCacheReport,
-                                         ReasoningReport, Report, build_report)
+from servebench.analysis.contract import CONTRACT_FIELDS, CONTRACT_LABELS
+from servebench.analysis.summary import SLO, Distribution, PrefixCacheReport, ReasoningReport, Report, build_report
 from servebench.output.site.html import Markup, figure, join, key_values, nested, note, page, section, table, tag
 from servebench.output.site.inputs import RunInput
 from servebench.output.site.kvview import KvOptions, KvView, kv_section, kv_view

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from servebench.errors import InputFormatError
 from servebench.records.loaded import LoadedRecords
-from servebench.records.table import parse_objects
+from servebench.records.schema import parse_objects
 
 OutsideWindow = Literal["mark", "drop"]
 OUTSIDE_WINDOW_CHOICES: tuple[str, ...] = ("mark", "drop")

@@ -14,7 +14,7 @@ import numpy as np
 
 from servebench.errors import InputFormatError
 from servebench.records.loaders import load_table
-from servebench.records.table import SUCCESS
+from servebench.records.schema import SUCCESS
 from servebench.records.traces.common import Trace, finish, first_index
 
 FORMAT = "records"

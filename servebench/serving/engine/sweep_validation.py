@@ -30,7 +30,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from servebench.errors import ConfigError, InputFormatError
 from servebench.formatting import fmt
 from servebench.records import rundir
-from servebench.records.table import RecordTable, parse_objects, validate
+from servebench.records.schema import parse_objects
+from servebench.records.table import RecordTable, validate
 from servebench.serving.scenario import Scenario
 from servebench.serving.simulate import SimResult, simulate
 from servebench.serving.workload import replay_trace

@@ -35,7 +35,7 @@ from servebench.records.table import STATUSES, RecordTable
 from servebench.serving.scenario import Scenario, StepModelSpec
 from servebench.serving.simulate import simulate
 from servebench.capacity.stepmodel import FitMethod, StepFit, bin_means, fit_step_model, require_usable
-from servebench.analysis.summary import metric_values
+from servebench.analysis.contract import metric_values
 
 METRICS: tuple[str, ...] = ("ttft", "tpot", "latency")
 QUANTILES: tuple[int, ...] = (50, 95)
