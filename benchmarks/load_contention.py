@@ -14,9 +14,10 @@ The baseline is the generator as it was at commit 0295afc (one event loop that b
 and parsed every stream), exported with ``git archive`` into a temporary folder and run from there;
 the current code runs from this checkout. Each measurement is a child process of its own, so the two
 never share an interpreter. The machine is shared: the load average before and after is reported.
-Results: benchmarks/results/load_contention.json and .md (about 50 s).
+Results: benchmarks/results/load_contention.json and .md (about a minute; more on a busy machine, where the
+baseline's backlog at 300 req/s takes seconds to drain).
 
-    python benchmarks/load_contention.py [--seconds 12] [--burners 2] [--baseline 0295afc]
+    python benchmarks/load_contention.py [--seconds 10] [--fast-seconds 1] [--burners 2] [--baseline 0295afc]
 """
 
 from __future__ import annotations
@@ -147,8 +148,8 @@ def measure(code: Path, url: str, rate: float, n: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seconds", type=float, default=12.0, help="length of the 4 req/s runs")
-    parser.add_argument("--fast-seconds", type=float, default=2.0, help="length of the 300 req/s runs")
+    parser.add_argument("--seconds", type=float, default=10.0, help="length of the 4 req/s runs")
+    parser.add_argument("--fast-seconds", type=float, default=1.0, help="length of the 300 req/s runs")
     parser.add_argument("--burners", type=int, default=2)
     parser.add_argument("--baseline", default="0295afc", help="the commit whose generator is the baseline")
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
