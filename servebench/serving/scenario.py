@@ -91,6 +91,9 @@ class ServerSpec(SchedulerConfig):
 
 MAX_REPLICAS = 256  # replicas in one fleet: each is a scheduler of its own on the one event clock
 Router = Literal["round_robin", "least_outstanding", "power_of_two", "prefix_affinity", "session_affinity"]
+MAX_TRANSFER_GBPS = 1e6  # a prefill-to-decode link, GB/s: a thousand times NVLink's
+DISAGGREGATED_ROUTERS = ("round_robin", "least_outstanding", "power_of_two")  # routers that read load, not caches
+_DISAGGREGATED = ("prefill_replicas", "decode_replicas", "kv_transfer_gbps")
 
 
 class FleetSpec(BaseModel):
@@ -113,6 +116,38 @@ class FleetSpec(BaseModel):
     affinity_slack_ratio: float = Field(
         1.5, ge=1, le=1e6, description="prefix_affinity: and how many times the least-loaded one's (both must hold "
                                        "to balance).")
+    prefill_replicas: int | None = Field(
+        None, ge=1, le=MAX_REPLICAS, description="Disaggregated: instances that only compute prompts "
+                                                 "(servebench.serving.disagg); give with decode_replicas.")
+    decode_replicas: int | None = Field(
+        None, ge=1, le=MAX_REPLICAS, description="Disaggregated: instances that only decode, each taking a prompt's "
+                                                 "KV from a prefill instance.")
+    kv_transfer_gbps: float | None = Field(
+        None, gt=0, le=MAX_TRANSFER_GBPS, description="Disaggregated: each prefill instance's link to the decode "
+                                                      "instances, GB/s (1e9 bytes); a prompt's KV takes its bytes / "
+                                                      "this to cross.")
+
+    @model_validator(mode="after")
+    def _check_disaggregated(self) -> "FleetSpec":
+        given = [name for name in _DISAGGREGATED if getattr(self, name) is not None]
+        if not given:
+            return self
+        if len(given) < len(_DISAGGREGATED):
+            missing = ", ".join(name for name in _DISAGGREGATED if name not in given)
+            raise ValueError(f"disaggregated prefill and decode needs {', '.join(_DISAGGREGATED)} together; "
+                             f"{missing} missing")
+        if self.replicas != 1:
+            raise ValueError(f"replicas {self.replicas} with prefill_replicas and decode_replicas: a disaggregated "
+                             "fleet counts its instances in those two (leave replicas out)")
+        if self.router not in DISAGGREGATED_ROUTERS:
+            raise ValueError(f"router {self.router} does not route a disaggregated fleet; use one of "
+                             f"{', '.join(DISAGGREGATED_ROUTERS)}")
+        return self
+
+    @property
+    def disaggregated(self) -> bool:
+        """Return whether prompts and decodes run on instances of their own."""
+        return self.prefill_replicas is not None
 
 
 class FlatStep(BaseModel):
@@ -164,6 +199,22 @@ class Scenario(BaseModel):
         if fleet is not None and fleet.router == "prefix_affinity" and not self.server.prefix_caching:
             raise ValueError("fleet.router prefix_affinity routes by the replicas' cached prefixes: "
                              "turn on server.prefix_caching")
+        return self
+
+    @model_validator(mode="after")
+    def _check_disaggregated(self) -> "Scenario":
+        fleet = self.fleet
+        if fleet is None or not fleet.disaggregated:
+            return self
+        if self.server.model is None:
+            raise ValueError("fleet.kv_transfer_gbps moves each prompt's KV bytes: give server.model (and "
+                             "kv_budget_gib) so the KV calculator can count them")
+        if self.client is not None and self.client.retries:
+            raise ValueError("fleet.prefill_replicas: retrying clients are not simulated with disaggregated "
+                             "prefill and decode; leave client.retries out")
+        if self.workload.closed_loop is not None or any(c.conversation is not None for c in self.workload.classes):
+            raise ValueError("fleet.prefill_replicas: requests that follow others' ends (closed_loop users, "
+                             "conversations) are not simulated with disaggregated prefill and decode")
         return self
 
     def rng(self) -> np.random.Generator:
