@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import run_cli
 from servebench.capacity.kv import ModelShape, kv_bytes
 from servebench.errors import ConfigError
 from servebench.serving.disagg import GB, simulate_deployment, simulate_disaggregated, transfer_s
@@ -177,3 +181,28 @@ def test_the_scenario_runs_as_its_fleet_says() -> None:
     assert {"prefill_replica", "decode_replica", "kv_transfer_s"} <= set(pd.records.extra)
     one = simulate_deployment(scenario(), token_times=False)
     assert "prefill_replica" not in one.records.extra
+
+
+# ---------------------------------------------------------------------- the command line
+def test_simulate_writes_the_disaggregated_records(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "pd.json"
+    doc = scenario(PD).model_dump(mode="json", exclude_none=True)
+    doc["workload"]["num_requests"] = 30
+    path.write_text(json.dumps(doc))
+    code, _, err = run_cli(capsys, "simulate", str(path), "-o", str(tmp_path / "out"), "--json")
+    assert code == 0, err
+    rows = [json.loads(line) for line in (tmp_path / "out" / "records.jsonl").read_text().splitlines()]
+    assert len(rows) == 30 and all(r["prefill_replica"] == 0 and r["decode_replica"] == 0 for r in rows)
+    alone = [transfer_s(ModelShape(**SHAPE), r["prompt_tokens"], 10) for r in rows]
+    assert all(r["kv_transfer_s"] >= t * (1 - 1e-12) for r, t in zip(rows, alone))  # or later: the link was busy
+    assert rows[0]["kv_transfer_s"] == alone[0]  # the first found the link free
+
+
+def test_simulate_refuses_a_half_given_disaggregated_fleet(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "pd.json"
+    doc = scenario().model_dump(mode="json", exclude_none=True) | {"fleet": {"prefill_replicas": 1}}
+    path.write_text(json.dumps(doc))
+    code, out, err = run_cli(capsys, "simulate", str(path), "-o", str(tmp_path / "out"))
+    assert code == 2 and out == ""
+    line = err.strip()
+    assert "\n" not in line and str(path) in line and "decode_replicas, kv_transfer_gbps missing" in line

@@ -78,7 +78,7 @@ def simulate(
     """Simulate a continuous-batching server on a scenario; write records, step trace and summary."""
     from servebench.records import rundir
     from servebench.serving.scenario import load_scenario
-    from servebench.serving.fleet import simulate_scenario as run_simulation  # one replica, or the fleet
+    from servebench.serving.disagg import simulate_deployment as run_simulation  # one replica, a fleet, or P/D
     from servebench.analysis.summary import build_report
     from servebench.serving.scenario import with_request_count
     from servebench.serving.sweep import scenario_at
