@@ -16,21 +16,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from servebench.analysis.duckdb_checks import explain_row, first_bad_row
+from servebench.analysis.duckdb_fleet import CODE, fleet_from_connection, replica_codes, replica_types_refusal
 from servebench.analysis.duckdb_parts import (REQUIRED_FIELDS, PartPlan, absent_field_sql, choose_native, extra_col,
-                                              field_columns, lit, native_view_sql, plan_part, q, staged_table,
-                                              text_lit)
-from servebench.analysis.fleet import REPLICA_COLUMN
+                                              field_columns, lit, native_view_sql, plan_part, q, staged_table, text_lit,
+                                              values_table)
 from servebench.analysis.duckdb_report import report_from_connection, uncovered_fields
+from servebench.analysis.fleet import REPLICA_COLUMN
 from servebench.analysis.summary import SLO
 from servebench.errors import ConfigError, InputFormatError, RecordValidationError
 from servebench.records.recordset import RecordSet, SetSummary, check_set_window, extra_names, parse_size, read_part
 from servebench.records.schema import FIELDS, int_ids_note
-from servebench.records.table import RecordTable
 
 
 class EngineRefused(ConfigError):
@@ -73,10 +72,7 @@ def slice_codes(con: duckdb.DuckDBPyConnection, column: str | None, extras: Sequ
         has_slices = bool(con.sql('SELECT bool_or("slice.present") FROM parsed').fetchall()[0][0])
         raise no_such_column(column, source, has_slices, list(extras))
     k = len(keys)
-    tiny = RecordTable.from_columns(
-        start=np.zeros(k), end=np.zeros(k), status=np.zeros(k, np.int8), first_token=np.zeros(k),
-        output_tokens=np.ones(k, np.int64), admitted=np.full(k, np.nan), prompt_tokens=np.full(k, -1, np.int64),
-        source=source, extra={name: (keys if name == column else pa.nulls(k)) for name in extras})
+    tiny = values_table(k, source, {name: (keys if name == column else pa.nulls(k)) for name in extras})
     named = slice_by(tiny, column)  # raises the in-memory path's error for too many values
     per_value = named.slice
     names = sorted({v for v in per_value if v is not None})
@@ -93,6 +89,7 @@ class _Scan:
     extras: list[str]
     warnings: list[str] = field(default_factory=list)
     unavailable: list[str] = field(default_factory=list)
+    extra_types: list[dict[str, pa.DataType]] = field(default_factory=list)  # per part: its extra columns' types
 
 
 def _scan(con: duckdb.DuckDBPyConnection, record_set: RecordSet, fmt: str, stage_dir: Path,
@@ -106,12 +103,15 @@ def _scan(con: duckdb.DuckDBPyConnection, record_set: RecordSet, fmt: str, stage
     part_warnings: list[list[str]] = []
     unavailable: list[str] = []
     extras_per_part: list[list[str]] = []
+    types_per_part: list[dict[str, pa.DataType]] = []
     files = []
     held: set[str] = set(REQUIRED_FIELDS)  # the fields some part has
     for plan in plans:
         if plan.native:
             held.update(canon for _, canon, _ in plan.columns)
             extras_per_part.append([*plan.extra, *(k for k, _ in plan.part.partition)])
+            types_per_part.append({**dict(zip(plan.extra, plan.extra_types)),
+                                   **{k: pa.string() for k, _ in plan.part.partition}})
             part_warnings.append([])
             continue
         progress(f"reading {plan.part.name} ({plan.index + 1:,} of {len(plans):,} parts)")
@@ -119,6 +119,7 @@ def _scan(con: duckdb.DuckDBPyConnection, record_set: RecordSet, fmt: str, stage
         part_warnings.append(list(loaded.warnings))
         unavailable.extend(loaded.metadata.get("unavailable_metrics") or [])
         extras_per_part.append(list(loaded.rows.extra))
+        types_per_part.append({name: values.type for name, values in loaded.rows.extra.items()})
         held.update(name for name, col in loaded.rows.columns.items() if col.present.any() or col.bad.any())
         path = stage_dir / f"part-{plan.index:06d}.parquet"
         pq.write_table(staged_table(loaded.rows, plan.index, itl_p99=itl_p99), path)
@@ -152,7 +153,7 @@ def _scan(con: duckdb.DuckDBPyConnection, record_set: RecordSet, fmt: str, stage
         warnings = part_warnings[0]
     else:  # as recordset.set_warnings words them
         warnings = [f"{p.part.name}: {w}" for p, ws in zip(plans, part_warnings) for w in ws]
-    return _Scan(plans, extras, warnings, list(dict.fromkeys(unavailable)))
+    return _Scan(plans, extras, warnings, list(dict.fromkeys(unavailable)), types_per_part)
 
 
 def _default_window(con: duckdb.DuckDBPyConnection) -> tuple[float, float] | None:
@@ -203,17 +204,34 @@ def _sections(con: duckdb.DuckDBPyConnection) -> _Sections:
     return _Sections(*(bool(f) for f in found))
 
 
-def _records_table(con: duckdb.DuckDBPyConnection, code_sql: str, sections: _Sections) -> None:
-    """Create ``records``: the validated rows with the in-memory table's columns and ``g``, the slice code."""
+def _records_table(con: duckdb.DuckDBPyConnection, code_sql: str, sections: _Sections,
+                   replica_sql: str | None = None) -> None:
+    """Create ``records``: the validated rows with the in-memory table's columns, ``g``, the slice code, and
+    (``replica_sql``) ``r``, the replica's code."""
     more = (", gaps, max_gap, itl_p99, has_times" if sections.tokens else "") + \
         (", cached_prompt_tokens" if sections.cached else "") + \
         (", logical_id, attempt" if sections.logical else "") + \
         (", first_answer_token, reasoning_tokens" if sections.reasoning else "") + \
-        (", part, part_row" if sections.cached or sections.logical else "")
+        (", part, part_row" if sections.cached or sections.logical else "") + \
+        (f", {replica_sql} AS {CODE}" if replica_sql is not None else "")
     con.sql(f"""CREATE OR REPLACE TABLE records AS SELECT "start", "end", status, first_token, output_tokens,
                 admitted, prompt_tokens, request_id, error{more}, {code_sql} AS g FROM parsed p""")
     con.sql("DROP VIEW parsed")
     con.sql("DROP TABLE parsed_rows")
+
+
+def _replicas(con: duckdb.DuckDBPyConnection, scan: _Scan, source: str) -> tuple[str, list[str]] | None:
+    """Return SQL for each record's replica code and the replicas' names, or None without a ``replica`` column.
+
+    Refuses a column whose types across parts DuckDB would read otherwise than memory does.
+    """
+    if REPLICA_COLUMN not in scan.extras:
+        return None
+    refused = replica_types_refusal([(plan.part.name, types[REPLICA_COLUMN])
+                                     for plan, types in zip(scan.plans, scan.extra_types) if REPLICA_COLUMN in types])
+    if refused is not None:
+        raise EngineRefused(f"--engine duckdb: {refused}; use --engine memory")
+    return replica_codes(con, source)
 
 
 def _reader_error(record_set: RecordSet, fmt: str, exc: Exception) -> Exception:
@@ -259,20 +277,21 @@ def summarize_set(record_set: RecordSet, fmt: str = "auto", window_start: float 
                 progress("validating records with DuckDB")
                 ws, we = _window(con, scan.plans, window_start, window_end, record_set.source, fmt)
                 _validate(con, scan.plans, ws, we, fmt)
-                if REPLICA_COLUMN in scan.extras:
-                    raise EngineRefused(f"--engine duckdb: the DuckDB engine does not compute the report's 'fleet' "
-                                        f"(records with a '{REPLICA_COLUMN}' column) yet; use --engine memory")
+                replicas = _replicas(con, scan, record_set.source)
                 code_sql, names = slice_codes(con, slice_column, scan.extras, record_set.source)
                 if warmup_s is not None:  # as build_report: the records' slices give way to cold and warm
                     if not warmup_s > 0:
                         raise ConfigError(f"warmup_s {warmup_s!r} must be positive")
                     code_sql, names = f'CASE WHEN "start" < {lit(ws + warmup_s)} THEN 0 ELSE 1 END', ["cold", "warm"]
                 sections = _sections(con)
-                _records_table(con, code_sql, sections)
+                _records_table(con, code_sql, sections, replicas[0] if replicas else None)
                 progress("summarizing records with DuckDB")
                 report = report_from_connection(con, record_set.source, ws, we, slo, names, tokens=sections.tokens,
                                                 cached=sections.cached, logical=sections.logical,
                                                 reasoning=sections.reasoning, weights=weights)
+                if replicas:
+                    report = report.model_copy(
+                        update={"fleet": fleet_from_connection(con, replicas[1], sections.cached)})
             except duckdb.OutOfMemoryException as exc:
                 raise ConfigError(f"DuckDB ran out of memory within the limit ({memory_limit or 'its default'}); "
                                   f"give it more with --memory-limit: {' '.join(str(exc).split())[:200]}") from None

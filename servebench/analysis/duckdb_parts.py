@@ -15,7 +15,7 @@ p99 gap, only when an ITL SLO asks for it) and ``has_times``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 from servebench.records import token_times as tt
 from servebench.records.recordset import Part
 from servebench.records.schema import FIELDS, FLOAT_FIELDS, INT_FIELDS, INT_LIMIT, ParsedRows, canonical_name
-from servebench.records.table import STATUSES, token_rules
+from servebench.records.table import STATUSES, RecordTable, token_rules
 from servebench.records.textcolumns import text_array
 
 OPTIONAL_FLOATS = ("first_token", "admitted", "first_answer_token")  # NaN in a typed column means absent; in start or end it is an error
@@ -87,6 +87,7 @@ class PartPlan:
     columns: tuple[tuple[str, str, str], ...] = ()  # (column name, canonical field, kind)
     extra: tuple[str, ...] = ()
     rows: int = 0
+    extra_types: tuple[pa.DataType, ...] = ()  # each extra column's Arrow type, as the part's reader reads it
 
 
 def plan_part(part: Part, index: int, fmt: str) -> PartPlan:
@@ -101,7 +102,7 @@ def plan_part(part: Part, index: int, fmt: str) -> PartPlan:
         schema = meta.schema.to_arrow_schema()
     except (pa.ArrowException, OSError):
         return PartPlan(part, index, False)  # servebench's reader says what is wrong
-    columns, extra, seen = [], [], set()
+    columns, extra, extra_types, seen = [], [], [], set()
     for name, typ in zip(schema.names, schema.types):
         canon = canonical_name(name)
         if name in seen or (canon is not None and canon in seen) or name in ("file_row_number", "__file"):
@@ -114,6 +115,7 @@ def plan_part(part: Part, index: int, fmt: str) -> PartPlan:
             if pa.types.is_nested(typ.value_type if pa.types.is_dictionary(typ) else typ):
                 return PartPlan(part, index, False)
             extra.append(name)
+            extra_types.append(typ)
             continue
         ok = (kind in _NUMERIC_KINDS if canon in FLOAT_FIELDS or canon in INT_FIELDS
               else kind == "text" or (canon in ("request_id", "logical_id") and kind == "int"))
@@ -124,7 +126,19 @@ def plan_part(part: Part, index: int, fmt: str) -> PartPlan:
         return PartPlan(part, index, False)
     if any(k in extra for k, _ in part.partition):
         return PartPlan(part, index, False)
-    return PartPlan(part, index, True, tuple(columns), tuple(extra), meta.num_rows)
+    return PartPlan(part, index, True, tuple(columns), tuple(extra), meta.num_rows, tuple(extra_types))
+
+
+def values_table(k: int, source: str, extra: Mapping[str, pa.Array]) -> RecordTable:
+    """Return k placeholder records carrying ``extra`` columns' values, for the in-memory code that names them.
+
+    The engine gives the in-memory functions that name slices and replicas one row per distinct value,
+    so the names, their order and the messages are theirs.
+    """
+    return RecordTable.from_columns(
+        start=np.zeros(k), end=np.zeros(k), status=np.zeros(k, np.int8), first_token=np.zeros(k),
+        output_tokens=np.ones(k, np.int64), admitted=np.full(k, np.nan), prompt_tokens=np.full(k, -1, np.int64),
+        source=source, extra=dict(extra))
 
 
 def _signature(plan: PartPlan) -> tuple[tuple[str, str], ...]:
@@ -162,7 +176,7 @@ TOKEN_COLUMNS: dict[str, str] = {
 }
 
 
-def _blank(expr: str) -> str:
+def blank_sql(expr: str) -> str:
     """SQL: the text is null, empty or only spaces (trimmed only when its first character is one)."""
     chars = text_lit(SPACE_CHARS)
     return (f"({expr} IS NULL OR {expr} = '' OR (strpos({chars}, left({expr}, 1)) > 0 "
@@ -188,7 +202,7 @@ def _native_field(canon: str, sources: list[tuple[str, str]]) -> list[str]:
             p, v, b = f"({c} IS NOT NULL)", f"CASE CAST({c} AS VARCHAR) {cases} ELSE -1 END", "false"
         else:
             text = f"CAST({c} AS VARCHAR)"
-            p = f"({c} IS NOT NULL)" if kind == "int" else f"(NOT {_blank(text)})"
+            p = f"({c} IS NOT NULL)" if kind == "int" else f"(NOT {blank_sql(text)})"
             v, b = text, "false"
         presents.append(p)
         values.append((p, v))
@@ -297,5 +311,6 @@ def _token_columns(rows: ParsedRows, itl_p99: bool) -> dict[str, pa.Array]:
             "itl_p99": pa.array(p99, mask=np.isnan(p99)), "has_times": pa.array(g.has_times)}
 
 
-__all__ = ["REQUIRED_FIELDS", "SPACE_CHARS", "TOKEN_COLUMNS", "PartPlan", "absent_field_sql", "choose_native",
-           "extra_col", "field_columns", "lit", "native_view_sql", "plan_part", "q", "staged_table", "text_lit"]
+__all__ = ["REQUIRED_FIELDS", "SPACE_CHARS", "TOKEN_COLUMNS", "PartPlan", "absent_field_sql", "blank_sql",
+           "choose_native", "extra_col", "field_columns", "lit", "native_view_sql", "plan_part", "q", "staged_table",
+           "text_lit", "values_table"]

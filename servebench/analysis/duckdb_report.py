@@ -30,8 +30,8 @@ from servebench.analysis.sorted_stream import PairwiseSum, PeakWalk, SortedSink,
 from servebench.analysis.summary import (SLO, Concurrency, LogicalReport, PrefixCacheReport, ReasoningReport, Report,
                                          SLOResult, Stalls, fairness_of)
 from servebench.errors import ConfigError
-from servebench.records.statuses import CLIENT_DEADLINE_ERROR
 from servebench.records.schema import MSG_EMPTY
+from servebench.records.statuses import CLIENT_DEADLINE_ERROR
 from servebench.records.table import STATUSES
 
 BATCH_ROWS = 1 << 20
@@ -44,7 +44,7 @@ COVERED_FIELDS = frozenset({
     "duplicate_request_ids", "duplicate_request_id_examples", "records_without_request_id", "prefix_cache", "slices",
     "fairness", "logical", "reasoning",
     "server_metrics",  # not from the records: attached after either engine's report (analysis.record_sets)
-    "fleet",  # only records with a 'replica' column have it, and this engine refuses those (duckdb_engine)
+    "fleet",  # records with a 'replica' column: servebench.analysis.duckdb_fleet, after this report
 })
 
 
@@ -87,13 +87,16 @@ _WITH_REASONING_TOKENS = "status = 0 AND reasoning_tokens >= 0"
 Group = int | None  # a slice code, or None for the whole set
 
 
-def _stream(con: duckdb.DuckDBPyConnection, value: str, where: str, sinks: dict[Group, Any], grouped: bool,
-            order: str = "v") -> None:
-    """Stream ``value`` over the records ``where`` holds, ordered (per slice when ``grouped``), into each group's sink."""
+def stream(con: duckdb.DuckDBPyConnection, value: str, where: str, sinks: dict[Group, Any], grouped: bool,
+           order: str = "v", key: str = "g") -> None:
+    """Stream ``value`` over the records ``where`` holds, sorted, into each group's sink.
+
+    The group is the whole set, or (``grouped``) each value of ``key``: a slice code, or a replica's.
+    """
     if not any(s.n for s in sinks.values()):
         return
     if grouped:
-        sql = f"SELECT g, {value} AS v FROM records WHERE {where} AND g IS NOT NULL ORDER BY g, {order}"
+        sql = f"SELECT {key}, {value} AS v FROM records WHERE {where} AND {key} IS NOT NULL ORDER BY {key}, {order}"
     else:
         sql = f"SELECT {value} AS v FROM records WHERE {where} ORDER BY {order}"
     for batch in con.sql(sql).to_arrow_reader(BATCH_ROWS):
@@ -114,20 +117,20 @@ def _sorted_sinks(con: duckdb.DuckDBPyConnection, metric: Metric, counts: dict[G
     ``extra_ranks``: failures per group, whose failure-aware view reads ranks past the successes.
     """
     sinks = {g: SortedSink(n, ranks_for(n) | ranks_for(n + extra_ranks.get(g, 0))) for g, n in counts.items()}
-    _stream(con, metric.value, metric.where, {None: sinks[None]}, grouped=False)
-    _stream(con, metric.value, metric.where, {g: s for g, s in sinks.items() if g is not None}, grouped=True)
+    stream(con, metric.value, metric.where, {None: sinks[None]}, grouped=False)
+    stream(con, metric.value, metric.where, {g: s for g, s in sinks.items() if g is not None}, grouped=True)
     return sinks
 
 
-def _timeline(con: duckdb.DuckDBPyConnection, begin: str, where: str, grouped: bool, window_start: float,
-              window_end: float) -> dict[Group, Concurrency]:
-    """Peak open intervals [begin, end) and the time held at it, per group, as ``timeline.active_timeline``.
+def timeline(con: duckdb.DuckDBPyConnection, begin: str, where: str, grouped: bool, window_start: float,
+             window_end: float, key: str = "g") -> dict[Group, Concurrency]:
+    """Peak open intervals [begin, end) and the time held at it, per group of ``key``, as ``active_timeline``.
 
     Events are streamed in time order, a departure before an arrival at the same time, and walked by
     a running sum in numpy; a span at the peak lasts until the next event (always a departure).
     """
-    g = "g" if grouped else "CAST(NULL AS INTEGER)"
-    cond = f"({where}) AND g IS NOT NULL" if grouped else where
+    g = key if grouped else "CAST(NULL AS INTEGER)"
+    cond = f"({where}) AND {key} IS NOT NULL" if grouped else where
     sql = f"""SELECT g, t, d FROM (
                 SELECT {g} AS g, {begin} AS t, CAST(1 AS TINYINT) AS d FROM records WHERE {cond}
                 UNION ALL SELECT {g} AS g, "end" AS t, CAST(-1 AS TINYINT) AS d FROM records WHERE {cond})
@@ -146,16 +149,16 @@ def _timeline(con: duckdb.DuckDBPyConnection, begin: str, where: str, grouped: b
     return {key: walk.result(window_start, window_end) for key, walk in walks.items()}
 
 
-def _grouped(con: duckdb.DuckDBPyConnection, exprs: dict[str, str], grouped: bool,
-             where: str = "true") -> dict[Group, dict[str, Any]]:
-    """Evaluate aggregate expressions over the whole set and (``grouped``) each slice, in one scan.
+def grouped_sums(con: duckdb.DuckDBPyConnection, exprs: dict[str, str], grouped: bool,
+                 where: str = "true", key: str = "g") -> dict[Group, dict[str, Any]]:
+    """Evaluate aggregate expressions over the whole set and (``grouped``) each group of ``key``, in one scan.
 
     A sum over no rows is 0, as ``token_sum`` of nothing is; ``prompt_sum`` keeps None (no prompt tokens).
     """
     select = ", ".join(f"{e} AS {k}" for k, e in exprs.items())
-    group = "GROUP BY GROUPING SETS ((), (g)) HAVING grouping(g) = 1 OR g IS NOT NULL" if grouped else ""
-    key = "CASE WHEN grouping(g) = 1 THEN NULL ELSE g END" if grouped else "NULL"
-    rows = con.sql(f"SELECT {key} AS key, {select} FROM records WHERE {where} {group}").fetchall()
+    group = f"GROUP BY GROUPING SETS ((), ({key})) HAVING grouping({key}) = 1 OR {key} IS NOT NULL" if grouped else ""
+    group_key = f"CASE WHEN grouping({key}) = 1 THEN NULL ELSE {key} END" if grouped else "NULL"
+    rows = con.sql(f"SELECT {group_key} AS key, {select} FROM records WHERE {where} {group}").fetchall()
     out = {}
     for r in rows:
         d = dict(zip(["key", *exprs], r))
@@ -215,7 +218,7 @@ def _aggregates(con: duckdb.DuckDBPyConnection, slo: SLO | None, grouped: bool, 
             "rs_tokens": f"sum(reasoning_tokens) FILTER (WHERE {_WITH_REASONING_TOKENS})",
             "rs_output": f"sum(output_tokens) FILTER (WHERE {_WITH_REASONING_TOKENS})",
         })
-    return _grouped(con, exprs, grouped)
+    return grouped_sums(con, exprs, grouped)
 
 
 def _causes(con: duckdb.DuckDBPyConnection, grouped: bool) -> dict[Group, dict[str, int]]:
@@ -252,8 +255,8 @@ def _row_order_sums(con: duckdb.DuckDBPyConnection, value: str, where: str,
                     counts: dict[Group, int]) -> dict[Group, float]:
     """Sum a value over records in row order (part, then row), as numpy sums a masked copy of a column."""
     sums = {g: PairwiseSum(n) for g, n in counts.items()}
-    _stream(con, value, where, {None: sums[None]}, grouped=False, order="part, part_row")
-    _stream(con, value, where, {g: s for g, s in sums.items() if g is not None}, grouped=True,
+    stream(con, value, where, {None: sums[None]}, grouped=False, order="part, part_row")
+    stream(con, value, where, {g: s for g, s in sums.items() if g is not None}, grouped=True,
             order="part, part_row")
     return {g: s.total() for g, s in sums.items()}
 
@@ -402,15 +405,15 @@ def report_from_connection(con: duckdb.DuckDBPyConnection, source: str | None, w
     if tokens:
         threshold, rule = _stall_threshold(slo, distribution(sinks["itl"][None]).at(50))
         if threshold is not None:
-            stalled = _grouped(con, {"stalled": f"count(*) FILTER (WHERE max_gap > {lit(threshold)})"}, grouped,
+            stalled = grouped_sums(con, {"stalled": f"count(*) FILTER (WHERE max_gap > {lit(threshold)})"}, grouped,
                                where=TOKEN_METRICS["max_stall"].where)
     prefill_sums = (_row_order_sums(con, "first_token - admitted", MISS_WITH_PROMPT,
                                     {g: agg[g]["pc_miss_n"] for g in groups}) if cached else {})
-    active = _timeline(con, '"start"', "true", False, window_start, window_end)
-    service = _timeline(con, "admitted", "isfinite(admitted)", False, window_start, window_end)
+    active = timeline(con, '"start"', "true", False, window_start, window_end)
+    service = timeline(con, "admitted", "isfinite(admitted)", False, window_start, window_end)
     if grouped:
-        active.update(_timeline(con, '"start"', "true", True, window_start, window_end))
-        service.update(_timeline(con, "admitted", "isfinite(admitted)", True, window_start, window_end))
+        active.update(timeline(con, '"start"', "true", True, window_start, window_end))
+        service.update(timeline(con, "admitted", "isfinite(admitted)", True, window_start, window_end))
     causes = _causes(con, grouped)
     window_s = window_end - window_start
 
@@ -479,4 +482,5 @@ def uncovered_fields() -> list[str]:
     return sorted(set(Report.model_fields) - COVERED_FIELDS)
 
 
-__all__ = ["COVERED_FIELDS", "METRICS", "report_from_connection", "uncovered_fields"]
+__all__ = ["COVERED_FIELDS", "METRICS", "Metric", "grouped_sums", "report_from_connection", "stream", "timeline",
+           "uncovered_fields"]

@@ -57,6 +57,16 @@ def replica_labels(table: RecordTable) -> np.ndarray | None:
     return np.array([None if v is None else str(v) for v in arr.to_pylist()], dtype=object)
 
 
+def replica_names(labels: np.ndarray) -> list[Any]:
+    """Return the replicas ``labels`` names (None: no replica), in the report's order: by value.
+
+    >>> replica_names(np.array(["b", None, "a", "b"], dtype=object)), replica_names(np.array([2, 0, 10]))
+    (['a', 'b'], [0, 2, 10])
+    """
+    named = labels[labels != None] if labels.dtype == object else labels
+    return sorted(set(named.tolist()), key=lambda v: (isinstance(v, str), v))
+
+
 def fleet_report(table: RecordTable) -> FleetReport | None:
     """Return the fleet section, or None when no record names its replica."""
     labels = replica_labels(table)
@@ -65,7 +75,7 @@ def fleet_report(table: RecordTable) -> FleetReport | None:
     named = labels != None if labels.dtype == object else np.ones(labels.size, dtype=bool)  # noqa: E711
     if not named.any():
         return None
-    names: list[Any] = sorted(set(labels[named].tolist()), key=lambda v: (isinstance(v, str), v))
+    names = replica_names(labels)
     ok = table.is_success
     ttft = table.first_token - table.start
     latency = table.end - table.start
@@ -78,16 +88,25 @@ def fleet_report(table: RecordTable) -> FleetReport | None:
             in_flight_peak=active_timeline(table.start[rows], table.end[rows], 0.0, 1.0).peak,
             token_hit_rate=_hit_rate(table, rows), ttft_p95_s=percentile(ttft[good], 95),
             latency_p95_s=percentile(latency[good], 95))
-    counts = [r.requests for r in per.values()]
-    return FleetReport(replicas=len(per), load_imbalance=max(counts) * len(counts) / sum(counts),
-                       token_hit_rate=_hit_rate(table, named), per_replica=per)
+    return fleet_of(per, _hit_rate(table, named))
+
+
+def fleet_of(per_replica: dict[str, ReplicaReport], token_hit_rate: float | None) -> FleetReport:
+    """Return the fleet section of its replicas' reports (in name order) and the fleet's token hit rate."""
+    counts = [r.requests for r in per_replica.values()]
+    return FleetReport(replicas=len(per_replica), load_imbalance=max(counts) * len(counts) / sum(counts),
+                       token_hit_rate=token_hit_rate, per_replica=per_replica)
+
+
+def hit_rate(cached_tokens: int, prompt_tokens: int) -> float | None:
+    """Return cached prompt tokens over prompt tokens (exact integers, one rounding); None without prompt tokens."""
+    return cached_tokens / prompt_tokens if prompt_tokens > 0 else None
 
 
 def _hit_rate(table: RecordTable, rows: np.ndarray) -> float | None:
     """Return cached prompt tokens over prompt tokens of ``rows`` that say both; None when none does."""
     has = rows & (table.cached_prompt_tokens >= 0) & (table.prompt_tokens >= 0)
-    prompt = _exact_sum(table.prompt_tokens[has])
-    return _exact_sum(table.cached_prompt_tokens[has]) / prompt if prompt > 0 else None
+    return hit_rate(_exact_sum(table.cached_prompt_tokens[has]), _exact_sum(table.prompt_tokens[has]))
 
 
 def _exact_sum(counts: np.ndarray) -> int:
