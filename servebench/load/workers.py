@@ -38,7 +38,7 @@ from servebench.load.generator import (GeneratorStats, LoadConfig, LoadResult, P
 from servebench.serving.send_lag import LAG_FLOOR_S
 
 PINGS = 8
-START_LEAD_S = 0.5  # from the last ping to the common origin: time for every worker to get its part
+START_LEAD_S = 1.0  # from the last ping to the common origin: every worker gets its part and starts its sender
 
 
 @dataclass(frozen=True)
