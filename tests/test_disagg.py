@@ -7,13 +7,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import run_cli
 from servebench.capacity.kv import ModelShape, kv_bytes
 from servebench.errors import ConfigError
-from servebench.serving.disagg import GB, simulate_deployment, simulate_disaggregated, transfer_s
+from servebench.serving.disagg import (
+    GB,
+    simulate_deployment,
+    simulate_disaggregated,
+    transfer_s,
+)
 from servebench.serving.fleet import simulate_fleet
 from servebench.serving.scenario import FleetSpec, Scenario, parse_scenario
 from servebench.serving.workload import Workload, draw_workload

@@ -75,6 +75,11 @@ def plan(
                                "prefix_affinity (with prefix caching) or session_affinity (docs/fleet.md)."),
     fleet_check: bool = typer.Option(True, "--fleet-check/--no-fleet-check", help="Verify the cheapest options' "
                                      "replica counts by simulating each whole fleet (default on)."),
+    disaggregated: bool = typer.Option(False, "--disaggregated", help="Also search prefill and decode instances "
+                                       "of the cheapest configurations, simulated together (docs/planner.md)."),
+    kv_transfer_gbps: float = typer.Option(50.0, "--kv-transfer-gbps", help="With --disaggregated: each prefill "
+                                           "instance's link to the decode instances, GB/s (default 50: a 400 Gb/s "
+                                           "NIC)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
 ) -> None:
     """Plan GPUs, tensor parallelism, replicas and cost for a workload under SLOs (roofline + simulation)."""
@@ -84,6 +89,7 @@ def plan(
     from servebench.planning.trace_window import window_requests
     from servebench.capacity.kv import dtype_bytes
     from servebench.capacity.model_presets import get_preset
+    from servebench.serving.scenario import MAX_TRANSFER_GBPS
     from servebench.analysis.summary import SLO
 
     if (model is None) == (config is None):
@@ -120,6 +126,9 @@ def plan(
     if router == "prefix_affinity" and not workload.prefix_caching:
         raise ConfigError("--router prefix_affinity routes by the replicas' cached prefixes: give a --trace with block "
                           "IDs (or --prefix-caching), or a --scenario whose server has prefix_caching")
+    if not (kv_transfer_gbps > 0 and kv_transfer_gbps <= MAX_TRANSFER_GBPS):
+        raise ConfigError(f"--kv-transfer-gbps {kv_transfer_gbps:g}: a link's GB/s, above 0 and at most "
+                          f"{MAX_TRANSFER_GBPS:g}")
     slo = SLO(ttft_s=slo_ttft, tpot_s=slo_tpot, latency_s=slo_latency)
     calibration = load_calibration(str(calibrate), gpu=calibrate_gpu) if calibrate is not None else None
     try:
@@ -144,11 +153,38 @@ def plan(
             bar.update(task, completed=done, total=total, description=escape(label))
 
         evaluation, result = run_plan(req, float(rate), progress)
+        if disaggregated:
+            from servebench.planning.disaggregated import disaggregated_document, plan_disaggregated
+            found = plan_disaggregated(evaluation, result, kv_transfer_gbps=kv_transfer_gbps, progress=progress)
     doc = plan_document(evaluation, result)
+    if disaggregated:
+        doc["disaggregated"] = disaggregated_document(found, kv_transfer_gbps)
     if as_json:
         emit_json(doc)
         return
     print_plan(console, doc)
+    if disaggregated:
+        print_disaggregated(console, doc)
+
+
+def print_disaggregated(out: Console, doc: dict) -> None:
+    """Print the disaggregated search: per configuration the fewest prefill and decode instances found."""
+    from servebench.planning.disaggregated import cheaper_than_colocated
+
+    dis = doc["disaggregated"]
+    t = Table(title=f"Disaggregated prefill and decode ({fmt(dis['kv_transfer_gbps'])} GB/s links)")
+    for col in ("GPU", "TP", "max seqs", "prefill", "decode", "GPUs", "colocated GPUs", "$/hour", "simulations"):
+        t.add_column(col, justify="left" if col == "GPU" else "right")
+    for o in dis["options"]:
+        t.add_row(o["gpu"], str(o["tensor_parallel"]), fmt(o["max_num_seqs"]), fmt(o["prefill_replicas"]),
+                  fmt(o["decode_replicas"]), fmt(o["gpus_total"]), fmt(o["colocated_gpus"]),
+                  "-" if o["cost_per_hour_usd"] is None else f"{o['cost_per_hour_usd']:.2f}", str(len(o["tries"])))
+    out.print(t)
+    for o in dis["options"]:
+        out.print(f"{escape(o['gpu'])} x{o['tensor_parallel']}: {escape(o['note'])}")
+    best = doc["best"]
+    verdict = cheaper_than_colocated(dis, best["cost_per_hour_usd"] if best else None)
+    out.print("[bold]disaggregated:[/] " + escape(verdict or "no configuration tried meets the SLOs disaggregated"))
 
 
 def print_plan(out: Console, doc: dict) -> None:

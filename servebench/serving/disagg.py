@@ -38,22 +38,37 @@ from __future__ import annotations
 import heapq
 import math
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Callable
 
 import numpy as np
 import pyarrow as pa
 
-from servebench.capacity.kv import kv_bytes
+from servebench.capacity.kv import ModelShape, kv_bytes
 from servebench.capacity.stepmodel import StepModel
 from servebench.errors import ConfigError
 from servebench.records.steps import StepTrace
 from servebench.records.table import STATUSES
-from servebench.serving.fleet import ROUTER_STREAM, _Merged, _Replica, _seeds, merge_token_runs, simulate_scenario
+from servebench.serving.fleet import (
+    ROUTER_STREAM,
+    _Merged,
+    _Replica,
+    _seeds,
+    merge_token_runs,
+    simulate_scenario,
+)
 from servebench.serving.scenario import FleetSpec, Scenario
 from servebench.serving.scheduler import ERR_CANCELLED, ERR_DEADLINE, Outcome
-from servebench.serving.simulate import (EV_ARRIVAL, LAG_STREAM, NOISE_STREAM, PRIO_ARRIVAL, SimResult, TokenTimes,
-                                         _Recorder, _trace)
+from servebench.serving.simulate import (
+    EV_ARRIVAL,
+    LAG_STREAM,
+    NOISE_STREAM,
+    PRIO_ARRIVAL,
+    SimResult,
+    TokenTimes,
+    _Recorder,
+    _trace,
+)
 from servebench.serving.workload import Workload, draw_cancellations, draw_workload
 
 GB = 1e9  # kv_transfer_gbps counts decimal gigabytes, as links are rated
@@ -79,7 +94,7 @@ class DisaggResult:
     traces: tuple[StepTrace, ...]  # prefill instances', then decode instances'
 
 
-def transfer_s(model: Any, prompt_tokens: int, kv_transfer_gbps: float) -> float:
+def transfer_s(model: ModelShape, prompt_tokens: int, kv_transfer_gbps: float) -> float:
     """Return the seconds a prompt's KV takes to cross a link of ``kv_transfer_gbps`` GB/s.
 
     >>> from servebench.capacity.kv import ModelShape
@@ -96,8 +111,8 @@ def decode_view(model: StepModel) -> StepModel:
     (``per_decode_seq_s``); nothing is computed, so no ``after_prefill_s``, and no arrival lag (the
     request was seen by its prefill instance).
 
-    >>> m = decode_view(StepModel(base_s=0.01, per_prefill_token_s=1e-4, per_decode_seq_s=1e-3, per_kv_token_s=1e-6))
-    >>> round(m.step_s(1000, 0, 0, 1), 9) == round(StepModel(base_s=0.01, per_decode_seq_s=1e-3, per_kv_token_s=1e-6).step_s(0, 1, 1000), 9)
+    >>> m = StepModel(base_s=0.01, per_prefill_token_s=1e-4, per_decode_seq_s=1e-3, per_kv_token_s=1e-6)
+    >>> round(decode_view(m).step_s(1000, 0, 0, 1), 9) == round(m.step_s(0, 1, 1000), 9)  # take in 1,000 tokens
     True
     """
     return model.model_copy(update={
@@ -121,16 +136,20 @@ def simulate_deployment(scenario: Scenario, *, token_times: TokenTimes = True) -
 
 def simulate_disaggregated(scenario: Scenario, fleet: FleetSpec | None = None, *, workload: Workload | None = None,
                            rng: np.random.Generator | None = None, token_times: TokenTimes = True,
-                           decode_runs: bool = True, lazy_decode: bool = True) -> DisaggResult:
+                           decode_runs: bool = True, lazy_decode: bool = True,
+                           shape: ModelShape | None = None) -> DisaggResult:
     """Simulate ``fleet`` (default: the scenario's) as prefill and decode instances of the scenario's server.
 
     The workload and cancellations come from ``rng`` (default: the scenario's seed) as :func:`simulate` draws them.
+    ``shape`` counts the KV bytes a prompt moves (default: ``server.model``; the planner's scenarios give their
+    budget in tokens and the model here).
     """
     fleet = fleet or scenario.fleet
     if fleet is None or not fleet.disaggregated:
         raise ConfigError(f"scenario {scenario.name!r}: fleet needs prefill_replicas, decode_replicas and "
                           "kv_transfer_gbps to disaggregate")
-    if scenario.server.model is None:
+    shape = shape or scenario.server.model
+    if shape is None:
         raise ConfigError(f"scenario {scenario.name!r}: disaggregated prefill and decode needs server.model to count "
                           "the KV bytes a prompt moves")
     rng = scenario.rng() if rng is None else rng
@@ -142,8 +161,8 @@ def simulate_disaggregated(scenario: Scenario, fleet: FleetSpec | None = None, *
     if not isinstance(plan, Workload) or plan.has_turns:
         raise ConfigError(f"scenario {scenario.name!r}: disaggregated prefill and decode takes open-loop requests "
                           "that do not follow others' ends (no closed-loop users, no conversations)")
-    loop = _Disaggregated(scenario, fleet, plan, cancel_after, token_times=token_times, decode_runs=decode_runs,
-                          lazy_decode=lazy_decode)
+    loop = _Disaggregated(scenario, fleet, shape, plan, cancel_after, token_times=token_times,
+                          decode_runs=decode_runs, lazy_decode=lazy_decode)
     loop.run()
     return loop.result(scenario.name)
 
@@ -214,10 +233,11 @@ class _Router:
 class _Disaggregated:
     """The prefill and decode instances, the arrivals, the links and the transfers in flight."""
 
-    def __init__(self, scenario: Scenario, spec: FleetSpec, reqs: Workload, cancel_after_s: np.ndarray | None, *,
-                 token_times: TokenTimes, decode_runs: bool, lazy_decode: bool) -> None:
+    def __init__(self, scenario: Scenario, spec: FleetSpec, shape: ModelShape, reqs: Workload,
+                 cancel_after_s: np.ndarray | None, *, token_times: TokenTimes, decode_runs: bool,
+                 lazy_decode: bool) -> None:
         assert spec.prefill_replicas is not None and spec.decode_replicas is not None  # FleetSpec's check
-        assert spec.kv_transfer_gbps is not None and scenario.server.model is not None
+        assert spec.kv_transfer_gbps is not None
         n, seed = len(reqs), scenario.seed
         self.reqs, self.n, self.spec = reqs, n, spec
         self.arrival_s = reqs.arrival_s.tolist()
@@ -225,7 +245,7 @@ class _Disaggregated:
         self.start_s = self.arrival_s  # open loop: the record starts at the drawn arrival
         self.cancel = None if cancel_after_s is None else cancel_after_s.tolist()
         by_length: dict[int, float] = {}
-        self.transfer = [by_length.setdefault(p, transfer_s(scenario.server.model, p, spec.kv_transfer_gbps))
+        self.transfer = [by_length.setdefault(p, transfer_s(shape, p, spec.kv_transfer_gbps))
                          for p in reqs.prompt_tokens.tolist()]
         self.min_transfer_s = min(self.transfer, default=0.0)
         config = scenario.server.scheduler_config()
@@ -258,8 +278,8 @@ class _Disaggregated:
             for k in range(P)]
         dmodel = decode_view(model)
         self.decodes = [
-            _DecodeInstance(self.dpool, P + k, decode_config, dmodel, reqs, separate=False, cancel_after_s=cancel_after_s,
-                            decode_runs=decode_runs, token_times=token_times, client=None, client_rng=None,
+            _DecodeInstance(self.dpool, P + k, decode_config, dmodel, reqs, separate=False,
+                            cancel_after_s=cancel_after_s, decode_runs=decode_runs, token_times=token_times, client=None, client_rng=None,
                             lazy_decode=lazy_decode,
                             noise=dmodel.noise(np.random.default_rng([seed, DECODE_STREAM, k, NOISE_STREAM])),
                             lag_rng=np.random.default_rng([seed, DECODE_STREAM, k, LAG_STREAM]))
