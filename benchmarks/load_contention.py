@@ -32,7 +32,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from fastapi import FastAPI, Request  # module level: FastAPI resolves the handlers' annotations here
+from fastapi import (  # module level: FastAPI resolves the handlers' annotations here
+    FastAPI,
+    Request,
+)
 from fastapi.responses import StreamingResponse
 
 HERE = Path(__file__).resolve().parent
@@ -58,11 +61,11 @@ def p(xs, q):
 print(json.dumps({
     "requests": n, "sent": len(lags), "completed": len(ok),
     "lag_p50_s": p(lags, 50), "lag_p99_s": p(lags, 99), "lag_max_s": max(lags) if lags else None,
-    "on_time_share": sum(l <= %(on_time)r for l in lags) / n,
+    "on_time_share": sum(l <= ON_TIME_S for l in lags) / n,
     "ttft_p95_intended_s": p([o.first_token_s - o.intended_s for o in ok], 95),
     "ttft_p95_sent_s": p([o.first_token_s - o.sent_s for o in ok], 95),
 }))
-""" % {"on_time": ON_TIME_S}
+""".replace("ON_TIME_S", repr(ON_TIME_S))
 
 
 def serve(port: int, ttft_s: float, tokens: int, gap_s: float) -> None:
@@ -140,7 +143,7 @@ def measure(code: Path, url: str, rate: float, n: int) -> dict:
     """Run one open-loop constant-rate load from the servebench at ``code`` in a child process."""
     env = {**os.environ, "PYTHONPATH": str(code)}
     done = subprocess.run([sys.executable, "-c", MEASURE, url, str(rate), str(n)], env=env, capture_output=True,
-                          text=True, timeout=120, cwd=tempfile.gettempdir())
+                          text=True, timeout=120, cwd=tempfile.gettempdir(), check=False)
     if done.returncode != 0:
         raise RuntimeError(f"measurement failed: {done.stderr[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -235,16 +238,17 @@ def write(rows: list[dict], args: argparse.Namespace, load_before: tuple, load_a
     def ms(v: float | None) -> str:
         return "-" if v is None else f"{v * 1e3:.1f}"
     lines = ["# Send lag beside CPU burners", "",
-             f"{os.cpu_count()} CPUs, {args.burners} CPU-burning processes beside the generator and the mock server "
-             f"(on in the first two cases); load average {load_before[0]:.2f} before, {load_after[0]:.2f} after "
-             f"(1 min). Baseline: the generator at {args.baseline}.", "",
-             f"- 4 req/s, p99 send lag: {ms(slow_now['lag_p99_s'])} ms (goal at most {ms(LAG_P99_GOAL_S)} ms; "
-             f"baseline {ms(slow_base['lag_p99_s'])} ms, {_x(goals['lag_p99_4rps_baseline_over_current'])} the current)",
-             f"- 300 req/s, sent within {ms(ON_TIME_S)} ms: {fast_now['on_time_share']:.1%} with burners, "
-             f"{quiet_now['on_time_share']:.1%} without (goal at least {ON_TIME_GOAL:.0%}; baseline "
-             f"{fast_base['on_time_share']:.1%} and {quiet_base['on_time_share']:.1%})", "",
-             "| case | burners | code | load (1 min) | sent | lag p50 ms | lag p99 ms | lag max ms | within 10 ms "
-             "| TTFT p95 from intended ms | TTFT p95 from sent ms |",
+             (f"{os.cpu_count()} CPUs, {args.burners} CPU-burning processes beside the generator and the mock "
+              f"server (on in the first two cases); load average {load_before[0]:.2f} before, {load_after[0]:.2f} "
+              f"after (1 min). Baseline: the generator at {args.baseline}."), "",
+             (f"- 4 req/s, p99 send lag: {ms(slow_now['lag_p99_s'])} ms (goal at most {ms(LAG_P99_GOAL_S)} ms; "
+              f"baseline {ms(slow_base['lag_p99_s'])} ms, {_x(goals['lag_p99_4rps_baseline_over_current'])} the "
+              "current)"),
+             (f"- 300 req/s, sent within {ms(ON_TIME_S)} ms: {fast_now['on_time_share']:.1%} with burners, "
+              f"{quiet_now['on_time_share']:.1%} without (goal at least {ON_TIME_GOAL:.0%}; baseline "
+              f"{fast_base['on_time_share']:.1%} and {quiet_base['on_time_share']:.1%})"), "",
+             ("| case | burners | code | load (1 min) | sent | lag p50 ms | lag p99 ms | lag max ms | within 10 ms "
+              "| TTFT p95 from intended ms | TTFT p95 from sent ms |"),
              "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(f"| {r['case']} | {r['burners']} | {r['code']} | {r['load_1min']:.2f} | {r['sent']}/{r['requests']} "

@@ -8,17 +8,22 @@ import time
 import h11
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from asgi_server import serve_in_background
 from conftest import run_cli
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_loadgen import FakeState, fake_app, make_plan
 
 from servebench.load import client as client_module
 from servebench.load import handoff as handoff_module
 from servebench.load import sender as wire
-from servebench.load.generator import LoadConfig, plan_requests, run_load_sync, sender_plan, uses_sender
+from servebench.load.generator import (
+    LoadConfig,
+    plan_requests,
+    run_load_sync,
+    sender_plan,
+    uses_sender,
+)
 
 BLOCK_S = 2.0  # how long the first answer's parsing holds the generator's event loop
 
@@ -31,7 +36,7 @@ def blocking_parser(monkeypatch: pytest.MonkeyPatch) -> None:
     async def slow(resp, out, now, stream):  # type: ignore[no-untyped-def]
         if not blocked:
             blocked.append(True)
-            time.sleep(BLOCK_S)  # nothing else runs in this process's loop meanwhile
+            time.sleep(BLOCK_S)  # noqa: ASYNC251  (on purpose: nothing else runs in this process's loop meanwhile)
         await real(resp, out, now, stream)
     monkeypatch.setattr(client_module, "read_answer", slow)
     monkeypatch.setattr(handoff_module, "read_answer", slow)

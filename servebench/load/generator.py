@@ -35,20 +35,33 @@ import httpx
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from servebench.errors import ConfigError
-from servebench.load.handoff import Handed, Handoff, request_bytes
-from servebench.load.client import (API_PATHS, HttpOutcome, count_partial_tokens, discover_model, exc_text,
-                                    exchange, normalize_url, reasoning_run)
 from servebench.analysis.percentiles import percentile
+from servebench.errors import ConfigError
+from servebench.load.client import (
+    API_PATHS,
+    HttpOutcome,
+    count_partial_tokens,
+    discover_model,
+    exc_text,
+    exchange,
+    normalize_url,
+    reasoning_run,
+)
+from servebench.load.handoff import Handed, Handoff, request_bytes
 from servebench.records import rundir
-from servebench.records.server_samples import ServerSamples
 from servebench.records.schema import parse_objects, record_dict
-from servebench.records.table import RecordTable, default_window, validate
+from servebench.records.server_samples import ServerSamples
 from servebench.records.statuses import failure_status
+from servebench.records.table import RecordTable, default_window, validate
 from servebench.records.token_times import fits
 from servebench.serving.retry import ERR_CLIENT_DEADLINE, ClientSpec
 from servebench.serving.send_lag import lag_threshold_s, sent_late
-from servebench.serving.workload import CancelSpec, Workload, WorkloadSpec, draw_workload
+from servebench.serving.workload import (
+    CancelSpec,
+    Workload,
+    WorkloadSpec,
+    draw_workload,
+)
 
 MAX_RETRY_WAIT_S = 60.0  # default cap on any wait before a retry: a server may ask for days
 # an arrival this close to the duration limit counts as at it, as on the event loop's clock (t0 + 0.49999999999999994,
@@ -469,10 +482,11 @@ def ttft_both_ways(outcomes: Sequence[HttpOutcome]) -> TtftBothWays | None:
 
 
 def warmup_warning(warmup: WarmupStats | None) -> list[str]:
+    """Say when warm-up requests failed (a warning, never an error: the measured run goes on)."""
     if warmup is None or warmup.succeeded == warmup.requests:
         return []
-    return [f"warm-up: {warmup.requests - warmup.succeeded} of {warmup.requests} untimed requests did not succeed "
-            f"(first: {warmup.first_error}); the measured run went on"]
+    return [(f"warm-up: {warmup.requests - warmup.succeeded} of {warmup.requests} untimed requests did not succeed "
+             f"(first: {warmup.first_error}); the measured run went on")]
 
 
 def lag_stats(outcomes: Sequence[HttpOutcome]) -> LagStats:
