@@ -159,6 +159,7 @@ class Sender:
         sock = socket.create_connection(self.address, timeout=CONNECT_TIMEOUT_S)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.settimeout(None)
+        self.connect_error = None  # the server answers again: open ahead again
         return sock
 
     def _open_spare(self) -> None:
