@@ -35,7 +35,7 @@ READ_BYTES = 65536
 _PLACEHOLDER = h11.Request(method="POST", target="/", headers=[("Host", "x"), ("Content-Length", "0")])
 
 
-@dataclass
+@dataclass(slots=True)  # one per request offered, kept to the end of the run
 class Handed:
     """What the sender did with one planned request: sent it (its connection), failed to, or never sent it."""
 
