@@ -46,7 +46,11 @@ class FleetReport(BaseModel):
 
 
 def replica_labels(table: RecordTable) -> np.ndarray | None:
-    """Return each record's replica as text (None where absent), or None when the records have no ``replica``."""
+    """Return each record's replica as text (None where absent or blank), or None when the records have no ``replica``.
+
+    Blank text (empty, or only white space) names no replica, as a blank CSV cell reads and as the
+    DuckDB engine reads it, so a JSONL ``"replica": ""`` is no invisible replica of its own.
+    """
     column = table.extra.get(REPLICA_COLUMN)
     if column is None:
         return None
@@ -54,7 +58,8 @@ def replica_labels(table: RecordTable) -> np.ndarray | None:
     values = arr.to_numpy(zero_copy_only=False) if pa.types.is_integer(arr.type) and arr.null_count == 0 else None
     if values is not None:
         return values.astype(np.int64)
-    return np.array([None if v is None else str(v) for v in arr.to_pylist()], dtype=object)
+    return np.array([None if v is None or (isinstance(v, str) and not v.strip()) else str(v)
+                     for v in arr.to_pylist()], dtype=object)
 
 
 def replica_names(labels: np.ndarray) -> list[Any]:

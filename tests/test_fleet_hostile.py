@@ -1,0 +1,31 @@
+"""A hostile user's pass over the fleet: odd ``replica`` columns, odd fleets, odd plan options."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from test_duckdb_fleet import same_report
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def records_naming(replicas: list) -> list[dict]:
+    """One successful record per replica value, a second apart."""
+    return [{"start": float(i), "first_token": i + 0.1, "end": i + 0.5, "status": "success", "output_tokens": 4,
+             "replica": r} for i, r in enumerate(replicas)]
+
+
+def test_blank_replica_text_names_no_replica_in_memory_as_in_duckdb(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "r.jsonl", records_naming(["", " ", "\t", "a", "b", "a"]))
+    fleet = same_report(path)["fleet"]  # type: ignore[index]
+    assert list(fleet["per_replica"]) == ["a", "b"] and fleet["replicas"] == 2
+    assert fleet["per_replica"]["a"]["requests"] == 2
+
+
+def test_only_blank_replicas_is_no_fleet(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "r.jsonl", records_naming(["", " ", ""]))
+    assert "fleet" not in same_report(path)  # type: ignore[operator]
