@@ -211,3 +211,13 @@ def test_simulate_refuses_a_half_given_disaggregated_fleet(tmp_path: Path, capsy
     assert code == 2 and out == ""
     line = err.strip()
     assert "\n" not in line and str(path) in line and "decode_replicas, kv_transfer_gbps missing" in line
+
+
+def test_a_sweep_point_runs_the_disaggregated_fleet_and_the_replica_fleet_refuses_it() -> None:
+    from servebench.analysis.summary import SLO
+    from servebench.serving.sweep import evaluate
+    sc = scenario(PD)
+    _, sim = evaluate(sc, 5.0, "rate", SLO(ttft_s=1.0), 0.9, requests=40)
+    assert len(sim.records) == 40 and "decode_replica" in sim.records.extra
+    with pytest.raises(ConfigError, match="prefill and decode instances runs in servebench.serving.disagg"):
+        simulate_fleet(sc)

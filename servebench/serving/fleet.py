@@ -46,6 +46,7 @@ import pyarrow as pa
 
 from servebench.analysis.fleet import REPLICA_COLUMN
 from servebench.capacity.stepmodel import StepModel
+from servebench.errors import ConfigError
 from servebench.records.steps import StepTrace
 from servebench.records.token_times import TokenRuns
 from servebench.serving.retry import ClientSpec
@@ -91,6 +92,9 @@ def simulate_fleet(scenario: Scenario, fleet: FleetSpec | None = None, *,
     is exactly :func:`simulate`'s run (its records then carry ``replica`` 0).
     """
     fleet = fleet or scenario.fleet or FleetSpec()
+    if fleet.disaggregated:  # its instances are not replicas: servebench.serving.disagg runs them
+        raise ConfigError(f"scenario {scenario.name!r}: a fleet of prefill and decode instances runs in "
+                          "servebench.serving.disagg (simulate_disaggregated), not as replicas")
     if fleet.replicas == 1:
         one = simulate(scenario, workload=workload, rng=rng, decode_runs=decode_runs, token_times=token_times,
                        lazy_decode=lazy_decode)

@@ -38,7 +38,7 @@ from servebench.errors import ConfigError
 from servebench.records.steps import LANES
 from servebench.records.table import RecordTable
 from servebench.serving.scenario import Scenario, with_request_count
-from servebench.serving.fleet import simulate_scenario
+from servebench.serving.disagg import simulate_deployment
 from servebench.serving.simulate import SimResult
 from servebench.analysis.retries import logical_codes
 from servebench.analysis.summary import SLO, Distribution, Report, build_report
@@ -341,7 +341,7 @@ def _quantiles(d: Distribution | None) -> dict[str, float | None]:
 def evaluate(scenario: Scenario, load: float, mode: Mode, slo: SLO, slo_target: float,
              requests: int | None = None, source: Literal["grid", "search"] = "grid") -> tuple[SweepPoint, SimResult]:
     """Simulate one load and summarize it as a sweep point."""
-    sim = simulate_scenario(scenario_at(scenario, load, mode, requests), token_times=False)  # no ITL; a fleet runs whole
+    sim = simulate_deployment(scenario_at(scenario, load, mode, requests), token_times=False)  # no ITL; a fleet runs whole
     return point_from(sim, load, mode, slo, slo_target, source), sim
 
 
