@@ -5,6 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from servebench.analysis.record_sets import summarize_path
 from test_duckdb_fleet import same_report
 
 
@@ -29,3 +33,13 @@ def test_blank_replica_text_names_no_replica_in_memory_as_in_duckdb(tmp_path: Pa
 def test_only_blank_replicas_is_no_fleet(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "r.jsonl", records_naming(["", " ", ""]))
     assert "fleet" not in same_report(path)  # type: ignore[operator]
+
+
+def test_unsigned_replica_numbers_past_int64_keep_their_values(tmp_path: Path) -> None:
+    rows = records_naming([0, 1, 2, 3])
+    table = pa.table({k: [r[k] for r in rows] for k in rows[0] if k != "replica"}
+                     | {"replica": pa.array([2**64 - 1, 1, 2**63, 0], pa.uint64())})
+    pq.write_table(table, tmp_path / "r.parquet")
+    fleet = summarize_path(tmp_path / "r.parquet", engine="memory").report.fleet
+    assert fleet is not None
+    assert list(fleet.per_replica) == ["0", "1", str(2**63), str(2**64 - 1)]  # as numbers, none wrapped to -1

@@ -57,6 +57,8 @@ def replica_labels(table: RecordTable) -> np.ndarray | None:
     arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     values = arr.to_numpy(zero_copy_only=False) if pa.types.is_integer(arr.type) and arr.null_count == 0 else None
     if values is not None:
+        if values.dtype == np.uint64 and values.size and int(values.max()) > np.iinfo(np.int64).max:
+            return np.array(values.tolist(), dtype=object)  # Python's integers: past int64, none wraps negative
         return values.astype(np.int64)
     return np.array([None if v is None or (isinstance(v, str) and not v.strip()) else str(v)
                      for v in arr.to_pylist()], dtype=object)
