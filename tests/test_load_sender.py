@@ -181,3 +181,23 @@ def test_workers_warm_up_once_from_the_coordinator(tmp_path):
     assert r.exit_code == 0, r.output
     gen = json.loads(r.output)["generator"]
     assert state.requests == 7 and gen["offered"] == 4 and gen["warmup"]["succeeded"] == 3
+
+
+def test_the_table_shows_ttft_both_ways_beside_the_lag(tmp_path):
+    from typer.testing import CliRunner
+
+    from servebench.cli.core import app
+
+    with serve_in_background(fake_app(FakeState())) as url:
+        r = CliRunner().invoke(app, ["load", url, "--rate", "50", "--requests", "3", "--output-tokens", "2",
+                                     "--no-server-metrics", "-o", str(tmp_path / "t")], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    lag = next(i for i, line in enumerate(lines) if "schedule lag p50 / p99 / max" in line)
+    assert "schedule kept by" in lines[lag + 1] and "sender process" in lines[lag + 1]
+    assert "TTFT from the intended send p50 / p95 / p99" in lines[lag + 2]
+    assert "TTFT from the actual send p50 / p95 / p99" in lines[lag + 3]
+    meta = json.loads((tmp_path / "t" / "metadata.json").read_text())
+    ttft = meta["generator"]["ttft"]
+    assert ttft["from_intended_s"]["n"] == ttft["from_sent_s"]["n"] == 3
+    assert ttft["from_sent_s"]["p99_s"] <= ttft["from_intended_s"]["p99_s"]  # sent at or after the intended time
