@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
-from pydantic import ValidationError
 
-from pages._shared import (SAMPLE_DIR, engineer_view, fail, guarded, metric, records_sidebar, show_reader_warnings,
+from pages._shared import (SAMPLE_DIR, engineer_view, guarded, metric, records_sidebar, show_reader_warnings,
                            show_server_over_time, static_table, unit_choice)
 from pages._figures import profile_sweep_chart
 from servebench.analysis import diagnosis, walkthrough
 from servebench.dashboard.answers import sweep_answer
+from servebench.dashboard.verdict_tables import (bindings_frame, bindings_heading, evidence_frame, profiles_frame,
+                                                 read_profile_table, rules_frame)
 from servebench.dashboard.walkthrough_sweeps import PROFILE_SWEEP_NOTE, profile_sweeps
 from servebench.capacity import kv
-from servebench.errors import InputFormatError
-from servebench.output.plain import validation_text
 from servebench.formatting import fmt, fmt_share
 from servebench.output.safetext import safe_text
 from servebench.capacity.model_presets import PRESETS, get_preset
@@ -66,29 +65,16 @@ def render_verdict(v: diagnosis.Verdict) -> None:
     metric(c[2], "tpot_growth", "TPOT growth under load", fmt(v.tpot_growth),
            "TPOT p50 with many sequences / with few.")
     metric(c[3], "bytes_per_token", "KV bytes per token", fmt(v.bytes_per_token))
-    static_table(pd.DataFrame([{"measurement": e.measurement, "value": fmt(e.value), "rule": e.rule,
-                                "threshold": fmt(e.threshold),
-                                "crossed": {True: "yes", False: "no", None: "not measured"}[e.crossed],
-                                "note": e.note} for e in v.evidence]))
+    static_table(evidence_frame(v))
     st.markdown(f"**Why this verdict.** {v.explanation}")
     for gap in v.cannot_tell:
         st.info(f"Cannot tell: {gap}")
     st.caption("Every rule, in precedence order (" + " > ".join(diagnosis.PRECEDENCE) +
                "): with a symptom, the first rule whose every condition holds wins.")
-    static_table(pd.DataFrame([{"limit": r.limit, "holds": "yes" if r.holds else "no",
-                                "conditions": "; ".join(
-                                    f"{c.measurement} {c.rule} {fmt(c.threshold)}: "
-                                    + {True: "yes", False: "no", None: "not measured"}[c.crossed]
-                                    for c in r.conditions)} for r in v.rules]))
+    static_table(rules_frame(v))
     if v.bindings:
-        first = v.first_to_bind
-        said = " (none estimated from this data)." if first is None else \
-            f": **{first.limit}** binds at the measured load." if v.headline and v.headline.standing == "at_limit" \
-            else f": **{first.limit}** first."
-        st.markdown("**Where each limit binds as load grows**" + said)
-        static_table(pd.DataFrame([{"limit": b.limit, "rate (requests/s)": fmt(b.rate_per_s),
-                                    "in service": fmt(b.in_service), "× the measured rate": fmt(b.headroom),
-                                    "how": b.basis} for b in v.bindings]))
+        st.markdown(bindings_heading(v))
+        static_table(bindings_frame(v))
     st.markdown(f"**What prefill contributes.** {v.prefill}")
     st.markdown(f"**Experiment.** {v.experiment.action}  \n**Confirms:** {v.experiment.confirm}  \n"
                 f"**Refutes:** {v.experiment.refute}")
@@ -109,17 +95,7 @@ def _profile_table(upload) -> tuple[str, diagnosis.ProfileTable]:
     """Return the uploaded profile table, or the spec's two profiles (sample_data/profiles_ab.json)."""
     name, data = ((upload.name, upload.getvalue()) if upload is not None
                   else ("profiles_ab.json", (SAMPLE_DIR / "profiles_ab.json").read_bytes()))
-    try:
-        return name, diagnosis.ProfileTable.model_validate_json(data)
-    except ValidationError as exc:  # malformed JSON too: one plain sentence per problem, no links
-        fail(InputFormatError(validation_text(name, "a profile table", exc)))
-
-
-def _profiles_frame(table: diagnosis.ProfileTable) -> pd.DataFrame:
-    """Return the measurements one profile per column, as the spec prints them."""
-    rows = [p.model_dump(exclude_none=True) for p in table.profiles]
-    frame = pd.DataFrame(rows).set_index("name").T
-    return frame.map(fmt).rename_axis("measurement").reset_index()
+    return name, guarded(read_profile_table, name, data)
 
 
 st.title("Diagnosis")
@@ -171,7 +147,7 @@ else:
         st.subheader(f"Step {step.number}: {step.title}")
         if step.number == 2:
             st.markdown(f"**The measurements** ({name})")
-            static_table(_profiles_frame(table))
+            static_table(profiles_frame(table))
         st.markdown(step.question)
         revealed = answers.get(step.number)
         if revealed is None:

@@ -3,7 +3,6 @@ then the SLO, the full failure-aware report and its tables, for the records in u
 
 from __future__ import annotations
 
-import pandas as pd
 import streamlit as st
 
 from pages._figures import cause_chart, cdf_series, over_time_charts, rate_curve_charts, record_charts
@@ -11,6 +10,7 @@ from pages._prefix_cache import show_prefix_cache
 from pages._shared import (Dataset, cached_report, engineer_view, guarded, metric, records_sidebar,
                            show_reader_warnings, show_server_over_time, site_zip, slo_inputs, static_table,
                            unit_choice)
+from servebench.dashboard.summary_tables import distribution_tables, slice_tables
 from servebench.dashboard.overview_svg import cdf_picture, outcome_picture, over_time_picture
 from servebench.dashboard.wording import headline_title
 from servebench.output.figures.over_time import over_time_bins
@@ -18,7 +18,7 @@ from servebench.records.table import RecordTable
 from servebench.records.extra_columns import SLICE_COLUMN, slice_choices
 from servebench.records.statuses import STATUS_WORDS
 from servebench.formatting import fmt, fmt_share, fmt_share_of
-from servebench.output.figures.summary import (cause_frame, contract_cells, distribution_frame,
+from servebench.output.figures.summary import (cause_frame, contract_cells,
                                         outcome_cells, slice_frame, status_frame)
 from servebench.output.figures.retries import fairness_frame, logical_frame
 from servebench.output.plain import label
@@ -101,19 +101,10 @@ def downloads_panel(ds: Dataset, report: Report, slice_by: str) -> None:
 
 
 def show_distributions(rows: dict[str, Distribution | None], scale: float, title: str) -> None:
-    """Show each metric's percentiles with their intervals, then its max and mean in a narrow table beside.
-
-    One table of both was wider than the page at 1,400 px (eight columns, four of them 'value [low, high]').
-    """
-    frame = distribution_frame(rows, scale).rename(columns={"metric": "Metric", "max": "Max", "mean": "Mean"})
-    static_table(frame.drop(columns=["Max", "Mean"]), title=title)
-    static_table(frame[["Metric", "Max", "Mean"]], width="content")
-
-
-def slice_tables(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Split the slices' table in two that each fit the page: counts and shares; rates and p95 times."""
-    rates = [k for k in frame.columns if k.endswith(("_per_second", "_s", "_ms"))]
-    return frame.drop(columns=rates), frame[["slice", *rates]]
+    """Show each metric's percentiles with their intervals, then its max and mean in a narrow table beside."""
+    percentiles, extremes = distribution_tables(rows, scale)
+    static_table(percentiles, title=title)
+    static_table(extremes, width="content")
 
 
 @st.cache_resource(max_entries=8, show_spinner=False)

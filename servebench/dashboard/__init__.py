@@ -2,7 +2,12 @@
 what a trace needs.
 
 Pure functions over data (but ``kept_upload``, which writes an upload to a file); no Streamlit here
-(``servebench`` never imports it), so each is tested as a unit.
+(``servebench`` never imports it), so each is tested as a unit. Modules the pages import directly (not
+re-exported here, so that ``servebench.dashboard.sharing``, which serve-engine imports, stays light):
+``sources`` (the record sets held and the sidebar's decisions), ``reports`` (a report and the site),
+``wording`` (ms by default, the engineer view, each metric's one-line meaning), ``overview_svg`` (Summary's
+first screen), ``server_view`` (the server's own metrics), ``summary_tables`` and ``verdict_tables`` (tables
+split or built for a page), ``sharing`` (local or shared, what a shared dashboard may start).
 """
 
 from servebench.dashboard.cells import by_row, cell
