@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from servebench.analysis.record_sets import summarize_path
+from conftest import run_cli
 from test_duckdb_fleet import same_report
 
 
@@ -43,3 +44,29 @@ def test_unsigned_replica_numbers_past_int64_keep_their_values(tmp_path: Path) -
     fleet = summarize_path(tmp_path / "r.parquet", engine="memory").report.fleet
     assert fleet is not None
     assert list(fleet.per_replica) == ["0", "1", str(2**63), str(2**64 - 1)]  # as numbers, none wrapped to -1
+
+
+CLOSED = """\
+server: {kv_budget_tokens: 10000}
+step_model: {base_s: 0.01}
+workload:
+  closed_loop: {users: 3, think_s: 0.0}
+  num_requests: 40
+  classes: [{prompt: {value: 100}, output: {value: 20}}]
+fleet: {replicas: 8, router: least_outstanding}
+"""
+
+
+def test_simulate_reports_every_replica_of_the_fleet_idle_ones_too(tmp_path: Path, capsys) -> None:
+    """3 closed-loop users keep 3 of 8 replicas busy: the section has 8, the imbalance is over 8."""
+    (tmp_path / "s.yaml").write_text(CLOSED, encoding="utf-8")
+    code, out, err = run_cli(capsys, "simulate", str(tmp_path / "s.yaml"), "-o", str(tmp_path / "run"), "--json")
+    assert code == 0, err
+    fleet = json.loads(out)["report"]["fleet"]
+    assert fleet["replicas"] == 8 and list(fleet["per_replica"]) == [str(k) for k in range(8)]
+    counts = [r["requests"] for r in fleet["per_replica"].values()]
+    assert sum(counts) == 40 and counts.count(0) == 5
+    assert fleet["load_imbalance"] == max(counts) * 8 / 40
+    idle = fleet["per_replica"]["7"]
+    assert idle == {"requests": 0, "in_flight_peak": 0, "token_hit_rate": None, "ttft_p95_s": None,
+                    "latency_p95_s": None}

@@ -105,6 +105,20 @@ def fleet_of(per_replica: dict[str, ReplicaReport], token_hit_rate: float | None
                        token_hit_rate=token_hit_rate, per_replica=per_replica)
 
 
+def with_idle_replicas(fleet: FleetReport | None, replicas: int) -> FleetReport | None:
+    """Return a simulated fleet's section with each of its ``replicas`` (0 to replicas - 1), idle ones too.
+
+    Records name only the replicas that served something; a simulation knows the fleet, so a replica
+    the router never chose appears with no request, and the load imbalance is over the whole fleet
+    (3 closed-loop users on 8 replicas: 8 replicas, not the 3 busy ones at an imbalance near 1).
+    """
+    names = [str(k) for k in range(replicas)]
+    if fleet is None or not set(fleet.per_replica) <= set(names):
+        return fleet
+    idle = ReplicaReport(requests=0, in_flight_peak=0, token_hit_rate=None, ttft_p95_s=None, latency_p95_s=None)
+    return fleet_of({name: fleet.per_replica.get(name, idle) for name in names}, fleet.token_hit_rate)
+
+
 def hit_rate(cached_tokens: int, prompt_tokens: int) -> float | None:
     """Return cached prompt tokens over prompt tokens (exact integers, one rounding); None without prompt tokens."""
     return cached_tokens / prompt_tokens if prompt_tokens > 0 else None

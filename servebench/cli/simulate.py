@@ -109,6 +109,9 @@ def simulate(
     if len(result.records) == 0:
         raise ConfigError(f"{scenario}: the workload produced no requests")
     report = build_report(result.records, result.window_start_s, result.window_end_s, token_runs=result.token_runs)
+    if sc.fleet is not None and not sc.fleet.disaggregated:  # the records name only the replicas that served
+        from servebench.analysis.fleet import with_idle_replicas
+        report = report.model_copy(update={"fleet": with_idle_replicas(report.fleet, sc.fleet.replicas)})
     _return_freed_memory()
     d = _out_dir(out)
     written = rundir.write_run(d, result.records, steps=result.trace,
