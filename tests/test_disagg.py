@@ -201,6 +201,13 @@ def test_simulate_writes_the_disaggregated_records(tmp_path: Path, capsys: pytes
     alone = [transfer_s(ModelShape(**SHAPE), r["prompt_tokens"], 10) for r in rows]
     assert all(r["kv_transfer_s"] >= t * (1 - 1e-12) for r, t in zip(rows, alone))  # or later: the link was busy
     assert rows[0]["kv_transfer_s"] == alone[0]  # the first found the link free
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    section = summary["report"]["disaggregated"]
+    assert section["transfers"] == 30 and section["prefill_requests"] == {"0": 30}
+    code, out, err = run_cli(capsys, "summarize", str(tmp_path / "out"), "--json")
+    assert code == 0 and json.loads(out)["disaggregated"] == section
+    code, out, err = run_cli(capsys, "summarize", str(tmp_path / "out"), "--engine", "duckdb")
+    assert code == 2 and "does not compute the report's 'disaggregated' section yet" in err and err.count("\n") == 1
 
 
 def test_simulate_refuses_a_half_given_disaggregated_fleet(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -221,3 +228,21 @@ def test_a_sweep_point_runs_the_disaggregated_fleet_and_the_replica_fleet_refuse
     assert len(sim.records) == 40 and "decode_replica" in sim.records.extra
     with pytest.raises(ConfigError, match="prefill and decode instances runs in servebench.serving.disagg"):
         simulate_fleet(sc)
+
+
+def test_the_report_counts_each_instance_and_the_transfers() -> None:
+    from servebench.analysis.summary import build_report
+    sc = scenario({"prefill_replicas": 2, "decode_replicas": 3, "kv_transfer_gbps": 10, "router": "round_robin"})
+    run = simulate_disaggregated(sc, token_times=False)
+    t = run.result.records
+    pd = build_report(t, 0.0, float(t.end.max())).disaggregated
+    assert pd is not None and sum(pd.prefill_requests.values()) == len(t) == 200
+    assert pd.prefill_requests == {"0": 100, "1": 100} and pd.prefill_load_imbalance == 1.0  # round robin
+    reached = run.decode_replica >= 0
+    assert sum(pd.decode_requests.values()) == int(reached.sum()) and len(pd.decode_requests) == 3
+    moved = run.kv_transfer_s[~np.isnan(run.kv_transfer_s)]
+    assert pd.transfers == moved.size and pd.kv_transfer_max_s == moved.max()
+    assert pd.kv_transfer_p50_s <= pd.kv_transfer_p95_s <= pd.kv_transfer_max_s
+    one = simulate_deployment(scenario(), token_times=False).records
+    report = build_report(one, 0.0, float(one.end.max()))
+    assert report.disaggregated is None and "disaggregated" not in report.model_dump()

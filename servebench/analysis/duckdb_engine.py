@@ -25,6 +25,7 @@ from servebench.analysis.duckdb_parts import (REQUIRED_FIELDS, PartPlan, absent_
                                               field_columns, lit, native_view_sql, plan_part, q, staged_table, text_lit,
                                               values_table)
 from servebench.analysis.duckdb_report import report_from_connection, uncovered_fields
+from servebench.analysis.disagg import PREFILL_COLUMN
 from servebench.analysis.fleet import REPLICA_COLUMN
 from servebench.analysis.summary import SLO
 from servebench.errors import ConfigError, InputFormatError, RecordValidationError
@@ -277,6 +278,9 @@ def summarize_set(record_set: RecordSet, fmt: str = "auto", window_start: float 
                 progress("validating records with DuckDB")
                 ws, we = _window(con, scan.plans, window_start, window_end, record_set.source, fmt)
                 _validate(con, scan.plans, ws, we, fmt)
+                if PREFILL_COLUMN in scan.extras:  # the disaggregated section is computed in memory only, for now
+                    raise EngineRefused("--engine duckdb: the DuckDB engine does not compute the report's "
+                                        "'disaggregated' section yet; use --engine memory")
                 replicas = _replicas(con, scan, record_set.source)
                 code_sql, names = slice_codes(con, slice_column, scan.extras, record_set.source)
                 if warmup_s is not None:  # as build_report: the records' slices give way to cold and warm

@@ -45,6 +45,7 @@ COVERED_FIELDS = frozenset({
     "fairness", "logical", "reasoning",
     "server_metrics",  # not from the records: attached after either engine's report (analysis.record_sets)
     "fleet",  # records with a 'replica' column: servebench.analysis.duckdb_fleet, after this report
+    "disaggregated",  # None without a 'prefill_replica' column; records with one are refused (duckdb_engine)
 })
 
 

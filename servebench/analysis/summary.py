@@ -21,6 +21,7 @@ from fractions import Fraction
 from servebench.analysis.contract import REPORT_QUANTILES, contract_values, request_times, token_sum
 from servebench.analysis.exact_sum import exact_total, mean_of
 from servebench.analysis.server_metrics import ServerMetricsReport
+from servebench.analysis.disagg import DisaggReport, disagg_report
 from servebench.analysis.fleet import FleetReport, fleet_report
 from servebench.analysis.percentiles import (PercentileEstimate, estimate_ranks, estimate_sorted, select_ranks,
                                              sort_is_cheaper)
@@ -253,6 +254,10 @@ class Report(BaseModel):
     fleet: FleetReport | None = Field(
         None, exclude_if=lambda v: v is None,
         description="Requests across replicas (servebench.analysis.fleet); left out when no record names its replica.")
+    disaggregated: DisaggReport | None = Field(
+        None, exclude_if=lambda v: v is None,
+        description="Requests across prefill and decode instances and their KV transfers "
+                    "(servebench.analysis.disagg); left out when no record names its prefill instance.")
     slices: dict[str, "Report"] = Field(default_factory=dict)
 
     def warnings(self) -> list[str]:
@@ -549,7 +554,7 @@ def build_report(table: RecordTable, window_start: float, window_end: float, slo
         duplicate_request_id_examples=sorted(rid for rid, _ in dups)[:5], slices=slices,
         logical=_logical(table) if table.has_logical_ids else None,
         fairness=fairness_of(slices, window_end - window_start, weights) if len(slices) >= 2 else None,
-        fleet=fleet_report(table)))
+        fleet=fleet_report(table), disaggregated=disagg_report(table)))
 
 
 def _logical(table: RecordTable) -> LogicalReport:

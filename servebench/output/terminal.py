@@ -11,6 +11,7 @@ from rich.table import Table
 from servebench.formatting import NO_DATA, fmt, fmt_share
 from servebench.output.safetext import safe_markup
 from servebench.analysis.diagnosis import Headline
+from servebench.analysis.disagg import DisaggReport
 from servebench.analysis.fleet import FleetReport
 from servebench.analysis.summary import (Distribution, FairnessReport, LogicalReport, PrefixCacheReport, ReasoningReport,
                                          Report)
@@ -160,6 +161,8 @@ def print_report(console: Console, report: Report, unavailable: frozenset[str] =
         print_fairness(console, report.fairness)
     if report.fleet is not None:
         print_fleet(console, report.fleet)
+    if report.disaggregated is not None:
+        print_disaggregated(console, report.disaggregated)
 
 
 def print_fleet(console: Console, fl: FleetReport) -> None:
@@ -173,6 +176,16 @@ def print_fleet(console: Console, fl: FleetReport) -> None:
                       NO_DATA if r.token_hit_rate is None else f"{r.token_hit_rate:.1%}", fmt(r.ttft_p95_s),
                       fmt(r.latency_p95_s))
     console.print(table)
+
+
+def print_disaggregated(console: Console, pd: DisaggReport) -> None:
+    """Print the disaggregated section: requests per prefill and decode instance, and the KV transfer times."""
+    def spread(counts: dict[str, int]) -> str:
+        return " / ".join(f"{n:,}" for n in counts.values()) or NO_DATA
+    console.print(f"[bold]Disaggregated[/]: requests per prefill instance {spread(pd.prefill_requests)} (busiest "
+                  f"{fmt(pd.prefill_load_imbalance)}x the mean), per decode instance {spread(pd.decode_requests)} "
+                  f"(busiest {fmt(pd.decode_load_imbalance)}x); {pd.transfers:,} KV transfers, p50 "
+                  f"{fmt(pd.kv_transfer_p50_s)} s, p95 {fmt(pd.kv_transfer_p95_s)} s, max {fmt(pd.kv_transfer_max_s)} s")
 
 
 def print_reasoning(console: Console, rs: ReasoningReport) -> None:

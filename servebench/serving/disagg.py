@@ -44,6 +44,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pyarrow as pa
 
+from servebench.analysis.disagg import DECODE_COLUMN, PREFILL_COLUMN, TRANSFER_COLUMN
 from servebench.capacity.kv import ModelShape, kv_bytes
 from servebench.capacity.stepmodel import StepModel
 from servebench.errors import ConfigError
@@ -73,7 +74,6 @@ from servebench.serving.workload import Workload, draw_cancellations, draw_workl
 
 GB = 1e9  # kv_transfer_gbps counts decimal gigabytes, as links are rated
 DECODE_STREAM = 0xDE  # decode instance k's noise and lags: default_rng([seed, DECODE_STREAM, k, ...])
-PREFILL_COLUMN, DECODE_COLUMN, TRANSFER_COLUMN = "prefill_replica", "decode_replica", "kv_transfer_s"
 _NONE = (math.inf, math.inf, math.inf)
 _SUCCESS = STATUSES.index("success")
 
