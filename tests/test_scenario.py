@@ -174,3 +174,20 @@ def test_a_step_model_spec_is_the_step_model_with_flat_timings(fields: dict, fla
     if flat is not None:  # the coefficients come from the flat timings, everything else as given
         want = want.model_copy(update={n: getattr(StepModel.from_flat(*flat), n) for n in STEP_COEFFICIENTS})
     assert model == want
+
+
+def test_server_and_client_edits_are_validated_as_a_whole() -> None:
+    # the experiments' variants (prefill, scheduling, retries and shedding) edit through the same path as the pages
+    from servebench.serving.retry import ClientSpec
+    from servebench.serving.scenario import with_client, with_server
+
+    base = load_scenario(SAMPLES / "two_tenants.yaml")
+    fair = with_server(base, scheduling="fair", admission={"max_queue_wait_s": 2.0})
+    assert (fair.server.scheduling, fair.server.scheduler_config().max_queue_wait_s) == ("fair", 2.0)
+    assert with_server(fair, admission=None).server.admission is None
+    assert with_client(base, ClientSpec(max_attempts=3)).client.max_attempts == 3
+    assert with_client(with_client(base, ClientSpec(max_attempts=3)), None).client is None
+    with pytest.raises(ConfigError, match=r"with max_num_seqs 0, field 'server.max_num_seqs': Input should be greater"):
+        with_server(base, max_num_seqs=0)
+    with pytest.raises(ConfigError, match=r"field 'server.tenants.chat.max_running'"):
+        with_server(base, tenants={"chat": {"max_running": 0}})

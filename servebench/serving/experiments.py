@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from servebench.records.table import RecordTable
-from servebench.serving.scenario import Scenario
+from servebench.serving.scenario import Scenario, with_server
 from servebench.serving.simulate import simulate
 from servebench.analysis.summary import Report, build_report
 
@@ -26,12 +26,9 @@ def prefill_variants(scenario: Scenario) -> tuple[Scenario, Scenario]:
     The whole-prompt twin has no per-step token budget either, so a long prompt is computed in one
     step; everything else (seed, workload, KV, step model) is the same.
     """
-    server = scenario.server
-    budget = server.max_num_batched_tokens or 512
-    chunked = scenario.model_copy(update={"server": server.model_copy(
-        update={"chunked_prefill": True, "max_num_batched_tokens": budget})})
-    whole = scenario.model_copy(update={"server": server.model_copy(
-        update={"chunked_prefill": False, "max_num_batched_tokens": None})})
+    budget = scenario.server.max_num_batched_tokens or 512
+    chunked = with_server(scenario, chunked_prefill=True, max_num_batched_tokens=budget)
+    whole = with_server(scenario, chunked_prefill=False, max_num_batched_tokens=None)
     return chunked, whole
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from servebench.analysis.summary import SLO, Report, build_report
 from servebench.records.table import RecordTable
 from servebench.serving.retry import BackoffSpec, ClientSpec
-from servebench.serving.scenario import Scenario
+from servebench.serving.scenario import Scenario, with_client, with_server
 from servebench.serving.scheduler import AdmissionSpec
 from servebench.serving.simulate import simulate
 
@@ -57,25 +57,21 @@ def retry_policies(scenario: Scenario) -> dict[str, Scenario]:
     server rejects what waited 2 s (or the scenario's own ``max_queue_wait_s``).
     """
     deadline = scenario.client.deadline_s if scenario.client is not None else None
-    server = scenario.server
-    plain = server.model_copy(update={"admission": None})
-    wait = server.admission.max_queue_wait_s if server.admission and server.admission.max_queue_wait_s else 2.0
-    shedding = server.model_copy(update={"admission": AdmissionSpec(max_queue_wait_s=wait)})
+    admission = scenario.server.admission
+    wait = admission.max_queue_wait_s if admission and admission.max_queue_wait_s else 2.0
+    plain = with_server(scenario, admission=None)
+    shedding = with_server(scenario, admission=AdmissionSpec(max_queue_wait_s=wait))
     return {
-        NO_RETRY: scenario.model_copy(update={"client": ClientSpec(max_attempts=1, deadline_s=deadline),
-                                              "server": plain}),
-        IMMEDIATE: scenario.model_copy(update={"client": ClientSpec(
-            max_attempts=4, deadline_s=deadline, backoff=BackoffSpec(base_s=0.0)), "server": plain}),
-        BACKOFF_SHED: scenario.model_copy(update={"client": ClientSpec(
-            max_attempts=3, deadline_s=deadline, backoff=BackoffSpec(base_s=1.0, multiplier=2.0, max_s=8.0)),
-            "server": shedding}),
+        NO_RETRY: with_client(plain, ClientSpec(max_attempts=1, deadline_s=deadline)),
+        IMMEDIATE: with_client(plain, ClientSpec(max_attempts=4, deadline_s=deadline, backoff=BackoffSpec(base_s=0.0))),
+        BACKOFF_SHED: with_client(shedding, ClientSpec(
+            max_attempts=3, deadline_s=deadline, backoff=BackoffSpec(base_s=1.0, multiplier=2.0, max_s=8.0))),
     }
 
 
 def scheduling_variants(scenario: Scenario) -> dict[str, Scenario]:
     """Return the scenario under ``fcfs`` and ``fair`` scheduling (its tenants and limits as given)."""
-    return {name: scenario.model_copy(update={"server": scenario.server.model_copy(update={"scheduling": name})})
-            for name in ("fcfs", "fair")}
+    return {name: with_server(scenario, scheduling=name) for name in ("fcfs", "fair")}
 
 
 def run_variants(variants: dict[str, Scenario], slo: SLO | None = None) -> list[PolicyRun]:

@@ -304,6 +304,26 @@ def _revised(scenario: Scenario, edit: str, changes: dict[str, Any]) -> Scenario
     return parse_scenario(doc, f"scenario {scenario.name!r} with {edit}")
 
 
+def with_server(scenario: Scenario, **fields: Any) -> Scenario:
+    """Return the scenario with server fields replaced (None: the field's default), every rule checked again.
+
+    >>> sc = parse_scenario({"server": {"kv_budget_tokens": 100}, "step_model": {}, "workload": {
+    ...     "arrival": {"rate_rps": 1}, "num_requests": 1, "classes": [{"prompt": {"kind": "fixed", "value": 1},
+    ...     "output": {"kind": "fixed", "value": 1}}]}})
+    >>> with_server(sc, scheduling="fair", max_num_batched_tokens=None).server.scheduling
+    'fair'
+    """
+    values = {name: v.model_dump(exclude_none=True) if isinstance(v, BaseModel) else v for name, v in fields.items()}
+    edit = ", ".join(f"{name} {'unset' if v is None else v}" for name, v in fields.items())
+    return _revised(scenario, edit or "no server change", {"server": values})
+
+
+def with_client(scenario: Scenario, client: ClientSpec | None) -> Scenario:
+    """Return the scenario with other retrying clients (None: one attempt, no retry)."""
+    value = None if client is None else client.model_dump(exclude_none=True)
+    return _revised(scenario, "another client" if client is not None else "no client", {"": {"client": value}})
+
+
 def with_policy(scenario: Scenario, policy: Policy) -> Scenario:
     """Return the scenario under another KV admission policy (reserve or paged)."""
     return _revised(scenario, f"policy {policy}", {"server": {"policy": policy}})

@@ -32,7 +32,7 @@ from servebench.errors import ConfigError, InputFormatError
 from servebench.records.steps import StepTrace, as_trace
 from servebench.analysis.percentiles import percentile
 from servebench.records.table import STATUSES, RecordTable
-from servebench.serving.scenario import Scenario, StepModelSpec
+from servebench.serving.scenario import Scenario, with_server, with_step_model
 from servebench.serving.simulate import simulate
 from servebench.capacity.stepmodel import FitMethod, StepFit, bin_means, fit_step_model, require_usable
 from servebench.analysis.contract import metric_values
@@ -195,9 +195,7 @@ def arrival_lag_s(records: RecordTable, steps: Steps) -> float | None:
 
 def simulation_scenario(scenario: Scenario, fit: StepFit) -> Scenario:
     """Return the scenario as the engine ran it, timed by the fitted step model."""
-    step_model = StepModelSpec(**fit.model.model_dump())
-    server = scenario.server.model_copy(update={"prefill_lane": "shared"})
-    return scenario.model_copy(update={"step_model": step_model, "server": server})
+    return with_step_model(with_server(scenario, prefill_lane="shared"), fit.model)
 
 
 def _status_counts(table: RecordTable) -> dict[str, int]:
