@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from servebench.analysis.record_sets import summarize_path
+from servebench.serving.scenario import MAX_REPLICAS
 from conftest import run_cli
 from test_duckdb_fleet import same_report
 
@@ -70,3 +71,25 @@ def test_simulate_reports_every_replica_of_the_fleet_idle_ones_too(tmp_path: Pat
     idle = fleet["per_replica"]["7"]
     assert idle == {"requests": 0, "in_flight_peak": 0, "token_hit_rate": None, "ttft_p95_s": None,
                     "latency_p95_s": None}
+
+
+PLAN = ("plan", "--model", "llama-3.1-8b", "--prompt-tokens", "500", "--output-tokens", "100", "--gpus", "H100",
+        "--tp", "1", "--max-num-seqs", "64", "--requests", "50", "--slo-ttft", "0.5", "--json")
+
+
+def test_plan_past_the_largest_simulated_fleet_keeps_division_and_says_so(capsys) -> None:
+    """10,000 req/s needs 426 replicas by division: more than a fleet simulation holds (256), so not verified."""
+    code, out, err = run_cli(capsys, *PLAN, "--rate", "10000", "--router", "power_of_two")
+    assert code == 0, err
+    doc = json.loads(out)
+    best = doc["options"][0]
+    assert best["replicas"] > MAX_REPLICAS and best["fleet_verified"] is False and best["router"] is None
+    assert f"more than the {MAX_REPLICAS} replicas a fleet simulation holds" in doc["details"][0]["note"]
+    assert doc["fleet"]["options_verified"] == 0
+    assert doc["details"][0]["fleet"]["tries"] == [] and "not simulated" in doc["details"][0]["fleet"]["note"]
+
+
+def test_plan_text_says_why_a_fleet_was_not_simulated(capsys) -> None:
+    code, out, err = run_cli(capsys, *PLAN[:-1], "--rate", "10000")
+    assert code == 0, err
+    assert f"more than the {MAX_REPLICAS} replicas a fleet simulation holds" in " ".join(out.split())

@@ -229,7 +229,8 @@ def print_plan(out: Console, doc: dict) -> None:
         for o, d in zip(doc["options"], doc["details"]):
             if d.get("fleet") is not None:
                 out.print(f"fleet of {escape(o['gpu'])} x{o['tensor_parallel']}, max_num_seqs {o['max_num_seqs']}: "
-                          f"{escape(d['fleet']['note'])} ({d['fleet']['requests']:,} requests simulated)")
+                          f"{escape(d['fleet']['note'])}" +
+                          (f" ({d['fleet']['requests']:,} requests simulated)" if d["fleet"]["tries"] else ""))
         out.print(f"{fl['options_verified']} option(s) verified by simulating the whole fleet behind {fl['router']} "
                   f"({fl['fleet_simulations']} fleet simulations of at most {fl['most_requests_per_fleet']:,} requests; "
                   f"the cheapest first, at most {fl['most_options_verified']}; the others divide)")

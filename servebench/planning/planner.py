@@ -48,7 +48,7 @@ from servebench.analysis.diagnosis import Limit, Thresholds, diagnose_records
 from servebench.errors import ConfigError, ServebenchError
 from servebench.analysis.fleet import REPLICA_COLUMN
 from servebench.serving.fleet import simulate_fleet
-from servebench.serving.scenario import FleetSpec, Router, Scenario, ServerSpec, StepModelSpec
+from servebench.serving.scenario import MAX_REPLICAS, FleetSpec, Router, Scenario, ServerSpec, StepModelSpec
 from servebench.serving.simulate import SimResult
 from servebench.capacity.stepmodel import StepModel
 from servebench.analysis.summary import SLO
@@ -226,7 +226,10 @@ class FleetTry(BaseModel):
 
 
 class FleetCheck(BaseModel):
-    """How an option's replica count was verified: each fleet tried, the divided count first."""
+    """How an option's replica count was verified: each fleet tried, the divided count first.
+
+    No try: the divided count is more replicas than a fleet simulation holds (``MAX_REPLICAS``); ``note`` says so.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -792,9 +795,15 @@ def verify_fleets(evaluation: Evaluation, result: Plan, progress: ProgressCallba
         o, d = pairs[i]
         if verified >= MAX_VERIFIED_OPTIONS or (o.cost_per_hour_usd or 0.0) >= best_cost:
             break  # a count only rises: this option cannot become the cheapest
-        verified += 1
         assert o.replicas is not None
-        divided, most = o.replicas, o.replicas * MAX_FLEET_REPLICAS_FACTOR
+        if o.replicas > MAX_REPLICAS:  # no fleet simulation holds it: the count stays division's, and says so
+            note = (f"{o.replicas} replicas by division, more than the {MAX_REPLICAS} replicas a fleet simulation "
+                    "holds: not simulated")
+            check = FleetCheck(router=req.router, requests=0, tries=[], note=note)
+            pairs[i] = (o, d.model_copy(update={"fleet": check, "note": f"{d.note}; fleet: {note}"}))
+            continue
+        verified += 1
+        divided, most = o.replicas, min(o.replicas * MAX_FLEET_REPLICAS_FACTOR, MAX_REPLICAS)
         tries: list[FleetTry] = []
         n = divided
         requests = 0
@@ -867,6 +876,8 @@ def fleet_sentence(option: Option, detail: Detail) -> str | None:
     4 replicas by division, 5 needed under bursts: behind round_robin the fleet of 4 had 93.7% of requests within the SLOs, the fleet of 5 99.9% (requests per replica 300 / 300 / 300 / 300 / 300, the busiest 1.01x the mean).
     """
     check = detail.fleet
+    if check is not None and not check.tries:  # too many replicas to simulate: the note says so
+        return f"{check.note[0].upper()}{check.note[1:]}."
     if check is None or not option.fleet_verified:
         return None
     first, last = check.tries[0], check.tries[-1]
