@@ -2,12 +2,13 @@
 
 For the cheapest configurations the plan found (GPU type, tensor parallelism and ``max_num_seqs``, each
 instance one replica's GPUs), the search simulates prefill and decode instances of it together
-(``servebench.serving.disagg``) at the planned rate and looks for the fewest instances that meet the
-SLOs. It starts at the colocated count (the verified one when the fleet was simulated), tries the splits
-nearest the workload's prefill share of engine time (``prefill_share``) and, when one meets the SLOs, one
-instance fewer, down to two; when none does, one more, up to ``MAX_FLEET_REPLICAS_FACTOR`` times the start.
-Each simulation offers the fleet check's request count (``requests_per_simulation`` per instance, at most
-``MAX_FLEET_REQUESTS``); a configuration takes at most ``MAX_DISAGG_SIMULATIONS`` of them.
+(``servebench.serving.disagg``) at the planned rate and looks for the fewest that meet the SLOs. It starts
+with as many of each kind as the colocated option has replicas (the verified count when the fleet was
+simulated), doubling both, up to ``MAX_FLEET_REPLICAS_FACTOR`` times that, until they meet the SLOs; then
+it bisects the prefill count with that many decode instances, and the decode count with the fewest prefill
+instances found. This takes more instances of one kind never to hurt (they only shorten queues), and costs
+about 2 log2(start) simulations. Each offers the fleet check's request count (``requests_per_simulation``
+per instance, at most ``MAX_FLEET_REQUESTS``).
 
 Every instance costs what a colocated replica does (its GPUs at the option's price); prompts' KV crosses each
 prefill instance's link at ``kv_transfer_gbps`` GB/s.
@@ -20,7 +21,6 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, Field
 
-from servebench.capacity.stepmodel import StepModel
 from servebench.planning.planner import (
     MAX_FLEET_REPLICAS_FACTOR,
     MAX_FLEET_REQUESTS,
@@ -35,8 +35,6 @@ from servebench.serving.scenario import DISAGGREGATED_ROUTERS, FleetSpec
 from servebench.serving.sweep import SweepPoint, point_from, scenario_at
 
 MAX_DISAGG_CONFIGS = 3  # configurations the disaggregated search tries, the cheapest colocated options first
-MAX_DISAGG_SIMULATIONS = 12  # fleet simulations per configuration, at most
-SPLITS_PER_COUNT = 3  # splits tried at one instance count: the estimated one and its two neighbours
 DEFAULT_KV_TRANSFER_GBPS = 50.0  # a 400 Gb/s NIC per prefill instance, the common InfiniBand/RoCE port
 
 
@@ -66,37 +64,6 @@ class DisaggOption(BaseModel):
     router: str
     tries: list[DisaggTry] = Field(description="Every split simulated, in the order tried.")
     note: str
-
-
-def prefill_share(step: StepModel, prompt_tokens: float, output_tokens: float, batch: int) -> float:
-    """Return the share of engine time a request spends on its prompt: the search's first split.
-
-    Its decode steps are shared by ``batch`` sequences (the fixed cost split among them).
-
-    >>> round(prefill_share(StepModel(base_s=0.006, per_prefill_token_s=4e-5, per_decode_seq_s=1e-4), 2000, 28, 32), 3)
-    0.912
-    """
-    prefill = step.per_prefill_token_s * prompt_tokens + step.per_prefill_seq_s
-    kv_read = prompt_tokens + output_tokens / 2  # a decoding sequence's mean context
-    per_step = step.base_s / max(batch, 1) + step.per_decode_seq_s + step.per_kv_token_s * kv_read
-    decode = max(output_tokens - 1, 0) * per_step
-    total = prefill + decode
-    return prefill / total if total > 0 else 0.5
-
-
-def splits(instances: int, share: float) -> list[int]:
-    """Return the prefill counts to try among ``instances``: nearest ``share`` first, then its neighbours.
-
-    >>> splits(4, 0.96), splits(4, 0.5), splits(2, 0.1)
-    ([3, 2], [2, 1, 3], [1])
-    """
-    first = min(instances - 1, max(1, round(instances * share)))
-    out = [first]
-    for step in (-1, 1):
-        p = first + step
-        if 1 <= p <= instances - 1 and len(out) < SPLITS_PER_COUNT:
-            out.append(p)
-    return out
 
 
 def disaggregated_point(evaluation: Evaluation, option: Option, rate_rps: float, prefill: int, decode: int,
@@ -142,63 +109,63 @@ def plan_disaggregated(evaluation: Evaluation, result: Plan, *, kv_transfer_gbps
 
 
 def _search(evaluation: Evaluation, o: Option, price: float, rate: float, gbps: float, router: str) -> DisaggOption:
-    """Find the fewest instances of ``o`` that meet the SLOs disaggregated (see the module docstring)."""
+    """Find the fewest prefill, then decode, instances of ``o`` that meet the SLOs (see the module docstring)."""
     assert o.max_num_seqs is not None
-    step = _option_scenario(evaluation, o).step_model.to_model()
-    share = prefill_share(step, evaluation.mean_prompt_tokens, evaluation.mean_output_tokens, o.max_num_seqs)
-    start = max(2, o.replicas or 2)
-    most = start * MAX_FLEET_REPLICAS_FACTOR
     tries: list[DisaggTry] = []
-    best: DisaggTry | None = None
-    n, direction = start, 0
-    while 2 <= n <= most and len(tries) < MAX_DISAGG_SIMULATIONS:
-        met = None
-        for p in splits(n, share):
-            if len(tries) >= MAX_DISAGG_SIMULATIONS:
-                break
-            point = disaggregated_point(evaluation, o, rate, p, n - p, gbps, router)
-            tries.append(DisaggTry(prefill_replicas=p, decode_replicas=n - p, attainment=point.slo_attainment or 0.0,
-                                   meets_slo=bool(point.meets_slo)))
-            if tries[-1].meets_slo:
-                met = tries[-1]
-                break
-        if direction == 0:
-            direction = -1 if met is not None else 1
-        if met is not None:
-            best = met
-            if direction > 0:
-                break  # counting up: the first count that meets them is the fewest
-        elif direction < 0:
-            break  # counting down: the count above was the fewest
-        n += direction
+
+    def meets(p: int, d: int) -> bool:
+        point = disaggregated_point(evaluation, o, rate, p, d, gbps, router)
+        tries.append(DisaggTry(prefill_replicas=p, decode_replicas=d, attainment=point.slo_attainment or 0.0,
+                               meets_slo=bool(point.meets_slo)))
+        return tries[-1].meets_slo
+
+    start = max(1, o.replicas or 1)
+    top, most = start, start * MAX_FLEET_REPLICAS_FACTOR
+    while not meets(top, top) and top < most:  # as many of each kind as colocated replicas, then more
+        top = min(most, top * 2)
+    found = tries[-1].meets_slo
+    if found:
+        p = _fewest(lambda k: meets(k, top), top)
+        d = _fewest(lambda k: meets(p, k), top)
     colocated_gpus = o.gpus_total if o.meets_slo else None
-    if best is None:
-        note = (f"no split of {start} to {n - 1 if direction > 0 else start} instances tried met the SLOs "
-                f"({len(tries)} simulations; the best had {max(t.attainment for t in tries):.1%} within them)"
-                if tries else "not simulated")
-        return DisaggOption(gpu=o.gpu, tensor_parallel=o.tensor_parallel, max_num_seqs=o.max_num_seqs,
-                            prefill_replicas=None, decode_replicas=None, kv_transfer_gbps=gbps, gpus_total=None,
-                            cost_per_hour_usd=None, meets_slo=False,
-                            colocated_replicas=o.replicas if o.meets_slo else None, colocated_gpus=colocated_gpus,
-                            router=router, tries=tries, note=note)
-    instances = best.prefill_replicas + best.decode_replicas
-    gpus = instances * o.tensor_parallel
+    common = {"gpu": o.gpu, "tensor_parallel": o.tensor_parallel, "max_num_seqs": o.max_num_seqs,
+              "kv_transfer_gbps": gbps, "colocated_replicas": o.replicas if o.meets_slo else None,
+              "colocated_gpus": colocated_gpus, "router": router, "tries": tries}
+    if not found:
+        note = (f"even {top} prefill + {top} decode instances miss the SLOs "
+                f"({tries[-1].attainment:.1%} of requests within them)")
+        return DisaggOption(prefill_replicas=None, decode_replicas=None, gpus_total=None, cost_per_hour_usd=None,
+                            meets_slo=False, note=note, **common)
+    met = next(t for t in reversed(tries) if t.meets_slo and (t.prefill_replicas, t.decode_replicas) == (p, d))
+    gpus = (p + d) * o.tensor_parallel
     if colocated_gpus is None:
         versus = "where colocated replicas meet them at no count tried"
-    elif gpus < colocated_gpus:
-        versus = f"where colocated needs {o.replicas} replicas ({colocated_gpus} GPUs): {colocated_gpus - gpus} fewer"
     elif gpus == colocated_gpus:
         versus = f"as many GPUs as {o.replicas} colocated replicas"
     else:
-        versus = f"where colocated needs {o.replicas} replicas ({colocated_gpus} GPUs): {gpus - colocated_gpus} more"
-    note = (f"{best.prefill_replicas} prefill + {best.decode_replicas} decode instances of {o.gpu} x{o.tensor_parallel}"
-            f" ({gpus} GPUs) meet the SLOs ({best.attainment:.1%} of requests) behind {router} over {gbps:g} GB/s, "
-            f"{versus}")
-    return DisaggOption(gpu=o.gpu, tensor_parallel=o.tensor_parallel, max_num_seqs=o.max_num_seqs,
-                        prefill_replicas=best.prefill_replicas, decode_replicas=best.decode_replicas,
-                        kv_transfer_gbps=gbps, gpus_total=gpus, cost_per_hour_usd=gpus * price, meets_slo=True,
-                        colocated_replicas=o.replicas if o.meets_slo else None, colocated_gpus=colocated_gpus,
-                        router=router, tries=tries, note=note)
+        versus = (f"where colocated needs {o.replicas} replicas ({colocated_gpus} GPUs): "
+                  f"{abs(colocated_gpus - gpus)} {'fewer' if gpus < colocated_gpus else 'more'}")
+    note = (f"{p} prefill + {d} decode instances of {o.gpu} x{o.tensor_parallel} ({gpus} GPUs) meet the SLOs "
+            f"({met.attainment:.1%} of requests) behind {router} over {gbps:g} GB/s, {versus}")
+    return DisaggOption(prefill_replicas=p, decode_replicas=d, gpus_total=gpus, cost_per_hour_usd=gpus * price,
+                        meets_slo=True, note=note, **common)
+
+
+def _fewest(meets: Callable[[int], bool], top: int) -> int:
+    """Return the least k in [1, top] with ``meets(k)``, by bisection; ``meets(top)`` is known to hold.
+
+    >>> calls = []
+    >>> _fewest(lambda k: calls.append(k) or k >= 5, 28), calls
+    (5, [14, 7, 3, 5, 4])
+    """
+    low, high = 0, top  # meets(high) holds; meets(low) is taken to fail (no instance serves nothing)
+    while high - low > 1:
+        mid = (low + high) // 2
+        if meets(mid):
+            high = mid
+        else:
+            low = mid
+    return high
 
 
 def disaggregated_document(options: list[DisaggOption], kv_transfer_gbps: float) -> dict:
@@ -207,7 +174,7 @@ def disaggregated_document(options: list[DisaggOption], kv_transfer_gbps: float)
     best = min(met, key=lambda o: (o.cost_per_hour_usd, o.gpus_total)) if met else None
     return {"kv_transfer_gbps": kv_transfer_gbps, "options": [o.model_dump(mode="json") for o in options],
             "best": best.model_dump(mode="json") if best is not None else None,
-            "most_configurations": MAX_DISAGG_CONFIGS, "most_simulations_per_configuration": MAX_DISAGG_SIMULATIONS}
+            "most_configurations": MAX_DISAGG_CONFIGS}
 
 
 def cheaper_than_colocated(doc: dict, colocated_cost: float | None) -> str | None:
