@@ -96,7 +96,7 @@ class Sender:
                 self._handle(self._receive(left))
             if self.stopped:
                 return
-            if self.in_flight >= self.max_in_flight:
+            if self.in_flight >= self.max_in_flight or time.monotonic() >= t0 + give_up_s:  # a slot came too late
                 self.ctrl.send(b"U" + HEAD.pack(index, math.nan, waited))
                 continue
             self._send(index, payload, waited, t0 + give_up_s)
