@@ -104,6 +104,10 @@ class FleetSpec(BaseModel):
     than ``affinity_slack_requests`` and by more than ``affinity_slack_ratio`` times (SGLang's router
     rule, with its defaults 64 and 1.5); then, or when no replica holds any of the prompt, the
     least-loaded replica takes it.
+
+    ``prefill_replicas``, ``decode_replicas`` and ``kv_transfer_gbps`` (together, in place of ``replicas``)
+    disaggregate: prompts on prefill instances, decodes on decode instances, each prompt's KV crossing a
+    link between them (``servebench.serving.disagg``).
     """
 
     model_config = ConfigDict(extra="forbid")
