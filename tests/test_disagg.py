@@ -246,3 +246,11 @@ def test_the_report_counts_each_instance_and_the_transfers() -> None:
     one = simulate_deployment(scenario(), token_times=False).records
     report = build_report(one, 0.0, float(one.end.max()))
     assert report.disaggregated is None and "disaggregated" not in report.model_dump()
+
+
+def test_a_request_no_decode_instance_can_hold_is_prefilled_then_rejected_when_its_kv_arrives() -> None:
+    """Reserve, 32,768 tokens a decode instance: 30,000 prompt tokens fit to prefill, not with 5,000 output."""
+    run = simulate_disaggregated(scenario(PD), workload=workload([0.0], [30000], [5000]))
+    t = run.result.records
+    assert t.status[0] == 4 and t.error[0] == "kv_exceeds_budget"  # rejected
+    assert run.decode_replica[0] == 0 and t.end[0] > run.kv_transfer_s[0] > 0  # on arrival there, after prefill and transfer
