@@ -93,3 +93,11 @@ def test_plan_text_says_why_a_fleet_was_not_simulated(capsys) -> None:
     code, out, err = run_cli(capsys, *PLAN[:-1], "--rate", "10000")
     assert code == 0, err
     assert f"more than the {MAX_REPLICAS} replicas a fleet simulation holds" in " ".join(out.split())
+
+
+def test_prefix_affinity_without_caching_names_the_fleet_field(tmp_path: Path, capsys) -> None:
+    (tmp_path / "s.yaml").write_text(CLOSED.replace("least_outstanding", "prefix_affinity"), encoding="utf-8")
+    code, out, err = run_cli(capsys, "simulate", str(tmp_path / "s.yaml"), "-o", str(tmp_path / "run"))
+    assert code == 2 and out == ""
+    assert err.strip() == (f"error: {tmp_path / 's.yaml'}, field 'fleet': router prefix_affinity routes by the "
+                           "replicas' cached prefixes: turn on server.prefix_caching")

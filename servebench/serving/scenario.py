@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from servebench.errors import ConfigError, ServebenchError
 from servebench.capacity.documents import check_values, read_document, validation_line
@@ -197,13 +198,15 @@ class Scenario(BaseModel):
     client: ClientSpec | None = Field(None, description="Retrying clients; None: one attempt, no retry.")
     fleet: FleetSpec | None = Field(None, description="Replicas behind a router; None: one replica.")
 
-    @model_validator(mode="after")
-    def _check_fleet(self) -> "Scenario":
-        fleet = self.fleet
-        if fleet is not None and fleet.router == "prefix_affinity" and not self.server.prefix_caching:
-            raise ValueError("fleet.router prefix_affinity routes by the replicas' cached prefixes: "
-                             "turn on server.prefix_caching")
-        return self
+    @field_validator("fleet")
+    @classmethod
+    def _check_fleet(cls, fleet: FleetSpec | None, info: ValidationInfo) -> FleetSpec | None:
+        """Refuse prefix_affinity without prefix caching, naming the field (a model check would name none)."""
+        server = info.data.get("server")  # absent when the server was refused: that refusal comes first
+        if fleet is not None and fleet.router == "prefix_affinity" and server is not None and not server.prefix_caching:
+            raise PydanticCustomError("fleet_router", "router prefix_affinity routes by the replicas' cached "
+                                                      "prefixes: turn on server.prefix_caching")
+        return fleet
 
     @model_validator(mode="after")
     def _check_disaggregated(self) -> "Scenario":
