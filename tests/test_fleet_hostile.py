@@ -101,3 +101,15 @@ def test_prefix_affinity_without_caching_names_the_fleet_field(tmp_path: Path, c
     assert code == 2 and out == ""
     assert err.strip() == (f"error: {tmp_path / 's.yaml'}, field 'fleet': router prefix_affinity routes by the "
                            "replicas' cached prefixes: turn on server.prefix_caching")
+
+
+def test_plan_keeps_a_scenarios_prefix_caching_and_routes_by_it(tmp_path: Path, capsys) -> None:
+    """A class-mix scenario with prefix_caching: the plan simulates caching, so --router prefix_affinity is taken."""
+    source = Path(__file__).parent.parent / "sample_data" / "scenarios" / "prefix_cache.yaml"
+    code, out, err = run_cli(capsys, "plan", "--model", "llama-3.1-8b", "--gpus", "H100", "--tp", "1",
+                             "--max-num-seqs", "64", "--slo-ttft", "1", "--json", "--scenario", str(source),
+                             "--rate", "30", "--router", "prefix_affinity")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["workload"]["prefix_caching"] is True
+    assert doc["options"][0]["router"] == "prefix_affinity" and doc["options"][0]["fleet_verified"] is True

@@ -122,7 +122,8 @@ class Workload(BaseModel):
                        name=scenario.name)
         if wl.arrival is None:
             raise ConfigError(f"scenario {scenario.name!r} is closed loop; the planner needs open-loop arrivals")
-        return cls(classes=wl.classes, arrival=wl.arrival, server=scenario.server, name=scenario.name)
+        return cls(classes=wl.classes, arrival=wl.arrival, prefix_caching=scenario.server.prefix_caching,
+                   server=scenario.server, name=scenario.name)
 
     def with_prompt_scale(self, factor: float) -> "Workload":
         """Return the mix with every prompt length scaled by ``factor`` (a what-if: halve the prompt).
@@ -1006,7 +1007,7 @@ def plan_document(evaluation: Evaluation, result: Plan) -> dict:
                      "mean_prompt_tokens": evaluation.mean_prompt_tokens,
                      "mean_output_tokens": evaluation.mean_output_tokens,
                      "classes": [c.model_dump(mode="json", exclude_none=True) for c in req.workload.classes],
-                     "trace": _trace_document(req.workload)},
+                     "prefix_caching": req.workload.prefix_caching, "trace": _trace_document(req.workload)},
         "slo": req.slo.model_dump(), "slo_target": req.slo_target, "headroom": req.headroom,
         "efficiency": {"defaults": req.efficiency.model_dump(),
                        "calibration": cal.model_dump(mode="json") if cal is not None else None,
