@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 import pyarrow.parquet as pq
 
 from servebench.analysis.record_sets import summarize_path
@@ -113,3 +114,25 @@ def test_plan_keeps_a_scenarios_prefix_caching_and_routes_by_it(tmp_path: Path, 
     doc = json.loads(out)
     assert doc["workload"]["prefix_caching"] is True
     assert doc["options"][0]["router"] == "prefix_affinity" and doc["options"][0]["fleet_verified"] is True
+
+
+@pytest.mark.parametrize(("option", "value", "message"), [
+    ("--requests", "1", "--requests 1: Input should be greater than or equal to 20"),
+    ("--router", "bogus", "--router 'bogus': Input should be 'round_robin', 'least_outstanding', 'power_of_two', "
+                          "'prefix_affinity' or 'session_affinity'"),
+])
+def test_a_bad_plan_option_is_named_as_typed(capsys, option: str, value: str, message: str) -> None:
+    code, out, err = run_cli(capsys, *PLAN, "--rate", "2", option, value)
+    assert code == 2 and out == ""
+    assert " ".join(err.split()) == f"error: {message}"
+
+
+@pytest.mark.parametrize(("option", "value", "message"), [
+    ("--requests", "99999999", "--requests 99999999: Input should be less than or equal to 10000000"),
+    ("--weight-dtype", "int3", "--weight-dtype 'int3': unknown dtype 'int3'; expected one of"),
+    ("--kv-dtype", "int3", "--kv-dtype 'int3': unknown dtype 'int3'; expected one of"),
+])
+def test_a_bad_plan_value_is_named_with_its_option(capsys, option: str, value: str, message: str) -> None:
+    code, out, err = run_cli(capsys, *PLAN, "--rate", "2", option, value)
+    assert code == 2 and out == ""
+    assert " ".join(err.split()).startswith(f"error: {message}")

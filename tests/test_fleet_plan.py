@@ -84,6 +84,6 @@ def test_plan_cli_router_and_fleet_keys(capsys: pytest.CaptureFixture[str]) -> N
     text = " ".join(out.split())  # rich wraps lines at the terminal's width
     assert code == 0 and "1 option(s) verified by simulating the whole fleet behind round_robin" in text
     code, _, err = run_cli(capsys, *args, "--router", "random")
-    assert code == 2 and "plan option 'router'" in err and "Traceback" not in err
+    assert code == 2 and "--router 'random':" in err and "Traceback" not in err
     code, _, err = run_cli(capsys, *args, "--router", "prefix_affinity")
     assert code == 2 and err.count("\n") <= 1 and "--router prefix_affinity" in err

@@ -140,7 +140,7 @@ def test_plan_table_for_people() -> None:
     (["--model", "llama-3.1-8b", "--gpus", "TPU"], "unknown GPU 'TPU'"),
     (["--model", "nope"], "unknown model 'nope'"),
     (["--model", "llama-3.1-8b", "--tp", "1,x"], "--tp '1,x'"),
-    (["--model", "llama-3.1-8b", "--slo-target", "2"], "plan option 'slo-target'"),
+    (["--model", "llama-3.1-8b", "--slo-target", "2"], "--slo-target 2: Input should be less than or equal to 1"),
 ])
 def test_plan_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:
     from servebench.cli.core import main

@@ -33,6 +33,34 @@ def _ints(text: str, what: str) -> list[int]:
     return values
 
 
+# PlanRequest's fields whose option reads otherwise than --field-name
+_OPTION_OF = {"requests_per_simulation": "--requests", "tensor_parallel": "--tp", "prices": "--price",
+              "weight_bytes_per_parameter": "--weight-dtype", "verify_fleet": "--fleet-check"}
+
+
+def _option_named(error: dict) -> str:
+    """Name the option a PlanRequest refusal is about as the user typed it, with the value: ``--requests 1``."""
+    loc = error.get("loc") or ()
+    if len(loc) != 1:
+        return f"plan option '{'.'.join(str(p) for p in loc).replace('_', '-') or 'options'}'"
+    option = _OPTION_OF.get(str(loc[0]), f"--{str(loc[0]).replace('_', '-')}")
+    value = error.get("input")
+    if isinstance(value, str):
+        return f"{option} {value!r}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return option
+    return f"{option} {value}" if isinstance(value, int) else f"{option} {value:g}"
+
+
+def _dtype_bytes(name: str, option: str) -> int:
+    """Return a dtype's bytes per element, a refusal naming the option: ``--weight-dtype 'int3': unknown dtype``."""
+    from servebench.capacity.kv import dtype_bytes
+    try:
+        return dtype_bytes(name)
+    except ConfigError as exc:
+        raise ConfigError(f"{option} {name!r}: {exc}") from None
+
+
 @app.command()
 def plan(
     model: Optional[str] = typer.Option(None, "--model", help="Model preset (servebench kv --list-models)."),
@@ -87,14 +115,13 @@ def plan(
     from servebench.planning import PlanRequest, Workload
     from servebench.planning.planner import load_calibration, plan as run_plan, plan_document, shape_from_config_file
     from servebench.planning.trace_window import window_requests
-    from servebench.capacity.kv import dtype_bytes
     from servebench.capacity.model_presets import get_preset
     from servebench.serving.scenario import MAX_TRANSFER_GBPS
     from servebench.analysis.summary import SLO
 
     if (model is None) == (config is None):
         raise ConfigError("give the model one way: --model NAME or --config config.json")
-    kv_bytes = dtype_bytes(kv_dtype) if kv_dtype else None
+    kv_bytes = _dtype_bytes(kv_dtype, "--kv-dtype") if kv_dtype else None
     active = None
     if model is not None:
         shape = get_preset(model, bytes_per_element=kv_bytes)
@@ -130,9 +157,10 @@ def plan(
         raise ConfigError(f"--kv-transfer-gbps {kv_transfer_gbps:g}: a link's GB/s, above 0 and at most "
                           f"{MAX_TRANSFER_GBPS:g}")
     slo = SLO(ttft_s=slo_ttft, tpot_s=slo_tpot, latency_s=slo_latency)
+    weight_bytes = _dtype_bytes(weight_dtype, "--weight-dtype")
     calibration = load_calibration(str(calibrate), gpu=calibrate_gpu) if calibrate is not None else None
     try:
-        req = PlanRequest(model=shape, weight_bytes_per_parameter=dtype_bytes(weight_dtype), active_parameters=active,
+        req = PlanRequest(model=shape, weight_bytes_per_parameter=weight_bytes, active_parameters=active,
                           workload=workload, slo=slo, slo_target=slo_target,
                           gpus=_csv(gpus, "gpus") if gpus is not None else list(DEFAULT_GPUS),
                           prices=parse_prices(price), tensor_parallel=_ints(tensor_parallel, "tp"),
@@ -141,8 +169,7 @@ def plan(
                           verify_fleet=fleet_check)
     except ValueError as exc:  # pydantic's ValidationError: name the option
         first = exc.errors()[0] if hasattr(exc, "errors") else {"loc": (), "msg": str(exc)}
-        where = ".".join(str(p) for p in first["loc"]) or "options"
-        raise ConfigError(f"plan option '{where.replace('_', '-')}': {first['msg']}") from None
+        raise ConfigError(f"{_option_named(first)}: {first['msg']}") from None
 
     err = Console(stderr=True)
     with Progress(TextColumn("[bold]plan[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
