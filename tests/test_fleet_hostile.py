@@ -136,3 +136,19 @@ def test_a_bad_plan_value_is_named_with_its_option(capsys, option: str, value: s
     code, out, err = run_cli(capsys, *PLAN, "--rate", "2", option, value)
     assert code == 2 and out == ""
     assert " ".join(err.split()).startswith(f"error: {message}")
+
+
+def test_plan_routes_a_scenarios_fleet_by_its_router_unless_told(tmp_path: Path, capsys) -> None:
+    """A --scenario's fleet.router is the plan's router (it was dropped for round_robin); --router overrides it."""
+    source = Path(__file__).parent.parent / "sample_data" / "scenarios" / "prefix_cache.yaml"
+    scenario = tmp_path / "fleet.yaml"
+    scenario.write_text(source.read_text(encoding="utf-8") + "fleet: {replicas: 4, router: least_outstanding}\n",
+                        encoding="utf-8")
+    args = ("plan", "--model", "llama-3.1-8b", "--gpus", "H100", "--tp", "1", "--max-num-seqs", "64", "--slo-ttft",
+            "1", "--json", "--scenario", str(scenario), "--rate", "30")
+    code, out, err = run_cli(capsys, *args)
+    assert code == 0, err
+    assert json.loads(out)["fleet"]["router"] == "least_outstanding"
+    code, out, err = run_cli(capsys, *args, "--router", "power_of_two")
+    assert code == 0, err
+    assert json.loads(out)["options"][0]["router"] == "power_of_two"

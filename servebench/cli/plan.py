@@ -98,9 +98,10 @@ def plan(
                                              "step model calibrates the efficiency factors of its device."),
     calibrate_gpu: Optional[str] = typer.Option(None, help="The preset the calibration run's device is "
                                                 "(default: read from its metadata)."),
-    router: str = typer.Option("round_robin", "--router", help="The router in front of the replicas when the plan "
-                               "simulates the whole fleet: round_robin, least_outstanding, power_of_two, "
-                               "prefix_affinity (with prefix caching) or session_affinity (docs/fleet.md)."),
+    router: Optional[str] = typer.Option(None, "--router", help="The router in front of the replicas when the plan "
+                                         "simulates the whole fleet: round_robin, least_outstanding, power_of_two, "
+                                         "prefix_affinity (with prefix caching) or session_affinity (docs/fleet.md; "
+                                         "default: a --scenario's fleet.router, else round_robin)."),
     fleet_check: bool = typer.Option(True, "--fleet-check/--no-fleet-check", help="Verify the cheapest options' "
                                      "replica counts by simulating each whole fleet (default on)."),
     disaggregated: bool = typer.Option(False, "--disaggregated", help="Also search prefill and decode instances "
@@ -138,7 +139,10 @@ def plan(
         workload = Workload.from_trace(str(trace), trace_format, prefix_caching=prefix_caching)
     elif scenario is not None:
         from servebench.serving.scenario import load_scenario
-        workload = Workload.from_scenario(load_scenario(scenario))
+        sc = load_scenario(scenario)
+        workload = Workload.from_scenario(sc)
+        if router is None and sc.fleet is not None and not sc.fleet.disaggregated:
+            router = sc.fleet.router  # the scenario's router; its replica count is what the plan finds
     else:
         if prompt_tokens is None or output_tokens is None:
             raise ConfigError("give --prompt-tokens and --output-tokens (or a --scenario)")
@@ -150,6 +154,7 @@ def plan(
         rate = workload.trace_rate_rps * workload.trace.speedup
     if requests is None:
         requests = max(20, len(window_requests(workload.trace))) if workload.trace is not None else 300
+    router = router or "round_robin"
     if router == "prefix_affinity" and not workload.prefix_caching:
         raise ConfigError("--router prefix_affinity routes by the replicas' cached prefixes: give a --trace with block "
                           "IDs (or --prefix-caching), or a --scenario whose server has prefix_caching")
