@@ -152,3 +152,20 @@ def test_plan_routes_a_scenarios_fleet_by_its_router_unless_told(tmp_path: Path,
     code, out, err = run_cli(capsys, *args, "--router", "power_of_two")
     assert code == 0, err
     assert json.loads(out)["options"][0]["router"] == "power_of_two"
+
+
+def test_a_fleet_of_one_is_the_single_replica_run_plus_its_replica_column(tmp_path: Path, capsys) -> None:
+    base = CLOSED.replace("fleet: {replicas: 8, router: least_outstanding}\n", "")
+    (tmp_path / "one.yaml").write_text(base, encoding="utf-8")
+    (tmp_path / "fleet.yaml").write_text(base + "fleet: {}\n", encoding="utf-8")
+    reports = {}
+    for name in ("one", "fleet"):
+        code, out, err = run_cli(capsys, "simulate", str(tmp_path / f"{name}.yaml"), "-o", str(tmp_path / name), "--json")
+        assert code == 0, err
+        reports[name] = json.loads(out)["report"]
+    rows = {name: [json.loads(line) for line in (tmp_path / name / "records.jsonl").read_text().splitlines()]
+            for name in reports}
+    assert {r.pop("replica") for r in rows["fleet"]} == {0} and rows["fleet"] == rows["one"]
+    fleet = reports["fleet"].pop("fleet")
+    assert fleet["replicas"] == 1 and fleet["load_imbalance"] == 1 and "fleet" not in reports["one"]
+    assert reports["fleet"] == reports["one"] | {"source": reports["fleet"]["source"]}
