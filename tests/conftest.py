@@ -83,3 +83,19 @@ def burstgpt_csv(path: Path, rows: list[tuple[float, str, int, int]]) -> Path:
     lines += [f"{t:g},{model},{req},{resp},{req + resp},Conversation log" for t, model, req, resp in rows]
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test engine, server, process or app by what it starts, and the measured SLOW ones slow (tests/tiers.py)."""
+    from tiers import SLOW, tiers_of
+
+    for item in items:
+        func = getattr(item, "function", None)
+        if func is None:  # a doctest
+            continue
+        if item.nodeid.split("[")[0] in SLOW:
+            item.add_marker("slow")
+        defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+        fixtures = [d.func for name in getattr(item, "fixturenames", ()) for d in defs.get(name, ())]
+        for tier in sorted(tiers_of(func, fixtures)):
+            item.add_marker(tier)
