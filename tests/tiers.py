@@ -92,13 +92,21 @@ def _source(func: Callable[..., Any]) -> str:
     return _SOURCES[func]
 
 
+_NAMES: dict[str, frozenset[str]] = {}
+
+
+def _names(source: str) -> frozenset[str]:
+    if source not in _NAMES:
+        try:
+            _NAMES[source] = frozenset(n.id for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Name))
+        except SyntaxError:
+            _NAMES[source] = frozenset()
+    return _NAMES[source]
+
+
 def _helpers(source: str, module_globals: dict[str, Any], module: str) -> Iterable[Callable[..., Any]]:
     """Yield the functions and classes of the test's own module that ``source`` names."""
-    try:
-        names = {n.id for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Name)}
-    except SyntaxError:
-        return
-    for name in names:
+    for name in _names(source):
         obj = module_globals.get(name)
         if (inspect.isfunction(obj) or inspect.isclass(obj)) and getattr(obj, "__module__", None) == module:
             yield obj
