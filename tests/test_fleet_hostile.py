@@ -169,3 +169,13 @@ def test_a_fleet_of_one_is_the_single_replica_run_plus_its_replica_column(tmp_pa
     fleet = reports["fleet"].pop("fleet")
     assert fleet["replicas"] == 1 and fleet["load_imbalance"] == 1 and "fleet" not in reports["one"]
     assert reports["fleet"] == reports["one"] | {"source": reports["fleet"]["source"]}
+
+
+def test_the_terminal_folds_idle_replicas_into_one_line(tmp_path: Path, capsys) -> None:
+    (tmp_path / "s.yaml").write_text(CLOSED.replace("replicas: 8", "replicas: 256"), encoding="utf-8")
+    code, out, err = run_cli(capsys, "simulate", str(tmp_path / "s.yaml"), "-o", str(tmp_path / "run"))
+    assert code == 0, err
+    text = " ".join(out.split())
+    assert "Fleet: 256 replicas, load imbalance" in text
+    assert "253 replicas took no request: 3, 4, 5, 6, 7, 8, 9, 10, 11, 12 and 243 more" in text
+    assert "│ 3 " not in out and "│ 255 " not in out  # no row per idle replica

@@ -167,11 +167,18 @@ def print_report(console: Console, report: Report, unavailable: frozenset[str] =
 
 def print_fleet(console: Console, fl: FleetReport) -> None:
     """Print the fleet section: each replica's requests, in-flight peak, token hit rate, TTFT and latency p95."""
-    table = Table(title=f"Fleet: {fl.replicas} replicas, load imbalance {fmt(fl.load_imbalance)} (busiest / mean "
-                        f"requests), token hit rate {NO_DATA if fl.token_hit_rate is None else f'{fl.token_hit_rate:.1%}'}")
+    idle = [name for name, r in fl.per_replica.items() if r.requests == 0]  # a simulated fleet's unchosen replicas
+    shown = ", ".join(idle[:10]) + (f" and {len(idle) - 10:,} more" if len(idle) > 10 else "")
+    table = Table(title=f"Fleet: {fl.replicas} replica{'s' if fl.replicas != 1 else ''}, load imbalance "
+                        f"{fmt(fl.load_imbalance)} (busiest / mean requests), token hit rate "
+                        f"{NO_DATA if fl.token_hit_rate is None else f'{fl.token_hit_rate:.1%}'}",
+                  caption=user_text(f"{len(idle):,} replica{'s' if len(idle) != 1 else ''} took no request: {shown}")
+                  if idle else None)
     for col in ("replica", "requests", "in-flight peak", "token hit rate", "TTFT p95, s", "latency p95, s"):
         table.add_column(col, justify="left" if col == "replica" else "right")
     for name, r in fl.per_replica.items():
+        if r.requests == 0:
+            continue
         table.add_row(user_text(name), f"{r.requests:,}", f"{r.in_flight_peak:,}",
                       NO_DATA if r.token_hit_rate is None else f"{r.token_hit_rate:.1%}", fmt(r.ttft_p95_s),
                       fmt(r.latency_p95_s))
