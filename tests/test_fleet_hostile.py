@@ -6,8 +6,10 @@ import json
 from pathlib import Path
 
 import pyarrow as pa
-import pytest
 import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from servebench.analysis.record_sets import summarize_path
 from servebench.serving.scenario import MAX_REPLICAS
@@ -31,6 +33,20 @@ def test_blank_replica_text_names_no_replica_in_memory_as_in_duckdb(tmp_path: Pa
     fleet = same_report(path)["fleet"]  # type: ignore[index]
     assert list(fleet["per_replica"]) == ["a", "b"] and fleet["replicas"] == 2
     assert fleet["per_replica"]["a"]["requests"] == 2
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.one_of(st.integers(-3, 12), st.sampled_from(["", " ", "\t", "\u3000", "a", " a", "7"]), st.none()),
+                min_size=1, max_size=12))
+def test_no_replica_is_named_blank_and_both_engines_agree(tmp_path: Path, replicas: list) -> None:
+    path = write_jsonl(tmp_path / "r.jsonl", records_naming(replicas))
+    fleet = same_report(path).get("fleet")  # type: ignore[union-attr]
+    named = [r for r in replicas if r is not None and str(r).strip()]
+    if not named:
+        assert fleet is None
+        return
+    assert all(name.strip() for name in fleet["per_replica"])
+    assert sum(r["requests"] for r in fleet["per_replica"].values()) == len(named)
 
 
 def test_only_blank_replicas_is_no_fleet(tmp_path: Path) -> None:
