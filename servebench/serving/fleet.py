@@ -38,7 +38,7 @@ from __future__ import annotations
 import heapq
 import math
 from array import array
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -209,6 +209,8 @@ class _Fleet:
                  decode_runs: bool, token_times: TokenTimes, client: ClientSpec | None,
                  client_rng: np.random.Generator | None, lazy_decode: bool, seed: int) -> None:
         closed = isinstance(workload, ClosedLoopPlan)
+        if config.prefix_caching:  # every replica reads the one list of prompt contents, drawn once
+            workload = _with_shared_contents(workload)
         reqs = workload.requests if isinstance(workload, ClosedLoopPlan) else workload
         n = len(reqs)
         self.spec, self.reqs, self.n, self.closed, self.client = spec, reqs, n, closed, client
@@ -405,6 +407,28 @@ class _Fleet:
         one = replace(one, engine_steps=sum(r.engine_steps for r in reps), events=sum(r.events for r in reps),
                       prefix_evictions=sum(r.sched.evictions for r in reps))
         return FleetResult(_with_replica(one, replica), replica, traces, self.spec.router)
+
+
+@dataclass(frozen=True)
+class _SharedContents(Workload):
+    """The fleet's requests with their prompts' contents computed once (each replica's loop asks for them).
+
+    A fleet of 256 replicas with prefix caching drew them 256 times: 8 of 18 s and 256 copies in memory.
+    The contents are immutable, so sharing them changes nothing else.
+    """
+
+    contents: list[Any] = field(default_factory=list)
+
+    def prompt_contents(self) -> list[Any]:
+        return self.contents  # the one list: a replica reads it, never changes it
+
+
+def _with_shared_contents(workload: Workload | ClosedLoopPlan) -> Workload | ClosedLoopPlan:
+    """Return the workload whose requests hand every replica the same prompt contents."""
+    reqs = workload.requests if isinstance(workload, ClosedLoopPlan) else workload
+    shared = _SharedContents(**{f.name: getattr(reqs, f.name) for f in fields(Workload)},
+                             contents=reqs.prompt_contents())
+    return replace(workload, requests=shared) if isinstance(workload, ClosedLoopPlan) else shared
 
 
 class _Merged:
