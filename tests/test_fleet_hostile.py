@@ -195,3 +195,21 @@ def test_the_terminal_folds_idle_replicas_into_one_line(tmp_path: Path, capsys) 
     assert "Fleet: 256 replicas, load imbalance" in text
     assert "253 replicas took no request: 3, 4, 5, 6, 7, 8, 9, 10, 11, 12 and 243 more" in text
     assert "│ 3 " not in out and "│ 255 " not in out  # no row per idle replica
+
+
+def test_a_caching_fleet_draws_its_prompt_contents_once(monkeypatch) -> None:
+    """256 replicas with prefix caching: one drawing of the prompts' contents, not one per replica."""
+    from servebench.serving.fleet import simulate_fleet
+    from servebench.serving.scenario import parse_scenario
+    from servebench.serving.workload import Workload
+
+    calls = []
+    drawn = Workload.prompt_contents
+    monkeypatch.setattr(Workload, "prompt_contents", lambda self: calls.append(1) or drawn(self))
+    scenario = parse_scenario({
+        "server": {"kv_budget_tokens": 100000, "policy": "paged", "prefix_caching": True},
+        "step_model": {"base_s": 0.01}, "fleet": {"replicas": MAX_REPLICAS, "router": "prefix_affinity"},
+        "workload": {"arrival": {"kind": "poisson", "rate_rps": 50.0}, "num_requests": 20, "classes": [
+            {"prompt": {"value": 64}, "output": {"value": 2}, "shared_prefix": {"tokens": 48, "groups": 2}}]}})
+    result = simulate_fleet(scenario)
+    assert len(calls) == 1 and len(result.result.records) == 20
