@@ -254,3 +254,23 @@ def test_a_request_no_decode_instance_can_hold_is_prefilled_then_rejected_when_i
     t = run.result.records
     assert t.status[0] == 4 and t.error[0] == "kv_exceeds_budget"  # rejected
     assert run.decode_replica[0] == 0 and t.end[0] > run.kv_transfer_s[0] > 0  # on arrival there, after prefill and transfer
+
+
+def test_a_deadline_during_the_transfer_is_a_valid_timeout_record_and_the_run_summarizes(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A link of 1 byte/s: every prompt's KV takes days, so each request times out while it crosses."""
+    path = tmp_path / "pd.json"
+    doc = scenario(PD | {"kv_transfer_gbps": 0.000000001}, timeout_s=5).model_dump(mode="json", exclude_none=True)
+    doc["workload"]["num_requests"] = 20
+    path.write_text(json.dumps(doc))
+    code, out, err = run_cli(capsys, "simulate", str(path), "-o", str(tmp_path / "out"))
+    assert code == 0, err
+    rows = [json.loads(line) for line in (tmp_path / "out" / "records.jsonl").read_text().splitlines()]
+    assert len(rows) == 20 and all(r["status"] == "timeout" and r.get("decode_replica") is None for r in rows)
+    arrivals = draw_workload(scenario().workload, np.random.default_rng(5)).plan().arrival_s[:20]
+    assert [r["start"] for r in rows] == pytest.approx(arrivals.tolist())
+    assert all(r["end"] == pytest.approx(r["start"] + 5) for r in rows)  # at the deadline
+    assert all(r.get("kv_transfer_s") is None for r in rows)  # no KV arrived
+    code, out, err = run_cli(capsys, "summarize", str(tmp_path / "out"), "--json")
+    assert code == 0, err
+    assert json.loads(out)["disaggregated"]["transfers"] == 0

@@ -25,8 +25,9 @@ admission to a prefill instance and ``cached_prompt_tokens`` its prefix-cache re
 carry ``prefill_replica``, ``decode_replica`` (null when it never reached one) and ``kv_transfer_s``
 (from the prefill's end to the KV's arrival, link wait included; null without a transfer).
 
-A deadline or a client's cancellation that falls while the KV is crossing ends the request then (at
-the deadline, or the cancellation) without a decode instance; the prefill instances keep the
+A deadline or a client's cancellation that falls while the KV is crossing (or waiting for the link) ends
+the request then (at the deadline, or the cancellation) without a decode instance: its record starts at its
+arrival, has no ``kv_transfer_s`` (no KV arrived) and the link is free from its end; the prefill instances keep the
 scenario's ``max_waiting`` and ``max_queue_wait_s``, the decode instances take every prompt handed to
 them (no waiting bound, no shedding: the prompt is computed). Each instance draws its step noise from
 a stream of its own: prefill instance k as ``simulate(..., replica=k)``, decode instance k from
@@ -310,17 +311,21 @@ class _Disaggregated:
         if self.ppool.rec.status[i] != _SUCCESS:
             return  # rejected, timed out or cancelled while prefilling: its record is the prefill instance's
         leaves = max(now, self.link_free_s[p])
-        arrives = self.link_free_s[p] = leaves + self.transfer[i]
-        self.kv_transfer_s[i] = (leaves - now) + self.transfer[i]  # exactly the transfer when the link was free
+        arrives = leaves + self.transfer[i]
         start, timeout = self.start_s[i], self.timeout_s[self.cls[i]]
         deadline = math.inf if timeout is None else start + timeout
         cancel = start + self.cancel[i] if self.cancel is not None and self.cancel[i] == self.cancel[i] else math.inf
-        if min(deadline, cancel) <= arrives:  # it ends while its KV crosses
+        if min(deadline, cancel) <= arrives:  # it ends while its KV crosses (or waits for the link)
             status, error, end = ("timeout", ERR_DEADLINE, deadline) if deadline <= cancel else ("cancelled",
                                                                                                ERR_CANCELLED, cancel)
-            self.dpool.rec.add(Outcome(str(i), start, None, None, max(end, now), status,
+            end = max(end, now)
+            self.link_free_s[p] = max(leaves, end)  # the transfer stops when the request ends
+            self.dpool.rec.arrival[i] = start  # the record's start: its arrival at the fleet
+            self.dpool.rec.add(Outcome(str(i), start, None, None, end, status,
                                        int(self.reqs.prompt_tokens[i]), 0, self.reqs.class_names[self.cls[i]], error))
             return
+        self.link_free_s[p] = arrives
+        self.kv_transfer_s[i] = (leaves - now) + self.transfer[i]  # exactly the transfer when the link was free
         d = self.decode_router.route(i)
         self.decode_of[i] = d
         self.counter += 1
