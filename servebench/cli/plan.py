@@ -117,7 +117,7 @@ def plan(
     from servebench.planning.planner import load_calibration, plan as run_plan, plan_document, shape_from_config_file
     from servebench.planning.trace_window import window_requests
     from servebench.capacity.model_presets import get_preset
-    from servebench.serving.scenario import MAX_TRANSFER_GBPS
+    from servebench.serving.scenario import DISAGGREGATED_ROUTERS, MAX_TRANSFER_GBPS
     from servebench.analysis.summary import SLO
 
     if (model is None) == (config is None):
@@ -129,6 +129,7 @@ def plan(
     else:
         shape, active = shape_from_config_file(str(config), bytes_per_element=kv_bytes)
     lengths_given = prompt_tokens is not None or output_tokens is not None
+    router_from = "--router"
     if sum((scenario is not None, trace is not None, lengths_given)) > 1:
         raise ConfigError("give the request lengths one way: --scenario, --trace, or --prompt-tokens and "
                           "--output-tokens")
@@ -141,8 +142,11 @@ def plan(
         from servebench.serving.scenario import load_scenario
         sc = load_scenario(scenario)
         workload = Workload.from_scenario(sc)
-        if router is None and sc.fleet is not None and not sc.fleet.disaggregated:
-            router = sc.fleet.router  # the scenario's router; its replica count is what the plan finds
+        if router is None and sc.fleet is not None and (disaggregated or not sc.fleet.disaggregated):
+            router, router_from = sc.fleet.router, f"{scenario}'s fleet.router"  # its replica count is the plan's
+        if sc.fleet is not None and sc.fleet.disaggregated and not disaggregated:
+            Console(stderr=True).print(f"note: {escape(str(scenario))}'s fleet is disaggregated; plan sizes colocated "
+                                       "replicas unless given --disaggregated", soft_wrap=True)
     else:
         if prompt_tokens is None or output_tokens is None:
             raise ConfigError("give --prompt-tokens and --output-tokens (or a --scenario)")
@@ -155,6 +159,9 @@ def plan(
     if requests is None:
         requests = max(20, len(window_requests(workload.trace))) if workload.trace is not None else 300
     router = router or "round_robin"
+    if disaggregated and router not in DISAGGREGATED_ROUTERS:
+        raise ConfigError(f"{router_from} {router}: --disaggregated routes prefill and decode instances by one of "
+                          f"{', '.join(DISAGGREGATED_ROUTERS)} (give --router)")
     if router == "prefix_affinity" and not workload.prefix_caching:
         raise ConfigError("--router prefix_affinity routes by the replicas' cached prefixes: give a --trace with block "
                           "IDs (or --prefix-caching), or a --scenario whose server has prefix_caching")

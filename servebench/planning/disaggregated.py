@@ -4,7 +4,8 @@ For the cheapest configurations the plan found (GPU type, tensor parallelism and
 instance one replica's GPUs), the search simulates prefill and decode instances of it together
 (``servebench.serving.disagg``) at the planned rate and looks for the fewest that meet the SLOs. It starts
 with as many of each kind as the colocated option has replicas (the verified count when the fleet was
-simulated), doubling both, up to ``MAX_FLEET_REPLICAS_FACTOR`` times that, until they meet the SLOs; then
+simulated), doubling both, up to ``MAX_FLEET_REPLICAS_FACTOR`` times that and at most ``MAX_REPLICAS``
+(256, what a simulation holds), until they meet the SLOs; a start past 256 is not simulated (its note says so); then
 it bisects the prefill count with that many decode instances, and the decode count with the fewest prefill
 instances found. This takes more instances of one kind never to hurt (they only shorten queues), and costs
 about 2 log2(start) simulations. Each offers the fleet check's request count (``requests_per_simulation``
@@ -31,7 +32,8 @@ from servebench.planning.planner import (
 )
 from servebench.planning.trace_window import speedup_for
 from servebench.serving.disagg import simulate_disaggregated
-from servebench.serving.scenario import DISAGGREGATED_ROUTERS, FleetSpec
+from servebench.errors import ConfigError
+from servebench.serving.scenario import DISAGGREGATED_ROUTERS, MAX_REPLICAS, FleetSpec
 from servebench.serving.sweep import SweepPoint, point_from, scenario_at
 
 MAX_DISAGG_CONFIGS = 3  # configurations the disaggregated search tries, the cheapest colocated options first
@@ -87,7 +89,10 @@ def plan_disaggregated(evaluation: Evaluation, result: Plan, *, kv_transfer_gbps
                        progress: Callable[[int, int, str], None] | None = None) -> list[DisaggOption]:
     """Return, for the cheapest configurations of ``result``, the fewest disaggregated instances meeting the SLOs."""
     req = evaluation.request
-    router = req.router if req.router in DISAGGREGATED_ROUTERS else "least_outstanding"
+    router = req.router
+    if router not in DISAGGREGATED_ROUTERS:
+        raise ConfigError(f"--router {router}: a disaggregated fleet routes by one of "
+                          f"{', '.join(DISAGGREGATED_ROUTERS)}")
     seen: set[tuple[str, int, int]] = set()
     picked: list[tuple[Option, float]] = []
     for o, d in zip(result.options, result.details):
@@ -120,7 +125,15 @@ def _search(evaluation: Evaluation, o: Option, price: float, rate: float, gbps: 
         return tries[-1].meets_slo
 
     start = max(1, o.replicas or 1)
-    top, most = start, start * MAX_FLEET_REPLICAS_FACTOR
+    common = {"gpu": o.gpu, "tensor_parallel": o.tensor_parallel, "max_num_seqs": o.max_num_seqs,
+              "kv_transfer_gbps": gbps, "colocated_replicas": o.replicas if o.meets_slo else None,
+              "colocated_gpus": o.gpus_total if o.meets_slo else None, "router": router}
+    if start > MAX_REPLICAS:  # no simulation holds as many of each kind: nothing tried, and the note says so
+        note = (f"{start} colocated replicas, more instances of each kind than the {MAX_REPLICAS} a simulation "
+                "holds: not simulated")
+        return DisaggOption(prefill_replicas=None, decode_replicas=None, gpus_total=None, cost_per_hour_usd=None,
+                            meets_slo=False, note=note, tries=[], **common)
+    top, most = start, min(start * MAX_FLEET_REPLICAS_FACTOR, MAX_REPLICAS)
     while not meets(top, top) and top < most:  # as many of each kind as colocated replicas, then more
         top = min(most, top * 2)
     found = tries[-1].meets_slo
@@ -128,9 +141,7 @@ def _search(evaluation: Evaluation, o: Option, price: float, rate: float, gbps: 
         p = _fewest(lambda k: meets(k, top), top)
         d = _fewest(lambda k: meets(p, k), top)
     colocated_gpus = o.gpus_total if o.meets_slo else None
-    common = {"gpu": o.gpu, "tensor_parallel": o.tensor_parallel, "max_num_seqs": o.max_num_seqs,
-              "kv_transfer_gbps": gbps, "colocated_replicas": o.replicas if o.meets_slo else None,
-              "colocated_gpus": colocated_gpus, "router": router, "tries": tries}
+    common["tries"] = tries
     if not found:
         note = (f"even {top} prefill + {top} decode instances miss the SLOs "
                 f"({tries[-1].attainment:.1%} of requests within them)")
