@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -179,6 +180,37 @@ def test_disaggregation_needs_the_model_shape_to_count_kv_bytes() -> None:
     doc["server"] = {"kv_budget_tokens": 20000}
     with pytest.raises(ConfigError, match="give server.model"):
         parse_scenario(doc | {"fleet": PD})
+
+
+def _without_model(doc: dict) -> None:
+    doc["server"] = {"kv_budget_tokens": 20000}
+
+
+def _retrying(doc: dict) -> None:
+    doc["client"] = {"max_attempts": 3}
+
+
+def _closed_loop(doc: dict) -> None:
+    doc["workload"].pop("arrival")
+    doc["workload"]["closed_loop"] = {"users": 4}
+
+
+@pytest.mark.parametrize("change, message", [
+    (_without_model, "kv_transfer_gbps moves each prompt's KV bytes: give server.model (and kv_budget_gib) so the "
+                     "KV calculator can count them"),
+    (_retrying, "retrying clients are not simulated with disaggregated prefill and decode; leave client.retries out"),
+    (_closed_loop, "requests that follow others' ends (closed_loop users, conversations) are not simulated with "
+                   "disaggregated prefill and decode"),
+])
+def test_what_disaggregation_does_not_simulate_is_refused_naming_the_fleet_field(
+        change: Callable[[dict], None], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    doc = scenario().model_dump(mode="json", exclude_none=True) | {"fleet": PD}
+    change(doc)
+    path = tmp_path / "pd.json"
+    path.write_text(json.dumps(doc))
+    code, out, err = run_cli(capsys, "simulate", str(path), "-o", str(tmp_path / "out"))
+    assert code == 2 and out == ""
+    assert err.strip() == f"error: {path}, field 'fleet': {message}"
 
 
 def test_the_scenario_runs_as_its_fleet_says() -> None:

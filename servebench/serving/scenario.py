@@ -208,21 +208,24 @@ class Scenario(BaseModel):
                                                       "prefixes: turn on server.prefix_caching")
         return fleet
 
-    @model_validator(mode="after")
-    def _check_disaggregated(self) -> "Scenario":
-        fleet = self.fleet
+    @field_validator("fleet")
+    @classmethod
+    def _check_disaggregated(cls, fleet: FleetSpec | None, info: ValidationInfo) -> FleetSpec | None:
+        """Refuse what a disaggregated fleet does not simulate, naming the field (a model check would name none)."""
         if fleet is None or not fleet.disaggregated:
-            return self
-        if self.server.model is None:
-            raise ValueError("fleet.kv_transfer_gbps moves each prompt's KV bytes: give server.model (and "
-                             "kv_budget_gib) so the KV calculator can count them")
-        if self.client is not None and self.client.retries:
-            raise ValueError("fleet.prefill_replicas: retrying clients are not simulated with disaggregated "
-                             "prefill and decode; leave client.retries out")
-        if self.workload.closed_loop is not None or any(c.conversation is not None for c in self.workload.classes):
-            raise ValueError("fleet.prefill_replicas: requests that follow others' ends (closed_loop users, "
-                             "conversations) are not simulated with disaggregated prefill and decode")
-        return self
+            return fleet
+        server, client, workload = (info.data.get(name) for name in ("server", "client", "workload"))  # absent: refused
+        if server is not None and server.model is None:
+            raise PydanticCustomError("fleet_disaggregated", "kv_transfer_gbps moves each prompt's KV bytes: give "
+                                      "server.model (and kv_budget_gib) so the KV calculator can count them")
+        if client is not None and client.retries:
+            raise PydanticCustomError("fleet_disaggregated", "retrying clients are not simulated with disaggregated "
+                                      "prefill and decode; leave client.retries out")
+        if workload is not None and (workload.closed_loop is not None
+                                     or any(c.conversation is not None for c in workload.classes)):
+            raise PydanticCustomError("fleet_disaggregated", "requests that follow others' ends (closed_loop users, "
+                                      "conversations) are not simulated with disaggregated prefill and decode")
+        return fleet
 
     def rng(self) -> np.random.Generator:
         """Return a fresh generator seeded by the scenario."""
