@@ -196,11 +196,11 @@ def _closed_loop(doc: dict) -> None:
 
 
 @pytest.mark.parametrize("change, message", [
-    (_without_model, "kv_transfer_gbps moves each prompt's KV bytes: give server.model (and kv_budget_gib) so the "
-                     "KV calculator can count them"),
+    (_without_model, ("kv_transfer_gbps moves each prompt's KV bytes: give server.model (and kv_budget_gib) so "
+                      "the KV calculator can count them")),
     (_retrying, "retrying clients are not simulated with disaggregated prefill and decode; leave client.retries out"),
-    (_closed_loop, "requests that follow others' ends (closed_loop users, conversations) are not simulated with "
-                   "disaggregated prefill and decode"),
+    (_closed_loop, ("requests that follow others' ends (closed_loop users, conversations) are not simulated with "
+                    "disaggregated prefill and decode")),
 ])
 def test_what_disaggregation_does_not_simulate_is_refused_naming_the_fleet_field(
         change: Callable[[dict], None], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -297,6 +297,7 @@ def test_a_deadline_during_the_transfer_is_a_valid_timeout_record_and_the_run_su
     path.write_text(json.dumps(doc))
     code, out, err = run_cli(capsys, "simulate", str(path), "-o", str(tmp_path / "out"))
     assert code == 0, err
+    assert "no request reached a decode instance; 0 KV transfers" in " ".join(out.split())
     rows = [json.loads(line) for line in (tmp_path / "out" / "records.jsonl").read_text().splitlines()]
     assert len(rows) == 20 and all(r["status"] == "timeout" and r.get("decode_replica") is None for r in rows)
     arrivals = draw_workload(scenario().workload, np.random.default_rng(5)).plan().arrival_s[:20]

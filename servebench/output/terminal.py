@@ -189,9 +189,10 @@ def print_disaggregated(console: Console, pd: DisaggReport) -> None:
     """Print the disaggregated section: requests per prefill and decode instance, and the KV transfer times."""
     def spread(counts: dict[str, int]) -> str:
         return " / ".join(f"{n:,}" for n in counts.values()) or NO_DATA
+    decode = (f"per decode instance {spread(pd.decode_requests)} (busiest {fmt(pd.decode_load_imbalance)}x)"
+              if pd.decode_requests else "no request reached a decode instance")
     console.print(f"[bold]Disaggregated[/]: requests per prefill instance {spread(pd.prefill_requests)} (busiest "
-                  f"{fmt(pd.prefill_load_imbalance)}x the mean), per decode instance {spread(pd.decode_requests)} "
-                  f"(busiest {fmt(pd.decode_load_imbalance)}x); {pd.transfers:,} KV transfers, p50 "
+                  f"{fmt(pd.prefill_load_imbalance)}x the mean), {decode}; {pd.transfers:,} KV transfers, p50 "
                   f"{fmt(pd.kv_transfer_p50_s)} s, p95 {fmt(pd.kv_transfer_p95_s)} s, max {fmt(pd.kv_transfer_max_s)} s")
 
 

@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, Field
 
+from servebench.errors import ConfigError
 from servebench.planning.planner import (
     MAX_FLEET_REPLICAS_FACTOR,
     MAX_FLEET_REQUESTS,
@@ -32,7 +33,6 @@ from servebench.planning.planner import (
 )
 from servebench.planning.trace_window import speedup_for
 from servebench.serving.disagg import simulate_disaggregated
-from servebench.errors import ConfigError
 from servebench.serving.scenario import DISAGGREGATED_ROUTERS, MAX_REPLICAS, FleetSpec
 from servebench.serving.sweep import SweepPoint, point_from, scenario_at
 
