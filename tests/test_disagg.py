@@ -116,7 +116,7 @@ def test_decode_admission_holds_the_decode_instances_kv() -> None:
 
 # ---------------------------------------------------------------------- every request prefilled once, decoded once
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(prefill=st.integers(1, 3), decode=st.integers(1, 3), gbps=st.sampled_from([0.5, 5.0, 100.0]),
+@given(prefill=st.integers(1, 3), decode=st.integers(1, 3), gbps=st.sampled_from([1e-6, 0.5, 5.0, 100.0]),
        router=st.sampled_from(["round_robin", "least_outstanding", "power_of_two"]),
        policy=st.sampled_from(["reserve", "paged"]), lane=st.sampled_from(["shared", "separate"]),
        budget=st.sampled_from([None, 512]), timeout=st.sampled_from([None, 0.5, 3.0]),
@@ -144,7 +144,10 @@ def test_every_request_is_prefilled_once_and_decoded_once(prefill: int, decode: 
     ok = t.is_success
     reached = run.decode_replica >= 0
     assert (reached[ok]).all() and (run.decode_replica < decode).all()
-    assert not np.isnan(run.kv_transfer_s[reached]).any()
+    assert not np.isnan(run.kv_transfer_s[reached]).any() and np.isnan(run.kv_transfer_s[~reached]).all()
+    drawn = draw_workload(sc.workload, sc.rng(), sc.cancel).plan()
+    assert np.array_equal(t.start, drawn.arrival_s)  # every record starts at its arrival, crossing or not
+    assert np.isfinite(t.end).all() and (t.end >= t.start).all()
     assert (t.first_token[ok] - t.start[ok] >= run.kv_transfer_s[ok]).all()
     wanted = draw_workload(sc.workload, sc.rng(), sc.cancel).plan().output_tokens
     assert np.array_equal(t.output_tokens[ok], wanted[ok])  # a success generated every token, once
