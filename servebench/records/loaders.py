@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import csv
 import io
 import json
@@ -55,11 +56,14 @@ def detect_format(name: str, head: bytes) -> str:
 def check_text(data: bytes, source: str) -> None:
     r"""Refuse a binary file (an image, an archive, a spreadsheet) as what it is, before a text reader sees it.
 
-    No UTF-8 text holds a NUL byte; a binary file nearly always has one in its first few KiB, and read as CSV
-    it gave 'missing columns'. UTF-16 text (NUL in every other byte) starts with its byte-order mark and is left
-    to the decoder, which asks for UTF-8.
+    Binary: a NUL byte in the first :data:`TEXT_SNIFF_BYTES`, beside another NUL, another control byte (not
+    tab, CR or LF) or bytes that are not UTF-8 there; read as CSV such a file gave 'missing columns'. One NUL
+    in otherwise clean text is a defect of the cell it sits in, and the reader names its row and field. UTF-16
+    text (NUL in every other byte) starts with its byte-order mark and is left to the decoder, which asks for
+    UTF-8.
 
     >>> check_text(b"start,end,status\n", "r.csv")
+    >>> check_text(b"start,end,status\n0,1,time\x00out\n", "r.csv")  # a cell's defect: named by the reader
     >>> check_text(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "shot.png")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
@@ -69,9 +73,24 @@ def check_text(data: bytes, source: str) -> None:
     if head.startswith((b"\xff\xfe", b"\xfe\xff")):
         return
     at = head.find(b"\x00")
-    if at >= 0:
+    if at >= 0 and not _clean_text_but_one_nul(head, at):
         raise InputFormatError(f"{source}: not a text file (a NUL byte at offset {at}): records and exports are CSV, "
                                "JSON or JSONL text, or Parquet")
+
+
+_OTHER_CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f]")
+
+
+def _clean_text_but_one_nul(head: bytes, at: int) -> bool:
+    """Whether ``head`` is UTF-8 text without control bytes but its one NUL (at ``at``)."""
+    rest = head[:at] + head[at + 1:]
+    if _OTHER_CONTROL.search(rest):
+        return False
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(rest)  # a character cut at the end of the head is not a fault
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _decode(data: bytes, source: str) -> str:
