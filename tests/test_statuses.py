@@ -54,12 +54,12 @@ def test_one_status_list_gives_the_type_and_one_table_gives_the_words() -> None:
     from servebench.analysis.summary import build_report
     from servebench.output.figures.summary import outcome_cells
     from servebench.output.plain import label
-    from servebench.records import statuses, table
+    from servebench.records import schema, statuses, table
     from servebench.records.statuses import STATUS_WORDS, FailureStatus, Status
     from servebench.records.schema import parse_objects
     from servebench.records.table import validate
 
-    assert table.STATUSES is statuses.STATUSES and table.Status is Status
+    assert table.STATUSES is statuses.STATUSES and schema.STATUSES is STATUSES and schema.Status is Status
     assert get_args(Status) == STATUSES and get_args(FailureStatus) == STATUSES[1:]
     assert tuple(STATUS_WORDS) == STATUSES
     words = list(STATUS_WORDS.values())
