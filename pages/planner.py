@@ -12,6 +12,7 @@ from pages._shared import chosen_scenario, guarded, sample_scenarios, static_tab
 from servebench.capacity import ACCELERATORS, DEFAULT_GPUS
 from servebench.dashboard.answers import ms_text, plan_answer, usd_text
 from servebench.dashboard.traces import plan_rows
+from servebench.dashboard.wording import SLO_TPOT_HELP, SLO_TTFT_HELP
 from servebench.planning import PlanRequest, Workload, plan
 from servebench.planning.interview import QUESTION, QUESTION_RATE_RPS, interview_request, interview_step
 from servebench.planning.planner import MAX_NUM_SEQS, TENSOR_PARALLEL, Evaluation, Plan, fleet_sentence
@@ -71,10 +72,9 @@ else:
 st.subheader("SLOs")
 c = st.columns(4)
 slo_ttft_ms = c[0].number_input("TTFT (ms)", min_value=0.0, value=2000.0, step=500.0, key="plan_slo_ttft_ms",
-                                help="Time to first token: how long a user waits for the answer to start. 0: no limit.")
+                                help=SLO_TTFT_HELP)
 slo_tpot_ms = c[1].number_input("Request TPOT (ms)", min_value=0.0, value=50.0, step=10.0, key="plan_slo_tpot_ms",
-                                help="Time per output token, per request: the pace at which the rest of the answer "
-                                     "streams. 0: no limit.")
+                                help=SLO_TPOT_HELP)
 slo_ttft, slo_tpot = slo_ttft_ms / 1000, slo_tpot_ms / 1000
 slo_latency = c[2].number_input("Latency (s)", min_value=0.0, value=None, step=1.0, key="plan_slo_latency",
                                 placeholder="no limit")

@@ -12,6 +12,7 @@ from servebench.analysis.trace_stats import TraceStats, trace_stats
 from servebench.capacity import ACCELERATORS, DEFAULT_GPUS
 from servebench.capacity.model_presets import PRESETS, get_preset
 from servebench.dashboard.trace_charts import hit_rate_chart, over_time_charts
+from servebench.dashboard.wording import SLO_TPOT_HELP, SLO_TTFT_HELP
 from servebench.dashboard.traces import (answers, kept_upload, option_text, plan_notes, plan_request, plan_rows,
                                          plan_window_text, trace_metrics)
 from servebench.errors import InputFormatError
@@ -69,10 +70,9 @@ st.subheader("What it needs")
 c = st.columns(4)
 model_name = c[0].selectbox("Model", list(PRESETS), index=list(PRESETS).index("llama-3.1-8b"), key="traces_model")
 slo_ttft_ms = c[1].number_input("TTFT (ms)", min_value=0.0, value=5000.0, step=500.0, key="traces_slo_ttft_ms",
-                                help="Time to first token: how long a user waits for the answer to start. 0: no limit.")
+                                help=SLO_TTFT_HELP)
 slo_tpot_ms = c[2].number_input("Request TPOT (ms)", min_value=0.0, value=50.0, step=10.0, key="traces_slo_tpot_ms",
-                                help="Time per output token, per request: the pace at which the rest of the answer "
-                                     "streams. 0: no limit.")
+                                help=SLO_TPOT_HELP)
 slo_ttft, slo_tpot = slo_ttft_ms / 1000, slo_tpot_ms / 1000
 target = c[3].number_input("Share of requests that must meet them", min_value=0.51, max_value=1.0, value=0.95,
                            step=0.01, key="traces_target")

@@ -135,3 +135,8 @@ def headline_title(engineer: bool) -> str:
     ('Eight numbers that sum up the run', 'The contract: eight fields')
     """
     return "The contract: eight fields" if engineer else "Eight numbers that sum up the run"
+
+
+# an SLO input's help: what the limit bounds (the planner's and the Traces page's inputs)
+SLO_TTFT_HELP = "Time to first token: how long a user waits for the answer to start. 0: no limit."
+SLO_TPOT_HELP = "Time per output token, per request: the pace at which the rest of the answer streams. 0: no limit."
