@@ -2,8 +2,9 @@
 # servebench developer entry point.
 #   ./dev.sh app    set up (once) and open the dashboard on the sample data, on 127.0.0.1 only
 #                   (.streamlit/config.toml); extra args go to streamlit: --server.address 0.0.0.0 shares it
-#   ./dev.sh test   set up (once) and run the whole test suite (extra args go to pytest); CI runs this
-#   ./dev.sh fast   the fast selection: no slow, browser, engine, server, process or app tests (README, "Tests")
+#   ./dev.sh test   set up (once), lint (ruff), and run the whole test suite (extra args go to pytest); CI runs this
+#   ./dev.sh fast   lint, then the fast selection: no slow, browser, engine, server, process or app tests (README)
+#   ./dev.sh lint   ruff: pyflakes, pycodestyle and import order (pyproject.toml); ./dev.sh lint --fix mends what it can
 # Setup is idempotent: the virtual environment is rebuilt only when requirements.txt or pyproject.toml change.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -42,17 +43,23 @@ case "$cmd" in
     setup
     exec "$VENV/bin/streamlit" run app.py "$@"
     ;;
+  lint)
+    setup
+    exec "$VENV/bin/ruff" check . "$@"
+    ;;
   test)
     setup
     browser
+    "$VENV/bin/ruff" check .
     exec "$PY" -m pytest "$@"
     ;;
   fast)
     setup
+    "$VENV/bin/ruff" check .
     exec "$PY" -m pytest -m "not slow and not browser and not engine and not server and not process and not app" "$@"
     ;;
   *)
-    echo "usage: ./dev.sh app | test [pytest args] | fast [pytest args]" >&2
+    echo "usage: ./dev.sh app | test [pytest args] | fast [pytest args] | lint [ruff args]" >&2
     exit 2
     ;;
 esac

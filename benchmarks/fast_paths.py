@@ -47,8 +47,8 @@ import os
 import platform
 import time
 from collections.abc import Callable
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa

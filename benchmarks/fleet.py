@@ -26,11 +26,11 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-
-import numpy as np
 import time
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from servebench.analysis.fleet import fleet_report
 from servebench.analysis.percentiles import percentile

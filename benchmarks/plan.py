@@ -23,10 +23,11 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from servebench.planning import PlanRequest, Workload, evaluate_configurations, plan, planned_point
-from servebench.capacity.model_presets import get_preset
-from servebench.analysis.summary import SLO
 from simulate import timed  # benchmarks/simulate.py: best CPU and wall time over repeats
+
+from servebench.analysis.summary import SLO
+from servebench.capacity.model_presets import get_preset
+from servebench.planning import PlanRequest, Workload, evaluate_configurations, plan, planned_point
 
 RESULTS = Path(__file__).resolve().parent / "results"
 RATE_RPS = 20.0

@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from servebench.analysis.summary import build_report
 from servebench.serving.scenario import Scenario, load_scenario
 from servebench.serving.simulate import simulate
-from servebench.analysis.summary import build_report
 
 HERE = Path(__file__).resolve().parent
 SCENARIOS = HERE.parent / "sample_data" / "scenarios"

@@ -33,9 +33,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from servebench.analysis.summary import SLO
 from servebench.serving.scenario import Scenario, load_scenario
 from servebench.serving.simulate import SimResult, simulate
-from servebench.analysis.summary import SLO
 from servebench.serving.sweep import default_rates, point_from, scenario_at, sweep
 
 HERE = Path(__file__).resolve().parent

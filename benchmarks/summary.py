@@ -194,9 +194,9 @@ def case_sweep(start: np.ndarray, end: np.ndarray) -> int:
 
 def case_report(path: Path) -> None:
     """The report as ``servebench summarize`` makes it: with the CLI's memory settings (servebench.cli.allocator)."""
+    from servebench.analysis.summary import SLO, build_report
     from servebench.cli.allocator import no_huge_pages, reuse_freed_memory
     from servebench.records.loaders import load_table
-    from servebench.analysis.summary import SLO, build_report
     reuse_freed_memory()
     no_huge_pages()
     table, ws, we = load_table(path)
@@ -255,8 +255,8 @@ def case_polars(path: Path) -> None:
 
 def case_duckdb_report(path: Path) -> None:
     from servebench.analysis.duckdb_engine import summarize_set
-    from servebench.records.recordset import find_parts
     from servebench.analysis.summary import SLO
+    from servebench.records.recordset import find_parts
     summarize_set(find_parts(path), slo=SLO(ttft_s=1.0, tpot_s=0.05))
 
 

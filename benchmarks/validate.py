@@ -80,7 +80,11 @@ def run_to_run(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
 def sweep(scenario: Path, rates: list[float], model: str, device: str) -> dict[str, Any]:
     """Run validate-sweep at the CPU-sized default and return its knee and errors with the machine's load."""
     from servebench.serving.engine.model import Decoder, configure_cpu, pick_device, preset
-    from servebench.serving.engine.sweep_validation import CPU_MAX_WALL_S_PER_RATE, CPU_REQUESTS_PER_RATE, validate_sweep
+    from servebench.serving.engine.sweep_validation import (
+        CPU_MAX_WALL_S_PER_RATE,
+        CPU_REQUESTS_PER_RATE,
+        validate_sweep,
+    )
     from servebench.serving.scenario import load_scenario
 
     sc = load_scenario(scenario)

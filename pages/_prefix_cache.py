@@ -5,9 +5,9 @@ from __future__ import annotations
 import streamlit as st
 
 from pages._shared import static_table
-from servebench.output.figures.summary import distribution_frame
-from servebench.formatting import fmt, fmt_share
 from servebench.analysis.summary import PrefixCacheReport
+from servebench.formatting import fmt, fmt_share
+from servebench.output.figures.summary import distribution_frame
 
 
 def show_prefix_cache(pc: PrefixCacheReport, unit: str = "s") -> None:

@@ -15,29 +15,48 @@ import pandas as pd
 import streamlit as st
 from streamlit import config as st_config
 
-from servebench.dashboard.sharing import Sharing, upload_size_error
-from servebench.errors import InputFormatError, RecordValidationError, ServebenchError
-from servebench.records.extra_columns import extra_columns_note
+from servebench.analysis.summary import SLO, Report
 from servebench.dashboard.reports import report_for, site_zip_of
-from servebench.dashboard.server_view import is_server_metrics_file, read_server_metrics, server_charts
-from servebench.dashboard.sources import (SERVER_TOKEN_FORMATS, Dataset, ReadAs, RecordSource, attach_scrapes,
-                                          fallback_source, import_read_as, query_float, record_files,
-                                          scenario_files, sort_uploads)
-from servebench.records.server_samples import ServerSamples
-from servebench.dashboard.windows import NO_CLOCK, shared_clock, span_text, window_text
-from servebench.dashboard.wording import (DEFAULT_TIME_UNIT, ENGINEER_VIEW_HELP, ENGINEER_VIEW_KEY, ENGINEER_VIEW_LABEL,
-                                          TIME_UNITS, UNIT_HELP, engineer_from_query, metric_help, time_unit, unit_scale)
+from servebench.dashboard.server_view import read_server_metrics, server_charts
+from servebench.dashboard.sharing import Sharing, upload_size_error
+from servebench.dashboard.sources import (
+    SERVER_TOKEN_FORMATS,
+    Dataset,
+    ReadAs,
+    RecordSource,
+    attach_scrapes,
+    fallback_source,
+    import_read_as,
+    query_float,
+    record_files,
+    scenario_files,
+    sort_uploads,
+)
+from servebench.dashboard.windows import NO_CLOCK, shared_clock, span_text
+from servebench.dashboard.wording import (
+    DEFAULT_TIME_UNIT,
+    ENGINEER_VIEW_HELP,
+    ENGINEER_VIEW_KEY,
+    ENGINEER_VIEW_LABEL,
+    TIME_UNITS,
+    UNIT_HELP,
+    engineer_from_query,
+    metric_help,
+    time_unit,
+    unit_scale,
+)
+from servebench.errors import InputFormatError, RecordValidationError, ServebenchError
+from servebench.output.figures.markdown_table import markdown_table
+from servebench.output.plain import GLOSSARY, export_label, for_people
+from servebench.output.safetext import safe_text
+from servebench.records.extra_columns import extra_columns_note
 from servebench.records.importers import FORMATS as FOREIGN_FORMATS
 from servebench.records.loaders import LoadedRecords, read_bytes
-from servebench.output.figures.markdown_table import markdown_table
-from servebench.formatting import fmt
-from servebench.output.plain import GLOSSARY, export_label, for_people
+from servebench.records.server_samples import ServerSamples
 from servebench.records.table import RecordTable
 from servebench.records.validation_report import bad_rows_text
 from servebench.records.window_zoom import TrimmedRecords, full_table, trim
-from servebench.output.safetext import safe_text
 from servebench.serving.scenario import Scenario, load_scenario, scenario_from_bytes
-from servebench.analysis.summary import SLO, Report
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE_DIR = REPO / "sample_data"

@@ -8,8 +8,8 @@ import streamlit as st
 from pages._shared import guarded, static_table
 from servebench.dashboard.answers import cache_answer, ms_text
 from servebench.dashboard.cells import cell, in_ms
-from servebench.serving.cache_experiment import WORKLOADS, CacheExperiment, run_cache_experiment
 from servebench.formatting import NO_DATA, fmt_share
+from servebench.serving.cache_experiment import WORKLOADS, CacheExperiment, run_cache_experiment
 
 st.title("Cache experiments")
 st.caption("Prefix caching keeps the KV of full prompt blocks that earlier requests computed and reuses the "

@@ -11,10 +11,18 @@ import hashlib
 import streamlit as st
 
 from pages._figures import compare_cdfs, on_canvas
-from pages._shared import (SLO_FIELDS, cached_report, held_datasets, held_runs, records_sidebar, site_zip,
-                           static_table, unit_choice)
-from servebench.dashboard import baseline_first, comparable
+from pages._shared import (
+    SLO_FIELDS,
+    cached_report,
+    held_datasets,
+    held_runs,
+    records_sidebar,
+    site_zip,
+    static_table,
+    unit_choice,
+)
 from servebench.analysis.compare import contract_table, outcome_table, overlap_table, percentiles_by_run
+from servebench.dashboard import baseline_first, comparable
 from servebench.output.figures.vegalite import percentile_bars
 from servebench.output.safetext import safe_text
 

@@ -5,18 +5,33 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from pages._shared import (SAMPLE_DIR, engineer_view, guarded, metric, records_sidebar, show_reader_warnings,
-                           show_server_over_time, static_table, unit_choice)
 from pages._figures import profile_sweep_chart
+from pages._shared import (
+    SAMPLE_DIR,
+    engineer_view,
+    guarded,
+    metric,
+    records_sidebar,
+    show_reader_warnings,
+    show_server_over_time,
+    static_table,
+    unit_choice,
+)
 from servebench.analysis import diagnosis, walkthrough
-from servebench.dashboard.answers import sweep_answer
-from servebench.dashboard.verdict_tables import (bindings_frame, bindings_heading, evidence_frame, profiles_frame,
-                                                 read_profile_table, rules_frame)
-from servebench.dashboard.walkthrough_sweeps import PROFILE_SWEEP_NOTE, profile_sweeps
 from servebench.capacity import kv
+from servebench.capacity.model_presets import PRESETS, get_preset
+from servebench.dashboard.answers import sweep_answer
+from servebench.dashboard.verdict_tables import (
+    bindings_frame,
+    bindings_heading,
+    evidence_frame,
+    profiles_frame,
+    read_profile_table,
+    rules_frame,
+)
+from servebench.dashboard.walkthrough_sweeps import PROFILE_SWEEP_NOTE, profile_sweeps
 from servebench.formatting import fmt, fmt_share
 from servebench.output.safetext import safe_text
-from servebench.capacity.model_presets import PRESETS, get_preset
 
 LIMIT_TITLES = {"kv_memory": "KV memory", "queueing": "Queueing", "prefill": "Prefill", "decode": "Decode",
                 "none": "Nothing limits it", "undetermined": "Cannot tell which limit"}

@@ -9,12 +9,12 @@ import streamlit as st
 from pages._figures import concurrency_chart
 from pages._shared import SAMPLE_DIR, fail, guarded
 from servebench.capacity import kv
-from servebench.dashboard.answers import gib_text, kv_answer, kv_load_answer
-from servebench.errors import InputFormatError
-from servebench.output.figures.summary import concurrency_by_prompt
-from servebench.formatting import fmt, fmt_share
 from servebench.capacity.hf_config import shape_from_config
 from servebench.capacity.model_presets import PRESETS, get_preset
+from servebench.dashboard.answers import gib_text, kv_answer, kv_load_answer
+from servebench.errors import InputFormatError
+from servebench.formatting import fmt, fmt_share
+from servebench.output.figures.summary import concurrency_by_prompt
 
 st.title("KV calculator")
 st.caption("How many requests of a size fit in a GPU's KV cache at once. KV bytes ≈ 2 × layers × KV heads × head "

@@ -8,11 +8,11 @@ import streamlit as st
 from pages._figures import percentile_charts
 from pages._shared import guarded, records_sidebar, show_reader_warnings, unit_choice
 from pages._url import keep
+from servebench.analysis.contract import RECORD_METRICS, TOKEN_METRICS, metric_values, token_metric_values
+from servebench.analysis.percentiles import estimate, nearest_rank
 from servebench.formatting import fmt
 from servebench.output.figures.summary import METRIC_LABELS
 from servebench.output.figures.tokens import TOKEN_METRIC_LABELS
-from servebench.analysis.percentiles import estimate, nearest_rank
-from servebench.analysis.contract import RECORD_METRICS, TOKEN_METRICS, metric_values, token_metric_values
 
 SHOWN_ROWS = 1_000
 # the records grid shows what a metric is computed from (every field is in its CSV download): all ten fields

@@ -9,18 +9,18 @@ import streamlit as st
 
 from pages._figures import cost_chart
 from pages._shared import chosen_scenario, guarded, sample_scenarios, static_table
+from servebench.analysis.summary import SLO
+from servebench.analysis.walkthrough import score_prediction
 from servebench.capacity import ACCELERATORS, DEFAULT_GPUS
+from servebench.capacity.kv import dtype_bytes
+from servebench.capacity.model_presets import PRESETS, get_preset
 from servebench.dashboard.answers import ms_text, plan_answer, usd_text
 from servebench.dashboard.traces import plan_rows
 from servebench.dashboard.wording import SLO_TPOT_HELP, SLO_TTFT_HELP
+from servebench.formatting import fmt
 from servebench.planning import PlanRequest, Workload, plan
 from servebench.planning.interview import QUESTION, QUESTION_RATE_RPS, interview_request, interview_step
 from servebench.planning.planner import MAX_NUM_SEQS, TENSOR_PARALLEL, Evaluation, Plan, fleet_sentence
-from servebench.formatting import fmt
-from servebench.capacity.kv import dtype_bytes
-from servebench.capacity.model_presets import PRESETS, get_preset
-from servebench.analysis.summary import SLO
-from servebench.analysis.walkthrough import score_prediction
 
 HELP = {
     "capacity": "Highest arrival rate one replica serves with the SLO target met: the roofline step model goes "

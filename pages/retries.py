@@ -7,13 +7,19 @@ from pathlib import Path
 import streamlit as st
 
 from pages._shared import guarded, static_table
-from servebench.formatting import fmt
-from servebench.serving.retry_experiment import (BACKOFF_SHED, IMMEDIATE, NO_RETRY, retry_policies, run_variants,
-                                                 scheduling_variants)
-from servebench.serving.scenario import load_scenario
 from servebench.analysis.summary import SLO, Report
 from servebench.dashboard.cells import by_row
 from servebench.dashboard.fairness import shift_headline, shift_table, tenant_shifts
+from servebench.formatting import fmt
+from servebench.serving.retry_experiment import (
+    BACKOFF_SHED,
+    IMMEDIATE,
+    NO_RETRY,
+    retry_policies,
+    run_variants,
+    scheduling_variants,
+)
+from servebench.serving.scenario import load_scenario
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "sample_data" / "scenarios"
 STORM, TENANTS = SCENARIOS / "retry_storm.yaml", SCENARIOS / "two_tenants.yaml"

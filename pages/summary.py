@@ -4,29 +4,39 @@ then the SLO, the full failure-aware report and its tables, for the records in u
 from __future__ import annotations
 
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from pages._figures import cause_chart, cdf_series, over_time_charts, rate_curve_charts, record_charts
 from pages._prefix_cache import show_prefix_cache
-from pages._shared import (Dataset, cached_report, engineer_view, guarded, metric, records_sidebar,
-                           show_reader_warnings, show_server_over_time, site_zip, slo_inputs, static_table,
-                           unit_choice)
-from servebench.dashboard.summary_tables import distribution_tables, slice_tables
-from servebench.dashboard.overview_svg import cdf_picture, outcome_picture, over_time_picture
-from servebench.dashboard.wording import headline_title
-from servebench.output.figures.over_time import over_time_bins
-from servebench.records.table import RecordTable
-from servebench.records.extra_columns import SLICE_COLUMN, slice_choices
-from servebench.records.statuses import STATUS_WORDS
-from servebench.formatting import fmt, fmt_share, fmt_share_of
-from servebench.output.figures.summary import (cause_frame, contract_cells,
-                                        outcome_cells, slice_frame, status_frame)
-from servebench.output.figures.retries import fairness_frame, logical_frame
-from servebench.output.plain import label
-from servebench.records.loaders import encode_records
+from pages._shared import (
+    Dataset,
+    cached_report,
+    engineer_view,
+    guarded,
+    metric,
+    records_sidebar,
+    show_reader_warnings,
+    show_server_over_time,
+    site_zip,
+    slo_inputs,
+    static_table,
+    unit_choice,
+)
 from servebench.analysis.multirun import runs_table
 from servebench.analysis.summary import Distribution, Report
+from servebench.dashboard.overview_svg import cdf_picture, outcome_picture, over_time_picture
+from servebench.dashboard.summary_tables import distribution_tables, slice_tables
+from servebench.dashboard.wording import headline_title
+from servebench.formatting import fmt, fmt_share, fmt_share_of
+from servebench.output.figures.over_time import over_time_bins
+from servebench.output.figures.retries import fairness_frame, logical_frame
+from servebench.output.figures.summary import cause_frame, contract_cells, outcome_cells, slice_frame, status_frame
+from servebench.output.plain import label
 from servebench.output.safetext import safe_text
-from streamlit.delta_generator import DeltaGenerator
+from servebench.records.extra_columns import SLICE_COLUMN, slice_choices
+from servebench.records.loaders import encode_records
+from servebench.records.statuses import STATUS_WORDS
+from servebench.records.table import RecordTable
 
 
 def chart_panel(parent: DeltaGenerator, title: str, key: str) -> DeltaGenerator:

@@ -9,23 +9,40 @@ import pandas as pd
 import streamlit as st
 
 from pages._figures import overlay_charts, sweep_charts, trace_charts, validation_charts
-from pages._shared import (STEP_TRACE_KEY, chosen_scenario, fail, guarded, sample_scenarios, sharing, static_table,
-                           upload_error)
+from pages._shared import (
+    STEP_TRACE_KEY,
+    chosen_scenario,
+    fail,
+    guarded,
+    sample_scenarios,
+    sharing,
+    static_table,
+    upload_error,
+)
 from pages._url import keep, one_of, positive, seed
-from servebench.dashboard.sharing import SHARED_SWEEP_MAX_REQUESTS, is_long_sweep, sweep_requests_bound
+from servebench.analysis.summary import SLO
+from servebench.capacity.model_presets import PRESETS, get_preset
+from servebench.capacity.stepmodel import COEFFICIENTS, StepFit, fit_step_model
 from servebench.dashboard.answers import sweep_answer
+from servebench.dashboard.sharing import SHARED_SWEEP_MAX_REQUESTS, is_long_sweep, sweep_requests_bound
 from servebench.dashboard.sweep_form import load_axis, replay_caption
 from servebench.errors import InputFormatError
-from servebench.serving.engine.sweep_validation import read_sweep_validation, sweep_validation_doc
-from servebench.output.figures import sweep as sweep_figs
 from servebench.formatting import NO_DATA, fmt, fmt_share
-from servebench.capacity.model_presets import PRESETS, get_preset
-from servebench.records.steps import StepTrace, steps_from_bytes
-from servebench.serving.scenario import (FlatStep, Scenario, StepModelSpec, with_kv_budget_tokens, with_max_num_seqs,
-                                         with_mix, with_model, with_policy, with_step_model)
-from servebench.capacity.stepmodel import COEFFICIENTS, StepFit, fit_step_model
 from servebench.output.cautions import fit_warning
-from servebench.analysis.summary import SLO
+from servebench.output.figures import sweep as sweep_figs
+from servebench.records.steps import StepTrace, steps_from_bytes
+from servebench.serving.engine.sweep_validation import read_sweep_validation, sweep_validation_doc
+from servebench.serving.scenario import (
+    FlatStep,
+    Scenario,
+    StepModelSpec,
+    with_kv_budget_tokens,
+    with_max_num_seqs,
+    with_mix,
+    with_model,
+    with_policy,
+    with_step_model,
+)
 from servebench.serving.sweep import SweepResult, evaluate, sweep, sweep_csv
 
 KEPT_KEY = "kept_sweeps"  # label -> SweepResult: every sweep run this session, for overlaying (A vs B)

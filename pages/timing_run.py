@@ -5,13 +5,22 @@ from __future__ import annotations
 import os
 
 import streamlit as st
-from pages._shared import (STEP_TRACE_KEY, RecordSource, chosen_scenario, fail, guarded, sample_scenarios, set_source,
-                           sharing)
+
+from pages._shared import (
+    STEP_TRACE_KEY,
+    RecordSource,
+    chosen_scenario,
+    fail,
+    guarded,
+    sample_scenarios,
+    set_source,
+    sharing,
+)
 from servebench.dashboard.timing import BackgroundRun
-from servebench.serving.engine.model import PRESETS as ENGINE_PRESETS
-from servebench.serving.engine.model import device_name, pick_device
 from servebench.output.cautions import cpu_model_warning
 from servebench.records.rundir import METADATA, RECORDS, STEPS
+from servebench.serving.engine.model import PRESETS as ENGINE_PRESETS
+from servebench.serving.engine.model import device_name, pick_device
 from servebench.serving.scenario import with_request_count
 
 st.title("Timing run")

@@ -8,12 +8,20 @@ from pathlib import Path
 import streamlit as st
 
 from pages._figures import prefill_charts, token_charts
-from pages._shared import (SERVER_TOKEN_FORMATS, SERVER_TOKENS_LABEL, guarded, metric, records_sidebar,
-                           server_tokens_key, show_reader_warnings, unit_choice)
-from servebench.serving.experiments import compare_prefill
-from servebench.formatting import fmt, fmt_share
-from servebench.serving.scenario import load_scenario
+from pages._shared import (
+    SERVER_TOKEN_FORMATS,
+    SERVER_TOKENS_LABEL,
+    guarded,
+    metric,
+    records_sidebar,
+    server_tokens_key,
+    show_reader_warnings,
+    unit_choice,
+)
 from servebench.analysis.summary import build_report
+from servebench.formatting import fmt, fmt_share
+from servebench.serving.experiments import compare_prefill
+from servebench.serving.scenario import load_scenario
 
 SCENARIO = Path(__file__).resolve().parent.parent / "sample_data" / "scenarios" / "prefill_interference.yaml"
 

@@ -12,9 +12,17 @@ from servebench.analysis.trace_stats import TraceStats, trace_stats
 from servebench.capacity import ACCELERATORS, DEFAULT_GPUS
 from servebench.capacity.model_presets import PRESETS, get_preset
 from servebench.dashboard.trace_charts import hit_rate_chart, over_time_charts
+from servebench.dashboard.traces import (
+    answers,
+    kept_upload,
+    option_text,
+    plan_notes,
+    plan_request,
+    plan_rows,
+    plan_window_text,
+    trace_metrics,
+)
 from servebench.dashboard.wording import SLO_TPOT_HELP, SLO_TTFT_HELP
-from servebench.dashboard.traces import (answers, kept_upload, option_text, plan_notes, plan_request, plan_rows,
-                                         plan_window_text, trace_metrics)
 from servebench.errors import InputFormatError
 from servebench.output.figures.trace import TraceBins, trace_bins
 from servebench.output.safetext import safe_text

@@ -26,8 +26,8 @@ _HOMES = {
 __all__ = sorted([*_HOMES, "__version__"])
 
 if TYPE_CHECKING:
-    from servebench.analysis.percentiles import nearest_rank, percentile
     from servebench.analysis.contract import CONTRACT_FIELDS, ContractError, summarize
+    from servebench.analysis.percentiles import nearest_rank, percentile
     from servebench.analysis.summary import SLO, Report, build_report
     from servebench.errors import ConfigError, InputFormatError, RecordValidationError, ServebenchError
     from servebench.records.loaders import load_table, read_path

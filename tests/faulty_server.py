@@ -99,7 +99,8 @@ class FaultyServer(LocalHTTPServer):
 
     async def _answer(self, path: str, raw: bytes, writer: asyncio.StreamWriter) -> bool:
         """Write one answer; return False when the connection must not be reused."""
-        body = json.loads(raw) if raw else {}
+        if raw:
+            json.loads(raw)  # a body that is not JSON fails here, as a real server refuses it
         if self.fault in ("queue_full", "deadline_504"):
             code, reason, err = (
                 (503, "Service Unavailable", {"message": "request rejected: queue_full", "type": "server_overloaded",

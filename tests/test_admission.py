@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import pytest
+from accounting import check_accounting
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from accounting import check_accounting
-from servebench.serving.scheduler import (ERR_DEADLINE, ERR_QUEUE_WAIT, AdmissionSpec, Outcome, Request, Scheduler,
-                                          SchedulerConfig, TenantLimit)
+from servebench.serving.scheduler import (
+    ERR_DEADLINE,
+    ERR_QUEUE_WAIT,
+    AdmissionSpec,
+    Outcome,
+    Request,
+    Scheduler,
+    SchedulerConfig,
+    TenantLimit,
+)
 
 
 def drive(sched: Scheduler, arrivals: list[Request], dt: float = 1.0, max_steps: int = 10_000,

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
+from vega_charts import drawn_charts
 
 from servebench.output.figures.markdown_table import markdown_tables
-from vega_charts import drawn_charts
 
 REPO = Path(__file__).resolve().parent.parent
 APP = str(REPO / "app.py")

@@ -6,9 +6,9 @@ Skipped, with the reason, where Chromium or Playwright is missing. Screenshots g
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
-
 from browser import REPO, browser_page, require_chromium, screenshot, streamlit_server
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -257,7 +257,7 @@ WIDE_TABLES = """() => [...document.querySelectorAll('""" + TABLES + """')].map(
 }).filter(t => t.scroll_px > t.visible_px + 1)"""
 
 
-def _records_with_every_section(tmp_path) -> "Path":
+def _records_with_every_section(tmp_path) -> Path:
     """Write the sample with cached prompt tokens and logical ids, so Summary also shows its prefix-cache and
     retries tables (which appear only with such columns)."""
     import pandas as pd

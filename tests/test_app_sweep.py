@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 from streamlit.testing.v1 import AppTest
+from vega_charts import drawn_charts
 
 from servebench.output.figures.markdown_table import markdown_tables
-from vega_charts import drawn_charts
 
 REPO = Path(__file__).resolve().parent.parent
 APP = str(REPO / "app.py")
@@ -112,8 +112,9 @@ def test_sweeps_are_kept_and_overlaid_with_a_measured_sweep(tmp_path: Path) -> N
 
 def test_a_validate_sweep_upload_draws_measured_and_simulated_with_both_knees() -> None:
     at = _sweep_page()
-    side = lambda k: {"ttft_p50_s": k, "ttft_p95_s": 2 * k, "latency_p50_s": 5 * k, "latency_p95_s": 9 * k,
-                      "throughput_rps": 30 * k, "queue_wait_p50_s": k / 4, "queue_wait_p95_s": k / 2}
+    def side(k: float) -> dict:
+        return {"ttft_p50_s": k, "ttft_p95_s": 2 * k, "latency_p50_s": 5 * k, "latency_p95_s": 9 * k,
+                "throughput_rps": 30 * k, "queue_wait_p50_s": k / 4, "queue_wait_p95_s": k / 2}
     doc = {"scenario": "tiny", "measured_knee_rps": 40, "simulated_knee_rps": 44, "knee_relative_error": 0.1,
            "points": [{"rate_rps": r, "measured": side(r / 10), "simulated": side(r / 11)} for r in (10, 40, 60)]}
     at.file_uploader(key="validate_sweep_upload").set_value(

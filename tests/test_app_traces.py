@@ -10,17 +10,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from streamlit.testing.v1 import AppTest
+from vega_charts import drawn_charts, valid
 
 from servebench.analysis.summary import SLO
 from servebench.analysis.trace_stats import trace_stats
 from servebench.capacity.model_presets import get_preset
 from servebench.dashboard.trace_charts import HIT_RATE_TITLE, OVER_TIME_TITLE, hit_rate_chart, over_time_charts
-from servebench.dashboard.traces import (answers, kept_upload, option_text, plan_request, plan_window_text,
-                                         trace_metrics)
-from servebench.output.figures.trace import trace_bins
+from servebench.dashboard.traces import answers, kept_upload, option_text, plan_request, plan_window_text, trace_metrics
 from servebench.formatting import fmt, fmt_share
+from servebench.output.figures.trace import trace_bins
 from servebench.records.traces import read_trace
-from vega_charts import drawn_charts, valid
 
 REPO = Path(__file__).resolve().parent.parent
 APP = str(REPO / "app.py")

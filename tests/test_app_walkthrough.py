@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
+from vega_charts import drawn_charts
 
 from servebench.analysis.diagnosis import ProfileTable, diagnose_table
 from servebench.dashboard.walkthrough_sweeps import LOAD_FACTORS, profile_sweeps, run_profile_sweep
-from vega_charts import drawn_charts
 
 REPO = Path(__file__).resolve().parent.parent
 

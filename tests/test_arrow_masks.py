@@ -2,7 +2,8 @@
 
 import numpy as np
 import pyarrow as pa
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from servebench.records.arrow_masks import bool_values, null_mask
 

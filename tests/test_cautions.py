@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from servebench.output.cautions import cpu_model_warning, fit_warning
 from servebench.capacity.stepmodel import fit_step_model
+from servebench.output.cautions import cpu_model_warning, fit_warning
 
 
 def _trace(noise: float, seed: int = 7) -> dict[str, list[float]]:

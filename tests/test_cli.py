@@ -10,11 +10,10 @@ import sys
 
 import pytest
 import typer.main
-
-from servebench.cli.core import app
-from servebench.analysis.contract import CONTRACT_FIELDS
-
 from conftest import SAMPLE_DATA
+
+from servebench.analysis.contract import CONTRACT_FIELDS
+from servebench.cli.core import app
 
 
 def run(*args: str) -> subprocess.CompletedProcess:

@@ -19,14 +19,13 @@ import httpx
 import numpy as np
 import pytest
 import yaml
+from conftest import SAMPLE_DATA
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from processes import stop
 from pydantic import BaseModel, ConfigDict
 
 from servebench.output.strict_json import dumps, jsonable
-
-from conftest import SAMPLE_DATA
-from processes import stop
 
 
 def _refuse(token: str) -> Any:

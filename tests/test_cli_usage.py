@@ -6,11 +6,10 @@ import subprocess
 import sys
 
 import pytest
+from conftest import SAMPLE_DATA
 from typer.testing import CliRunner
 
 from servebench.cli import app
-
-from conftest import SAMPLE_DATA
 
 SCENARIO = str(SAMPLE_DATA / "scenarios" / "profile_a.yaml")
 

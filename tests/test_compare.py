@@ -5,12 +5,12 @@ from __future__ import annotations
 import copy
 import json
 
+from conftest import REPO, SAMPLE_DATA
+
 from servebench.analysis.compare import contract_table, outcome_table, overlap_table
-from servebench.records.loaders import load_table
 from servebench.analysis.multirun import runs_table
 from servebench.analysis.summary import build_report
-
-from conftest import SAMPLE_DATA, REPO
+from servebench.records.loaders import load_table
 
 
 def _report(name: str):

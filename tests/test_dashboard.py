@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from servebench.analysis.summary import SLO, build_report
 from servebench.dashboard.fairness import shift_headline, shift_table, tenant_shifts

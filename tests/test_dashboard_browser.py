@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from browser import browser_page, require_chromium, screenshot, streamlit_server
 from test_app_browser import TIMEOUT_MS, _metric, _wait_idle
 
@@ -32,10 +31,10 @@ OVERVIEW_BOXES = """() => {
 
 
 def _overview_drawn(page) -> None:
-    page.wait_for_function(f"""() => {{
+    page.wait_for_function("""() => {
       const o = document.querySelector('.st-key-overview');
       return o && o.querySelectorAll('svg[role="img"]').length === 3 && o.querySelectorAll('[data-testid="stMetric"]').length === 8;
-    }}""", timeout=TIMEOUT_MS)
+    }""", timeout=TIMEOUT_MS)
     _wait_idle(page)
 
 

@@ -7,7 +7,8 @@ import re
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from servebench.dashboard.overview_svg import cdf_picture, nice_ticks, outcome_picture, over_time_picture
 from servebench.output.figures.over_time import over_time_bins

@@ -4,10 +4,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
-from servebench.dashboard.sources import (Dataset, ReadAs, RecordSource, attach_scrapes, fallback_source,
-                                          import_read_as, query_float, record_files, scenario_files, sort_uploads)
+from servebench.dashboard.sources import (
+    Dataset,
+    ReadAs,
+    RecordSource,
+    attach_scrapes,
+    fallback_source,
+    import_read_as,
+    query_float,
+    record_files,
+    scenario_files,
+    sort_uploads,
+)
 from servebench.records.importers import ImportOptions
 from servebench.records.loaders import read_bytes
 from servebench.records.window_zoom import full_table

@@ -7,8 +7,14 @@ from pathlib import Path
 import pytest
 
 from servebench.analysis import diagnosis
-from servebench.dashboard.verdict_tables import (bindings_frame, bindings_heading, evidence_frame, profiles_frame,
-                                                 read_profile_table, rules_frame)
+from servebench.dashboard.verdict_tables import (
+    bindings_frame,
+    bindings_heading,
+    evidence_frame,
+    profiles_frame,
+    read_profile_table,
+    rules_frame,
+)
 from servebench.errors import InputFormatError
 from servebench.records.loaders import load_table
 

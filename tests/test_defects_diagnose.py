@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import run_cli
 
 SAMPLE = Path(__file__).resolve().parent.parent / "sample_data"

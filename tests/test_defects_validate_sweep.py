@@ -7,20 +7,24 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import run_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.console import Console
+from test_validate_sweep import TINY_SWEEP  # the engine end to end's server, with a trace in place of its arrivals
 
-from conftest import run_cli
 from servebench.cli.validate_sweep import print_sweep_validation
 from servebench.errors import ConfigError, InputFormatError
 from servebench.formatting import NO_DATA
 from servebench.records import rundir
-from servebench.serving.engine.sweep_validation import (SweepValidation, read_sweep_validation, replay_rate_rps,
-                                                        scenario_at_rate)
+from servebench.serving.engine.sweep_validation import (
+    SweepValidation,
+    read_sweep_validation,
+    replay_rate_rps,
+    scenario_at_rate,
+)
 from servebench.serving.scenario import load_scenario
 from servebench.serving.workload import replay_trace
-from test_validate_sweep import TINY_SWEEP  # the engine end to end's server, with a trace in place of its arrivals
 
 # Bursts of three 20 ms apart, a burst every 300 ms, then a straggler: 12 requests over 1.1 s, 10 requests/s
 TIMES_MS = [0, 20, 40, 300, 320, 340, 600, 620, 640, 900, 920, 1100]

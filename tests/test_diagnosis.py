@@ -12,13 +12,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from servebench.cli.core import app
-from servebench.analysis.diagnosis import (PRECEDENCE, ProfileMeasurements, ProfileTable, Thresholds, diagnose,
-                                  diagnose_records, diagnose_table, measure, tpot_by_load)
-from servebench.errors import ConfigError
-from servebench.capacity.kv import GIB, ModelShape
-from servebench.records.loaders import read_bytes, to_table
+from servebench.analysis.diagnosis import (
+    PRECEDENCE,
+    ProfileMeasurements,
+    ProfileTable,
+    Thresholds,
+    diagnose,
+    diagnose_records,
+    diagnose_table,
+    measure,
+    tpot_by_load,
+)
 from servebench.analysis.percentiles import percentile
+from servebench.capacity.kv import GIB, ModelShape
+from servebench.cli.core import app
+from servebench.errors import ConfigError
+from servebench.records.loaders import read_bytes, to_table
 from servebench.records.table import RecordTable
 
 AB = Path(__file__).resolve().parent.parent / "sample_data" / "profiles_ab.json"

@@ -7,7 +7,6 @@ import json
 import pytest
 from conftest import run_cli
 
-
 # a prompt-heavy load with a tight TPOT: prompt chunks in colocated steps break it, decode instances do not
 ARGS = ("plan", "--model", "llama-3.1-8b", "--rate", "30", "--prompt-tokens", "3000", "--output-tokens", "200",
         "--slo-ttft", "1", "--slo-tpot", "0.025", "--gpus", "H100", "--tp", "1", "--max-num-seqs", "64",

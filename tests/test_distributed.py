@@ -12,20 +12,26 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from asgi_server import serve_in_background
+from conftest import run_cli, two_slot_scenario
 from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servebench.errors import ConfigError, WorkerError
-from servebench.load.generator import LoadConfig, LagStats, PlannedRequest, WorkerStats, plan_requests
-from asgi_server import serve_in_background
 from servebench.analysis.summary import SLO
+from servebench.errors import ConfigError, WorkerError
+from servebench.load.generator import LagStats, LoadConfig, PlannedRequest, WorkerStats, plan_requests
+from servebench.load.workers import (
+    ClockOffset,
+    WorkerRun,
+    clock_offset,
+    clock_warnings,
+    merge_runs,
+    partition,
+    run_with_processes,
+)
 from servebench.serving.sweep import sweep
-from servebench.load.workers import (ClockOffset, WorkerRun, clock_offset, clock_warnings, merge_runs, partition,
-                                run_with_processes)
-
-from conftest import run_cli, two_slot_scenario
 
 pytestmark = pytest.mark.timeout(180)
 ROOT = Path(__file__).resolve().parent.parent

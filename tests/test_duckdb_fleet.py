@@ -9,10 +9,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import run_cli
 from servebench.analysis.record_sets import summarize_path
 from servebench.errors import ConfigError, ServebenchError
 from servebench.records.table import STATUSES

@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from servebench.analysis.duckdb_engine import summarize_set
-from servebench.analysis.record_sets import summarize_path
 from servebench.analysis.exact_sum import exact_total, mean_of
+from servebench.analysis.record_sets import summarize_path
 from servebench.analysis.sorted_stream import SortedSink, pairwise_sum
 from servebench.analysis.summary import SLO, Report
 from servebench.errors import ConfigError, RecordValidationError, ServebenchError
@@ -304,13 +304,15 @@ def hive_folder(root: Path, recs: list[dict]) -> Path:
     """Write records as hive parts: gpu=a (Parquet, two parts), gpu=b (CSV) and gpu=c (JSONL)."""
     third = len(recs) // 3
     groups = {"a": recs[:third], "b": recs[third:2 * third], "c": recs[2 * third:]}
-    table = lambda rs: RecordTable.from_columns(
-        start=np.array([r["start"] for r in rs]), end=np.array([r["end"] for r in rs]),
-        status=np.array([STATUSES.index(r["status"]) for r in rs], np.int8),
-        first_token=np.array([r.get("first_token", np.nan) for r in rs]),
-        output_tokens=np.array([r.get("output_tokens", -1) for r in rs], np.int64),
-        admitted=np.full(len(rs), np.nan), prompt_tokens=np.full(len(rs), -1, np.int64),
-        request_id=[r["request_id"] for r in rs], slice=[r["slice"] for r in rs], error=[r.get("error") for r in rs])
+    def table(rs: list[dict]) -> RecordTable:
+        return RecordTable.from_columns(
+            start=np.array([r["start"] for r in rs]), end=np.array([r["end"] for r in rs]),
+            status=np.array([STATUSES.index(r["status"]) for r in rs], np.int8),
+            first_token=np.array([r.get("first_token", np.nan) for r in rs]),
+            output_tokens=np.array([r.get("output_tokens", -1) for r in rs], np.int64),
+            admitted=np.full(len(rs), np.nan), prompt_tokens=np.full(len(rs), -1, np.int64),
+            request_id=[r["request_id"] for r in rs], slice=[r["slice"] for r in rs],
+            error=[r.get("error") for r in rs])
     half = len(groups["a"]) // 2
     for name, rows in (("part-0.parquet", groups["a"][:half]), ("part-1.parquet", groups["a"][half:])):
         (root / "gpu=a").mkdir(parents=True, exist_ok=True)
@@ -531,6 +533,7 @@ def test_the_memory_estimate_is_not_below_a_real_runs_peak(tmp_path):
     """``--engine auto`` keeps a file in memory only if the estimate fits: it must not underestimate."""
     import subprocess
     import sys
+
     from servebench.records.recordset import estimate_memory_bytes
     n = 300_000
     table = many_records(n, 4).append_column("request_id", pa.array([f"req-{i:09d}" for i in range(n)]))

@@ -6,10 +6,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from servebench.serving.engine.executor import Executor, ComputePlan  # noqa: E402
+from servebench.errors import ConfigError, ServebenchError  # noqa: E402
+from servebench.serving.engine.executor import ComputePlan, Executor  # noqa: E402
 from servebench.serving.engine.kvcache import KVCacheFullError, PagedKVCache  # noqa: E402
 from servebench.serving.engine.model import PRESETS, Decoder, ModelConfig, preset  # noqa: E402
-from servebench.errors import ConfigError, ServebenchError  # noqa: E402
 
 torch.set_num_threads(1)  # the machine is shared; two threads thrash under load
 TINY = preset("tiny")
@@ -186,11 +186,11 @@ def test_executor_rejects_bad_plans(model: Decoder) -> None:
 import threading  # noqa: E402
 from collections import Counter  # noqa: E402
 
+from servebench.records.schema import parse_objects  # noqa: E402
+from servebench.records.table import validate  # noqa: E402
 from servebench.serving.engine.loop import EngineLoop, cache_capacity_tokens  # noqa: E402
 from servebench.serving.engine.runner import run_workload  # noqa: E402
 from servebench.serving.engine.service import EngineService, RequestRejected  # noqa: E402
-from servebench.records.schema import parse_objects  # noqa: E402
-from servebench.records.table import validate  # noqa: E402
 from servebench.serving.scheduler import Request, SchedulerConfig  # noqa: E402
 from servebench.serving.workload import ArrivalSpec, ClassSpec, ClosedLoopSpec, LengthSpec, WorkloadSpec  # noqa: E402
 
@@ -318,8 +318,8 @@ import json  # noqa: E402
 
 from typer.testing import CliRunner  # noqa: E402
 
-from servebench.cli.core import app, main  # noqa: E402
 from servebench.analysis.contract import CONTRACT_FIELDS  # noqa: E402
+from servebench.cli.core import app, main  # noqa: E402
 from servebench.records.steps import NAMES as STEP_COLUMNS  # noqa: E402
 
 SCENARIO = """
@@ -489,6 +489,7 @@ def test_a_run_that_fails_to_start_leaves_the_collector_unfrozen(model: Decoder)
 
 def test_a_callers_own_gc_freeze_is_left_alone(model: Decoder) -> None:
     import gc
+
     from servebench.serving.engine.runner import gc_frozen
     gc.freeze()
     try:

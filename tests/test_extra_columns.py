@@ -12,14 +12,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from servebench import summarize
+from servebench.analysis.summary import build_report
 from servebench.errors import ConfigError, InputFormatError, RecordValidationError
+from servebench.output.site import RunInput, SiteOptions, build_site
 from servebench.records.extra_columns import MAX_SLICE_VALUES, extra_columns_note, near_misses, slice_by, slice_choices
 from servebench.records.loaders import encode_records, load_table, read_bytes, to_table
-from servebench.output.site import RunInput, SiteOptions, build_site
-from servebench.analysis.summary import build_report
 
 EXPORT_CSV = (
     "request_id,start,first_token,end,status,output_tokens,gpu,model,note\n"

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
+from vega_charts import valid
 
 from servebench.output.figures import vegalite, vegalite_tokens
 from servebench.output.figures.tokens import StallBins
-from vega_charts import valid
 
 
 def _count_axis(encoding: dict) -> dict:

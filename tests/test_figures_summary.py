@@ -9,17 +9,17 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from servebench.analysis.contract import metric_values
+from servebench.analysis.summary import SLO, build_report
 from servebench.errors import ConfigError, InputFormatError
-from servebench.output.figures.records import cdf_figure, timeline_figure
-from servebench.output.terminal import epoch_utc, fmt_window
 from servebench.formatting import fmt, fmt_share, fmt_share_of
+from servebench.output.figures.records import cdf_figure, timeline_figure
 from servebench.output.figures.summary import contract_cells, distribution_frame, slice_frame, status_frame
 from servebench.output.figures.vegalite import percentile_cdf, percentile_histogram
+from servebench.output.terminal import epoch_utc, fmt_window
 from servebench.records.loaders import encode_records, read_bytes, to_table
 from servebench.records.schema import parse_objects
 from servebench.records.table import validate
-from servebench.analysis.contract import metric_values
-from servebench.analysis.summary import SLO, build_report
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ The site's plotly figures; the dashboard's Vega-Lite charts of the same numbers:
 from __future__ import annotations
 
 import math
+
 import pytest
 
 from servebench.output.figures import sweep as sf

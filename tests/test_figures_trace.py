@@ -6,13 +6,12 @@ import json
 
 import numpy as np
 import pytest
+from conftest import SAMPLE_DATA, run_cli
 
 from servebench.analysis.trace_stats import CAPACITIES_TOKENS, busiest_window, prefix_stats
 from servebench.output.figures.trace import hit_rate_by_capacity, trace_bins, trace_over_time
 from servebench.output.site import SiteOptions, build_site, load_run
 from servebench.records.traces import read_trace
-
-from conftest import SAMPLE_DATA, run_cli
 
 TRACES = SAMPLE_DATA / "traces"
 MOONCAKE = TRACES / "mooncake_conversation_300.jsonl"

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from vega_charts import valid as _valid
 
 from servebench.analysis.percentiles import percentile
 from servebench.output.figures import records as rf
 from servebench.output.figures import vegalite
 from servebench.records.schema import parse_objects
 from servebench.records.table import validate
-
-from vega_charts import valid as _valid
 
 pytest.importorskip("altair")  # ships with Streamlit; its Vega-Lite schema checks the specs (vega_charts.valid)
 

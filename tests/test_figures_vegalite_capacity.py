@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from vega_charts import valid
 
 from servebench.analysis.summary import SLO
 from servebench.capacity import kv
@@ -13,8 +14,6 @@ from servebench.output.figures.planner import cost_curves
 from servebench.output.figures.summary import concurrency_by_prompt
 from servebench.output.figures.vegalite_capacity import concurrency_chart, cost_chart
 from servebench.planning import PlanRequest, Workload, cost_curve, evaluate_configurations, price
-
-from vega_charts import valid
 
 pytest.importorskip("altair")  # its Vega-Lite schema checks the specs (vega_charts.valid)
 

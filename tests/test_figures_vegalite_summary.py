@@ -8,6 +8,8 @@ import math
 
 import numpy as np
 import pytest
+from conftest import REPO
+from vega_charts import valid
 
 from servebench.analysis.multirun import runs_table
 from servebench.analysis.percentiles import percentile
@@ -15,9 +17,6 @@ from servebench.output.figures.over_time import over_time_bins
 from servebench.output.figures.vegalite_summary import over_time_charts, rate_curve_charts
 from servebench.records.schema import parse_objects
 from servebench.records.table import validate
-
-from conftest import REPO
-from vega_charts import valid
 
 pytest.importorskip("altair")  # its Vega-Lite schema checks the specs (vega_charts.valid)
 

@@ -7,14 +7,13 @@ import math
 
 import numpy as np
 import pytest
+from vega_charts import valid
 
 from servebench.output.figures import sweep as sf
 from servebench.output.figures import validate_sweep as vf
 from servebench.output.figures import vegalite_sweep as vs
 from servebench.output.figures.vegalite import Y_LABELS_PX
 from servebench.records.steps import parse_columns
-
-from vega_charts import valid
 
 pytest.importorskip("altair")  # its Vega-Lite schema checks the specs (vega_charts.valid)
 

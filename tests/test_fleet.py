@@ -9,10 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import run_cli
 from servebench.analysis.summary import build_report
 from servebench.output import strict_json
 from servebench.serving.fleet import ROUTER_STREAM, simulate_fleet, simulate_scenario

@@ -8,13 +8,13 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_duckdb_fleet import same_report
 
 from servebench.analysis.record_sets import summarize_path
 from servebench.serving.scenario import MAX_REPLICAS
-from conftest import run_cli
-from test_duckdb_fleet import same_report
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> Path:

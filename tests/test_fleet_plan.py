@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import run_cli
+
 from servebench.analysis.summary import SLO
 from servebench.capacity.model_presets import get_preset
 from servebench.planning import PlanRequest, Workload, plan

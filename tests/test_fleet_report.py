@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-
 from conftest import run_cli
+
 from servebench.analysis.fleet import fleet_report
 from servebench.analysis.summary import build_report
 from servebench.records.table import STATUSES, RecordTable

@@ -6,14 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import SAMPLE_DATA
 from typer.testing import CliRunner
 
 from servebench.capacity.hf_config import load_config
 from servebench.capacity.kv import ModelShape, bytes_per_token
 from servebench.cli import app, main
 from servebench.errors import ConfigError
-
-from conftest import SAMPLE_DATA
 
 LLAMA = json.loads((SAMPLE_DATA / "configs" / "llama-3.1-8b.json").read_text())
 GEMMA = json.loads((SAMPLE_DATA / "configs" / "gemma-2-27b.json").read_text())

@@ -12,13 +12,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from hostile import FILE, Case, corpus, write_corpus
 
+from servebench.analysis.summary import SLO, build_report
 from servebench.cli.core import main
 from servebench.errors import ServebenchError
 from servebench.records.loaders import read_path, to_table
-from servebench.analysis.summary import SLO, build_report
-
-from hostile import FILE, Case, corpus, write_corpus
 
 CASES = corpus()
 

@@ -13,10 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from faulty_server import faulty_run
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from faulty_server import faulty_run
 
 from servebench.errors import InputFormatError
 from servebench.records.importers import FORMATS, ImportOptions, detect, import_bytes, import_runs, parse_format

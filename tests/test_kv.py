@@ -10,14 +10,30 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from servebench.capacity.hf_config import load_config, shape_from_config
+from servebench.capacity.kv import (
+    GIB,
+    ModelShape,
+    analyze,
+    budget_tokens,
+    bytes_per_token,
+    concurrency_curve,
+    dtype_bytes,
+    in_service,
+    kv_budget_bytes,
+    kv_bytes,
+    kv_heads_per_gpu,
+    max_concurrent_sequences,
+    max_sequences_in_budget,
+    saturation_rate_per_s,
+    time_in_service_s,
+    tokens_per_request,
+    utilization,
+    weight_bytes,
+)
+from servebench.capacity.model_presets import PRESETS, get_preset, resolve_shape
 from servebench.cli.core import app
 from servebench.errors import ConfigError, InputFormatError
-from servebench.capacity.hf_config import load_config, shape_from_config
-from servebench.capacity.kv import (GIB, ModelShape, analyze, budget_tokens, bytes_per_token, concurrency_curve,
-                           dtype_bytes, in_service, kv_budget_bytes, kv_bytes, kv_heads_per_gpu,
-                           max_concurrent_sequences, max_sequences_in_budget, saturation_rate_per_s,
-                           time_in_service_s, tokens_per_request, utilization, weight_bytes)
-from servebench.capacity.model_presets import PRESETS, get_preset, resolve_shape
 
 CONFIGS = Path(__file__).resolve().parent.parent / "sample_data" / "configs"
 SPEC = ModelShape(layers=32, kv_heads=8, head_dim=128, bytes_per_element=2)

@@ -12,7 +12,6 @@ too, are measured from its accessible table (``GRID_CUT``).
 from __future__ import annotations
 
 import pytest
-
 from browser import REPO, browser_page, require_chromium, screenshot, streamlit_server
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]

@@ -12,15 +12,13 @@ from email.utils import format_datetime
 
 import numpy as np
 import pytest
+from faulty_server import FaultyServer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from faulty_server import FaultyServer
-
 from servebench.analysis.summary import build_report
 from servebench.load.client import parse_retry_after
-from servebench.load.generator import (LoadConfig, LoadResult, plan_requests, records_table, run_load_sync,
-                                       to_send_row)
+from servebench.load.generator import LoadConfig, LoadResult, plan_requests, records_table, run_load_sync, to_send_row
 from servebench.serving.retry import ERR_CLIENT_DEADLINE, BackoffSpec, ClientSpec
 
 

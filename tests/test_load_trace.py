@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import SAMPLE_DATA, burstgpt_csv, run_cli
 
 from servebench.analysis.summary import build_report
 from servebench.analysis.trace_stats import prefix_stats
@@ -17,8 +18,6 @@ from servebench.serving.scenario import parse_scenario
 from servebench.serving.scheduler import SchedulerConfig
 from servebench.serving.simulate import simulate
 from servebench.serving.workload import WorkloadSpec
-
-from conftest import SAMPLE_DATA, burstgpt_csv, run_cli
 
 MOONCAKE = SAMPLE_DATA / "traces" / "mooncake_conversation_300.jsonl"
 KV_BUDGET_TOKENS = 65_536
@@ -85,6 +84,7 @@ def test_a_trace_without_blocks_sends_prompts_of_their_lengths() -> None:
 
 def test_serve_engine_caches_what_the_trace_reuses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from asgi_server import serve_in_background
+
     from servebench.serving.engine.http_api import create_app
     from servebench.serving.engine.service import EngineService
 

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from servebench.analysis.contract import summarize
 from servebench.errors import InputFormatError, RecordValidationError
 from servebench.records.loaders import load_table, read_bytes, read_path, to_table, write_records
 from servebench.records.schema import TimingRecord
-from servebench.analysis.contract import summarize
 
 CSV_R1_R4 = (
     "request_id,start,first_token,end,status,output_tokens\n"

@@ -10,22 +10,29 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+from asgi_server import serve_in_background
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
+from faulty_server import FaultyServer, faulty_run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from faulty_server import FaultyServer, faulty_run
-
+from servebench.analysis.summary import build_report
 from servebench.errors import ConfigError
 from servebench.load.client import LoadError, normalize_url, parse_sse_line
-from servebench.records.stream_chunks import chunk_parts
-from servebench.load.generator import (HttpOutcome, LoadConfig, generator_stats, plan_requests, request_body,
-                                       run_load_sync, to_record, to_send_row)
+from servebench.load.generator import (
+    HttpOutcome,
+    LoadConfig,
+    generator_stats,
+    plan_requests,
+    request_body,
+    run_load_sync,
+    to_record,
+    to_send_row,
+)
 from servebench.records.schema import TimingRecord, parse_objects
+from servebench.records.stream_chunks import chunk_parts
 from servebench.records.table import STATUSES, validate
-from asgi_server import serve_in_background
-from servebench.analysis.summary import build_report
 
 
 class FakeState:
@@ -433,9 +440,9 @@ def test_load_sweep_writes_the_simulator_sweep_format(tmp_path):
 
 
 def test_measured_points_feed_the_sweep_figures():
-    from servebench.output.figures.sweep import latency_vs_load, outcomes_vs_load
-    from servebench.load.generator import measured_point
     from servebench.analysis.summary import SLO
+    from servebench.load.generator import measured_point
+    from servebench.output.figures.sweep import latency_vs_load, outcomes_vs_load
     from servebench.serving.sweep import Capacity, SweepResult, knee
 
     def outs(load: float, slow: float) -> list[HttpOutcome]:
@@ -640,9 +647,7 @@ def test_duration_cut_counts_the_requests_never_sent(tmp_path):
 @given(st.integers(1, 40), st.floats(0.05, 5.0), st.floats(1.0, 50.0))
 def test_workload_plan_keeps_every_requested_arrival_under_a_duration(requests, duration_s, rate):
     from servebench.load.generator import workload_plan
-    from servebench.serving.workload import ArrivalSpec, WorkloadSpec
-
-    from servebench.serving.workload import ClassSpec, LengthSpec
+    from servebench.serving.workload import ArrivalSpec, ClassSpec, LengthSpec, WorkloadSpec
 
     one = ClassSpec(prompt=LengthSpec(kind="fixed", value=3), output=LengthSpec(kind="fixed", value=2))
     spec = WorkloadSpec(arrival=ArrivalSpec(kind="poisson", rate_rps=rate), classes=[one], num_requests=requests,

@@ -17,13 +17,19 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from browser import free_port
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from browser import free_port
 from processes import stop
-from servebench.dashboard.sharing import (SHARED_SWEEP_MAX_REQUESTS, Sharing, is_long_sweep, is_loopback,
-                                   remote_work_allowed, upload_size_error)
+
+from servebench.dashboard.sharing import (
+    SHARED_SWEEP_MAX_REQUESTS,
+    Sharing,
+    is_long_sweep,
+    is_loopback,
+    remote_work_allowed,
+    upload_size_error,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIG = REPO / ".streamlit" / "config.toml"

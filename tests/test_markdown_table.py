@@ -5,11 +5,12 @@ from __future__ import annotations
 import math
 
 import pandas as pd
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
-from servebench.output.figures.markdown_table import markdown_table, read_markdown_table
 from servebench.formatting import fmt, fmt_share
+from servebench.output.figures.markdown_table import markdown_table, read_markdown_table
 
 TEXT = st.text(st.characters(blacklist_categories=("Cs", "Cc", "Zl", "Zp")), max_size=12).map(str.strip)
 

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import binom
 
-from servebench.errors import ConfigError
 from servebench.analysis.percentiles import estimate, nearest_rank, percentile, rank_interval
+from servebench.errors import ConfigError
 
 
 def test_p95_of_one_to_twenty_is_nineteen():

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
-from servebench.analysis.summary import build_report
 from servebench import formatting
+from servebench.analysis.summary import build_report
 from servebench.output import plain, terminal
 from servebench.output.figures import summary as figures_summary
 from servebench.output.site.html import cell, table

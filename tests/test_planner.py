@@ -8,15 +8,14 @@ from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
+from vega_charts import drawn_charts
 
+from servebench.analysis.summary import SLO
+from servebench.capacity.model_presets import get_preset
+from servebench.cli.core import app
+from servebench.output.figures.markdown_table import markdown_tables
 from servebench.planning import PlanRequest, Workload, evaluate_configurations, plan, planned_point, price
 from servebench.planning.planner import cost_curve, plan_document
-from servebench.cli.core import app
-from servebench.capacity.model_presets import get_preset
-from servebench.analysis.summary import SLO
-from servebench.output.figures.markdown_table import markdown_tables
-
-from vega_charts import drawn_charts
 
 REPO = Path(__file__).resolve().parent.parent
 OPTION_KEYS = {"gpu", "tensor_parallel", "max_num_seqs", "capacity_rps_per_replica", "replicas", "gpus_total",
@@ -143,9 +142,10 @@ def test_plan_table_for_people() -> None:
     (["--model", "llama-3.1-8b", "--slo-target", "2"], "--slo-target 2: Input should be less than or equal to 1"),
 ])
 def test_plan_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:
-    from servebench.cli.core import main
     import subprocess
     import sys
+
+    from servebench.cli.core import main
 
     base = ["--rate", "1", "--prompt-tokens", "100", "--output-tokens", "10", "--slo-ttft", "1"]
     r = subprocess.run([sys.executable, "-m", "servebench", "plan", *args, *base], capture_output=True, text=True,
@@ -156,8 +156,8 @@ def test_plan_bad_input_is_one_line_and_exit_2(args: list[str], message: str) ->
 
 
 def test_plan_calibrated_on_this_cpu_says_which_factors_it_used(tmp_path: Path) -> None:
-    from tests.test_roofline import _fake_run
     from servebench.capacity import Efficiency
+    from tests.test_roofline import _fake_run
 
     run, _ = _fake_run(tmp_path, Efficiency(bandwidth=0.3, compute=0.2, step_overhead_per_layer_s=0, half_batch_tokens=0))
     scenario = REPO / "sample_data" / "scenarios" / "tiny_cpu.yaml"

@@ -6,16 +6,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from accounting import check_accounting
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from accounting import check_accounting
+from servebench.analysis.summary import build_report
 from servebench.errors import ConfigError
 from servebench.serving.prefix_cache import PrefixCache, SegmentPrompt, TokenPrompt, segment_id, segment_tokens
 from servebench.serving.scenario import parse_scenario
 from servebench.serving.scheduler import Request, Scheduler, SchedulerConfig
 from servebench.serving.simulate import simulate
-from servebench.analysis.summary import build_report
 from servebench.serving.workload import generate_workload
 
 BS = 16
@@ -288,8 +288,8 @@ def test_html_report_and_summarize_json_show_the_prefix_cache(tmp_path) -> None:
     from typer.testing import CliRunner
 
     from servebench.cli.core import app
-    from servebench.records.loaders import write_records
     from servebench.output.site import RunInput, build_site
+    from servebench.records.loaders import write_records
 
     result = simulate(parse_scenario(_scenario(caching=True, n=60)))
     path = tmp_path / "records.jsonl"

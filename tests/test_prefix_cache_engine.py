@@ -7,16 +7,23 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from accounting import check_accounting  # noqa: E402
+
+from servebench.errors import ConfigError  # noqa: E402
 from servebench.serving.engine.executor import ComputePlan, Executor  # noqa: E402
 from servebench.serving.engine.kvcache import PagedKVCache  # noqa: E402
 from servebench.serving.engine.loop import EngineLoop  # noqa: E402
 from servebench.serving.engine.model import Decoder, preset  # noqa: E402
 from servebench.serving.engine.runner import run_workload  # noqa: E402
-from accounting import check_accounting  # noqa: E402
-from servebench.errors import ConfigError  # noqa: E402
 from servebench.serving.scheduler import Request, SchedulerConfig  # noqa: E402
-from servebench.serving.workload import (ArrivalSpec, ClassSpec, ConversationSpec, LengthSpec, SharedPrefixSpec,  # noqa: E402
-                                 WorkloadSpec)
+from servebench.serving.workload import (  # noqa: E402
+    ArrivalSpec,
+    ClassSpec,
+    ConversationSpec,
+    LengthSpec,
+    SharedPrefixSpec,
+    WorkloadSpec,
+)
 
 torch.set_num_threads(1)
 TINY = preset("tiny")
@@ -138,12 +145,12 @@ def test_run_sends_the_workloads_shared_prompts_and_records_cached_tokens(model:
 def test_server_reports_cached_tokens_and_the_load_generator_records_them() -> None:
     openai = pytest.importorskip("openai")
     import httpx
-
-    from servebench.serving.engine.service import EngineService
-    from servebench.load.generator import LoadConfig, records_table, run_load_sync, workload_plan
     from asgi_server import serve_in_background
-    from servebench.serving.engine.http_api import create_app
+
     from servebench.analysis.summary import build_report
+    from servebench.load.generator import LoadConfig, records_table, run_load_sync, workload_plan
+    from servebench.serving.engine.http_api import create_app
+    from servebench.serving.engine.service import EngineService
 
     service = EngineService("tiny", scheduler=SchedulerConfig(kv_budget_tokens=4096, max_num_seqs=8, max_waiting=64,
                                                               policy="paged", prefix_caching=True),

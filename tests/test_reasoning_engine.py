@@ -17,14 +17,14 @@ import pytest
 pytest.importorskip("torch")
 openai = pytest.importorskip("openai")
 
+from asgi_server import serve_in_background  # noqa: E402
+from conftest import openai_client  # noqa: E402
+
 from servebench.analysis.summary import build_report  # noqa: E402
 from servebench.load.generator import LoadConfig, plan_requests, records_table, run_load_sync  # noqa: E402
-from asgi_server import serve_in_background  # noqa: E402
 from servebench.serving.engine.http_api import create_app  # noqa: E402
 from servebench.serving.engine.service import EngineService  # noqa: E402
 from servebench.serving.scheduler import SchedulerConfig  # noqa: E402
-
-from conftest import openai_client  # noqa: E402
 
 PRESET_THINKING = 2
 

@@ -13,8 +13,8 @@ import json
 import httpx
 import numpy as np
 import pytest
-
 from reasoning_server import ReasoningServer
+
 from servebench.analysis.summary import build_report
 from servebench.cli.core import main
 from servebench.load.client import HttpOutcome, exchange

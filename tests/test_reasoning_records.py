@@ -17,8 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from servebench.analysis.record_sets import summarize_path
 from servebench.analysis.contract import summarize
+from servebench.analysis.record_sets import summarize_path
 from servebench.analysis.summary import build_report
 from servebench.cli.core import main
 from servebench.errors import ServebenchError

@@ -13,16 +13,16 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from servebench.analysis.percentiles import percentile
+from servebench.analysis.summary import SLO
 from servebench.cli.core import app
 from servebench.errors import ConfigError, InputFormatError
 from servebench.output.figures import records as rfig
-from servebench.records.loaders import load_table
-from servebench.analysis.percentiles import percentile
-from servebench.records.schema import parse_objects
-from servebench.records.table import validate
 from servebench.output.site import KvOptions, RunInput, SiteOptions, build_site, load_run, site_zip_bytes, write_site
 from servebench.output.site.html import esc, json_for_script
-from servebench.analysis.summary import SLO
+from servebench.records.loaders import load_table
+from servebench.records.schema import parse_objects
+from servebench.records.table import validate
 
 EVIL = "<script>alert(1)</script>"
 EVIL_ID = "<img src=x onerror=alert(2)>"

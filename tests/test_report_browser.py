@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from browser import browser_page, require_chromium, screenshot
+
+from servebench.analysis.summary import SLO
+from servebench.output.site import RunInput, SiteOptions, build_site, load_run, write_site
 from servebench.records.loaders import read_path, to_table
 from servebench.records.schema import parse_objects
 from servebench.records.table import validate
-from servebench.output.site import RunInput, SiteOptions, build_site, load_run, write_site
-from servebench.analysis.summary import SLO
 
 EVIL = "<script>alert(1)</script>"
 SAMPLE = Path(__file__).resolve().parent.parent / "sample_data"

@@ -15,8 +15,7 @@ from servebench.records.schema import parse_objects
 from servebench.records.table import RecordTable, validate
 from servebench.serving.retry import ERR_CLIENT_DEADLINE, BackoffSpec, ClientSpec
 from servebench.serving.scenario import CancelSpec, Scenario, load_scenario, parse_scenario
-from servebench.serving.scheduler import AdmissionSpec
-from servebench.serving.scheduler import ERR_QUEUE_WAIT
+from servebench.serving.scheduler import ERR_QUEUE_WAIT, AdmissionSpec
 from servebench.serving.simulate import simulate
 from servebench.serving.workload import generate_workload
 

@@ -7,14 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from servebench.capacity import kv
-from servebench.capacity import Efficiency, calibrate, get_accelerator, roofline
+from servebench.capacity import Efficiency, calibrate, get_accelerator, kv, roofline
 from servebench.capacity.gpus import accelerator_for_device, parse_prices
-from servebench.planning.planner import load_calibration
+from servebench.capacity.model_presets import get_preset
 from servebench.capacity.roofline import estimate_parameters, unloaded_times_s
 from servebench.errors import ConfigError
+from servebench.planning.planner import load_calibration
 from servebench.records.loaders import write_records
-from servebench.capacity.model_presets import get_preset
 from servebench.serving.scenario import parse_scenario
 from servebench.serving.simulate import simulate
 

@@ -14,10 +14,17 @@ from servebench.cli.core import app
 from servebench.errors import ConfigError, InputFormatError
 from servebench.output.site.inputs import load_run
 from servebench.records.loaders import encode_records, load_table, read_path
-from servebench.records.rundir import (RECORD_FILES, STEP_FILES, read_folder, read_sends, read_trace, records_file,
-                                       write_run)
-from servebench.records.steps import NAMES, parse_steps
+from servebench.records.rundir import (
+    RECORD_FILES,
+    STEP_FILES,
+    read_folder,
+    read_sends,
+    read_trace,
+    records_file,
+    write_run,
+)
 from servebench.records.schema import parse_objects
+from servebench.records.steps import NAMES, parse_steps
 from servebench.records.table import validate
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "sample_data" / "scenarios"

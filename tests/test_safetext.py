@@ -8,12 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from servebench.records.loaders import load_table
+from servebench.output.safetext import safe_markup, safe_text
 from servebench.output.site import RunInput, SiteOptions, build_site
 from servebench.output.site.html import json_for_script
-from servebench.output.safetext import safe_markup, safe_text
+from servebench.records.loaders import load_table
 
 ESC_RED = "\x1b[31m"  # CSI by ESC [
 TITLE = "\x1b]0;owned\x07"  # OSC: retitles the terminal window

@@ -66,8 +66,14 @@ def test_request_count_replaces_a_duration_limit() -> None:
 
 def test_scenario_edits_are_validated_as_a_whole() -> None:
     from servebench.capacity.kv import ModelShape
-    from servebench.serving.scenario import (with_kv_budget_tokens, with_max_num_seqs, with_mix, with_model,
-                                             with_policy, with_rate)
+    from servebench.serving.scenario import (
+        with_kv_budget_tokens,
+        with_max_num_seqs,
+        with_mix,
+        with_model,
+        with_policy,
+        with_rate,
+    )
 
     base = load_scenario(SAMPLES / "profile_b.yaml")
     paged = with_policy(with_max_num_seqs(base, 8), "paged")

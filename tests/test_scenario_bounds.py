@@ -12,16 +12,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from conftest import SAMPLE_DATA
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from servebench.errors import ConfigError
 from servebench.serving.scenario import load_scenario, parse_scenario, with_request_count
 from servebench.serving.sweep import sweep
-from servebench.serving.workload import (LARGE_GROUPS, MAX_GENERATED, LengthSpec, SharedPrefixSpec, WorkloadSpec,
-                                         draw_workload)
-
-from conftest import SAMPLE_DATA
+from servebench.serving.workload import (
+    LARGE_GROUPS,
+    MAX_GENERATED,
+    LengthSpec,
+    SharedPrefixSpec,
+    WorkloadSpec,
+    draw_workload,
+)
 
 BASE = {
     "name": "hostile", "seed": 1,

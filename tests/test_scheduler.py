@@ -10,8 +10,17 @@ from pydantic import ValidationError
 from servebench.errors import ConfigError
 from servebench.records.schema import parse_objects
 from servebench.records.table import validate
-from servebench.serving.scheduler import (ERR_CANCELLED, ERR_DEADLINE, ERR_PREEMPTED_QUEUE_FULL, ERR_QUEUE_FULL, ERR_TOO_LARGE,
-                                  Outcome, Request, Scheduler, SchedulerConfig)
+from servebench.serving.scheduler import (
+    ERR_CANCELLED,
+    ERR_DEADLINE,
+    ERR_PREEMPTED_QUEUE_FULL,
+    ERR_QUEUE_FULL,
+    ERR_TOO_LARGE,
+    Outcome,
+    Request,
+    Scheduler,
+    SchedulerConfig,
+)
 
 
 def run(sched: Scheduler, dt: float = 0.1, t: float = 0.0, max_steps: int = 10_000) -> tuple[list[Outcome], float]:

@@ -15,14 +15,15 @@ import pytest
 
 pytest.importorskip("torch")
 
-from processes import stop  # noqa: E402
-from servebench.serving.engine.service import EngineService  # noqa: E402
-from servebench.load.generator import LoadConfig, plan_requests, records_table, run_load_sync  # noqa: E402
-from servebench.serving.scheduler import SchedulerConfig  # noqa: E402
 from asgi_server import serve_in_background  # noqa: E402
-from servebench.serving.engine.http_api import create_app  # noqa: E402
-from servebench.serving.engine.words import encode  # noqa: E402
+from processes import stop  # noqa: E402
+
 from servebench.analysis.summary import build_report  # noqa: E402
+from servebench.load.generator import LoadConfig, plan_requests, records_table, run_load_sync  # noqa: E402
+from servebench.serving.engine.http_api import create_app  # noqa: E402
+from servebench.serving.engine.service import EngineService  # noqa: E402
+from servebench.serving.engine.words import encode  # noqa: E402
+from servebench.serving.scheduler import SchedulerConfig  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 

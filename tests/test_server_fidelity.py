@@ -25,16 +25,17 @@ pytest.importorskip("torch")
 openai = pytest.importorskip("openai")
 
 import torch  # noqa: E402
+from asgi_server import serve_in_background  # noqa: E402
+from conftest import openai_client  # noqa: E402
 from processes import stop as stop_process  # noqa: E402
+
 from servebench.serving.engine.executor import ComputePlan, Executor  # noqa: E402
+from servebench.serving.engine.http_api import create_app  # noqa: E402
 from servebench.serving.engine.kvcache import PagedKVCache  # noqa: E402
 from servebench.serving.engine.model import Decoder, SamplingParams, preset, sample_tokens  # noqa: E402
 from servebench.serving.engine.service import EngineService  # noqa: E402
-from servebench.serving.scheduler import SchedulerConfig  # noqa: E402
-from asgi_server import serve_in_background  # noqa: E402
-from servebench.serving.engine.http_api import create_app  # noqa: E402
 from servebench.serving.engine.words import decode  # noqa: E402
-from conftest import openai_client  # noqa: E402
+from servebench.serving.scheduler import SchedulerConfig  # noqa: E402
 
 MODEL = "servebench-tiny"
 EOS = preset("tiny").eos_token_id

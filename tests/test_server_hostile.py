@@ -19,13 +19,14 @@ pytest.importorskip("torch")
 openai = pytest.importorskip("openai")
 
 import torch  # noqa: E402
-from test_server_fidelity import client, server_log  # noqa: E402,F401  (fixtures: an openai client, the server's log)
 from asgi_server import serve_in_background  # noqa: E402
+from test_server_fidelity import client, server_log  # noqa: E402,F401  (fixtures: an openai client, the server's log)
+
 from servebench.serving.engine.http_api import body_limit_bytes, create_app  # noqa: E402
 from servebench.serving.engine.request_body import MAX_LOGIT_BIAS, MAX_STOP_CHARS  # noqa: E402
-from servebench.serving.engine.words import decode, encode  # noqa: E402
 from servebench.serving.engine.request_rules import NOT_IMPLEMENTED  # noqa: E402
 from servebench.serving.engine.service import EngineService  # noqa: E402
+from servebench.serving.engine.words import decode, encode  # noqa: E402
 from servebench.serving.scheduler import SchedulerConfig  # noqa: E402
 
 MODEL = "servebench-tiny"

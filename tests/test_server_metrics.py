@@ -15,20 +15,34 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from asgi_server import serve_in_background
 from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse, StreamingResponse
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from servebench.analysis.server_metrics import (KNOWN_SIGNALS, WindowHistogram, counter_increase, gauge_series,
-                                                histogram_window, server_metrics_report, server_state)
+from servebench.analysis.server_metrics import (
+    KNOWN_SIGNALS,
+    WindowHistogram,
+    counter_increase,
+    gauge_series,
+    histogram_window,
+    server_metrics_report,
+    server_state,
+)
 from servebench.cli import main
 from servebench.load.scrape_process import parse_page
 from servebench.load.server_metrics import MetricsScraper, discover, metrics_url
 from servebench.records import rundir
-from servebench.records.server_samples import (SampleLog, Series, labels_key, read_aiperf_parquet, read_samples,
-                                               write_samples)
-from asgi_server import serve_in_background
+from servebench.records.server_samples import (
+    SampleLog,
+    Series,
+    labels_key,
+    read_aiperf_parquet,
+    read_samples,
+    write_samples,
+)
 
 DATA = Path(__file__).parent / "data" / "server_metrics"
 

@@ -15,12 +15,12 @@ import json
 import httpx
 import numpy as np
 import pytest
+from asgi_server import serve_in_background
 
 from servebench.cli import main
 from servebench.load.generator import LoadConfig, plan_requests, run_load_sync
 from servebench.load.scrape_process import parse_page
 from servebench.records.loaders import read_path, to_table
-from asgi_server import serve_in_background
 from servebench.serving.engine.http_api import create_app
 from servebench.serving.engine.service import EngineService
 from servebench.serving.scheduler import SchedulerConfig

@@ -10,12 +10,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from servebench.analysis.summary import build_report
 from servebench.errors import ConfigError
 from servebench.records.schema import parse_objects
 from servebench.records.table import STATUSES, validate
 from servebench.serving.scenario import Scenario, load_scenario, parse_scenario
 from servebench.serving.simulate import SimResult, simulate
-from servebench.analysis.summary import build_report
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "sample_data" / "scenarios"
 

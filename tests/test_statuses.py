@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servebench.records.table import STATUSES
 from servebench.records.statuses import STATUS_TABLE, failure_status
+from servebench.records.table import STATUSES
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
@@ -55,8 +55,8 @@ def test_one_status_list_gives_the_type_and_one_table_gives_the_words() -> None:
     from servebench.output.figures.summary import outcome_cells
     from servebench.output.plain import label
     from servebench.records import schema, statuses, table
-    from servebench.records.statuses import STATUS_WORDS, FailureStatus, Status
     from servebench.records.schema import parse_objects
+    from servebench.records.statuses import STATUS_WORDS, FailureStatus, Status
     from servebench.records.table import validate
 
     assert table.STATUSES is statuses.STATUSES and schema.STATUSES is STATUSES and schema.Status is Status

@@ -6,12 +6,22 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
+from servebench.capacity.stepmodel import (
+    EXCESS_BINS,
+    MIN_R2,
+    PoorFitError,
+    StepModel,
+    StepNoise,
+    autocorrelation,
+    fit_noise,
+    fit_noise_memory,
+    fit_step_model,
+    normal_scores,
+    require_usable,
+)
 from servebench.errors import ConfigError
 from servebench.serving.scenario import parse_scenario
 from servebench.serving.simulate import simulate
-from servebench.capacity.stepmodel import (EXCESS_BINS, MIN_R2, NOISE_BINS, PoorFitError, StepModel, StepNoise,
-                                           autocorrelation, fit_noise, fit_noise_memory, fit_step_model,
-                                           normal_scores, require_usable)
 
 TRUE = StepModel(base_s=0.012, per_prefill_token_s=8e-5, per_decode_seq_s=3e-4, per_kv_token_s=2e-8)
 FITTED = ("base_s", "per_prefill_token_s", "per_decode_seq_s", "per_kv_token_s")  # the synthetic trace's columns

@@ -13,8 +13,19 @@ from hypothesis import strategies as st
 
 from servebench.capacity.stepmodel import fit_step_model
 from servebench.errors import InputFormatError
-from servebench.records.steps import (COLUMNS, LANES, NAMES, OLD_NAMES, StepRow, StepTrace, from_step_rows,
-                                      parse_steps, read_steps, steps_from_bytes, write_steps)
+from servebench.records.steps import (
+    COLUMNS,
+    LANES,
+    NAMES,
+    OLD_NAMES,
+    StepRow,
+    StepTrace,
+    from_step_rows,
+    parse_steps,
+    read_steps,
+    steps_from_bytes,
+    write_steps,
+)
 
 # a trace as the simulator wrote it before the one schema (CSV header of servebench simulate --trace-format csv)
 OLD_SIMULATOR_CSV = (b"time,duration,steps,lane,active,waiting,kv_tokens_used,kv_tokens_read,prefill_tokens,"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import copy
 import math
-from unittest import mock
 import random
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from servebench import CONTRACT_FIELDS, SLO, summarize
+from servebench.analysis.summary import build_report
 from servebench.records.schema import FIELDS, parse_objects
 from servebench.records.table import first_violation, validate
-from servebench.analysis.summary import build_report
 
 
 def oracle(records, ws, we):

@@ -10,15 +10,14 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import run_cli, two_slot_scenario
 
+from servebench.analysis.summary import SLO
 from servebench.errors import ConfigError
 from servebench.output.figures.sweep import MAX_TRACE_POINTS, latency_vs_load, outcomes_vs_load, trace_over_time
 from servebench.serving.scenario import load_scenario
 from servebench.serving.simulate import simulate
-from servebench.analysis.summary import SLO
 from servebench.serving.sweep import SweepResult, knee, sweep, sweep_csv
-
-from conftest import run_cli, two_slot_scenario
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "sample_data" / "scenarios"
 PROFILE_B = SCENARIOS / "profile_b.yaml"

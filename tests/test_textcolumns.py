@@ -5,7 +5,8 @@ from unittest.mock import patch
 
 import numpy as np
 import pyarrow as pa
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from servebench.records.textcolumns import blank_mask, categorical, category_codes, duplicates, take, to_objects
 

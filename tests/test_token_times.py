@@ -15,26 +15,33 @@ import pyarrow.parquet as pq
 import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
-from hypothesis import given, settings, strategies as st
-
-from servebench import summarize
-from servebench.cli.core import app
-from servebench.errors import ConfigError, RecordValidationError
-from servebench.records.importers import import_bytes
-from servebench.analysis.percentiles import estimate, percentile
-from servebench.analysis.summary import SLO, build_report
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 from vega_charts import drawn_charts, drawn_list
+
+from servebench import summarize
+from servebench.analysis.percentiles import estimate, percentile
+from servebench.analysis.summary import SLO, build_report
+from servebench.cli.core import app
+from servebench.errors import ConfigError, RecordValidationError
+from servebench.formatting import fmt
+from servebench.output.figures import vegalite, vegalite_tokens
+from servebench.output.figures.tokens import (
+    itl_cdf,
+    itl_series,
+    stall_bins,
+    stall_histogram,
+    token_ticks,
+    token_timeline,
+)
+from servebench.records.importers import import_bytes
 from servebench.records.loaders import encode_records, read_bytes, to_table
 from servebench.records.schema import TimingRecord
+from servebench.records.token_times import flat, gaps
 from servebench.serving.experiments import compare_prefill
-from servebench.output.figures import vegalite, vegalite_tokens
-from servebench.formatting import fmt
-from servebench.output.figures.tokens import (itl_cdf, itl_series, stall_bins, stall_histogram, token_ticks,
-                                              token_timeline)
 from servebench.serving.scenario import Scenario, load_scenario, parse_scenario
 from servebench.serving.simulate import simulate
-from servebench.records.token_times import flat, gaps
 
 
 def streamed(start: float, first: float, steps: list[float], **extra: Any) -> dict[str, Any]:
@@ -357,11 +364,12 @@ def test_engine_token_times_are_its_step_ends_and_preemption_stalls():
 
 def test_load_generator_token_times_against_the_local_server_count_the_streamed_tokens():
     pytest.importorskip("torch")
-    from servebench.serving.engine.service import EngineService
-    from servebench.load.generator import LoadConfig, plan_requests, records_table, run_load_sync, to_record
-    from servebench.serving.scheduler import SchedulerConfig
     from asgi_server import serve_in_background
+
+    from servebench.load.generator import LoadConfig, plan_requests, records_table, run_load_sync, to_record
     from servebench.serving.engine.http_api import create_app
+    from servebench.serving.engine.service import EngineService
+    from servebench.serving.scheduler import SchedulerConfig
     service = EngineService("tiny", scheduler=SchedulerConfig(kv_budget_tokens=8192, max_num_seqs=8),
                             device="cpu", threads=1, warmup_steps=1)
     plan = plan_requests(np.arange(6) / 50.0, [6] * 6, [7] * 6, np.random.default_rng(0))
@@ -404,8 +412,9 @@ def chunky_app(running_usage: bool):
 
 @pytest.mark.parametrize("running_usage", [True, False])
 def test_chunks_of_several_tokens_get_counts_only_when_the_server_says_them(running_usage):
-    from servebench.load.generator import LoadConfig, plan_requests, records_table, run_load_sync, to_record
     from asgi_server import serve_in_background
+
+    from servebench.load.generator import LoadConfig, plan_requests, records_table, run_load_sync, to_record
     plan = plan_requests(np.arange(3) / 50.0, [5] * 3, [6] * 3, np.random.default_rng(0))
     with serve_in_background(chunky_app(running_usage)) as url:
         result = run_load_sync(LoadConfig(url=url), plan)

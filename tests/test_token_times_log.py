@@ -103,10 +103,11 @@ def test_run_gaps_equal_the_gaps_of_the_expanded_times(case: tuple[int, list[tup
 
 
 def test_a_simulation_reports_the_same_from_runs_as_from_every_token_time() -> None:
+    from pathlib import Path
+
     from servebench.analysis.summary import SLO, build_report
     from servebench.serving.scenario import load_scenario
     from servebench.serving.simulate import simulate
-    from pathlib import Path
     sc = load_scenario(Path(__file__).resolve().parents[1] / "sample_data" / "scenarios" / "paged_chat.yaml")
     sc = sc.model_copy(update={"workload": sc.workload.model_copy(update={"num_requests": 1500})})
     full, compact = simulate(sc), simulate(sc, token_times="runs")

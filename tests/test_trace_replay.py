@@ -7,7 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from conftest import SAMPLE_DATA, burstgpt_csv, run_cli
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from servebench.analysis.summary import build_report
 from servebench.analysis.trace_stats import prefix_stats
@@ -17,8 +19,6 @@ from servebench.serving.scenario import load_scenario, parse_scenario
 from servebench.serving.simulate import simulate
 from servebench.serving.trace_replay import TraceBlocks, block_prompts
 from servebench.serving.workload import WorkloadSpec, draw_workload
-
-from conftest import SAMPLE_DATA, burstgpt_csv, run_cli
 
 TRACES = SAMPLE_DATA / "traces"
 MOONCAKE = TRACES / "mooncake_conversation_300.jsonl"

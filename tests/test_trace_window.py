@@ -7,19 +7,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import SAMPLE_DATA, run_cli
 
 from servebench.analysis.prefix_reuse import hit_tokens
 from servebench.analysis.summary import SLO
 from servebench.analysis.trace_stats import busiest_window, peak_rate_rps
 from servebench.capacity.model_presets import get_preset
+from servebench.capacity.stepmodel import StepModel
 from servebench.errors import ConfigError
 from servebench.planning import PlanRequest, Workload, plan, planned_point
 from servebench.planning.planner import _evaluate, _scenario
 from servebench.planning.trace_window import busiest_minute, computed_prompt_tokens, window_requests
 from servebench.records.traces import read_trace
-from servebench.capacity.stepmodel import StepModel
-
-from conftest import SAMPLE_DATA, run_cli
 
 MOONCAKE = SAMPLE_DATA / "traces" / "mooncake_conversation_300.jsonl"
 AZURE = SAMPLE_DATA / "traces" / "azure_conv_2023_300.csv"

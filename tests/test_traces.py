@@ -9,11 +9,10 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import SAMPLE_DATA
 
 from servebench.errors import InputFormatError, RecordValidationError
 from servebench.records.traces import FORMATS, detect_format, read_trace
-
-from conftest import SAMPLE_DATA
 
 TRACES = SAMPLE_DATA / "traces"
 MOONCAKE = TRACES / "mooncake_conversation_300.jsonl"

@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections import OrderedDict
 
 import numpy as np
-from hypothesis import given, settings, strategies as st
+from conftest import SAMPLE_DATA
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from servebench.analysis.prefix_reuse import COLD, hit_tokens, stack_depths
 from servebench.analysis.trace_stats import CAPACITIES_TOKENS, peak_rate_rps, token_stats, trace_stats
 from servebench.records.traces import Trace, read_trace
-
-from conftest import SAMPLE_DATA
 
 
 def tiny_trace(blocks: list[list[int]], prompts: list[int], block_tokens: int = 512,

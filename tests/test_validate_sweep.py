@@ -9,14 +9,20 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from servebench.cli.core import app
-from servebench.serving.engine.sweep_validation import (compare_sweeps, knee_rps, pooled, read_sweep_validation, rel_error,
-                                                sweep_validation_doc)
-from servebench.serving.engine.validation import arrival_lag_s, busy_arrival_lags, emit_lead_s, fit_trace
 from servebench.analysis.summary import SLO
+from servebench.cli.core import app
 from servebench.errors import ConfigError, InputFormatError
 from servebench.records.schema import parse_objects
 from servebench.records.table import validate
+from servebench.serving.engine.sweep_validation import (
+    compare_sweeps,
+    knee_rps,
+    pooled,
+    read_sweep_validation,
+    rel_error,
+    sweep_validation_doc,
+)
+from servebench.serving.engine.validation import arrival_lag_s, busy_arrival_lags, emit_lead_s, fit_trace
 from servebench.serving.sweep import SweepPoint
 
 runner = CliRunner()

@@ -8,14 +8,13 @@ import subprocess
 import sys
 
 import pytest
+from conftest import SAMPLE_DATA
 
+from servebench.analysis.contract import summarize
 from servebench.errors import RecordValidationError
 from servebench.records.loaders import read_bytes, read_path
-from servebench.analysis.contract import summarize
 from servebench.records.validation_report import MAX_BAD_ROWS, bad_rows, bad_rows_text
 from servebench.records.window_zoom import trim_to_window
-
-from conftest import SAMPLE_DATA
 
 
 def test_trim_keeps_records_inside_and_counts_each_edge() -> None:

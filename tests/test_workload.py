@@ -7,8 +7,17 @@ import pytest
 from pydantic import ValidationError
 
 from servebench.errors import ConfigError
-from servebench.serving.workload import (ArrivalSpec, ClassSpec, ClosedLoopSpec, LengthSpec, WorkloadSpec, arrival_times,
-                                 closed_loop_plan, generate_arrivals, generate_workload)
+from servebench.serving.workload import (
+    ArrivalSpec,
+    ClassSpec,
+    ClosedLoopSpec,
+    LengthSpec,
+    WorkloadSpec,
+    arrival_times,
+    closed_loop_plan,
+    generate_arrivals,
+    generate_workload,
+)
 
 FIXED = ClassSpec(prompt=LengthSpec(kind="fixed", value=100), output=LengthSpec(kind="fixed", value=20))
 

@@ -9,7 +9,6 @@ import pandas as pd
 import pyarrow as pa
 from streamlit.testing.v1 import AppTest
 
-
 Chart = tuple[dict[str, Any], dict[str, pd.DataFrame]]
 
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from servebench.errors import ConfigError
 from servebench.analysis.percentiles import nearest_rank, percentile
+from servebench.errors import ConfigError
 from servebench.records.schema import MSG_EMPTY, parse_objects
 from servebench.records.table import RecordTable, build_table, check_window, first_violation
 from servebench.records.token_times import gaps as token_gaps

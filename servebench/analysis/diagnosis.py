@@ -49,16 +49,16 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from servebench.capacity import kv
-from servebench.errors import ConfigError
-from servebench.formatting import fmt, fmt_percent, fmt_seconds
 from servebench.analysis.percentiles import percentile
-from servebench.records.table import RecordTable
-from servebench.capacity.stepmodel import StepModel
 from servebench.analysis.server_metrics import ServerState, server_state
 from servebench.analysis.summary import build_report
-from servebench.records.server_samples import ServerSamples
 from servebench.analysis.timeline import active_counts
+from servebench.capacity import kv
+from servebench.capacity.stepmodel import StepModel
+from servebench.errors import ConfigError
+from servebench.formatting import fmt, fmt_percent, fmt_seconds
+from servebench.records.server_samples import ServerSamples
+from servebench.records.table import RecordTable
 
 Limit = Literal["kv_memory", "queueing", "prefill", "decode", "none", "undetermined"]
 LIMITS: tuple[str, ...] = ("kv_memory", "queueing", "prefill", "decode", "none")  # what a verdict can name

@@ -19,13 +19,25 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from servebench.analysis.disagg import PREFILL_COLUMN
 from servebench.analysis.duckdb_checks import explain_row, first_bad_row
 from servebench.analysis.duckdb_fleet import CODE, fleet_from_connection, replica_codes, replica_types_refusal
-from servebench.analysis.duckdb_parts import (REQUIRED_FIELDS, PartPlan, absent_field_sql, choose_native, extra_col,
-                                              field_columns, lit, native_view_sql, plan_part, q, staged_table, text_lit,
-                                              values_table)
+from servebench.analysis.duckdb_parts import (
+    REQUIRED_FIELDS,
+    PartPlan,
+    absent_field_sql,
+    choose_native,
+    extra_col,
+    field_columns,
+    lit,
+    native_view_sql,
+    plan_part,
+    q,
+    staged_table,
+    text_lit,
+    values_table,
+)
 from servebench.analysis.duckdb_report import report_from_connection, uncovered_fields
-from servebench.analysis.disagg import PREFILL_COLUMN
 from servebench.analysis.fleet import REPLICA_COLUMN
 from servebench.analysis.summary import SLO
 from servebench.errors import ConfigError, InputFormatError, RecordValidationError

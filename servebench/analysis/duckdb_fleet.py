@@ -22,8 +22,15 @@ import pyarrow as pa
 
 from servebench.analysis.duckdb_parts import blank_sql, extra_col, values_table
 from servebench.analysis.duckdb_report import METRICS, grouped_sums, stream, timeline
-from servebench.analysis.fleet import (REPLICA_COLUMN, FleetReport, ReplicaReport, fleet_of, hit_rate, replica_labels,
-                                       replica_names)
+from servebench.analysis.fleet import (
+    REPLICA_COLUMN,
+    FleetReport,
+    ReplicaReport,
+    fleet_of,
+    hit_rate,
+    replica_labels,
+    replica_names,
+)
 from servebench.analysis.percentiles import nearest_rank
 from servebench.analysis.sorted_stream import SortedSink
 

@@ -27,8 +27,17 @@ import numpy as np
 from servebench.analysis import retries
 from servebench.analysis.duckdb_parts import lit, text_lit
 from servebench.analysis.sorted_stream import PairwiseSum, PeakWalk, SortedSink, distribution, ranks_for
-from servebench.analysis.summary import (SLO, Concurrency, LogicalReport, PrefixCacheReport, ReasoningReport, Report,
-                                         SLOResult, Stalls, fairness_of)
+from servebench.analysis.summary import (
+    SLO,
+    Concurrency,
+    LogicalReport,
+    PrefixCacheReport,
+    ReasoningReport,
+    Report,
+    SLOResult,
+    Stalls,
+    fairness_of,
+)
 from servebench.errors import ConfigError
 from servebench.records.schema import MSG_EMPTY
 from servebench.records.statuses import CLIENT_DEADLINE_ERROR

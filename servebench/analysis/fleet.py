@@ -70,7 +70,7 @@ def replica_names(labels: np.ndarray) -> list[Any]:
     >>> replica_names(np.array(["b", None, "a", "b"], dtype=object)), replica_names(np.array([2, 0, 10]))
     (['a', 'b'], [0, 2, 10])
     """
-    named = labels[labels != None] if labels.dtype == object else labels
+    named = labels[labels != None] if labels.dtype == object else labels  # noqa: E711 (elementwise)
     return sorted(set(named.tolist()), key=lambda v: (isinstance(v, str), v))
 
 

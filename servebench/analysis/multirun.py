@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pandas as pd
 
+from servebench.analysis.summary import build_report
 from servebench.records.importers import ImportOptions, import_runs
 from servebench.records.loaders import LoadedRecords
-from servebench.analysis.summary import build_report
 from servebench.records.window_zoom import full_table
 
 

@@ -14,15 +14,23 @@ from typing import Any
 
 import pyarrow as pa
 
-from servebench.errors import InputFormatError
 from servebench.analysis.retries import read_tenant_weights
 from servebench.analysis.server_metrics import attach
 from servebench.analysis.summary import build_report
+from servebench.errors import InputFormatError
 from servebench.records.extra_columns import slice_by
 from servebench.records.loaders import read_path, to_table
+from servebench.records.recordset import (
+    SetSummary,
+    choose_engine,
+    find_parts,
+    is_record_set,
+    parse_size,
+    read_set,
+    set_warnings,
+    table_of_set,
+)
 from servebench.records.rundir import server_samples
-from servebench.records.recordset import (SetSummary, choose_engine, find_parts, is_record_set, parse_size,
-                                          read_set, set_warnings, table_of_set)
 
 
 def summarize_path(path: str | Path, fmt: str = "auto", window_start: float | None = None,

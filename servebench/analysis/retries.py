@@ -37,8 +37,8 @@ import pyarrow.compute as pc
 from pydantic import BaseModel, Field
 
 from servebench.records.rundir import read_settings
-from servebench.records.statuses import CLIENT_DEADLINE_ERROR
 from servebench.records.schema import SUCCESS, shown
+from servebench.records.statuses import CLIENT_DEADLINE_ERROR
 from servebench.records.table import RecordTable
 
 

@@ -30,7 +30,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from servebench.analysis.percentiles import percentile
-from servebench.records.server_samples import ServerSamples, Series
+from servebench.records.server_samples import Series, ServerSamples
 
 Kind = Literal["gauge", "counter", "histogram"]
 QUANTILES: tuple[float, ...] = (50, 90, 95, 99)  # the client report's (summary.REPORT_QUANTILES)

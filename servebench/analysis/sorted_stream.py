@@ -17,9 +17,9 @@ from functools import lru_cache
 
 import numpy as np
 
+from servebench.analysis.contract import REPORT_QUANTILES
 from servebench.analysis.exact_sum import exact_total, mean_of
 from servebench.analysis.percentiles import estimate_ranks, nearest_rank, rank_interval
-from servebench.analysis.contract import REPORT_QUANTILES
 from servebench.analysis.summary import Concurrency, Distribution, Percentile
 
 _PW_BLOCK = 128  # numpy's PW_BLOCKSIZE: pairwise summation's leaves hold at most this many values

@@ -8,30 +8,41 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from fractions import Fraction
 from functools import partial
 from typing import Any, Generic, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from servebench.records.arrow_masks import null_mask
-from servebench.errors import ConfigError
-from fractions import Fraction
-
 from servebench.analysis.contract import REPORT_QUANTILES, contract_values, request_times, token_sum
-from servebench.analysis.exact_sum import exact_total, mean_of
-from servebench.analysis.server_metrics import ServerMetricsReport
 from servebench.analysis.disagg import DisaggReport, disagg_report
+from servebench.analysis.exact_sum import exact_total, mean_of
 from servebench.analysis.fleet import FleetReport, fleet_report
-from servebench.analysis.percentiles import (PercentileEstimate, estimate_ranks, estimate_sorted, select_ranks,
-                                             sort_is_cheaper)
+from servebench.analysis.percentiles import (
+    PercentileEstimate,
+    estimate_ranks,
+    estimate_sorted,
+    select_ranks,
+    sort_is_cheaper,
+)
+from servebench.analysis.retries import (
+    AttemptIssue,
+    attempt_issues,
+    jain_index,
+    logical_stats,
+    normalised_goodput,
+    warmup_slices,
+)
+from servebench.analysis.server_metrics import ServerMetricsReport
+from servebench.analysis.timeline import Timeline, ascending, sorted_timeline, sorted_without
+from servebench.errors import ConfigError
+from servebench.records.arrow_masks import null_mask
 from servebench.records.schema import MSG_EMPTY, SUCCESS
 from servebench.records.table import STATUSES, RecordTable
 from servebench.records.textcolumns import category_codes, duplicates
-from servebench.analysis.retries import (AttemptIssue, attempt_issues, jain_index, logical_stats,
-                                         normalised_goodput, warmup_slices)
-from servebench.analysis.timeline import Timeline, ascending, sorted_timeline, sorted_without
-from servebench.records.token_times import Gaps, RunGaps, TokenRuns, gaps as token_gaps
+from servebench.records.token_times import Gaps, RunGaps, TokenRuns
+from servebench.records.token_times import gaps as token_gaps
 
 
 class Percentile(BaseModel):

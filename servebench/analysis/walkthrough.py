@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from servebench.capacity import kv
 from servebench.analysis.diagnosis import LIMITS, ProfileTable, Verdict, diagnose_table
+from servebench.capacity import kv
 from servebench.formatting import fmt
-
 
 SHARE = "share"  # the unit of an answer that is a fraction: typed as 92 (percent) or 0.92 (fraction)
 

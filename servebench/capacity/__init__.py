@@ -4,8 +4,14 @@ The roofline turns a model shape and an accelerator into the simulator's step-ti
 that searches deployments on the simulator lives above the simulator, in ``servebench.planning``.
 """
 
-from servebench.capacity.gpus import (ACCELERATORS, DEFAULT_GPUS, Accelerator, accelerator_for_device, get_accelerator,
-                                      parse_prices)
+from servebench.capacity.gpus import (
+                                      ACCELERATORS,
+                                      DEFAULT_GPUS,
+                                      Accelerator,
+                                      accelerator_for_device,
+                                      get_accelerator,
+                                      parse_prices,
+)
 from servebench.capacity.roofline import Calibration, Efficiency, Roofline, calibrate, roofline, unloaded_times_s
 
 __all__ = ["ACCELERATORS", "DEFAULT_GPUS", "Accelerator", "Calibration", "Efficiency", "Roofline",

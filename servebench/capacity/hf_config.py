@@ -16,10 +16,10 @@ from typing import Any, Mapping
 
 from pydantic import ValidationError
 
-from servebench.errors import ConfigError, InputFormatError
 from servebench.capacity import kv
 from servebench.capacity.documents import check_values, read_json
 from servebench.capacity.kv import LayerKind, ModelShape, dtype_bytes, given_dtype_note, heads_problem
+from servebench.errors import ConfigError, InputFormatError
 
 SERVED_BYTES = 2  # 16-bit: what an engine serves (and caches) a float32 checkpoint in
 # Largest value each integer field of a config may hold: ModelShape's bounds, and for the parameter

@@ -34,8 +34,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from servebench.errors import ConfigError
 from servebench.capacity.documents import as_tuple
+from servebench.errors import ConfigError
 
 GIB = 2**30
 DEFAULT_BLOCK_SIZE = 16

@@ -7,8 +7,8 @@ KV elements default to bf16 (2 bytes); pass another ``bytes_per_element`` for fp
 
 from __future__ import annotations
 
-from servebench.errors import ConfigError
 from servebench.capacity.kv import ModelShape
+from servebench.errors import ConfigError
 
 
 def _hf(repo: str, note: str = "") -> str:

@@ -37,10 +37,10 @@ import math
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from servebench.errors import ConfigError
+from servebench.capacity.gpus import Accelerator
 from servebench.capacity.kv import ModelShape, bytes_per_token, kv_heads_per_gpu
 from servebench.capacity.stepmodel import StepModel
-from servebench.capacity.gpus import Accelerator
+from servebench.errors import ConfigError
 
 ACTIVATION_BYTES = 2  # the hidden state all-reduced between GPUs is bf16/fp16
 

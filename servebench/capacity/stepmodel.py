@@ -51,8 +51,8 @@ import numpy as np
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from scipy.special import ndtr, ndtri
 
-from servebench.errors import ConfigError, InputFormatError
 from servebench.capacity.documents import as_tuple
+from servebench.errors import ConfigError, InputFormatError
 from servebench.records.steps import LANES, NAMES, StepTrace, as_trace
 
 COEFFICIENTS: tuple[str, ...] = ("base_s", "per_prefill_token_s", "per_prefill_seq_s", "per_decode_seq_s",

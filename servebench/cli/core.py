@@ -81,10 +81,11 @@ def summarize(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
 ) -> None:
     """Summarize a record file or set: the spec's eight fields, then the full failure-aware report."""
-    from servebench.records.extra_columns import extra_columns_note, slice_by as sliced
-    from servebench.records.loaders import read_path, to_table
-    from servebench.output.terminal import user_text
     from servebench.analysis.summary import SLO, build_report
+    from servebench.output.terminal import user_text
+    from servebench.records.extra_columns import extra_columns_note
+    from servebench.records.extra_columns import slice_by as sliced
+    from servebench.records.loaders import read_path, to_table
 
     slo = SLO(ttft_s=slo_ttft, tpot_s=slo_tpot, latency_s=slo_latency, itl_p99_s=slo_itl, stall_s=stall_s)
     if memory_limit is not None:  # a usage error naming the option, whichever engine would run

@@ -10,11 +10,18 @@ import typer
 from pydantic import ValidationError
 from rich.table import Table
 
-from servebench.cli.core import app, console, emit_json
-from servebench.analysis.diagnosis import PRECEDENCE, ProfileTable, Thresholds, Verdict, diagnose_records, diagnose_table
-from servebench.errors import ConfigError, InputFormatError
+from servebench.analysis.diagnosis import (
+    PRECEDENCE,
+    ProfileTable,
+    Thresholds,
+    Verdict,
+    diagnose_records,
+    diagnose_table,
+)
 from servebench.capacity.kv import GIB, POLICIES
 from servebench.capacity.model_presets import resolve_shape
+from servebench.cli.core import app, console, emit_json
+from servebench.errors import ConfigError, InputFormatError
 from servebench.formatting import NO_DATA, fmt
 from servebench.output.safetext import safe_markup
 from servebench.output.terminal import print_headline

@@ -8,11 +8,20 @@ from typing import Optional
 import typer
 from rich.table import Table
 
+from servebench.capacity.kv import (
+    GIB,
+    KVReport,
+    ModelShape,
+    analyze,
+    bytes_per_token,
+    dtype_bytes,
+    given_dtype_note,
+    kv_budget_bytes,
+    weight_bytes,
+)
+from servebench.capacity.model_presets import PRESETS, resolve_shape
 from servebench.cli.core import app, console, emit_json
 from servebench.errors import ConfigError
-from servebench.capacity.kv import (GIB, KVReport, ModelShape, analyze, bytes_per_token, dtype_bytes, given_dtype_note,
-                                    kv_budget_bytes, weight_bytes)
-from servebench.capacity.model_presets import PRESETS, resolve_shape
 from servebench.formatting import fmt
 from servebench.output.safetext import safe_markup
 

@@ -304,8 +304,17 @@ def _run_one(url: str, spec: Any, seed: int, out_dir: Path, cfg_kwargs: dict[str
     ``metrics`` (a MetricsOptions): the server's Prometheus metrics scraped through the run
     (:mod:`servebench.load.server_metrics`; None: none), written beside the records.
     """
-    from servebench.load.generator import (LoadConfig, RunState, RunStopped, records_table, result_from_state,
-                                           run_load_sync, run_metadata, workload_plan, write_run)
+    from servebench.load.generator import (
+        LoadConfig,
+        RunState,
+        RunStopped,
+        records_table,
+        result_from_state,
+        run_load_sync,
+        run_metadata,
+        workload_plan,
+        write_run,
+    )
 
     plan = workload_plan(spec, np.random.default_rng(seed), cancel)
     users = spec.closed_loop.users if spec.closed_loop is not None else None

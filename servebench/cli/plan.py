@@ -112,13 +112,14 @@ def plan(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
 ) -> None:
     """Plan GPUs, tensor parallelism, replicas and cost for a workload under SLOs (roofline + simulation)."""
-    from servebench.capacity import DEFAULT_GPUS, parse_prices
-    from servebench.planning import PlanRequest, Workload
-    from servebench.planning.planner import load_calibration, plan as run_plan, plan_document, shape_from_config_file
-    from servebench.planning.trace_window import window_requests
-    from servebench.capacity.model_presets import get_preset
-    from servebench.serving.scenario import DISAGGREGATED_ROUTERS, MAX_TRANSFER_GBPS
     from servebench.analysis.summary import SLO
+    from servebench.capacity import DEFAULT_GPUS, parse_prices
+    from servebench.capacity.model_presets import get_preset
+    from servebench.planning import PlanRequest, Workload
+    from servebench.planning.planner import load_calibration, plan_document, shape_from_config_file
+    from servebench.planning.planner import plan as run_plan
+    from servebench.planning.trace_window import window_requests
+    from servebench.serving.scenario import DISAGGREGATED_ROUTERS, MAX_TRANSFER_GBPS
 
     if (model is None) == (config is None):
         raise ConfigError("give the model one way: --model NAME or --config config.json")

@@ -45,9 +45,9 @@ def report(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object describing the site."),
 ) -> None:
     """Write a static HTML report site: index.html compares the runs, one page per run, sweep charts."""
-    from servebench.output.site import KvOptions, SiteOptions, build_site, load_runs, site_zip_bytes, write_site
-    from servebench.output.safetext import safe_text
     from servebench.analysis.summary import SLO
+    from servebench.output.safetext import safe_text
+    from servebench.output.site import KvOptions, SiteOptions, build_site, load_runs, site_zip_bytes, write_site
 
     try:
         slo = SLO(ttft_s=slo_ttft, tpot_s=slo_tpot, latency_s=slo_latency)

@@ -40,14 +40,14 @@ def serve_engine(
 
     The address is printed once the engine has warmed up and the socket listens.
     """
-    from servebench.serving.engine.service import EngineService
     from pydantic import ValidationError
 
     from servebench.capacity.documents import validation_line
-    from servebench.serving.scheduler import SchedulerConfig
+    from servebench.dashboard.sharing import is_loopback
     from servebench.serving.engine.http_api import create_app
     from servebench.serving.engine.http_server import bind_socket, http_url, make_server
-    from servebench.dashboard.sharing import is_loopback
+    from servebench.serving.engine.service import EngineService
+    from servebench.serving.scheduler import SchedulerConfig
 
     if not is_loopback(host):  # stderr, so --json output on stdout stays one object
         typer.echo(f"warning: --host {host} serves the engine beyond this machine: anyone who can reach "

@@ -10,10 +10,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from servebench.output import strict_json
 from servebench.cli.core import app, console, emit_json, positive_s
 from servebench.errors import ConfigError
 from servebench.formatting import fmt
+from servebench.output import strict_json
 from servebench.output.safetext import safe_markup
 
 
@@ -76,11 +76,10 @@ def simulate(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
 ) -> None:
     """Simulate a continuous-batching server on a scenario; write records, step trace and summary."""
-    from servebench.records import rundir
-    from servebench.serving.scenario import load_scenario
-    from servebench.serving.disagg import simulate_deployment as run_simulation  # one replica, a fleet, or P/D
     from servebench.analysis.summary import build_report
-    from servebench.serving.scenario import with_request_count
+    from servebench.records import rundir
+    from servebench.serving.disagg import simulate_deployment as run_simulation  # one replica, a fleet, or P/D
+    from servebench.serving.scenario import load_scenario, with_request_count
     from servebench.serving.sweep import scenario_at
 
     if trace_format not in ("auto", "jsonl", "csv", "parquet"):
@@ -182,13 +181,11 @@ def sweep(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
 ) -> None:
     """Sweep offered load (rates, users, or a trace's speedup); report per-point outcomes and the usable capacity."""
+    from servebench.analysis.summary import SLO
     from servebench.records import rundir
     from servebench.serving.scenario import load_scenario
-    from servebench.analysis.summary import SLO
+    from servebench.serving.sweep import LOAD_AXES, check_loads, default_rates, default_speedups, sweep_csv, sweep_mode
     from servebench.serving.sweep import sweep as run_sweep
-    from servebench.serving.sweep import sweep_csv
-
-    from servebench.serving.sweep import LOAD_AXES, check_loads, default_rates, default_speedups, sweep_mode
 
     if sum(x is not None for x in (rates, concurrency, speedups)) > 1:
         raise ConfigError("give one of --rates, --concurrency and --speedups, not both")

@@ -14,6 +14,7 @@ from servebench.errors import ConfigError
 from servebench.formatting import NO_DATA, fmt
 from servebench.output.safetext import safe_markup
 
+
 def parse_rates(text: str) -> list[float]:
     """Return the rates of a comma-separated list, or raise ConfigError naming the bad one."""
     rates = []
@@ -61,14 +62,19 @@ def validate_sweep_command(
     """Run the engine at each rate, fit the step model on the traces, simulate the same rates, compare the knees."""
     import torch
 
-    from servebench.serving.engine.run_metadata import build_run_metadata
-    from servebench.serving.engine.model import Decoder, configure_cpu, pick_device, preset
-    from servebench.records.rundir import rate_folder, write_run, write_validation
-    from servebench.serving.engine.sweep_validation import (CPU_MAX_WALL_S_PER_RATE, CPU_REQUESTS_PER_RATE,
-                                                            LONG_MAX_WALL_S_PER_RATE, REPORT, validate_sweep)
-    from servebench.output.figures.validate_sweep import measured_vs_simulated
-    from servebench.serving.scenario import Scenario, load_scenario
     from servebench.analysis.summary import SLO
+    from servebench.output.figures.validate_sweep import measured_vs_simulated
+    from servebench.records.rundir import rate_folder, write_run, write_validation
+    from servebench.serving.engine.model import Decoder, configure_cpu, pick_device, preset
+    from servebench.serving.engine.run_metadata import build_run_metadata
+    from servebench.serving.engine.sweep_validation import (
+        CPU_MAX_WALL_S_PER_RATE,
+        CPU_REQUESTS_PER_RATE,
+        LONG_MAX_WALL_S_PER_RATE,
+        REPORT,
+        validate_sweep,
+    )
+    from servebench.serving.scenario import Scenario, load_scenario
 
     grid = parse_rates(rates)
     if out.exists() and not out.is_dir():

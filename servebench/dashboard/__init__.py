@@ -14,8 +14,16 @@ from servebench.dashboard.cells import by_row, cell
 from servebench.dashboard.fairness import TenantShift, shift_headline, shift_table, tenant_shifts
 from servebench.dashboard.runs import baseline_first, comparable
 from servebench.dashboard.trace_charts import hit_rate_chart, over_time_charts
-from servebench.dashboard.traces import (Metric, answers, kept_upload, option_text, plan_notes, plan_request, plan_rows,
-                                         trace_metrics)
+from servebench.dashboard.traces import (
+                                         Metric,
+                                         answers,
+                                         kept_upload,
+                                         option_text,
+                                         plan_notes,
+                                         plan_request,
+                                         plan_rows,
+                                         trace_metrics,
+)
 from servebench.dashboard.windows import seconds, shared_clock, span_text, window_text
 
 __all__ = ["Metric", "TenantShift", "answers", "baseline_first", "by_row", "cell", "comparable", "hit_rate_chart",

@@ -10,8 +10,8 @@ from __future__ import annotations
 from servebench.analysis.summary import SLO
 from servebench.capacity.kv import GIB, KVReport
 from servebench.dashboard.traces import option_text
-from servebench.output.figures.sweep import capacity_reading, load_unit
 from servebench.formatting import fmt, fmt_share
+from servebench.output.figures.sweep import capacity_reading, load_unit
 from servebench.planning import Plan
 from servebench.serving.cache_experiment import CacheComparison
 from servebench.serving.sweep import SweepResult

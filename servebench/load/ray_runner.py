@@ -19,8 +19,8 @@ from typing import Any
 
 from servebench.errors import ConfigError, ServebenchError, WorkerError
 from servebench.load.generator import LoadConfig, LoadResult, PlannedRequest
-from servebench.serving.sweep import PointTask, SweepJob, SweepPoint
 from servebench.load.workers import WorkerRun, partition, run_part, run_workers
+from servebench.serving.sweep import PointTask, SweepJob, SweepPoint
 
 LOCAL_OBJECT_STORE_BYTES = 256 * 1024**2
 INIT_TIMEOUT_S = 120.0

@@ -28,8 +28,8 @@ from pydantic import BaseModel, Field
 
 from servebench.errors import ConfigError
 from servebench.load.client import normalize_url
-from servebench.records.rundir import SERVER_METRICS
 from servebench.load.scrape_process import Pages, ScrapeFailed, parse_page, scrape_process
+from servebench.records.rundir import SERVER_METRICS
 from servebench.records.server_samples import ServerSamples
 
 DEFAULT_INTERVAL_S = 0.5  # AIPerf scrapes every 333 ms; half a second resolves a queue that builds in seconds

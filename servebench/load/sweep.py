@@ -17,8 +17,7 @@ from typing import Any
 from servebench.analysis.summary import SLO
 from servebench.load.generator import LoadResult, measured_point
 from servebench.records import rundir
-from servebench.serving.sweep import (SweepPoint, SweepResult, capacity_from_grid, knee, search_capacity,
-                                      sweep_csv)
+from servebench.serving.sweep import SweepPoint, SweepResult, capacity_from_grid, knee, search_capacity, sweep_csv
 from servebench.serving.workload import WorkloadSpec
 
 SEARCH_TOLERANCE = 0.05  # bisection stops when the bracket is within 5% of the load, as the simulator's sweep does

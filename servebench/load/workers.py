@@ -32,9 +32,21 @@ from typing import Any, Protocol
 
 from servebench.errors import ConfigError, WorkerError
 from servebench.load.client import HttpOutcome
-from servebench.load.generator import (GeneratorStats, LoadConfig, LoadResult, PlannedRequest, RunState, RunStopped,
-                                       WorkerStats, stoppable, generator_stats, lag_stats, run_load, warm_up_sync,
-                                       warmup_warning)
+from servebench.load.generator import (
+    GeneratorStats,
+    LoadConfig,
+    LoadResult,
+    PlannedRequest,
+    RunState,
+    RunStopped,
+    WorkerStats,
+    generator_stats,
+    lag_stats,
+    run_load,
+    stoppable,
+    warm_up_sync,
+    warmup_warning,
+)
 from servebench.serving.send_lag import LAG_FLOOR_S
 
 PINGS = 8

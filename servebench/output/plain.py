@@ -14,7 +14,6 @@ from pydantic import ValidationError
 
 from servebench.records.statuses import STATUS_WORDS
 
-
 # another tool's format name -> how it is written, with its article
 TOOL_NAMES: dict[str, tuple[str, str]] = {
     "aiperf": ("an", "AIPerf"), "genai-perf": ("a", "GenAI-Perf"), "guidellm": ("a", "GuideLLM"),

@@ -8,13 +8,19 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from servebench.formatting import NO_DATA, fmt, fmt_share
-from servebench.output.safetext import safe_markup
 from servebench.analysis.diagnosis import Headline
 from servebench.analysis.disagg import DisaggReport
 from servebench.analysis.fleet import FleetReport
-from servebench.analysis.summary import (Distribution, FairnessReport, LogicalReport, PrefixCacheReport, ReasoningReport,
-                                         Report)
+from servebench.analysis.summary import (
+    Distribution,
+    FairnessReport,
+    LogicalReport,
+    PrefixCacheReport,
+    ReasoningReport,
+    Report,
+)
+from servebench.formatting import NO_DATA, fmt, fmt_share
+from servebench.output.safetext import safe_markup
 
 user_text = safe_markup  # every user-supplied string in a table or line goes through this
 

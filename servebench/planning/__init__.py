@@ -6,8 +6,18 @@ The planner reuses the KV calculator (``servebench.capacity.kv``) for memory, th
 vocabulary for what binds.
 """
 
-from servebench.planning.planner import (Evaluation, Option, Plan, PlanRequest, Workload, cost_curve,
-                                         evaluate_configurations, plan, planned_point, price)
+from servebench.planning.planner import (
+                                         Evaluation,
+                                         Option,
+                                         Plan,
+                                         PlanRequest,
+                                         Workload,
+                                         cost_curve,
+                                         evaluate_configurations,
+                                         plan,
+                                         planned_point,
+                                         price,
+)
 
 __all__ = ["Evaluation", "Option", "Plan", "PlanRequest", "Workload", "cost_curve", "evaluate_configurations", "plan",
            "planned_point", "price"]

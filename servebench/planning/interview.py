@@ -7,9 +7,9 @@ walk-through's scorer (``servebench.analysis.walkthrough.score_prediction``).
 
 from __future__ import annotations
 
-from servebench.capacity.model_presets import get_preset
 from servebench.analysis.summary import SLO
 from servebench.analysis.walkthrough import NumericAnswer, WalkthroughStep
+from servebench.capacity.model_presets import get_preset
 from servebench.planning.planner import Evaluation, Plan, PlanRequest, Workload
 
 QUESTION_RATE_RPS = 20.0

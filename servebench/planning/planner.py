@@ -43,22 +43,41 @@ from typing import Literal, Union
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from servebench.capacity import kv
 from servebench.analysis.diagnosis import Limit, Thresholds, diagnose_records
-from servebench.errors import ConfigError, ServebenchError
 from servebench.analysis.fleet import REPLICA_COLUMN
+from servebench.analysis.summary import SLO
+from servebench.capacity import kv
+from servebench.capacity.gpus import ACCELERATORS, DEFAULT_GPUS, Accelerator, get_accelerator, with_price
+from servebench.capacity.roofline import (
+    ACTIVE_PARAMETERS,
+    Calibration,
+    Efficiency,
+    Roofline,
+    roofline,
+    unloaded_times_s,
+)
+from servebench.capacity.stepmodel import StepModel
+from servebench.errors import ConfigError, ServebenchError
+from servebench.planning.trace_window import (
+    busiest_minute,
+    computed_prompt_tokens,
+    speedup_for,
+    window_rate_rps,
+    window_requests,
+)
 from servebench.serving.fleet import simulate_fleet
 from servebench.serving.scenario import MAX_REPLICAS, FleetSpec, Router, Scenario, ServerSpec, StepModelSpec
 from servebench.serving.simulate import SimResult
-from servebench.capacity.stepmodel import StepModel
-from servebench.analysis.summary import SLO
 from servebench.serving.sweep import SweepPoint, evaluate, point_from, scenario_at, search_capacity
-from servebench.serving.workload import (MAX_GENERATED, ArrivalSpec, ClassSpec, LengthSpec, TraceSpec, WorkloadSpec,
-                                         draw_requests)
-from servebench.planning.trace_window import (busiest_minute, computed_prompt_tokens, speedup_for, window_rate_rps,
-                                              window_requests)
-from servebench.capacity.gpus import ACCELERATORS, DEFAULT_GPUS, Accelerator, get_accelerator, with_price
-from servebench.capacity.roofline import ACTIVE_PARAMETERS, Calibration, Efficiency, Roofline, roofline, unloaded_times_s
+from servebench.serving.workload import (
+    MAX_GENERATED,
+    ArrivalSpec,
+    ClassSpec,
+    LengthSpec,
+    TraceSpec,
+    WorkloadSpec,
+    draw_requests,
+)
 
 ProgressCallback = Callable[[int, int, str], None]
 # What binds a configuration: the diagnosis's vocabulary, and ``throughput`` where the engine's throughput
@@ -945,12 +964,12 @@ def load_calibration(run_dir: str, *, gpu: str | None = None) -> Calibration:
 
     The device comes from ``metadata.json`` (``runtime.device_name``) unless ``gpu`` names a preset.
     """
+    from servebench.capacity.gpus import accelerator_for_device
+    from servebench.capacity.roofline import calibrate
+    from servebench.capacity.stepmodel import fit_step_model
     from servebench.errors import InputFormatError
     from servebench.records.loaders import load_table
     from servebench.records.rundir import METADATA, read_folder
-    from servebench.capacity.stepmodel import fit_step_model
-    from servebench.capacity.gpus import accelerator_for_device
-    from servebench.capacity.roofline import calibrate
 
     d = Path(run_dir)
     folder = read_folder(d, require=("steps", "metadata"))  # the run folder's files, as every command reads them

@@ -20,8 +20,15 @@ import pyarrow.parquet as pq
 from servebench.errors import InputFormatError, RecordValidationError, ServebenchError
 from servebench.records.loaded import LoadedRecords
 from servebench.records.rundir import records_file
-from servebench.records.schema import (ParsedRows, canonical_name, parse_arrow, parse_objects, plain_strings,
-                                       printable_key, shown)
+from servebench.records.schema import (
+    ParsedRows,
+    canonical_name,
+    parse_arrow,
+    parse_objects,
+    plain_strings,
+    printable_key,
+    shown,
+)
 from servebench.records.table import RecordTable, default_window, validate
 
 if TYPE_CHECKING:  # the importers load on first use

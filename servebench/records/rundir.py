@@ -32,8 +32,15 @@ from pydantic import BaseModel
 
 from servebench.errors import ConfigError, InputFormatError
 from servebench.records.rows import read_rows
-from servebench.records.server_samples import (AIPERF_FILE, AIPERF_JSON, ServerSamples, read_aiperf_json,
-                                               read_aiperf_parquet, read_samples, write_samples)
+from servebench.records.server_samples import (
+    AIPERF_FILE,
+    AIPERF_JSON,
+    ServerSamples,
+    read_aiperf_json,
+    read_aiperf_parquet,
+    read_samples,
+    write_samples,
+)
 from servebench.records.steps import StepRow, StepTrace, read_steps, write_steps
 from servebench.records.table import RecordTable
 from servebench.records.token_times import TIMES_TYPE, TokenRuns

@@ -11,7 +11,8 @@ import math
 import re
 import reprlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field as dataclass_field
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from types import MappingProxyType
 from typing import Any, Callable
 
@@ -20,11 +21,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, model_validator
 
-from servebench.records.arrow_masks import all_false, bool_values, null_mask
 from servebench.errors import InputFormatError, RecordValidationError
-from servebench.records.textcolumns import blank_mask, text_array
 from servebench.records import token_times as tt
+from servebench.records.arrow_masks import all_false, bool_values, null_mask
 from servebench.records.statuses import STATUSES, Status
+from servebench.records.textcolumns import blank_mask, text_array
 from servebench.records.token_times import LIST_ALIASES, LIST_FIELDS, ListColumn
 
 SUCCESS = 0  # index of "success" in STATUSES
@@ -435,7 +436,8 @@ def _arrow_column(arr: pa.ChunkedArray, name: str, optional_nan_is_missing: bool
     """Parse one canonical field of an Arrow table; ``text_numbers``: a text column's numbers are read (CSV)."""
     typ = arr.type
     n = len(arr)
-    raw = (lambda i, a=arr: a[i].as_py())
+    def raw(i: int, a: pa.Array = arr) -> Any:
+        return a[i].as_py()
     if name == "status" or (pa.types.is_dictionary(typ) and name in TEXT_FIELDS):
         return _arrow_category(arr, name, raw)
     if pa.types.is_dictionary(typ):

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field as dataclass_field
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from functools import cached_property
 from types import MappingProxyType
 from typing import Any
@@ -18,13 +19,37 @@ import numpy as np
 import pyarrow as pa
 
 from servebench.errors import RecordValidationError
-from servebench.records.textcolumns import categorical, category_codes, take as take_rows, text_array, to_objects
 from servebench.records import token_times as tt
+from servebench.records.schema import (
+    MSG_ADMITTED,
+    MSG_ATTEMPT,
+    MSG_CACHED,
+    MSG_FIRST_ANSWER,
+    MSG_FIRST_TOKEN,
+    MSG_OBJECT,
+    MSG_OUTPUT,
+    MSG_PROMPT,
+    MSG_REASONING,
+    MSG_STATUS,
+    MSG_SUCCESS,
+    MSG_TEXT,
+    MSG_TIMES,
+    MSG_WINDOW,
+    NO_EXTRA,
+    NUMBER_TEXT,
+    SUCCESS,
+    TEXT_FIELDS,
+    WHOLE_TEXT,
+    Column,
+    ParsedRows,
+    as_float,
+    is_number,
+    is_whole,
+    shown,
+)
 from servebench.records.statuses import STATUSES
-from servebench.records.schema import (MSG_ADMITTED, MSG_ATTEMPT, MSG_CACHED, MSG_FIRST_ANSWER, MSG_FIRST_TOKEN,
-                                       MSG_OBJECT, MSG_OUTPUT, MSG_PROMPT, MSG_REASONING, MSG_STATUS, MSG_SUCCESS,
-                                       MSG_TEXT, MSG_TIMES, MSG_WINDOW, NO_EXTRA, NUMBER_TEXT, SUCCESS, TEXT_FIELDS,
-                                       WHOLE_TEXT, Column, ParsedRows, as_float, is_number, is_whole, shown)
+from servebench.records.textcolumns import categorical, category_codes, text_array, to_objects
+from servebench.records.textcolumns import take as take_rows
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from servebench.analysis.summary import build_report
 from servebench.serving.scenario import Scenario, parse_scenario
 from servebench.serving.simulate import simulate
-from servebench.analysis.summary import build_report
 
 WorkloadKind = Literal["cold", "repeated", "partly_shared", "multi_turn"]
 WORKLOADS: dict[str, str] = {

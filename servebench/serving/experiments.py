@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from servebench.analysis.summary import Report, build_report
 from servebench.records.table import RecordTable
 from servebench.serving.scenario import Scenario, with_server
 from servebench.serving.simulate import simulate
-from servebench.analysis.summary import Report, build_report
 
 
 @dataclass(frozen=True)

@@ -52,8 +52,18 @@ from servebench.records.token_times import TokenRuns
 from servebench.serving.retry import ClientSpec
 from servebench.serving.scenario import FleetSpec, Scenario
 from servebench.serving.scheduler import SchedulerConfig
-from servebench.serving.simulate import (LAG_STREAM, NOISE_STREAM, PRIO_ARRIVAL, PRIO_DEADLINE, SimResult, TokenTimes,
-                                         _EventLoop, _Recorder, _trace, simulate)
+from servebench.serving.simulate import (
+    LAG_STREAM,
+    NOISE_STREAM,
+    PRIO_ARRIVAL,
+    PRIO_DEADLINE,
+    SimResult,
+    TokenTimes,
+    _EventLoop,
+    _Recorder,
+    _trace,
+    simulate,
+)
 from servebench.serving.workload import ClosedLoopPlan, Workload, draw_cancellations, draw_workload
 
 ROUTER_STREAM = 0x70  # power_of_two's draws: default_rng([seed, ROUTER_STREAM]), apart from the workload's

@@ -37,14 +37,19 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from servebench.errors import ConfigError, ServebenchError
 from servebench.capacity.documents import check_values, read_document, validation_line
 from servebench.capacity.kv import GIB, ModelShape, Policy, budget_tokens, bytes_per_token
+from servebench.capacity.stepmodel import STEP_COEFFICIENTS, StepModel
+from servebench.errors import ConfigError, ServebenchError
 from servebench.serving.retry import ClientSpec
 from servebench.serving.scheduler import SchedulerConfig
-from servebench.capacity.stepmodel import STEP_COEFFICIENTS, StepModel
-from servebench.serving.workload import MAX_GENERATED, rate_problem
-from servebench.serving.workload import CancelSpec, WorkloadSpec, replay_trace  # CancelSpec is importable here too
+from servebench.serving.workload import (  # CancelSpec is importable here too
+    MAX_GENERATED,
+    CancelSpec,
+    WorkloadSpec,
+    rate_problem,
+    replay_trace,
+)
 
 
 class ServerSpec(SchedulerConfig):

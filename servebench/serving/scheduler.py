@@ -102,8 +102,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from servebench.capacity.kv import Policy, tokens_per_request
 from servebench.errors import ConfigError
-from servebench.serving.prefix_cache import PrefixCache, PromptContent
 from servebench.records.schema import record_dict
+from servebench.serving.prefix_cache import PrefixCache, PromptContent
 from servebench.serving.workload import MAX_CLASSES, MAX_LENGTH_TOKENS, MAX_TIME_S
 
 Scheduling = Literal["fcfs", "fair"]

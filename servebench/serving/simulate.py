@@ -50,14 +50,14 @@ from typing import Any, Literal
 import numpy as np
 import pyarrow as pa
 
+from servebench.capacity.stepmodel import FEW_STEPS, StepModel, StepNoise
 from servebench.records.schema import NO_EXTRA
+from servebench.records.steps import StepTrace
 from servebench.records.table import STATUSES, RecordTable
+from servebench.records.token_times import TokenLog, TokenRuns
 from servebench.serving.retry import ERR_CLIENT_DEADLINE, ClientSpec
 from servebench.serving.scenario import Scenario
 from servebench.serving.scheduler import Outcome, Request, Scheduler, SchedulerConfig, StepPlan
-from servebench.capacity.stepmodel import FEW_STEPS, StepModel, StepNoise
-from servebench.records.steps import StepTrace
-from servebench.records.token_times import TokenLog, TokenRuns
 from servebench.serving.workload import ClosedLoopPlan, Workload, draw_cancellations, draw_workload
 
 PRIO_RUN, PRIO_PREFILL, PRIO_CANCEL, PRIO_DEADLINE, PRIO_ARRIVAL = 0, 1, 2, 3, 4

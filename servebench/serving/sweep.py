@@ -34,14 +34,14 @@ from typing import Any, Literal, Protocol
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from servebench.analysis.retries import logical_codes
+from servebench.analysis.summary import SLO, Distribution, Report, build_report
 from servebench.errors import ConfigError
 from servebench.records.steps import LANES
 from servebench.records.table import RecordTable
-from servebench.serving.scenario import Scenario, with_request_count
 from servebench.serving.disagg import simulate_deployment
+from servebench.serving.scenario import Scenario, with_request_count
 from servebench.serving.simulate import SimResult
-from servebench.analysis.retries import logical_codes
-from servebench.analysis.summary import SLO, Distribution, Report, build_report
 from servebench.serving.workload import MAX_GENERATED, ClosedLoopSpec, rate_problem
 
 Mode = Literal["rate", "users", "speedup"]

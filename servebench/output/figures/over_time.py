@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from servebench.analysis.percentiles import percentile
 from servebench.analysis.contract import success_metrics
+from servebench.analysis.percentiles import percentile
 from servebench.records.table import RecordTable
 
 OVER_TIME_BINS = 60

@@ -16,12 +16,12 @@ import numpy as np
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from servebench.analysis.percentiles import nearest_rank, percentile
-from servebench.records.table import STATUSES, RecordTable
-from servebench.output.safetext import safe_text
 from servebench.analysis.contract import success_metrics
+from servebench.analysis.percentiles import nearest_rank, percentile
 from servebench.analysis.timeline import active_counts
+from servebench.output.safetext import safe_text
 from servebench.output.terminal import epoch_utc
+from servebench.records.table import STATUSES, RecordTable
 
 STATUS_COLORS: dict[str, str] = {
     "success": "#2ca02c", "failed": "#d62728", "timeout": "#ff7f0e", "cancelled": "#7f7f7f", "rejected": "#9467bd",

@@ -12,7 +12,7 @@ import pandas as pd
 from servebench.analysis.contract import CONTRACT_LABELS
 from servebench.analysis.summary import Distribution, Report
 from servebench.capacity import kv
-from servebench.formatting import NO_DATA, fmt, fmt_share, fmt_share_of
+from servebench.formatting import NO_DATA, fmt, fmt_share
 from servebench.records.statuses import STATUS_WORDS
 
 METRIC_LABELS: dict[str, str] = {

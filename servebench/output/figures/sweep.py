@@ -18,8 +18,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from servebench.errors import ConfigError
-from servebench.output.figures.records import plot_label
 from servebench.formatting import fmt, fmt_share
+from servebench.output.figures.records import plot_label
 from servebench.records.steps import StepTrace, parse_columns
 from servebench.serving.sweep import LOAD_AXES, SweepResult
 

@@ -14,11 +14,20 @@ from dataclasses import dataclass
 import numpy as np
 import plotly.graph_objects as go
 
-from servebench.records.table import RecordTable
 from servebench.analysis.summary import Report
+from servebench.output.figures.records import (
+    MARKS,
+    MAX_POINTS,
+    CdfSeries,
+    _layout,
+    _titled,
+    cdf_series,
+    new_figure,
+    plot_label,
+    series_figure,
+)
+from servebench.records.table import RecordTable
 from servebench.records.token_times import Gaps, flat, gaps
-from servebench.output.figures.records import (MARKS, MAX_POINTS, CdfSeries, _layout, _titled, cdf_series,
-                                               new_figure, plot_label, series_figure)
 
 TOKEN_METRIC_LABELS: dict[str, str] = {"itl": "Inter-token latency (every gap)",
                                        "max_stall": "Longest stall per request (max gap)"}

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from servebench.formatting import fmt
 from servebench.output.figures.records import (
-    COMPARED,
     MARKS,
     METRIC_TITLES,
     STAGE_COLORS,
@@ -33,7 +33,6 @@ from servebench.output.figures.records import (
     cause_items,
     comparison_values,
 )
-from servebench.formatting import fmt
 from servebench.output.safetext import safe_text
 
 Spec = dict[str, Any]

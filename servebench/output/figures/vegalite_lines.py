@@ -12,9 +12,9 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from servebench.formatting import fmt
 from servebench.output.figures.sweep import Line, LoadMark
 from servebench.output.figures.vegalite import NOTE_COLOR, Spec, _zoom, padded
-from servebench.formatting import fmt
 from servebench.output.safetext import safe_text
 
 DASHES: dict[str, list[int]] = {"solid": [1, 0], "dash": [6, 4], "dot": [2, 3], "longdash": [10, 4]}  # plotly's names

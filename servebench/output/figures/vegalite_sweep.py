@@ -12,8 +12,16 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from servebench.output.figures.sweep import (FAILURE_AWARE_COLOR, FAILURE_AWARE_NAME, QUANTILE_DASHES, LatencyByLoad,
-                                             Line, OutcomeRates, SweepSeries, TraceSeries)
+from servebench.output.figures.sweep import (
+    FAILURE_AWARE_COLOR,
+    FAILURE_AWARE_NAME,
+    QUANTILE_DASHES,
+    LatencyByLoad,
+    Line,
+    OutcomeRates,
+    SweepSeries,
+    TraceSeries,
+)
 from servebench.output.figures.validate_sweep import ValidationCurves
 from servebench.output.figures.vegalite import RUN_COLORS, Spec, _title, _zoom, stacked_y
 from servebench.output.figures.vegalite_lines import limit_layers, line_layers, mark_layers, series_frame

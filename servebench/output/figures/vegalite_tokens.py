@@ -13,10 +13,19 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from servebench.output.figures.tokens import PREFILL_COLORS, STALL_COLOR, StallBins, TickRow
-from servebench.output.figures.vegalite import (CONFIG, COUNT_AXIS, SUCCESS_COLOR, UNIT_SCALE, Spec, _note, _number,
-                                              _title, _zoom)
 from servebench.formatting import fmt
+from servebench.output.figures.tokens import PREFILL_COLORS, STALL_COLOR, StallBins, TickRow
+from servebench.output.figures.vegalite import (
+    CONFIG,
+    COUNT_AXIS,
+    SUCCESS_COLOR,
+    UNIT_SCALE,
+    Spec,
+    _note,
+    _number,
+    _title,
+    _zoom,
+)
 from servebench.output.safetext import safe_text
 
 

@@ -34,6 +34,7 @@ from servebench.records.server_samples import AIPERF_FILE, ServerSamples
 from servebench.records.table import RecordTable
 from servebench.records.traces import FORMATS as TRACE_FORMATS
 from servebench.records.traces import Trace, detect_format, read_trace
+
 SWEEP_KEYS = ("rate", "rate_per_s", "offered_rate", "offered_rate_per_s", "arrival_rate", "concurrency",
               "users", "offered_load")
 KINDS = ("records", "timing run", "load run", "simulation", "sweep", "trace")

@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from servebench.analysis.summary import Report
 from servebench.capacity.kv import Policy
 from servebench.errors import ConfigError, ServebenchError
 from servebench.formatting import fmt
-from servebench.analysis.summary import Report
-from servebench.output.site.html import Markup, join, key_values, note, section, tag, table
+from servebench.output.site.html import Markup, join, key_values, note, section, table, tag
 from servebench.output.site.inputs import RunInput
 
 GIB = 2**30

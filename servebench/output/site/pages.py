@@ -16,25 +16,23 @@ import plotly.graph_objects as go
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from servebench import __version__
-from servebench.records.extra_columns import extra_columns_note, slice_by
-from servebench.records.steps import parse_columns
-from servebench.output.figures import records as rfig
-from servebench.records.table import STATUSES, RecordTable
-from servebench.formatting import NO_DATA, fmt
-from servebench.output.terminal import fmt_window
 from servebench.analysis.contract import CONTRACT_FIELDS, CONTRACT_LABELS
+from servebench.analysis.server_metrics import attach
 from servebench.analysis.summary import SLO, Distribution, PrefixCacheReport, ReasoningReport, Report, build_report
+from servebench.formatting import NO_DATA, fmt
+from servebench.output.figures import records as rfig
+from servebench.output.figures.server_metrics import server_timeline_figure
 from servebench.output.site.html import Markup, figure, join, key_values, nested, note, page, section, table, tag
 from servebench.output.site.inputs import RunInput
 from servebench.output.site.kvview import KvOptions, KvView, kv_section, kv_view
-from servebench.output.site.tokens import token_section
 from servebench.output.site.retries import fairness_section, logical_section
 from servebench.output.site.server_metrics import server_metrics_section
+from servebench.output.site.tokens import token_section
 from servebench.output.site.trace import trace_page
-from servebench.output.figures.server_metrics import server_timeline_figure
-from servebench.analysis.server_metrics import attach
-
-
+from servebench.output.terminal import fmt_window
+from servebench.records.extra_columns import extra_columns_note, slice_by
+from servebench.records.steps import parse_columns
+from servebench.records.table import STATUSES, RecordTable
 
 SECTION_TITLES: tuple[tuple[str, str], ...] = (
     ("warnings", "warnings"), ("summary", "summary"), ("outcomes", "outcomes"), ("work", "work"),

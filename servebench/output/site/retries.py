@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from servebench.analysis.summary import Distribution, FairnessReport, LogicalReport
-from servebench.output.site.html import Markup, key_values, section, table, tag
 from servebench.formatting import fmt
+from servebench.output.site.html import Markup, key_values, section, table, tag
 
 
 def _share(x: float | None) -> str:

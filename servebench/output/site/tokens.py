@@ -6,12 +6,12 @@ from collections.abc import Callable
 
 import plotly.graph_objects as go
 
+from servebench.analysis.summary import Report
+from servebench.formatting import fmt
 from servebench.output.figures import tokens as tfig
 from servebench.output.figures.records import record_cdfs
-from servebench.records.table import RecordTable
-from servebench.formatting import fmt
-from servebench.analysis.summary import Report
 from servebench.output.site.html import Markup, join, key_values, note, section, tag
+from servebench.records.table import RecordTable
 
 
 def token_section(report: Report, table: RecordTable, figs: Callable[[go.Figure | None], Markup]) -> Markup:

@@ -7,8 +7,8 @@ from collections.abc import Callable
 import plotly.graph_objects as go
 
 from servebench.analysis.trace_stats import TokenStats, trace_stats
-from servebench.output.figures.trace import hit_rate_by_capacity, trace_bins, trace_over_time
 from servebench.formatting import fmt
+from servebench.output.figures.trace import hit_rate_by_capacity, trace_bins, trace_over_time
 from servebench.output.site.html import Markup, join, key_values, note, page, section, table
 from servebench.records.traces import Trace
 

@@ -19,11 +19,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from servebench.errors import InputFormatError
-from servebench.records.loaded import LoadedRecords
 from servebench.records.importers import aiperf, genai_perf, guidellm, llmperf, vllm
-from servebench.records.importers.common import OUTSIDE_WINDOW_CHOICES, Document, ImportOptions, decode_text, parse_document, \
-    try_parse_document
-
+from servebench.records.importers.common import (
+    OUTSIDE_WINDOW_CHOICES,
+    Document,
+    ImportOptions,
+    decode_text,
+    parse_document,
+    try_parse_document,
+)
+from servebench.records.loaded import LoadedRecords
 
 __all__ = ["FORMATS", "IMPORTERS", "ImportOptions", "Importer", "detect", "import_bytes", "import_runs",
            "parse_format"]

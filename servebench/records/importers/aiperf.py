@@ -27,11 +27,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from servebench.errors import InputFormatError
+from servebench.records.importers.common import (
+    Document,
+    ImportOptions,
+    cached_tokens,
+    count,
+    finish,
+    number,
+    require_list,
+    require_mapping,
+)
+from servebench.records.loaded import LoadedRecords
 from servebench.records.statuses import failure_status
 from servebench.records.stream_chunks import chunk_parts, reasoning_tokens_reported
 from servebench.records.token_times import fits, times_from_gaps
-from servebench.records.loaded import LoadedRecords
-from servebench.records.importers.common import Document, ImportOptions, cached_tokens, count, finish, number, require_list, require_mapping
 
 FORMAT = "aiperf"
 TOOL = "AIPerf"

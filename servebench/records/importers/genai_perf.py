@@ -17,10 +17,19 @@ from collections.abc import Mapping
 from typing import Any
 
 from servebench.errors import InputFormatError
-from servebench.records.statuses import failure_status
+from servebench.records.importers.common import (
+    Document,
+    ImportOptions,
+    cached_tokens,
+    count,
+    finish,
+    number,
+    pick_run,
+    require_list,
+    require_mapping,
+)
 from servebench.records.loaded import LoadedRecords
-from servebench.records.importers.common import (Document, ImportOptions, cached_tokens, count, finish, number, pick_run, require_list,
-                     require_mapping)
+from servebench.records.statuses import failure_status
 
 FORMAT = "genai-perf"
 TOOL = "GenAI-Perf"

@@ -14,10 +14,20 @@ from collections.abc import Mapping
 from typing import Any
 
 from servebench.errors import InputFormatError
-from servebench.records.statuses import failure_status
+from servebench.records.importers.common import (
+    Document,
+    ImportOptions,
+    count,
+    finish,
+    mark_window,
+    number,
+    pick_run,
+    require_list,
+    require_mapping,
+    window_warning,
+)
 from servebench.records.loaded import LoadedRecords
-from servebench.records.importers.common import Document, ImportOptions, count, finish, mark_window, number, pick_run, require_list, \
-    require_mapping, window_warning
+from servebench.records.statuses import failure_status
 
 FORMAT = "guidellm"
 TOOL = "GuideLLM"

@@ -13,9 +13,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from servebench.errors import InputFormatError
-from servebench.records.statuses import failure_status
+from servebench.records.importers.common import (
+    CLOCK_METRICS,
+    Document,
+    ImportOptions,
+    count,
+    finish,
+    number,
+    require_mapping,
+)
 from servebench.records.loaded import LoadedRecords
-from servebench.records.importers.common import CLOCK_METRICS, Document, ImportOptions, count, finish, number, require_mapping
+from servebench.records.statuses import failure_status
 
 FORMAT = "llmperf"
 TOOL = "llmperf"

@@ -15,11 +15,20 @@ from collections.abc import Mapping
 from typing import Any
 
 from servebench.errors import InputFormatError
+from servebench.records.importers.common import (
+    CLOCK_METRICS,
+    Document,
+    ImportOptions,
+    count,
+    finish,
+    number,
+    pick_run,
+    require_list,
+    require_mapping,
+)
+from servebench.records.loaded import LoadedRecords
 from servebench.records.statuses import failure_status
 from servebench.records.token_times import fits, times_from_gaps
-from servebench.records.loaded import LoadedRecords
-from servebench.records.importers.common import CLOCK_METRICS, Document, ImportOptions, count, finish, number, pick_run, \
-    require_list, require_mapping
 
 FORMAT = "vllm"
 TOOL = "vLLM bench serve"

@@ -16,8 +16,17 @@ import pyarrow as pa
 import pyarrow.json as pj
 
 from servebench.errors import InputFormatError
-from servebench.records.traces.common import COUNT_RULE, Trace, as_numpy, check_column, finish, json_blank, \
-    record_line, shown, where
+from servebench.records.traces.common import (
+    COUNT_RULE,
+    Trace,
+    as_numpy,
+    check_column,
+    finish,
+    json_blank,
+    record_line,
+    shown,
+    where,
+)
 
 FORMAT = "mooncake"
 BLOCK_TOKENS = 512

@@ -19,7 +19,14 @@ from torch import Tensor
 
 from servebench.errors import ServebenchError
 from servebench.serving.engine.kvcache import KVCacheFullError, PagedKVCache
-from servebench.serving.engine.model import AttentionGroup, Decoder, ForwardBatch, SamplingParams, sample_tokens, sampling_generator
+from servebench.serving.engine.model import (
+    AttentionGroup,
+    Decoder,
+    ForwardBatch,
+    SamplingParams,
+    sample_tokens,
+    sampling_generator,
+)
 
 
 @dataclass

@@ -26,15 +26,22 @@ from fastapi import Request as HTTPRequest
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from servebench.errors import ServebenchError
 from servebench.serving.engine.http_server import MAX_BODY_BYTES, READ_TIMEOUT_S, BodyDeadline, Receive
 from servebench.serving.engine.logprobs import LogprobFormat, LogprobRecorder
-from servebench.serving.engine.prom import CONTENT_TYPE as PROMETHEUS_TEXT, EngineMetrics
-from servebench.serving.engine.request_body import (check_min_tokens, logprob_alternatives, parse_body, prompt_ids,
-                                                    prompt_text, sampling_params)
+from servebench.serving.engine.prom import CONTENT_TYPE as PROMETHEUS_TEXT
+from servebench.serving.engine.prom import EngineMetrics
+from servebench.serving.engine.request_body import (
+    check_min_tokens,
+    logprob_alternatives,
+    parse_body,
+    prompt_ids,
+    prompt_text,
+    sampling_params,
+)
 from servebench.serving.engine.request_rules import BadRequest, shown
 from servebench.serving.engine.service import EngineService, RequestHandle, RequestRejected
 from servebench.serving.engine.words import ReplyText, decode
-from servebench.errors import ServebenchError
 
 MIN_BODY_BYTES = 2**20  # the least a model's body limit is
 BODY_BYTES_PER_POSITION = 64  # a body may hold this many bytes per position of the model's context

@@ -30,11 +30,11 @@ import torch
 
 from servebench.errors import ConfigError
 from servebench.records.steps import StepRow
-from servebench.serving.prefix_cache import TokenPrompt
-from servebench.serving.scheduler import Outcome, Request, Scheduler, SchedulerConfig
 from servebench.serving.engine.executor import ComputePlan, Executor
 from servebench.serving.engine.kvcache import PagedKVCache
 from servebench.serving.engine.model import Decoder, SamplingParams
+from servebench.serving.prefix_cache import TokenPrompt
+from servebench.serving.scheduler import Outcome, Request, Scheduler, SchedulerConfig
 
 
 class Listener(Protocol):

@@ -17,11 +17,11 @@ from typing import Any
 import torch
 
 from servebench import __version__
-from servebench.serving.scenario import Scenario
-from servebench.serving.scheduler import SchedulerConfig
 from servebench.serving.engine.loop import cache_capacity_tokens
 from servebench.serving.engine.model import Decoder, device_name
 from servebench.serving.engine.runner import TimingRun
+from servebench.serving.scenario import Scenario
+from servebench.serving.scheduler import SchedulerConfig
 
 KIND = "servebench run"
 SUCCESS_DEFINITION = ("status 'success': every output token the workload asked for was generated before the "

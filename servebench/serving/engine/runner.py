@@ -26,16 +26,16 @@ from typing import Any
 
 import numpy as np
 
-from servebench.errors import ConfigError
 from servebench.analysis.percentiles import percentile
+from servebench.errors import ConfigError
+from servebench.records.token_times import fits
+from servebench.serving.engine.loop import EngineLoop, StepRow, warm_up
+from servebench.serving.engine.model import Decoder, denormals_flushed
 from servebench.serving.retry import ERR_CLIENT_DEADLINE, ClientSpec
 from servebench.serving.scenario import CancelSpec, Scenario
 from servebench.serving.scheduler import Outcome, Request, SchedulerConfig
 from servebench.serving.send_lag import lag_threshold_s, sent_late
-from servebench.records.token_times import fits
 from servebench.serving.workload import RequestSpec, WorkloadSpec, draw_workload
-from servebench.serving.engine.loop import EngineLoop, StepRow, warm_up
-from servebench.serving.engine.model import Decoder, denormals_flushed
 
 ERR_RUN_LIMIT = "run_time_limit"
 ERR_STOPPED = "stopped_by_user"  # the run was stopped from outside (the dashboard's Stop button)

@@ -40,9 +40,17 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from servebench.errors import ConfigError, ServebenchError
-from servebench.serving.scheduler import Outcome, Request, SchedulerConfig
 from servebench.serving.engine.loop import EngineLoop, warm_up
-from servebench.serving.engine.model import Decoder, ModelConfig, SamplingParams, configure_cpu, denormals_flushed, pick_device, preset
+from servebench.serving.engine.model import (
+    Decoder,
+    ModelConfig,
+    SamplingParams,
+    configure_cpu,
+    denormals_flushed,
+    pick_device,
+    preset,
+)
+from servebench.serving.scheduler import Outcome, Request, SchedulerConfig
 
 ERR_STOPPED = "engine_stopped"
 

@@ -19,27 +19,33 @@ the trace's own bursts and lengths, on the engine and in the simulator alike (:f
 
 from __future__ import annotations
 
-from dataclasses import replace
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from servebench.analysis.summary import SLO
+from servebench.capacity.stepmodel import FitMethod, StepFit, require_usable
 from servebench.errors import ConfigError, InputFormatError
 from servebench.formatting import fmt
 from servebench.records import rundir
 from servebench.records.schema import parse_objects
 from servebench.records.table import RecordTable, validate
+from servebench.serving.engine.validation import (
+    REPLICAS,
+    arrival_lag_fields,
+    busy_arrival_lags,
+    fit_trace,
+    idle_arrival_lags,
+    simulation_scenario,
+)
 from servebench.serving.scenario import Scenario
 from servebench.serving.simulate import SimResult, simulate
-from servebench.serving.workload import replay_trace
-from servebench.capacity.stepmodel import FitMethod, StepFit, require_usable
-from servebench.analysis.summary import SLO
 from servebench.serving.sweep import SweepPoint, point_from, point_from_records, scenario_at
-from servebench.serving.engine.validation import (REPLICAS, arrival_lag_fields, busy_arrival_lags, fit_trace,
-                                                  idle_arrival_lags, simulation_scenario)
+from servebench.serving.workload import replay_trace
 
 KNEE_FACTOR = 2.0  # the knee: TTFT p95 at least this many times its value at the lowest rate
 TARGET_KNEE_REL_ERROR = 0.10

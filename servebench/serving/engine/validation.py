@@ -28,14 +28,14 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, Field
 
+from servebench.analysis.contract import metric_values
+from servebench.analysis.percentiles import percentile
+from servebench.capacity.stepmodel import FitMethod, StepFit, bin_means, fit_step_model, require_usable
 from servebench.errors import ConfigError, InputFormatError
 from servebench.records.steps import StepTrace, as_trace
-from servebench.analysis.percentiles import percentile
 from servebench.records.table import STATUSES, RecordTable
 from servebench.serving.scenario import Scenario, with_server, with_step_model
 from servebench.serving.simulate import simulate
-from servebench.capacity.stepmodel import FitMethod, StepFit, bin_means, fit_step_model, require_usable
-from servebench.analysis.contract import metric_values
 
 METRICS: tuple[str, ...] = ("ttft", "tpot", "latency")
 QUANTILES: tuple[int, ...] = (50, 95)

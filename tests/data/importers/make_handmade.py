@@ -37,9 +37,9 @@ def vllm_result(requests, *, detailed_times: bool = True) -> dict:
     ok = [r for r in requests if not r[6]]
     lat = [r[1] + sum(r[2]) + r[3] for r in ok]
     ttfts = [r[1] for r in ok]
-    tpots = [(l - r[1]) / (r[5] - 1) for r, l in zip(ok, lat) if r[5] > 1]
+    tpots = [(total - r[1]) / (r[5] - 1) for r, total in zip(ok, lat) if r[5] > 1]
     itls = [x for r in ok for x in r[2]]
-    ends = [r[0] + l for r, l in zip(ok, lat)]
+    ends = [r[0] + total for r, total in zip(ok, lat)]
     duration = max(ends) - min(r[0] for r in requests) + 0.010
     result = {
         "date": "20261129-101500", "endpoint_type": "openai-chat", "backend": "openai-chat", "label": None,
