@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from browser import browser_page, require_chromium, streamlit_server
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -28,7 +27,8 @@ def test_the_stop_button_ends_a_timing_run_and_opens_what_it_measured() -> None:
         page.get_by_role("button", name="Stop the run").click()
         page.get_by_role("heading", name="Summary").first.wait_for()
         page.get_by_text("timing run tiny_cpu").first.wait_for()
-        counted = page.locator('[data-testid="stMetric"]', has_text="Requests").first
+        label = page.locator('[data-testid="stMetricLabel"]', has_text=re.compile(r"^\s*Requests\s*$"))
+        counted = page.locator('[data-testid="stMetric"]', has=label).first  # not "Requests/s" beside it
         shown = int(counted.locator('[data-testid="stMetricValue"]').inner_text().replace(",", ""))
         assert 1 <= shown < 400
         assert page.locator('[data-testid="stException"]').count() == 0
