@@ -199,9 +199,6 @@ class _Replica(_EventLoop):
             self._kick(now)
 
     # a decode run stops where a routed request could reach this replica (see the module docstring)
-    def _next_event_time(self) -> float:
-        return min(super()._next_event_time(), self.fleet.horizon_s(self.index))
-
     def _run_horizon(self) -> tuple[float, float]:
         t, after = super()._run_horizon()  # type: ignore[misc]
         h = self.fleet.horizon_s(self.index)

@@ -310,14 +310,9 @@ class _EventLoop:
         self.counter += 1
         heapq.heappush(self.heap, (t, prio, self.counter, kind, payload))
 
-    def _next_event_time(self) -> float:
-        t = self.heap[0][0] if self.heap else math.inf
-        d = self.sched.next_deadline()
-        return t if d is None or d > t else d
-
     def _run_horizon(self) -> tuple[float, float]:
         """Return when the next event comes, and until when a decode run may go on past it: the end of the step
-        it falls in, if it is an arrival (the shared lane only) and nothing else comes before that step ends.
+        it falls in, if it only adds to the queue (PASSIVE) and nothing else comes before that step ends.
 
         An arrival while a step runs reads nothing the step changes (it joins the queue; the step after sees
         it), so the run can take that step too rather than stop before it, as one step at a time would: one
