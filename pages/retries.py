@@ -10,6 +10,7 @@ from pages._shared import guarded, static_table
 from servebench.analysis.summary import SLO, Report
 from servebench.dashboard.cells import by_row
 from servebench.dashboard.fairness import shift_headline, shift_table, tenant_shifts
+from servebench.dashboard.wording import DEFAULT_TIME_UNIT, ms_to_s
 from servebench.formatting import fmt
 from servebench.serving.retry_experiment import (
     BACKOFF_SHED,
@@ -72,20 +73,23 @@ st.caption("Amplification = attempts / user requests. Rejections under shedding 
            "timeouts are not (a seat held, tokens wasted).")
 
 st.subheader("Two tenants: fcfs vs fair")
-objective = st.number_input("TTFT objective (s)", min_value=0.0, value=5.0, step=1.0, key="tenants_ttft_objective",
-                            help="Goodput counts the requests whose first token came within it. 0: no objective, "
-                                 "every completed request counts (then both rules serve everyone, and the goodput "
-                                 "shares are equal).")
-reports = guarded(_tenant_reports, objective or None)
+# in ms, as every page's TTFT; the simulator and the report take seconds
+objective_ms = st.number_input("TTFT objective (ms)", min_value=0.0, value=5000.0, step=1000.0,
+                               key="tenants_ttft_objective_ms",
+                               help="Goodput counts the requests whose first token came within it. 0: no objective, "
+                                    "every completed request counts (then both rules serve everyone, and the goodput "
+                                    "shares are equal).")
+objective_s = ms_to_s(objective_ms) or None
+reports = guarded(_tenant_reports, objective_s)
 labels = ("fcfs", "fair")
 shifts = tenant_shifts(reports["fcfs"], reports["fair"])
 jain = tuple(reports[k].fairness.jain_index if reports[k].fairness else None for k in labels)
-st.markdown(shift_headline(shifts, labels, jain, objective or None))  # type: ignore[arg-type]
+st.markdown(shift_headline(shifts, labels, jain, objective_s, DEFAULT_TIME_UNIT))  # type: ignore[arg-type]
 c = st.columns(2)
 JAIN_HELP = "How evenly the tenants shared goodput, by weight: 1 = each in proportion to its weight; 1/2 = one got all."
 c[0].metric("Jain's index over goodput, fcfs", fmt(jain[0], 3), help=JAIN_HELP)
 c[1].metric("Jain's index over goodput, fair", fmt(jain[1], 3), help=JAIN_HELP)
-static_table(shift_table(shifts, labels))
+static_table(shift_table(shifts, labels, DEFAULT_TIME_UNIT))
 st.caption("Under fcfs the light chat tenant waits behind the batch backlog; under fair scheduling admission goes "
            "to the tenant with the least weighted admitted tokens, so chat's TTFT drops while batch waits a little "
            "longer. Source: sample_data/scenarios/two_tenants.yaml, one seed.")

@@ -25,7 +25,8 @@ from servebench.capacity.model_presets import PRESETS, get_preset
 from servebench.capacity.stepmodel import COEFFICIENTS, StepFit, fit_step_model
 from servebench.dashboard.answers import sweep_answer
 from servebench.dashboard.sharing import SHARED_SWEEP_MAX_REQUESTS, is_long_sweep, sweep_requests_bound
-from servebench.dashboard.sweep_form import load_axis, replay_caption
+from servebench.dashboard.sweep_form import SLO_TTFT_MS, load_axis, replay_caption
+from servebench.dashboard.wording import SLO_TPOT_HELP, SLO_TTFT_HELP, ms_to_s
 from servebench.errors import InputFormatError
 from servebench.formatting import NO_DATA, fmt, fmt_share
 from servebench.output.cautions import fit_warning
@@ -205,17 +206,20 @@ requests = int(c[1].number_input("Requests per point", min_value=10, step=100, k
 search = c[2].toggle("Search for capacity", value=True, key="sweep_search",
                      help="Bisect between the last load meeting the SLOs and the first missing them.")
 c = st.columns(4)
-seed("sweep_slo_ttft", "slo_ttft", positive(float), 5.0)
-slo_ttft = c[0].number_input("SLO: TTFT (s)", min_value=0.0, step=0.5, key="sweep_slo_ttft")
-slo_tpot = c[1].number_input("SLO: request TPOT (s)", min_value=0.0, value=None, step=0.01, key="sweep_slo_tpot",
-                             placeholder="no limit")
+# TTFT and TPOT in ms, as on every page (the planner's, the Traces page's, Summary's numbers); the sweep takes s
+seed("sweep_slo_ttft_ms", "slo_ttft_ms", positive(float), SLO_TTFT_MS)
+slo_ttft_ms = c[0].number_input("SLO: TTFT (ms)", min_value=0.0, step=500.0, key="sweep_slo_ttft_ms",
+                                help=SLO_TTFT_HELP)
+slo_tpot_ms = c[1].number_input("SLO: request TPOT (ms)", min_value=0.0, value=None, step=10.0,
+                                key="sweep_slo_tpot_ms", placeholder="no limit", help=SLO_TPOT_HELP)
+slo_ttft, slo_tpot = ms_to_s(slo_ttft_ms), ms_to_s(slo_tpot_ms)
 slo_latency = c[2].number_input("SLO: latency (s)", min_value=0.0, value=None, step=1.0, key="sweep_slo_latency",
                                 placeholder="no limit")
 seed("sweep_target", "target", positive(float), 0.95)
 target = c[3].number_input("Share of requests that must meet it", min_value=0.01, max_value=1.0, step=0.01,
                            key="sweep_target")
 for param, value, default in (("loads", loads_text, loads_default), ("requests", requests, None),
-                              ("slo_ttft", slo_ttft, 5.0), ("target", target, 0.95)):
+                              ("slo_ttft_ms", slo_ttft_ms, SLO_TTFT_MS), ("target", target, 0.95)):
     keep(param, value, default)
 try:
     loads = [float(x) for x in loads_text.replace(",", " ").split()]

@@ -29,14 +29,14 @@ def _metrics(at: AppTest) -> dict[str, str]:
 
 
 def test_scenario_knobs_come_from_the_url_and_go_back_to_it() -> None:
-    at = _sweep_page(policy="paged", max_seqs="6", loads="0.5, 1, 2", requests="60", slo_ttft="4",
+    at = _sweep_page(policy="paged", max_seqs="6", loads="0.5, 1, 2", requests="60", slo_ttft_ms="4000",
                      scenario="no-such.yaml")
     assert at.selectbox(key="sweep_sample").value == "profile_b.yaml"  # an unknown scenario is ignored
     assert at.radio(key="sweep_policy:profile_b").value == "paged"
     assert at.number_input(key="sweep_seqs:profile_b").value == 6
     assert at.text_input(key="loads").value == "0.5, 1, 2"
     assert at.number_input(key="sweep_requests").value == 60
-    assert at.number_input(key="sweep_slo_ttft").value == 4.0
+    assert at.number_input(key="sweep_slo_ttft_ms").value == 4000.0
     at.radio(key="sweep_policy:profile_b").set_value("reserve").run()
     at.number_input(key="sweep_seqs:profile_b").set_value(4).run()
     assert not at.exception
@@ -74,6 +74,27 @@ def test_capacity_reads_with_its_interval_and_the_table_uses_labels() -> None:
     assert "Latency p95, failures as ∞ (s)" in columns and "SLO attainment" in columns
     assert not [c for c in columns if "_" in c]  # no snake_case keys
     assert [len(frame) for frame in tables] == [len(tables[0])] * 3 and len(tables[0]) >= 3  # a row per load
+
+
+def test_the_slo_inputs_take_ms_and_the_sweep_gets_the_same_seconds() -> None:
+    """TTFT and request TPOT limits are typed in ms, as on every other page (they took seconds): 4,000 ms and 80 ms
+    reach the sweep as exactly the SLO that 4 s and 0.08 s typed in seconds gave, so its result is the same."""
+    from servebench.analysis.summary import SLO
+
+    at = _sweep_page(loads="0.5, 1, 2", requests="100", slo_ttft_ms="4000")
+    ttft, tpot = at.number_input(key="sweep_slo_ttft_ms"), at.number_input(key="sweep_slo_tpot_ms")
+    assert (ttft.label, ttft.value, tpot.label, tpot.value) == ("SLO: TTFT (ms)", 4000.0, "SLO: request TPOT (ms)",
+                                                                None)
+    assert at.number_input(key="sweep_slo_latency").label == "SLO: latency (s)"  # latency stays in seconds
+    assert at.number_input(key="sweep_slo_ttft_ms").value == 4000.0
+    at.number_input(key="sweep_slo_tpot_ms").set_value(80.0).run()
+    at.button(key="run_sweep").click().run()
+    assert not at.exception and not at.error
+    settings, result = at.session_state["sweep_result"]
+    assert json.loads(settings)["slo"] == SLO(ttft_s=4.0, tpot_s=0.08).model_dump()
+    assert (result.slo.ttft_s, result.slo.tpot_s, result.slo.latency_s) == (4.0, 0.08, None)
+    assert "TTFT at most 4 s and request TPOT at most 80 ms" in at.success[0].value
+    assert dict(at.query_params)["slo_ttft_ms"] == "4000"
 
 
 def test_sweeps_are_kept_and_overlaid_with_a_measured_sweep(tmp_path: Path) -> None:

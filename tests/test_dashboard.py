@@ -98,3 +98,15 @@ def test_a_window_reads_from_the_first_request_whatever_the_clock(offset_s: floa
 def test_a_file_without_a_shared_clock_has_no_window() -> None:
     assert not shared_clock(["window_s"]) and shared_clock([])
     assert window_text(0.0, 1.3773, 0.0, shared=False).startswith("no window: the file has no timestamps")
+
+
+@given(st.integers(min_value=0, max_value=10**12), st.integers(min_value=0, max_value=6))
+def test_an_slo_typed_in_ms_is_the_float_typed_in_seconds(whole: int, decimals: int) -> None:
+    """The Load sweep and Retries pages take TTFT and TPOT limits in ms; the library takes seconds. A limit typed
+    in ms (up to six decimals) reaches it as the very float the same limit typed in seconds gave (2.51 / 1000 did not)."""
+    from decimal import Decimal
+
+    from servebench.dashboard.wording import ms_to_s
+
+    typed_ms = Decimal(whole).scaleb(-decimals)  # e.g. 12.5 ms
+    assert ms_to_s(float(typed_ms)) == float(str(typed_ms.scaleb(-3)))

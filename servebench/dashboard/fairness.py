@@ -15,6 +15,7 @@ import pandas as pd
 
 from servebench.analysis.compare import difference
 from servebench.analysis.summary import Report
+from servebench.dashboard.wording import unit_scale
 from servebench.formatting import fmt, fmt_share
 
 
@@ -44,13 +45,19 @@ def tenant_shifts(before: Report, after: Report) -> list[TenantShift]:
     return shifts
 
 
-def shift_table(shifts: list[TenantShift], labels: tuple[str, str]) -> pd.DataFrame:
-    """Return a row per tenant and measure (TTFT p95 and p50, share within the objective, goodput share): its value
-    under each rule and the change (narrow enough for a 1,400 px page)."""
+def _scaled(pair: tuple[float | None, float | None], scale: float) -> tuple[float | None, float | None]:
+    return tuple(None if v is None else v * scale for v in pair)  # type: ignore[return-value]
+
+
+def shift_table(shifts: list[TenantShift], labels: tuple[str, str], unit: str = "s") -> pd.DataFrame:
+    """Return a row per tenant and measure (TTFT p95 and p50 in ``unit``, ms or s; share within the objective, goodput
+    share): its value under each rule and the change (narrow enough for a 1,400 px page)."""
     first, second = labels
+    scale = unit_scale(unit)
     rows = []
     for s in shifts:
-        for measure, (a, b), share in (("TTFT p95 (s)", s.ttft_p95_s, False), ("TTFT p50 (s)", s.ttft_p50_s, False),
+        for measure, (a, b), share in ((f"TTFT p95 ({unit})", _scaled(s.ttft_p95_s, scale), False),
+                                       (f"TTFT p50 ({unit})", _scaled(s.ttft_p50_s, scale), False),
                                        ("within the TTFT objective", s.slo_attainment, True),
                                        ("goodput share", s.goodput_share, True)):
             rows.append({"tenant": s.tenant, "measure": measure, first: fmt_share(a) if share else fmt(a),
@@ -68,12 +75,13 @@ def _ratio_text(before: float | None, after: float | None) -> str:
 
 
 def shift_headline(shifts: list[TenantShift], labels: tuple[str, str], jain: tuple[float | None, float | None],
-                   ttft_objective_s: float | None) -> str:
-    """Say in a sentence or two what the second rule changes, tenant by tenant, and what stays.
+                   ttft_objective_s: float | None, unit: str = "s") -> str:
+    """Say in a sentence or two what the second rule changes, tenant by tenant, and what stays (times in ``unit``).
 
     The tenant whose TTFT p95 falls most leads; goodput share and Jain's index follow, said to be
     equal when they are (every request completes: the rule moves waiting, not service).
     """
+    scale = unit_scale(unit)
     if not shifts:
         return "The runs have no tenants to compare."
     first, second = labels
@@ -83,7 +91,8 @@ def shift_headline(shifts: list[TenantShift], labels: tuple[str, str], jain: tup
         return (b - a) if b is not None and a is not None else float("-inf")
 
     ordered = sorted(shifts, key=fall, reverse=True)
-    parts = [f"{s.tenant}'s TTFT p95 goes from {fmt(s.ttft_p95_s[0])} s to {fmt(s.ttft_p95_s[1])} s"
+    parts = [f"{s.tenant}'s TTFT p95 goes from {fmt(_scaled(s.ttft_p95_s, scale)[0])} {unit} to "
+             f"{fmt(_scaled(s.ttft_p95_s, scale)[1])} {unit}"
              f"{_ratio_text(*s.ttft_p95_s)}" for s in ordered]
     text = f"Under {second} instead of {first}, " + ", and ".join(parts) + "."
     shares_same = all(_same(*s.goodput_share) for s in shifts) and _same(*jain)
@@ -95,5 +104,5 @@ def shift_headline(shifts: list[TenantShift], labels: tuple[str, str], jain: tup
         return text
     within = "; ".join(f"{s.tenant} {fmt_share(s.slo_attainment[0])} to {fmt_share(s.slo_attainment[1])}"
                        for s in ordered)
-    return (text + f" Within the {fmt(ttft_objective_s)} s TTFT objective: {within}; Jain's index over goodput "
+    return (text + f" Within the {fmt(ttft_objective_s * scale)} {unit} TTFT objective: {within}; Jain's index over goodput "
             f"goes from {fmt(jain[0], 3)} to {fmt(jain[1], 3)} (1 = served in proportion to weight).")

@@ -17,6 +17,7 @@ from servebench.serving.sweep import Mode, default_speedups, sweep_mode
 
 RATE_GRID = "0.25, 0.5, 0.75, 1, 1.25, 1.5, 2"  # requests/s: the page's first grid for drawn arrivals
 USERS_GRID = "1, 2, 4, 8, 16, 32"
+SLO_TTFT_MS = 5000.0  # the page's first TTFT limit: 5 s, typed in ms as every TTFT limit on the dashboard
 SPEEDUP_POINTS = 6  # a trace's first grid: this many speedups from 0.25x to 2.5x its own (default_speedups)
 
 

@@ -9,6 +9,7 @@ pages hold the widgets (``pages/_shared.py``: ``unit_choice``, ``engineer_toggle
 from __future__ import annotations
 
 from collections.abc import Mapping
+from decimal import Decimal
 
 TIME_UNITS = ("ms", "s")
 DEFAULT_TIME_UNIT = "ms"
@@ -108,6 +109,18 @@ def time_unit(query_value: str | None) -> str:
     ('ms', 's', 'ms', 'ms')
     """
     return query_value if query_value in TIME_UNITS else DEFAULT_TIME_UNIT
+
+
+def ms_to_s(ms: float | None) -> float | None:
+    """Return a time typed in milliseconds (an SLO input) in seconds, as the library takes it (None stays None).
+
+    Exact: the typed number (its shortest repr) is moved three decimal places, so 2.51 ms gives the very float
+    0.00251 typed in seconds gives, where ``2.51 / 1000`` is off by one unit in the last place.
+
+    >>> ms_to_s(5000.0), ms_to_s(2.51) == 0.00251, 2.51 / 1000 == 0.00251, ms_to_s(None)
+    (5.0, True, False, None)
+    """
+    return None if ms is None else float(Decimal(repr(float(ms))).scaleb(-3))
 
 
 def unit_scale(unit: str) -> float:
