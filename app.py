@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from pages._shared import engineer_toggle, glossary, sharing
+from pages._shared import engineer_toggle, glossary, preload_chart_code, sharing
 
 st.set_page_config(page_title="servebench", page_icon="⏱️", layout="wide")
 banner = sharing().banner()  # on every page while the dashboard listens beyond this machine
@@ -32,4 +32,5 @@ PAGES = {
 
 glossary()
 engineer_toggle()  # field keys and the spec's terms, for engineers, on every page
+preload_chart_code()  # the chart library's code, fetched once the first view is drawn (hidden)
 st.navigation(PAGES).run()

@@ -16,6 +16,7 @@ import streamlit as st
 from streamlit import config as st_config
 
 from servebench.analysis.summary import SLO, Report
+from servebench.dashboard.chart_code import chart_chunks, preload_script
 from servebench.dashboard.reports import report_for, site_zip_of
 from servebench.dashboard.server_view import read_server_metrics, server_charts
 from servebench.dashboard.sharing import Sharing, upload_size_error
@@ -49,7 +50,7 @@ from servebench.errors import InputFormatError, RecordValidationError, Servebenc
 from servebench.output.figures.markdown_table import markdown_table
 from servebench.output.plain import GLOSSARY, export_label, for_people
 from servebench.output.safetext import safe_text
-from servebench.records.extra_columns import extra_columns_note
+from servebench.records.extra_columns import SLICE_COLUMN, extra_columns_note
 from servebench.records.importers import FORMATS as FOREIGN_FORMATS
 from servebench.records.loaders import LoadedRecords, read_bytes
 from servebench.records.server_samples import ServerSamples
@@ -550,6 +551,21 @@ SLO_FIELDS = (("slo_ttft", "TTFT limit (s)", 0.1), ("slo_tpot", "Request TPOT li
               ("slo_latency", "Latency limit (s)", 0.5))
 
 
+def current_slo() -> tuple[float | None, float | None, float | None]:
+    """Return the SLO limits Summary's inputs hold in this session (None: no limit), for pages without the inputs."""
+    values = [st.session_state.get(name) or None for name, _, _ in SLO_FIELDS]
+    return values[0], values[1], values[2]
+
+
+def summary_report(ds: Dataset, slo: tuple[float | None, ...]) -> Report:
+    """Return the report Summary shows for ``ds`` over its window with ``slo`` (its default slicing, no warm-up).
+
+    Called with the very arguments Summary passes to :func:`cached_report`, so a page opened after Summary
+    (Compare, Token timing) reuses the report built there rather than building another over the same rows.
+    """
+    return cached_report(ds.key, ds.window_start, ds.window_end, slo, ds.table, SLICE_COLUMN, None)
+
+
 def slo_inputs() -> tuple[float | None, float | None, float | None]:
     """Render the three SLO limits in a row (seeded once from the URL, written back to it); return them."""
     values = []
@@ -600,6 +616,27 @@ def metric(where: Any, key: str, label: str, value: str, detail: str = "", **kwa
     where.metric(label, value, help=metric_help(key, detail, engineer=engineer), **kwargs)
     if engineer:
         where.caption(f"`{key}`")
+
+
+CHART_CODE_KEY = "chart_code"  # the hidden container of the script that loads the chart code once the page is idle
+
+
+@st.cache_resource(show_spinner=False)
+def _chart_preload() -> str | None:
+    chunks = chart_chunks(Path(st.__file__).parent / "static" / "static" / "js")
+    return None if chunks is None else preload_script(chunks)
+
+
+def preload_chart_code() -> None:
+    """Have the browser fetch and compile the chart code once the page is idle (servebench.dashboard.chart_code).
+
+    Drawn hidden, on every page (app.py), before the page's own elements; nothing where the Streamlit build differs.
+    """
+    script = _chart_preload()
+    if script is None:
+        return
+    st.html(f"<style>.st-key-{CHART_CODE_KEY} {{display: none}}</style>")  # style only: takes no room
+    st.container(key=CHART_CODE_KEY).html(script, unsafe_allow_javascript=True)
 
 
 def glossary() -> None:

@@ -12,13 +12,13 @@ import streamlit as st
 
 from pages._figures import compare_cdfs, on_canvas
 from pages._shared import (
-    SLO_FIELDS,
-    cached_report,
+    current_slo,
     held_datasets,
     held_runs,
     records_sidebar,
     site_zip,
     static_table,
+    summary_report,
     unit_choice,
 )
 from servebench.analysis.compare import contract_table, outcome_table, overlap_table, percentiles_by_run
@@ -67,8 +67,8 @@ for d in picked:  # runs that share a name get a suffix, so every column is told
     while name in shown:
         name, n = f"{base} ({n})", n + 1
     shown.append(name)
-slo = tuple(st.session_state.get(k) or None for k, _, _ in SLO_FIELDS)
-reports = {n: cached_report(d.key, d.window_start, d.window_end, slo, d.table) for n, d in zip(shown, picked)}
+slo = current_slo()
+reports = {n: summary_report(d, slo) for n, d in zip(shown, picked)}  # each as Summary built it, when it did
 for n, d in zip(shown, picked):
     if d.zoom is not None and d.zoom.left_out:
         st.caption(safe_text(f"{n}: {d.zoom.note()}"))

@@ -11,14 +11,15 @@ from pages._figures import prefill_charts, token_charts
 from pages._shared import (
     SERVER_TOKEN_FORMATS,
     SERVER_TOKENS_LABEL,
+    current_slo,
     guarded,
     metric,
     records_sidebar,
     server_tokens_key,
     show_reader_warnings,
+    summary_report,
     unit_choice,
 )
-from servebench.analysis.summary import build_report
 from servebench.formatting import fmt, fmt_share
 from servebench.serving.experiments import compare_prefill
 from servebench.serving.scenario import load_scenario
@@ -47,7 +48,8 @@ elif ds.table.token_times is None:
             "carries them over, and the AIPerf importer does with the server's token counts (Import options). "
             "The experiment below simulates records that have them.")
 else:
-    report = guarded(build_report, ds.table, ds.window_start, ds.window_end, by_slice=False)
+    # the report Summary built for these records, when it did (ITL and stalls do not depend on the SLO or slices)
+    report = guarded(summary_report, ds, current_slo())
     itl, stall, stalls = report.itl_s, report.max_stall_s, report.stalls
     unit, scale = unit_choice()  # milliseconds by default: gaps between tokens are tens of ms
 

@@ -110,3 +110,26 @@ def test_an_slo_typed_in_ms_is_the_float_typed_in_seconds(whole: int, decimals: 
 
     typed_ms = Decimal(whole).scaleb(-decimals)  # e.g. 12.5 ms
     assert ms_to_s(float(typed_ms)) == float(str(typed_ms.scaleb(-3)))
+
+
+def test_the_chart_code_to_fetch_is_found_in_the_installed_streamlit_or_not_at_all(tmp_path) -> None:
+    """The preload names the chart modules of this Streamlit build (STEM.HASH.js), or none where a build lacks one
+    or has two of a stem: a wrong name would fetch code Streamlit never uses."""
+    from pathlib import Path
+
+    import streamlit
+
+    from servebench.dashboard.chart_code import CHUNK_STEMS, chart_chunks, preload_script
+
+    installed = chart_chunks(Path(streamlit.__file__).parent / "static" / "static" / "js")
+    assert installed is not None and [n.split(".")[0] for n in installed] == list(CHUNK_STEMS)
+    assert all(f'"{name}"' in preload_script(installed) for name in installed)
+    for stem in CHUNK_STEMS:
+        (tmp_path / f"{stem}.abc123.js").write_text("")
+    (tmp_path / "embed.abc123.js.map").write_text("")  # not a module
+    assert chart_chunks(tmp_path) == [f"{stem}.abc123.js" for stem in CHUNK_STEMS]
+    (tmp_path / "embed.def456.js").write_text("")  # two builds' files: which one Streamlit imports is unknown
+    assert chart_chunks(tmp_path) is None
+    (tmp_path / "embed.def456.js").unlink()
+    (tmp_path / "vega-interpreter.abc123.js").unlink()
+    assert chart_chunks(tmp_path) is None

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from browser import browser_page, require_chromium, screenshot, streamlit_server
-from test_app_browser import TIMEOUT_MS, _metric, _wait_idle
+from test_app_browser import TIMEOUT_MS, VEGA_DRAWN, _metric, _wait_idle
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -55,6 +55,32 @@ def test_summary_opens_on_its_overview_above_the_fold_at_1400x900() -> None:
         bottom = max(b["bottom"] for b in boxes["charts"] + boxes["metrics"])
         assert boxes["table_top"] is not None and boxes["table_top"] > bottom  # the tables follow
         assert "Eight numbers that sum up the run" in page.locator(".st-key-overview_numbers").inner_text()
+        assert page.console_errors == []
+
+
+# the chart element's code and the two modules its first chart imports, as the browser fetched them
+CHART_CODE = """() => performance.getEntriesByType('resource').map(e => e.name.split('/').pop())
+  .filter(n => /^(embed|vega-interpreter|ArrowVegaLiteChart)[.]/.test(n))"""
+
+
+def test_the_chart_code_is_fetched_once_the_first_view_is_drawn_and_serves_the_first_chart() -> None:
+    """Summary's first view draws no chart, so the first panel opened paid for Vega's code (about 0.35 s of the
+    browser's main thread): the page now fetches and compiles it once the view is drawn and the page is idle, by the
+    URLs Streamlit imports it from, so opening the CDF panel fetches nothing more."""
+    require_chromium()
+    with streamlit_server() as url, browser_page(viewport=(WIDTH, HEIGHT)) as page:
+        page.set_default_timeout(TIMEOUT_MS)
+        page.goto(url, wait_until="domcontentloaded")
+        _overview_drawn(page)
+        page.wait_for_function(f"() => ({CHART_CODE})().length >= 3", timeout=TIMEOUT_MS)
+        fetched = sorted(page.evaluate(CHART_CODE))
+        assert [n.split(".")[0] for n in fetched] == ["ArrowVegaLiteChart", "embed", "vega-interpreter"]
+        assert page.locator(".stPrintGraphic").count() == 0  # no chart drawn for it
+        assert page.locator(".st-key-chart_code").bounding_box() is None  # hidden: it takes no room
+        page.get_by_text("CDFs of latency, TTFT and TPOT").first.click()
+        page.locator(VEGA_DRAWN).nth(2).wait_for()
+        _wait_idle(page)
+        assert sorted(page.evaluate(CHART_CODE)) == fetched  # the charts used the modules already fetched
         assert page.console_errors == []
 
 

@@ -53,3 +53,37 @@ def test_the_site_holds_every_run_and_a_timing_runs_metadata() -> None:
             "servebench-report/run-02-a-json-2.html"} <= set(names)
     index = zipfile.ZipFile(io.BytesIO(site_zip_of([a, b], None))).read("servebench-report/index.html").decode()
     assert "servebench: a.json and 1 more" in index
+
+
+def _token_records(n: int, seed: int) -> list[dict]:
+    """n records in two slices, most of them successes that streamed every token (some with a long pause)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    recs = []
+    for i in range(n):
+        start = float(i) * 0.1
+        if rng.uniform() < 0.15:
+            recs.append({"start": start, "end": start + 2, "status": "timeout", "slice": "chat"})
+            continue
+        gaps = rng.lognormal(-4, 0.6, int(rng.integers(2, 30)))
+        gaps[rng.integers(0, gaps.size)] *= 1 + 20 * rng.uniform()  # a stall now and then
+        times = (start + 0.2 + np.concatenate([[0.0], np.cumsum(gaps)])).round(6).tolist()
+        recs.append({"start": start, "first_token": times[0], "end": times[-1], "status": "success",
+                     "output_tokens": len(times), "token_times": times,
+                     "slice": "chat" if i % 3 else "batch"})
+    return recs
+
+
+def test_the_token_figures_of_summary_s_report_are_those_of_a_report_without_slices_or_slo() -> None:
+    """Token timing reuses the report Summary built (SLO, slices): ITL, stalls and request TPOT read the same as
+    the report over the window alone it built before (build_report without slices or SLO)."""
+    from servebench.analysis.summary import build_report
+
+    for seed in (1, 2, 3):
+        ds = _dataset("tokens.json", _token_records(300, seed))
+        alone = build_report(ds.table, ds.window_start, ds.window_end, by_slice=False)
+        summary = report_for(ds.table, ds.window_start, ds.window_end, (0.25, 0.02, None), "slice", None)
+        assert summary.slices and summary.slo is not None and alone.itl_s is not None
+        for field in ("itl_s", "max_stall_s", "stalls", "request_tpot_s"):
+            assert getattr(summary, field) == getattr(alone, field), field
