@@ -12,9 +12,12 @@ import pytest
 PROBE = """
 import json, resource, sys
 import numpy as np
-if sys.argv[1] == "tuned":
+if sys.argv[1] in ("tuned", "mapped"):
     from servebench.cli.allocator import reuse_freed_memory
     assert reuse_freed_memory()
+if sys.argv[1] == "mapped":
+    from servebench.cli.allocator import map_large_blocks
+    assert map_large_blocks()
 def faults_of_one_array():
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     a = np.ones(12_000_000)  # 96 MB: past glibc's largest mmap threshold
@@ -38,6 +41,12 @@ def test_freed_large_arrays_are_reused_only_after_the_setting() -> None:
     assert max(again) <= first // 4  # the heap hands back the pages it already has
     plain_first, *plain_again = _faults("plain")
     assert min(plain_again) > plain_first // 4  # by default each array is a fresh mapping, faulted anew
+
+
+@pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc only")
+def test_simulate_maps_large_blocks_again_so_that_freed_ones_go_back() -> None:
+    first, *again = _faults("mapped")
+    assert first > 0 and min(again) > first // 4  # a fresh mapping each time: the freed one went back
 
 
 HUGE_PROBE = """

@@ -164,3 +164,24 @@ def test_a_parquet_trace_reads_old_names_and_refuses_an_unknown_lane(tmp_path: P
     pq.write_table(pa.table({"lane": ["step", "gpu"]}), path)
     with pytest.raises(InputFormatError, match="row 2, column 'lane': 'gpu' is not one of step, decode, prefill"):
         read_steps(path)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.composite(_trace)(), st.sampled_from([1, 2, 5]), st.booleans())
+def test_a_parquet_trace_written_in_parts_and_with_int32_counts_reads_back_whole_as_int64(
+        tmp_path_factory: pytest.TempPathFactory, trace: StepTrace, part_rows: int, narrow: bool) -> None:
+    import pyarrow.parquet as pq
+
+    import servebench.records.steps as steps_module
+    if narrow:  # a simulation's counts: int32 where they fit
+        trace = StepTrace(**{c.name: a.astype(np.int32) if (a := getattr(trace, c.name)) is not None
+                             and c.kind == "int" and a.dtype.kind == "i" else a for c in COLUMNS})
+    path = tmp_path_factory.mktemp("trace") / "steps.parquet"
+    saved, steps_module.WRITE_ROWS = steps_module.WRITE_ROWS, part_rows
+    try:
+        write_steps(trace, path)
+    finally:
+        steps_module.WRITE_ROWS = saved
+    assert pq.read_metadata(path).num_row_groups == max(1, -(-len(trace) // part_rows))
+    assert read_steps(path).to_rows() == trace.to_rows()
+    assert all(pq.read_schema(path).field(c.name).type == "int64" for c in COLUMNS if c.kind == "int")

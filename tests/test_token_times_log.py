@@ -120,3 +120,43 @@ def test_a_simulation_reports_the_same_from_runs_as_from_every_token_time() -> N
                          token_runs=compact.token_runs)
         assert a.itl_s is not None and a.stalls is not None and a.stalls.stalled > 0
         assert a.model_dump() == b.model_dump()
+
+
+@settings(max_examples=150, deadline=None)
+@given(_appends(), st.lists(st.tuples(st.integers(0, 11), st.integers(1, 3)), max_size=6))
+def test_taking_the_runs_gives_what_to_runs_gives_without_the_log_keeping_them(
+        case: tuple[int, list[tuple[list[int], list[float]]]], group: list[tuple[int, int]]) -> None:
+    n = case[0]
+    log = _log_of(case)
+    t = max((times[-1] for _, times in case[1]), default=0.0)
+    first = 0
+    for row, steps in group:  # the scheduler's cohort: group ticks, and a row's run over some of them
+        log.add_group([t + 1.0 + k for k in range(steps)])
+        log.add_group_run(row % n, first, first + steps)
+        first += steps
+        t += steps + 1.0
+    expected = log.to_runs(n)
+    taken = log.take_runs(n)
+    for name in ("ticks", "run_row", "run_start", "run_len"):
+        assert np.array_equal(getattr(taken, name), getattr(expected, name)), name
+    assert taken.expand().to_pylist() == expected.expand().to_pylist()
+    empty = log.to_runs(n)
+    assert empty.ticks.size == 0 and empty.run_row.size == 0  # the log gave its ticks and runs up
+
+
+@settings(max_examples=200, deadline=None)
+@given(_appends(), st.data(), st.sampled_from([1, 2, 3, 7]))
+def test_run_gaps_merged_a_small_block_at_a_time_equal_the_gaps_of_the_expanded_times(
+        case: tuple[int, list[tuple[list[int], list[float]]]], data: st.DataObject, block: int) -> None:
+    import servebench.records.token_times as token_times
+    n = case[0]
+    runs = _log_of(case).to_runs(n)
+    mask = np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)))
+    saved, token_times._GAP_BLOCK = token_times._GAP_BLOCK, block  # blocks of steps, joins and merged values
+    try:
+        repeated = runs.gaps().sorted_of(mask)
+    finally:
+        token_times._GAP_BLOCK = saved
+    expected = gaps(runs.expand()).sorted_of(mask)
+    assert repeated[0:repeated.size].tolist() == expected.tolist()
+    assert np.all(np.diff(repeated.values) > 0) and np.all(repeated.counts > 0)  # each gap once, with its copies

@@ -24,6 +24,7 @@ from typing import Any
 _PR_SET_THP_DISABLE = 41  # prctl(2): no transparent huge pages for this process (and its children)
 _M_TRIM_THRESHOLD = -1  # glibc's mallopt parameters (malloc.h)
 _M_MMAP_MAX = -4
+_MMAP_MAX_DEFAULT = 65536  # glibc's own limit on mapped blocks
 # freed heap kept for reuse: enough for a 10M-record report's temporaries; more only raises the peak
 # (holes left by freed blocks are not given back), measured 2.46 GB at 10M with 512 MiB, 2.6 GB with 2 GiB
 _TRIM_THRESHOLD_BYTES = 512 * 2**20
@@ -59,3 +60,18 @@ def _libc(function: str) -> Any:
         return getattr(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6"), function)
     except (OSError, AttributeError):
         return None
+
+
+def map_large_blocks() -> bool:
+    """Undo :func:`reuse_freed_memory`: large blocks come from ``mmap`` again and go back when freed; True if agreed.
+
+    ``servebench simulate`` holds a few very large arrays (a million requests: 23 million token ticks) that
+    grow in place and are dropped between its phases; served from the heap they could not be grown without a
+    copy nor given back, and its peak was 1.25 GB where mapped blocks keep it under 1 GB. Its report is a
+    small part of its time, so the faults it saves there matter less.
+    """
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc" or (mallopt := _libc("mallopt")) is None:
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    return bool(mallopt(_M_MMAP_MAX, _MMAP_MAX_DEFAULT))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any, Optional, cast
 
@@ -10,6 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from servebench.cli.allocator import map_large_blocks
 from servebench.cli.core import app, console, emit_json, positive_s
 from servebench.errors import ConfigError
 from servebench.formatting import fmt
@@ -78,6 +80,7 @@ def simulate(
     """Simulate a continuous-batching server on a scenario; write records, step trace and summary."""
     from servebench.analysis.summary import build_report
     from servebench.records import rundir
+    from servebench.records.steps import StepTrace
     from servebench.serving.disagg import simulate_deployment as run_simulation  # one replica, a fleet, or P/D
     from servebench.serving.scenario import load_scenario, with_request_count
     from servebench.serving.sweep import scenario_at
@@ -102,27 +105,23 @@ def simulate(
     notes = [n for n in [sc.workload.trace.left_out_note() if sc.workload.trace is not None else None] if n]
     for note in notes:
         Console(stderr=True, soft_wrap=True).print(f"[cyan]note:[/] {safe_markup(note)}")
+    map_large_blocks()  # its big arrays grow in place and go back between phases (servebench.cli.allocator)
     result = run_simulation(sc, token_times="runs")  # the token times as runs of step times: a float per step
     _arrow_returns_memory()
     _return_freed_memory()
     if len(result.records) == 0:
         raise ConfigError(f"{scenario}: the workload produced no requests")
-    report = build_report(result.records, result.window_start_s, result.window_end_s, token_runs=result.token_runs)
-    if sc.fleet is not None and not sc.fleet.disaggregated:  # the records name only the replicas that served
-        from servebench.analysis.fleet import with_idle_replicas
-        report = report.model_copy(update={"fleet": with_idle_replicas(report.fleet, sc.fleet.replicas)})
-    _return_freed_memory()
     d = _out_dir(out)
-    written = rundir.write_run(d, result.records, steps=result.trace,
-                               steps_format=cast(rundir.FileFormat, trace_format),
-                               records_format=cast(rundir.FileFormat, records_format), token_runs=result.token_runs)
-    tr = result.trace
-    files = {"records": str(written["records"]), "steps": str(written["steps"]), "summary": str(d / rundir.SUMMARY)}
+    tr = result.trace  # written first and let go: the report and the records do not read it
+    steps_path = rundir.write_run_steps(d, tr, len(result.records), cast(rundir.FileFormat, trace_format))
+    figure_path = None
+    files: dict[str, str] = {}  # filled below, once the records are written
     if figures:
         from servebench.output.figures.sweep import trace_over_time
         fig = trace_over_time(tr, result.kv_budget_tokens, title=f"{sc.name}: engine over time")
         fig.write_html(d / "trace.html", include_plotlyjs="directory")  # plotly.min.js beside it: works offline
-        files["figure"] = str(d / "trace.html")
+        figure_path = d / "trace.html"
+        del fig
     sim = {
         "scenario": sc.name, "seed": sc.seed, "kv_budget_tokens": result.kv_budget_tokens,
         "policy": sc.server.policy, "prefill_lane": sc.server.prefill_lane,
@@ -134,6 +133,19 @@ def simulate(
         "max_kv_tokens_used": int(tr.kv_tokens_used.max()) if len(tr) else 0,
         "files": files, "notes": notes,
     }
+    del tr
+    result = dataclasses.replace(result, trace=StepTrace())
+    _return_freed_memory()
+    report = build_report(result.records, result.window_start_s, result.window_end_s, token_runs=result.token_runs)
+    if sc.fleet is not None and not sc.fleet.disaggregated:  # the records name only the replicas that served
+        from servebench.analysis.fleet import with_idle_replicas
+        report = report.model_copy(update={"fleet": with_idle_replicas(report.fleet, sc.fleet.replicas)})
+    _return_freed_memory()
+    written = rundir.write_run(d, result.records, records_format=cast(rundir.FileFormat, records_format),
+                               token_runs=result.token_runs)
+    files.update(records=str(written["records"]), steps=str(steps_path), summary=str(d / rundir.SUMMARY))
+    if figure_path is not None:
+        files["figure"] = str(figure_path)
     doc = {"simulation": sim, "report": report}
     rundir.write_summary(d, strict_json.dumps(doc, indent=2))  # what --json prints
     if as_json:

@@ -373,7 +373,7 @@ class _Disaggregated:
         drec.preemptions += prec.preemptions
         head = self.decodes[0]
         if head.token_log is not None:
-            head.token_log = _Merged(merge_token_runs([d.token_log.to_runs(n, int) for d in self.decodes], n))  # type: ignore[assignment, union-attr]
+            head.token_log = _Merged(merge_token_runs([d.token_log.take_runs(n, int) for d in self.decodes], n))  # type: ignore[assignment, union-attr]
         traces = tuple(_trace(r.trace_s, r.trace_n) for r in self.instances)
         head.trace_s = array("d", b"".join(bytes(r.trace_s) for r in self.instances))
         head.trace_n = array(head.trace_n.typecode, b"".join(bytes(r.trace_n) for r in self.instances))  # one budget

@@ -404,7 +404,7 @@ class _Fleet:
         head = reps[0]
         m = self.n if self.client is None else len(self.logical_of)
         if head.token_log is not None:
-            runs = merge_token_runs([r.token_log.to_runs(m, int) for r in reps], m)  # type: ignore[union-attr]
+            runs = merge_token_runs([r.token_log.take_runs(m, int) for r in reps], m)  # type: ignore[union-attr]
             head.token_log = _Merged(runs)  # type: ignore[assignment]
         traces = tuple(_trace(r.trace_s, r.trace_n) for r in reps)
         head.trace_s = array("d", b"".join(bytes(r.trace_s) for r in reps))
@@ -444,7 +444,7 @@ class _Merged:
     def __init__(self, runs: TokenRuns) -> None:
         self.runs = runs
 
-    def to_runs(self, n: int, row_of: Callable[[Any], int] = int) -> TokenRuns:
+    def take_runs(self, n: int, row_of: Callable[[Any], int] = int) -> TokenRuns:
         return self.runs
 
 
