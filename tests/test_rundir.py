@@ -160,6 +160,13 @@ def test_simulate_writes_the_same_records_as_parquet_and_jsonl(tmp_path: Path) -
         outs[fmt] = load_table(tmp_path / fmt)[0]
     assert outs["jsonl"].to_dicts() == outs["parquet"].to_dicts()
     assert outs["jsonl"].token_times is not None
+    for fmt in ("jsonl", "parquet"):  # summarize OUT reads every token time back: simulate's ITL and stalls exactly
+        res = CliRunner().invoke(app, ["summarize", str(tmp_path / fmt), "--json"])
+        assert res.exit_code == 0, res.output
+        read = json.loads(res.stdout)
+        written = json.loads((tmp_path / fmt / "summary.json").read_text())["report"]
+        assert read["itl_s"] == written["itl_s"] and read["stalls"] == written["stalls"]
+        assert read["max_stall_s"] == written["max_stall_s"] and read["itl_s"]["n"] > 0
     assert read_trace(tmp_path / "jsonl").to_rows() == read_trace(tmp_path / "parquet").to_rows()
 
 

@@ -123,18 +123,27 @@ def test_a_simulation_reports_the_same_from_runs_as_from_every_token_time() -> N
 
 
 @settings(max_examples=150, deadline=None)
-@given(_appends(), st.lists(st.tuples(st.integers(0, 11), st.integers(1, 3)), max_size=6))
+@given(_appends(), st.lists(st.tuples(st.integers(0, 11), st.integers(1, 3)), max_size=6), st.booleans())
 def test_taking_the_runs_gives_what_to_runs_gives_without_the_log_keeping_them(
-        case: tuple[int, list[tuple[list[int], list[float]]]], group: list[tuple[int, int]]) -> None:
+        case: tuple[int, list[tuple[list[int], list[float]]]], group: list[tuple[int, int]], rows_early: bool) -> None:
     n = case[0]
-    log = _log_of(case)
+    log = TokenLog(int) if rows_early else TokenLog()  # keys made rows as runs begin, or at the end
+    for rows, times in case[1]:
+        keys = [str(r) for r in rows]  # the simulator names rows by request ID
+        if len(times) == 1:
+            log.add_step(keys, times[0])
+        else:
+            log.add_run(keys, np.array(times))
     t = max((times[-1] for _, times in case[1]), default=0.0)
     first = 0
     for row, steps in group:  # the scheduler's cohort: group ticks, and a row's run over some of them
         log.add_group([t + 1.0 + k for k in range(steps)])
-        log.add_group_run(row % n, first, first + steps)
+        log.add_group_run(str(row % n), first, first + steps)
         first += steps
         t += steps + 1.0
+    expected = _log_of(case).to_runs(n) if not group else None
+    if expected is not None:  # the same appends under integer keys: the same runs
+        assert np.array_equal(log.to_runs(n).run_row, expected.run_row)
     expected = log.to_runs(n)
     taken = log.take_runs(n)
     for name in ("ticks", "run_row", "run_start", "run_len"):

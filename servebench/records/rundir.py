@@ -213,7 +213,11 @@ def _write_parquet_in_parts(path: Path, table: pa.Table, runs: TokenRuns) -> Non
     """Write records with their token times as a list column, expanding the runs one row group at a time."""
     import pyarrow.parquet as pq
     schema = table.schema.append(pa.field("token_times", TIMES_TYPE))
-    with pq.ParquetWriter(path, schema) as writer:
+    # token times (a million requests: 370 million) without a dictionary, their bytes split by significance and
+    # zstd at level 1: on 300,000 simulated requests half the CPU of Arrow's defaults (dictionary, snappy), a
+    # third of the file and a faster read; pyarrow and DuckDB read it
+    with pq.ParquetWriter(path, schema, compression="zstd", compression_level=1, use_dictionary=table.column_names,
+                          use_byte_stream_split=["token_times.list.element"]) as writer:
         for lo, hi, times in runs.row_chunks():
             writer.write_table(table.slice(lo, hi - lo).append_column(schema.field("token_times"), times))
 

@@ -515,6 +515,9 @@ def _append_floats(out: array, times: np.ndarray | list[float]) -> None:
         out.frombytes(np.ascontiguousarray(times, dtype=np.float64).tobytes())
 
 
+_INDEX = "i"  # TokenLog's tick positions and counts (see its __init__)
+
+
 class TokenLog:
     """Token arrivals as a server emits them: each emission time once, and each row's runs of them.
 
@@ -530,21 +533,27 @@ class TokenLog:
     another, once, when the row leaves the group: nothing per row and step.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, row_of: Callable[[Any], int] | None = None) -> None:
+        """``row_of`` turns a key into its row as a run begins (the simulator's request IDs: ``int``), so that the
+        log holds a row number a run (1,000,000 requests: 3.7 million runs) rather than keys until the end."""
+        self._row_of = row_of
+        # positions and counts of ticks, int32: a tick is 8 bytes, so 2**31 of them could not be held anyway
+        # (array raises OverflowError before that); 1,000,000 requests' 2.8 million group appends and 3.7
+        # million runs took 50 MB more as int64
         self._ticks = array("d")
         self._last_end: dict[Hashable, int] = {}  # row -> the tick after its last run
         self._last_run: dict[Hashable, int] = {}  # row -> index of its last run
-        self._run_key: list[Hashable] = []
-        self._run_start = array("q")
-        self._run_len = array("q")
-        self._run_seq = array("q")  # the append that began the run: a row's runs in time order, ticks of both kinds
+        self._run_key: list[Hashable] | array = [] if row_of is None else array("q")
+        self._run_start = array(_INDEX)
+        self._run_len = array(_INDEX)
+        self._run_seq = array(_INDEX)  # the append that began the run: a row's runs in time order, ticks of both kinds
         self._appends = 0
         self._group_ticks = array("d")
-        self._group_first = array("q")  # each group append's first group tick, and its append number beside it
-        self._group_seq = array("q")
-        self._group_key: list[Hashable] = []
-        self._group_start = array("q")
-        self._group_len = array("q")
+        self._group_first = array(_INDEX)  # each group append's first group tick, and its append number beside it
+        self._group_seq = array(_INDEX)
+        self._group_key: list[Hashable] | array = [] if row_of is None else array("q")
+        self._group_start = array(_INDEX)
+        self._group_len = array(_INDEX)
 
     def add_step(self, rows: Sequence[Hashable], t: float) -> None:
         """Record that every row in ``rows`` received one token at ``t``."""
@@ -571,20 +580,20 @@ class TokenLog:
     def add_group_run(self, row: Hashable, first: int, end: int) -> None:
         """Record that ``row`` received a token at each group tick ``first .. end-1`` (given or to be given)."""
         self._last_end.pop(row, None)  # its next token outside the group starts a new run, after this one
-        self._group_key.append(row)
+        self._group_key.append(row if self._row_of is None else self._row_of(row))
         self._group_start.append(first)
         self._group_len.append(end - first)
 
     def _extend(self, rows: Sequence[Hashable], first: int, k: int) -> None:
         """Give each row ticks ``first .. first+k-1``: lengthen its last run when it ends at ``first``."""
-        last_end, last_run, run_len = self._last_end, self._last_run, self._run_len
+        last_end, last_run, run_len, row_of = self._last_end, self._last_run, self._run_len, self._row_of
         end = first + k
         for r in rows:
             if last_end.get(r) == first:
                 run_len[last_run[r]] += k
             else:
                 last_run[r] = len(run_len)
-                self._run_key.append(r)
+                self._run_key.append(r if row_of is None else row_of(r))
                 self._run_start.append(first)
                 self._run_seq.append(self._appends)
                 run_len.append(k)
@@ -608,7 +617,8 @@ class TokenLog:
         """
         main = np.frombuffer(self._ticks, dtype=np.float64) if len(self._ticks) else np.zeros(0)
         group = np.frombuffer(self._group_ticks, dtype=np.float64) if len(self._group_ticks) else np.zeros(0)
-        return self._runs(np.concatenate([main, group]), main.size, n, self._run_key + self._group_key, row_of)
+        return self._runs(np.concatenate([main, group]), main.size, n, self._run_key + self._group_key,  # type: ignore[operator]
+                          row_of)
 
     def take_runs(self, n: int, row_of: Callable[[Any], int] = int) -> "TokenRuns":
         """Return :meth:`to_runs`'s result, the log giving up its ticks rather than copying them; it is empty after.
@@ -620,21 +630,25 @@ class TokenLog:
         self._group_ticks[0:0] = self._ticks
         self._ticks = array("d")
         ticks = np.frombuffer(self._group_ticks, dtype=np.float64) if len(self._group_ticks) else np.zeros(0)
-        keys = self._run_key + self._group_key
-        self._run_key, self._group_key = [], []  # the keys go once their rows are known
+        keys = self._run_key + self._group_key  # type: ignore[operator]
+        self._run_key = self._group_key = []  # the keys go once their rows are known
         runs = self._runs(ticks, main_size, n, keys, row_of)
-        self.__init__()  # type: ignore[misc]  # the buffer now belongs to ``runs.ticks``
+        self.__init__(self._row_of)  # type: ignore[misc]  # the buffer now belongs to ``runs.ticks``
         return runs
 
-    def _runs(self, ticks: np.ndarray, main_size: int, n: int, keys: list[Hashable],
+    def _runs(self, ticks: np.ndarray, main_size: int, n: int, keys: list[Hashable] | array,
               row_of: Callable[[Any], int]) -> "TokenRuns":
-        """Return the runs over ``ticks``, the others' first and the group's from ``main_size``; ``keys``
-        is consumed (emptied), so that a caller that gave up its own list frees them here."""
+        """Return the runs over ``ticks``, the others' first and the group's from ``main_size``; ``keys`` (rows
+        already where the log was given ``row_of``) is consumed, so that a caller that gave up its own frees them."""
         def ints(a: array) -> np.ndarray:
-            return np.frombuffer(a, dtype=np.int64) if len(a) else np.zeros(0, dtype=np.int64)
+            return np.frombuffer(a, dtype=np.int32) if len(a) else np.zeros(0, dtype=np.int32)
 
-        run_row = np.fromiter((row_of(k) for k in keys), dtype=np.int64, count=len(keys))
-        keys.clear()
+        if isinstance(keys, array):
+            run_row = np.frombuffer(keys, dtype=np.int64) if len(keys) else np.zeros(0, dtype=np.int64)
+            del keys
+        else:
+            run_row = np.fromiter((row_of(k) for k in keys), dtype=np.int64, count=len(keys))
+            keys.clear()
         group_start = ints(self._group_start)
         group_seq = ints(self._group_seq)[np.searchsorted(ints(self._group_first), group_start, side="right") - 1] \
             if group_start.size else group_start
@@ -644,8 +658,8 @@ class TokenLog:
         del seq
         # one column at a time, each put in order as it is made: a million requests have 3.7 million runs
         run_row = run_row[order]
-        run_start = np.concatenate([ints(self._run_start), group_start + main_size])[order]
-        run_len = np.concatenate([ints(self._run_len), ints(self._group_len)])[order]
+        run_start = np.concatenate([ints(self._run_start), group_start.astype(np.int64) + main_size], dtype=np.int64)[order]
+        run_len = np.concatenate([ints(self._run_len), ints(self._group_len)], dtype=np.int64)[order]
         return TokenRuns(ticks, run_row, run_start, run_len, n)
 
     def to_arrow(self, n: int, row_of: Callable[[Any], int] = int) -> pa.Array:

@@ -227,7 +227,7 @@ class _EventLoop:
         self.live_row: list[int] = list(range(n)) if client is not None else []  # logical -> its latest row
         self.gave_up = [False] * n if client is not None else []  # the client cancelled: no more attempts
         self.pending = [False] * n if client is not None else []  # a retry is scheduled (backing off)
-        self.token_log = TokenLog() if token_times else None  # each output token's emission time: records' token_times
+        self.token_log = TokenLog(int) if token_times else None  # each output token's emission time: records' token_times
         if self.token_log is not None:
             self.sched.on_cohort_run = self.token_log.add_group_run
         self.runs_only = token_times == "runs"
