@@ -374,7 +374,8 @@ def browser_100k(url: str, uploads: tuple[Path, Path], tokens: Path, i: int,
         page.set_default_timeout(TIMEOUT_MS)
         timed(page, lambda: page.goto(url, wait_until="commit"), "Eight numbers", rerun=False)
         upload = page.locator('[data-testid="stFileUploader"] input[type="file"]').first
-        ttft, end = page.get_by_label("TTFT limit (s)"), page.get_by_label("Window end (s)", exact=True)  # not its help
+        ttft = page.get_by_label("TTFT limit (ms)", exact=True)  # not its help
+        end = page.get_by_label("Window end (s)", exact=True)
         panel = page.get_by_text("CDFs of latency, TTFT and TPOT").first
         over_time = page.get_by_text("Throughput, TTFT and latency over time").first
 
@@ -383,7 +384,7 @@ def browser_100k(url: str, uploads: tuple[Path, Path], tokens: Path, i: int,
 
         steps = (
             lambda: timed(page, lambda: upload.set_input_files(str(big)), "100,000"),
-            lambda: timed(page, lambda: (ttft.fill(f"{0.5 + i / 10:g}"), ttft.press("Enter")), "Goodput"),
+            lambda: timed(page, lambda: (ttft.fill(f"{500 + 100 * i}"), ttft.press("Enter")), "Goodput"),
             lambda: timed(page, lambda: (end.fill(f"{1500 - i:g}"), end.press("Enter")), "left out"),
             lambda: timed(page, panel.click, charts=3),  # the CDFs of latency, TTFT and TPOT (no stages: no admitted)
             lambda: timed(page, over_time.click, charts=6),  # and successes/s, TTFT and latency over time

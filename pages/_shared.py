@@ -29,6 +29,7 @@ from servebench.dashboard.sources import (
     fallback_source,
     import_read_as,
     query_float,
+    query_limit,
     record_files,
     scenario_files,
     sort_uploads,
@@ -39,10 +40,13 @@ from servebench.dashboard.wording import (
     ENGINEER_VIEW_HELP,
     ENGINEER_VIEW_KEY,
     ENGINEER_VIEW_LABEL,
+    SLO_TPOT_HELP,
+    SLO_TTFT_HELP,
     TIME_UNITS,
     UNIT_HELP,
     engineer_from_query,
     metric_help,
+    ms_to_s,
     time_unit,
     unit_scale,
 )
@@ -547,14 +551,23 @@ def show_reader_warnings(ds: Dataset) -> None:
             st.warning(safe_text(for_people(w), multiline=True))
 
 
-SLO_FIELDS = (("slo_ttft", "TTFT limit (s)", 0.1), ("slo_tpot", "Request TPOT limit (s)", 0.01),
-              ("slo_latency", "Latency limit (s)", 0.5))
+# Summary's SLO limits: (session key and URL parameter, label, step, the parameter in seconds an older link carries).
+# TTFT and request TPOT are typed in ms, as every page shows them (seconds until 2026-12-03); latency in seconds.
+SLO_FIELDS = (("slo_ttft_ms", "TTFT limit (ms)", 100.0, "slo_ttft"),
+              ("slo_tpot_ms", "Request TPOT limit (ms)", 10.0, "slo_tpot"),
+              ("slo_latency", "Latency limit (s)", 0.5, None))
+SLO_HELP = {"slo_ttft_ms": SLO_TTFT_HELP, "slo_tpot_ms": SLO_TPOT_HELP}
+
+
+def _slo_s(typed: list[float | None]) -> tuple[float | None, float | None, float | None]:
+    """Return the limits as typed in SLO_FIELDS (0 or empty: none) in seconds, as the library takes them."""
+    out = [ms_to_s(v or None) if seconds_name else v or None for (*_, seconds_name), v in zip(SLO_FIELDS, typed)]
+    return out[0], out[1], out[2]
 
 
 def current_slo() -> tuple[float | None, float | None, float | None]:
-    """Return the SLO limits Summary's inputs hold in this session (None: no limit), for pages without the inputs."""
-    values = [st.session_state.get(name) or None for name, _, _ in SLO_FIELDS]
-    return values[0], values[1], values[2]
+    """Return the SLO limits Summary's inputs hold in this session, in seconds (None: no limit), for other pages."""
+    return _slo_s([st.session_state.get(name) for name, *_ in SLO_FIELDS])
 
 
 def summary_report(ds: Dataset, slo: tuple[float | None, ...]) -> Report:
@@ -567,18 +580,25 @@ def summary_report(ds: Dataset, slo: tuple[float | None, ...]) -> Report:
 
 
 def slo_inputs() -> tuple[float | None, float | None, float | None]:
-    """Render the three SLO limits in a row (seeded once from the URL, written back to it); return them."""
+    """Render the three SLO limits in a row (seeded once from the URL, written back to it); return them in seconds.
+
+    A link from before TTFT and TPOT took ms (``slo_ttft=0.4``) still opens with its limits (400 ms), and is
+    rewritten with the new parameters.
+    """
     values = []
-    for col, (name, text, step) in zip(st.columns(3), SLO_FIELDS):
+    for col, (name, text, step, seconds_name) in zip(st.columns(3), SLO_FIELDS):
         if name not in st.session_state:
-            st.session_state[name] = _query_float(name)
-        v = col.number_input(text, min_value=0.0, step=step, placeholder="no limit", key=name)
-        values.append(v if v else None)
+            st.session_state[name] = query_limit(st.query_params, name, seconds_name)
+        v = col.number_input(text, min_value=0.0, step=step, placeholder="no limit", key=name,
+                             help=SLO_HELP.get(name))
+        values.append(v)
+        if seconds_name and seconds_name in st.query_params:
+            del st.query_params[seconds_name]
         if v:
-            st.query_params[name] = f"{v:g}"
+            st.query_params[name] = f"{v:.15g}"  # up to 15 digits: what was typed, not rounded to six
         elif name in st.query_params:
             del st.query_params[name]
-    return values[0], values[1], values[2]
+    return _slo_s(values)
 
 
 def unit_choice() -> tuple[str, float]:

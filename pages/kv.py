@@ -12,6 +12,7 @@ from servebench.capacity import kv
 from servebench.capacity.hf_config import shape_from_config
 from servebench.capacity.model_presets import PRESETS, get_preset
 from servebench.dashboard.answers import gib_text, kv_answer, kv_load_answer
+from servebench.dashboard.wording import ms_to_s
 from servebench.errors import InputFormatError
 from servebench.formatting import fmt, fmt_share
 from servebench.output.figures.summary import concurrency_by_prompt
@@ -101,7 +102,7 @@ prefill_ms = c2.number_input("Prefill p50 (ms)", min_value=0.0, value=1200.0, st
                              help="Time the server spends reading one prompt before its first token (median).")
 tpot_ms = c3.number_input("Request TPOT p50 (ms)", min_value=0.0, value=31.0, step=1.0, key="tpot_ms",
                           help="Time per output token: the pace at which the rest of one answer streams (median).")
-prefill, tpot = prefill_ms / 1000, tpot_ms / 1000
+prefill, tpot = ms_to_s(prefill_ms), ms_to_s(tpot_ms)  # exact: 31.1 ms is 0.0311 s
 out_n = int(c4.number_input("Output tokens N", min_value=1, value=cap, step=10, key="out_n"))
 w = guarded(kv.time_in_service_s, prefill, tpot, out_n)
 

@@ -16,7 +16,7 @@ from servebench.capacity.kv import dtype_bytes
 from servebench.capacity.model_presets import PRESETS, get_preset
 from servebench.dashboard.answers import ms_text, plan_answer, usd_text
 from servebench.dashboard.traces import plan_rows
-from servebench.dashboard.wording import SLO_TPOT_HELP, SLO_TTFT_HELP
+from servebench.dashboard.wording import SLO_TPOT_HELP, SLO_TTFT_HELP, ms_to_s
 from servebench.formatting import fmt
 from servebench.planning import PlanRequest, Workload, plan
 from servebench.planning.interview import QUESTION, QUESTION_RATE_RPS, interview_request, interview_step
@@ -75,7 +75,7 @@ slo_ttft_ms = c[0].number_input("TTFT (ms)", min_value=0.0, value=2000.0, step=5
                                 help=SLO_TTFT_HELP)
 slo_tpot_ms = c[1].number_input("Request TPOT (ms)", min_value=0.0, value=50.0, step=10.0, key="plan_slo_tpot_ms",
                                 help=SLO_TPOT_HELP)
-slo_ttft, slo_tpot = slo_ttft_ms / 1000, slo_tpot_ms / 1000
+slo_ttft, slo_tpot = ms_to_s(slo_ttft_ms), ms_to_s(slo_tpot_ms)  # exact: 2.51 ms is 0.00251 s
 slo_latency = c[2].number_input("Latency (s)", min_value=0.0, value=None, step=1.0, key="plan_slo_latency",
                                 placeholder="no limit")
 target = c[3].number_input("Share of requests that must meet them", min_value=0.51, max_value=1.0, value=0.95,

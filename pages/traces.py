@@ -22,7 +22,7 @@ from servebench.dashboard.traces import (
     plan_window_text,
     trace_metrics,
 )
-from servebench.dashboard.wording import SLO_TPOT_HELP, SLO_TTFT_HELP
+from servebench.dashboard.wording import SLO_TPOT_HELP, SLO_TTFT_HELP, ms_to_s
 from servebench.errors import InputFormatError
 from servebench.output.figures.trace import TraceBins, trace_bins
 from servebench.output.safetext import safe_text
@@ -81,7 +81,7 @@ slo_ttft_ms = c[1].number_input("TTFT (ms)", min_value=0.0, value=5000.0, step=5
                                 help=SLO_TTFT_HELP)
 slo_tpot_ms = c[2].number_input("Request TPOT (ms)", min_value=0.0, value=50.0, step=10.0, key="traces_slo_tpot_ms",
                                 help=SLO_TPOT_HELP)
-slo_ttft, slo_tpot = slo_ttft_ms / 1000, slo_tpot_ms / 1000
+slo_ttft, slo_tpot = ms_to_s(slo_ttft_ms), ms_to_s(slo_tpot_ms)  # exact: 2.51 ms is 0.00251 s
 target = c[3].number_input("Share of requests that must meet them", min_value=0.51, max_value=1.0, value=0.95,
                            step=0.01, key="traces_target")
 with st.expander("Search: GPU types, tensor parallelism, headroom"):

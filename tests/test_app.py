@@ -97,11 +97,45 @@ def test_slo_inputs_give_attainment_and_goodput() -> None:
     at = _app()
     at.selectbox(key="records_sample").select("r1_r4.json").run()
     _number(at, "Window end (s)").set_value(10.0)
-    _number(at, "TTFT limit (s)").set_value(0.4)
+    _number(at, "TTFT limit (ms)").set_value(400.0)  # in ms, as every time on the page
     at.run()
     m = _metrics(at)
-    assert m["SLO attainment"] == "25%"  # only R2 (TTFT 0.25 s) of 4 requests
+    assert m["SLO attainment"] == "25%"  # only R2 (TTFT 250 ms) of 4 requests
     assert m["Goodput (requests/s)"] == "0.1"
+    assert at.query_params["slo_ttft_ms"] == "400"
+
+
+# TTFTs of 2.51 ms, 2,510 ms and 2,520 ms (start 0: first_token is the TTFT to the bit), each then 1 s of decoding
+BOUNDARY_RECORDS = b"".join(
+    b'{"request_id": "%s", "start": 0, "first_token": %s, "end": %s, "status": "success", "output_tokens": 11}\n'
+    % (rid, ft, end) for rid, ft, end in ((b"a", b"0.00251", b"1.00251"), (b"b", b"2.51", b"3.51"),
+                                          (b"c", b"2.52", b"3.52")))
+
+
+@pytest.mark.parametrize("ttft_ms, ttft_s, good", [(2.51, 0.00251, 1), (2510.0, 2.51, 2)])
+def test_an_slo_typed_in_ms_gives_the_report_of_the_library_in_seconds(tmp_path: Path, ttft_ms: float,
+                                                                         ttft_s: float, good: int) -> None:
+    """The limits took seconds while every time on the page reads in ms: now 2,510 ms (or 2.51 ms) judges the
+    records as ``SLO(ttft_s=2.51)`` (0.00251) does, a request whose TTFT is exactly the limit meeting it (2.51 / 1000
+    is below 0.00251, so dividing by 1000 failed the request at 2.51 ms)."""
+    from servebench import SLO, build_report, load_table
+    from servebench.formatting import fmt, fmt_share
+
+    path = tmp_path / "boundary.jsonl"
+    path.write_bytes(BOUNDARY_RECORDS)
+    table, ws, we = load_table(path)
+    expected = build_report(table, ws, we, SLO(ttft_s=ttft_s)).slo
+    assert expected.good_requests == good  # the request exactly at the limit meets it
+    at = _app()
+    at.file_uploader(key="records_upload").set_value(("boundary.jsonl", BOUNDARY_RECORDS, "application/json")).run()
+    box = _number(at, "TTFT limit (ms)")
+    assert box.value is None and box.step == 100.0  # no limit until one is typed
+    box.set_value(ttft_ms).run()
+    assert not at.exception and not at.error
+    m = _metrics(at)
+    assert m["SLO attainment"] == fmt_share(expected.attainment)
+    assert m["Goodput (requests/s)"] == fmt(expected.goodput_requests_per_second)
+    assert m["Goodput (output tokens/s)"] == fmt(expected.goodput_output_tokens_per_second)
 
 
 def test_bad_upload_shows_file_row_and_field_not_a_traceback() -> None:
@@ -264,9 +298,22 @@ def test_query_params_reproduce_the_view() -> None:
     assert not at.exception and not at.error
     m = _metrics(at)
     assert m["Requests"] == "4" and m["Successful requests/s"] == "0.2"  # the window 0-10 from the URL
-    assert m["SLO attainment"] == "25%"
+    assert m["SLO attainment"] == "25%"  # a link from when the limits took seconds: slo_ttft=0.4 is 400 ms
+    assert _number(at, "TTFT limit (ms)").value == 400.0
     _number(at, "Latency limit (s)").set_value(3.0).run()
-    assert at.query_params["slo_latency"] == "3"
+    assert at.query_params["slo_latency"] == "3" and at.query_params["slo_ttft_ms"] == "400"
+    assert "slo_ttft" not in at.query_params  # the link is rewritten in ms
+
+
+def test_an_slo_in_ms_from_the_url_is_kept_to_the_digit() -> None:
+    at = AppTest.from_file(APP, default_timeout=90)
+    at.query_params.update(run="r1_r4.json", ws="0", we="10", slo_ttft_ms="250.125", slo_tpot_ms="-5")
+    at.run()
+    assert not at.exception and not at.error
+    assert _number(at, "TTFT limit (ms)").value == 250.125
+    assert _number(at, "Request TPOT limit (ms)").value is None  # not above zero: no limit
+    assert _metrics(at)["SLO attainment"] == "25%"  # R2's TTFT, 250 ms, meets 250.125 ms
+    assert at.query_params["slo_ttft_ms"] == "250.125" and "slo_tpot_ms" not in at.query_params
 
 
 def test_upload_replaces_the_records_on_every_page() -> None:
@@ -444,6 +491,18 @@ def test_kv_calculator_profile_b_allows_8_sequences() -> None:
     assert not at.get("plotly_chart")
     assert spec["layer"][0]["encoding"]["y"]["scale"]["type"] == "log"
     assert data["here"].to_dict("records") == [{"x": 1000, "y": 54, "label": "54 at 1,000 tokens"}]
+
+
+def test_no_page_turns_ms_into_seconds_by_dividing_by_1000() -> None:
+    """A time typed in ms reaches the library through wording.ms_to_s, defined once and exact: 31.1 ms / 1000 is
+    0.031100000000000003 where ms_to_s gives 0.0311 (the planner, Traces and KV pages divided by 1000)."""
+    import ast
+
+    divisions = [f"{page.name}:{node.lineno}" for page in sorted((REPO / "pages").glob("*.py"))
+                 for node in ast.walk(ast.parse(page.read_text()))
+                 if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div)
+                 and isinstance(node.right, ast.Constant) and node.right.value in (1000, 1e3)]
+    assert divisions == []
 
 
 def test_kv_calculator_budget_from_gpu_memory_and_config() -> None:

@@ -122,8 +122,8 @@ def test_an_slo_and_a_window_change_on_100k_records_show_the_librarys_numbers(tm
         _overview_drawn(page)
         assert _metric(page, "Requests") == "100,000"
 
-        ttft = page.get_by_label("TTFT limit (s)")
-        ttft.fill("0.3")
+        ttft = page.get_by_label("TTFT limit (ms)", exact=True)
+        ttft.fill("300")
         ttft.press("Enter")
         page.locator('[data-testid="stMetricLabel"]', has_text="SLO attainment").first.wait_for()
         _wait_idle(page)

@@ -8,6 +8,7 @@ No Streamlit here: ``pages/_shared.py`` keeps these in ``st.session_state`` and 
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 
 from servebench.dashboard.server_view import is_server_metrics_file
 from servebench.dashboard.windows import shared_clock, window_text
+from servebench.dashboard.wording import s_to_ms
 from servebench.records.importers import ImportOptions
 from servebench.records.loaders import LoadedRecords
 from servebench.records.server_samples import ServerSamples
@@ -188,6 +190,25 @@ def query_float(params: Mapping[str, str], name: str) -> float | None:
         return float(params[name]) if name in params else None
     except ValueError:
         return None
+
+
+def query_limit(params: Mapping[str, str], name: str, seconds_name: str | None = None) -> float | None:
+    """Return an SLO limit a URL gives: ``name`` as written, else ``seconds_name`` (in seconds) in ms.
+
+    ``seconds_name`` is the parameter a link made while the limit was typed in seconds carries, so an older link
+    still opens with its limit. None (no limit) when absent, not a number, infinite or not above zero.
+
+    >>> query_limit({"slo_ttft_ms": "400"}, "slo_ttft_ms", "slo_ttft")
+    400.0
+    >>> query_limit({"slo_ttft": "0.4"}, "slo_ttft_ms", "slo_ttft")  # an older link, in seconds
+    400.0
+    >>> query_limit({"slo_latency": "-1"}, "slo_latency"), query_limit({"slo_latency": "nan"}, "slo_latency")
+    (None, None)
+    """
+    value = query_float(params, name)
+    if value is None and seconds_name is not None:
+        value = s_to_ms(query_float(params, seconds_name))
+    return value if value is not None and math.isfinite(value) and value > 0 else None
 
 
 def import_read_as(fmt: str, run: int | None, drop: bool, server_tokens: bool) -> ReadAs | None:

@@ -123,6 +123,15 @@ def ms_to_s(ms: float | None) -> float | None:
     return None if ms is None else float(Decimal(repr(float(ms))).scaleb(-3))
 
 
+def s_to_ms(s: float | None) -> float | None:
+    """Return a time in seconds (a link's SLO from before the inputs took ms) in milliseconds, exactly (None stays None).
+
+    >>> s_to_ms(0.4), s_to_ms(0.00251), 0.00251 * 1000, s_to_ms(None)
+    (400.0, 2.51, 2.5100000000000002, None)
+    """
+    return None if s is None else float(Decimal(repr(float(s))).scaleb(3))
+
+
 def unit_scale(unit: str) -> float:
     """Return the factor from seconds to ``unit``.
 
