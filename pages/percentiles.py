@@ -68,7 +68,8 @@ labels = {**METRIC_LABELS, **TOKEN_METRIC_LABELS}  # ITL and stalls when the rec
 metrics = RECORD_METRICS + (TOKEN_METRICS if ds.table.token_times is not None else ())
 if "metric" not in st.session_state and st.query_params.get("metric") in metrics:
     st.session_state.metric = st.query_params["metric"]
-metric = c1.selectbox("Metric", metrics, format_func=labels.get, key="metric")
+# the unit is the toggle's (milliseconds by default), so a metric is named without one: "Latency", not "Latency (s)"
+metric = c1.selectbox("Metric", metrics, format_func=lambda m: labels[m].removesuffix(" (s)"), key="metric")
 chosen_slice = c2.selectbox("Slice", ["all records", *slices], key="slice")
 view = c3.radio("Count", ["success-only", "failure-aware"], horizontal=True, key="view",
                 help="Failure-aware counts every non-success as ∞, so the percentile is ∞ when failures reach it.")

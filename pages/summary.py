@@ -97,9 +97,9 @@ def downloads_panel(ds: Dataset, report: Report, slice_by: str) -> None:
         return
     stem = ds.source.name.rsplit(".", 1)[0]
     c = box.columns(5)
-    for col, fmt_name, mime in zip(c, ("csv", "parquet", "jsonl"),
-                                   ("text/csv", "application/vnd.apache.parquet", "application/jsonl")):
-        col.download_button(f"Records ({fmt_name.upper()})", lambda f=fmt_name: encode_records(ds.table, f),
+    for col, fmt_name, title, mime in zip(c, ("csv", "parquet", "jsonl"), ("CSV", "Parquet", "JSONL"),
+                                          ("text/csv", "application/vnd.apache.parquet", "application/jsonl")):
+        col.download_button(f"Records ({title})", lambda f=fmt_name: encode_records(ds.table, f),
                             file_name=f"{stem}.normalized.{fmt_name}", mime=mime, on_click="ignore")
     c[3].download_button("Report (JSON)", lambda: report.model_dump_json(indent=2),
                          file_name=f"{stem}.report.json", mime="application/json", on_click="ignore")

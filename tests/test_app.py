@@ -360,6 +360,7 @@ def test_percentile_explorer_any_percentile_and_failure_aware() -> None:
     at.switch_page("pages/percentiles.py").run()
     assert not at.exception
     assert _metrics(at)["p95 (success-only, ms)"] == "2,500"  # milliseconds by default
+    assert at.selectbox(key="metric").options[:3] == ["Latency", "TTFT", "Request TPOT"]  # not 'Latency (s)' in ms
     at.segmented_control(key="unit").set_value("s").run()
     m = _metrics(at)
     assert m["p95 (success-only, s)"] == "2.5"
@@ -388,7 +389,7 @@ def test_summary_downloads_are_offered_once_their_panel_is_opened() -> None:
     at.run()
     assert not at.exception
     names = [b.proto.label for b in at.get("download_button")]
-    assert names == ["Records (CSV)", "Records (PARQUET)", "Records (JSONL)", "Report (JSON)", "Report site (ZIP)"]
+    assert names == ["Records (CSV)", "Records (Parquet)", "Records (JSONL)", "Report (JSON)", "Report site (ZIP)"]
 
 
 def test_summary_over_time_is_vega_lite_in_the_unit_with_the_bins_numbers() -> None:
