@@ -46,6 +46,15 @@ def fmt(value: Any, digits: int = 4) -> str:
     return str(value)
 
 
+def fmt_count(count: int, noun: str, plural: str | None = None) -> str:
+    """Format a count with its noun, singular for one (``plural`` defaults to the noun plus ``s``).
+
+    >>> fmt_count(1, "replica"), fmt_count(4, "replica"), fmt_count(12000, "request"), fmt_count(0, "try", "tries")
+    ('1 replica', '4 replicas', '12,000 requests', '0 tries')
+    """
+    return f"{fmt(int(count))} {noun if count == 1 else plural or noun + 's'}"
+
+
 def fmt_share(value: float | None) -> str:
     """Format a fraction as a percentage to three significant digits; None is ``—``.
 

@@ -549,7 +549,7 @@ def test_figures_show_itl_stalls_and_the_slowest_requests_ticks():
     assert bins.edges_s[0] == STEADY_GAP_S and bins.edges_s[-1] == 2.0  # the two successes' longest gaps
     assert bins.counts[0] == 1 and bins.counts[-1] == 1 and bins.counts.sum() == 2
     hist = stall_histogram(table, threshold_s=0.25)
-    assert list(hist.data[0].y) == bins.counts.tolist() and "1 (50.0%) stalled over 0.25 s" in hist.layout.title.text
+    assert list(hist.data[0].y) == bins.counts.tolist() and "1 (50%) stalled over 0.25 s" in hist.layout.title.text
     ticks = token_timeline(table, count=2)
     rows = {trace.y[0] for trace in ticks.data}
     assert len(rows) == 2 and max(len(t.x) for t in ticks.data) == 10  # the slowest has 10 tokens

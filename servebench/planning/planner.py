@@ -58,6 +58,7 @@ from servebench.capacity.roofline import (
 )
 from servebench.capacity.stepmodel import StepModel
 from servebench.errors import ConfigError, ServebenchError
+from servebench.formatting import fmt_count, fmt_share
 from servebench.planning.trace_window import (
     busiest_minute,
     computed_prompt_tokens,
@@ -817,8 +818,8 @@ def verify_fleets(evaluation: Evaluation, result: Plan, progress: ProgressCallba
             break  # a count only rises: this option cannot become the cheapest
         assert o.replicas is not None
         if o.replicas > MAX_REPLICAS:  # no fleet simulation holds it: the count stays division's, and says so
-            note = (f"{o.replicas} replicas by division, more than the {MAX_REPLICAS} replicas a fleet simulation "
-                    "holds: not simulated")
+            note = (f"{fmt_count(o.replicas, 'replica')} by division, more than the {MAX_REPLICAS} replicas a fleet "
+                    "simulation holds: not simulated")
             check = FleetCheck(router=req.router, requests=0, tries=[], note=note)
             pairs[i] = (o, d.model_copy(update={"fleet": check, "note": f"{d.note}; fleet: {note}"}))
             continue
@@ -839,13 +840,13 @@ def verify_fleets(evaluation: Evaluation, result: Plan, progress: ProgressCallba
             n += 1
         met = tries[-1].meets_slo
         if met and n == divided:
-            note = f"{n} replicas behind {req.router} meet the SLOs together, as division says"
+            note = f"{fmt_count(n, 'replica')} behind {req.router} meet the SLOs together, as division says"
         elif met:
-            note = (f"{divided} replicas by division, {n} needed under bursts: the fleet of {divided} behind "
-                    f"{req.router} had {tries[0].attainment:.1%} of requests within the SLOs")
+            note = (f"{fmt_count(divided, 'replica')} by division, {n} needed under bursts: the fleet of {divided} "
+                    f"behind {req.router} had {fmt_share(tries[0].attainment)} of requests within the SLOs")
         else:
-            note = (f"{divided} replicas by division, and even {most} behind {req.router} miss the SLOs together "
-                    f"({tries[-1].attainment:.1%} within them)")
+            note = (f"{fmt_count(divided, 'replica')} by division, and even {most} behind {req.router} miss the SLOs "
+                    f"together ({fmt_share(tries[-1].attainment)} within them)")
         check = FleetCheck(router=req.router, requests=requests, tries=tries, note=note)
         if met:
             per_hour = (o.cost_per_hour_usd or 0.0) * n / divided
@@ -904,14 +905,15 @@ def fleet_sentence(option: Option, detail: Detail) -> str | None:
     spread = (f"requests per replica {' / '.join(f'{n:,}' for n in last.requests_per_replica)}, the busiest "
               f"{last.load_imbalance:.2f}x the mean" if last.load_imbalance is not None else "")
     if last.meets_slo and last.replicas == first.replicas:
-        return (f"{first.replicas} replicas by division, and the fleet of {first.replicas} simulated behind "
-                f"{check.router} meets the SLOs too ({first.attainment:.1%} of requests within them; {spread}).")
+        return (f"{fmt_count(first.replicas, 'replica')} by division, and the fleet of {first.replicas} simulated "
+                f"behind {check.router} meets the SLOs too ({fmt_share(first.attainment)} of requests within them; "
+                f"{spread}).")
     if last.meets_slo:
-        return (f"{first.replicas} replicas by division, {last.replicas} needed under bursts: behind {check.router} "
-                f"the fleet of {first.replicas} had {first.attainment:.1%} of requests within the SLOs, the fleet "
-                f"of {last.replicas} {last.attainment:.1%} ({spread}).")
-    return (f"{first.replicas} replicas by division, and even {last.replicas} behind {check.router} miss the SLOs "
-            f"together ({last.attainment:.1%} of requests within them).")
+        return (f"{fmt_count(first.replicas, 'replica')} by division, {last.replicas} needed under bursts: behind "
+                f"{check.router} the fleet of {first.replicas} had {fmt_share(first.attainment)} of requests within the "
+                f"SLOs, the fleet of {last.replicas} {fmt_share(last.attainment)} ({spread}).")
+    return (f"{fmt_count(first.replicas, 'replica')} by division, and even {last.replicas} behind {check.router} miss "
+            f"the SLOs together ({fmt_share(last.attainment)} of requests within them).")
 
 
 def cost_curve(evaluation: Evaluation, rates_rps: Sequence[float]) -> list[dict[str, float | str | None]]:

@@ -19,6 +19,7 @@ import plotly.io as pio
 from servebench.analysis.contract import success_metrics
 from servebench.analysis.percentiles import nearest_rank, percentile
 from servebench.analysis.timeline import active_counts
+from servebench.formatting import fmt, fmt_count
 from servebench.output.safetext import safe_text
 from servebench.output.terminal import epoch_utc
 from servebench.records.table import STATUSES, RecordTable
@@ -99,9 +100,9 @@ def cdf_series(values_s: np.ndarray, metric: str, *, left_out: int = 0, left_out
     """
     values = np.sort(np.asarray(values_s, dtype=np.float64))
     n = int(values.size)
-    subtitle = f"n = {n}"
+    subtitle = f"n = {fmt(n)}"
     if left_out:
-        subtitle += f"; {left_out} request{'s' if left_out != 1 else ''} not in the curve ({left_out_reason})"
+        subtitle += f"; {fmt_count(left_out, 'request')} not in the curve ({left_out_reason})"
     title = METRIC_TITLES.get(metric, metric)
     if n == 0:
         return CdfSeries(title, METRIC_FORMULAS.get(metric), subtitle, values, values, (), 0)

@@ -15,6 +15,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from servebench.analysis.summary import Report
+from servebench.formatting import fmt, fmt_seconds, fmt_share
 from servebench.output.figures.records import (
     MARKS,
     MAX_POINTS,
@@ -77,9 +78,9 @@ class StallBins:
     @property
     def lines(self) -> list[str]:
         """Return the words under the chart's title: n, and how many stalled."""
-        lines = [f"n = {self.n:,} successes with two or more token arrivals"]
+        lines = [f"n = {fmt(self.n)} successes with two or more token arrivals"]
         if self.threshold_s is not None and self.n:
-            lines.append(f"{self.over:,} ({self.over / self.n:.1%}) stalled over {self.threshold_s:.3g} s")
+            lines.append(f"{fmt(self.over)} ({fmt_share(self.over / self.n)}) stalled over {fmt_seconds(self.threshold_s)}")
         return lines
 
 
