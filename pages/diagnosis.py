@@ -40,6 +40,11 @@ LIMIT_TITLES = {"kv_memory": "KV memory", "queueing": "Queueing", "prefill": "Pr
 CAPACITY_PREFIX = {"at_limit": "≤ ", "below_limit": "≈ ", "cannot_tell": ""}
 
 
+def _in_words(value: object) -> str:
+    """Return a walk-through answer as the page says it: a limit by its title ("KV memory", not kv_memory)."""
+    return LIMIT_TITLES.get(value, value) if isinstance(value, str) else fmt(value)
+
+
 def render_headline(v: diagnosis.Verdict) -> None:
     """Show the one answer first: the load measured, the capacity it implies and the limit that binds."""
     h = v.headline
@@ -175,7 +180,7 @@ else:
                         placeholder="your prediction")
                 for i, c in enumerate(step.choices):
                     given[c.name] = cols[i % 2].selectbox(c.label, c.options, index=None, key=f"wt_{c.name}",
-                                                          placeholder="pick one")
+                                                          placeholder="pick one", format_func=_in_words)
                 notes = st.text_area("Your reasoning (not scored)", key=f"wt_notes_{step.number}", height=80)
                 if st.form_submit_button("Reveal the answer", type="primary", key=f"wt_reveal_{step.number}"):
                     answers[step.number] = {"given": dict(given), "notes": notes}
@@ -187,8 +192,8 @@ else:
         score = walkthrough.score_prediction(step, revealed["given"])
         if score.total:
             st.markdown(f"**{score.correct} of {score.total} right**")
-            static_table(pd.DataFrame([{"answer": s.label, "your prediction": fmt(s.predicted),
-                                        "computed": fmt(s.expected), "off by": fmt(s.error),
+            static_table(pd.DataFrame([{"answer": s.label, "your prediction": _in_words(s.predicted),
+                                        "computed": _in_words(s.expected), "off by": fmt(s.error),
                                         "how close": s.closeness, "tolerance": s.tolerance,
                                         "within tolerance": "no prediction" if s.predicted is None
                                         else "yes" if s.within else "no"} for s in score.scores]))

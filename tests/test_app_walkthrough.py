@@ -52,3 +52,16 @@ def test_the_walkthrough_ends_with_the_sweep_charts_of_a_and_b() -> None:
                   if layer["mark"]["type"] == "text" and "values" in layer.get("data", {})
                   and "label" in layer["data"]["values"][0]]
         assert any(label.startswith("knee ") and label.endswith(" req/s") for label in labels), labels
+
+
+def test_the_first_steps_answers_name_the_limits_in_words_not_keys() -> None:
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=120)
+    at.run()
+    at.switch_page("pages/diagnosis.py").run()
+    choice = next(s for s in at.selectbox if s.key.startswith("wt_"))
+    assert "KV memory" in [choice.format_func(o) for o in choice.options] or "KV memory" in choice.options
+    choice.set_value(choice.options[0]).run()
+    at.button(key="wt_reveal_1").click().run()
+    assert not at.exception
+    shown = " ".join(str(md.value) for md in at.markdown)
+    assert "KV memory" in shown and "kv_memory" not in shown  # the engineer view is off: no field keys
