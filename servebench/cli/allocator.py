@@ -37,11 +37,8 @@ def reuse_freed_memory() -> bool:
 
     Does nothing on other C libraries (musl, macOS) or where libc cannot be loaded.
     """
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc" or (mallopt := _libc("mallopt")) is None:
-        return False
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    mallopt.restype = ctypes.c_int
-    return bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD_BYTES))
+    mallopt = _glibc_mallopt()
+    return mallopt is not None and bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD_BYTES))
 
 
 def no_huge_pages() -> bool:
@@ -54,6 +51,15 @@ def no_huge_pages() -> bool:
     prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
     prctl.restype = ctypes.c_int
     return prctl(_PR_SET_THP_DISABLE, 1, 0, 0, 0) == 0
+
+
+def _glibc_mallopt() -> Any:
+    """Return glibc's ``mallopt(int, int)``, or None off Linux, on another C library or where libc cannot be loaded."""
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc" or (mallopt := _libc("mallopt")) is None:
+        return None
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    return mallopt
 
 
 def _libc(function: str) -> Any:
@@ -72,8 +78,6 @@ def map_large_blocks() -> bool:
     copy nor given back, and its peak was 1.25 GB where mapped blocks keep it under 1 GB. Its report is a
     small part of its time, so the faults it saves there matter less.
     """
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc" or (mallopt := _libc("mallopt")) is None:
-        return False
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    mallopt.restype = ctypes.c_int
-    return bool(mallopt(_M_MMAP_THRESHOLD, _MAPPED_FROM_BYTES)) and bool(mallopt(_M_MMAP_MAX, _MMAP_MAX_DEFAULT))
+    mallopt = _glibc_mallopt()
+    return mallopt is not None and bool(mallopt(_M_MMAP_THRESHOLD, _MAPPED_FROM_BYTES)) \
+        and bool(mallopt(_M_MMAP_MAX, _MMAP_MAX_DEFAULT))

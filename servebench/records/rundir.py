@@ -285,9 +285,7 @@ def write_run(folder: str | Path, records: RecordTable | Sequence[Mapping[str, A
     records_fmt, steps_fmt = formats(len(records), records_format, steps_format)
     files = {"records": d / f"records.{records_fmt}"}
     try:
-        if d.exists() and not d.is_dir():
-            raise ConfigError(f"output {d} exists and is not a folder")
-        d.mkdir(parents=True, exist_ok=True)
+        _make_folder(d)
         if records_fmt == "parquet" and token_runs is not None and isinstance(records, RecordTable):
             _write_parquet_in_parts(files["records"], records.to_arrow(), token_runs)
         elif records_fmt == "parquet":
@@ -316,6 +314,13 @@ def write_run(folder: str | Path, records: RecordTable | Sequence[Mapping[str, A
     return files
 
 
+def _make_folder(d: Path) -> None:
+    """Create the output folder ``d`` (and its parents) unless it exists; refuse a file in its place."""
+    if d.exists() and not d.is_dir():
+        raise ConfigError(f"output {d} exists and is not a folder")
+    d.mkdir(parents=True, exist_ok=True)
+
+
 def write_run_steps(folder: str | Path, steps: StepTrace, records: int, steps_format: FileFormat = "auto") -> Path:
     """Write a run folder's step trace alone, in the format :func:`write_run` would choose for ``records`` records.
 
@@ -325,9 +330,7 @@ def write_run_steps(folder: str | Path, steps: StepTrace, records: int, steps_fo
     """
     d = Path(folder)
     try:
-        if d.exists() and not d.is_dir():
-            raise ConfigError(f"output {d} exists and is not a folder")
-        d.mkdir(parents=True, exist_ok=True)
+        _make_folder(d)
         return _write_steps_file(d, steps, formats(records, "auto", steps_format)[1])
     except OSError as exc:
         raise ConfigError(f"cannot write the run to {d}: {exc.strerror or exc}") from None
@@ -385,9 +388,7 @@ def write_sweep(folder: str | Path, sweep: BaseModel, sweep_csv: str, *,
     """
     d = Path(folder)
     try:
-        if d.exists() and not d.is_dir():
-            raise ConfigError(f"output {d} exists and is not a folder")
-        d.mkdir(parents=True, exist_ok=True)
+        _make_folder(d)
         files = {"sweep": d / SWEEP, "csv": d / SWEEP_CSV}
         files["sweep"].write_text(sweep.model_dump_json(indent=2), encoding="utf-8")
         files["csv"].write_text(sweep_csv, encoding="utf-8")
@@ -405,9 +406,7 @@ def write_validation(folder: str | Path, result_json: str) -> Path:
     """
     d = Path(folder)
     try:
-        if d.exists() and not d.is_dir():
-            raise ConfigError(f"output {d} exists and is not a folder")
-        d.mkdir(parents=True, exist_ok=True)
+        _make_folder(d)
         path = d / VALIDATION
         path.write_text(result_json, encoding="utf-8")
     except OSError as exc:
