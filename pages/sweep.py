@@ -26,7 +26,7 @@ from servebench.capacity.stepmodel import COEFFICIENTS, StepFit, fit_step_model
 from servebench.dashboard.answers import sweep_answer
 from servebench.dashboard.sharing import SHARED_SWEEP_MAX_REQUESTS, is_long_sweep, sweep_requests_bound
 from servebench.dashboard.sweep_form import SLO_TTFT_MS, load_axis, replay_caption
-from servebench.dashboard.wording import SLO_TPOT_HELP, SLO_TTFT_HELP, ms_to_s
+from servebench.dashboard.wording import SLO_TPOT_HELP, SLO_TTFT_HELP, ms_to_s, s_to_ms
 from servebench.errors import InputFormatError
 from servebench.formatting import NO_DATA, fmt, fmt_share
 from servebench.output.cautions import fit_warning
@@ -153,13 +153,14 @@ fit: StepFit | None = None
 if step_how == "flat timings":
     flat = base.step_model.flat or FlatStep(prefill_s=0.15, prompt_tokens=1000, tpot_s=0.03)
     c = st.columns(3)
-    spec = StepModelSpec(flat=FlatStep(
-        prefill_s=c[0].number_input("Prefill of one prompt (s)", min_value=0.0, value=float(flat.prefill_s),
-                                    key=f"flat_prefill:{base.name}"),
+    spec = StepModelSpec(flat=FlatStep(  # typed in ms, as every time on the dashboard; the scenario takes s
+        prefill_s=ms_to_s(c[0].number_input("Prefill of one prompt (ms)", min_value=0.0,
+                                            value=s_to_ms(flat.prefill_s), step=10.0,
+                                            key=f"flat_prefill_ms:{base.name}")),
         prompt_tokens=int(c[1].number_input("…of this many tokens", min_value=1, value=int(flat.prompt_tokens),
                                             key=f"flat_tokens:{base.name}")),
-        tpot_s=c[2].number_input("Decode step (s)", min_value=0.0, value=float(flat.tpot_s), format="%.4f",
-                                 key=f"flat_tpot:{base.name}")))
+        tpot_s=ms_to_s(c[2].number_input("Decode step (ms)", min_value=0.0, value=s_to_ms(flat.tpot_s), step=1.0,
+                                         key=f"flat_tpot_ms:{base.name}"))))
     scenario = guarded(with_step_model, scenario, spec)
 elif step_how == "coefficients":
     current = guarded(lambda: base.step_model.to_model())
@@ -181,7 +182,7 @@ elif step_how == "fitted from a timing run":
     fit = guarded(fit_step_model, trace)
     c = st.columns(4)
     c[0].metric("Steps fitted", fmt(fit.steps), help=f"From {trace_name}.")
-    c[1].metric("RMSE of step time (s)", fmt(fit.rmse_s),
+    c[1].metric("RMSE of step time (ms)", fmt(s_to_ms(fit.rmse_s)),
                 help="How far the fitted step times are from the measured ones, typically (root mean square).")
     c[2].metric("Mean abs. relative error", fmt_share(fit.mean_abs_pct_error),
                 help="How far off the fitted step time is from a measured step, on average, as a share of it.")
@@ -240,7 +241,7 @@ elif st.button("Run the sweep", type="primary", key="run_sweep"):
 
     def on_point(done: int, total: int, point) -> None:
         bar.progress(min(1.0, done / total), text=f"{done} simulations (up to {total}): load {point.load:g}, "
-                                                  f"p95 TTFT {fmt(point.ttft_s.get('p95'))} s")
+                                                  f"p95 TTFT {fmt(s_to_ms(point.ttft_s.get('p95')))} ms")
 
     result = guarded(sweep, scenario, loads, mode=mode, slo=slo, slo_target=target, requests=requests,
                      search=search, progress=on_point)
@@ -285,8 +286,8 @@ with st.expander("Measured sweeps: `servebench load --sweep` or `validate-sweep`
         for name, spec in validation_charts(vs_doc).items():  # full width: a knee's label fits right of its line
             st.vega_lite_chart(spec=spec, key=f"validate_sweep_{name}")
         static_table(pd.DataFrame([{"Rate (req/s)": fmt(p["rate_rps"]),
-                                    "TTFT p95 measured (s)": fmt(p["measured"].get("ttft_p95_s")),
-                                    "TTFT p95 simulated (s)": fmt(p["simulated"].get("ttft_p95_s")),
+                                    "TTFT p95 measured (ms)": fmt(s_to_ms(p["measured"].get("ttft_p95_s"))),
+                                    "TTFT p95 simulated (ms)": fmt(s_to_ms(p["simulated"].get("ttft_p95_s"))),
                                     "Latency p95 measured (s)": fmt(p["measured"].get("latency_p95_s")),
                                     "Latency p95 simulated (s)": fmt(p["simulated"].get("latency_p95_s")),
                                     "Below the knee": "yes" if p.get("below_knee") else "no"}

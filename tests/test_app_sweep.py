@@ -9,6 +9,8 @@ import numpy as np
 from streamlit.testing.v1 import AppTest
 from vega_charts import drawn_charts
 
+from servebench.dashboard.wording import s_to_ms
+from servebench.formatting import fmt
 from servebench.output.figures.markdown_table import markdown_tables
 
 REPO = Path(__file__).resolve().parent.parent
@@ -55,7 +57,7 @@ def test_capacity_reads_with_its_interval_and_the_table_uses_labels() -> None:
     assert "Knee (req/s)" in m  # 'Knee 0.8125' had no unit
     # the answer first, in one sentence: the capacity as the metric reads it, the SLOs, the knee with its unit
     assert at.success[0].value.startswith("**One server takes up to 1.0 req/s within the SLOs (95% of requests with "
-                                          "TTFT at most 5 s).")
+                                          "TTFT at most 5,000 ms).")
     assert f"Past {m['Knee (req/s)']} req/s latency climbs steeply" in at.success[0].value
     marks = [layer["data"]["values"][0]["label"] for spec, _ in drawn_charts(at).values()
              for layer in spec.get("layer", []) if layer.get("mark", {}).get("type") == "text"
@@ -73,6 +75,19 @@ def test_capacity_reads_with_its_interval_and_the_table_uses_labels() -> None:
     columns = [c for frame in tables for c in frame.columns]
     assert "Latency p95, failures as ∞ (s)" in columns and "SLO attainment" in columns
     assert not [c for c in columns if "_" in c]  # no snake_case keys
+    # TTFT and queue wait read in ms, as the SLO input beside them takes TTFT: the table, the chart, its SLO line
+    assert {"TTFT p95 (ms)", "Queue wait p95 (ms)"} <= set(columns) and "TTFT p95 (s)" not in columns
+    times = next(frame for frame in tables if "TTFT p95 (ms)" in frame.columns)
+    result = at.session_state["sweep_result"][1]
+    assert times["TTFT p95 (ms)"].tolist() == [fmt(s_to_ms(p.ttft_s["p95"]))
+                                               for p in sorted(result.points, key=lambda p: p.load)]
+    ttft_spec, ttft_data = drawn_charts(at)["profile_b: TTFT against offered load"]
+    assert ttft_spec["layer"][0]["encoding"]["y"]["title"] == "milliseconds"
+    assert sorted(ttft_data["lines"].query("series == 'ttft p95'")["y"]) == sorted(
+        p.ttft_s["p95"] * 1000 for p in result.points)
+    slo_labels = [layer["data"]["values"][0]["label"] for layer in ttft_spec["layer"]
+                  if layer["mark"]["type"] == "text" and "SLO" in str(layer.get("data"))]
+    assert slo_labels == ["SLO 5,000 ms"]
     assert [len(frame) for frame in tables] == [len(tables[0])] * 3 and len(tables[0]) >= 3  # a row per load
 
 
@@ -93,7 +108,7 @@ def test_the_slo_inputs_take_ms_and_the_sweep_gets_the_same_seconds() -> None:
     settings, result = at.session_state["sweep_result"]
     assert json.loads(settings)["slo"] == SLO(ttft_s=4.0, tpot_s=0.08).model_dump()
     assert (result.slo.ttft_s, result.slo.tpot_s, result.slo.latency_s) == (4.0, 0.08, None)
-    assert "TTFT at most 4 s and request TPOT at most 80 ms" in at.success[0].value
+    assert "TTFT at most 4,000 ms and request TPOT at most 80 ms" in at.success[0].value  # as typed
     assert dict(at.query_params)["slo_ttft_ms"] == "4000"
 
 
@@ -120,7 +135,7 @@ def test_sweeps_are_kept_and_overlaid_with_a_measured_sweep(tmp_path: Path) -> N
     assert not at.exception and not at.error
     assert not at.get("plotly_chart")  # Vega-Lite: the sweep page never loads plotly.js
     charts = drawn_charts(at)
-    for title in ("TTFT p95 (s, successes)", "Latency p95 (s, successes)", "Goodput or throughput (requests/s)"):
+    for title in ("TTFT p95 (ms, successes)", "Latency p95 (s, successes)", "Goodput or throughput (requests/s)"):
         lines = charts[title][1]["lines"]
         assert set(lines["series"]) == {"profile_b: reserve, 256 seqs, 8 GiB", "profile_b: paged, 256 seqs, 8 GiB",
                                         "measured: sweep.json"}
@@ -142,7 +157,9 @@ def test_a_validate_sweep_upload_draws_measured_and_simulated_with_both_knees() 
         ("validate_sweep.json", json.dumps(doc).encode(), "application/json")).run()
     assert not at.exception and not at.error and not at.get("plotly_chart")
     charts = drawn_charts(at)
-    assert {"TTFT (s)", "Latency (s)", "Throughput (requests/s)", "Queue wait (s)"} <= set(charts)
+    assert {"TTFT (ms)", "Latency (s)", "Throughput (requests/s)", "Queue wait (ms)"} <= set(charts)
+    table = next(f for f in markdown_tables(m.value for m in at.markdown) if "Rate (req/s)" in f.columns)
+    assert table["TTFT p95 measured (ms)"].tolist() == ["2,000", "8,000", "12,000"]  # 2 x rate / 10 s, in ms
     spec, data = charts["Latency (s)"]
     measured = data["lines"][data["lines"]["series"] == "measured p95"].sort_values("x")
     assert measured["y"].tolist() == [9.0, 36.0, 54.0]

@@ -71,6 +71,8 @@ def test_sweep_answer_says_the_capacity_its_slos_and_the_knee_with_units() -> No
     assert not re.search(r"\bNone\b", sweep_answer(_sweep(None, None, None)))
 
 
-def test_slo_text_writes_times_under_a_second_in_ms() -> None:
+def test_slo_text_writes_ttft_and_tpot_in_ms_as_typed_and_latency_in_s() -> None:
     assert slo_text(SLO(ttft_s=2.0, tpot_s=0.05, latency_s=30.0), 0.95) == (
-        "95% of requests with TTFT at most 2 s and request TPOT at most 50 ms and latency at most 30 s")
+        "95% of requests with TTFT at most 2,000 ms and request TPOT at most 50 ms and latency at most 30 s")
+    assert slo_text(SLO(ttft_s=0.00251, latency_s=0.5), 0.9) == (  # a latency limit under a second in ms too
+        "90% of requests with TTFT at most 2.51 ms and latency at most 500 ms")

@@ -9,6 +9,7 @@ import math
 
 import pytest
 
+from servebench.formatting import fmt
 from servebench.output.figures import sweep as sf
 
 
@@ -57,6 +58,11 @@ def test_sweep_table_has_labels_and_percent_attainment(saturated) -> None:
     assert not [c for c in frame.columns if "_" in c]
     assert frame["SLO attainment"].str.endswith("%").all()
     assert "∞" in set(frame["Latency p95, failures as ∞ (s)"])
+    # TTFT and queue wait in ms through fmt, as the page's SLO input takes them; latency stays in s
+    points = sorted(saturated.points, key=lambda p: p.load)
+    assert frame["TTFT p95 (ms)"].tolist() == [fmt(p.ttft_s["p95"] * 1000) for p in points]
+    assert frame["Queue wait p95 (ms)"].tolist() == [fmt(p.queue_wait_s["p95"] * 1000) for p in points]
+    assert not [c for c in frame.columns if c.startswith(("TTFT", "Queue wait")) and c.endswith("(s)")]
 
 
 def test_sweep_tables_keep_every_column_once_each_led_by_the_load(saturated) -> None:

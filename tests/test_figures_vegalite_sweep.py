@@ -38,13 +38,16 @@ def test_latency_charts_draw_the_numbers_the_site_figure_draws(saturated_sweep) 
     for metric, spec in charts.items():
         valid(spec)
         lines = spec["datasets"]["lines"]
+        k = {"latency": 1, "ttft": 1000}[metric]  # TTFT in ms, as the page's SLO input; latency in s, as its own
+        assert spec["layer"][0]["encoding"]["y"]["title"] == {"latency": "seconds", "ttft": "milliseconds"}[metric]
         for q in ("p50", "p95", "p99"):
             measured = [getattr(p, f"{metric}_s")[q] for p in points]
-            assert _series(lines, f"{metric} {q}") == measured == figure[f"{metric} {q}"]
+            assert measured == figure[f"{metric} {q}"]  # the site's plotly figure stays in seconds
+            assert _series(lines, f"{metric} {q}") == [None if v is None else v * k for v in measured]
         assert sorted(set(lines["x"])) == [p.load for p in points]
-    # the TTFT SLO (5 s) is a labelled rule on the TTFT chart; there is no latency SLO
+    # the TTFT SLO (5 s, typed as 5,000 ms) is a labelled rule on the TTFT chart, in ms; there is no latency SLO
     rules = [layer["data"]["values"][0] for layer in _layers(charts["ttft"], "rule") if "y" in layer["encoding"]]
-    assert rules == [{"y": 5.0, "label": "SLO 5 s"}]
+    assert rules == [{"y": 5000.0, "label": "SLO 5,000 ms"}]
     assert not [layer for layer in _layers(charts["latency"], "rule") if "y" in layer["encoding"]]
 
 
@@ -149,8 +152,9 @@ def test_overlay_keeps_each_sweeps_numbers_simulated_solid_measured_dashed(satur
     for key, spec in charts.items():
         valid(spec)
         frame = spec["datasets"]["lines"]
-        values = {"ttft": a.ttft_p95_s, "latency": a.latency_p95_s, "rate": a.rate_rps}[key]
-        assert _series(frame, "A <b>") == values  # the name as typed: Vega-Lite draws text
+        values = {"ttft": [v * 1000 for v in a.ttft_p95_s], "latency": a.latency_p95_s, "rate": a.rate_rps}[key]
+        assert _series(frame, "A <b>") == values  # the name as typed: Vega-Lite draws text; TTFT in ms
+        assert ("ms" in spec["title"]["text"]) == (key == "ttft")
         assert set(frame.loc[frame["series"] == "B", "measured"]) == {"measured"}
         line, points = spec["layer"]
         assert line["encoding"]["strokeDash"]["scale"] == {"domain": ["simulated", "measured"],
@@ -184,6 +188,11 @@ def test_validation_charts_mark_both_knees_apart_and_draw_the_files_numbers() ->
     assert _series(latency, "measured p95") == [10.0, 40.0, 80.0]
     assert _series(latency, "measured p50") == [None, None, None]  # not in the file: no line, never a 0
     assert _series(charts["throughput_rps"]["datasets"]["lines"], "simulated throughput") == [10.0, 40.0, 52.0]
+    # TTFT and queue wait in ms, as the page's inputs; the file's (and the plotly figure's) numbers are seconds
+    assert charts["ttft"]["title"]["text"] == "TTFT (ms)" and charts["queue_wait"]["title"]["text"] == "Queue wait (ms)"
+    assert _series(charts["ttft"]["datasets"]["lines"], "measured p95") == [0.1 * r * 1000 for r in (10.0, 40.0, 80.0)]
+    assert _series(charts["queue_wait"]["datasets"]["lines"], "simulated p95") == [0.02 * r * 1000
+                                                                                   for r in (10.0, 40.0, 80.0)]
     assert "knee error -8.3%" in charts["ttft"]["title"]["subtitle"][0]
     # the CLI's plotly report marks the same knees on the same sides
     fig = vf.measured_vs_simulated(VALIDATION)

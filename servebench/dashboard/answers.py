@@ -10,6 +10,7 @@ from __future__ import annotations
 from servebench.analysis.summary import SLO
 from servebench.capacity.kv import GIB, KVReport
 from servebench.dashboard.traces import option_text
+from servebench.dashboard.wording import s_to_ms
 from servebench.formatting import fmt, fmt_share
 from servebench.output.figures.sweep import capacity_reading, load_unit
 from servebench.planning import Plan
@@ -85,12 +86,13 @@ def plan_answer(result: Plan) -> str:
 
 
 def slo_text(slo: SLO, target: float) -> str:
-    """Say what the SLOs ask, in words.
+    """Say what the SLOs ask, in words: TTFT and TPOT in ms, as their inputs take them; latency in s from 1 s.
 
     >>> slo_text(SLO(ttft_s=5.0, tpot_s=0.05), 0.95), slo_text(SLO(), 0.9)
-    ('95% of requests with TTFT at most 5 s and request TPOT at most 50 ms', '90% of requests succeeding')
+    ('95% of requests with TTFT at most 5,000 ms and request TPOT at most 50 ms', '90% of requests succeeding')
     """
-    limits = [f"{name} at most {fmt(value)} s" if value >= 1 else f"{name} at most {fmt(value * 1000)} ms"
+    limits = [f"{name} at most {fmt(value)} s" if name == "latency" and value >= 1
+              else f"{name} at most {fmt(s_to_ms(value))} ms"
               for name, value in (("TTFT", slo.ttft_s), ("request TPOT", slo.tpot_s), ("latency", slo.latency_s))
               if value is not None]
     return f"{fmt_share(target)} of requests " + (f"with {' and '.join(limits)}" if limits else "succeeding")

@@ -362,8 +362,14 @@ def trace_over_time(trace: StepTrace | Mapping[str, Any], kv_budget_tokens: int 
     return fig
 
 
+MS_PER_S = 1000.0
+
+
 def sweep_frame(result: SweepResult) -> pd.DataFrame:
-    """Return the points as a table for people: labelled columns, shares as percents, numbers by ``fmt``."""
+    """Return the points as a table for people: labelled columns, shares as percents, numbers by ``fmt``.
+
+    TTFT and queue wait read in ms, as the dashboard's SLO inputs and every other page give them; latency in s.
+    """
     unit = {"rate": "Load (req/s)", "users": "Users", "speedup": "Speedup (x)"}[result.mode]
     rows = []
     for p in sorted(result.points, key=lambda p: p.load):
@@ -374,8 +380,8 @@ def sweep_frame(result: SweepResult) -> pd.DataFrame:
             "Timed out": fmt(p.timed_out), "Cancelled": fmt(p.cancelled), "Failed": fmt(p.failed),
             "Completed/s": fmt(p.throughput_rps), "Goodput (req/s)": fmt(p.goodput_rps),
             "SLO attainment": fmt_share(p.slo_attainment), "Meets SLOs": "yes" if p.meets_slo else "no",
-            "TTFT p95 (s)": fmt(p.ttft_s.get("p95")), "Latency p95 (s)": fmt(p.latency_s.get("p95")),
-            "Latency p95, failures as ∞ (s)": fmt(fa), "Queue wait p95 (s)": fmt(p.queue_wait_s.get("p95")),
+            "TTFT p95 (ms)": _ms(p.ttft_s.get("p95")), "Latency p95 (s)": fmt(p.latency_s.get("p95")),
+            "Latency p95, failures as ∞ (s)": fmt(fa), "Queue wait p95 (ms)": _ms(p.queue_wait_s.get("p95")),
             "Peak running": fmt(p.peak_active), "Preemptions": fmt(p.preemptions),
         })
     return pd.DataFrame(rows)
@@ -384,9 +390,18 @@ def sweep_frame(result: SweepResult) -> pd.DataFrame:
 SWEEP_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (  # sweep_frame's columns in tables that fit a window
     ("Outcomes", ("Found by", "Offered", "Completed", "Rejected", "Timed out", "Cancelled", "Failed")),
     ("Rates and SLOs", ("Completed/s", "Goodput (req/s)", "SLO attainment", "Meets SLOs")),
-    ("Times and the engine", ("TTFT p95 (s)", "Latency p95 (s)", "Latency p95, failures as ∞ (s)",
-                              "Queue wait p95 (s)", "Peak running", "Preemptions")),
+    ("Times and the engine", ("TTFT p95 (ms)", "Latency p95 (s)", "Latency p95, failures as ∞ (s)",
+                              "Queue wait p95 (ms)", "Peak running", "Preemptions")),
 )
+
+
+def _ms(seconds: float | None) -> str:
+    """Format a time in seconds as ms by ``fmt`` (None and ∞ as ``fmt`` gives them).
+
+    >>> _ms(0.26), _ms(12.5), _ms(None), _ms(float("inf"))
+    ('260', '12,500', '—', '∞')
+    """
+    return fmt(None if seconds is None else seconds * MS_PER_S)
 
 
 def sweep_frames(result: SweepResult) -> list[tuple[str, pd.DataFrame]]:

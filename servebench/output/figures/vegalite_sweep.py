@@ -4,6 +4,10 @@ The numbers are those the report site's and the CLI's plotly figures draw (``fig
 :func:`outcome_rates`, :func:`trace_series`, :func:`series_of`; ``figures.validate_sweep.validation_curves``). A
 plotly figure of several panels is a chart per panel here (each fills the page's width; a Vega-Lite concatenation
 of layered charts does not), the panels of one figure on a shared x range. Scenario and sweep names are text.
+
+Those numbers are seconds; these charts draw TTFT and queue wait in milliseconds, as every page reads them
+(``METRIC_UNITS``, ``MS_PANELS``), and latency in seconds, as the page's latency limit is typed. The site's and the
+CLI's plotly figures stay in seconds.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+from servebench.formatting import fmt
 from servebench.output.figures.sweep import (
     FAILURE_AWARE_COLOR,
     FAILURE_AWARE_NAME,
@@ -23,13 +28,14 @@ from servebench.output.figures.sweep import (
     TraceSeries,
 )
 from servebench.output.figures.validate_sweep import ValidationCurves
-from servebench.output.figures.vegalite import RUN_COLORS, Spec, _title, _zoom, stacked_y
+from servebench.output.figures.vegalite import RUN_COLORS, UNIT_SCALE, UNIT_WORDS, Spec, _title, _zoom, stacked_y
 from servebench.output.figures.vegalite_lines import limit_layers, line_layers, mark_layers, series_frame
 from servebench.output.safetext import safe_text
 from servebench.serving.sweep import LOAD_AXES
 
 QUANTILE_COLORS: dict[str, str] = {"p50": "#4c78a8", "p95": "#f58518", "p99": "#54a24b"}
 METRIC_WORDS: dict[str, str] = {"latency": "Latency", "ttft": "TTFT"}
+METRIC_UNITS: dict[str, str] = {"latency": "s", "ttft": "ms"}  # the unit each latency chart draws its metric in
 
 
 X_HEADROOM = 1.1  # beyond the highest load: room for a mark's label right of its line and an ∞ at the last load
@@ -48,8 +54,19 @@ def _y(title: str, domain_max: float | None = None) -> Spec:
     return y
 
 
+def in_unit(values: Sequence[float | None], unit: str) -> list[float | None]:
+    """Return times in seconds in ``unit`` ('s' or 'ms'); a missing value stays None.
+
+    >>> in_unit([0.26, None], "ms"), in_unit([1.5], "s")
+    ([260.0, None], [1.5])
+    """
+    k = UNIT_SCALE[unit]
+    return [None if v is None else v * k for v in values]
+
+
 def latency_charts(d: LatencyByLoad, height: int = 320) -> dict[str, Spec]:
-    """Return latency and TTFT (successes) against load, keyed 'latency' and 'ttft': p50/p95/p99, SLO, marks.
+    """Return latency (s) and TTFT (ms) of the successes against load, keyed 'latency' and 'ttft': p50/p95/p99,
+    SLO, marks.
 
     The latency chart also draws p95 with every non-success as ∞; an infinite value sits at ``top_s`` as a
     triangle labelled ∞, with headroom above it, so its label stays inside the plot and the marks' labels above.
@@ -57,7 +74,8 @@ def latency_charts(d: LatencyByLoad, height: int = 320) -> dict[str, Spec]:
     charts = {}
     x = _x(d.load_title, d.loads)
     for metric, word in METRIC_WORDS.items():
-        lines = [Line(f"{metric} {q}", d.quantiles_s[metric][q], QUANTILE_COLORS[q], dash)
+        unit = METRIC_UNITS[metric]
+        lines = [Line(f"{metric} {q}", in_unit(d.quantiles_s[metric][q], unit), QUANTILE_COLORS[q], dash)
                  for q, dash in QUANTILE_DASHES.items()]
         fa = d.failure_aware if metric == "latency" else None
         if fa is not None:
@@ -69,7 +87,7 @@ def latency_charts(d: LatencyByLoad, height: int = 320) -> dict[str, Spec]:
             frame.loc[shown, "text"] = ["∞ (failures reach it)" if inf else t
                                         for inf, t in zip(fa.infinite, frame.loc[shown, "text"])]
             top = 1.15 * max(fa.top_s, d.slo_s[metric] or 0.0)
-        y = _y("seconds", top)
+        y = _y(UNIT_WORDS[unit], top)  # the failure-aware line (and its top) is latency's: in seconds
         layers = line_layers(lines, x, y, widths=[3 if line.name == FAILURE_AWARE_NAME else 2 for line in lines],
                              zoom=True)
         datasets = {"lines": frame}
@@ -83,7 +101,8 @@ def latency_charts(d: LatencyByLoad, height: int = 320) -> dict[str, Spec]:
                                                               "color": FAILURE_AWARE_COLOR},
                         "encoding": {"x": x, "y": y, "text": {"field": "label"}}}]
         if d.slo_s[metric] is not None:
-            layers += limit_layers(d.slo_s[metric], f"SLO {d.slo_s[metric]:g} s", y)
+            (limit,) = in_unit([d.slo_s[metric]], unit)
+            layers += limit_layers(limit, f"SLO {fmt(limit)} {unit}", y)
         layers += mark_layers(d.marks, x)
         note = ["successful requests; the failure-aware line counts every non-success as ∞ (drawn at the top, "
                 "marked ∞)"] if fa is not None else ["successful requests"]
@@ -126,10 +145,10 @@ def trace_charts(s: TraceSeries, kv_budget_tokens: int | None = None, title: str
     return charts
 
 
-# (key, title, y title, the SweepSeries field drawn)
-OVERLAY_PANELS = (("ttft", "TTFT p95 (s, successes)", "seconds", "ttft_p95_s"),
-                  ("latency", "Latency p95 (s, successes)", "seconds", "latency_p95_s"),
-                  ("rate", "Goodput or throughput (requests/s)", "requests per second", "rate_rps"))
+# (key, title, y title, the SweepSeries field drawn, the factor from its values to the y axis' unit)
+OVERLAY_PANELS = (("ttft", "TTFT p95 (ms, successes)", "milliseconds", "ttft_p95_s", UNIT_SCALE["ms"]),
+                  ("latency", "Latency p95 (s, successes)", "seconds", "latency_p95_s", 1.0),
+                  ("rate", "Goodput or throughput (requests/s)", "requests per second", "rate_rps", 1.0))
 
 
 def overlay_charts(series: Sequence[SweepSeries], mode: str = "rate", height: int = 340) -> dict[str, Spec]:
@@ -141,8 +160,9 @@ def overlay_charts(series: Sequence[SweepSeries], mode: str = "rate", height: in
     x = _x(LOAD_AXES[mode][0], loads)
     names = [safe_text(s.name) for s in series]
     charts = {}
-    for key, panel, y_title, field in OVERLAY_PANELS:
-        frame = pd.concat([series_frame(s.loads, [Line(s.name, getattr(s, field), "")]).assign(
+    for key, panel, y_title, field, k in OVERLAY_PANELS:
+        frame = pd.concat([series_frame(s.loads, [Line(s.name, [None if v is None else v * k
+                                                                 for v in getattr(s, field)], "")]).assign(
             measured="measured" if s.measured else "simulated") for s in series], ignore_index=True)
         y = _y(y_title)
         by_sweep = {"field": "series", "type": "nominal", "title": None, "sort": names}
@@ -168,12 +188,19 @@ def overlay_charts(series: Sequence[SweepSeries], mode: str = "rate", height: in
     return charts
 
 
+# validate-sweep's panels drawn in ms here (their plotly figure keeps seconds), by key, with their titles in ms
+MS_PANELS: dict[str, str] = {"ttft": "TTFT (ms)", "queue_wait": "Queue wait (ms)"}
+
+
 def validation_charts(d: ValidationCurves, height: int = 280) -> dict[str, Spec]:
-    """Return measured and simulated against the offered rate, one chart per panel (TTFT, latency, throughput, queue
-    wait), both knees marked on each, their labels on opposite sides of their lines."""
+    """Return measured and simulated against the offered rate, one chart per panel (TTFT and queue wait in ms,
+    latency in s, throughput), both knees marked on each, their labels on opposite sides of their lines."""
     x = _x("Offered rate (requests/s)", d.rates_rps)
     charts = {}
     for key, (panel, lines) in d.panels.items():
+        if key in MS_PANELS:
+            panel = MS_PANELS[key]
+            lines = [Line(line.name, in_unit(line.y, "ms"), line.color, line.dash) for line in lines]
         layers = line_layers(lines, x, _y(panel), legend_columns=2, zoom=True)
         charts[key] = {"title": _title(panel, [safe_text(d.title)] if key == next(iter(d.panels)) else []),
                        "height": height, "datasets": {"lines": series_frame(d.rates_rps, lines)},
