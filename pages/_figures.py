@@ -68,7 +68,7 @@ def token_charts(key: str, window_start: float, window_end: float, threshold_s: 
                  _table: RecordTable) -> dict[str, Spec | None]:
     """Return Token timing's charts of records with token times: ``ttft``, ``itl``, ``stall``, ``ticks``.
 
-    The TTFT and ITL CDFs and the stall histogram read in ``unit`` (ms or s); the token ticks stay in seconds.
+    Every chart reads in ``unit`` (ms or s): the TTFT and ITL CDFs, the stall histogram and the token ticks.
     """
     itl = token_figs.itl_series(_table, max_points=vegalite.LINE_POINTS)
     bins = token_figs.stall_bins(_table, threshold_s)
@@ -76,16 +76,18 @@ def token_charts(key: str, window_start: float, window_end: float, threshold_s: 
     return {"ttft": on_canvas(vegalite.cdf_chart(cdf_series(key, window_start, window_end, _table)["ttft"], unit)),
             "itl": None if itl is None else on_canvas(vegalite.cdf_chart(itl, unit, y_title="share of gaps")),
             "stall": None if bins is None else on_canvas(vegalite_tokens.stall_chart(bins, unit)),
-            "ticks": None if ticks is None else on_canvas(vegalite_tokens.ticks_chart(ticks))}
+            "ticks": None if ticks is None else on_canvas(vegalite_tokens.ticks_chart(ticks, unit))}
 
 
-def prefill_charts(chunked: PrefillSide, whole: PrefillSide) -> dict[str, Spec]:
-    """Return the prefill experiment's bars (key ``bars``) and each side's stall histogram (keyed by its label)."""
-    charts = {"bars": on_canvas(vegalite_tokens.prefill_chart(token_figs.prefill_values(chunked.report, whole.report)))}
+def prefill_charts(chunked: PrefillSide, whole: PrefillSide, unit: str) -> dict[str, Spec]:
+    """Return the prefill experiment's bars (key ``bars``) and each side's stall histogram (keyed by its label),
+    times in ``unit``."""
+    values = token_figs.prefill_values(chunked.report, whole.report)
+    charts = {"bars": on_canvas(vegalite_tokens.prefill_chart(values, unit))}
     for side in (chunked, whole):
         bins = token_figs.stall_bins(side.records, side.report.stalls.threshold_s if side.report.stalls else None)
         if bins is not None:
-            charts[side.label] = on_canvas(vegalite_tokens.stall_chart(bins))
+            charts[side.label] = on_canvas(vegalite_tokens.stall_chart(bins, unit))
     return charts
 
 

@@ -29,6 +29,13 @@ SCENARIO = Path(__file__).resolve().parent.parent / "sample_data" / "scenarios" 
 st.title("Token timing")
 ds = records_sidebar()
 show_reader_warnings(ds)
+unit, scale = unit_choice()  # milliseconds by default: gaps between tokens are tens of ms
+
+
+def shown(seconds: float | None) -> str:
+    """Format a time in seconds in the page's unit (no unit after it)."""
+    return fmt(None if seconds is None else seconds * scale)
+
 
 def _count_server_tokens(key: str) -> None:
     st.session_state[key] = True  # a callback runs before the sidebar draws the toggle again
@@ -51,11 +58,6 @@ else:
     # the report Summary built for these records, when it did (ITL and stalls do not depend on the SLO or slices)
     report = guarded(summary_report, ds, current_slo())
     itl, stall, stalls = report.itl_s, report.max_stall_s, report.stalls
-    unit, scale = unit_choice()  # milliseconds by default: gaps between tokens are tens of ms
-
-    def shown(seconds: float | None) -> str:
-        return fmt(None if seconds is None else seconds * scale)
-
     c = st.columns(5)
     metric(c[0], "itl_s", f"ITL p50 ({unit})", shown(itl.at(50) if itl else None),
            "Half the gaps between consecutive tokens of successes are at most this.")
@@ -98,13 +100,14 @@ if st.session_state.get("tok_revealed"):
     right1 = q1 == "chunked"
     right2 = q2 == "whole-prompt"
     st.markdown(f"Stalls: **chunked** ({'right' if right1 else 'not what you predicted'}): longest stall p95 "
-                f"{fmt(c.max_stall_s.at(95))} s vs {fmt(w.max_stall_s.at(95))} s. TTFT of documents: "
+                f"{shown(c.max_stall_s.at(95))} {unit} vs {shown(w.max_stall_s.at(95))} {unit}. TTFT of documents: "
                 f"**whole-prompt** ({'right' if right2 else 'not what you predicted'}): p95 "
-                f"{fmt(w.slices['document'].ttft_s.at(95))} s vs {fmt(c.slices['document'].ttft_s.at(95))} s chunked. "
-                "Chunking spreads a long prompt over many steps, so running streams keep ticking but the prompt "
-                "itself finishes later; whole prompts do the opposite. Request TPOT p95 hardly differs "
-                f"({fmt(c.request_tpot_s.at(95))} s vs {fmt(w.request_tpot_s.at(95))} s): an average hides stalls.")
-    charts = prefill_charts(chunked, whole)
+                f"{shown(w.slices['document'].ttft_s.at(95))} {unit} vs {shown(c.slices['document'].ttft_s.at(95))} "
+                f"{unit} chunked. Chunking spreads a long prompt over many steps, so running streams keep ticking but "
+                "the prompt itself finishes later; whole prompts do the opposite. Request TPOT p95 hardly differs "
+                f"({shown(c.request_tpot_s.at(95))} {unit} vs {shown(w.request_tpot_s.at(95))} {unit}): an average "
+                "hides stalls.")
+    charts = prefill_charts(chunked, whole, unit)
     st.vega_lite_chart(spec=charts["bars"], key="tok_compare")
     for col, side in zip(st.columns(2), (chunked, whole)):
         col.caption(side.label)

@@ -578,6 +578,25 @@ def test_dashboard_charts_draw_the_numbers_of_the_report_site_figures():
     assert gaps.iloc[0][["from", "to"]].tolist() == [0.375, 2.375] and gaps.iloc[0]["about"] == "longest gap 2 s"
 
 
+def test_token_ticks_the_stall_line_and_the_prefill_bars_read_in_ms_when_asked():
+    """The ticks, the stall threshold under the histogram and the prefill bars take the page's unit (issue 36)."""
+    table = load(STALL_FIXTURE)
+    rows = token_ticks(table, count=2)
+    in_s, in_ms = vegalite_tokens.ticks_chart(rows), vegalite_tokens.ticks_chart(rows, "ms")
+    for name in ("ticks", "spans", "gaps"):
+        for column in ({"t"} if name == "ticks" else {"from", "to"}):
+            assert (in_ms["datasets"][name][column] == in_s["datasets"][name][column] * 1000).all()
+    assert in_ms["layer"][0]["encoding"]["x"]["title"].startswith("milliseconds since the request started")
+    assert in_ms["datasets"]["gaps"].iloc[0]["about"] == "longest gap 2,000 ms"
+    stall = vegalite_tokens.stall_chart(stall_bins(table, 0.25), "ms")
+    assert "1 (50%) stalled over 250 ms" in stall["title"]["subtitle"]
+    values = {"chunked prefill": {"TTFT p95": 1.5, "ITL p99": 0.02, "longest stall p95": None},
+              "whole-prompt prefill": {"TTFT p95": 0.75, "ITL p99": 0.25, "longest stall p95": 0.3}}
+    bars = vegalite_tokens.prefill_chart(values, "ms")
+    assert bars["datasets"]["bars"]["label"].tolist() == ["1,500 ms", "20 ms", "750 ms", "250 ms", "300 ms"]
+    assert bars["encoding"]["y"]["title"] == "milliseconds"
+
+
 def test_report_site_has_a_token_timing_section(tmp_path):
     path = tmp_path / "stall.jsonl"
     path.write_bytes(jsonl(STALL_FIXTURE))
@@ -605,9 +624,13 @@ def test_dashboard_token_timing_page_and_percentile_explorer_offer_itl():
     bars = charts[0][1]["bars"].set_index(["metric", "policy"])["value"]
     stall = bars.loc["longest stall p95"]
     assert stall["chunked prefill"] < stall["whole-prompt prefill"]
-    assert f"vs {fmt(stall['whole-prompt prefill'])} s" in text  # the bars are the numbers in the sentence
+    # the bars are the numbers in the sentence, both in ms (the page's unit), as the ITL numbers above them
+    assert f"vs {fmt(stall['whole-prompt prefill'])} ms" in text and not re.search(r"\d s\b", text)
+    assert 1 < stall["whole-prompt prefill"] < 10_000  # a stall of tens to thousands of ms, not 0.x (seconds)
+    assert charts[0][0]["encoding"]["y"]["title"] == "milliseconds"
     hists = [frames["bins"] for spec, frames in charts[1:]]
     assert all(spec["title"]["text"] == "Longest stall per request" for spec, _ in charts[1:])
+    assert all(spec["layer"][0]["encoding"]["x"]["title"] == "longest gap between tokens, ms" for spec, _ in charts[1:])
     assert hists[0]["requests"].sum() > 0 and hists[0]["hi"].max() < hists[1]["hi"].max()  # whole prompts stall longer
 
 
@@ -628,8 +651,15 @@ def test_dashboard_shows_uploaded_token_times_and_the_percentile_explorer_offers
     assert itl["x"].max() == 2000.0 and itl["share"].iloc[-1] == 1.0
     assert charts["TTFT"][1]["marks"]["x"].tolist() == [250, 500, 500]  # p50, p95, p99 of TTFTs 0.5, 0.25, 0.125 s
     assert charts["Longest stall per request"][1]["bins"]["requests"].sum() == 2
-    ticks = charts["Token ticks of the 3 slowest successes"][1]["ticks"]
+    tick_spec, tick_data = charts["Token ticks of the 3 slowest successes"]
+    ticks = tick_data["ticks"]
     assert ticks.groupby("request", sort=False).size().tolist() == [6, 10, 1]
+    # in ms, as the ITL numbers and CDFs beside it: each row's first tick is its TTFT (0.25 s, 0.5 s, 0.125 s)
+    assert ticks.groupby("request", sort=False)["t"].min().tolist() == [250.0, 500.0, 125.0]
+    assert tick_spec["layer"][0]["encoding"]["x"]["title"].startswith("milliseconds since the request started")
+    stall_spec, _ = charts["Longest stall per request"]
+    assert stall_spec["layer"][0]["encoding"]["x"]["title"] == "longest gap between tokens, ms"
+    assert not [line for line in stall_spec["title"]["subtitle"] if re.search(r"\d s\b", line)]
     at.switch_page("pages/percentiles.py").run()
     at.selectbox(key="metric").select("itl").run()
     at.number_input(key="q_input").set_value(99.0).run()

@@ -77,10 +77,15 @@ class StallBins:
 
     @property
     def lines(self) -> list[str]:
-        """Return the words under the chart's title: n, and how many stalled."""
+        """Return the words under the chart's title: n, and how many stalled (the threshold in seconds)."""
+        return self.lines_in(1.0, "s")
+
+    def lines_in(self, scale: float, unit: str) -> list[str]:
+        """Return :attr:`lines` with the threshold in ``unit``, ``scale`` times its seconds (1000 for ms)."""
         lines = [f"n = {fmt(self.n)} successes with two or more token arrivals"]
         if self.threshold_s is not None and self.n:
-            lines.append(f"{fmt(self.over)} ({fmt_share(self.over / self.n)}) stalled over {fmt_seconds(self.threshold_s)}")
+            threshold = fmt_seconds(self.threshold_s) if unit == "s" else f"{fmt(self.threshold_s * scale, 3)} {unit}"
+            lines.append(f"{fmt(self.over)} ({fmt_share(self.over / self.n)}) stalled over {threshold}")
         return lines
 
 

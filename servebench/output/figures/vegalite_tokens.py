@@ -3,7 +3,8 @@
 The numbers are those of the report site's plotly figures (``figures.tokens``: :func:`stall_bins`,
 :func:`token_ticks`, :func:`prefill_values`); the ITL and TTFT CDFs are ``vegalite.cdf_chart`` of
 ``itl_series`` and ``record_series``. Specs keep their data under ``datasets`` as pandas frames; times are
-in seconds (the page has no unit toggle). Request IDs go through :func:`safe_text`.
+drawn in ``unit`` ('ms', the page's default, or 's'), converted from the seconds those functions give. Request IDs
+go through :func:`safe_text`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from servebench.output.figures.vegalite import (
     COUNT_AXIS,
     SUCCESS_COLOR,
     UNIT_SCALE,
+    UNIT_WORDS,
     Spec,
     _note,
     _number,
@@ -49,23 +51,25 @@ def stall_chart(h: StallBins, unit: str = "s", height: int = 420) -> Spec:
                        "mark": {"type": "rule", "color": STALL_COLOR, "strokeDash": [6, 4], "strokeWidth": 2},
                        "encoding": {"x": x, "tooltip": [{"field": "about", "title": "threshold"}]}})
     # the field's name under the title, not in it: the title fits a third of the page
-    return {"title": _title("Longest stall per request", ["each success's longest gap (max_stall_s)", *h.lines]),
+    return {"title": _title("Longest stall per request", ["each success's longest gap (max_stall_s)",
+                                                           *h.lines_in(k, unit)]),
             "height": height,
             "datasets": {"bins": frame}, "layer": layers}
 
 
-def ticks_chart(rows: Sequence[TickRow]) -> Spec:
-    """Return one row per slow request: a tick per token arrival, its longest gap in red."""
+def ticks_chart(rows: Sequence[TickRow], unit: str = "s") -> Spec:
+    """Return one row per slow request: a tick per token arrival, its longest gap in red; times in ``unit``."""
+    k = UNIT_SCALE[unit]
     labels = [safe_text(r.label) for r in rows]
     ticks = pd.DataFrame({"request": np.repeat(labels, [r.ticks_s.size for r in rows]),
-                          "t": np.concatenate([r.ticks_s for r in rows])})
-    spans = pd.DataFrame({"request": labels, "from": 0.0, "to": [r.end_s for r in rows]})
-    gaps = pd.DataFrame([{"request": label, "from": r.longest_gap_s[0], "to": r.longest_gap_s[1],
-                          "about": f"longest gap {fmt(r.longest_gap_s[1] - r.longest_gap_s[0])} s"}
+                          "t": np.concatenate([r.ticks_s for r in rows]) * k})
+    spans = pd.DataFrame({"request": labels, "from": 0.0, "to": [r.end_s * k for r in rows]})
+    gaps = pd.DataFrame([{"request": label, "from": r.longest_gap_s[0] * k, "to": r.longest_gap_s[1] * k,
+                          "about": f"longest gap {fmt((r.longest_gap_s[1] - r.longest_gap_s[0]) * k)} {unit}"}
                          for label, r in zip(labels, rows) if r.longest_gap_s is not None]
                         or {"request": [], "from": [], "to": [], "about": []})
     x = {"field": "from", "type": "quantitative",
-         "title": "seconds since the request started (its first tick is its TTFT)"}
+         "title": f"{UNIT_WORDS[unit]} since the request started (its first tick is its TTFT)"}
     y = {"field": "request", "type": "nominal", "title": None, "sort": labels, "axis": {"labelLimit": 260}}
     return {
         "title": _title(f"Token ticks of the {len(rows)} slowest successes",
@@ -82,14 +86,15 @@ def ticks_chart(rows: Sequence[TickRow]) -> Spec:
     }
 
 
-def prefill_chart(values: Mapping[str, Mapping[str, float | None]], height: int = 360) -> Spec:
+def prefill_chart(values: Mapping[str, Mapping[str, float | None]], unit: str = "s", height: int = 360) -> Spec:
     """Return grouped bars of TTFT p95, ITL p99 and longest stall p95 per prefill policy, each bar labelled.
 
-    A metric a policy has no value for draws no bar.
+    ``values`` are seconds (``prefill_values``), drawn in ``unit``. A metric a policy has no value for draws no bar.
     """
+    k = UNIT_SCALE[unit]
     policies = list(values)
     metrics = list(next(iter(values.values())))
-    rows = [{"metric": m, "policy": p, "value": v, "label": f"{v:.3g} s"}
+    rows = [{"metric": m, "policy": p, "value": v * k, "label": f"{fmt(v * k, 3)} {unit}"}
             for p, by_metric in values.items() for m, v in by_metric.items() if v is not None]
     title = _title("Chunked vs whole-prompt prefill, same seed and arrivals",
                    ["TTFT: what a new request waits; stalls: what running streams wait"])
@@ -97,7 +102,7 @@ def prefill_chart(values: Mapping[str, Mapping[str, float | None]], height: int 
         return _note(title, "no values: neither policy had a success", height)
     x = {"field": "metric", "type": "nominal", "title": None, "sort": metrics, "axis": {"labelAngle": 0}}
     offset = {"field": "policy", "type": "nominal", "sort": policies}
-    y = {"field": "value", "type": "quantitative", "title": "seconds"}
+    y = {"field": "value", "type": "quantitative", "title": UNIT_WORDS[unit]}
     return {
         "title": title, "height": height, "datasets": {"bars": pd.DataFrame(rows)}, "data": {"name": "bars"},
         "encoding": {"x": x, "xOffset": offset, "y": y},
@@ -105,7 +110,7 @@ def prefill_chart(values: Mapping[str, Mapping[str, float | None]], height: int 
             {"mark": "bar", "encoding": {
                 "color": {"field": "policy", "type": "nominal", "title": None, "legend": {"orient": "bottom"},
                           "scale": {"domain": policies, "range": [PREFILL_COLORS[p] for p in policies]}},
-                "tooltip": [{"field": "policy"}, {"field": "metric"}, _number("value", "seconds")]}},
+                "tooltip": [{"field": "policy"}, {"field": "metric"}, _number("value", UNIT_WORDS[unit])]}},
             {"mark": {"type": "text", "dy": -6}, "encoding": {"text": {"field": "label"}}},
         ],
     }
