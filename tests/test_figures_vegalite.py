@@ -10,6 +10,7 @@ import pytest
 from vega_charts import valid as _valid
 
 from servebench.analysis.percentiles import percentile
+from servebench.formatting import fmt
 from servebench.output.figures import records as rf
 from servebench.output.figures import vegalite
 from servebench.records.schema import parse_objects
@@ -51,6 +52,26 @@ def test_cdf_marks_are_the_nearest_rank_values_in_the_unit_asked() -> None:
     assert in_ms["datasets"]["cdf"]["x"].max() == pytest.approx(1000 * values.max())
     assert len(in_ms["datasets"]["cdf"]) <= vegalite.LINE_POINTS + 4  # thinned, the marked ranks kept
     assert "12 requests not in the curve (non-success)" in in_s["title"]["subtitle"][-1]
+
+
+def test_a_cdf_title_fits_a_third_of_the_page_and_its_mark_labels_stay_inside_the_plot() -> None:
+    """Summary's CDF panel at 1,400 px cut 'n = 2,701; 299 requests not in the curve (non-suc…' and clipped the p99
+    label at the plot's top (issue 36): every subtitle line now fits, and the labels have room above their marks."""
+    values = np.random.default_rng(18).exponential(0.04, 2_701)
+    series = rf.cdf_series(values, "tpot", left_out=299, left_out_reason="non-success or a single output token")
+    spec = vegalite.cdf_chart(series, "ms")
+    _valid(spec)
+    lines = spec["title"]["subtitle"]
+    assert all(len(line) <= vegalite.NARROW_SUBTITLE_CHARS for line in lines), lines
+    said = [series.formula, ", ".join(f"p{q:g} {fmt(v * 1000)} ms" for q, v, _ in series.marks), series.subtitle]
+    assert [w.rstrip(";,") for w in " ".join(lines).split()] == [w.rstrip(";,") for w in " ".join(said).split()]
+    assert any(line.startswith("299 requests not in the curve") for line in lines)
+    (label,) = [layer for layer in spec["layer"] if layer["mark"]["type"] == "text"]
+    top = label["encoding"]["y"]["scale"]["domain"][1]
+    reach_px = -label["mark"]["dy"] + label["mark"]["fontSize"]  # from the mark to the top of its label
+    for share in spec["datasets"]["marks"]["share"]:  # p99 at 99%: the highest
+        assert (top - share) * vegalite.CDF_MIN_PLOT_PX >= reach_px, (share, top)
+    assert label["encoding"]["y"]["axis"]["values"][-1] == 1.0  # ticks stop at 100%; the headroom is for labels
 
 
 def test_cdf_with_no_values_says_so() -> None:

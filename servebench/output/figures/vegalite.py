@@ -14,7 +14,9 @@ User text (slice names, causes) goes through :func:`safe_text`: Vega-Lite draws 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import re
+import textwrap
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -58,6 +60,33 @@ def _zoom(*encodings: str) -> list[Spec]:
 
 def _title(text: str, lines: list[str] | None = None) -> Spec:
     return {"text": text, "subtitle": lines or [], "anchor": "start", "subtitleColor": NOTE_COLOR}
+
+
+# Vega cuts a subtitle line wider than the plot with "…": a chart a third of a 1,400 px page (Summary's CDFs, Token
+# timing's) cut "n = 2,701; 299 requests not in the curve (non-suc…" at about 50 characters, and showed 42 whole
+NARROW_SUBTITLE_CHARS = 44
+
+
+def wrapped(lines: Sequence[str], width: int = NARROW_SUBTITLE_CHARS) -> list[str]:
+    """Return subtitle lines of at most ``width`` characters: broken at '; ' or ', ' first (the separator dropped
+    at the line's end), else between words.
+
+    >>> wrapped(["n = 2,701; 299 requests not in the curve (non-success)"], 30)
+    ['n = 2,701', '299 requests not in the curve', '(non-success)']
+    >>> wrapped(["p50 7,744 ms, p95 23,043 ms, p99 27,839 ms"], 30)
+    ['p50 7,744 ms, p95 23,043 ms', 'p99 27,839 ms']
+    """
+    out: list[str] = []
+    for line in lines:
+        rows: list[str] = []
+        for part in re.split(r"(?<=[;,]) ", line):  # '2,701' has no space after its comma: never split there
+            if rows and len(rows[-1]) + 1 + len(part) <= width:
+                rows[-1] += " " + part
+            else:
+                rows.append(part)
+        rows[:-1] = [row[:-1] if row.endswith((";", ",")) else row for row in rows[:-1]]
+        out += [piece for row in rows for piece in (textwrap.wrap(row, width) if len(row) > width else [row])]
+    return out
 
 
 # a stacked chart's y labels take this much width whatever their numbers, so charts one above another on one
@@ -115,19 +144,30 @@ def timeline_chart(s: TimelineSeries, height: int = 380) -> Spec:
     }
 
 
+# A CDF's y axis runs past 100% so a mark's label above its diamond stays inside the plot (a zoom clips marks to
+# it): the label of a mark at 99% reaches MARK_LABEL_DY_PX + MARK_LABEL_FONT_PX = 19 px above it, and a plot at
+# least CDF_MIN_PLOT_PX tall (Summary's, Token timing's: 420 px less the title's lines and the x axis) has
+# (CDF_Y_TOP - 0.99) x 200 = 22 px there. The ticks stop at 100%.
+CDF_Y_TOP = 1.1
+CDF_MIN_PLOT_PX = 200
+MARK_LABEL_DY_PX, MARK_LABEL_FONT_PX = -8, 11
+SHARE_TICKS = [0, 0.2, 0.4, 0.6, 0.8, 1.0]
+
+
 def cdf_chart(s: CdfSeries, unit: str = "s", height: int = 420, y_title: str = "share of counted requests") -> Spec:
     """Return one metric's CDF with its nearest-rank marks (p50, p95, p99) as a dotted rule and a labelled diamond.
 
-    The title names the formula, the marked values in ``unit`` and how many requests the curve leaves out.
+    The title names the formula, the marked values in ``unit`` and how many requests the curve leaves out, in lines
+    that fit a third of the page (:func:`wrapped`).
     """
     k = UNIT_SCALE[unit]
     marked = ", ".join(f"p{q:g} {fmt(v * k)} {unit}" for q, v, _ in s.marks)
-    title = _title(s.title, [line for line in (s.formula, marked, s.subtitle) if line])
+    title = _title(s.title, wrapped([line for line in (s.formula, marked, s.subtitle) if line]))
     if s.n == 0:
         return _note(title, "no values: no request counted for this metric", height)
     x = padded({"field": "x", "type": "quantitative", "title": UNIT_WORDS[unit]})  # a mark at the largest value
-    y = {"field": "share", "type": "quantitative", "title": y_title, "scale": {"domain": [0, 1.02]},
-         "axis": {"format": "%"}}
+    y = {"field": "share", "type": "quantitative", "title": y_title, "scale": {"domain": [0, CDF_Y_TOP]},
+         "axis": {"format": "%", "values": SHARE_TICKS}}
     marks = pd.DataFrame({"x": [v * k for _, v, _ in s.marks], "share": [r / s.n for _, _, r in s.marks],
                           "mark": [f"p{q:g}" for q, _, _ in s.marks],
                           "about": [f"p{q:g} = {fmt(v * k)} {unit} (rank {r:,} of {s.n:,})" for q, v, r in s.marks]})
@@ -142,7 +182,8 @@ def cdf_chart(s: CdfSeries, unit: str = "s", height: int = 420, y_title: str = "
              "encoding": {"x": x}},
             {"data": {"name": "marks"}, "mark": {"type": "point", "shape": "diamond", "filled": True, "size": 70},
              "encoding": {"x": x, "y": y, "tooltip": [{"field": "about", "title": "mark"}]}},
-            {"data": {"name": "marks"}, "mark": {"type": "text", "align": "right", "dx": -7, "dy": -8},
+            {"data": {"name": "marks"}, "mark": {"type": "text", "align": "right", "dx": -7, "dy": MARK_LABEL_DY_PX,
+                                                 "fontSize": MARK_LABEL_FONT_PX},
              "encoding": {"x": x, "y": y, "text": {"field": "mark"}}},
         ],
     }
@@ -158,7 +199,7 @@ def overlaid_cdf_chart(by_run: Mapping[str, CdfSeries], metric: str, unit: str =
     colors = [RUN_COLORS[i % len(RUN_COLORS)] for i, s in enumerate(by_run.values()) if s.n]  # as on the bars
     empty = [safe_text(name) for name, s in by_run.items() if not s.n]
     title = _title(f"{METRIC_TITLES.get(metric, metric)} CDF (successes)",
-                   [f"no values: {', '.join(empty)}"] if empty else [])
+                   wrapped([f"no values: {', '.join(empty)}"]) if empty else [])
     if not drawn:
         return _note(title, "no run has a value for this metric", height)
     frame = pd.DataFrame({"x": np.concatenate([s.x for s in drawn.values()]) * k,

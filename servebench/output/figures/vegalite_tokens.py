@@ -27,6 +27,7 @@ from servebench.output.figures.vegalite import (
     _number,
     _title,
     _zoom,
+    wrapped,
 )
 from servebench.output.safetext import safe_text
 
@@ -51,8 +52,8 @@ def stall_chart(h: StallBins, unit: str = "s", height: int = 420) -> Spec:
                        "mark": {"type": "rule", "color": STALL_COLOR, "strokeDash": [6, 4], "strokeWidth": 2},
                        "encoding": {"x": x, "tooltip": [{"field": "about", "title": "threshold"}]}})
     # the field's name under the title, not in it: the title fits a third of the page
-    return {"title": _title("Longest stall per request", ["each success's longest gap (max_stall_s)",
-                                                           *h.lines_in(k, unit)]),
+    return {"title": _title("Longest stall per request", wrapped(["each success's longest gap (max_stall_s)",
+                                                                   *h.lines_in(k, unit)])),
             "height": height,
             "datasets": {"bins": frame}, "layer": layers}
 
