@@ -64,8 +64,10 @@ def render_headline(v: diagnosis.Verdict) -> None:
         st.markdown("**Evidence**\n\n" + "\n".join(f"- {safe_text(e)}" for e in h.evidence))
 
 
-def render_verdict(v: diagnosis.Verdict) -> None:
-    """Show one verdict: the headline, the numbers behind it, its evidence and the experiment that would check it."""
+def render_verdict(v: diagnosis.Verdict, unit: str) -> None:
+    """Show one verdict: the headline, the numbers behind it, its evidence and the experiment that would check it.
+
+    ``unit``: the page's time unit, the one ``v`` was diagnosed with (its sentences) and its tables read in."""
     render_headline(v)
     box = st.success if v.limit == "none" else st.warning
     key = f" (`{v.limit}`)" if engineer_view() else ""
@@ -85,13 +87,13 @@ def render_verdict(v: diagnosis.Verdict) -> None:
     metric(c[2], "tpot_growth", "TPOT growth under load", fmt(v.tpot_growth),
            "TPOT p50 with many sequences / with few.")
     metric(c[3], "bytes_per_token", "KV bytes per token", fmt(v.bytes_per_token))
-    static_table(evidence_frame(v))
+    static_table(evidence_frame(v, unit))
     st.markdown(f"**Why this verdict.** {v.explanation}")
     for gap in v.cannot_tell:
         st.info(f"Cannot tell: {gap}")
     st.caption("Every rule, in precedence order (" + " > ".join(diagnosis.PRECEDENCE) +
                "): with a symptom, the first rule whose every condition holds wins.")
-    static_table(rules_frame(v))
+    static_table(rules_frame(v, unit))
     if v.bindings:
         st.markdown(bindings_heading(v))
         static_table(bindings_frame(v))
@@ -119,6 +121,7 @@ def _profile_table(upload) -> tuple[str, diagnosis.ProfileTable]:
 
 
 st.title("Diagnosis")
+unit, _ = unit_choice()  # TTFT, TPOT and queue wait in ms by default, as on every page; the verdicts hold seconds
 mode = st.radio("Mode", ["Guided A/B walk-through", "Diagnose the records in use", "Diagnose a profile table"],
                 horizontal=True, key="diag_mode")
 
@@ -131,11 +134,10 @@ if mode == "Diagnose the records in use":
     shape, budget, policy, cap = _shape_inputs()
     verdict = guarded(diagnosis.diagnose_records, ds.table, ds.window_start, ds.window_end, shape=shape,
                       budget_bytes=budget, policy=policy, output_cap=cap, name=ds.source.name,
-                      shared_clock=ds.shared_clock, server_metrics=ds.server)
-    render_verdict(verdict)
+                      shared_clock=ds.shared_clock, server_metrics=ds.server, unit=unit)
+    render_verdict(verdict, unit)
     if ds.server is not None:
         st.subheader("The server over time")
-        unit, _ = unit_choice()
         show_server_over_time(ds, unit)
     else:
         st.caption("No server metrics with these records: upload the run's server_metrics.parquet (or AIPerf's "
@@ -148,13 +150,13 @@ elif mode == "Diagnose a profile table":
     up = st.file_uploader("Upload a profile table (JSON)", type=["json"], key="profile_upload")
     name, table = _profile_table(up)
     st.caption(f"Showing **{name}**" + (f": {table.description}" if table.description else ""))
-    for v in guarded(diagnosis.diagnose_table, table):
-        render_verdict(v)
+    for v in guarded(diagnosis.diagnose_table, table, unit):
+        render_verdict(v, unit)
         st.divider()
 
 else:
     name, table = _profile_table(None)
-    steps = guarded(walkthrough.walkthrough, table)
+    steps = guarded(walkthrough.walkthrough, table, unit)
     answers: dict[int, dict] = st.session_state.setdefault("wt_answers", {})
     st.caption("The spec's exercise, *Diagnose two load profiles*, in five steps. For each step write down your "
                "prediction first, then reveal the computed answer and see how close you were.")
@@ -167,7 +169,7 @@ else:
         st.subheader(f"Step {step.number}: {step.title}")
         if step.number == 2:
             st.markdown(f"**The measurements** ({name})")
-            static_table(profiles_frame(table))
+            static_table(profiles_frame(table, unit, engineer=engineer_view()))
         st.markdown(step.question)
         revealed = answers.get(step.number)
         if revealed is None:
@@ -200,9 +202,9 @@ else:
         st.info(step.explanation)
     else:
         st.success("All five steps revealed. The same diagnosis, with its evidence:")
-        verdicts = guarded(diagnosis.diagnose_table, table)
+        verdicts = guarded(diagnosis.diagnose_table, table, unit)
         for v in verdicts:
-            render_verdict(v)
+            render_verdict(v, unit)
         st.subheader("The knee: each profile swept over load")  # the walk-through ends on its picture
         st.caption(PROFILE_SWEEP_NOTE)
         for plan in guarded(profile_sweeps, verdicts, SAMPLE_DIR / "scenarios"):

@@ -100,3 +100,25 @@ def fmt_seconds(value: Any, digits: int = 3) -> str:
     """
     text = fmt(value, digits)
     return text if text == NO_DATA else f"{text} s"
+
+
+def fmt_time(value_s: Any, unit: str = "s", digits: int = 3) -> str:
+    """Format a time given in seconds in ``unit``, 's' (as :func:`fmt_seconds`) or 'ms'; a missing value is ``—``.
+
+    >>> fmt_time(0.26), fmt_time(0.26, "ms"), fmt_time(10.3, "ms"), fmt_time(0.031, "ms"), fmt_time(None, "ms")
+    ('0.26 s', '260 ms', '10,300 ms', '31 ms', '—')
+    """
+    if unit == "s":
+        return fmt_seconds(value_s, digits)
+    text = fmt(None if value_s is None else float(value_s) * 1000, digits)
+    return text if text == NO_DATA else f"{text} ms"
+
+
+def fmt_rate(rate: float | None, noun: str = "request", digits: int = 3) -> str:
+    """Format a rate per second with its noun, singular when it reads 1 (``1 request/s``, ``0.5 requests/s``).
+
+    >>> fmt_rate(1.0), fmt_rate(8.8235), fmt_rate(0.99), fmt_rate(1.0004), fmt_rate(None)
+    ('1 request/s', '8.82 requests/s', '0.99 requests/s', '1 request/s', '—')
+    """
+    text = fmt(None if rate is None else float(rate), digits)
+    return text if text == NO_DATA else f"{text} {noun if text == '1' else noun + 's'}/s"

@@ -10,6 +10,7 @@ from vega_charts import drawn_charts
 
 from servebench.analysis.diagnosis import ProfileTable, diagnose_table
 from servebench.dashboard.walkthrough_sweeps import LOAD_FACTORS, profile_sweeps, run_profile_sweep
+from servebench.output.figures.markdown_table import markdown_tables
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -65,3 +66,29 @@ def test_the_first_steps_answers_name_the_limits_in_words_not_keys() -> None:
     assert not at.exception
     shown = " ".join(str(md.value) for md in at.markdown)
     assert "KV memory" in shown and "kv_memory" not in shown  # the engineer view is off: no field keys
+
+
+def _page_text(at: AppTest) -> str:
+    return " ".join(str(e.value) for kind in ("markdown", "info", "success", "warning", "caption")
+                    for e in getattr(at, kind))
+
+
+def test_the_walkthrough_reads_times_in_ms_rates_in_the_singular_and_measurements_in_words() -> None:
+    """Issue 36: the walk-through said 'TTFT p95 0.26 s' and 'Measured at 1 requests/s' beside ms inputs, and its
+    measurements table showed the JSON's names (queue_wait_p50_s)."""
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=120)
+    at.run()
+    at.switch_page("pages/diagnosis.py").run()
+    for n in range(1, 6):
+        at.button(key=f"wt_reveal_{n}").click().run()
+    assert not at.exception
+    text = _page_text(at)
+    assert "TTFT p95 260 ms" in text and "Prefill takes 150 ms p50 (250 ms p95)" in text
+    assert "TTFT p95 10,300 ms over its 2,000 ms objective" in text and "Measured at 1 request/s" in text
+    assert "0.26 s" not in text and "10.3 s" not in text and "1 requests/s" not in text
+    measurements = next(f for f in markdown_tables(m.value for m in at.markdown) if "A" in f.columns)
+    assert list(measurements.columns) == ["measurement", "A", "B"]
+    assert not [name for name in measurements["measurement"] if "_" in name]
+    assert measurements.set_index("measurement").loc["TTFT p95 (ms)"].tolist() == ["260", "10,300"]
+    # (the engineer view's 'field' column of the JSON's names is test_dashboard_verdict_tables': AppTest runs a page
+    # without app.py, which draws the toggle)

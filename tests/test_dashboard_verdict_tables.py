@@ -29,7 +29,33 @@ def profiles():
 def test_the_spec_profiles_read_one_column_each(profiles) -> None:
     frame = profiles_frame(profiles)
     assert list(frame.columns) == ["measurement", "A", "B"]
-    assert frame.set_index("measurement").loc["prompt_tokens", "B"] == "7,800"  # through fmt: separators
+    assert frame.set_index("measurement").loc["Prompt tokens (every request)", "B"] == "7,800"  # fmt: separators
+
+
+def test_the_measurements_read_in_words_with_units_and_times_in_ms(profiles) -> None:
+    """Issue 36: the walk-through's table showed the JSON's names (queue_wait_p50_s) and seconds beside ms inputs."""
+    rows = profiles_frame(profiles, "ms").set_index("measurement")
+    assert not [name for name in rows.index if "_" in name]  # no snake_case key
+    assert rows.loc["Queue wait p95 (ms)"].tolist() == ["20", "8,700"]  # 0.02 s and 8.7 s, exactly
+    assert rows.loc["TTFT p95 (ms)"].tolist() == ["260", "10,300"]
+    assert rows.loc["Request TPOT p50 (ms)"].tolist() == ["30", "31"]
+    assert rows.loc["Share of the run at that peak"].tolist() == ["under 1%", "72%"]  # as the spec prints it
+    assert rows.loc["Arrival rate (requests/s)"].tolist() == ["1", "1"]
+    assert profiles_frame(profiles, "s").set_index("measurement").loc["TTFT p95 (s)"].tolist() == ["0.26", "10.3"]
+    # the engineer view keeps the table's own names beside the words
+    engineer = profiles_frame(profiles, "ms", engineer=True)
+    assert list(engineer.columns) == ["measurement", "field", "A", "B"]
+    assert engineer.set_index("field").loc["queue_wait_p50_s", "measurement"] == "Queue wait p50 (ms; arrival to admission)"
+
+
+def test_the_evidence_and_rules_read_times_in_the_unit_asked(profiles) -> None:
+    b = diagnosis.diagnose_table(profiles, "ms")[1]
+    ev = evidence_frame(b, "ms").set_index("measurement")
+    assert ev.loc["ttft_p95", ["value", "threshold"]].tolist() == ["10,300 ms", "2,000 ms"]
+    assert "queue wait p95 8,700 ms of TTFT p95 10,300 ms" in ev["note"].tolist()
+    assert "ttft_p95_s" not in ev.index and "ttft_p95_s" not in " ".join(rules_frame(b, "ms")["conditions"])
+    in_s = evidence_frame(diagnosis.diagnose_table(profiles)[1]).set_index("measurement")  # the CLI's: seconds
+    assert in_s.loc["ttft_p95_s", ["value", "threshold"]].tolist() == ["10.3", "2"]
 
 
 def test_a_bad_profile_table_is_one_line_naming_the_file() -> None:

@@ -664,3 +664,28 @@ def test_server_evidence_reads_an_undefined_gauge_and_a_large_count_as_the_one_f
     assert "1,234 requests preempted in the window" in notes
     assert "requests waiting in 60% of 40 scrapes (mean 3.25, max 12)" in notes
     assert not any("nan" in n or "e+" in n for n in notes)
+
+
+def test_the_sentences_give_times_in_the_unit_asked_and_one_request_per_second_is_singular() -> None:
+    """The dashboard diagnoses in ms (issue 36: 'TTFT p95 0.26 s' beside ms inputs, '1 requests/s'); the CLI in s."""
+    a_ms, b_ms = diagnose_table(ab(), "ms")
+    a_s, b_s = diagnose_table(ab())
+    assert "TTFT p95 260 ms" in a_ms.summary and "TTFT p95 0.26 s" in a_s.summary
+    assert a_ms.prefill.startswith("Prefill takes 150 ms p50 (250 ms p95)")
+    assert b_ms.headline.text.startswith("Measured at 1 request/s, it completed 0.99/s (1% not successful; "
+                                         "TTFT p95 10,300 ms over its 2,000 ms objective, 3 timeouts)")
+    assert b_s.headline.text.startswith("Measured at 1 request/s, it completed 0.99/s (1% not successful; "
+                                        "TTFT p95 10.3 s over its 2 s objective")
+    assert "ttft_p95 10,300 ms > 2,000 ms: TTFT p95 above the objective" in b_ms.headline.evidence
+    assert "ttft_p95_s 10.3 > 2: TTFT p95 above the objective" in b_s.headline.evidence
+    assert "falls far below 8,700 ms, TPOT stays near 31 ms" in b_ms.experiment.confirm
+    for v in (a_ms, b_ms, a_s, b_s):
+        text = " ".join([v.summary, v.prefill, v.explanation, v.headline.text, *v.headline.evidence])
+        assert "1 requests/s" not in text
+    # only the words change: every number is the same, in seconds
+    for ms, s in ((a_ms, a_s), (b_ms, b_s)):
+        assert ms.model_dump(exclude={"summary", "prefill", "experiment", "headline", "evidence", "rules", "bindings",
+                                      "first_to_bind"}) == \
+            s.model_dump(exclude={"summary", "prefill", "experiment", "headline", "evidence", "rules", "bindings",
+                                  "first_to_bind"})
+        assert [e.value for e in ms.evidence] == [e.value for e in s.evidence]

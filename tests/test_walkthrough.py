@@ -83,3 +83,15 @@ def test_closeness_reads_large_and_infinite_misses_as_the_one_formatter_writes_t
     assert closeness_text(answer, 12445.6).startswith("12,346 tokens high")
     assert closeness_text(answer, float("inf")).startswith("∞ tokens high")
     assert closeness_text(answer, 100.5) == "0.5 tokens high (0.5%)"
+
+
+def test_the_explanations_give_times_in_the_unit_asked() -> None:
+    """The dashboard reads TTFT, TPOT and queue wait in ms (issue 36); the answers to predict do not change."""
+    in_s, in_ms = walkthrough(ab()), walkthrough(ab(), "ms")
+    assert [a.value for s in in_ms for a in s.numbers] == [a.value for s in in_s for a in s.numbers]
+    littles, verdict, experiment = (s.explanation for s in in_ms[2:])
+    assert littles.startswith("A: 1 request/s x (150 ms + 199 x 30 ms = 6.12 s) = 6.12 in service")
+    assert "TTFT p95 260 ms" in verdict and "Prefill takes 150 ms p50 (250 ms p95)" in verdict
+    assert "queue wait p95 falls far below 8,700 ms, TPOT stays near 31 ms" in experiment
+    assert "0.26 s" not in verdict and "1 requests/s" not in " ".join(s.explanation for s in in_ms)
+    assert in_s[2].explanation.startswith("A: 1/s x (0.15 + 199 x 0.03) = 6.12 in service")  # the spec's seconds

@@ -56,7 +56,7 @@ from servebench.analysis.timeline import active_counts
 from servebench.capacity import kv
 from servebench.capacity.stepmodel import StepModel
 from servebench.errors import ConfigError
-from servebench.formatting import fmt, fmt_percent, fmt_seconds
+from servebench.formatting import fmt, fmt_percent, fmt_rate, fmt_time
 from servebench.records.server_samples import ServerSamples
 from servebench.records.table import RecordTable
 
@@ -378,12 +378,13 @@ def _ev(measurement: str, value: float | None, rule: str, threshold: float | Non
 def diagnose(m: ProfileMeasurements, *, shape: kv.ModelShape | None = None, budget_bytes: int | None = None,
              policy: kv.Policy = "reserve", expected_output_tokens: int | None = None,
              thresholds: Thresholds | None = None, tpot_baseline_s: float | None = None,
-             budget_tokens: int | None = None, step_model: StepModel | None = None) -> Verdict:
+             budget_tokens: int | None = None, step_model: StepModel | None = None, unit: str = "s") -> Verdict:
     """Return the verdict for one profile.
 
     The KV limit needs prompt tokens and either a shape with a budget in bytes, or ``budget_tokens``
     (a server's KV budget in tokens, as a scenario gives it). ``step_model`` (fitted to a timing
-    run) gives TPOT against the number in service when the records cannot.
+    run) gives TPOT against the number in service when the records cannot. ``unit`` ('s' or 'ms') is the one
+    the verdict's sentences give times in (the CLI's seconds, the dashboard's ms); every number stays in seconds.
     """
     th = thresholds or Thresholds()
     if budget_bytes is not None and shape is None:
@@ -428,21 +429,21 @@ def diagnose(m: ProfileMeasurements, *, shape: kv.ModelShape | None = None, budg
     e_timeouts = _ev("timeouts", m.timeouts, ">", 0, "requests that hit the deadline")
     e_rejected = _ev("rejected", m.rejected, ">", 0, "requests refused at admission (queue full or too large)")
     e_growth = _ev("tpot_growth", growth, ">=", th.tpot_growth,
-                   f"TPOT {fmt_seconds(m.tpot_high_load_s or m.tpot_p50_s)} over baseline {fmt_seconds(base)}")
+                   f"TPOT {fmt_time(m.tpot_high_load_s or m.tpot_p50_s, unit)} over baseline {fmt_time(base, unit)}")
     e_load = _ev("tpot_growth_at_load", growth_at_load, ">=", th.tpot_growth,
                  f"TPOT at {fmt(load, 3)} in service (the mean requests decode under) over TPOT alone "
-                 f"{fmt_seconds(line.unloaded_s if line else None)}" + (f" ({line.source})" if line else ""))
+                 f"{fmt_time(line.unloaded_s if line else None, unit)}" + (f" ({line.source})" if line else ""))
     e_peak = _ev("peak_active / max_concurrent_sequences", at_limit, ">=", 1.0,
                  f"peak {fmt(m.peak_active)} against the KV limit {fmt(limit_n)}" if limit_n else "no KV limit known")
     e_share = _ev("share_at_peak", m.share_at_peak, ">=", th.share_at_peak,
                   ("under " if m.share_at_peak_is_upper_bound else "")
                   + f"{fmt_percent(m.share_at_peak)} of the run at the peak")
     e_queue = _ev("queue_share_of_ttft", q_share, ">=", th.queue_share,
-                  f"queue wait p95 {fmt_seconds(m.queue_wait_p95_s)} of TTFT p95 {fmt_seconds(m.ttft_p95_s)}")
+                  f"queue wait p95 {fmt_time(m.queue_wait_p95_s, unit)} of TTFT p95 {fmt_time(m.ttft_p95_s, unit)}")
     e_flat = _ev("tpot_growth", growth, "<", th.tpot_growth,
-                 f"TPOT {fmt_seconds(m.tpot_p50_s)} against baseline {fmt_seconds(base)}")
+                 f"TPOT {fmt_time(m.tpot_p50_s, unit)} against baseline {fmt_time(base, unit)}")
     e_prefill = _ev("prefill_share_of_ttft", p_share, ">=", th.prefill_share,
-                    f"prefill p95 {fmt_seconds(m.prefill_p95_s)} of TTFT p95 {fmt_seconds(m.ttft_p95_s)}")
+                    f"prefill p95 {fmt_time(m.prefill_p95_s, unit)} of TTFT p95 {fmt_time(m.ttft_p95_s, unit)}")
     e_below = _ev("peak_active / max_concurrent_sequences", at_limit, "<", 1.0,
                   f"peak {fmt(m.peak_active)} below the KV limit {fmt(limit_n)}" if limit_n else "no KV limit known")
     e_util = _ev("utilization", util, "<", 1.0,
@@ -486,7 +487,7 @@ def diagnose(m: ProfileMeasurements, *, shape: kv.ModelShape | None = None, budg
         limit = "none" if m.has_admitted else "undetermined"
         evidence = symptoms + [e_queue, e_prefill, e_peak]
 
-    bindings = _bindings(m, limit_n, line, first_s, th)
+    bindings = _bindings(m, limit_n, line, first_s, th, unit)
     if not m.shared_clock:
         bindings = [_not_estimated(b, "the records have no timestamps on one clock, so there is no arrival rate to "
                                       "scale") for b in bindings]
@@ -516,11 +517,11 @@ def diagnose(m: ProfileMeasurements, *, shape: kv.ModelShape | None = None, budg
         prefill_share_of_service=share_srv, tpot_growth=growth, tpot_growth_at_load=growth_at_load, rules=rules,
         first_to_bind=first, bindings=bindings, cannot_tell=cannot_tell, prefill="",
         experiment=Experiment(action="", confirm="", refute=""), measurements=m, **out)
-    verdict.summary = _summary(verdict, bool(symptoms))
+    verdict.summary = _summary(verdict, bool(symptoms), unit)
     verdict.explanation = _explanation(verdict, symptoms, winner)
-    verdict.prefill = _prefill_text(verdict)
-    verdict.experiment = _experiment(verdict, shape, budget_bytes, policy, expected_output_tokens)
-    verdict.headline = _headline(verdict, symptoms, winner)
+    verdict.prefill = _prefill_text(verdict, unit)
+    verdict.experiment = _experiment(verdict, shape, budget_bytes, policy, expected_output_tokens, unit)
+    verdict.headline = _headline(verdict, symptoms, winner, unit)
     if winner is not None and _by_server(winner):
         _told_by_server(verdict, winner)
     return verdict
@@ -539,7 +540,7 @@ def _line_from(step_model: StepModel | None, m: ProfileMeasurements) -> TpotLine
 
 
 def _bindings(m: ProfileMeasurements, limit_n: int | None, line: TpotLine | None, first_s: float | None,
-              th: Thresholds) -> list[Binding]:
+              th: Thresholds, unit: str = "s") -> list[Binding]:
     """Return where each limit binds as the arrival rate grows (Little's law with TPOT at that load)."""
     def time_in_service(in_service: float) -> float | None:
         tpot = line.at(in_service) if line is not None else m.tpot_p50_s
@@ -572,8 +573,8 @@ def _bindings(m: ProfileMeasurements, limit_n: int | None, line: TpotLine | None
     elif line is not None and line.per_seq_s > 0:
         n_decode = 1.0 + (th.tpot_growth - 1.0) * line.unloaded_s / line.per_seq_s
         out.append(at("decode", n_decode, f"TPOT reaches {th.tpot_growth:g}x its unloaded "
-                                          f"{fmt_seconds(line.unloaded_s)} at {n_decode:.3g} in service "
-                                          f"({line.source}: +{fmt_seconds(line.per_seq_s)} per sequence)"))
+                                          f"{fmt_time(line.unloaded_s, unit)} at {n_decode:.3g} in service "
+                                          f"({line.source}: +{fmt_time(line.per_seq_s, unit)} per sequence)"))
     else:
         out.append(Binding(limit="decode", rate_per_s=None, in_service=None, headroom=None,
                            basis="TPOT does not grow measurably with load in this data"
@@ -617,21 +618,33 @@ LIMIT_WORDS = {"kv_memory": "KV memory", "queueing": "queueing", "prefill": "pre
                "none": "nothing", "undetermined": "an undetermined limit"}
 
 
-def _symptom(e: Evidence) -> str:
+def _symptom(e: Evidence, unit: str = "s") -> str:
     """Return a symptom in a few words: 'TTFT p95 9.43 s over its 2 s objective', '128 timeouts'."""
     if e.measurement == "ttft_p95_s":
-        return f"TTFT p95 {fmt_seconds(e.value)} over its {fmt_seconds(e.threshold)} objective"
+        return f"TTFT p95 {fmt_time(e.value, unit)} over its {fmt_time(e.threshold, unit)} objective"
     if e.measurement in ("timeouts", "rejected"):
         return f"{fmt(int(e.value or 0))} {e.measurement}"
     return f"TPOT {fmt(e.value, 3)}x its unloaded value"
 
 
-def _said(e: Evidence) -> str:
+def shown_measurement(e: Evidence, unit: str = "s") -> tuple[str, str, str]:
+    """Return a measurement's name, value and threshold as a sentence shows them in ``unit``.
+
+    In seconds as measured ('ttft_p95_s', '9.43', '2'); in ms a time loses its '_s' and its numbers carry the unit
+    ('ttft_p95', '9,430 ms', '2,000 ms'). Other measurements read the same in both.
+    """
+    if unit != "s" and e.measurement.endswith("_s"):
+        return e.measurement[:-2], fmt_time(e.value, unit), fmt_time(e.threshold, unit)
+    return e.measurement, fmt(e.value, 3), fmt(e.threshold, 3)
+
+
+def _said(e: Evidence, unit: str = "s") -> str:
     """Return one measurement against its rule, e.g. 'ttft_p95_s 9.43 > 2: TTFT p95 above the objective'."""
-    return f"{e.measurement} {fmt(e.value, 3)} {e.rule} {fmt(e.threshold, 3)}: {e.note}"
+    name, value, threshold = shown_measurement(e, unit)
+    return f"{name} {value} {e.rule} {threshold}: {e.note}"
 
 
-def _headline(v: Verdict, symptoms: list[Evidence], winner: RuleCheck | None) -> Headline:
+def _headline(v: Verdict, symptoms: list[Evidence], winner: RuleCheck | None, unit: str = "s") -> Headline:
     """Return the one answer: measured load, implied capacity and the binding limit, never contradicting the verdict."""
     m = v.measurements
     done = _completed_rate(m) if m.shared_clock else None
@@ -644,31 +657,31 @@ def _headline(v: Verdict, symptoms: list[Evidence], winner: RuleCheck | None) ->
                         text="The records have no timestamps on one clock (each request on its own), so there is "
                              "no measured load, limit or capacity in requests/s; each request's latency, TTFT and "
                              "TPOT stand.")
-    rate = f"Measured at {m.arrival_rate_per_s:.3g} requests/s"
+    rate = f"Measured at {fmt_rate(m.arrival_rate_per_s)}"
     lost = f"{failing:.0%} not successful" if failing else "every request successful"
     if winner is not None:
         now = v.first_to_bind
         assert now is not None and now.rate_per_s is not None
         also = [r for r in v.rules if r.holds and r.limit != winner.limit]
         crossed = [e for r in [winner, *also] for e in r.conditions if e.crossed]
-        evidence = list(dict.fromkeys(_said(e) for e in [*symptoms, *crossed]))
+        evidence = list(dict.fromkeys(_said(e, unit) for e in [*symptoms, *crossed]))
         held = f" ({' and '.join(LIMIT_WORDS[r.limit] for r in also)}'s pattern holds too)" if also else ""
-        names = ", ".join(_symptom(e) for e in symptoms)
+        names = ", ".join(_symptom(e, unit) for e in symptoms)
         done_text = f", it completed {done:.3g}/s ({lost}; {names})" if done is not None else f" ({lost}; {names})"
         return Headline(standing="at_limit", limit=winner.limit, capacity_rate_per_s=now.rate_per_s, **common,
                         capacity_basis=now.basis, evidence=evidence,
                         text=f"{rate}{done_text}: {LIMIT_WORDS[winner.limit]} binds at this load{held}, so its "
-                             f"capacity is at most about {now.rate_per_s:.3g} requests/s.")
+                             f"capacity is at most about {fmt_rate(now.rate_per_s)}.")
     if symptoms:
-        names = ", ".join(_symptom(e) for e in symptoms)
+        names = ", ".join(_symptom(e, unit) for e in symptoms)
         why = ("without admitted times the data cannot tell which limit binds" if v.limit == "undetermined"
                else "no limit's whole pattern holds (see the failures by cause)")
         return Headline(standing="cannot_tell", limit=None, capacity_rate_per_s=None, **common,
-                        capacity_basis=f"not estimated: {why}", evidence=[_said(e) for e in symptoms],
+                        capacity_basis=f"not estimated: {why}", evidence=[_said(e, unit) for e in symptoms],
                         text=f"{rate} ({lost}): something limits it ({names}), but {why}, so no capacity is "
                              "estimated.")
     first = v.first_to_bind
-    evidence = [_said(e) for e in v.evidence if e.crossed is not None]
+    evidence = [_said(e, unit) for e in v.evidence if e.crossed is not None]
     if first is None or first.rate_per_s is None:
         reasons = "; ".join(b.basis for b in v.bindings) or "no limit known"
         return Headline(standing="below_limit", limit=None, capacity_rate_per_s=None, **common,
@@ -678,7 +691,7 @@ def _headline(v: Verdict, symptoms: list[Evidence], winner: RuleCheck | None) ->
     return Headline(standing="below_limit", limit=first.limit, capacity_rate_per_s=first.rate_per_s, **common,
                     capacity_basis=first.basis, evidence=evidence,
                     text=f"{rate} ({lost}), with no symptom: nothing limits it at this load. As load grows, "
-                         f"{LIMIT_WORDS[first.limit]} binds first, at about {first.rate_per_s:.3g} requests/s "
+                         f"{LIMIT_WORDS[first.limit]} binds first, at about {fmt_rate(first.rate_per_s)} "
                          f"({fmt(first.headroom, 3)}x the measured rate).")
 
 
@@ -705,7 +718,7 @@ def _explanation(v: Verdict, symptoms: list[Evidence], winner: RuleCheck | None)
     return f"A symptom ({names}) but no rule's whole pattern holds, so no single limit is named."
 
 
-def _summary(v: Verdict, stressed: bool) -> str:
+def _summary(v: Verdict, stressed: bool, unit: str = "s") -> str:
     m = v.measurements
     if v.limit == "kv_memory":
         return (f"KV memory: at most {v.max_concurrent_sequences} sequences fit; {fmt(m.peak_active)} were active for "
@@ -726,7 +739,7 @@ def _summary(v: Verdict, stressed: bool) -> str:
                 + (f" {m.rejected} of {m.requests} requests were rejected at admission." if m.rejected else ""))
     if v.limit == "prefill":
         return (f"Prefill: prefill is {fmt_percent(v.prefill_share_of_ttft)} of TTFT p95 "
-                f"({fmt_seconds(m.ttft_p95_s)}) with little queueing.")
+                f"({fmt_time(m.ttft_p95_s, unit)}) with little queueing.")
     if v.limit == "undetermined":
         return ("Something limits this profile (see the symptoms), but without admitted times queue wait cannot be "
                 "told from prefill, so KV memory, queueing and prefill cannot be told apart; TPOT does not grow "
@@ -736,18 +749,18 @@ def _summary(v: Verdict, stressed: bool) -> str:
     util = f" and {v.in_service:.2f} in service against a limit of {v.max_concurrent_sequences}" \
         if v.in_service is not None and v.max_concurrent_sequences else ""
     bind = v.first_to_bind
-    grows = (f" As load grows, {bind.limit} binds first, at about {bind.rate_per_s:.3g} requests/s "
+    grows = (f" As load grows, {LIMIT_WORDS[bind.limit]} binds first, at about {fmt_rate(bind.rate_per_s)} "
              f"({bind.in_service:.3g} in service).") if bind is not None and bind.rate_per_s is not None \
         and bind.in_service is not None else ""
-    return (f"Nothing limits this profile at this load: TTFT p95 {fmt_seconds(m.ttft_p95_s)}, {m.timeouts} "
+    return (f"Nothing limits this profile at this load: TTFT p95 {fmt_time(m.ttft_p95_s, unit)}, {m.timeouts} "
             f"timeouts{util}.{grows}")
 
 
-def _prefill_text(v: Verdict) -> str:
+def _prefill_text(v: Verdict, unit: str = "s") -> str:
     m = v.measurements
     if m.prefill_p50_s is None:
         return "Prefill was not measured (records need admitted times)."
-    text = (f"Prefill takes {fmt_seconds(m.prefill_p50_s)} p50 ({fmt_seconds(m.prefill_p95_s)} p95): "
+    text = (f"Prefill takes {fmt_time(m.prefill_p50_s, unit)} p50 ({fmt_time(m.prefill_p95_s, unit)} p95): "
             f"{fmt_percent(v.prefill_share_of_ttft)} of TTFT p95 and {fmt_percent(v.prefill_share_of_service)} of "
             "each request's time in service.")
     if v.limit == "prefill":
@@ -763,7 +776,7 @@ def _prefill_text(v: Verdict) -> str:
 
 
 def _experiment(v: Verdict, shape: kv.ModelShape | None, budget_bytes: int | None, policy: kv.Policy,
-                expected_output_tokens: int | None) -> Experiment:
+                expected_output_tokens: int | None, unit: str = "s") -> Experiment:
     m = v.measurements
     if v.limit == "kv_memory" and shape is not None and budget_bytes and v.tokens_per_request:
         doubled = kv.max_sequences_in_budget(2 * budget_bytes, shape, v.tokens_per_request)
@@ -772,8 +785,8 @@ def _experiment(v: Verdict, shape: kv.ModelShape | None, budget_bytes: int | Non
             action=(f"Rerun {m.name} at the same arrival rate with twice the KV budget (or an fp8 KV cache, which "
                     f"halves bytes per token): the limit becomes {doubled} sequences{util}."),
             confirm=(f"Peak active rises above {fmt(m.peak_active)} and no longer sits at a ceiling, queue wait p95 "
-                     f"falls far below {fmt_seconds(m.queue_wait_p95_s)}, TPOT stays near "
-                     f"{fmt_seconds(m.tpot_p50_s)}."),
+                     f"falls far below {fmt_time(m.queue_wait_p95_s, unit)}, TPOT stays near "
+                     f"{fmt_time(m.tpot_p50_s, unit)}."),
             refute=(f"Peak active stays at {fmt(m.peak_active)} with the same queue wait: a cap other than KV memory "
                     "(max sequences, scheduler) binds, so the verdict is queueing."))
     if v.limit == "kv_memory":
@@ -785,22 +798,22 @@ def _experiment(v: Verdict, shape: kv.ModelShape | None, budget_bytes: int | Non
             action=(f"Raise the cap on concurrent sequences (server max sequences, scheduler or client concurrency) "
                     f"above {fmt(m.peak_active)}, keeping the KV budget and arrival rate."),
             confirm=(f"Peak active rises above {fmt(m.peak_active)} and queue wait p95 falls well below "
-                     f"{fmt_seconds(m.queue_wait_p95_s)}."),
+                     f"{fmt_time(m.queue_wait_p95_s, unit)}."),
             refute=f"Peak active stays at {fmt(m.peak_active)}: the cap is elsewhere (or it is memory after all).")
     if v.limit == "decode":
         return Experiment(
             action=f"Cap active sequences at half of {fmt(m.peak_active)} (or halve the arrival rate).",
-            confirm=f"TPOT p50 falls back toward {fmt_seconds(m.tpot_baseline_s)}.",
-            refute=(f"TPOT stays near {fmt_seconds(m.tpot_high_load_s or m.tpot_p50_s)}: decode speed is not "
+            confirm=f"TPOT p50 falls back toward {fmt_time(m.tpot_baseline_s, unit)}.",
+            refute=(f"TPOT stays near {fmt_time(m.tpot_high_load_s or m.tpot_p50_s, unit)}: decode speed is not "
                     "load-bound."))
-    prefix = _prefix_cache_experiment(v)
+    prefix = _prefix_cache_experiment(v, unit)
     if prefix is not None:
         return prefix
     if v.limit == "prefill":
         return Experiment(
             action="Halve the prompt length (or enable prefix caching or chunked prefill) at the same arrival rate.",
-            confirm=(f"TTFT p95 falls roughly with prefill, from {fmt_seconds(m.ttft_p95_s)} toward "
-                     f"{fmt_seconds((m.ttft_p95_s or 0) / 2)}."),
+            confirm=(f"TTFT p95 falls roughly with prefill, from {fmt_time(m.ttft_p95_s, unit)} toward "
+                     f"{fmt_time((m.ttft_p95_s or 0) / 2, unit)}."),
             refute="TTFT p95 barely moves: the time is spent elsewhere (queueing or emit).")
     if v.limit == "undetermined":
         return Experiment(
@@ -824,7 +837,7 @@ PREFIX_SHARE_MIN = 0.2  # prompts sharing at least this share of their tokens ma
 PREFILL_DOMINATES = 0.5  # prefill at least this share of TTFT p95
 
 
-def _prefix_cache_experiment(v: Verdict) -> Experiment | None:
+def _prefix_cache_experiment(v: Verdict, unit: str = "s") -> Experiment | None:
     """Name prefix caching as the experiment when prefill dominates TTFT and prompts share prefixes; else None."""
     m = v.measurements
     share = m.shared_prefix_share
@@ -836,7 +849,7 @@ def _prefix_cache_experiment(v: Verdict) -> Experiment | None:
                 f"{m.name} at the same arrival rate and prompts: {share:.0%} of prompt tokens are shared with "
                 "earlier prompts, and prefill is most of TTFT."),
         confirm=(f"Token hit rate near {share:.0%}, prefill p50 and TTFT p95 fall roughly by that share "
-                 f"(from {fmt_seconds(m.ttft_p95_s)} toward {fmt_seconds((m.ttft_p95_s or 0) * (1 - share))}), "
+                 f"(from {fmt_time(m.ttft_p95_s, unit)} toward {fmt_time((m.ttft_p95_s or 0) * (1 - share), unit)}), "
                  "TPOT unchanged."),
         refute="Hit rate well below the shared share (prompts differ in their first tokens, or the cache evicts "
                "documents before reuse), or TTFT barely moves: the time is not in recomputing the shared part.")
@@ -845,14 +858,16 @@ def _prefix_cache_experiment(v: Verdict) -> Experiment | None:
 # --------------------------------------------------------------------------- whole inputs
 
 
-def diagnose_table(table: ProfileTable) -> list[Verdict]:
-    """Return a verdict per profile; the TPOT baseline defaults to the lowest TPOT p50 in the table."""
+def diagnose_table(table: ProfileTable, unit: str = "s") -> list[Verdict]:
+    """Return a verdict per profile; the TPOT baseline defaults to the lowest TPOT p50 in the table.
+
+    ``unit``: the unit of the times in the verdicts' sentences (:func:`diagnose`)."""
     budget = int(table.kv_budget_gib * kv.GIB) if table.kv_budget_gib is not None else None
     tpots = [p.tpot_p50_s for p in table.profiles if p.tpot_p50_s is not None]
     base = min(tpots) if len(tpots) > 1 else None
     return [diagnose(p, shape=table.model, budget_bytes=budget, policy=table.policy,
                      expected_output_tokens=table.expected_output_tokens, thresholds=table.thresholds,
-                     tpot_baseline_s=base) for p in table.profiles]
+                     tpot_baseline_s=base, unit=unit) for p in table.profiles]
 
 
 def diagnose_records(table: RecordTable, window_start: float, window_end: float, *,
@@ -862,7 +877,7 @@ def diagnose_records(table: RecordTable, window_start: float, window_end: float,
                      thresholds: Thresholds | None = None, name: str | None = None,
                      budget_tokens: int | None = None, max_num_seqs: int | None = None,
                      step_model: StepModel | None = None, shared_clock: bool = True,
-                     server_metrics: ServerSamples | None = None) -> Verdict:
+                     server_metrics: ServerSamples | None = None, unit: str = "s") -> Verdict:
     """Measure records, then diagnose them as one profile.
 
     Records without admitted times get the verdict their data supports (``cannot_tell`` says what
@@ -880,7 +895,7 @@ def diagnose_records(table: RecordTable, window_start: float, window_end: float,
         m = m.model_copy(update={"server": server_state(server_metrics, window_start, window_end, max_num_seqs)})
     return diagnose(m, shape=shape, budget_bytes=budget_bytes, policy=policy,
                     expected_output_tokens=expected_output_tokens, thresholds=thresholds,
-                    budget_tokens=budget_tokens, step_model=step_model)
+                    budget_tokens=budget_tokens, step_model=step_model, unit=unit)
 
 
 # --------------------------------------------------------------------------- the server's own metrics (no admitted)

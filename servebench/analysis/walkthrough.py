@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 
 from servebench.analysis.diagnosis import LIMITS, ProfileTable, Verdict, diagnose_table
 from servebench.capacity import kv
-from servebench.formatting import fmt
+from servebench.formatting import fmt, fmt_rate, fmt_time
 
 SHARE = "share"  # the unit of an answer that is a fraction: typed as 92 (percent) or 0.92 (fraction)
 
@@ -102,9 +102,12 @@ PATTERNS: dict[str, str] = {
 }
 
 
-def walkthrough(table: ProfileTable) -> list[WalkthroughStep]:
-    """Return the spec's five diagnosis steps for a profile table, with answers computed from it."""
-    verdicts = diagnose_table(table)
+def walkthrough(table: ProfileTable, unit: str = "s") -> list[WalkthroughStep]:
+    """Return the spec's five diagnosis steps for a profile table, with answers computed from it.
+
+    ``unit`` ('s' or 'ms'): the unit of the times in the explanations (the dashboard reads TTFT and TPOT in ms).
+    """
+    verdicts = diagnose_table(table, unit)
     n = [p.name for p in table.profiles]
     steps = [WalkthroughStep(
         number=1, title="What to measure",
@@ -172,12 +175,19 @@ def walkthrough(table: ProfileTable) -> list[WalkthroughStep]:
         if v.utilization is not None:
             lit.append(NumericAnswer(name=f"utilization[{v.profile}]", label=f"{v.profile}: share of the limit",
                                      value=round(v.utilization, 4), tolerance=0.025, unit=SHARE))
-    littles = "; ".join(
-        f"{v.profile}: {v.measurements.arrival_rate_per_s:g}/s x ({v.measurements.prefill_p50_s:g} + "
-        f"{v.measurements.output_tokens - 1} x {v.measurements.tpot_p50_s:g}) = {v.in_service:.2f} in service"
-        + (f", {v.utilization:.0%} of {v.max_concurrent_sequences}" if v.utilization is not None else "")
-        for v in verdicts if v.in_service is not None and v.measurements.prefill_p50_s is not None
-        and v.measurements.tpot_p50_s is not None)
+    def little(v: Verdict) -> str:
+        """Return Little's law for one profile: rate x (prefill p50 + (N - 1) x TPOT p50) = in service."""
+        m = v.measurements
+        if unit == "s":  # the spec's table gives seconds: its numbers as written
+            product = f"{m.arrival_rate_per_s:g}/s x ({m.prefill_p50_s:g} + {m.output_tokens - 1} x {m.tpot_p50_s:g})"
+        else:
+            product = (f"{fmt_rate(m.arrival_rate_per_s)} x ({fmt_time(m.prefill_p50_s, unit)} + "
+                       f"{m.output_tokens - 1} x {fmt_time(m.tpot_p50_s, unit)} = {fmt_time(v.time_in_service_s)})")
+        return (f"{v.profile}: {product} = {v.in_service:.2f} in service"
+                + (f", {v.utilization:.0%} of {v.max_concurrent_sequences}" if v.utilization is not None else ""))
+
+    littles = "; ".join(little(v) for v in verdicts if v.in_service is not None and v.measurements.prefill_p50_s
+                        is not None and v.measurements.tpot_p50_s is not None)
     steps.append(WalkthroughStep(
         number=3, title="Little's law",
         question=("Estimate the average number of requests in service for each profile as arrival rate x time in "

@@ -1,7 +1,9 @@
 """The tables Diagnosis shows under a verdict, and the profile table it reads: data in, frames (text cells) out.
 
-Every number goes through ``fmt``; a condition that could not be measured says so rather than "no".
-Pure: the page (``pages/diagnosis.py``) lays these out as Markdown tables.
+Every number goes through ``fmt``; a condition that could not be measured says so rather than "no". Times read
+in the page's unit (ms by default; the verdicts and tables hold seconds), and the profile table's rows in words
+with their units, its field names only in the engineer view. Pure: the page (``pages/diagnosis.py``) lays these
+out as Markdown tables.
 """
 
 from __future__ import annotations
@@ -9,26 +11,44 @@ from __future__ import annotations
 import pandas as pd
 from pydantic import ValidationError
 
-from servebench.analysis.diagnosis import ProfileTable, Verdict
+from servebench.analysis.diagnosis import Evidence, ProfileTable, Verdict, shown_measurement
+from servebench.dashboard.wording import s_to_ms
 from servebench.errors import InputFormatError
-from servebench.formatting import fmt
+from servebench.formatting import fmt, fmt_share
 from servebench.output.plain import validation_text
 
 CROSSED = {True: "yes", False: "no", None: "not measured"}
 
 
-def evidence_frame(v: Verdict) -> pd.DataFrame:
-    """Return each measurement of the verdict against its rule's threshold, with whether it crossed it."""
-    return pd.DataFrame([{"measurement": e.measurement, "value": fmt(e.value), "rule": e.rule,
-                          "threshold": fmt(e.threshold), "crossed": CROSSED[e.crossed], "note": e.note}
-                         for e in v.evidence])
+def _shown(e: Evidence, unit: str) -> tuple[str, str, str]:
+    """Return (name, value, threshold) of a measurement: a time in ``unit`` (``shown_measurement``), else by ``fmt``."""
+    if unit != "s" and e.measurement.endswith("_s"):
+        return shown_measurement(e, unit)
+    return e.measurement, fmt(e.value), fmt(e.threshold)
 
 
-def rules_frame(v: Verdict) -> pd.DataFrame:
-    """Return every rule in precedence order: whether it holds, and each condition with its outcome."""
+def evidence_frame(v: Verdict, unit: str = "s") -> pd.DataFrame:
+    """Return each measurement of the verdict against its rule's threshold, with whether it crossed it.
+
+    A time reads in ``unit`` ('s' or 'ms'), its name without '_s' and its numbers with the unit, as the notes are.
+    """
+    rows = []
+    for e in v.evidence:
+        name, value, threshold = _shown(e, unit)
+        rows.append({"measurement": name, "value": value, "rule": e.rule, "threshold": threshold,
+                     "crossed": CROSSED[e.crossed], "note": e.note})
+    return pd.DataFrame(rows)
+
+
+def rules_frame(v: Verdict, unit: str = "s") -> pd.DataFrame:
+    """Return every rule in precedence order: whether it holds, and each condition with its outcome (times in
+    ``unit``)."""
+    def said(c: Evidence) -> str:
+        name, _, threshold = _shown(c, unit)
+        return f"{name} {c.rule} {threshold}: {CROSSED[c.crossed]}"
+
     return pd.DataFrame([{"limit": r.limit, "holds": "yes" if r.holds else "no",
-                          "conditions": "; ".join(f"{c.measurement} {c.rule} {fmt(c.threshold)}: {CROSSED[c.crossed]}"
-                                                  for c in r.conditions)} for r in v.rules])
+                          "conditions": "; ".join(said(c) for c in r.conditions)} for r in v.rules])
 
 
 def bindings_frame(v: Verdict) -> pd.DataFrame:
@@ -58,7 +78,57 @@ def read_profile_table(name: str, data: bytes) -> ProfileTable:
         raise InputFormatError(validation_text(name, "a profile table", exc)) from None
 
 
-def profiles_frame(table: ProfileTable) -> pd.DataFrame:
-    """Return the measurements one profile per column, as the spec prints them."""
-    frame = pd.DataFrame([p.model_dump(exclude_none=True) for p in table.profiles]).set_index("name").T
-    return frame.map(fmt).rename_axis("measurement").reset_index()
+# A profile table's fields as its rows read, in words with their units ('{t}': the page's time unit), and how each
+# value is written: 'time' (seconds, shown in the unit), 'share' (a percent), 'flag' (yes or no), else fmt.
+PROFILE_ROWS: dict[str, tuple[str, str]] = {
+    "prompt_tokens": ("Prompt tokens (every request)", ""), "requests": ("Requests", ""),
+    "timeouts": ("Timeouts", ""), "rejected": ("Rejected at admission", ""), "failures": ("Other failures", ""),
+    "queue_wait_p50_s": ("Queue wait p50 ({t}; arrival to admission)", "time"),
+    "queue_wait_p95_s": ("Queue wait p95 ({t})", "time"),
+    "prefill_p50_s": ("Prefill p50 ({t}; admission to first token)", "time"),
+    "prefill_p95_s": ("Prefill p95 ({t})", "time"), "ttft_p50_s": ("TTFT p50 ({t})", "time"),
+    "ttft_p95_s": ("TTFT p95 ({t})", "time"), "tpot_p50_s": ("Request TPOT p50 ({t})", "time"),
+    "tpot_baseline_s": ("TPOT p50 with few sequences active ({t})", "time"),
+    "tpot_high_load_s": ("TPOT p50 with many sequences active ({t})", "time"),
+    "peak_active": ("Peak active sequences", ""), "share_at_peak": ("Share of the run at that peak", "share"),
+    "mean_in_service": ("Mean requests in service", ""),
+    "arrival_rate_per_s": ("Arrival rate (requests/s)", ""), "output_tokens": ("Output tokens per success", ""),
+    "output_cap": ("Output cap (tokens)", ""), "deadline_s": ("Deadline (s)", ""), "duration_s": ("Run length (s)", ""),
+    "has_admitted": ("Admission times recorded", "flag"), "decode_load": ("Mean in service while decoding", ""),
+    "max_num_seqs": ("Cap on running sequences", ""),
+    "shared_prefix_share": ("Prompt tokens shared with earlier prompts", "share"),
+    "shared_clock": ("Timestamps on one clock", "flag"),
+}
+UPPER_BOUND_FIELD = "share_at_peak_is_upper_bound"  # not a row: "under 1%" in the share's cell, as the spec prints it
+
+
+def _cell(kind: str, value: object, unit: str) -> str:
+    if kind == "time" and isinstance(value, (int, float)):
+        return fmt(s_to_ms(value) if unit == "ms" else value)  # exact: 0.02 s is 20 ms, not 20.000000000000004
+    if kind == "share" and isinstance(value, (int, float)):
+        return fmt_share(value)
+    if kind == "flag":
+        return "yes" if value else "no"
+    return fmt(value)
+
+
+def profiles_frame(table: ProfileTable, unit: str = "s", engineer: bool = False) -> pd.DataFrame:
+    """Return the measurements one profile per column, as the spec prints them: each row named in words with its
+    unit, times in ``unit`` ('s' or 'ms'), shares as percents ('under 1%' where the table gives an upper bound).
+
+    ``engineer``: a 'field' column gives each row's name in the table (``queue_wait_p50_s``), as the JSON spells it.
+    A field the table holds that has no words here keeps its name.
+    """
+    dumped = [p.model_dump(exclude_none=True) for p in table.profiles]
+    fields = [f for f in dict.fromkeys(k for d in dumped for k in d) if f not in ("name", UPPER_BOUND_FIELD)]
+    rows = []
+    for field in fields:
+        label, kind = PROFILE_ROWS.get(field, (field, ""))
+        row = {"measurement": label.format(t=unit), **({"field": field} if engineer else {})}
+        for p, d in zip(table.profiles, dumped):
+            cell = _cell(kind, d.get(field), unit) if field in d else fmt(None)
+            if field == "share_at_peak" and d.get(UPPER_BOUND_FIELD):
+                cell = f"under {cell}"
+            row[p.name] = cell
+        rows.append(row)
+    return pd.DataFrame(rows)
