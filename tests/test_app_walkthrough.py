@@ -20,6 +20,17 @@ def _verdicts():
     return diagnose_table(table)
 
 
+def _revealed() -> AppTest:
+    """Return the Diagnosis page with its walk-through revealed to the end."""
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=120)
+    at.run()
+    at.switch_page("pages/diagnosis.py").run()
+    for n in range(1, 6):
+        at.button(key=f"wt_reveal_{n}").click().run()
+    assert not at.exception
+    return at
+
+
 def test_each_profile_is_swept_around_the_rate_its_limit_binds_at_and_shows_a_knee() -> None:
     plans = profile_sweeps(_verdicts(), REPO / "sample_data" / "scenarios")
     assert [(p.profile, p.scenario.name) for p in plans] == [("A", "profile_a"), ("B", "profile_b")]
@@ -36,12 +47,7 @@ def test_a_profile_without_a_scenario_is_left_out(tmp_path: Path) -> None:
 
 
 def test_the_walkthrough_ends_with_the_sweep_charts_of_a_and_b() -> None:
-    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=120)
-    at.run()
-    at.switch_page("pages/diagnosis.py").run()
-    for n in range(1, 6):
-        at.button(key=f"wt_reveal_{n}").click().run()
-    assert not at.exception
+    at = _revealed()
     assert at.subheader[-1].value == "The knee: each profile swept over load"  # the last thing on the page
     answers = [m.value for m in at.markdown if m.value.startswith("**Profile ")]
     assert [a.split(":")[0] for a in answers] == ["**Profile A** (profile_a)", "**Profile B** (profile_b)"]
@@ -76,12 +82,7 @@ def _page_text(at: AppTest) -> str:
 def test_the_walkthrough_reads_times_in_ms_rates_in_the_singular_and_measurements_in_words() -> None:
     """Issue 36: the walk-through said 'TTFT p95 0.26 s' and 'Measured at 1 requests/s' beside ms inputs, and its
     measurements table showed the JSON's names (queue_wait_p50_s)."""
-    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=120)
-    at.run()
-    at.switch_page("pages/diagnosis.py").run()
-    for n in range(1, 6):
-        at.button(key=f"wt_reveal_{n}").click().run()
-    assert not at.exception
+    at = _revealed()
     text = _page_text(at)
     assert "TTFT p95 260 ms" in text and "Prefill takes 150 ms p50 (250 ms p95)" in text
     assert "TTFT p95 10,300 ms over its 2,000 ms objective" in text and "Measured at 1 request/s" in text
