@@ -1,5 +1,6 @@
 """Arrow text columns: duplicates found by hashing agree with exact counting; categories normalise blanks."""
 
+import re
 from collections import Counter
 from unittest.mock import patch
 
@@ -8,7 +9,19 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servebench.records.textcolumns import blank_mask, categorical, category_codes, duplicates, take, to_objects
+from servebench.errors import ServebenchError
+from servebench.records.loaded import LoadedRecords
+from servebench.records.loaders import parse_csv, to_table
+from servebench.records.schema import _FLOAT_RE, _INT_RE
+from servebench.records.textcolumns import (
+    blank_mask,
+    categorical,
+    category_codes,
+    duplicates,
+    plain_numbers,
+    take,
+    to_objects,
+)
 
 # short alphabets make repeats likely; lengths straddle the 8-byte words the hash reads
 ids = st.lists(st.one_of(st.none(), st.text(alphabet="ab\u00e9\U0001f600 ", max_size=20)), max_size=60)
@@ -57,3 +70,49 @@ def test_to_objects_and_take_keep_absent_values_as_none():
 def test_blank_mask_matches_python_strip(values, cut):
     arr = pa.array(values, pa.string()).slice(min(cut, len(values)))
     assert blank_mask(arr).tolist() == [v is None or not v.strip() for v in values[cut:]]
+
+
+# cells of a CSV number column: mostly digits and points (the fast path), sometimes a sign, exponent or space
+number_cells = st.lists(st.one_of(st.none(), st.text(alphabet="0123456789.", max_size=22),
+                                  st.text(alphabet="0123456789.+-e ", max_size=6)), max_size=40)
+
+
+@settings(max_examples=400, deadline=None)
+@given(number_cells, st.booleans(), st.integers(0, 5))
+def test_plain_numbers_agree_with_the_schemas_number_patterns(values, integer, offset):
+    """Where plain_numbers answers, it is exactly what the schema's regular expressions match (nulls: no match)."""
+    pattern = re.compile(_INT_RE if integer else _FLOAT_RE)
+    arr = pa.chunked_array([pa.array(values[:3], pa.string()), pa.array(values[3:], pa.string())])
+    for column, cells in ((arr, values), (pa.array(values, pa.string()).slice(offset), values[offset:])):
+        plain = plain_numbers(column, integer)
+        if plain is not None:
+            assert plain.tolist() == [v is not None and pattern.match(v) is not None for v in cells]
+    if all(v is None or set(v) <= set("0123456789" if integer else "0123456789.") for v in values) and \
+            not (integer and any(v is not None and len(v) > 18 for v in values)):
+        assert plain_numbers(arr, integer) is not None  # the common case takes the fast path
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.text(alphabet="0123456789.", min_size=1, max_size=8),
+                          st.text(alphabet="0123456789.", max_size=4),
+                          st.text(alphabet="0123456789", max_size=20)), min_size=1, max_size=12))
+def test_a_csv_of_plain_numbers_parses_as_through_the_patterns(rows):
+    """The fast path changes nothing: values, presence, bad cells and the first error are those of the regex path."""
+    data = ("start,end,status,output_tokens\n" + "".join(f"{a},{b},success,{c}\n" for a, b, c in rows)).encode()
+
+    def parsed() -> tuple[list, str | None]:
+        try:
+            rows_ = parse_csv(data, "r.csv")
+        except ServebenchError as exc:
+            return [], str(exc)
+        cols = [(name, [repr(v) for v in np.asarray(c.values).tolist()], c.present.tolist(), c.bad.tolist())
+                for name, c in rows_.columns.items() if name in ("start", "end", "output_tokens")]
+        try:
+            to_table(LoadedRecords(rows_, "csv", []))
+        except ServebenchError as exc:
+            return cols, str(exc)
+        return cols, None
+
+    fast = parsed()
+    with patch("servebench.records.schema.plain_numbers", return_value=None):
+        assert parsed() == fast

@@ -25,7 +25,7 @@ from servebench.errors import InputFormatError, RecordValidationError
 from servebench.records import token_times as tt
 from servebench.records.arrow_masks import all_false, bool_values, null_mask
 from servebench.records.statuses import STATUSES, Status
-from servebench.records.textcolumns import blank_mask, text_array
+from servebench.records.textcolumns import blank_mask, plain_numbers, text_array
 from servebench.records.token_times import LIST_ALIASES, LIST_FIELDS, ListColumn
 
 SUCCESS = 0  # index of "success" in STATUSES
@@ -452,12 +452,18 @@ def _arrow_column(arr: pa.ChunkedArray, name: str, optional_nan_is_missing: bool
     if name in FLOAT_FIELDS or name in INT_FIELDS:
         is_int_field = name in INT_FIELDS
         if is_text and text_numbers:
-            ok = pc.match_substring_regex(arr, _INT_RE if is_int_field else _FLOAT_RE).fill_null(False)
-            ok_np = bool_values(ok, null_as=False)
+            plain = plain_numbers(arr, integer=is_int_field)  # the patterns' answer for a column of plain numbers
+            if plain is not None:
+                ok_np = plain
+                cleaned = pc.if_else(pa.array(ok_np), text_array(arr), pa.scalar(None, arr.type)) \
+                    if np.count_nonzero(ok_np) < n else arr
+            else:
+                ok = pc.match_substring_regex(arr, _INT_RE if is_int_field else _FLOAT_RE).fill_null(False)
+                ok_np = bool_values(ok, null_as=False)
+                cleaned = pc.if_else(ok, pc.utf8_trim_whitespace(arr), pa.scalar(None, arr.type))
+                if is_int_field:  # "+4" is 4, as "+4.5" is 4.5 to the float cast; Arrow's integer cast refuses the sign
+                    cleaned = pc.replace_substring_regex(cleaned, pattern=r"^\+", replacement="")
             bad = present & ~ok_np
-            cleaned = pc.if_else(ok, pc.utf8_trim_whitespace(arr), pa.scalar(None, arr.type))
-            if is_int_field:  # "+4" is 4, as "+4.5" is 4.5 to the float cast; Arrow's integer cast refuses the sign
-                cleaned = pc.replace_substring_regex(cleaned, pattern=r"^\+", replacement="")
             target = pa.int64() if is_int_field else pa.float64()
             nums = pc.cast(cleaned, target)
         elif is_text:  # a typed file (Parquet) holds numbers as numbers: text is refused, as JSON's "5" is

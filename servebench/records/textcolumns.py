@@ -84,6 +84,47 @@ def _blank_chunk(chunk: pa.Array) -> np.ndarray:
     return blank
 
 
+# the bytes of a plain number as most files write them: digits, and for a float one decimal point
+_DIGIT_BYTES = np.zeros(256, dtype=bool)
+_DIGIT_BYTES[ord("0"):ord("9") + 1] = True
+_DECIMAL_BYTES = _DIGIT_BYTES.copy()
+_DECIMAL_BYTES[ord(".")] = True
+PLAIN_INT_DIGITS = 18  # an integer of at most this many digits is below the schema's limit (10**18)
+
+
+def plain_numbers(arr: pa.Array | pa.ChunkedArray, integer: bool) -> np.ndarray | None:
+    """Return which text values are plain numbers, or None when some value holds any other byte.
+
+    Plain: digits with at most one decimal point and at least one digit (``integer``: digits only, at most
+    :data:`PLAIN_INT_DIGITS` of them); null and empty values are not. A column of only such values (or empty
+    cells) is what a CSV writer gives, and for it this mask is what the schema's number patterns match,
+    from one pass over the bytes instead of a regular expression per value; a sign, an exponent or a space
+    anywhere gives None, and the caller matches the patterns.
+
+    >>> plain_numbers(pa.array(["1.5", "", "2", ".", "1.2.3", None, ".5"]), integer=False).tolist()
+    [True, False, True, False, False, False, True]
+    >>> print(plain_numbers(pa.array(["1.5", " 2"]), integer=False), plain_numbers(pa.array(["1.5"]), integer=True))
+    None None
+    """
+    parts = []
+    for chunk in chunks_of(arr):
+        chunk, offsets, data = _string_buffers(chunk)
+        body = data[offsets[0]:offsets[-1]]
+        if not (_DIGIT_BYTES if integer else _DECIMAL_BYTES)[body].all():
+            return None
+        lengths = np.diff(offsets)
+        if integer:
+            if lengths.size and lengths.max() > PLAIN_INT_DIGITS:
+                return None
+            digits = lengths
+        else:  # each value's decimal points: the values the points fall in (a point's row is its last offset <= it)
+            points = np.bincount(np.searchsorted(offsets, np.flatnonzero(body == ord(".")) + offsets[0],
+                                                 side="right") - 1, minlength=len(lengths))
+            digits = np.where(points <= 1, lengths - points, 0)
+        parts.append((digits > 0) & ~null_mask(chunk))
+    return join_masks(parts)
+
+
 def _has_blank(arr: pa.Array) -> bool:
     """Whether some value is blank but not null (blank_mask counts nulls too)."""
     return np.count_nonzero(blank_mask(arr)) > arr.null_count
