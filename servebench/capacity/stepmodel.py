@@ -214,7 +214,8 @@ class StepModel(BaseModel):
         """
         extra = 0.0
         if idle_s > IDLE_EPS_S:
-            extra += self.wake_s * float(wake_share(np.asarray(idle_s), self.wake_tau_s))
+            if self.wake_s:  # 0 x the share is 0: no numpy call per step after idle without a wake term
+                extra += self.wake_s * float(wake_share(np.asarray(idle_s), self.wake_tau_s))
         elif after_prefill:
             extra += self.after_prefill_s
         return extra

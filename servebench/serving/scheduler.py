@@ -96,6 +96,7 @@ from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -251,7 +252,7 @@ class StepPlan:
     @property
     def prefill_tokens(self) -> int:
         """Return the prompt tokens this step computes."""
-        return sum(n for _, n in self.prefill)
+        return sum(n for _, n in self.prefill) if self.prefill else 0
 
     @property
     def batched_tokens(self) -> int:
@@ -309,6 +310,9 @@ class _Seq:
         self.join_id = 0
 
 
+_ORDER = attrgetter("order")  # a running sequence's place in running order
+
+
 class Scheduler:
     """Continuous-batching scheduler: see the module docstring for the protocol."""
 
@@ -320,6 +324,8 @@ class Scheduler:
         self._deadlines: list[tuple[float, int, str]] = []
         self._counter = 0
         self._free_blocks = config.num_blocks
+        # the frozen config's values the hot path reads on every step
+        self._paged, self._bs, self._num_blocks = config.policy == "paged", config.block_size_tokens, config.num_blocks
         self._reserved_tokens = 0
         self._held_tokens = 0  # tokens whose KV is computed, over running sequences (outside the prefix cache)
         self.cache: PrefixCache | None = PrefixCache() if config.prefix_caching else None
@@ -440,8 +446,9 @@ class Scheduler:
         """Plan a step in which every decoder decodes, as one cohort; None when that is not the step the
         per-sequence loop would plan (a decoder skipped for budget, or KV short: preemption or eviction)."""
         cfg = self.config
-        for seq in [q for q in self._others if q.decoding and not q.in_flight]:
-            self._join(seq)
+        if self._others:
+            for seq in [q for q in self._others if q.decoding and not q.in_flight]:
+                self._join(seq)
         n = len(self._members)
         budget: float = math.inf if cfg.max_num_batched_tokens is None else cfg.max_num_batched_tokens
         chunks: list[tuple[_Seq, int]] = []
@@ -462,18 +469,22 @@ class Scheduler:
         if budget < n - counted:
             return None
         budget -= n - counted
-        paged = cfg.policy == "paged"
-        if paged:
-            bs = cfg.block_size_tokens
+        if self._paged:
+            bs = self._bs
             need = self._residues.get(-self._clock % bs, 0) if n else 0
-            needs = [-(-(seq.computed + chunk) // bs) - seq.blocks - seq.shared for seq, chunk in chunks]
-            if need + sum(x for x in needs if x > 0) > self._free_blocks:
+            if chunks:
+                needs = [-(-(seq.computed + chunk) // bs) - seq.blocks - seq.shared for seq, chunk in chunks]
+                if need + sum(x for x in needs if x > 0) > self._free_blocks:
+                    return None
+                self._free_blocks -= need
+                for (seq, _), x in zip(chunks, needs):
+                    if x > 0:
+                        seq.blocks += x
+                        self._free_blocks -= x
+            elif need > self._free_blocks:
                 return None
-            self._free_blocks -= need
-            for (seq, _), x in zip(chunks, needs):
-                if x > 0:
-                    seq.blocks += x
-                    self._free_blocks -= x
+            else:
+                self._free_blocks -= need
         plan = StepPlan(now)
         for seq, chunk in chunks:
             seq.in_flight = True
@@ -482,7 +493,7 @@ class Scheduler:
             plan.decode = list(self._member_rids)
             plan.cohort = True
             self._cohort_plan = plan
-        if prefill:
+        if prefill and self._waiting:
             budget = self._admit(now, plan, budget)
         plan.kv_tokens_used = self.kv_tokens_used
         plan.kv_tokens_read = self._cbase_sum + n * self._clock + n
@@ -504,15 +515,15 @@ class Scheduler:
     @property
     def kv_tokens_used(self) -> int:
         """Return KV tokens taken: reserved (reserve) or held in whole blocks (paged)."""
-        bs = self.config.block_size_tokens
-        if self.config.policy == "reserve":
-            return self._reserved_tokens + self._held_cache_blocks() * bs
-        return (self.config.num_blocks - self._free_blocks - self._num_evictable()) * bs
+        if self._paged:
+            cache = self.cache
+            return (self._num_blocks - self._free_blocks - (0 if cache is None else cache.num_evictable)) * self._bs
+        return self._reserved_tokens + self._held_cache_blocks() * self._bs
 
     @property
     def kv_tokens_held(self) -> int:
         """Return tokens whose KV is computed and kept (less than ``kv_tokens_used`` by what is reserved or rounded)."""
-        return self._held_tokens + self._held_cache_blocks() * self.config.block_size_tokens
+        return self._held_tokens if self.cache is None else self._held_tokens + self._held_cache_blocks() * self._bs
 
     @property
     def kv_tokens_cached(self) -> int:
@@ -697,7 +708,8 @@ class Scheduler:
         kv_read = 0
         starved = False  # a running sequence could not get KV: admit nobody this step
         decoding, prefilling = plan.decode, plan.prefill
-        for seq in list(self._running):
+        # without decode only prompts are planned: the cohort's members all decode, so the others (running order) suffice
+        for seq in list(self._running if decode else self._others):
             if seq.in_flight or not seq.running:  # in flight, or preempted earlier in this step
                 continue
             if seq.decoding:
@@ -1017,7 +1029,8 @@ class Scheduler:
                 ended.append(seq)
             else:
                 break
-        ended.sort(key=lambda q: q.order)
+        if len(ended) > 1:
+            ended.sort(key=_ORDER)
         return [self._finish(seq, now, "success", None) for seq in ended]
 
     def max_decode_steps(self, plan: StepPlan) -> int:
@@ -1067,6 +1080,10 @@ class Scheduler:
         if self.config.policy != "paged":
             return max(k, 1)
         first = self._cohort_blocks(1)  # allocated by step() already
+        # each member crosses at most 1 + (k - 1) // bs block boundaries in k steps: when that many blocks are free,
+        # so is what the run needs, without counting them (the usual case: KV is short only near preemption)
+        if len(self._members) * (1 + (k - 1) // self.config.block_size_tokens) - first <= self._free_blocks:
+            return k
         return self._longest_run(k, lambda steps: self._cohort_blocks(steps) - first)
 
     def extend(self, plan: StepPlan, steps: int) -> None:

@@ -262,6 +262,7 @@ class _EventLoop:
         self.push_lags = self.lags if self.busy_lags is None else _floats(np.zeros(rows))
         self.lagged = any(self.lags) or self.busy_lags is not None
         self.lead = model.emit_lead_s  # a step's tokens are stamped this long before it ends
+        self.extras = bool(model.wake_s or model.after_prefill_s)  # steps take time for what came before them
         self.noise = noise  # each step's time factor, in step order (None: the model's time exactly)
         self.last_end = 0.0  # when the engine loop's last step or run ends (it starts idle at 0)
         self.last_prefill = False  # whether that step had prompt tokens
@@ -460,7 +461,8 @@ class _EventLoop:
         sched = self.sched
         if not self.busy and sched.has_work:
             plan = sched.step(now)
-            self._finish(plan.ended, now)  # preempted into a full queue: failed at once
+            if plan.ended:
+                self._finish(plan.ended, now)  # preempted into a full queue: failed at once
             if not plan.is_empty:
                 self._start_run(now, plan, 0)
 
@@ -469,7 +471,8 @@ class _EventLoop:
         sched = self.sched
         if sched.num_waiting:  # whole prompts on this lane: only admissions start new prefills
             plan = sched.step(now, decode=False)
-            self._finish(plan.ended, now)
+            if plan.ended:
+                self._finish(plan.ended, now)
             if plan.prefill:
                 longest = 0.0
                 for rid, chunk in plan.prefill:
@@ -483,14 +486,15 @@ class _EventLoop:
                                      sched.kv_tokens_held, len(plan.prefill), len(plan.admitted), len(plan.preempted)))
         if not self.busy and sched.num_running:
             plan = sched.step(now, prefill=False)
-            self._finish(plan.ended, now)
+            if plan.ended:
+                self._finish(plan.ended, now)
             if plan.decode:
                 self._start_run(now, plan, 1)
 
     def _start_run(self, now: float, plan: StepPlan, lane: int) -> None:
         """Time a plan (a pure decode plan may become a run of steps) and schedule its end."""
         d, prefill_tokens, prefill_seqs = len(plan.decode), plan.prefill_tokens, len(plan.prefill)
-        extra = self.model.extra_s(now - self.last_end, self.last_prefill)
+        extra = self.model.extra_s(now - self.last_end, self.last_prefill) if self.extras else 0.0
         if prefill_seqs or d == 0:
             dur = self.model.step_s(prefill_tokens, d, plan.kv_tokens_read, prefill_seqs)
             if extra:
