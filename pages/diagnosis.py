@@ -25,6 +25,7 @@ from servebench.dashboard.verdict_tables import (
     bindings_frame,
     bindings_heading,
     evidence_frame,
+    limit_words,
     profiles_frame,
     read_profile_table,
     rules_frame,
@@ -87,16 +88,17 @@ def render_verdict(v: diagnosis.Verdict, unit: str) -> None:
     metric(c[2], "tpot_growth", "TPOT growth under load", fmt(v.tpot_growth),
            "TPOT p50 with many sequences / with few.")
     metric(c[3], "bytes_per_token", "KV bytes per token", fmt(v.bytes_per_token))
-    static_table(evidence_frame(v, unit))
+    engineer = engineer_view()  # the rules' names for measurements and limits, as the CLI and the JSON give them
+    static_table(evidence_frame(v, unit, engineer))
     st.markdown(f"**Why this verdict.** {v.explanation}")
     for gap in v.cannot_tell:
         st.info(f"Cannot tell: {gap}")
-    st.caption("Every rule, in precedence order (" + " > ".join(diagnosis.PRECEDENCE) +
+    st.caption("Every rule, in precedence order (" + " > ".join(map(limit_words, diagnosis.PRECEDENCE)) +
                "): with a symptom, the first rule whose every condition holds wins.")
-    static_table(rules_frame(v, unit))
+    static_table(rules_frame(v, unit, engineer))
     if v.bindings:
         st.markdown(bindings_heading(v))
-        static_table(bindings_frame(v))
+        static_table(bindings_frame(v, engineer))
     st.markdown(f"**What prefill contributes.** {v.prefill}")
     st.markdown(f"**Experiment.** {v.experiment.action}  \n**Confirms:** {v.experiment.confirm}  \n"
                 f"**Refutes:** {v.experiment.refute}")

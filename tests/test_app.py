@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -167,6 +168,22 @@ def test_llmperf_file_without_timestamps_shows_rates_as_na() -> None:
     assert m["Successful requests/s"] == "n/a" and m["Successful output tokens/s"] == "n/a"
     assert "Peak active requests" not in m  # every request on its own clock from 0: no concurrency to show
     assert m["Latency p95 (ms)"] not in ("n/a", "—")
+
+
+def test_token_timing_after_summary_shows_the_gaps_summarys_own_report_leaves_out() -> None:
+    """Summary's report on records with token times has no ITL (it shows none: the gaps were most of an upload's
+    report); Token timing, opened next, gets the report with them, built beside Summary, and its numbers are
+    those of the full report."""
+    recs = [{"start": i, "first_token": i + 0.1, "end": i + 1.05, "status": "success", "output_tokens": 4,
+             "token_times": [i + 0.1, i + 0.2, i + 0.4, i + 1.0 + 0.01 * i]} for i in range(6)]
+    at = _app()
+    at.file_uploader(key="records_upload").set_value(("tokens.json", json.dumps(recs).encode(),
+                                                      "application/json")).run()
+    assert not at.exception and not at.error and _metrics(at)["Requests"] == "6"
+    at.switch_page("pages/token_timing.py").run()
+    assert not at.exception and not at.error
+    m = _metrics(at)
+    assert m["ITL p50 (ms)"] == "200" and m["ITL p99 (ms)"] == "650"  # gaps 0.1, 0.2 and 0.6 to 0.65 s
 
 
 def test_aiperf_token_times_are_carried_over_with_the_servers_token_counts() -> None:
@@ -554,7 +571,7 @@ def test_diagnosis_of_the_sample_leads_with_one_consistent_headline() -> None:
     assert "Measured at 1.02 requests/s, it completed 0.917/s (10% not successful" in head
     assert "decode binds at this load" in head
     said = " ".join(x.value for x in at.markdown)
-    assert "**decode** binds at the measured load" in said and "1.44" not in said
+    assert "**Decode** binds at the measured load" in said and "1.44" not in said  # the limit in words
     data = (IMPORTER_DATA / "guidellm-0.8.1-errors.json").read_bytes()
     at.file_uploader(key="records_upload").set_value(("guidellm-0.8.1-errors.json", data, "application/json")).run()
     assert not at.exception and not at.error

@@ -11,6 +11,7 @@ from servebench.dashboard.verdict_tables import (
     bindings_frame,
     bindings_heading,
     evidence_frame,
+    limit_words,
     profiles_frame,
     read_profile_table,
     rules_frame,
@@ -48,14 +49,21 @@ def test_the_measurements_read_in_words_with_units_and_times_in_ms(profiles) -> 
     assert engineer.set_index("field").loc["queue_wait_p50_s", "measurement"] == "Queue wait p50 (ms; arrival to admission)"
 
 
-def test_the_evidence_and_rules_read_times_in_the_unit_asked(profiles) -> None:
+def test_the_evidence_and_rules_read_in_words_times_in_the_unit_asked_and_shares_as_percents(profiles) -> None:
     b = diagnosis.diagnose_table(profiles, "ms")[1]
     ev = evidence_frame(b, "ms").set_index("measurement")
-    assert ev.loc["ttft_p95", ["value", "threshold"]].tolist() == ["10,300 ms", "2,000 ms"]
+    assert not [name for name in ev.index if "_" in name]  # words, not the rules' keys
+    assert ev.loc["TTFT p95", ["value", "threshold"]].tolist() == ["10,300 ms", "2,000 ms"]
+    assert ev.loc["Queue wait share of TTFT p95", ["value", "threshold"]].tolist() == ["84.5%", "50%"]
+    assert ev.loc["TPOT growth (many active / few)", ["value", "threshold"]].tolist() == ["1.03x", "1.25x"]
     assert "queue wait p95 8,700 ms of TTFT p95 10,300 ms" in ev["note"].tolist()
-    assert "ttft_p95_s" not in ev.index and "ttft_p95_s" not in " ".join(rules_frame(b, "ms")["conditions"])
-    in_s = evidence_frame(diagnosis.diagnose_table(profiles)[1]).set_index("measurement")  # the CLI's: seconds
-    assert in_s.loc["ttft_p95_s", ["value", "threshold"]].tolist() == ["10.3", "2"]
+    conditions = " ".join(rules_frame(b, "ms")["conditions"])
+    assert "Queue wait share of TTFT p95 >= 50%: yes" in conditions and "_" not in conditions
+    engineer = evidence_frame(b, "ms", engineer=True).set_index("field")  # the keys, for engineers
+    assert engineer.loc["ttft_p95_s", "measurement"] == "TTFT p95"
+    in_s = evidence_frame(diagnosis.diagnose_table(profiles)[1]).set_index("measurement")
+    assert in_s.loc["TTFT p95", ["value", "threshold"]].tolist() == ["10.3 s", "2 s"]
+    assert bindings_heading(b) == "**Where each limit binds as load grows**: **KV memory** binds at the measured load."
 
 
 def test_a_bad_profile_table_is_one_line_naming_the_file() -> None:
@@ -71,9 +79,11 @@ def test_the_verdicts_tables_say_what_was_not_measured(profiles) -> None:
     for v in verdicts:
         ev, rules = evidence_frame(v), rules_frame(v)
         assert len(ev) == len(v.evidence) and set(ev["crossed"]) <= {"yes", "no", "not measured"}
-        assert list(rules["limit"]) == [r.limit for r in v.rules]
+        assert list(rules["limit"]) == [limit_words(r.limit) for r in v.rules]  # in words
+        assert list(rules_frame(v, engineer=True)["field"]) == [r.limit for r in v.rules]  # keys for engineers
     table, ws, we = load_table(SAMPLE / "requests_sample.csv")
     v = diagnosis.diagnose_records(table, ws, we, name="sample")  # no admitted: some conditions not measured
     assert "not measured" in " ".join(rules_frame(v)["conditions"])
-    assert list(bindings_frame(v)["limit"]) == [b.limit for b in v.bindings]
+    assert list(bindings_frame(v)["limit"]) == [limit_words(b.limit) for b in v.bindings]
+    assert list(bindings_frame(v, engineer=True)["field"]) == [b.limit for b in v.bindings]
     assert bindings_heading(v).startswith("**Where each limit binds as load grows**")

@@ -11,49 +11,85 @@ from __future__ import annotations
 import pandas as pd
 from pydantic import ValidationError
 
-from servebench.analysis.diagnosis import Evidence, ProfileTable, Verdict, shown_measurement
+from servebench.analysis.diagnosis import LIMIT_WORDS, Evidence, ProfileTable, Verdict
 from servebench.dashboard.wording import s_to_ms
 from servebench.errors import InputFormatError
-from servebench.formatting import fmt, fmt_share
+from servebench.formatting import fmt, fmt_share, fmt_time
 from servebench.output.plain import validation_text
 
 CROSSED = {True: "yes", False: "no", None: "not measured"}
 
 
+# The rules' measurements in words, and how their values read: 'time' (seconds, shown in the page's unit), 'share'
+# (a percent), 'times' (a ratio, '1.03x'), else fmt. The server's own metrics keep their names (Prometheus's).
+MEASUREMENT_WORDS: dict[str, tuple[str, str]] = {
+    "ttft_p95_s": ("TTFT p95", "time"), "timeouts": ("Timeouts", ""), "rejected": ("Rejected at admission", ""),
+    "tpot_growth": ("TPOT growth (many active / few)", "times"),
+    "tpot_growth_at_load": ("TPOT growth at the typical load", "times"),
+    "peak_active / max_concurrent_sequences": ("Peak active / the KV limit", ""),
+    "share_at_peak": ("Share of the run at the peak", "share"),
+    "queue_share_of_ttft": ("Queue wait share of TTFT p95", "share"),
+    "prefill_share_of_ttft": ("Prefill share of TTFT p95", "share"),
+    "utilization": ("Utilization of the KV limit", "share"),
+}
+
+
+def _value(kind: str, value: float | None, unit: str) -> str:
+    if kind == "time":
+        return fmt_time(value, unit)
+    if kind == "share":
+        return fmt_share(value)
+    if kind == "times" and value is not None:
+        return f"{fmt(value, 3)}x"
+    return fmt(value)
+
+
 def _shown(e: Evidence, unit: str) -> tuple[str, str, str]:
-    """Return (name, value, threshold) of a measurement: a time in ``unit`` (``shown_measurement``), else by ``fmt``."""
-    if unit != "s" and e.measurement.endswith("_s"):
-        return shown_measurement(e, unit)
-    return e.measurement, fmt(e.value), fmt(e.threshold)
+    """Return (words, value, threshold) of a measurement: a time in ``unit``, a share as a percent."""
+    words, kind = MEASUREMENT_WORDS.get(e.measurement, (e.measurement, ""))
+    return words, _value(kind, e.value, unit), _value(kind, e.threshold, unit)
 
 
-def evidence_frame(v: Verdict, unit: str = "s") -> pd.DataFrame:
+def limit_words(limit: str) -> str:
+    """Return a limit as a sentence starts it ('KV memory', 'Decode'), not its key.
+
+    >>> limit_words("kv_memory"), limit_words("queueing")
+    ('KV memory', 'Queueing')
+    """
+    words = LIMIT_WORDS.get(limit, limit)
+    return words[:1].upper() + words[1:]
+
+
+def evidence_frame(v: Verdict, unit: str = "s", engineer: bool = False) -> pd.DataFrame:
     """Return each measurement of the verdict against its rule's threshold, with whether it crossed it.
 
-    A time reads in ``unit`` ('s' or 'ms'), its name without '_s' and its numbers with the unit, as the notes are.
+    Measurements read in words, a time in ``unit`` ('s' or 'ms') and a share as a percent; ``engineer`` adds a
+    'field' column with the rule's name for it (``queue_share_of_ttft``), as the CLI and the JSON give it.
     """
     rows = []
     for e in v.evidence:
-        name, value, threshold = _shown(e, unit)
-        rows.append({"measurement": name, "value": value, "rule": e.rule, "threshold": threshold,
-                     "crossed": CROSSED[e.crossed], "note": e.note})
+        words, value, threshold = _shown(e, unit)
+        rows.append({"measurement": words, **({"field": e.measurement} if engineer else {}), "value": value,
+                     "rule": e.rule, "threshold": threshold, "crossed": CROSSED[e.crossed], "note": e.note})
     return pd.DataFrame(rows)
 
 
-def rules_frame(v: Verdict, unit: str = "s") -> pd.DataFrame:
-    """Return every rule in precedence order: whether it holds, and each condition with its outcome (times in
-    ``unit``)."""
+def rules_frame(v: Verdict, unit: str = "s", engineer: bool = False) -> pd.DataFrame:
+    """Return every rule in precedence order: whether it holds, and each condition with its outcome, in words (times
+    in ``unit``); ``engineer`` adds the limit's key."""
     def said(c: Evidence) -> str:
-        name, _, threshold = _shown(c, unit)
-        return f"{name} {c.rule} {threshold}: {CROSSED[c.crossed]}"
+        words, _, threshold = _shown(c, unit)
+        return f"{words} {c.rule} {threshold}: {CROSSED[c.crossed]}"
 
-    return pd.DataFrame([{"limit": r.limit, "holds": "yes" if r.holds else "no",
+    return pd.DataFrame([{"limit": limit_words(r.limit), **({"field": r.limit} if engineer else {}),
+                          "holds": "yes" if r.holds else "no",
                           "conditions": "; ".join(said(c) for c in r.conditions)} for r in v.rules])
 
 
-def bindings_frame(v: Verdict) -> pd.DataFrame:
+def bindings_frame(v: Verdict, engineer: bool = False) -> pd.DataFrame:
     """Return where each limit binds as load grows: the rate, the requests in service there, and how it was found."""
-    return pd.DataFrame([{"limit": b.limit, "rate (requests/s)": fmt(b.rate_per_s), "in service": fmt(b.in_service),
+    return pd.DataFrame([{"limit": limit_words(b.limit), **({"field": b.limit} if engineer else {}),
+                          "rate (requests/s)": fmt(b.rate_per_s), "in service": fmt(b.in_service),
                           "× the measured rate": fmt(b.headroom), "how": b.basis} for b in v.bindings])
 
 
@@ -63,9 +99,9 @@ def bindings_heading(v: Verdict) -> str:
     if first is None:
         said = " (none estimated from this data)."
     elif v.headline is not None and v.headline.standing == "at_limit":
-        said = f": **{first.limit}** binds at the measured load."
+        said = f": **{limit_words(first.limit)}** binds at the measured load."
     else:
-        said = f": **{first.limit}** first."
+        said = f": **{limit_words(first.limit)}** first."
     return "**Where each limit binds as load grows**" + said
 
 
