@@ -14,16 +14,23 @@ Baselines measured in the same run:
   2026-11-30   ``simulate()`` at 10k with the code of commit 7321efc (before token timing), from a
                ``git archive`` of it, in a fresh process beside this code's (issue 31's reference)
 Each scale figure is also set against the previously committed result, with that file's commit.
+``--instructions`` also counts the instructions a ``simulate()`` request costs (valgrind's cachegrind, no cache
+simulation, hash seed 0): this code, the 2026-11-30 baseline and the code that wrote the committed results, each
+at 1,000 and 5,000 requests, the difference over the 4,000 between (imports and warm-up cancel). CPU time on this
+shared machine drifts 1.0x to 1.4x between runs of the same code; an instruction count moves under 2%.
 Results: benchmarks/results/simulate.json.
 
-    python benchmarks/simulate.py [--repeat 2] [--sizes 10000,100000,1000000]
+    python benchmarks/simulate.py [--repeat 2] [--sizes 10000,100000,1000000] [--instructions]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
+import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -168,14 +175,49 @@ def command_line(n: int, workdir: Path) -> dict[str, Any]:
             "peak_rss_mb": found["peak_rss_bytes"] / 2**20, "file_bytes": files}
 
 
-def baseline_tree(workdir: Path) -> str:
-    """Extract the code of BASELINE_COMMIT (its package and sample data) into ``workdir``; return its root."""
-    root = workdir / f"baseline_{BASELINE_COMMIT}"
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", BASELINE_COMMIT, "servebench", "sample_data"],
+def baseline_tree(workdir: Path, commit: str = BASELINE_COMMIT) -> str:
+    """Extract the code of ``commit`` (its package and sample data) into ``workdir``; return its root."""
+    root = workdir / f"baseline_{commit}"
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", commit, "servebench", "sample_data"],
                              check=True, capture_output=True).stdout
     with tarfile.open(fileobj=__import__("io").BytesIO(archive)) as tar:
         tar.extractall(root, filter="data")
     return str(root)
+
+
+INSTRUCTION_SIZES = (1_000, 5_000)
+
+
+def instructions_case(before_commit: str) -> dict[str, Any]:
+    """Instructions per ``simulate()`` request (paged_chat) of this code, the 2026-11-30 baseline and ``before_commit``."""
+    if shutil.which("valgrind") is None:
+        raise SystemExit("--instructions needs valgrind on PATH (apt-get install -y valgrind)")
+    site = next(p for p in sys.path if p.endswith("site-packages"))
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    with tempfile.TemporaryDirectory(prefix="sb-instr-") as tmp:
+        trees = {"this_code": "-", BASELINE_COMMIT: baseline_tree(Path(tmp))}
+        if before_commit and before_commit != BASELINE_COMMIT:
+            trees[before_commit] = baseline_tree(Path(tmp), before_commit)
+        procs = {}
+        for name, code in trees.items():
+            for n in INSTRUCTION_SIZES:
+                python = [sys.executable, "-S"] if code != "-" else [sys.executable]
+                argv = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null", *python,
+                        "-c", _IN_PROCESS, code, str(n), "1", site if code != "-" else str(REPO)]
+                procs[name, n] = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                                  env=env)
+        counts = {}
+        for key, proc in procs.items():
+            _, err = proc.communicate()
+            found = re.search(r"I\s+refs:\s+([\d,]+)", err)
+            if proc.returncode != 0 or found is None:
+                raise RuntimeError(f"valgrind of {key} failed: {err[-2000:]}")
+            counts[key] = int(found.group(1).replace(",", ""))
+    span = INSTRUCTION_SIZES[1] - INSTRUCTION_SIZES[0]
+    per = {name: (counts[name, INSTRUCTION_SIZES[1]] - counts[name, INSTRUCTION_SIZES[0]]) / span for name in trees}
+    return {"sizes": list(INSTRUCTION_SIZES), "per_request": per,
+            "ratios": {name: per["this_code"] / v for name, v in per.items() if name != "this_code"},
+            "note": "instructions per simulate() request of paged_chat, valgrind cachegrind; ratios: this code / that"}
 
 
 def previous(path: Path) -> tuple[dict[str, Any], str]:
@@ -225,6 +267,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2, help="Runs per timed case (best is kept).")
     parser.add_argument("--sizes", default=",".join(map(str, SCALE_SIZES)),
                         help="Request counts of the scale cases, comma-separated (empty: skip them).")
+    parser.add_argument("--instructions", action="store_true",
+                        help="Also count instructions per simulate() request with valgrind (a noise-free ratio).")
     args = parser.parse_args()
     before, before_commit = previous(RESULTS / "simulate.json")
     b = load_scenario(SCENARIOS / "profile_b.yaml")
@@ -240,6 +284,8 @@ def main() -> None:
     sizes = [int(x) for x in args.sizes.split(",") if x]
     if sizes:
         results["scale"] = scale_case(sizes, args.repeat, before, before_commit)
+    if args.instructions:
+        results["instructions"] = instructions_case(before_commit)
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / "simulate.json"
     out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
@@ -257,6 +303,10 @@ def main() -> None:
             print(f"{key}: {case['cpu_s']:.2f} CPU s, {case['peak_rss_mb']:,.0f} MB peak"
                   + (f" ({prev['cpu_ratio']:.2f}x CPU, {prev['peak_rss_ratio']:.2f}x memory of {prev['commit']})"
                      if prev else ""))
+    ins = results.get("instructions")
+    if ins:
+        print("instructions per simulate() request: " + ", ".join(f"{k} {v:,.0f}" for k, v in ins["per_request"].items())
+              + "; this code " + ", ".join(f"{v:.3f}x {k}" for k, v in ins["ratios"].items()))
     base = results.get("scale", {}).get("baseline_2026_11_30")
     if base:
         print(f"simulate() at 10k: {base['cpu_ratio']:.2f}x the CPU of {BASELINE_COMMIT} (2026-11-30), "
