@@ -61,8 +61,9 @@ def render_headline(v: diagnosis.Verdict) -> None:
            else CAPACITY_PREFIX[h.standing] + capacity, h.capacity_basis)
     metric(c[2], "binding_limit", "Limit that binds", LIMIT_TITLES.get(h.limit, h.limit) if h.limit else fmt(None),
            "At this load when the verdict names a limit; else the first to bind as load grows.")
-    if h.evidence:
-        st.markdown("**Evidence**\n\n" + "\n".join(f"- {safe_text(e)}" for e in h.evidence))
+    lines = h.evidence if engineer_view() else h.evidence_words or h.evidence  # the rules' keys for engineers only
+    if lines:
+        st.markdown("**Evidence**\n\n" + "\n".join(f"- {safe_text(e)}" for e in lines))
 
 
 def render_verdict(v: diagnosis.Verdict, unit: str) -> None:
@@ -90,7 +91,7 @@ def render_verdict(v: diagnosis.Verdict, unit: str) -> None:
     metric(c[3], "bytes_per_token", "KV bytes per token", fmt(v.bytes_per_token))
     engineer = engineer_view()  # the rules' names for measurements and limits, as the CLI and the JSON give them
     static_table(evidence_frame(v, unit, engineer))
-    st.markdown(f"**Why this verdict.** {v.explanation}")
+    st.markdown(f"**Why this verdict.** {v.explanation if engineer else v.explanation_words or v.explanation}")
     for gap in v.cannot_tell:
         st.info(f"Cannot tell: {gap}")
     st.caption("Every rule, in precedence order (" + " > ".join(map(limit_words, diagnosis.PRECEDENCE)) +

@@ -956,3 +956,20 @@ def test_cache_experiment_table_writes_the_hit_rate_as_its_metric_does() -> None
     table = next(t for t in _tables(at) if "metric" in t.columns).set_index("metric")
     assert table.loc["token hit rate", "caching on"] == _metrics(at)["Token hit rate"]
     assert table.loc["token hit rate", "caching off"] == "—"  # no cache, no hit rate to measure
+
+
+def test_diagnosis_headline_evidence_and_why_in_words_keys_in_the_engineer_view() -> None:
+    """Issue 36: the evidence under the headline and 'Why this verdict' named rules by key (ttft_p95, kv_memory)."""
+    at = _app()
+    at.switch_page("pages/diagnosis.py").run()
+    at.radio(key="diag_mode").set_value("Diagnose a profile table").run()
+    assert not at.exception and not at.error
+    said = " ".join(x.value for x in at.markdown)
+    assert "Why this verdict.** KV memory because its whole pattern holds" in said
+    assert "- TTFT p95 10,300 ms > 2,000 ms: TTFT p95 above the objective" in said
+    assert "kv_memory because" not in said and "ttft_p95" not in said
+    at.session_state["engineer_view"] = True
+    at.run()
+    said = " ".join(x.value for x in at.markdown)
+    assert "Why this verdict.** kv_memory because its whole pattern holds" in said
+    assert "- ttft_p95 10,300 ms > 2,000 ms" in said

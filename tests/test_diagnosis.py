@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -689,3 +690,20 @@ def test_the_sentences_give_times_in_the_unit_asked_and_one_request_per_second_i
             s.model_dump(exclude={"summary", "prefill", "experiment", "headline", "evidence", "rules", "bindings",
                                   "first_to_bind"})
         assert [e.value for e in ms.evidence] == [e.value for e in s.evidence]
+
+
+def test_the_headline_and_explanation_also_come_in_words_for_the_dashboard() -> None:
+    """Issue 36: the rules' keys (kv_memory, ttft_p95_s) behind the engineer view; the JSON keeps them as they were."""
+    a, b = diagnose_table(ab(), "ms")
+    assert b.explanation.startswith("kv_memory because its whole pattern holds given the symptoms")
+    assert b.explanation_words.startswith("KV memory because its whole pattern holds given the symptoms (TTFT p95, "
+                                          "Timeouts")
+    assert "TTFT p95 10,300 ms > 2,000 ms: TTFT p95 above the objective" in b.headline.evidence_words
+    assert len(b.headline.evidence_words) == len(b.headline.evidence)
+    snake = re.compile(r"\b[a-z]+_[a-z_]+\b")  # a key: kv_memory, ttft_p95, queue_share_of_ttft
+    assert snake.findall(" ".join([b.explanation, *b.headline.evidence]))  # the CLI's sentences keep the keys
+    for v in (a, b):
+        assert not snake.findall(" ".join([v.explanation_words, *v.headline.evidence_words])), v.explanation_words
+        dumped = v.model_dump(mode="json")
+        assert "explanation_words" not in dumped and "evidence_words" not in dumped["headline"]
+    assert "nothing limits it" in a.explanation_words and "KV memory binds first" in a.explanation_words

@@ -56,7 +56,7 @@ from servebench.analysis.timeline import active_counts
 from servebench.capacity import kv
 from servebench.capacity.stepmodel import StepModel
 from servebench.errors import ConfigError
-from servebench.formatting import fmt, fmt_percent, fmt_rate, fmt_time
+from servebench.formatting import fmt, fmt_percent, fmt_rate, fmt_share, fmt_time
 from servebench.records.server_samples import ServerSamples
 from servebench.records.table import RecordTable
 
@@ -213,6 +213,9 @@ class Headline(BaseModel):
                                                           "at most) that limit binds; None when not estimated.")
     capacity_basis: str = Field(description="How the capacity was estimated, or why it was not.")
     evidence: list[str] = Field(default_factory=list, description="The measurements behind it, one per line.")
+    evidence_words: list[str] = Field(default_factory=list, exclude=True,
+                                      description="The same lines with each measurement named in words, for a reader "
+                                                  "who does not know the rules' keys (the dashboard; not in the JSON).")
     text: str = Field(description="The answer in one or two sentences.")
 
 
@@ -240,6 +243,8 @@ class Verdict(BaseModel):
                                                                 "over TPOT with one in service.")
     rules: list[RuleCheck] = Field(default_factory=list, description="Every rule, in precedence order.")
     explanation: str = Field("", description="Why this verdict, in one sentence.")
+    explanation_words: str = Field("", exclude=True, description="The same sentence naming limits and measurements in "
+                                                                 "words (the dashboard; not in the JSON).")
     first_to_bind: Binding | None = Field(None, description="The limit that binds first as load grows.")
     bindings: list[Binding] = Field(default_factory=list, description="Every limit's estimated binding rate.")
     cannot_tell: list[str] = Field(default_factory=list, description="What this data cannot tell.")
@@ -519,6 +524,7 @@ def diagnose(m: ProfileMeasurements, *, shape: kv.ModelShape | None = None, budg
         experiment=Experiment(action="", confirm="", refute=""), measurements=m, **out)
     verdict.summary = _summary(verdict, bool(symptoms), unit)
     verdict.explanation = _explanation(verdict, symptoms, winner)
+    verdict.explanation_words = _explanation(verdict, symptoms, winner, words=True)
     verdict.prefill = _prefill_text(verdict, unit)
     verdict.experiment = _experiment(verdict, shape, budget_bytes, policy, expected_output_tokens, unit)
     verdict.headline = _headline(verdict, symptoms, winner, unit)
@@ -617,6 +623,46 @@ def _binds_now(limit: Limit, m: ProfileMeasurements, bindings: list[Binding]) ->
 LIMIT_WORDS = {"kv_memory": "KV memory", "queueing": "queueing", "prefill": "prefill", "decode": "decode",
                "none": "nothing", "undetermined": "an undetermined limit"}
 
+# The rules' measurements in words, and how their values read: 'time' (seconds, shown in the unit asked), 'share'
+# (a percent), 'times' (a ratio, '1.03x'), else fmt. The server's own metrics keep their names (Prometheus's).
+MEASUREMENT_WORDS: dict[str, tuple[str, str]] = {
+    "ttft_p95_s": ("TTFT p95", "time"), "timeouts": ("Timeouts", ""), "rejected": ("Rejected at admission", ""),
+    "tpot_growth": ("TPOT growth (many active / few)", "times"),
+    "tpot_growth_at_load": ("TPOT growth at the typical load", "times"),
+    "peak_active / max_concurrent_sequences": ("Peak active / the KV limit", ""),
+    "share_at_peak": ("Share of the run at the peak", "share"),
+    "queue_share_of_ttft": ("Queue wait share of TTFT p95", "share"),
+    "prefill_share_of_ttft": ("Prefill share of TTFT p95", "share"),
+    "utilization": ("Utilization of the KV limit", "share"),
+}
+
+
+def _valued(kind: str, value: float | None, unit: str) -> str:
+    if kind == "time":
+        return fmt_time(value, unit)
+    if kind == "share":
+        return fmt_share(value)
+    if kind == "times" and value is not None:
+        return f"{fmt(value, 3)}x"
+    return fmt(value)
+
+
+def shown_in_words(e: Evidence, unit: str = "s") -> tuple[str, str, str]:
+    """Return (words, value, threshold) of a measurement: a time in ``unit``, a share as a percent, a ratio as '1.03x'.
+
+    >>> shown_in_words(Evidence(measurement="queue_share_of_ttft", value=0.845, rule=">=", threshold=0.5,
+    ...                         crossed=True, note="queue wait dominates TTFT"), "ms")
+    ('Queue wait share of TTFT p95', '84.5%', '50%')
+    """
+    words, kind = MEASUREMENT_WORDS.get(e.measurement, (e.measurement, ""))
+    return words, _valued(kind, e.value, unit), _valued(kind, e.threshold, unit)
+
+
+def _said_in_words(e: Evidence, unit: str = "s") -> str:
+    """Return :func:`_said`'s line with the measurement in words: 'TTFT p95 9,430 ms > 2,000 ms: ...'."""
+    name, value, threshold = shown_in_words(e, unit)
+    return f"{name} {value} {e.rule} {threshold}: {e.note}"
+
 
 def _symptom(e: Evidence, unit: str = "s") -> str:
     """Return a symptom in a few words: 'TTFT p95 9.43 s over its 2 s objective', '128 timeouts'."""
@@ -665,11 +711,12 @@ def _headline(v: Verdict, symptoms: list[Evidence], winner: RuleCheck | None, un
         also = [r for r in v.rules if r.holds and r.limit != winner.limit]
         crossed = [e for r in [winner, *also] for e in r.conditions if e.crossed]
         evidence = list(dict.fromkeys(_said(e, unit) for e in [*symptoms, *crossed]))
+        in_words = list(dict.fromkeys(_said_in_words(e, unit) for e in [*symptoms, *crossed]))
         held = f" ({' and '.join(LIMIT_WORDS[r.limit] for r in also)}'s pattern holds too)" if also else ""
         names = ", ".join(_symptom(e, unit) for e in symptoms)
         done_text = f", it completed {done:.3g}/s ({lost}; {names})" if done is not None else f" ({lost}; {names})"
         return Headline(standing="at_limit", limit=winner.limit, capacity_rate_per_s=now.rate_per_s, **common,
-                        capacity_basis=now.basis, evidence=evidence,
+                        capacity_basis=now.basis, evidence=evidence, evidence_words=in_words,
                         text=f"{rate}{done_text}: {LIMIT_WORDS[winner.limit]} binds at this load{held}, so its "
                              f"capacity is at most about {fmt_rate(now.rate_per_s)}.")
     if symptoms:
@@ -678,39 +725,48 @@ def _headline(v: Verdict, symptoms: list[Evidence], winner: RuleCheck | None, un
                else "no limit's whole pattern holds (see the failures by cause)")
         return Headline(standing="cannot_tell", limit=None, capacity_rate_per_s=None, **common,
                         capacity_basis=f"not estimated: {why}", evidence=[_said(e, unit) for e in symptoms],
+                        evidence_words=[_said_in_words(e, unit) for e in symptoms],
                         text=f"{rate} ({lost}): something limits it ({names}), but {why}, so no capacity is "
                              "estimated.")
     first = v.first_to_bind
     evidence = [_said(e, unit) for e in v.evidence if e.crossed is not None]
+    in_words = [_said_in_words(e, unit) for e in v.evidence if e.crossed is not None]
     if first is None or first.rate_per_s is None:
         reasons = "; ".join(b.basis for b in v.bindings) or "no limit known"
         return Headline(standing="below_limit", limit=None, capacity_rate_per_s=None, **common,
-                        capacity_basis=reasons, evidence=evidence,
+                        capacity_basis=reasons, evidence=evidence, evidence_words=in_words,
                         text=f"{rate} ({lost}), with no symptom: nothing limits it at this load. No limit's rate is "
                              f"estimated from this data ({reasons}).")
     return Headline(standing="below_limit", limit=first.limit, capacity_rate_per_s=first.rate_per_s, **common,
-                    capacity_basis=first.basis, evidence=evidence,
+                    capacity_basis=first.basis, evidence=evidence, evidence_words=in_words,
                     text=f"{rate} ({lost}), with no symptom: nothing limits it at this load. As load grows, "
                          f"{LIMIT_WORDS[first.limit]} binds first, at about {fmt_rate(first.rate_per_s)} "
                          f"({fmt(first.headroom, 3)}x the measured rate).")
 
 
-def _explanation(v: Verdict, symptoms: list[Evidence], winner: RuleCheck | None) -> str:
-    """Return one sentence saying why this verdict, naming the other rules that crossed."""
-    others = [r.limit for r in v.rules if r.holds and (winner is None or r.limit != winner.limit)]
+def _explanation(v: Verdict, symptoms: list[Evidence], winner: RuleCheck | None, words: bool = False) -> str:
+    """Return one sentence saying why this verdict, naming the other rules that crossed: by the rules' keys, or with
+    ``words`` in words ('KV memory', 'TTFT p95')."""
+    def limit(key: str) -> str:
+        return LIMIT_WORDS.get(key, key) if words else key
+
+    others = [limit(r.limit) for r in v.rules if r.holds and (winner is None or r.limit != winner.limit)]
     also = f"; {', '.join(others)} also held but come{'s' if len(others) == 1 else ''} later in the precedence " \
-           f"({' > '.join(PRECEDENCE)})" if others else ""
+           f"({' > '.join(map(limit, PRECEDENCE))})" if others else ""
     if not symptoms:
         bind = v.first_to_bind
-        where = (f"; as load grows, {bind.limit} binds first, at about {bind.rate_per_s:.3g}/s "
+        where = (f"; as load grows, {limit(bind.limit)} binds first, at about {bind.rate_per_s:.3g}/s "
                  f"({bind.headroom:.3g}x the measured rate)") if bind is not None and bind.rate_per_s and bind.headroom \
             else ""
         held = f" (the {', '.join(others)} pattern holds, but without a symptom nothing limits yet)" if others else ""
         return f"No symptom at this load (TTFT within its objective, no failures, TPOT flat at the typical load), " \
                f"so nothing limits it{held}{where}."
-    names = ", ".join(e.measurement for e in symptoms)
+    names = ", ".join(MEASUREMENT_WORDS.get(e.measurement, (e.measurement,))[0] if words else e.measurement
+                      for e in symptoms)
     if winner is not None:
-        return f"{winner.limit} because its whole pattern holds given the symptom{'s' if len(symptoms) > 1 else ''} " \
+        first = limit(winner.limit)
+        first = first[:1].upper() + first[1:] if words else first
+        return f"{first} because its whole pattern holds given the symptom{'s' if len(symptoms) > 1 else ''} " \
                f"({names}){also}."
     if v.limit == "undetermined":
         return f"A symptom ({names}) but no admitted times to split TTFT into queue wait and prefill, and TPOT " \
@@ -962,6 +1018,7 @@ def _told_by_server(v: Verdict, winner: RuleCheck) -> None:
     words = LIMIT_WORDS[v.limit]
     v.summary = f"{words[0].upper() + words[1:]}, from the server's own metrics: {said}."
     v.explanation += " The records have no admitted times; the server's metrics decided."
+    v.explanation_words += " The records have no admitted times; the server's metrics decided."
     v.cannot_tell = ["the records have no admitted times, so TTFT is not split into queue wait and prefill; the "
                      "server's metrics told the limits apart instead (the evidence quotes them)",
                      *v.cannot_tell[1:]]

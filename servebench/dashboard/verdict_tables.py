@@ -11,43 +11,13 @@ from __future__ import annotations
 import pandas as pd
 from pydantic import ValidationError
 
-from servebench.analysis.diagnosis import LIMIT_WORDS, Evidence, ProfileTable, Verdict
+from servebench.analysis.diagnosis import LIMIT_WORDS, Evidence, ProfileTable, Verdict, shown_in_words
 from servebench.dashboard.wording import s_to_ms
 from servebench.errors import InputFormatError
-from servebench.formatting import fmt, fmt_share, fmt_time
+from servebench.formatting import fmt, fmt_share
 from servebench.output.plain import validation_text
 
 CROSSED = {True: "yes", False: "no", None: "not measured"}
-
-
-# The rules' measurements in words, and how their values read: 'time' (seconds, shown in the page's unit), 'share'
-# (a percent), 'times' (a ratio, '1.03x'), else fmt. The server's own metrics keep their names (Prometheus's).
-MEASUREMENT_WORDS: dict[str, tuple[str, str]] = {
-    "ttft_p95_s": ("TTFT p95", "time"), "timeouts": ("Timeouts", ""), "rejected": ("Rejected at admission", ""),
-    "tpot_growth": ("TPOT growth (many active / few)", "times"),
-    "tpot_growth_at_load": ("TPOT growth at the typical load", "times"),
-    "peak_active / max_concurrent_sequences": ("Peak active / the KV limit", ""),
-    "share_at_peak": ("Share of the run at the peak", "share"),
-    "queue_share_of_ttft": ("Queue wait share of TTFT p95", "share"),
-    "prefill_share_of_ttft": ("Prefill share of TTFT p95", "share"),
-    "utilization": ("Utilization of the KV limit", "share"),
-}
-
-
-def _value(kind: str, value: float | None, unit: str) -> str:
-    if kind == "time":
-        return fmt_time(value, unit)
-    if kind == "share":
-        return fmt_share(value)
-    if kind == "times" and value is not None:
-        return f"{fmt(value, 3)}x"
-    return fmt(value)
-
-
-def _shown(e: Evidence, unit: str) -> tuple[str, str, str]:
-    """Return (words, value, threshold) of a measurement: a time in ``unit``, a share as a percent."""
-    words, kind = MEASUREMENT_WORDS.get(e.measurement, (e.measurement, ""))
-    return words, _value(kind, e.value, unit), _value(kind, e.threshold, unit)
 
 
 def limit_words(limit: str) -> str:
@@ -68,7 +38,7 @@ def evidence_frame(v: Verdict, unit: str = "s", engineer: bool = False) -> pd.Da
     """
     rows = []
     for e in v.evidence:
-        words, value, threshold = _shown(e, unit)
+        words, value, threshold = shown_in_words(e, unit)
         rows.append({"measurement": words, **({"field": e.measurement} if engineer else {}), "value": value,
                      "rule": e.rule, "threshold": threshold, "crossed": CROSSED[e.crossed], "note": e.note})
     return pd.DataFrame(rows)
@@ -78,7 +48,7 @@ def rules_frame(v: Verdict, unit: str = "s", engineer: bool = False) -> pd.DataF
     """Return every rule in precedence order: whether it holds, and each condition with its outcome, in words (times
     in ``unit``); ``engineer`` adds the limit's key."""
     def said(c: Evidence) -> str:
-        words, _, threshold = _shown(c, unit)
+        words, _, threshold = shown_in_words(c, unit)
         return f"{words} {c.rule} {threshold}: {CROSSED[c.crossed]}"
 
     return pd.DataFrame([{"limit": limit_words(r.limit), **({"field": r.limit} if engineer else {}),
