@@ -3,6 +3,9 @@ then the SLO, the full failure-aware report and its tables, for the records in u
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
+
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
@@ -10,10 +13,12 @@ from pages._figures import cause_chart, cdf_series, over_time_charts, rate_curve
 from pages._prefix_cache import show_prefix_cache
 from pages._shared import (
     Dataset,
+    build_beside,
     cached_report,
     engineer_view,
     guarded,
     metric,
+    page_report,
     records_sidebar,
     show_reader_warnings,
     show_server_over_time,
@@ -89,8 +94,11 @@ def cdf_panel(ds: Dataset, unit: str) -> None:
 
 
 @st.fragment
-def downloads_panel(ds: Dataset, report: Report, slice_by: str) -> None:
-    """The records and the report as files, offered once their panel is opened (five buttons less to draw first)."""
+def downloads_panel(ds: Dataset, report: Report, slice_by: str, full_report: Callable[[], Report]) -> None:
+    """The records and the report as files, offered once their panel is opened (five buttons less to draw first).
+
+    The report file is ``full_report``'s, with the token times' ITL and stalls that the page's own report leaves out.
+    """
     box = st.expander("Downloads: the records (CSV, Parquet, JSONL), the report (JSON), the report site (ZIP)",
                       key="downloads_open", on_change="rerun", icon=":material/download:")
     if not box.open:
@@ -101,7 +109,7 @@ def downloads_panel(ds: Dataset, report: Report, slice_by: str) -> None:
                                           ("text/csv", "application/vnd.apache.parquet", "application/jsonl")):
         col.download_button(f"Records ({title})", lambda f=fmt_name: encode_records(ds.table, f),
                             file_name=f"{stem}.normalized.{fmt_name}", mime=mime, on_click="ignore")
-    c[3].download_button("Report (JSON)", lambda: report.model_dump_json(indent=2),
+    c[3].download_button("Report (JSON)", lambda: full_report().model_dump_json(indent=2),
                          file_name=f"{stem}.report.json", mime="application/json", on_click="ignore")
     c[4].download_button("Report site (ZIP)",
                          lambda: site_zip(ds, report.slo.slo if report.slo else None,
@@ -190,7 +198,7 @@ slo = slo_inputs()
 warmup_s = st.number_input("Warm-up, s (0: none)", min_value=0.0, value=0.0, step=1.0, key=f"warmup:{ds.key}",
                            help="Report the window's first seconds as the slice 'cold' and the rest as 'warm', "
                                 "so a cold start is not averaged into the warmed service.") or None
-report = guarded(cached_report, ds.key, ds.window_start, ds.window_end, slo, ds.table, slice_by, warmup_s)
+report = guarded(page_report, ds, slo, slice_by, warmup_s)  # no token gaps: Summary shows none
 slo_box = st.container()
 outcome_box = st.container()
 
@@ -291,4 +299,6 @@ if report.fairness is not None:
                f"{fmt(report.fairness.jain_index)} (1 = in proportion to weight); worst / best TTFT p95: "
                f"{fmt(report.fairness.ttft_p95_ratio)}.")
 
-downloads_panel(ds, report, slice_by)
+downloads_panel(ds, report, slice_by,
+                partial(cached_report, ds.key, ds.window_start, ds.window_end, slo, ds.table, slice_by, warmup_s))
+build_beside(ds, slo)  # Token timing's report, with the token gaps, while the browser draws this page

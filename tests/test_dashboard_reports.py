@@ -8,9 +8,10 @@ import zipfile
 
 import pytest
 
-from servebench.analysis.summary import SLO
-from servebench.dashboard.reports import report_for, run_input, site_zip_of
+from servebench.analysis.summary import SLO, Report
+from servebench.dashboard.reports import ReportsBeside, report_for, run_input, site_zip_of
 from servebench.dashboard.sources import Dataset, RecordSource
+from servebench.errors import ConfigError
 from servebench.records.loaders import read_bytes
 from servebench.records.window_zoom import full_table
 
@@ -87,3 +88,51 @@ def test_the_token_figures_of_summary_s_report_are_those_of_a_report_without_sli
         assert summary.slices and summary.slo is not None and alone.itl_s is not None
         for field in ("itl_s", "max_stall_s", "stalls", "request_tpot_s"):
             assert getattr(summary, field) == getattr(alone, field), field
+
+
+TOKEN_RECS = [{"start": 0, "first_token": 0.25, "end": 1, "status": "success", "output_tokens": 4,
+               "token_times": [0.25, 0.5, 0.75, 1.0]},
+              {"start": 1, "first_token": 1.5, "end": 3, "status": "success", "output_tokens": 3,
+               "token_times": [1.5, 2.0, 3.0]},
+              {"start": 2, "end": 4, "status": "timeout"}]
+
+
+def test_a_report_without_token_times_leaves_out_only_their_itl_and_stalls() -> None:
+    """Summary's report (tokens=False) differs from the full report in the token fields alone."""
+    ds = _dataset("r.json", TOKEN_RECS)
+    full = report_for(ds.table, 0.0, 4.0, (0.3, None, None))
+    light = report_for(ds.table, 0.0, 4.0, (0.3, None, None), tokens=False)
+    assert full.itl_s is not None and full.stalls is not None and full.max_stall_s is not None
+    assert light.itl_s is None and light.stalls is None and light.max_stall_s is None
+    token_fields = {"itl_s", "max_stall_s", "stalls"}
+    assert light.model_dump(exclude=token_fields) == full.model_dump(exclude=token_fields)
+    assert ds.table.token_times is not None  # the table itself is left as it was
+
+
+def test_reports_beside_are_built_once_and_kept_for_the_latest_keys() -> None:
+    beside = ReportsBeside(max_entries=2)
+    ds = _dataset("r.json", TOKEN_RECS)
+    builds: list[str] = []
+
+    def build(name: str) -> Report:
+        builds.append(name)
+        return report_for(ds.table, 0.0, 4.0, (None, None, None))
+
+    assert beside.get("a") is None  # never started: the caller builds it
+    beside.start("a", lambda: build("a"))
+    beside.start("a", lambda: build("a again"))  # under way or built: not again
+    assert beside.get("a").itl_s is not None and builds == ["a"]
+    beside.start("b", lambda: build("b"))
+    beside.start("c", lambda: build("c"))  # the third key lets the oldest go
+    assert beside.get("a") is None and beside.get("c") is not None
+
+
+def test_a_report_beside_that_fails_raises_its_error_to_the_page_that_asks() -> None:
+    beside = ReportsBeside()
+
+    def fail() -> Report:
+        raise ConfigError("no records in the window")
+
+    beside.start("k", fail)
+    with pytest.raises(ConfigError, match="no records in the window"):
+        beside.get("k")

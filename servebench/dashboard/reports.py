@@ -1,13 +1,17 @@
 """What the dashboard builds from a record set on screen: its report, and the static site to download.
 
-Pure: a page caches :func:`report_for` per file, window, SLO, slicing column and warm-up (the table is read
-and validated once per file, so an SLO or window change builds only a report), and calls :func:`site_zip_of`
-only when the site is downloaded.
+Pure but for :class:`ReportsBeside`: a page caches :func:`report_for` per file, window, SLO, slicing column and
+warm-up (the table is read and validated once per file, so an SLO or window change builds only a report), and
+calls :func:`site_zip_of` only when the site is downloaded.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from servebench.analysis.summary import SLO, Report, build_report
 from servebench.dashboard.sources import Dataset
@@ -19,15 +23,59 @@ from servebench.records.table import RecordTable
 
 
 def report_for(table: RecordTable, window_start: float, window_end: float, slo: Sequence[float | None],
-               slice_by: str = "slice", warmup_s: float | None = None) -> Report:
+               slice_by: str = "slice", warmup_s: float | None = None, tokens: bool = True) -> Report:
     """Return the full report over a window with the SLO's three limits (TTFT, request TPOT, latency; None: none).
 
     ``slice_by`` names the column whose values are the slices; ``warmup_s`` reports the window's first seconds as
-    the slice ``cold`` and the rest as ``warm``.
+    the slice ``cold`` and the rest as ``warm``. ``tokens`` false leaves the token times out: no ITL, stalls or
+    max stall (None, as for records without token times), every other number the same.
     """
     ttft_s, tpot_s, latency_s = slo
+    if not tokens:
+        table = without_token_times(table)
     return build_report(sliced(table, slice_by), window_start, window_end,
                         SLO(ttft_s=ttft_s, tpot_s=tpot_s, latency_s=latency_s), warmup_s=warmup_s)
+
+
+def without_token_times(table: RecordTable) -> RecordTable:
+    """Return the records without their token times and counts (the same arrays otherwise: no copy)."""
+    if table.token_times is None and table.token_counts is None:
+        return table
+    return dataclasses.replace(table, token_times=None, token_counts=None)
+
+
+class ReportsBeside:
+    """Reports built in one worker thread while a page is drawn, by key; the ``max_entries`` latest are kept.
+
+    Summary shows no number from token times, and their gaps were most of its report on records that carry
+    them (1.2 million arrivals: about 0.1 to 0.2 s of the upload on 2 cores); the pages that show them (Token
+    timing) get the full report from here, built while the browser draws Summary.
+    """
+
+    def __init__(self, max_entries: int = 8) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="report-beside")
+        self._futures: OrderedDict[Hashable, Future[Report]] = OrderedDict()
+        self._lock = threading.Lock()
+        self._max_entries = max_entries
+
+    def start(self, key: Hashable, build: Callable[[], Report]) -> None:
+        """Build a report under ``key`` in the worker, unless one is built or being built already."""
+        with self._lock:
+            if key in self._futures:
+                self._futures.move_to_end(key)
+                return
+            self._futures[key] = self._pool.submit(build)
+            while len(self._futures) > self._max_entries:
+                self._futures.popitem(last=False)
+
+    def get(self, key: Hashable) -> Report | None:
+        """Return the report built under ``key`` (waiting for it if under way), or None if none was started.
+
+        A build that failed raises its error here, as building it in the caller would have.
+        """
+        with self._lock:
+            future = self._futures.get(key)
+        return None if future is None else future.result()
 
 
 def run_input(ds: Dataset) -> RunInput:
