@@ -163,3 +163,14 @@ def test_outcome_bar_adds_up_to_offered_in_status_order_with_each_status_colour(
     assert spec["encoding"]["color"]["scale"]["range"] == [STATUS_COLORS[s] for s in ("success", "timeout",
                                                                                        "cancelled", "rejected")]
     assert spec["title"]["text"] == "Every request by outcome (100 offered)"
+
+
+def test_marks_at_one_value_share_one_label() -> None:
+    """Issue 36: equal p95 and p99 (an ITL of one step time) drew 'p95' and 'p99' a few pixels apart, overlapping."""
+    s = rf.CdfSeries(title="ITL", formula=None, x=np.array([0.02, 0.025]), y=np.array([0.5, 1.0]), n=100,
+                     marks=((50, 0.02, 50), (95, 0.025, 95), (99, 0.025, 99)), subtitle="")
+    spec = vegalite.cdf_chart(s, "ms")
+    marks = spec["datasets"]["marks"]
+    assert list(marks["mark"]) == ["p50", "", "p95, p99"]
+    assert list(marks["x"]) == [20.0, 25.0, 25.0]  # every diamond still drawn, with its own tooltip
+    assert list(marks["about"])[1].startswith("p95 = 25 ms")

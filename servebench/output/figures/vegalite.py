@@ -154,6 +154,22 @@ MARK_LABEL_DY_PX, MARK_LABEL_FONT_PX = -8, 11
 SHARE_TICKS = [0, 0.2, 0.4, 0.6, 0.8, 1.0]
 
 
+def mark_labels(marks: Sequence[tuple[float, float, int]]) -> list[str]:
+    """Return each percentile mark's label; marks at the same value share one label on the highest ('p95, p99'), as
+    their labels would be drawn a few pixels apart on one vertical and overlap.
+
+    >>> mark_labels([(50, 0.02, 10), (95, 0.25, 95), (99, 0.25, 99)])
+    ['p50', '', 'p95, p99']
+    """
+    labels: list[str] = []
+    for i, (q, v, _) in enumerate(marks):
+        labels.append(f"p{q:g}")
+        if i and v == marks[i - 1][1]:  # the same value as the mark below: one label for both, on this one
+            labels[i] = f"{labels[i - 1]}, {labels[i]}"
+            labels[i - 1] = ""
+    return labels
+
+
 def cdf_chart(s: CdfSeries, unit: str = "s", height: int = 420, y_title: str = "share of counted requests") -> Spec:
     """Return one metric's CDF with its nearest-rank marks (p50, p95, p99) as a dotted rule and a labelled diamond.
 
@@ -169,7 +185,7 @@ def cdf_chart(s: CdfSeries, unit: str = "s", height: int = 420, y_title: str = "
     y = {"field": "share", "type": "quantitative", "title": y_title, "scale": {"domain": [0, CDF_Y_TOP]},
          "axis": {"format": "%", "values": SHARE_TICKS}}
     marks = pd.DataFrame({"x": [v * k for _, v, _ in s.marks], "share": [r / s.n for _, _, r in s.marks],
-                          "mark": [f"p{q:g}" for q, _, _ in s.marks],
+                          "mark": mark_labels(s.marks),
                           "about": [f"p{q:g} = {fmt(v * k)} {unit} (rank {r:,} of {s.n:,})" for q, v, r in s.marks]})
     return {
         "title": title, "height": height, "config": CONFIG,
