@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,16 @@ from servebench.analysis.summary import SLO
 from servebench.analysis.trace_stats import trace_stats
 from servebench.capacity.model_presets import get_preset
 from servebench.dashboard.trace_charts import HIT_RATE_TITLE, OVER_TIME_TITLE, hit_rate_chart, over_time_charts
-from servebench.dashboard.traces import answers, kept_upload, option_text, plan_request, plan_window_text, trace_metrics
+from servebench.dashboard.traces import (
+    UPLOAD_KEEP_S,
+    answers,
+    kept_upload,
+    option_text,
+    plan_request,
+    plan_window_text,
+    prune_uploads,
+    trace_metrics,
+)
 from servebench.formatting import fmt, fmt_share
 from servebench.output.figures.trace import trace_bins
 from servebench.records.traces import read_trace
@@ -250,3 +261,21 @@ def test_in_a_browser_an_uploaded_trace_draws_both_charts_without_plotly() -> No
         assert not page.evaluate("performance.getEntriesByType('resource').some(e => e.name.includes('PlotlyChart'))")
         page.wait_for_timeout(2000)
         screenshot(page, "traces_upload_mooncake_synthetic")
+
+
+def test_old_uploads_are_pruned_when_another_is_written(tmp_path: Path) -> None:
+    """Uploads were kept forever under the temporary folder: a dashboard left running filled the disk with traces."""
+    old = kept_upload("old.csv", b"a" * 10, tmp_path)
+    recent = kept_upload("recent.csv", b"b" * 10, tmp_path)
+    now = time.time()
+    os.utime(old.parent, (now - UPLOAD_KEEP_S - 60, now - UPLOAD_KEEP_S - 60))
+    os.utime(recent.parent, (now - 3600, now - 3600))
+    new = kept_upload("new.csv", b"c" * 10, tmp_path)
+    assert not old.parent.exists() and recent.is_file() and new.is_file()
+    assert kept_upload("recent.csv", b"b" * 10, tmp_path) == recent and recent.parent.stat().st_mtime > now - 60  # in use
+    # past the budget the least recently used go first; the one just written never
+    os.utime(recent.parent, (now - 7200, now - 7200))
+    third = kept_upload("third.csv", b"d" * 10, tmp_path)
+    assert prune_uploads(tmp_path, keep=third.parent, budget_bytes=25) == [recent.parent]
+    assert new.is_file() and third.is_file()
+    assert prune_uploads(tmp_path, keep=third.parent, budget_bytes=0) == [new.parent] and third.is_file()

@@ -5,7 +5,10 @@ The rules (``docs/dashboard.md``, "Traces"):
 * **An upload is kept as a file** under the system's temporary folder, ``servebench-traces/<digest>/<name>``
   (the first 16 hex digits of its SHA-256, the upload's own name), because the planner replays a trace from
   a path (``TraceSpec.path``). The same bytes land on the same file, written once (atomically, so a second
-  session never reads half of it); the name keeps the reader's messages naming the user's file.
+  session never reads half of it); the name keeps the reader's messages naming the user's file. Each use
+  refreshes its folder's time; writing a new upload removes the uploads not used for ``UPLOAD_KEEP_S`` and then,
+  least recently used first, those past ``UPLOAD_BUDGET_BYTES`` in all (never the one just written): a dashboard
+  left running on a shared machine does not fill its disk with traces.
 * **The plan** is ``servebench plan --trace``'s: the busiest minute's rate, every request of that minute per
   simulation (at least 20), prefix caching on for a trace with block IDs.
 """
@@ -15,7 +18,9 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import shutil
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,22 +33,55 @@ from servebench.planning.trace_window import window_requests
 
 UPLOAD_FOLDER = "servebench-traces"
 DIGEST_CHARS = 16
+UPLOAD_KEEP_S = 24 * 3600  # an upload not used for a day goes when another is written
+UPLOAD_BUDGET_BYTES = 2 * 2**30  # the uploads kept in all; least recently used first beyond it
 MIN_REQUESTS_PER_SIMULATION = 20  # PlanRequest's floor: a window of fewer requests is replayed as drawn
 
 
 def kept_upload(name: str, data: bytes, root: Path | None = None) -> Path:
     """Return the path of an uploaded trace, written there once (the module's rule)."""
     digest = hashlib.sha256(data).hexdigest()[:DIGEST_CHARS]
-    folder = (root or Path(tempfile.gettempdir()) / UPLOAD_FOLDER) / digest
+    uploads = root or Path(tempfile.gettempdir()) / UPLOAD_FOLDER
+    folder = uploads / digest
     path = folder / (Path(name).name or "upload")
     if path.is_file() and path.stat().st_size == len(data):
+        os.utime(folder)  # in use: the last to be pruned
         return path
     folder.mkdir(parents=True, exist_ok=True)
     fd, partial = tempfile.mkstemp(dir=folder, prefix=".part-")
     with os.fdopen(fd, "wb") as out:
         out.write(data)
     os.replace(partial, path)
+    os.utime(folder)
+    prune_uploads(uploads, keep=folder)
     return path
+
+
+def _folder_bytes(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
+
+
+def prune_uploads(uploads: Path, keep: Path, now_s: float | None = None, keep_s: float = UPLOAD_KEEP_S,
+                  budget_bytes: int = UPLOAD_BUDGET_BYTES) -> list[Path]:
+    """Remove the upload folders under ``uploads`` unused for ``keep_s``, then the least recently used beyond
+    ``budget_bytes`` in all, never ``keep``; return those removed (one another session removed first is skipped)."""
+    now_s = time.time() if now_s is None else now_s
+    found: list[tuple[float, int, Path]] = []
+    for folder in uploads.iterdir():
+        try:
+            if folder.is_dir() and folder != keep:
+                found.append((folder.stat().st_mtime, _folder_bytes(folder), folder))
+        except FileNotFoundError:
+            continue
+    total = sum(size for _, size, _ in found) + _folder_bytes(keep)
+    removed = []
+    for used_s, size, folder in sorted(found):  # least recently used first
+        if now_s - used_s <= keep_s and total <= budget_bytes:
+            break
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
+        total -= size
+    return removed
 
 
 @dataclass(frozen=True)
