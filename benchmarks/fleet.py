@@ -86,9 +86,10 @@ def conversations(requests: int, rate_rps: float) -> Scenario:
     return parse_scenario(doc, "conversations")
 
 
-def mooncake(speedup: float, max_requests: int | None = None) -> Scenario:
-    """The Mooncake conversation trace at ``speedup`` on ``MOONCAKE_SERVER``."""
-    trace: dict[str, Any] = {"path": str(MOONCAKE), "speedup": speedup}
+def mooncake(speedup: float, max_requests: int | None = None, path: Path = MOONCAKE) -> Scenario:
+    """The Mooncake conversation trace (``path``: the whole file, or an excerpt of its first rows) at ``speedup`` on
+    ``MOONCAKE_SERVER``."""
+    trace: dict[str, Any] = {"path": str(path), "speedup": speedup}
     if max_requests is not None:
         trace["max_requests"] = max_requests
     return parse_scenario({"name": f"mooncake_x{speedup:g}", "seed": 1, "server": MOONCAKE_SERVER,
