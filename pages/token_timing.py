@@ -20,6 +20,7 @@ from pages._shared import (
     summary_report,
     unit_choice,
 )
+from servebench.dashboard.answers import stall_answer
 from servebench.formatting import fmt, fmt_share
 from servebench.serving.experiments import compare_prefill
 from servebench.serving.scenario import load_scenario
@@ -70,6 +71,9 @@ else:
                     "." if stalls is None else f": {shown(stalls.threshold_s)} {unit} ({stalls.threshold_rule})."))
     metric(c[4], "tpot_s", f"Request TPOT p95 ({unit})", shown(report.request_tpot_s.at(95)),
            "A per-request average: one long stall barely moves it.")
+    said = stall_answer(stalls, itl.at(50) if itl else None, unit)
+    if said:
+        st.markdown(said)
     charts = token_charts(ds.key, ds.window_start, ds.window_end, stalls.threshold_s if stalls else None, unit,
                           ds.table)
     for col, name in zip(st.columns(3), ("ttft", "itl", "stall")):

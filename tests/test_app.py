@@ -973,3 +973,18 @@ def test_diagnosis_headline_evidence_and_why_in_words_keys_in_the_engineer_view(
     said = " ".join(x.value for x in at.markdown)
     assert "Why this verdict.** kv_memory because its whole pattern holds" in said
     assert "- ttft_p95 10,300 ms > 2,000 ms" in said
+
+
+def test_token_timing_says_why_most_requests_count_as_stalled() -> None:
+    """'92% stalled' (paged_chat, 4x the median ITL) read as a broken server; the page now says what the share means."""
+    recs = [{"start": i, "first_token": i + 0.1, "end": i + 1.4, "status": "success", "output_tokens": 5,
+             "token_times": [i + 0.1, i + 0.2, i + 0.3, i + 0.4, i + 1.4]} for i in range(6)]  # one 1 s pause each
+    at = _app()
+    at.file_uploader(key="records_upload").set_value(("stalls.json", json.dumps(recs).encode(),
+                                                      "application/json")).run()
+    at.switch_page("pages/token_timing.py").run()
+    assert not at.exception and not at.error
+    said = " ".join(x.value for x in at.markdown)
+    assert "100% of requests paused longer than 400 ms at least once (4x the median gap between tokens, 100 ms)." \
+        in said
+    assert "prefilled in chunks beside the decodes" in said

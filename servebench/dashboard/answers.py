@@ -7,11 +7,11 @@ numbers behind it one click away. Pure: data in, text out.
 
 from __future__ import annotations
 
-from servebench.analysis.summary import SLO
+from servebench.analysis.summary import SLO, Stalls
 from servebench.capacity.kv import GIB, KVReport
 from servebench.dashboard.traces import option_text
 from servebench.dashboard.wording import s_to_ms
-from servebench.formatting import fmt, fmt_share
+from servebench.formatting import fmt, fmt_share, fmt_time
 from servebench.output.figures.sweep import capacity_reading, load_unit
 from servebench.planning import Plan
 from servebench.serving.cache_experiment import CacheComparison
@@ -167,3 +167,39 @@ def ms_text(seconds: float | None) -> str:
     ('29.7 ms', '1,250 ms', '—')
     """
     return fmt(None) if seconds is None else f"{fmt(seconds * 1000)} ms"
+
+
+MOST_STALLED = 0.5  # past this share under the relative rule, the answer says why so many count
+
+
+def stall_answer(stalls: Stalls | None, itl_p50_s: float | None, unit: str = "ms") -> str | None:
+    """Return what the stalled share means, and why most requests count when the threshold is relative to the median.
+
+    A stream that pauses past 4x the median gap looks stalled; on a server whose prompts are prefilled in chunks
+    beside the decodes, every running stream waits through each such step, so that rule counts most requests (92%
+    of ``paged_chat``'s): the sentence says so rather than leave "92% stalled" to read as a broken server.
+
+    >>> s = Stalls(threshold_s=0.1, threshold_rule="4x median ITL", requests=100, stalled=92, share=0.92)
+    >>> print(stall_answer(s, 0.025))  # doctest: +NORMALIZE_WHITESPACE
+    92% of requests paused longer than 100 ms at least once (4x the median gap between tokens, 25 ms). A threshold
+    relative to the median counts most streams when some steps are much longer than a decode step, as when prompts
+    are prefilled in chunks beside the decodes: each running stream waits through those steps. The longest-stall
+    chart shows how long the pauses are.
+    >>> print(stall_answer(Stalls(threshold_s=0.5, threshold_rule="--stall-s", requests=10, stalled=1, share=0.1),
+    ...                    0.02, "s"))
+    10% of requests paused longer than 0.5 s at least once (--stall-s).
+    >>> stall_answer(None, None) is None
+    True
+    """
+    if stalls is None or stalls.share is None:
+        return None
+    relative = stalls.threshold_rule != "--stall-s"
+    rule = f"4x the median gap between tokens, {fmt_time(itl_p50_s, unit)}" if relative and itl_p50_s else \
+        stalls.threshold_rule
+    text = (f"{fmt_share(stalls.share)} of requests paused longer than {fmt_time(stalls.threshold_s, unit)} at least "
+            f"once ({rule}).")
+    if relative and stalls.share > MOST_STALLED:
+        text += (" A threshold relative to the median counts most streams when some steps are much longer than a "
+                 "decode step, as when prompts are prefilled in chunks beside the decodes: each running stream waits "
+                 "through those steps. The longest-stall chart shows how long the pauses are.")
+    return text

@@ -78,6 +78,23 @@ def _thin(n: int, keep: Sequence[int], max_points: int) -> np.ndarray:
     return np.unique(np.concatenate([spread, np.asarray(keep, dtype=np.int64)]))
 
 
+def equal_bins(values: np.ndarray, bins: int) -> tuple[np.ndarray, np.ndarray]:
+    """Return ``np.histogram``'s counts and edges of finite ``values`` in ``bins`` equal bins; values that span too
+    little for that many bins of finite width (float noise: 1.0 and 1.0000000000000009, where numpy raises "Too many
+    bins for data range") are binned as numpy bins equal values, over their value plus and minus 0.5.
+
+    >>> counts, edges = equal_bins(np.array([1.0, 1.0 + 2**-52, 1.0 + 2**-51]), 40)
+    >>> int(counts.sum()), float(edges[0]), float(edges[-1])
+    (3, 0.5, 1.5000000000000004)
+    """
+    try:
+        return np.histogram(values, bins=bins)
+    except ValueError:
+        if not values.size or not np.all(np.isfinite(values)):
+            raise
+        return np.histogram(values, bins=bins, range=(float(values.min()) - 0.5, float(values.max()) + 0.5))
+
+
 @dataclass(frozen=True)
 class CdfSeries:
     """One metric's empirical CDF, thinned for drawing, with its nearest-rank marks and the words around it."""

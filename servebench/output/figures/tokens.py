@@ -23,6 +23,7 @@ from servebench.output.figures.records import (
     _layout,
     _titled,
     cdf_series,
+    equal_bins,
     new_figure,
     plot_label,
     series_figure,
@@ -103,7 +104,7 @@ def stall_bins(table: RecordTable, threshold_s: float | None = None, bins: int =
         threshold_s = 4 * float(np.partition(itl, (itl.size + 1) // 2 - 1)[(itl.size + 1) // 2 - 1])
     if stalls.size == 0:
         return StallBins(np.zeros(0), np.zeros(0, dtype=np.int64), 0, threshold_s, 0)
-    counts, edges = np.histogram(stalls, bins=bins)
+    counts, edges = equal_bins(stalls, bins)
     over = int(np.count_nonzero(stalls > threshold_s)) if threshold_s is not None else 0
     return StallBins(edges, counts, int(stalls.size), threshold_s, over)
 

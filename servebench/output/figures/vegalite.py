@@ -34,6 +34,7 @@ from servebench.output.figures.records import (
     TimelineSeries,
     cause_items,
     comparison_values,
+    equal_bins,
 )
 from servebench.output.safetext import safe_text
 
@@ -404,7 +405,7 @@ def percentile_histogram(values: np.ndarray, q: float, value: float | None, labe
     """
     finite = values[np.isfinite(values)]
     n_inf = int(values.size - finite.size)
-    counts, edges = np.histogram(finite, bins=bins) if finite.size else (np.zeros(0, dtype=np.int64), np.zeros(1))
+    counts, edges = equal_bins(finite, bins) if finite.size else (np.zeros(0, dtype=np.int64), np.zeros(1))
     frame = pd.DataFrame({"lo": edges[:-1], "hi": edges[1:], "records": counts})
     notes = [f"p{q:g} = {fmt(value)} (dashed line)"] if value is not None and math.isfinite(value) else []
     title = _title(f"Histogram of {label}", notes + ([f"{fmt(n_inf)} non-successes at ∞ not drawn"] if n_inf else []))
