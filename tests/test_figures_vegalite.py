@@ -153,18 +153,6 @@ def test_percentile_bars_per_metric_and_run_in_the_unit_asked() -> None:
     assert charts["tpot"]["encoding"]["text"]["value"] == "no run has a value for this metric"
 
 
-def test_outcome_bar_adds_up_to_offered_in_status_order_with_each_status_colour():
-    from servebench.output.figures.records import STATUS_COLORS
-    from servebench.records.statuses import STATUS_WORDS
-    spec = vegalite.outcome_bar({"rejected": 5, "success": 90, "failed": 0, "timeout": 3, "cancelled": 2}, STATUS_WORDS)
-    frame = spec["datasets"]["outcomes"]
-    assert list(frame["outcome"]) == ["Completed", "Timed out", "Cancelled", "Rejected"]  # no empty part
-    assert frame["requests"].sum() == 100 and frame["share"].sum() == pytest.approx(1.0)
-    assert spec["encoding"]["color"]["scale"]["range"] == [STATUS_COLORS[s] for s in ("success", "timeout",
-                                                                                       "cancelled", "rejected")]
-    assert spec["title"]["text"] == "Every request by outcome (100 offered)"
-
-
 def test_marks_at_one_value_share_one_label() -> None:
     """Issue 36: equal p95 and p99 (an ITL of one step time) drew 'p95' and 'p99' a few pixels apart, overlapping."""
     s = rf.CdfSeries(title="ITL", formula=None, x=np.array([0.02, 0.025]), y=np.array([0.5, 1.0]), n=100,

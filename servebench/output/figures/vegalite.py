@@ -27,7 +27,6 @@ from servebench.output.figures.records import (
     MARKS,
     METRIC_TITLES,
     STAGE_COLORS,
-    STATUS_COLORS,
     TIMELINE_COLORS,
     CdfSeries,
     StageMeans,
@@ -290,33 +289,6 @@ def stage_chart(means: StageMeans, unit: str = "s") -> Spec:
             "tooltip": [{"field": "group"}, {"field": "stage"}, _number("mean", f"mean ({unit})"),
                         _number("p50", f"p50 ({unit})")],
         },
-    }
-
-
-def outcome_bar(by_status: Mapping[str, int], labels: Mapping[str, str], height: int = 210) -> Spec:
-    """Return one bar of every request split by status, in ``STATUSES`` order, so the parts add up to offered.
-
-    ``labels``: each status's word as the page shows it (Completed, Timed out...). ``height`` is the whole chart's:
-    in Streamlit's theme its title, axis and legend take about 175 px of it, so 56 drew a bar 0 px high.
-    """
-    offered = sum(by_status.values())
-    names = [name for name in STATUS_COLORS if by_status.get(name, 0)]
-    frame = pd.DataFrame({"outcome": [labels.get(name, name) for name in names],
-                          "requests": [by_status[name] for name in names],
-                          "share": [by_status[name] / offered if offered else 0.0 for name in names],
-                          "order": list(range(len(names)))})
-    color = {"field": "outcome", "type": "nominal", "title": None, "sort": list(frame["outcome"]),
-             "scale": {"domain": list(frame["outcome"]), "range": [STATUS_COLORS[name] for name in names]},
-             "legend": {"orient": "bottom", "direction": "horizontal"}}
-    return {
-        "title": _title(f"Every request by outcome ({offered:,} offered)"), "height": height,
-        "datasets": {"outcomes": frame}, "data": {"name": "outcomes"},
-        "mark": {"type": "bar"},
-        "encoding": {"x": {"field": "requests", "type": "quantitative", "stack": "zero", "title": None,
-                           "scale": {"domain": [0, max(offered, 1)]}, "axis": {"format": ",d"}},
-                     "color": color, "order": {"field": "order"},
-                     "tooltip": [{"field": "outcome"}, {"field": "requests", "format": ","},
-                                 {"field": "share", "format": ".1%"}]},
     }
 
 
