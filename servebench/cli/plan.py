@@ -118,7 +118,6 @@ def plan(
     from servebench.planning import PlanRequest, Workload
     from servebench.planning.planner import load_calibration, plan_document, shape_from_config_file
     from servebench.planning.planner import plan as run_plan
-    from servebench.planning.trace_window import window_requests
     from servebench.serving.scenario import DISAGGREGATED_ROUTERS, MAX_TRANSFER_GBPS
 
     if (model is None) == (config is None):
@@ -156,9 +155,9 @@ def plan(
         if workload.trace is None:
             raise ConfigError("give the traffic to serve with --rate (requests/s), or a --trace whose busiest "
                               "minute sets it")
-        rate = workload.trace_rate_rps * workload.trace.speedup
+        rate = workload.rate_to_serve_rps()
     if requests is None:
-        requests = max(20, len(window_requests(workload.trace))) if workload.trace is not None else 300
+        requests = workload.default_requests()
     router = router or "round_robin"
     if disaggregated and router not in DISAGGREGATED_ROUTERS:
         raise ConfigError(f"{router_from} {router}: --disaggregated routes prefill and decode instances by one of "

@@ -29,13 +29,11 @@ from servebench.analysis.trace_stats import PEAK_WINDOW_S, TraceStats
 from servebench.capacity.kv import ModelShape
 from servebench.formatting import fmt, fmt_share
 from servebench.planning import Evaluation, Option, Plan, PlanRequest, Workload
-from servebench.planning.trace_window import window_requests
 
 UPLOAD_FOLDER = "servebench-traces"
 DIGEST_CHARS = 16
 UPLOAD_KEEP_S = 24 * 3600  # an upload not used for a day goes when another is written
 UPLOAD_BUDGET_BYTES = 2 * 2**30  # the uploads kept in all; least recently used first beyond it
-MIN_REQUESTS_PER_SIMULATION = 20  # PlanRequest's floor: a window of fewer requests is replayed as drawn
 
 
 def kept_upload(name: str, data: bytes, root: Path | None = None) -> Path:
@@ -151,12 +149,12 @@ def plan_request(path: str, fmt_name: str, model: ModelShape, slo: SLO, *, slo_t
                  tensor_parallel: list[int], max_num_seqs: list[int], headroom: float) -> tuple[PlanRequest, float]:
     """Return the plan of a trace's busiest minute and the rate to serve (the module's rule), as ``plan --trace``."""
     workload = Workload.from_trace(path, fmt_name)
-    assert workload.trace is not None and workload.trace_rate_rps is not None  # from_trace sets both
-    requests = max(MIN_REQUESTS_PER_SIMULATION, len(window_requests(workload.trace)))
+    rate = workload.rate_to_serve_rps()
+    assert rate is not None  # from_trace sets the trace and its rate
     request = PlanRequest(model=model, workload=workload, slo=slo, slo_target=slo_target, gpus=gpus,
                           tensor_parallel=tensor_parallel, max_num_seqs=max_num_seqs, headroom=headroom,
-                          requests_per_simulation=requests)
-    return request, workload.trace_rate_rps * workload.trace.speedup
+                          requests_per_simulation=workload.default_requests())
+    return request, rate
 
 
 def option_text(option: Option | None) -> str:

@@ -87,6 +87,8 @@ PlanLimit = Union[Limit, Literal["throughput"]]
 TENSOR_PARALLEL: tuple[int, ...] = (1, 2, 4, 8)
 MAX_NUM_SEQS: tuple[int, ...] = (16, 64, 256)
 LENGTH_SAMPLE = 4000  # requests drawn to measure a workload mix's length distribution
+MIN_REQUESTS_PER_SIMULATION = 20  # fewer make no percentile worth a plan: a smaller trace window is replayed whole
+DEFAULT_REQUESTS_PER_SIMULATION = 300  # a drawn mix's, unless given
 MAX_FLEET_REQUESTS = 3000  # requests one fleet simulation offers, at most (requests_per_simulation per replica)
 MAX_VERIFIED_OPTIONS = 4  # options whose replica count a plan verifies by simulating the fleet, at most
 MAX_FLEET_REPLICAS_FACTOR = 2  # a verified count goes up to this times the divided count (then: SLOs missed)
@@ -117,6 +119,19 @@ class Workload(BaseModel):
         if self.trace is not None and self.trace_rate_rps is None:
             self.trace_rate_rps = window_rate_rps(self.trace)
         return self
+
+    def rate_to_serve_rps(self) -> float | None:
+        """Return a trace's rate to serve, its window's rate at its speedup (None for a mix: the rate is given)."""
+        if self.trace is None or self.trace_rate_rps is None:
+            return None
+        return self.trace_rate_rps * self.trace.speedup
+
+    def default_requests(self) -> int:
+        """Return the requests a simulation offers unless given: every request of a trace's window (at least
+        ``MIN_REQUESTS_PER_SIMULATION``), else ``DEFAULT_REQUESTS_PER_SIMULATION``."""
+        if self.trace is None:
+            return DEFAULT_REQUESTS_PER_SIMULATION
+        return max(MIN_REQUESTS_PER_SIMULATION, len(window_requests(self.trace)))
 
     @classmethod
     def from_trace(cls, path: str, fmt: str = "auto", *, prefix_caching: bool | None = None) -> "Workload":
@@ -191,7 +206,8 @@ class PlanRequest(BaseModel):
                                                        "buffers, GiB (an assumption).")
     max_num_batched_tokens: int = Field(8192, ge=1, description="Token budget per step (chunked prefill), unless "
                                                                 "the scenario sets one.")
-    requests_per_simulation: int = Field(300, ge=20, le=MAX_GENERATED)
+    requests_per_simulation: int = Field(DEFAULT_REQUESTS_PER_SIMULATION, ge=MIN_REQUESTS_PER_SIMULATION,
+                                         le=MAX_GENERATED)
     tolerance: float = Field(0.1, gt=0, lt=1, description="Relative width at which the capacity search stops "
                                                           "(capacity is the bracket's meeting end: never above).")
     seed: int = Field(0, ge=0)
