@@ -20,6 +20,7 @@ from plotly.subplots import make_subplots
 from servebench.errors import ConfigError
 from servebench.formatting import fmt, fmt_share
 from servebench.output.figures.records import plot_label
+from servebench.records.statuses import STATUS_WORDS
 from servebench.records.steps import StepTrace, parse_columns
 from servebench.serving.sweep import LOAD_AXES, SweepResult
 
@@ -376,8 +377,9 @@ def sweep_frame(result: SweepResult) -> pd.DataFrame:
         fa = (p.failure_aware_latency_s or {}).get("p95")
         rows.append({
             unit: fmt(p.load), "Found by": "search" if p.source == "search" else "grid",
-            "Offered": fmt(p.offered), "Completed": fmt(p.completed), "Rejected": fmt(p.rejected),
-            "Timed out": fmt(p.timed_out), "Cancelled": fmt(p.cancelled), "Failed": fmt(p.failed),
+            "Offered": fmt(p.offered), **{STATUS_WORDS[status]: fmt(count) for status, count in (
+                ("success", p.completed), ("rejected", p.rejected), ("timeout", p.timed_out),
+                ("cancelled", p.cancelled), ("failed", p.failed))},
             "Completed/s": fmt(p.throughput_rps), "Goodput (req/s)": fmt(p.goodput_rps),
             "SLO attainment": fmt_share(p.slo_attainment), "Meets SLOs": "yes" if p.meets_slo else "no",
             "TTFT p95 (ms)": _ms(p.ttft_s.get("p95")), "Latency p95 (s)": fmt(p.latency_s.get("p95")),
@@ -388,7 +390,8 @@ def sweep_frame(result: SweepResult) -> pd.DataFrame:
 
 
 SWEEP_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (  # sweep_frame's columns in tables that fit a window
-    ("Outcomes", ("Found by", "Offered", "Completed", "Rejected", "Timed out", "Cancelled", "Failed")),
+    ("Outcomes", ("Found by", "Offered", *(STATUS_WORDS[s] for s in ("success", "rejected", "timeout", "cancelled",
+                                                                    "failed")))),
     ("Rates and SLOs", ("Completed/s", "Goodput (req/s)", "SLO attainment", "Meets SLOs")),
     ("Times and the engine", ("TTFT p95 (ms)", "Latency p95 (s)", "Latency p95, failures as ∞ (s)",
                               "Queue wait p95 (ms)", "Peak running", "Preemptions")),
