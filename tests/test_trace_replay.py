@@ -234,3 +234,21 @@ def test_simulated_records_keep_each_requests_row_in_the_trace(tmp_path: Path) -
         assert load_table(tmp_path / fmt)[0].extra["trace_row"].to_pylist() == rows
     drawn = load_scenario(SAMPLE_DATA / "scenarios" / "profile_a.yaml")
     assert "trace_row" not in simulate(drawn).records.extra  # a drawn workload has no trace rows
+
+
+@pytest.mark.parametrize("workload, says", [
+    ({"trace": {"path": str(SAMPLE_DATA / "traces" / "mooncake_conversation_300.jsonl")}},
+     "replays a trace, whose arrivals are its own; set the trace's speedup in the scenario"),
+    ({"arrival": None, "closed_loop": {"users": 2}, "num_requests": 10,
+      "classes": [{"prompt": {"value": 10}, "output": {"value": 5}}]},
+     "is closed loop (its users send as they finish); set workload.closed_loop.users"),
+])
+def test_simulate_rate_on_a_scenario_without_a_rate_names_simulates_own_way(
+        workload: dict, says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`simulate --rate` on a closed-loop or trace scenario answered with the sweep's flags ('sweep --concurrency,
+    not --rates')."""
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps({"server": {"kv_budget_tokens": 50_000}, "step_model": {"base_s": 0.01},
+                                "workload": workload}), encoding="utf-8")
+    code, _, err = run_cli(capsys, "simulate", str(path), "--rate", "2", "-o", str(tmp_path / "out"))
+    assert code == 2 and says in err and "--rates" not in err and len(err.strip().splitlines()) == 1

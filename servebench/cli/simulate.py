@@ -99,6 +99,12 @@ def simulate(
         sc = sc.model_copy(update={"seed": seed})
     if rate is not None or requests is not None:
         if rate is not None:
+            if sc.workload.trace is not None:  # scenario_at's words are the sweep's flags
+                raise ConfigError(f"--rate: {scenario} replays a trace, whose arrivals are its own; set the "
+                                  "trace's speedup in the scenario (workload.trace.speedup), or sweep --speedups")
+            if sc.workload.arrival is None:
+                raise ConfigError(f"--rate: {scenario} is closed loop (its users send as they finish); set "
+                                  "workload.closed_loop.users in the scenario, or sweep --concurrency")
             sc = scenario_at(sc, rate, "rate", requests)
         else:
             sc = with_request_count(sc, requests)
