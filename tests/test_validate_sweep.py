@@ -18,6 +18,7 @@ from servebench.serving.engine.sweep_validation import (
     compare_sweeps,
     knee_rps,
     pooled,
+    pooled_point,
     read_sweep_validation,
     rel_error,
     sweep_validation_doc,
@@ -210,6 +211,14 @@ def test_pooled_replays_keep_the_rate_and_pool_the_percentiles() -> None:
     assert three.throughput_rps == pytest.approx(np.mean([point_from(s, 20, "rate", SLO(), 0.95).throughput_rps
                                                           for s in sims]), rel=0.05)
     assert three.offered == 150 and one.offered == 50
+    # the replays share their arrivals: pooled, they offer one replay's rate (the gaps between replays counted, the
+    # pooled span read 149 gaps over about three runs' span: a few % over it)
+    assert three.offered_rps != pytest.approx(one.offered_rps, rel=1e-3)
+    point = pooled_point(sims, 20, SLO(), 0.95)
+    assert point.offered_rps == one.offered_rps and point.offered == 150
+    assert point.attempted_rps == pytest.approx(one.offered_rps)  # no retries: every attempt a user request
+    assert point.model_dump(exclude={"offered_rps", "attempted_rps"}) == \
+        three.model_dump(exclude={"offered_rps", "attempted_rps"})
 
 
 def test_reading_a_result_names_what_is_wrong(tmp_path: Path) -> None:

@@ -345,6 +345,18 @@ def evaluate(scenario: Scenario, load: float, mode: Mode, slo: SLO, slo_target: 
     return point_from(sim, load, mode, slo, slo_target, source), sim
 
 
+def offered_of(table: RecordTable, mode: Mode, window_s: float) -> tuple[int, float]:
+    """Return the user requests a run offered and their rate: ``requests - 1`` gaps over the span of their first
+    starts (a retrying client's attempts are records; the user requests, logical, are what was offered), or per
+    second of the window for a closed loop (``mode`` "users") or a single request."""
+    codes = logical_codes(table)
+    users = int(codes.max()) + 1 if codes.size else 0
+    first_start = np.full(users, np.inf)
+    np.minimum.at(first_start, codes, table.start)
+    span = float(first_start.max() - first_start.min()) if users > 1 else 0.0
+    return users, (users - 1) / span if mode != "users" and span > 0 else users / window_s
+
+
 def point_from_records(table: RecordTable, window_start_s: float, window_end_s: float, load: float, mode: Mode,
                        slo: SLO, slo_target: float, source: Literal["grid", "search"] = "grid",
                        server: dict[str, Any] | None = None) -> SweepPoint:
@@ -360,14 +372,8 @@ def point_from_records(table: RecordTable, window_start_s: float, window_end_s: 
         good, goodput = report.slo.good_requests, report.slo.goodput_requests_per_second
     else:
         good, goodput = report.completed, report.completed / window_s
-    # a retrying client's attempts are records; the user requests (logical) are what was offered
-    codes = logical_codes(table)
-    users = int(codes.max()) + 1 if codes.size else 0
-    first_start = np.full(users, np.inf)
-    np.minimum.at(first_start, codes, table.start)
+    users, offered_rps = offered_of(table, mode, window_s)
     attainment = good / users
-    span = float(first_start.max() - first_start.min()) if users > 1 else 0.0
-    offered_rps = (users - 1) / span if mode != "users" and span > 0 else users / window_s
     server_fields = {name: None for name in SERVER_FIELDS} | (server or {})
     return SweepPoint(
         load=load, source=source, offered=users, attempted=len(table),

@@ -44,7 +44,7 @@ from servebench.serving.engine.validation import (
 )
 from servebench.serving.scenario import Scenario
 from servebench.serving.simulate import SimResult, simulate
-from servebench.serving.sweep import SweepPoint, point_from, point_from_records, scenario_at
+from servebench.serving.sweep import SweepPoint, offered_of, point_from, point_from_records, scenario_at
 from servebench.serving.workload import replay_trace
 
 KNEE_FACTOR = 2.0  # the knee: TTFT p95 at least this many times its value at the lowest rate
@@ -221,6 +221,17 @@ def pooled(sims: Sequence[SimResult]) -> SimResult:
                    window_end_s=float(offsets[-1] + sims[-1].window_end_s - sims[-1].window_start_s))
 
 
+def pooled_point(sims: Sequence[SimResult], rate: float, slo: SLO, slo_target: float) -> SweepPoint:
+    """Return the sweep point of replays of one run pooled (:func:`pooled`), offered at one replay's rate: the
+    replays share their arrivals, and ``requests - 1`` gaps over the pooled span counted the gaps between replays
+    (8 replays read a few % over the measured run's offered rate)."""
+    point = point_from(pooled(sims), rate, "rate", slo, slo_target)
+    first = sims[0]
+    _, offered_rps = offered_of(first.records, "rate", max(first.window_end_s - first.window_start_s, 1e-9))
+    return point.model_copy(update={"offered_rps": offered_rps,
+                                    "attempted_rps": offered_rps * point.attempted / max(point.offered, 1)})
+
+
 def _table(records: list[dict[str, Any]], name: str) -> tuple[RecordTable, float, float]:
     ends = [r["end"] for r in records]
     window_end = max(max(ends, default=0.0), 1e-9)
@@ -365,7 +376,7 @@ def validate_sweep(model: Any, scenario: Scenario, rates: Sequence[float], *, re
         summaries.append(("this rate's trace: " if used is own else "every rate's traces: ") + used.summary)
         sc = simulation_scenario(at_rate[rate], used)
         sims = [simulate(sc, replica=k, token_times=False) for k in range(replicas)]
-        simulated.append(point_from(pooled(sims), rate, "rate", slo, slo_target))
+        simulated.append(pooled_point(sims, rate, slo, slo_target))
         s_status.append({s: c for s, c in sims[0].status_counts().items() if c})
     points, summary = compare_sweeps(measured, simulated, slo_given=slo_given, measured_status=m_status,
                                      simulated_status=s_status, repeated=repeated or None,
@@ -405,5 +416,6 @@ def sweep_validation_doc(doc: Any, source: str) -> dict[str, Any]:
     return doc
 
 
-__all__ = ["PointComparison", "SweepValidation", "compare_sweeps", "knee_rps", "metrics_of", "pooled", "rel_error",
-           "read_sweep_validation", "replay_rate_rps", "scenario_at_rate", "sweep_validation_doc", "validate_sweep"]
+__all__ = ["PointComparison", "SweepValidation", "compare_sweeps", "knee_rps", "metrics_of", "pooled", "pooled_point",
+           "rel_error", "read_sweep_validation", "replay_rate_rps", "scenario_at_rate", "sweep_validation_doc",
+           "validate_sweep"]
