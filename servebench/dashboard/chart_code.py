@@ -7,6 +7,10 @@ machine (benchmarks/dashboard.py's 'charts opened 100k'). The page instead asks 
 very URLs Streamlit imports them from (so the browser evaluates each once), once the page has been drawn and the
 script has stopped: while the user reads the page, not while it is drawn.
 
+The same goes for the code a first upload needs: the uploader's HTTP client (axios), which Streamlit imports when a
+file is chosen, and the 'Showing' radio drawn once a second record set is held (about 0.03 s each on the
+upload's path, before the file is sent and before the page is drawn again).
+
 Pure: :func:`chart_chunks` finds the modules in the installed Streamlit, :func:`preload_script` writes the script.
 """
 
@@ -16,14 +20,17 @@ import json
 from pathlib import Path
 
 # the chart element and the two modules its first chart imports (Streamlit's loadVegaEmbed)
-CHUNK_STEMS = ("ArrowVegaLiteChart", "embed", "vega-interpreter")
+CHART_STEMS = ("ArrowVegaLiteChart", "embed", "vega-interpreter")
+# a first upload's: the uploader's HTTP client, and the radio the sidebar draws once two record sets are held
+UPLOAD_STEMS = ("axios", "Radio")
+CHUNK_STEMS = CHART_STEMS + UPLOAD_STEMS
 # after the script has stopped and no element is still loading: the page is drawn by then (measured: the last
 # table or metric within 0.2 s of that on Summary), so the code is compiled while the user reads the page
 AFTER_IDLE_MS = 300
 
 
 def chart_chunks(static_js: Path) -> list[str] | None:
-    """Return the file names of the chart modules in Streamlit's ``static/js`` folder, or None if any is missing.
+    """Return the file names of the modules to preload in Streamlit's ``static/js`` folder, or None if any is missing.
 
     Each name is ``STEM.HASH.js``, one per Streamlit build; another build without one of them gets no preload.
     """
