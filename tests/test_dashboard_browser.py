@@ -58,9 +58,22 @@ def test_summary_opens_on_its_overview_above_the_fold_at_1400x900() -> None:
         assert page.console_errors == []
 
 
-# the chart element's code and the two modules its first chart imports, as the browser fetched them
-CHART_CODE = """() => performance.getEntriesByType('resource').map(e => e.name.split('/').pop())
-  .filter(n => /^(embed|vega-interpreter|ArrowVegaLiteChart)[.]/.test(n))"""
+# the modules of these stems (STEM.HASH.js) the browser has fetched, by file name
+FETCHED = """(stems) => performance.getEntriesByType('resource').map(e => e.name.split('/').pop())
+  .filter(n => stems.includes(n.split('.')[0]))"""
+# the chart element's code and the two modules its first chart imports
+CHART_CODE = ["ArrowVegaLiteChart", "embed", "vega-interpreter"]
+
+
+def _preloaded(page, url: str, stems: list[str]) -> list[str]:
+    """Open Summary, wait until the modules of ``stems`` have been fetched once it is drawn; return their names."""
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(url, wait_until="domcontentloaded")
+    _overview_drawn(page)
+    page.wait_for_function(f"() => ({FETCHED})({stems!r}).length >= {len(stems)}", timeout=TIMEOUT_MS)
+    fetched = sorted(page.evaluate(FETCHED, stems))
+    assert sorted(n.split(".")[0] for n in fetched) == sorted(stems)
+    return fetched
 
 
 def test_the_chart_code_is_fetched_once_the_first_view_is_drawn_and_serves_the_first_chart() -> None:
@@ -69,23 +82,17 @@ def test_the_chart_code_is_fetched_once_the_first_view_is_drawn_and_serves_the_f
     URLs Streamlit imports it from, so opening the CDF panel fetches nothing more."""
     require_chromium()
     with streamlit_server() as url, browser_page(viewport=(WIDTH, HEIGHT)) as page:
-        page.set_default_timeout(TIMEOUT_MS)
-        page.goto(url, wait_until="domcontentloaded")
-        _overview_drawn(page)
-        page.wait_for_function(f"() => ({CHART_CODE})().length >= 3", timeout=TIMEOUT_MS)
-        fetched = sorted(page.evaluate(CHART_CODE))
-        assert [n.split(".")[0] for n in fetched] == ["ArrowVegaLiteChart", "embed", "vega-interpreter"]
+        fetched = _preloaded(page, url, CHART_CODE)
         assert page.locator(".stPrintGraphic").count() == 0  # no chart drawn for it
         assert page.locator(".st-key-chart_code").bounding_box() is None  # hidden: it takes no room
         page.get_by_text("CDFs of latency, TTFT and TPOT").first.click()
         page.locator(VEGA_DRAWN).nth(2).wait_for()
         _wait_idle(page)
-        assert sorted(page.evaluate(CHART_CODE)) == fetched  # the charts used the modules already fetched
+        assert sorted(page.evaluate(FETCHED, CHART_CODE)) == fetched  # the charts used the modules already fetched
         assert page.console_errors == []
 
 
-UPLOAD_CODE = """() => performance.getEntriesByType('resource').map(e => e.name.split('/').pop())
-  .filter(n => /^(axios|Radio)[.]/.test(n))"""
+UPLOAD_CODE = ["axios", "Radio"]  # the uploader's HTTP client, and the radio of the record sets held
 
 
 def test_a_first_upload_finds_its_code_fetched_while_the_page_was_idle(tmp_path) -> None:
@@ -95,17 +102,12 @@ def test_a_first_upload_finds_its_code_fetched_while_the_page_was_idle(tmp_path)
     small = tmp_path / "small.csv"
     small.write_text("start,first_token,end,status,output_tokens\n0,0.1,1,success,4\n1,1.2,2,success,5\n")
     with streamlit_server() as url, browser_page(viewport=(WIDTH, HEIGHT)) as page:
-        page.set_default_timeout(TIMEOUT_MS)
-        page.goto(url, wait_until="domcontentloaded")
-        _overview_drawn(page)
-        page.wait_for_function(f"() => ({UPLOAD_CODE})().length >= 2", timeout=TIMEOUT_MS)
-        fetched = sorted(page.evaluate(UPLOAD_CODE))
-        assert [n.split(".")[0] for n in fetched] == ["Radio", "axios"]
+        fetched = _preloaded(page, url, UPLOAD_CODE)
         page.locator('[data-testid="stFileUploader"] input[type="file"]').first.set_input_files(str(small))
         page.get_by_text("small.csv · 2 records").first.wait_for()
         page.get_by_text("small.csv (upload)").first.wait_for()  # the radio of the record sets held
         _wait_idle(page)
-        assert sorted(page.evaluate(UPLOAD_CODE)) == fetched  # the upload used the modules already fetched
+        assert sorted(page.evaluate(FETCHED, UPLOAD_CODE)) == fetched  # the upload used the modules already fetched
         assert page.console_errors == []
 
 
