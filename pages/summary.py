@@ -273,12 +273,12 @@ with slo_box:
         c = st.columns(3)
         metric(c[0], "slo.attainment", "SLO attainment", fmt_share(report.slo.attainment),
                f"{report.slo.good_requests:,} good requests of {report.offered:,}.")
-        for col, label, key, value in (
+        for col, title, key, value in (  # not 'label': that is output.plain's column labeller, used below
                 (c[1], "Goodput (requests/s)", "slo.goodput_requests_per_second",
                  report.slo.goodput_requests_per_second),
                 (c[2], "Goodput (output tokens/s)", "slo.goodput_output_tokens_per_second",
                  report.slo.goodput_output_tokens_per_second)):
-            metric(col, key, label, "n/a" if key in no_clock else fmt(value))
+            metric(col, key, title, "n/a" if key in no_clock else fmt(value))
 
 if report.slices:
     st.subheader("Slices" if slice_by == SLICE_COLUMN else f"Slices by {safe_text(slice_by)}")

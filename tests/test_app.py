@@ -988,3 +988,34 @@ def test_token_timing_says_why_most_requests_count_as_stalled() -> None:
     assert "100% of requests paused longer than 400 ms at least once (4x the median gap between tokens, 100 ms)." \
         in said
     assert "prefilled in chunks beside the decodes" in said
+
+
+def test_the_time_unit_chosen_on_one_page_is_the_next_pages() -> None:
+    """Each page draws its own ms / s toggle, and Streamlit dropped its value when the page was left: Diagnosis,
+    opened after Summary, showed neither unit chosen (its screenshot too) and read ms whatever was chosen."""
+    at = _app()
+    (unit,) = at.get("button_group")
+    assert unit.value == "ms"
+    unit.set_value("s").run()
+    at.switch_page("pages/diagnosis.py").run()
+    assert [w.value for w in at.get("button_group")] == ["s"]
+    at.radio(key="diag_mode").set_value("Diagnose a profile table").run()
+    said = " ".join(x.value for x in [*at.markdown, *at.warning, *at.success])
+    assert "10.3 s" in said and "10,300 ms" not in said
+    at.get("button_group")[0].set_value("ms").run()
+    at.switch_page("pages/token_timing.py").run()
+    assert [w.value for w in at.get("button_group")] == ["ms"]
+    at.switch_page("pages/summary.py").run()
+    assert [w.value for w in at.get("button_group")] == ["ms"] and not at.exception
+
+
+def test_summary_with_an_slo_and_slices_draws_its_slice_tables() -> None:
+    """A TTFT limit on the sample (which has slices) raised TypeError on Summary: the goodput metrics' loop variable
+    'label' shadowed the column labeller the slice tables are renamed with, since 2026-12-01."""
+    at = _app()
+    (ttft,) = [n for n in at.number_input if n.key == "slo_ttft_ms"]
+    ttft.set_value(2000.0).run()
+    assert not at.exception and not at.error
+    tables = " ".join(x.value for x in at.markdown)
+    assert "Goodput (output tokens/s)" in [m.label for m in at.metric] and "Slices" in [h.value for h in at.subheader]
+    assert "| Goodput (output tokens/s) |" not in tables  # the label did not become a column name
