@@ -641,11 +641,25 @@ def slo_inputs() -> tuple[float | None, float | None, float | None]:
     return _slo_s(values)
 
 
+UNIT_KEPT = "unit_kept"  # the unit chosen, outside the widget's own key (see unit_choice)
+
+
+def _keep_unit() -> None:
+    st.session_state[UNIT_KEPT] = st.session_state.get("unit")
+
+
 def unit_choice() -> tuple[str, float]:
-    """Render the ms / s toggle (milliseconds unless the URL says s; kept in the URL); return the unit and factor."""
-    if "unit" not in st.session_state:
-        st.session_state["unit"] = time_unit(st.query_params.get("unit"))
-    unit = st.segmented_control("Time unit", list(TIME_UNITS), key="unit", help=UNIT_HELP) or DEFAULT_TIME_UNIT
+    """Render the ms / s toggle (milliseconds unless the URL says s; kept in the URL); return the unit and factor.
+
+    Each page draws its own toggle, and Streamlit drops a widget's value when the page that drew it is left: the next
+    page's toggle showed neither unit chosen (and the page read ms whatever was chosen). The choice is kept under a
+    key of its own and given to each page's toggle before it is drawn.
+    """
+    kept = st.session_state.get(UNIT_KEPT) or time_unit(st.query_params.get("unit"))
+    st.session_state["unit"] = kept
+    unit = st.segmented_control("Time unit", list(TIME_UNITS), key="unit", help=UNIT_HELP,
+                                on_change=_keep_unit) or DEFAULT_TIME_UNIT
+    st.session_state[UNIT_KEPT] = unit
     st.query_params["unit"] = unit
     return unit, unit_scale(unit)
 
