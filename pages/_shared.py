@@ -664,11 +664,25 @@ def unit_choice() -> tuple[str, float]:
     return unit, unit_scale(unit)
 
 
+ENGINEER_KEPT = "engineer_view_kept"  # the view chosen, outside the widget's own key (see engineer_toggle)
+
+
+def _keep_engineer_view() -> None:
+    st.session_state[ENGINEER_KEPT] = bool(st.session_state.get(ENGINEER_VIEW_KEY))
+
+
 def engineer_toggle() -> None:
-    """Render the sidebar's engineer view toggle (on every page: app.py draws it; ``view=engineer`` in the URL)."""
-    if ENGINEER_VIEW_KEY not in st.session_state:
-        st.session_state[ENGINEER_VIEW_KEY] = engineer_from_query(st.query_params)
-    on = st.sidebar.toggle(ENGINEER_VIEW_LABEL, key=ENGINEER_VIEW_KEY, help=ENGINEER_VIEW_HELP)
+    """Render the sidebar's engineer view toggle (on every page: app.py draws it; ``view=engineer`` in the URL).
+
+    The first click on it was lost: Streamlit drops the state of a widget drawn before ``st.navigation`` on the
+    session's first rerun (it takes that run for a page change), so the toggle stayed off until clicked again. The
+    choice is kept under a key of its own, set by the toggle's callback, and given to the toggle before it is drawn.
+    """
+    kept = st.session_state.get(ENGINEER_KEPT)
+    st.session_state[ENGINEER_VIEW_KEY] = engineer_from_query(st.query_params) if kept is None else kept
+    on = st.sidebar.toggle(ENGINEER_VIEW_LABEL, key=ENGINEER_VIEW_KEY, help=ENGINEER_VIEW_HELP,
+                           on_change=_keep_engineer_view)
+    st.session_state[ENGINEER_KEPT] = on
     if on:
         st.query_params["view"] = "engineer"
     elif "view" in st.query_params:

@@ -313,3 +313,31 @@ def test_summary_tables_fit_a_1400_px_window_without_scrolling_sideways(tmp_path
         _wait_idle(page)
         assert page.evaluate(WIDE_TABLES) == []
         screenshot(page, "percentile_records_1400px")
+
+
+def test_the_first_click_on_the_engineer_view_and_the_unit_takes() -> None:
+    """The engineer toggle, drawn by app.py before st.navigation, lost its first click (Streamlit dropped its state
+    on the session's first rerun), so it stayed off until clicked again; the ms / s choice did not carry from one
+    page to the next. Both are kept under keys of their own (pages._shared)."""
+    require_chromium()
+    with streamlit_server() as url, browser_page() as page:
+        page.set_default_timeout(TIMEOUT_MS)
+        page.goto(url, wait_until="domcontentloaded")
+        page.get_by_role("heading", name="Summary").first.wait_for()
+        _wait_idle(page)
+        box = page.locator("label:has-text('Engineer view') input[type=checkbox]")
+        assert not box.is_checked()
+        page.get_by_text("Engineer view").click()
+        page.get_by_text("The contract: eight fields").first.wait_for()  # the engineer view's own text
+        _wait_idle(page)
+        assert box.is_checked()
+        page.get_by_text("s", exact=True).first.click()  # the Time unit: seconds
+        page.get_by_text("Latency p95 (s)").first.wait_for()
+        _wait_idle(page)
+        page.get_by_role("link", name="Diagnosis").click()
+        page.get_by_role("heading", name="Diagnosis").first.wait_for()
+        _wait_idle(page)
+        page.locator('[data-testid="stButtonGroup"]').first.wait_for()
+        chosen = page.locator('[data-testid="stButtonGroup"] button[aria-checked="true"], '
+                              '[data-testid="stBaseButton-segmented_controlActive"]').all_inner_texts()
+        assert chosen == ["s"] and box.is_checked()
