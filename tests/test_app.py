@@ -1019,3 +1019,27 @@ def test_summary_with_an_slo_and_slices_draws_its_slice_tables() -> None:
     tables = " ".join(x.value for x in at.markdown)
     assert "Goodput (output tokens/s)" in [m.label for m in at.metric] and "Slices" in [h.value for h in at.subheader]
     assert "| Goodput (output tokens/s) |" not in tables  # the label did not become a column name
+
+
+def test_every_page_opens_with_an_slo_the_engineer_view_and_token_times_held() -> None:
+    """A state no single page's test reached: the SLO crash on Summary (a83d120) showed that only once a limit was set
+    on records with slices. Records with token times, slices and a timeout, every SLO limit set, the engineer view on
+    and the unit in s: every page opens without an exception or an error."""
+    recs = [{"start": i * 0.5, "first_token": i * 0.5 + 0.1, "end": i * 0.5 + 1.4, "status": "success",
+             "output_tokens": 5, "slice": "ab"[i % 2],
+             "token_times": [i * 0.5 + t for t in (0.1, 0.2, 0.3, 0.4, 1.4)]} for i in range(40)]
+    recs[7] = {**recs[7], "status": "timeout", "error": "deadline", "output_tokens": 2,
+               "token_times": recs[7]["token_times"][:2]}
+    at = _app()
+    at.file_uploader(key="records_upload").set_value(("tok.json", json.dumps(recs).encode(),
+                                                      "application/json")).run()
+    for key, value in (("slo_ttft_ms", 500.0), ("slo_tpot_ms", 50.0), ("slo_latency", 10.0)):
+        [n for n in at.number_input if n.key == key][0].set_value(value).run()
+    at.get("button_group")[0].set_value("s").run()
+    at.session_state["engineer_view_kept"] = True
+    at.run()
+    assert not at.exception and not at.error
+    pages = sorted(p.name for p in (REPO / "pages").glob("*.py") if not p.name.startswith("_"))
+    for name in pages:
+        at.switch_page(f"pages/{name}").run()
+        assert not at.exception and not at.error, (name, [e.message for e in at.exception])
