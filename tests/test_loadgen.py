@@ -485,10 +485,13 @@ def test_a_stop_signal_keeps_every_outcome_gathered_and_marks_the_run_cut_short(
     # the first two are refused at once (finished outcomes); three long streams are on the wire when the signal comes
     app = fake_app(state, token_delay_s=0.05, reply=lambda n: 503 if n <= 2 else 200)
     with serve_in_background(app) as url:
+        # Ctrl-C's default restored for the command: a suite started in the background (`./dev.sh test &`) runs with
+        # SIGINT ignored, which the command inherits and rightly keeps, as a background job ignores the terminal's Ctrl-C
         proc = subprocess.Popen([sys.executable, "-m", "servebench", "load", url, "--rate", "20", "--arrival",
                                  "constant", "--requests", "5", "--output-tokens", "400", "-o", str(out),
                                  "--workers", str(workers)],
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "COLUMNS": "120"})
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "COLUMNS": "120"},
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         try:
             for _ in range(1200):  # until every request is on the server (bounded: about 60 s)
                 if state.requests >= 5 or proc.poll() is not None:
