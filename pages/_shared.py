@@ -641,47 +641,41 @@ def slo_inputs() -> tuple[float | None, float | None, float | None]:
     return _slo_s(values)
 
 
-UNIT_KEPT = "unit_kept"  # the unit chosen, outside the widget's own key (see unit_choice)
+UNIT_KEPT = "unit_kept"  # the unit chosen, outside the widget's own key (see _kept_choice)
+ENGINEER_KEPT = "engineer_view_kept"  # the view chosen, outside the widget's own key
 
 
-def _keep_unit() -> None:
-    st.session_state[UNIT_KEPT] = st.session_state.get("unit")
+def _keep(key: str, kept_key: str) -> None:
+    st.session_state[kept_key] = st.session_state.get(key)
+
+
+def _kept_choice(key: str, kept_key: str, initial: Callable[[], Any]) -> dict[str, Any]:
+    """Give the widget ``key`` the choice kept under ``kept_key`` (else ``initial()``) before it is drawn; return the
+    widget's arguments that keep the next choice (its key and callback).
+
+    Streamlit drops a widget's value when the page that drew it is left, and the state of a widget drawn before
+    ``st.navigation`` on the session's first rerun (it takes that run for a page change): each page's unit toggle
+    came up unset after another page's, and the engineer toggle's first click was lost. A key of its own, set by
+    the widget's callback, carries the choice through both.
+    """
+    kept = st.session_state.get(kept_key)
+    st.session_state[key] = initial() if kept is None else kept
+    return {"key": key, "on_change": _keep, "args": (key, kept_key)}
 
 
 def unit_choice() -> tuple[str, float]:
-    """Render the ms / s toggle (milliseconds unless the URL says s; kept in the URL); return the unit and factor.
-
-    Each page draws its own toggle, and Streamlit drops a widget's value when the page that drew it is left: the next
-    page's toggle showed neither unit chosen (and the page read ms whatever was chosen). The choice is kept under a
-    key of its own and given to each page's toggle before it is drawn.
-    """
-    kept = st.session_state.get(UNIT_KEPT) or time_unit(st.query_params.get("unit"))
-    st.session_state["unit"] = kept
-    unit = st.segmented_control("Time unit", list(TIME_UNITS), key="unit", help=UNIT_HELP,
-                                on_change=_keep_unit) or DEFAULT_TIME_UNIT
+    """Render the ms / s toggle (milliseconds unless the URL says s; kept in the URL); return the unit and factor."""
+    kept = _kept_choice("unit", UNIT_KEPT, lambda: time_unit(st.query_params.get("unit")))
+    unit = st.segmented_control("Time unit", list(TIME_UNITS), help=UNIT_HELP, **kept) or DEFAULT_TIME_UNIT
     st.session_state[UNIT_KEPT] = unit
     st.query_params["unit"] = unit
     return unit, unit_scale(unit)
 
 
-ENGINEER_KEPT = "engineer_view_kept"  # the view chosen, outside the widget's own key (see engineer_toggle)
-
-
-def _keep_engineer_view() -> None:
-    st.session_state[ENGINEER_KEPT] = bool(st.session_state.get(ENGINEER_VIEW_KEY))
-
-
 def engineer_toggle() -> None:
-    """Render the sidebar's engineer view toggle (on every page: app.py draws it; ``view=engineer`` in the URL).
-
-    The first click on it was lost: Streamlit drops the state of a widget drawn before ``st.navigation`` on the
-    session's first rerun (it takes that run for a page change), so the toggle stayed off until clicked again. The
-    choice is kept under a key of its own, set by the toggle's callback, and given to the toggle before it is drawn.
-    """
-    kept = st.session_state.get(ENGINEER_KEPT)
-    st.session_state[ENGINEER_VIEW_KEY] = engineer_from_query(st.query_params) if kept is None else kept
-    on = st.sidebar.toggle(ENGINEER_VIEW_LABEL, key=ENGINEER_VIEW_KEY, help=ENGINEER_VIEW_HELP,
-                           on_change=_keep_engineer_view)
+    """Render the sidebar's engineer view toggle (on every page: app.py draws it; ``view=engineer`` in the URL)."""
+    kept = _kept_choice(ENGINEER_VIEW_KEY, ENGINEER_KEPT, lambda: engineer_from_query(st.query_params))
+    on = st.sidebar.toggle(ENGINEER_VIEW_LABEL, help=ENGINEER_VIEW_HELP, **kept)
     st.session_state[ENGINEER_KEPT] = on
     if on:
         st.query_params["view"] = "engineer"

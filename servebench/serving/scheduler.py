@@ -1082,7 +1082,7 @@ class Scheduler:
         first = self._cohort_blocks(1)  # allocated by step() already
         # each member crosses at most 1 + (k - 1) // bs block boundaries in k steps: when that many blocks are free,
         # so is what the run needs, without counting them (the usual case: KV is short only near preemption)
-        if len(self._members) * (1 + (k - 1) // self.config.block_size_tokens) - first <= self._free_blocks:
+        if len(self._members) * (1 + (k - 1) // self._bs) - first <= self._free_blocks:
             return max(k, 1)  # as _longest_run returns it
         return self._longest_run(k, lambda steps: self._cohort_blocks(steps) - first)
 
