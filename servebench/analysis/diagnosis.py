@@ -658,12 +658,6 @@ def shown_in_words(e: Evidence, unit: str = "s") -> tuple[str, str, str]:
     return words, _valued(kind, e.value, unit), _valued(kind, e.threshold, unit)
 
 
-def _said_in_words(e: Evidence, unit: str = "s") -> str:
-    """Return :func:`_said`'s line with the measurement in words: 'TTFT p95 9,430 ms > 2,000 ms: ...'."""
-    name, value, threshold = shown_in_words(e, unit)
-    return f"{name} {value} {e.rule} {threshold}: {e.note}"
-
-
 def _symptom(e: Evidence, unit: str = "s") -> str:
     """Return a symptom in a few words: 'TTFT p95 9.43 s over its 2 s objective', '128 timeouts'."""
     if e.measurement == "ttft_p95_s":
@@ -684,10 +678,19 @@ def shown_measurement(e: Evidence, unit: str = "s") -> tuple[str, str, str]:
     return e.measurement, fmt(e.value, 3), fmt(e.threshold, 3)
 
 
-def _said(e: Evidence, unit: str = "s") -> str:
-    """Return one measurement against its rule, e.g. 'ttft_p95_s 9.43 > 2: TTFT p95 above the objective'."""
-    name, value, threshold = shown_measurement(e, unit)
+def _said(e: Evidence, unit: str = "s", words: bool = False) -> str:
+    """Return one measurement against its rule, e.g. 'ttft_p95_s 9.43 > 2: TTFT p95 above the objective', or with
+    ``words`` the measurement in words: 'TTFT p95 9,430 ms > 2,000 ms: ...'."""
+    name, value, threshold = (shown_in_words if words else shown_measurement)(e, unit)
     return f"{name} {value} {e.rule} {threshold}: {e.note}"
+
+
+def _evidence_lines(shown: list[Evidence], unit: str, unique: bool = False) -> dict[str, list[str]]:
+    """Return a headline's evidence lines both ways (the rules' keys, and words), each line once with ``unique``."""
+    def lines(words: bool) -> list[str]:
+        said = [_said(e, unit, words) for e in shown]
+        return list(dict.fromkeys(said)) if unique else said
+    return {"evidence": lines(False), "evidence_words": lines(True)}
 
 
 def _headline(v: Verdict, symptoms: list[Evidence], winner: RuleCheck | None, unit: str = "s") -> Headline:
@@ -710,13 +713,12 @@ def _headline(v: Verdict, symptoms: list[Evidence], winner: RuleCheck | None, un
         assert now is not None and now.rate_per_s is not None
         also = [r for r in v.rules if r.holds and r.limit != winner.limit]
         crossed = [e for r in [winner, *also] for e in r.conditions if e.crossed]
-        evidence = list(dict.fromkeys(_said(e, unit) for e in [*symptoms, *crossed]))
-        in_words = list(dict.fromkeys(_said_in_words(e, unit) for e in [*symptoms, *crossed]))
+        lines = _evidence_lines([*symptoms, *crossed], unit, unique=True)
         held = f" ({' and '.join(LIMIT_WORDS[r.limit] for r in also)}'s pattern holds too)" if also else ""
         names = ", ".join(_symptom(e, unit) for e in symptoms)
         done_text = f", it completed {done:.3g}/s ({lost}; {names})" if done is not None else f" ({lost}; {names})"
         return Headline(standing="at_limit", limit=winner.limit, capacity_rate_per_s=now.rate_per_s, **common,
-                        capacity_basis=now.basis, evidence=evidence, evidence_words=in_words,
+                        capacity_basis=now.basis, **lines,
                         text=f"{rate}{done_text}: {LIMIT_WORDS[winner.limit]} binds at this load{held}, so its "
                              f"capacity is at most about {fmt_rate(now.rate_per_s)}.")
     if symptoms:
@@ -724,21 +726,19 @@ def _headline(v: Verdict, symptoms: list[Evidence], winner: RuleCheck | None, un
         why = ("without admitted times the data cannot tell which limit binds" if v.limit == "undetermined"
                else "no limit's whole pattern holds (see the failures by cause)")
         return Headline(standing="cannot_tell", limit=None, capacity_rate_per_s=None, **common,
-                        capacity_basis=f"not estimated: {why}", evidence=[_said(e, unit) for e in symptoms],
-                        evidence_words=[_said_in_words(e, unit) for e in symptoms],
+                        capacity_basis=f"not estimated: {why}", **_evidence_lines(symptoms, unit),
                         text=f"{rate} ({lost}): something limits it ({names}), but {why}, so no capacity is "
                              "estimated.")
     first = v.first_to_bind
-    evidence = [_said(e, unit) for e in v.evidence if e.crossed is not None]
-    in_words = [_said_in_words(e, unit) for e in v.evidence if e.crossed is not None]
+    lines = _evidence_lines([e for e in v.evidence if e.crossed is not None], unit)
     if first is None or first.rate_per_s is None:
         reasons = "; ".join(b.basis for b in v.bindings) or "no limit known"
         return Headline(standing="below_limit", limit=None, capacity_rate_per_s=None, **common,
-                        capacity_basis=reasons, evidence=evidence, evidence_words=in_words,
+                        capacity_basis=reasons, **lines,
                         text=f"{rate} ({lost}), with no symptom: nothing limits it at this load. No limit's rate is "
                              f"estimated from this data ({reasons}).")
     return Headline(standing="below_limit", limit=first.limit, capacity_rate_per_s=first.rate_per_s, **common,
-                    capacity_basis=first.basis, evidence=evidence, evidence_words=in_words,
+                    capacity_basis=first.basis, **lines,
                     text=f"{rate} ({lost}), with no symptom: nothing limits it at this load. As load grows, "
                          f"{LIMIT_WORDS[first.limit]} binds first, at about {fmt_rate(first.rate_per_s)} "
                          f"({fmt(first.headroom, 3)}x the measured rate).")
