@@ -346,3 +346,22 @@ def test_output_target_is_the_drawn_output_capped_at_the_output_cap() -> None:
     s.add_request(Request("a", 0.0, 10, 5, output_tokens=9), 0.0)
     (o,), _ = run(s)
     assert (o.status, o.output_tokens) == ("success", 5)  # the scheduler ends it at that target
+
+
+@pytest.mark.parametrize("cls", [Request, Outcome])
+def test_hand_written_init_sets_every_field_and_stays_frozen(cls: type) -> None:
+    """Request's and Outcome's own __init__ (the dataclass's is slow: object.__setattr__ a field) sets each field,
+    positionally and by name, keeps the defaults, and leaves the instance frozen, comparable and replaceable."""
+    import dataclasses
+
+    fields = dataclasses.fields(cls)
+    values = {f.name: f"value {i}" for i, f in enumerate(fields)}
+    by_position = cls(*values.values())
+    assert dataclasses.asdict(by_position) == values
+    assert cls(**values) == by_position and hash(cls(**values)) == hash(by_position)
+    required = {f.name: values[f.name] for f in fields if f.default is dataclasses.MISSING}
+    assert dataclasses.asdict(cls(**required)) == {
+        f.name: values[f.name] if f.default is dataclasses.MISSING else f.default for f in fields}
+    assert dataclasses.replace(by_position, slice="other").slice == "other"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        by_position.slice = "other"  # type: ignore[misc]

@@ -257,15 +257,19 @@ class StepModel(BaseModel):
         first step that ends after ``stop_s`` (that one included): a short run costs no numpy call, and a run
         cut by an event costs no step past it."""
         fixed = self.base_s + self.per_prefill_token_s * 0 + self.per_decode_seq_s * decode_seqs
-        zero, per_kv, t, out = self.per_prefill_seq_s * 0, self.per_kv_token_s, start_s, []
-        for j in range(steps):
-            step = fixed + zero if per_kv == 0 else fixed + per_kv * float(kv_tokens_read + decode_seqs * j) + zero
-            if j == 0 and first_extra_s:
-                step += first_extra_s
+        zero, per_kv = self.per_prefill_seq_s * 0, self.per_kv_token_s
+        # step j reads kv_tokens_read + decode_seqs * j tokens (an int: exact, as the float product of step_s reads it)
+        kv, t, out = kv_tokens_read, start_s, []
+        step = fixed + zero if per_kv == 0 else fixed + per_kv * float(kv) + zero
+        if first_extra_s:
+            step += first_extra_s
+        for _ in range(steps):
             t += step
             out.append(t)
             if t > stop_s:
                 break
+            kv += decode_seqs
+            step = fixed + zero if per_kv == 0 else fixed + per_kv * float(kv) + zero
         return out
 
     @classmethod

@@ -199,6 +199,17 @@ class Request:
     tenant: str | None = None  # whose limits and share apply (see TenantLimit); None: the unnamed tenant
     deadline_error: str | None = None  # error of a timeout at its deadline; None: deadline_exceeded
 
+    def __init__(self, request_id: str, arrival_s: float, prompt_tokens: int, max_output_tokens: int,
+                 output_tokens: int | None = None, timeout_s: float | None = None, slice: str | None = None,
+                 content: PromptContent | None = None, tenant: str | None = None,
+                 deadline_error: str | None = None) -> None:
+        # the frozen dataclass's own __init__ calls object.__setattr__ a field (2 us a Request; this, 0.45 us): the
+        # simulator makes one a request. The fields, in order, as declared (test_scheduler checks each is set)
+        d = self.__dict__
+        d["request_id"], d["arrival_s"], d["prompt_tokens"] = request_id, arrival_s, prompt_tokens
+        d["max_output_tokens"], d["output_tokens"], d["timeout_s"] = max_output_tokens, output_tokens, timeout_s
+        d["slice"], d["content"], d["tenant"], d["deadline_error"] = slice, content, tenant, deadline_error
+
     @property
     def output_target_tokens(self) -> int:
         """Return the tokens it generates before it ends: ``output_tokens`` capped at ``max_output_tokens``."""
@@ -222,6 +233,16 @@ class Outcome:
     preemptions: int = 0
     cached_prompt_tokens: int | None = None  # prompt tokens reused from the prefix cache; None: caching off or never admitted
 
+    def __init__(self, request_id: str, start: float, admitted: float | None, first_token: float | None, end: float,
+                 status: str, prompt_tokens: int, output_tokens: int, slice: str | None, error: str | None,
+                 preemptions: int = 0, cached_prompt_tokens: int | None = None) -> None:
+        # as Request's: one an ended request, without object.__setattr__ a field
+        d = self.__dict__
+        d["request_id"], d["start"], d["admitted"], d["first_token"] = request_id, start, admitted, first_token
+        d["end"], d["status"], d["prompt_tokens"], d["output_tokens"] = end, status, prompt_tokens, output_tokens
+        d["slice"], d["error"], d["preemptions"] = slice, error, preemptions
+        d["cached_prompt_tokens"] = cached_prompt_tokens
+
     def to_record(self) -> dict[str, Any]:
         """Return the canonical record dict, leaving out absent optional fields."""
         return record_dict(request_id=self.request_id, start=self.start, admitted=self.admitted,
@@ -230,7 +251,7 @@ class Outcome:
                            slice=self.slice, error=self.error, cached_prompt_tokens=self.cached_prompt_tokens)
 
 
-@dataclass
+@dataclass(slots=True)
 class StepPlan:
     """What one step does. Ids in ``prefill`` and ``decode`` are in flight until committed."""
 
@@ -252,7 +273,10 @@ class StepPlan:
     @property
     def prefill_tokens(self) -> int:
         """Return the prompt tokens this step computes."""
-        return sum(n for _, n in self.prefill) if self.prefill else 0
+        prefill = self.prefill
+        if len(prefill) < 2:  # most steps: no generator to sum
+            return prefill[0][1] if prefill else 0
+        return sum(n for _, n in prefill)
 
     @property
     def batched_tokens(self) -> int:
@@ -367,22 +391,35 @@ class Scheduler:
     def _in_flight(self, seq: _Seq) -> bool:
         return seq.in_flight or (seq.lazy and self._cohort_plan is not None)
 
-    def _join(self, seq: _Seq) -> None:
-        """Move a running decoder (not in flight) from the others into the cohort."""
-        self._others.remove(seq)
-        clock = self._clock
-        seq.lazy = True
-        seq.cbase, seq.gbase, seq.join_clock = seq.computed - clock, seq.generated - clock, clock
-        i = bisect_left(self._member_orders, seq.order)
-        self._members.insert(i, seq)
-        self._member_orders.insert(i, seq.order)
-        self._member_rids.insert(i, seq.rid)
-        self._cbase_sum += seq.cbase
-        r = seq.cbase % self.config.block_size_tokens
-        self._residues[r] = self._residues.get(r, 0) + 1
-        self._join_ids += 1
-        seq.join_id = self._join_ids
-        heapq.heappush(self._done_heap, (seq.target - seq.gbase, seq.order, seq.join_id, seq))
+    def _join(self, joiners: list[_Seq]) -> None:
+        """Move running decoders (not in flight), in running order, from the others into the cohort."""
+        if len(joiners) == 1:
+            self._others.remove(joiners[0])
+        else:  # after a step planned sequence by sequence: the whole cohort again
+            joined = set(map(id, joiners))
+            self._others = [q for q in self._others if id(q) not in joined]
+        clock, bs, residues, heap = self._clock, self._bs, self._residues, self._done_heap
+        members, orders, rids = self._members, self._member_orders, self._member_rids
+        for seq in joiners:
+            seq.lazy = True
+            cbase = seq.computed - clock
+            seq.cbase, seq.gbase, seq.join_clock = cbase, seq.generated - clock, clock
+            order = seq.order
+            if not orders or order > orders[-1]:  # the usual joiner: the newest, its prompt just prefilled
+                members.append(seq)
+                orders.append(order)
+                rids.append(seq.rid)
+            else:
+                i = bisect_left(orders, order)
+                members.insert(i, seq)
+                orders.insert(i, order)
+                rids.insert(i, seq.rid)
+            self._cbase_sum += cbase
+            r = cbase % bs
+            residues[r] = residues.get(r, 0) + 1
+            self._join_ids += 1
+            seq.join_id = self._join_ids
+            heapq.heappush(heap, (seq.target - seq.gbase, order, seq.join_id, seq))
 
     def _write_back(self, seq: _Seq) -> None:
         """Write a member's computed, generated and blocks from the clock (blocks allocated for a plan in flight kept)."""
@@ -426,7 +463,7 @@ class Scheduler:
 
     def _cohort_blocks(self, steps: int) -> int:
         """Return the KV blocks the members need for their next ``steps`` tokens (each holds its blocks exactly)."""
-        bs, clock, total = self.config.block_size_tokens, self._clock, 0
+        bs, clock, total = self._bs, self._clock, 0
         if steps == 1:  # those at a block boundary now
             return self._residues.get(-clock % bs, 0)
         for r, count in self._residues.items():
@@ -435,20 +472,14 @@ class Scheduler:
                 total += count * (1 + (steps - 1 - first) // bs)
         return total
 
-    def _next_completion(self) -> int | None:
-        """Return the fewest tokens any member has left before its target (None without members)."""
-        heap = self._done_heap
-        while heap and not (heap[0][3].lazy and heap[0][3].join_id == heap[0][2]):
-            heapq.heappop(heap)
-        return heap[0][0] - self._clock if heap else None
-
     def _cohort_step(self, now: float, prefill: bool) -> StepPlan | None:
         """Plan a step in which every decoder decodes, as one cohort; None when that is not the step the
         per-sequence loop would plan (a decoder skipped for budget, or KV short: preemption or eviction)."""
         cfg = self.config
         if self._others:
-            for seq in [q for q in self._others if q.decoding and not q.in_flight]:
-                self._join(seq)
+            joiners = [q for q in self._others if q.decoding and not q.in_flight]
+            if joiners:
+                self._join(joiners)
         n = len(self._members)
         budget: float = math.inf if cfg.max_num_batched_tokens is None else cfg.max_num_batched_tokens
         chunks: list[tuple[_Seq, int]] = []
@@ -544,8 +575,11 @@ class Scheduler:
 
     def next_deadline(self) -> float | None:
         """Return the earliest deadline (or shedding time) of a live request, or None."""
-        heap = self._deadlines
-        while heap and not self._is_live(heap[0][2], heap[0][1]):
+        heap, seqs = self._deadlines, self._seqs
+        while heap:  # _is_live, inline: two calls an event
+            seq = seqs.get(heap[0][2])
+            if seq is not None and seq.alive and seq.key == heap[0][1]:
+                break
             heapq.heappop(heap)
         shed = self._shed
         while shed and not self._is_sheddable(shed[0][2], shed[0][1]):
@@ -770,8 +804,7 @@ class Scheduler:
 
     def _admit(self, now: float, plan: StepPlan, budget: float) -> float:
         cfg = self.config
-        paged = cfg.policy == "paged"
-        bs = cfg.block_size_tokens
+        paged, bs = self._paged, self._bs
         waiting = self._waiting
         cache = self.cache
         while waiting and len(self._running) < cfg.max_num_seqs:
@@ -782,13 +815,13 @@ class Scheduler:
             total = seq.req.prompt_tokens + seq.generated
             hit = 0 if cache is None else self._lookup(seq, total)
             left = total - hit * bs
-            chunk = self._chunk_of(left, budget)
+            chunk = left if left <= budget else self._chunk_of(left, budget)
             if chunk == 0 and left > 0:
                 break
             reused = cache.unheld(seq.keys[:hit]) if hit else 0  # type: ignore[union-attr, index]
             if paged:
                 need = -(-chunk // bs)
-                if need > self._free_blocks + self._num_evictable() - reused:
+                if need > self._free_blocks + (0 if cache is None else cache.num_evictable) - reused:
                     break
             else:
                 need = tokens_per_request(seq.req.prompt_tokens, seq.req.max_output_tokens) - hit * bs  # less cached
@@ -810,10 +843,13 @@ class Scheduler:
                 if seq.first_token_s is None:
                     seq.cached_tokens = hit * bs
                 plan.cached[seq.req.request_id] = hit * bs
-            if paged:
-                self._alloc(seq, need)
-            else:
+            if not paged:
                 self._reserve(seq, need)
+            elif cache is None and need > 0:  # _alloc's case without a cache to evict from, inline
+                seq.blocks += need
+                self._free_blocks -= need
+            else:
+                self._alloc(seq, need)
             seq.running = True
             seq.order = self._next_order
             self._next_order += 1
@@ -988,9 +1024,16 @@ class Scheduler:
                 if seq.generated >= seq.target:
                     done.append(self._finish(seq, now, "success", None))
         if plan.cohort:
-            done.extend(self._cohort_done(plan, now))
+            ended = self._cohort_done(plan, now)
+            if done:
+                done.extend(ended)
+            else:
+                done = ended
+            decoding: Iterable[str] = ()
+        else:
+            decoding = plan.decode
         decoded = 0
-        for rid in () if plan.cohort else plan.decode:
+        for rid in decoding:
             seq = seqs.get(rid)
             if seq is None or not seq.in_flight:
                 continue
@@ -1004,7 +1047,8 @@ class Scheduler:
                 self._held_tokens += decoded * steps  # _finish releases what the sequence holds, these steps included
                 decoded = 0
                 done.append(self._finish(seq, now, "success", None))
-        self._held_tokens += decoded * steps
+        if decoded:
+            self._held_tokens += decoded * steps
         for rid in finished:
             seq = seqs.get(rid)
             if seq is not None and seq.running and (seq.lazy or seq.generated >= 1):  # a member has decoded
@@ -1029,6 +1073,8 @@ class Scheduler:
                 ended.append(seq)
             else:
                 break
+        if not ended:
+            return ended  # type: ignore[return-value]  # empty
         if len(ended) > 1:
             ended.sort(key=_ORDER)
         return [self._finish(seq, now, "success", None) for seq in ended]
@@ -1039,8 +1085,10 @@ class Scheduler:
         The limit is the first completion (the last step of the run completes someone) and, under
         ``paged``, the free blocks the run would need. 0 for a plan with prefill; 1 after a preemption.
         """
-        plan.max_steps = self._max_decode_steps(plan)
-        return plan.max_steps
+        steps = (self._cohort_max_steps() if plan.cohort and not plan.prefill and not plan.preempted
+                 else self._max_decode_steps(plan))
+        plan.max_steps = steps
+        return steps
 
     def _max_decode_steps(self, plan: StepPlan) -> int:
         if plan.prefill or not plan.decode:
@@ -1076,13 +1124,17 @@ class Scheduler:
 
     def _cohort_max_steps(self) -> int:
         """``_max_decode_steps`` for the cohort's plan: the next completion, and (paged) the blocks free for the run."""
-        k = self._next_completion() or 1
-        if self.config.policy != "paged":
+        heap = self._done_heap  # the fewest tokens any member has left before its target
+        while heap and not (heap[0][3].lazy and heap[0][3].join_id == heap[0][2]):
+            heapq.heappop(heap)
+        k = (heap[0][0] - self._clock if heap else 0) or 1
+        if not self._paged:
             return max(k, 1)
-        first = self._cohort_blocks(1)  # allocated by step() already
+        bs = self._bs
+        first = self._residues.get(-self._clock % bs, 0)  # _cohort_blocks(1): allocated by step() already
         # each member crosses at most 1 + (k - 1) // bs block boundaries in k steps: when that many blocks are free,
         # so is what the run needs, without counting them (the usual case: KV is short only near preemption)
-        if len(self._members) * (1 + (k - 1) // self._bs) - first <= self._free_blocks:
+        if len(self._members) * (1 + (k - 1) // bs) - first <= self._free_blocks:
             return max(k, 1)  # as _longest_run returns it
         return self._longest_run(k, lambda steps: self._cohort_blocks(steps) - first)
 
@@ -1094,13 +1146,14 @@ class Scheduler:
         limit = plan.max_steps if plan.max_steps is not None else self.max_decode_steps(plan)
         if plan.prefill or not 1 <= steps <= limit:
             raise ConfigError(f"extend: {steps} steps is not between 1 and {limit} for a pure decode plan")
-        if self.config.policy == "paged" and plan.cohort:  # the members' blocks, as _alloc one by one would take them
-            blocks = self._cohort_blocks(steps) - self._cohort_blocks(plan.steps)
+        if self._paged and plan.cohort:  # the members' blocks, as _alloc one by one would take them
+            blocks = self._cohort_blocks(steps) - (self._residues.get(-self._clock % self._bs, 0) if plan.steps == 1
+                                                   else self._cohort_blocks(plan.steps))  # _cohort_blocks(1), inline
             if blocks > self._free_blocks:
                 self._evict(blocks - self._free_blocks)
             self._free_blocks -= blocks
-        elif self.config.policy == "paged":
-            bs = self.config.block_size_tokens
+        elif self._paged:
+            bs = self._bs
             for rid in plan.decode:
                 seq = self._seqs.get(rid)
                 if seq is not None and seq.in_flight:

@@ -276,14 +276,18 @@ class _EventLoop:
     def run(self) -> None:
         """Handle events in (time, priority, sequence number) order, deadlines between them, until none is left."""
         self._first_arrivals()
-        sched, heap = self.sched, self.heap
+        sched, heap, pop, separate = self.sched, self.heap, heapq.heappop, self.separate
         while True:
             d = sched.next_deadline()
             if heap and (d is None or d > heap[0][0] or (d == heap[0][0] and heap[0][1] < PRIO_DEADLINE)):
-                now, _, _, kind, payload = heapq.heappop(heap)
+                now, _, _, kind, payload = pop(heap)
                 self.events += 1
-                self._handle(kind, payload, now)
-                self._kick(now)
+                if kind == EV_RUN:  # most events: _handle's first case, without the call between
+                    self._run_done(payload, now)
+                else:
+                    self._handle(kind, payload, now)
+                if separate or not self.busy:  # a busy shared lane starts nothing (_kick)
+                    self._kick(now)
             elif d is not None:
                 self.events += 1
                 self._finish(sched.expire(d), d)
@@ -463,7 +467,7 @@ class _EventLoop:
             plan = sched.step(now)
             if plan.ended:
                 self._finish(plan.ended, now)  # preempted into a full queue: failed at once
-            if not plan.is_empty:
+            if plan.decode or plan.prefill:  # not plan.is_empty
                 self._start_run(now, plan, 0)
 
     def _kick_separate(self, now: float) -> None:
@@ -504,13 +508,15 @@ class _EventLoop:
         else:
             end = self._decode_run_end(now, plan, extra)
         self.last_end, self.last_prefill = end, prefill_seqs > 0
-        self.engine_steps += plan.steps
+        steps = plan.steps
+        self.engine_steps += steps
         self.busy = True
         self.trace_s.extend((now, end - now))
-        self.trace_n.extend((plan.steps, lane, plan.running, plan.waiting, plan.kv_tokens_used, plan.kv_tokens_read,
+        self.trace_n.extend((steps, lane, plan.running, plan.waiting, plan.kv_tokens_used, plan.kv_tokens_read,
                              prefill_tokens, d, self.sched.kv_tokens_held, prefill_seqs, len(plan.admitted),
                              len(plan.preempted)))
-        self._push(end, PRIO_RUN, EV_RUN, plan)
+        self.counter += 1  # _push, inline
+        heapq.heappush(self.heap, (end, PRIO_RUN, self.counter, EV_RUN, plan))
 
     def _decode_run_end(self, now: float, plan: StepPlan, extra_s: float = 0.0) -> float:
         """Return when a pure decode plan ends, extended to identical steps up to the next event (the fast path);
@@ -555,17 +561,19 @@ class _EventLoop:
         lead, token_log = self.lead, self.token_log
         stamp = max(plan.now_s, now - lead) if lead else now  # tokens out before the bookkeeping
         emitted: list[str] = []
-        self._finish(self.sched.on_step_done(plan, stamp, tokens=None if token_log is None else emitted), now)
+        done = self.sched.on_step_done(plan, stamp, tokens=None if token_log is None else emitted)
+        if done:
+            self._finish(done, now)
         if token_log is not None:
-            ends = self.run_ends.pop(id(plan), None)
+            ends = self.run_ends.pop(id(plan), None) if plan.steps > 1 else None
             # a cohort's steps are group ticks (its members' runs come when they leave it); a step's tokens one stamp,
             # a decode run's one per step, each stamped like the run's last
             times = None if ends is None else np.maximum(np.asarray(ends) - lead, plan.now_s) if lead else ends
             if plan.cohort:
                 token_log.add_group([stamp] if times is None else times)
-            if times is None:
+            if emitted and times is None:  # (none in a cohort's run: its members' tokens are the group's)
                 token_log.add_step(emitted, stamp)
-            else:
+            elif emitted:
                 token_log.add_run(emitted, times)
 
     def _prefill_done(self, plan: StepPlan, now: float) -> None:
