@@ -365,3 +365,16 @@ def test_hand_written_init_sets_every_field_and_stays_frozen(cls: type) -> None:
     assert dataclasses.replace(by_position, slice="other").slice == "other"
     with pytest.raises(dataclasses.FrozenInstanceError):
         by_position.slice = "other"  # type: ignore[misc]
+
+
+@settings(max_examples=300, deadline=None)
+@given(bs=st.integers(1, 64), residues=st.lists(st.integers(0, 10_000), max_size=12),
+       clock=st.integers(0, 10_000), steps=st.integers(1, 200))
+def test_cohort_blocks_count_each_members_new_blocks(bs: int, residues: list[int], clock: int, steps: int) -> None:
+    """The cohort's blocks for ``steps`` tokens, from its sorted residues by two bisections, are the sum over members
+    of the blocks each one's computed tokens grow into (a member holds its blocks exactly)."""
+    sched = Scheduler(SchedulerConfig(policy="paged", kv_budget_tokens=bs * 100, block_size_tokens=bs))
+    sched._residues = sorted(r % bs for r in residues)
+    sched._clock = clock
+    expected = sum(-(-(r + clock + steps) // bs) - -(-(r + clock) // bs) for r in sched._residues)
+    assert sched._cohort_blocks(steps) == expected

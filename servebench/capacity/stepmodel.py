@@ -263,13 +263,22 @@ class StepModel(BaseModel):
         step = fixed + zero if per_kv == 0 else fixed + per_kv * float(kv) + zero
         if first_extra_s:
             step += first_extra_s
+        append = out.append
+        if per_kv == 0:  # every step alike after the first
+            for _ in range(steps):
+                t += step
+                append(t)
+                if t > stop_s:
+                    break
+                step = fixed + zero
+            return out
         for _ in range(steps):
             t += step
-            out.append(t)
+            append(t)
             if t > stop_s:
                 break
             kv += decode_seqs
-            step = fixed + zero if per_kv == 0 else fixed + per_kv * float(kv) + zero
+            step = fixed + per_kv * kv + zero  # float * int: the int converted as float(kv) would
         return out
 
     @classmethod

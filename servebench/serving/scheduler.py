@@ -92,7 +92,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right, insort
 from collections import deque
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
@@ -270,6 +270,22 @@ class StepPlan:
     cached: dict[str, int] = field(default_factory=dict)  # admitted id -> prompt tokens reused from the cache
     cohort: bool = False  # decode is the scheduler's whole decode cohort, advanced as one (see Scheduler)
 
+    def __init__(self, now_s: float, admitted: list[str] | None = None, prefill: list[tuple[str, int]] | None = None,
+                 decode: list[str] | None = None, preempted: list[str] | None = None,
+                 ended: list[Outcome] | None = None, kv_tokens_used: int = 0, kv_tokens_read: int = 0,
+                 waiting: int = 0, running: int = 0, steps: int = 1, max_steps: int | None = None,
+                 cached: dict[str, int] | None = None, cohort: bool = False) -> None:
+        # the dataclass's own __init__ calls a factory for each list (one plan a step): the fields as declared
+        self.now_s = now_s
+        self.admitted = [] if admitted is None else admitted
+        self.prefill = [] if prefill is None else prefill
+        self.decode = [] if decode is None else decode
+        self.preempted = [] if preempted is None else preempted
+        self.ended = [] if ended is None else ended
+        self.kv_tokens_used, self.kv_tokens_read, self.waiting, self.running = (kv_tokens_used, kv_tokens_read,
+                                                                                waiting, running)
+        self.steps, self.max_steps, self.cached, self.cohort = steps, max_steps, {} if cached is None else cached, cohort
+
     @property
     def prefill_tokens(self) -> int:
         """Return the prompt tokens this step computes."""
@@ -337,6 +353,11 @@ class _Seq:
 _ORDER = attrgetter("order")  # a running sequence's place in running order
 
 
+def _sheddable(seq: _Seq) -> bool:
+    """Return whether ``seq`` may still be shed: live (it leaves the scheduler when it ends) and never admitted."""
+    return seq.alive and not seq.running and seq.admitted_s is None
+
+
 class Scheduler:
     """Continuous-batching scheduler: see the module docstring for the protocol."""
 
@@ -345,7 +366,8 @@ class Scheduler:
         self._seqs: dict[str, _Seq] = {}
         self._waiting: deque[_Seq] = deque()
         self._running: list[_Seq] = []  # admission order
-        self._deadlines: list[tuple[float, int, str]] = []
+        # (deadline, key, seq): a sequence is live until it ends (alive), and its key, unique, orders equal deadlines
+        self._deadlines: list[tuple[float, int, _Seq]] = []
         self._counter = 0
         self._free_blocks = config.num_blocks
         # the frozen config's values the hot path reads on every step
@@ -357,7 +379,7 @@ class Scheduler:
         self.registered: list[tuple[str, int, int]] = []  # (request id, block index, key) newly cached
         self.evicted: list[tuple[int, Any]] = []  # (key, payload) evicted from the prefix cache
         self.evictions = 0  # blocks evicted from the prefix cache so far
-        self._shed: list[tuple[float, int, str]] = []  # (arrival + max_queue_wait_s, key, id)
+        self._shed: list[tuple[float, int, _Seq]] = []  # (arrival + max_queue_wait_s, key, seq)
         self._limits = dict(config.tenants)
         self._tenanted = bool(config.tenants) or config.scheduling == "fair"
         self._tenant_running: dict[str | None, int] = {}
@@ -372,7 +394,8 @@ class Scheduler:
         self._member_orders: list[int] = []
         self._member_rids: list[str] = []
         self._cbase_sum = 0  # sum of the members' cbase: their computed tokens are it plus clock each
-        self._residues: dict[int, int] = {}  # members by cbase modulo the block size (paged: who needs a block when)
+        # each member's cbase modulo the block size, sorted (paged: who needs a block when; see _cohort_blocks)
+        self._residues: list[int] = []
         self._done_heap: list[tuple[int, int, int, _Seq]] = []  # (target - gbase, order, join id, seq); lazy deletion
         self._join_ids = 0
         self._cohort_plan: StepPlan | None = None  # the cohort's plan in flight
@@ -398,7 +421,7 @@ class Scheduler:
         else:  # after a step planned sequence by sequence: the whole cohort again
             joined = set(map(id, joiners))
             self._others = [q for q in self._others if id(q) not in joined]
-        clock, bs, residues, heap = self._clock, self._bs, self._residues, self._done_heap
+        clock, bs, heap = self._clock, self._bs, self._done_heap
         members, orders, rids = self._members, self._member_orders, self._member_rids
         for seq in joiners:
             seq.lazy = True
@@ -415,8 +438,7 @@ class Scheduler:
                 orders.insert(i, order)
                 rids.insert(i, seq.rid)
             self._cbase_sum += cbase
-            r = cbase % bs
-            residues[r] = residues.get(r, 0) + 1
+            insort(self._residues, cbase % bs)
             self._join_ids += 1
             seq.join_id = self._join_ids
             heapq.heappush(heap, (seq.target - seq.gbase, order, seq.join_id, seq))
@@ -435,12 +457,8 @@ class Scheduler:
         i = bisect_left(self._member_orders, seq.order)
         del self._members[i], self._member_orders[i], self._member_rids[i]
         self._cbase_sum -= seq.cbase
-        r = seq.cbase % self.config.block_size_tokens
-        left = self._residues[r] - 1
-        if left:
-            self._residues[r] = left
-        else:
-            del self._residues[r]
+        residues = self._residues
+        del residues[bisect_left(residues, seq.cbase % self._bs)]
         seq.lazy = False
         if self.on_cohort_run is not None and self._clock > seq.join_clock:
             self.on_cohort_run(seq.rid, seq.join_clock, self._clock)
@@ -458,19 +476,34 @@ class Scheduler:
         self._others = sorted(self._others + self._members, key=lambda q: q.order)
         self._members, self._member_orders, self._member_rids = [], [], []
         self._cbase_sum = 0
-        self._residues = {}
+        self._residues = []
         self._done_heap = []
 
     def _cohort_blocks(self, steps: int) -> int:
-        """Return the KV blocks the members need for their next ``steps`` tokens (each holds its blocks exactly)."""
-        bs, clock, total = self._bs, self._clock, 0
+        """Return the KV blocks the members need for their next ``steps`` tokens (each holds its blocks exactly).
+
+        A member of residue r reaches a block boundary first after (c - r) % bs steps (c = -clock % bs), then every
+        bs steps: with steps - 1 = q * bs + s, each member needs q + 1 blocks, less one for each whose first boundary
+        comes after step s, the residues c + 1 .. c + bs - 1 - s (modulo bs): two bisections of the sorted residues.
+        """
+        bs = self._bs
+        c = -self._clock % bs
         if steps == 1:  # those at a block boundary now
-            return self._residues.get(-clock % bs, 0)
-        for r, count in self._residues.items():
-            first = -(r + clock) % bs  # steps until its computed tokens reach a block boundary
-            if first < steps:
-                total += count * (1 + (steps - 1 - first) // bs)
-        return total
+            return self._at_residue(c)
+        q, s = divmod(steps - 1, bs)
+        residues = self._residues
+        lo, hi = (c + 1) % bs, (c + 1) % bs + bs - 1 - s  # the residues whose first boundary comes after step s
+        if hi <= bs:
+            late = bisect_left(residues, hi) - bisect_left(residues, lo)
+        else:
+            late = len(residues) - bisect_left(residues, lo) + bisect_left(residues, hi - bs)
+        return len(residues) * (q + 1) - late
+
+    def _at_residue(self, r: int) -> int:
+        """Return how many members have residue ``r`` (those at a block boundary when r is -clock % bs)."""
+        residues = self._residues
+        i = bisect_left(residues, r)
+        return bisect_right(residues, r, i) - i
 
     def _cohort_step(self, now: float, prefill: bool) -> StepPlan | None:
         """Plan a step in which every decoder decodes, as one cohort; None when that is not the step the
@@ -502,7 +535,7 @@ class Scheduler:
         budget -= n - counted
         if self._paged:
             bs = self._bs
-            need = self._residues.get(-self._clock % bs, 0) if n else 0
+            need = self._at_residue(-self._clock % bs) if n else 0
             if chunks:
                 needs = [-(-(seq.computed + chunk) // bs) - seq.blocks - seq.shared for seq, chunk in chunks]
                 if need + sum(x for x in needs if x > 0) > self._free_blocks:
@@ -575,26 +608,15 @@ class Scheduler:
 
     def next_deadline(self) -> float | None:
         """Return the earliest deadline (or shedding time) of a live request, or None."""
-        heap, seqs = self._deadlines, self._seqs
-        while heap:  # _is_live, inline: two calls an event
-            seq = seqs.get(heap[0][2])
-            if seq is not None and seq.alive and seq.key == heap[0][1]:
-                break
+        heap = self._deadlines
+        while heap and not heap[0][2].alive:
             heapq.heappop(heap)
         shed = self._shed
-        while shed and not self._is_sheddable(shed[0][2], shed[0][1]):
+        while shed and not _sheddable(shed[0][2]):
             heapq.heappop(shed)
         if not shed:
             return heap[0][0] if heap else None
         return shed[0][0] if not heap or shed[0][0] < heap[0][0] else heap[0][0]
-
-    def _is_sheddable(self, rid: str, counter: int) -> bool:
-        seq = self._seqs.get(rid)
-        return seq is not None and seq.alive and seq.key == counter and not seq.running and seq.admitted_s is None
-
-    def _is_live(self, rid: str, counter: int) -> bool:
-        seq = self._seqs.get(rid)
-        return seq is not None and seq.alive and seq.key == counter
 
     # ------------------------------------------------------------------ arrivals and exits
     def add_request(self, req: Request, now: float) -> Outcome | None:
@@ -629,9 +651,9 @@ class Scheduler:
         if self._tenanted:
             self._start_waiting(req.tenant)
         if deadline != math.inf:
-            heapq.heappush(self._deadlines, (deadline, seq.key, req.request_id))
+            heapq.heappush(self._deadlines, (deadline, seq.key, seq))
         if cfg.max_queue_wait_s is not None:
-            heapq.heappush(self._shed, (req.arrival_s + cfg.max_queue_wait_s, seq.key, req.request_id))
+            heapq.heappush(self._shed, (req.arrival_s + cfg.max_queue_wait_s, seq.key, seq))
         return None
 
     def _start_waiting(self, tenant: str | None) -> None:
@@ -672,13 +694,12 @@ class Scheduler:
         heap, shed = self._deadlines, self._shed
         while (heap and heap[0][0] <= now) or (shed and shed[0][0] <= now):
             if shed and shed[0][0] <= now and (not heap or shed[0][0] <= heap[0][0]):
-                _, counter, rid = heapq.heappop(shed)
-                if self._is_sheddable(rid, counter):
-                    out.append(self._finish(self._seqs[rid], now, "rejected", ERR_QUEUE_WAIT))
+                seq = heapq.heappop(shed)[2]
+                if _sheddable(seq):
+                    out.append(self._finish(seq, now, "rejected", ERR_QUEUE_WAIT))
                 continue
-            _, counter, rid = heapq.heappop(heap)
-            if self._is_live(rid, counter):
-                seq = self._seqs[rid]
+            seq = heapq.heappop(heap)[2]
+            if seq.alive:
                 out.append(self._finish(seq, now, "timeout", seq.req.deadline_error or ERR_DEADLINE))
         return out
 
@@ -1002,6 +1023,8 @@ class Scheduler:
         tokens with their step ends). A cohort plan's decoders are not listed: each decoded one token
         per step of the cohort clock (``on_cohort_run`` reports their spans when they leave it).
         """
+        if plan.cohort and not plan.prefill and not finished:  # most commits: the cohort's decode steps alone
+            return self._cohort_done(plan, now)
         steps = plan.steps
         done: list[Outcome] = []
         seqs = self._seqs
@@ -1074,7 +1097,7 @@ class Scheduler:
             else:
                 break
         if not ended:
-            return ended  # type: ignore[return-value]  # empty
+            return []
         if len(ended) > 1:
             ended.sort(key=_ORDER)
         return [self._finish(seq, now, "success", None) for seq in ended]
@@ -1131,7 +1154,7 @@ class Scheduler:
         if not self._paged:
             return max(k, 1)
         bs = self._bs
-        first = self._residues.get(-self._clock % bs, 0)  # _cohort_blocks(1): allocated by step() already
+        first = self._at_residue(-self._clock % bs)  # _cohort_blocks(1): allocated by step() already
         # each member crosses at most 1 + (k - 1) // bs block boundaries in k steps: when that many blocks are free,
         # so is what the run needs, without counting them (the usual case: KV is short only near preemption)
         if len(self._members) * (1 + (k - 1) // bs) - first <= self._free_blocks:
@@ -1147,8 +1170,7 @@ class Scheduler:
         if plan.prefill or not 1 <= steps <= limit:
             raise ConfigError(f"extend: {steps} steps is not between 1 and {limit} for a pure decode plan")
         if self._paged and plan.cohort:  # the members' blocks, as _alloc one by one would take them
-            blocks = self._cohort_blocks(steps) - (self._residues.get(-self._clock % self._bs, 0) if plan.steps == 1
-                                                   else self._cohort_blocks(plan.steps))  # _cohort_blocks(1), inline
+            blocks = self._cohort_blocks(steps) - self._cohort_blocks(plan.steps)
             if blocks > self._free_blocks:
                 self._evict(blocks - self._free_blocks)
             self._free_blocks -= blocks

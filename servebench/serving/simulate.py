@@ -44,6 +44,7 @@ from __future__ import annotations
 import heapq
 import math
 from array import array
+from struct import Struct
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -231,7 +232,8 @@ class _EventLoop:
         if self.token_log is not None:
             self.sched.on_cohort_run = self.token_log.add_group_run
         self.runs_only = token_times == "runs"
-        self.run_ends: dict[int, np.ndarray] = {}  # a decode run's step ends, by id(plan), until the run ends
+        # the step ends of the decode run in flight (one at a time: busy), until it ends
+        self.run_ends: np.ndarray | list[float] | None = None
         # per-request values as flat arrays (an element reads back as a Python number, as from a list, at 8 bytes
         # a value rather than a list's 8 plus an object's 24 to 32: 1,000,000 requests held 200 MB in lists)
         self.prompt = _ints(reqs.prompt_tokens)
@@ -252,6 +254,8 @@ class _EventLoop:
         # batch below 2**31); a tuple a row took four times the memory
         self.trace_s = array("d")
         self.trace_n = array("i" if config.kv_budget_tokens + config.max_num_seqs < 2**31 - 1 else "q")
+        # a row's values packed in one call and appended as bytes: array.extend converts a tuple an item at a time
+        self.pack_s, self.pack_n = Struct("2d").pack, Struct(f"12{self.trace_n.typecode}").pack
         # request row i reaches the scheduler lags[i] after its arrival (a retry: as late as its request), or
         # busy_lags[i] after it when a step is running then (the model has busy_arrival_lags_s): then arrivals
         # are pushed at their arrival (push_lags 0) and the lag is chosen there (_arrive)
@@ -485,9 +489,10 @@ class _EventLoop:
                         dur = self.noise.apply(dur, float(self.noise.take(1, prefill=True)[0]))
                     longest = max(longest, dur)
                     self._push(now + dur, PRIO_PREFILL, EV_PREFILL, plan.only({rid}))
-                self.trace_s.extend((now, longest))
-                self.trace_n.extend((1, 2, plan.running, plan.waiting, plan.kv_tokens_used, 0, plan.prefill_tokens, 0,
-                                     sched.kv_tokens_held, len(plan.prefill), len(plan.admitted), len(plan.preempted)))
+                self.trace_s.frombytes(self.pack_s(now, longest))
+                self.trace_n.frombytes(self.pack_n(1, 2, plan.running, plan.waiting, plan.kv_tokens_used, 0,
+                                                   plan.prefill_tokens, 0, sched.kv_tokens_held, len(plan.prefill),
+                                                   len(plan.admitted), len(plan.preempted)))
         if not self.busy and sched.num_running:
             plan = sched.step(now, prefill=False)
             if plan.ended:
@@ -511,10 +516,10 @@ class _EventLoop:
         steps = plan.steps
         self.engine_steps += steps
         self.busy = True
-        self.trace_s.extend((now, end - now))
-        self.trace_n.extend((steps, lane, plan.running, plan.waiting, plan.kv_tokens_used, plan.kv_tokens_read,
-                             prefill_tokens, d, self.sched.kv_tokens_held, prefill_seqs, len(plan.admitted),
-                             len(plan.preempted)))
+        self.trace_s.frombytes(self.pack_s(now, end - now))
+        self.trace_n.frombytes(self.pack_n(steps, lane, plan.running, plan.waiting, plan.kv_tokens_used,
+                                           plan.kv_tokens_read, prefill_tokens, d, self.sched.kv_tokens_held,
+                                           prefill_seqs, len(plan.admitted), len(plan.preempted)))
         self.counter += 1  # _push, inline
         heapq.heappush(self.heap, (end, PRIO_RUN, self.counter, EV_RUN, plan))
 
@@ -534,7 +539,9 @@ class _EventLoop:
             return now + one
         if horizon != math.inf and base > 0:  # steps only lengthen (noise: by at least its smallest value)
             shortest = base if noise is None else noise.shortest_s(base)
-            kmax = min(kmax, int((horizon - now) / shortest) + 3)
+            cap = int((horizon - now) / shortest) + 3
+            if cap < kmax:
+                kmax = cap
         ends: np.ndarray | list[float]
         if noise is None and kmax <= FEW_STEPS:  # added up in Python, up to the step the next event falls in
             ends = model.decode_run_ends_until(now, d, plan.kv_tokens_read, kmax, extra_s, horizon)
@@ -546,11 +553,11 @@ class _EventLoop:
             k = int(np.searchsorted(ends, horizon, side="right"))  # the steps that end before the next event
         if k < len(ends) and ends[k] <= after:  # and the one it arrives in (a step ending with it commits first)
             k += 1
-        k = max(1, min(kmax, k))
+        k = 1 if k < 1 else kmax if k > kmax else k  # at least one step, at most kmax
         if noise is not None:
             noise.advance(k)
         if k > 1 and self.token_log is not None:
-            self.run_ends[id(plan)] = ends[:k]
+            self.run_ends = ends if k == len(ends) else ends[:k]
         if k > 1:
             sched.extend(plan, k)
         return float(ends[k - 1])
@@ -565,7 +572,9 @@ class _EventLoop:
         if done:
             self._finish(done, now)
         if token_log is not None:
-            ends = self.run_ends.pop(id(plan), None) if plan.steps > 1 else None
+            ends = None
+            if plan.steps > 1:
+                ends, self.run_ends = self.run_ends, None
             # a cohort's steps are group ticks (its members' runs come when they leave it); a step's tokens one stamp,
             # a decode run's one per step, each stamped like the run's last
             times = None if ends is None else np.maximum(np.asarray(ends) - lead, plan.now_s) if lead else ends
