@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from servebench.capacity.stepmodel import (
@@ -94,6 +96,31 @@ def test_decode_run_ends_match_repeated_steps() -> None:
         t += TRUE.step_s(0, 10, kv)
         kv += 10
         assert e == pytest.approx(t)
+
+
+@settings(max_examples=300, deadline=None)
+@given(base_s=st.sampled_from([0.0, 0.012, 0.02]), per_decode_seq_s=st.floats(0, 1e-3),
+       per_kv_token_s=st.sampled_from([0.0, 2e-8, 3.3e-8, 1e-7]), per_prefill_seq_s=st.sampled_from([0.0, 1e-3]),
+       start_s=st.floats(0, 1e4), decode_seqs=st.integers(0, 300), kv_tokens_read=st.integers(0, 10**8),
+       steps=st.integers(1, 80), first_extra_s=st.sampled_from([0.0, 0.004]), stop_after_s=st.floats(0, 2))
+def test_decode_run_ends_are_step_s_added_one_step_at_a_time_bit_for_bit(
+        base_s: float, per_decode_seq_s: float, per_kv_token_s: float, per_prefill_seq_s: float, start_s: float,
+        decode_seqs: int, kv_tokens_read: int, steps: int, first_extra_s: float, stop_after_s: float) -> None:
+    """The run's ends, added up in Python (its kv tokens as floats, no "+ 0.0") or by numpy, are bit for bit the
+    sums of step_s one step at a time, and decode_run_ends_until stops at the first step past its stop time."""
+    model = StepModel(base_s=base_s, per_decode_seq_s=per_decode_seq_s, per_kv_token_s=per_kv_token_s,
+                      per_prefill_seq_s=per_prefill_seq_s)
+    t, expected = start_s, []
+    for j in range(steps):
+        step = model.step_s(0, decode_seqs, kv_tokens_read + decode_seqs * j)
+        t += step + first_extra_s if j == 0 and first_extra_s else step
+        expected.append(t)
+    assert np.array_equal(model.decode_run_ends(start_s, decode_seqs, kv_tokens_read, steps, None, first_extra_s),
+                          expected)
+    stop_s = start_s + stop_after_s
+    cut = next((j + 1 for j, e in enumerate(expected) if e > stop_s), steps)
+    assert model.decode_run_ends_until(start_s, decode_seqs, kv_tokens_read, steps, first_extra_s, stop_s) \
+        == expected[:cut]
 
 
 def test_bad_inputs() -> None:

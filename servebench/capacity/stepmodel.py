@@ -75,7 +75,8 @@ NOISE_MAX_LAG = 64  # the noise's memory is fitted to its autocorrelation at lag
 NoiseFactor = Annotated[float, Field(gt=0, allow_inf_nan=False)]  # measured / modelled step time
 NoiseExcess = Annotated[float, Field(allow_inf_nan=False)]  # measured - modelled step time, s
 MIN_NOISE_SHARE = 0.2  # an additive excess never makes a step shorter than this share of the model's time
-FEW_STEPS = 32  # decode_run_ends adds a run this short in Python: numpy's per-call cost is more than its additions
+FEW_STEPS = 64  # decode_run_ends adds a run this short in Python: numpy's per-call cost is more than its additions
+# (a run of 33 steps 3.7 us against 7.8 through numpy, of 64 6.5 against 8.0, of 96 9.7 against 8.2)
 LagS = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 # the tuples of them; a document's list fills one under strict validation (a scenario file)
 NoiseFactors = Annotated[tuple[NoiseFactor, ...], BeforeValidator(as_tuple)]
@@ -271,6 +272,18 @@ class StepModel(BaseModel):
                 if t > stop_s:
                     break
                 step = fixed + zero
+            return out
+        if zero == 0.0 and kv + decode_seqs * steps < 2**53:
+            # the float kv counts whole tokens below 2**53, so adding decode_seqs is exact (the int sum's float), and
+            # "+ zero" adds +0.0 to a sum of non-negative terms, which leaves it as it is: both left out of the loop
+            kv_f, seqs_f = float(kv), float(decode_seqs)
+            for _ in range(steps):
+                t += step
+                append(t)
+                if t > stop_s:
+                    break
+                kv_f += seqs_f
+                step = fixed + per_kv * kv_f
             return out
         for _ in range(steps):
             t += step

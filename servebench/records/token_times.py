@@ -573,9 +573,13 @@ class TokenLog:
     def add_group(self, times: np.ndarray | list[float]) -> None:
         """Append the group's next ticks: one end time per step the group took."""
         self._appends += 1
-        self._group_first.append(len(self._group_ticks))
+        ticks = self._group_ticks
+        self._group_first.append(len(ticks))
         self._group_seq.append(self._appends)
-        _append_floats(self._group_ticks, times)
+        if isinstance(times, list):  # _append_floats' common case (a short run's ends, or one step's), inline
+            ticks.extend(times)
+        else:
+            _append_floats(ticks, times)
 
     def add_group_run(self, row: Hashable, first: int, end: int) -> None:
         """Record that ``row`` received a token at each group tick ``first .. end-1`` (given or to be given)."""

@@ -372,6 +372,7 @@ class Scheduler:
         self._free_blocks = config.num_blocks
         # the frozen config's values the hot path reads on every step
         self._paged, self._bs, self._num_blocks = config.policy == "paged", config.block_size_tokens, config.num_blocks
+        self._max_queue_wait_s = config.max_queue_wait_s
         self._reserved_tokens = 0
         self._held_tokens = 0  # tokens whose KV is computed, over running sequences (outside the prefix cache)
         self.cache: PrefixCache | None = PrefixCache() if config.prefix_caching else None
@@ -489,7 +490,7 @@ class Scheduler:
         bs = self._bs
         c = -self._clock % bs
         if steps == 1:  # those at a block boundary now
-            return self._at_residue(c)
+            return self._at_boundary()
         q, s = divmod(steps - 1, bs)
         residues = self._residues
         lo, hi = (c + 1) % bs, (c + 1) % bs + bs - 1 - s  # the residues whose first boundary comes after step s
@@ -499,9 +500,9 @@ class Scheduler:
             late = len(residues) - bisect_left(residues, lo) + bisect_left(residues, hi - bs)
         return len(residues) * (q + 1) - late
 
-    def _at_residue(self, r: int) -> int:
-        """Return how many members have residue ``r`` (those at a block boundary when r is -clock % bs)."""
-        residues = self._residues
+    def _at_boundary(self) -> int:
+        """Return how many members are at a block boundary (their next token needs a block): ``_cohort_blocks(1)``."""
+        residues, r = self._residues, -self._clock % self._bs
         i = bisect_left(residues, r)
         return bisect_right(residues, r, i) - i
 
@@ -535,7 +536,7 @@ class Scheduler:
         budget -= n - counted
         if self._paged:
             bs = self._bs
-            need = self._at_residue(-self._clock % bs) if n else 0
+            need = self._at_boundary() if n else 0
             if chunks:
                 needs = [-(-(seq.computed + chunk) // bs) - seq.blocks - seq.shared for seq, chunk in chunks]
                 if need + sum(x for x in needs if x > 0) > self._free_blocks:
@@ -652,8 +653,8 @@ class Scheduler:
             self._start_waiting(req.tenant)
         if deadline != math.inf:
             heapq.heappush(self._deadlines, (deadline, seq.key, seq))
-        if cfg.max_queue_wait_s is not None:
-            heapq.heappush(self._shed, (req.arrival_s + cfg.max_queue_wait_s, seq.key, seq))
+        if self._max_queue_wait_s is not None:
+            heapq.heappush(self._shed, (req.arrival_s + self._max_queue_wait_s, seq.key, seq))
         return None
 
     def _start_waiting(self, tenant: str | None) -> None:
@@ -1154,7 +1155,7 @@ class Scheduler:
         if not self._paged:
             return max(k, 1)
         bs = self._bs
-        first = self._at_residue(-self._clock % bs)  # _cohort_blocks(1): allocated by step() already
+        first = self._at_boundary()  # _cohort_blocks(1): allocated by step() already
         # each member crosses at most 1 + (k - 1) // bs block boundaries in k steps: when that many blocks are free,
         # so is what the run needs, without counting them (the usual case: KV is short only near preemption)
         if len(self._members) * (1 + (k - 1) // bs) - first <= self._free_blocks:

@@ -241,6 +241,7 @@ class _EventLoop:
         self.cap = _ints(reqs.max_output_tokens)
         self.cls = _ints(reqs.class_index)
         self.names, self.class_timeouts = reqs.class_names, reqs.class_timeout_s
+        self.tenants = [reqs.tenant_of(c) for c in range(len(reqs.class_names))]  # each class's tenant
         self.contents = reqs.prompt_contents() if config.prefix_caching else None
         turns = reqs.has_turns and not closed
         self.next_turn = _ints(reqs.next_turns()) if turns else None
@@ -396,7 +397,7 @@ class _EventLoop:
             self.live_row[lg] = i
         out = self.sched.add_request(Request(str(i), start, self.prompt[lg], self.cap[lg], self.output[lg], timeout,
                                              self.names[c], None if self.contents is None else self.contents[lg],
-                                             self.reqs.tenant_of(c), why), now)
+                                             self.tenants[c], why), now)
         if out is not None:
             self._finish([out], now)
         cancel = self.cancel
