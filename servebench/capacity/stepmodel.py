@@ -260,7 +260,8 @@ class StepModel(BaseModel):
         fixed = self.base_s + self.per_prefill_token_s * 0 + self.per_decode_seq_s * decode_seqs
         zero, per_kv = self.per_prefill_seq_s * 0, self.per_kv_token_s
         # step j reads kv_tokens_read + decode_seqs * j tokens (an int: exact, as the float product of step_s reads it)
-        kv, t, out = kv_tokens_read, start_s, []
+        kv, t = kv_tokens_read, start_s
+        out: list[float] = []
         step = fixed + zero if per_kv == 0 else fixed + per_kv * float(kv) + zero
         if first_extra_s:
             step += first_extra_s

@@ -373,6 +373,7 @@ class Scheduler:
         # the frozen config's values the hot path reads on every step
         self._paged, self._bs, self._num_blocks = config.policy == "paged", config.block_size_tokens, config.num_blocks
         self._max_queue_wait_s = config.max_queue_wait_s
+        self._max_batched: float = math.inf if config.max_num_batched_tokens is None else config.max_num_batched_tokens
         self._reserved_tokens = 0
         self._held_tokens = 0  # tokens whose KV is computed, over running sequences (outside the prefix cache)
         self.cache: PrefixCache | None = PrefixCache() if config.prefix_caching else None
@@ -509,13 +510,12 @@ class Scheduler:
     def _cohort_step(self, now: float, prefill: bool) -> StepPlan | None:
         """Plan a step in which every decoder decodes, as one cohort; None when that is not the step the
         per-sequence loop would plan (a decoder skipped for budget, or KV short: preemption or eviction)."""
-        cfg = self.config
         if self._others:
             joiners = [q for q in self._others if q.decoding and not q.in_flight]
             if joiners:
                 self._join(joiners)
         n = len(self._members)
-        budget: float = math.inf if cfg.max_num_batched_tokens is None else cfg.max_num_batched_tokens
+        budget: float = self._max_batched
         chunks: list[tuple[_Seq, int]] = []
         counted = 0  # members before the prefiller at hand, in running order, that took their token
         if prefill:
@@ -550,13 +550,11 @@ class Scheduler:
                 return None
             else:
                 self._free_blocks -= need
-        plan = StepPlan(now)
-        for seq, chunk in chunks:
+        for seq, _ in chunks:
             seq.in_flight = True
-            plan.prefill.append((seq.rid, chunk))
+        plan = StepPlan(now, [], [(seq.rid, chunk) for seq, chunk in chunks] if chunks else [],
+                        list(self._member_rids) if n else [], cohort=n > 0)
         if n:
-            plan.decode = list(self._member_rids)
-            plan.cohort = True
             self._cohort_plan = plan
         if prefill and self._waiting:
             budget = self._admit(now, plan, budget)
@@ -879,9 +877,9 @@ class Scheduler:
             self._others.append(seq)
             if seq.admitted_s is None:
                 seq.admitted_s = now
-            plan.admitted.append(seq.req.request_id)
+            plan.admitted.append(seq.rid)
             seq.in_flight = True
-            plan.prefill.append((seq.req.request_id, chunk))
+            plan.prefill.append((seq.rid, chunk))
             budget -= chunk
         return budget
 

@@ -44,8 +44,8 @@ from __future__ import annotations
 import heapq
 import math
 from array import array
-from struct import Struct
 from dataclasses import dataclass, field
+from struct import Struct
 from typing import Any, Literal
 
 import numpy as np
@@ -503,7 +503,9 @@ class _EventLoop:
 
     def _start_run(self, now: float, plan: StepPlan, lane: int) -> None:
         """Time a plan (a pure decode plan may become a run of steps) and schedule its end."""
-        d, prefill_tokens, prefill_seqs = len(plan.decode), plan.prefill_tokens, len(plan.prefill)
+        prefill = plan.prefill
+        d, prefill_seqs = len(plan.decode), len(prefill)
+        prefill_tokens = prefill[0][1] if prefill_seqs == 1 else plan.prefill_tokens
         extra = self.model.extra_s(now - self.last_end, self.last_prefill) if self.extras else 0.0
         if prefill_seqs or d == 0:
             dur = self.model.step_s(prefill_tokens, d, plan.kv_tokens_read, prefill_seqs)
@@ -581,9 +583,11 @@ class _EventLoop:
             times = None if ends is None else np.maximum(np.asarray(ends) - lead, plan.now_s) if lead else ends
             if plan.cohort:
                 token_log.add_group([stamp] if times is None else times)
-            if emitted and times is None:  # (none in a cohort's run: its members' tokens are the group's)
+            if not emitted:  # a cohort's run: its members' tokens are the group's
+                return
+            if times is None:
                 token_log.add_step(emitted, stamp)
-            elif emitted:
+            else:
                 token_log.add_run(emitted, times)
 
     def _prefill_done(self, plan: StepPlan, now: float) -> None:
