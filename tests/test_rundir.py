@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import run_cli
 from typer.testing import CliRunner
 
 from servebench.cli.core import app
@@ -168,6 +169,20 @@ def test_simulate_writes_the_same_records_as_parquet_and_jsonl(tmp_path: Path) -
         assert read["itl_s"] == written["itl_s"] and read["stalls"] == written["stalls"]
         assert read["max_stall_s"] == written["max_stall_s"] and read["itl_s"]["n"] > 0
     assert read_trace(tmp_path / "jsonl").to_rows() == read_trace(tmp_path / "parquet").to_rows()
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_simulate_says_in_one_line_when_its_records_cannot_be_written(tmp_path: Path, fmt: str,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """A record file that cannot be written ends the command in one line (exit 2), in either format, with no
+    summary.json left claiming records that are not there."""
+    scenario = _few_requests_of_tiny_cpu(tmp_path)
+    out = tmp_path / "out"
+    (out / f"records.{fmt}").mkdir(parents=True)  # a folder where the records file goes
+    code, stdout, stderr = run_cli(capsys, "simulate", str(scenario), "-o", str(out), "--records-format", fmt, "--json")
+    assert code == 2 and stdout == ""
+    assert stderr.startswith("error: cannot write the run to") and stderr.count("\n") == 1, stderr
+    assert not (out / "summary.json").exists()
 
 
 def test_write_sweep_writes_the_files_the_site_reads_back(tmp_path: Path) -> None:
