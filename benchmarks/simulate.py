@@ -15,8 +15,8 @@ Baselines measured in the same run:
                ``git archive`` of it, in a fresh process beside this code's (issue 31's reference)
 Each scale figure is also set against the previously committed result, with that file's commit.
 ``--instructions`` also counts the instructions a ``simulate()`` request costs (valgrind's cachegrind, no cache
-simulation, hash seed 0): this code, the 2026-11-30 baseline and the code that wrote the committed results, each
-at 1,000 and 5,000 requests, the difference over the 4,000 between (imports and warm-up cancel). CPU time on this
+simulation, hash seed 0, one BLAS and OpenMP thread): this code, the 2026-11-30 baseline and the code that wrote
+the committed results, each at 1,000 and 5,000 requests, the difference over the 4,000 between (imports and warm-up cancel). CPU time on this
 shared machine drifts 1.0x to 1.4x between runs of the same code; an instruction count moves under 2%.
 Results: benchmarks/results/simulate.json.
 
@@ -193,7 +193,9 @@ def instructions_case(before_commit: str) -> dict[str, Any]:
     if shutil.which("valgrind") is None:
         raise SystemExit("--instructions needs valgrind on PATH (apt-get install -y valgrind)")
     site = next(p for p in sys.path if p.endswith("site-packages"))
-    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    # one BLAS and OpenMP thread: their pools' spinning moved the count of the same tree by 2 to 3 %
+    env = {**os.environ, "PYTHONHASHSEED": "0", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
+           "MKL_NUM_THREADS": "1"}
     with tempfile.TemporaryDirectory(prefix="sb-instr-") as tmp:
         trees = {"this_code": "-", BASELINE_COMMIT: baseline_tree(Path(tmp))}
         if before_commit and before_commit != BASELINE_COMMIT:
