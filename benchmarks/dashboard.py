@@ -33,7 +33,9 @@ Cases:
   page switch 100k     opening the Percentile explorer on that file
   compare switch 100k  then, after a second 100,000-record upload (another seed; untimed), opening Compare with the
                        two uploads (once anything is uploaded, the sample leaves the comparison): contract,
-                       intervals, overlaid CDFs and percentile bars of both, outcomes
+                       intervals and outcomes (the charts are drawn once their panel is opened)
+  compare charts opened 100k
+                       then opening Compare's panel: overlaid CDFs and percentile bars of both (six charts)
   upload 100k token_times
                        back on Summary, uploading 100,000 records that carry token_times (Parquet; each success
                        streamed in chunks of 16 tokens with token_counts, about 1.2M arrivals; the same records as
@@ -256,7 +258,8 @@ def python_side(path: Path, repeat: int) -> dict[str, list[float]]:
 PYTHON_CASES = ("python: read the 100k CSV", "python: validate", "python: report", "python: Summary's chart specs")
 BASELINE_CASES = ("hello first load", "plotly chart page", "vega chart page", "first load", "reload")
 BROWSER_100K = ("upload 100k", "SLO change 100k", "window change 100k", "charts opened 100k", "over time opened 100k",
-                "page switch 100k", "compare switch 100k", "upload 100k token_times", "token timing switch 100k")
+                "page switch 100k", "compare switch 100k", "compare charts opened 100k", "upload 100k token_times",
+                "token timing switch 100k")
 # each page opened by its link in a new browser profile, then (where named) its button pressed: (path, text
 # shown once drawn, the run's case, its button, text shown once the run is drawn)
 PAGE_VISITS = {"kv first load": ("kv", "sequences fit", None, None, None),  # its answer first, the numbers in a panel
@@ -396,6 +399,7 @@ def browser_100k(url: str, uploads: tuple[Path, Path], tokens: Path, i: int,
         end = page.get_by_label("Window end (s)", exact=True)
         panel = page.get_by_text("CDFs of latency, TTFT and TPOT").first
         over_time = page.get_by_text("Throughput, TTFT and latency over time").first
+        compare_charts = page.get_by_text("Distributions: overlaid CDFs").first
 
         def link(name: str) -> None:
             page.get_by_role("link", name=name, exact=True).click()
@@ -411,6 +415,7 @@ def browser_100k(url: str, uploads: tuple[Path, Path], tokens: Path, i: int,
             lambda: (timed(page, lambda: upload.set_input_files([str(big), str(second)]),  # it replaces its files
                            f"Showing {second.name} (upload"),
                      timed(page, lambda: link("Compare runs"), "Every status, so each row adds up to offered"))[1],
+            lambda: timed(page, compare_charts.click, charts=6),  # overlaid CDFs and percentile bars of both
             lambda: (timed(page, lambda: link("Summary"), "Eight numbers"),  # untimed: back to the uploader
                      timed(page, lambda: upload.set_input_files(str(tokens)), f"{tokens.name} · 100,000 records"))[1],
             lambda: timed(page, lambda: link("Token timing"), "Requests stalled"),

@@ -12,6 +12,8 @@ import streamlit as st
 
 from pages._figures import compare_cdfs, on_canvas
 from pages._shared import (
+    Dataset,
+    chart_panel,
     current_slo,
     held_datasets,
     held_runs,
@@ -22,9 +24,23 @@ from pages._shared import (
     unit_choice,
 )
 from servebench.analysis.compare import contract_table, outcome_table, overlap_table, percentiles_by_run
+from servebench.analysis.summary import Report
 from servebench.dashboard import baseline_first, comparable
 from servebench.output.figures.vegalite import percentile_bars
 from servebench.output.safetext import safe_text
+
+
+@st.fragment
+def distributions_panel(runs: dict[str, Dataset], reports: dict[str, Report], unit: str) -> None:
+    """Each run's latency, TTFT and TPOT as overlaid CDFs and percentile bars, drawn once their panel is opened."""
+    box = chart_panel(st, "Distributions: overlaid CDFs and percentile bars of latency, TTFT and TPOT",
+                      "compare_charts_open")
+    if box.open:
+        bars = percentile_bars(percentiles_by_run(reports), unit)
+        for col, (metric, spec) in zip(box.columns(3), compare_cdfs(runs, unit).items()):
+            col.vega_lite_chart(spec=spec, key=f"cmp_cdf_{metric}")
+            col.vega_lite_chart(spec=on_canvas(bars[metric]), key=f"cmp_bars_{metric}")
+
 
 st.title("Compare runs")
 ds = records_sidebar()  # the sidebar's picker: upload several files, or open samples and timing runs
@@ -83,11 +99,7 @@ st.caption("Distribution-free intervals of each percentile (successes only). Int
            "differ. Intervals overlapping: the difference may be noise; collect more requests to tell.")
 static_table(overlap_table(reports, unit))
 
-st.subheader("Distributions")
-bars = percentile_bars(percentiles_by_run(reports), unit)
-for col, (metric, spec) in zip(st.columns(3), compare_cdfs(dict(zip(shown, picked)), unit).items()):
-    col.vega_lite_chart(spec=spec, key=f"cmp_cdf_{metric}")
-    col.vega_lite_chart(spec=on_canvas(bars[metric]), key=f"cmp_bars_{metric}")
+distributions_panel(dict(zip(shown, picked)), reports, unit)
 
 st.subheader("Outcomes")
 st.caption("Every status, so each row adds up to offered.")

@@ -7,7 +7,6 @@ from collections.abc import Callable
 from functools import partial
 
 import streamlit as st
-from streamlit.delta_generator import DeltaGenerator
 
 from pages._figures import cause_chart, cdf_series, over_time_charts, rate_curve_charts, record_charts
 from pages._prefix_cache import show_prefix_cache
@@ -15,6 +14,7 @@ from pages._shared import (
     Dataset,
     build_beside,
     cached_report,
+    chart_panel,
     engineer_view,
     guarded,
     metric,
@@ -42,17 +42,6 @@ from servebench.records.extra_columns import SLICE_COLUMN, slice_choices
 from servebench.records.loaders import encode_records
 from servebench.records.statuses import STATUS_WORDS
 from servebench.records.table import RecordTable
-
-
-def chart_panel(parent: DeltaGenerator, title: str, key: str) -> DeltaGenerator:
-    """Return a panel whose charts are built and drawn only once it is opened (it stays open for the session).
-
-    Drawn in place, Summary's six charts took its first view from about 2.7 to 4.4 s on a 2-core machine
-    (benchmarks/results/dashboard.md); the page's metrics and tables give their key numbers without them.
-    Call it in a fragment (``st.fragment``): opening the panel then reruns the panel alone, not the page
-    (a whole page's rerun was about half the time of opening the CDF panel).
-    """
-    return parent.expander(title, key=key, on_change="rerun", icon=":material/bar_chart:")
 
 
 @st.fragment

@@ -840,6 +840,10 @@ def test_several_uploads_are_held_and_compared_side_by_side() -> None:
     counts = outcomes[[*statuses, "Offered"]].map(lambda v: int(v.replace(",", "")))
     assert (counts[statuses].sum(axis=1) == counts["Offered"]).all()
     assert list(counts.index) == ["r1_r4.json", "mine.jsonl"] and counts.loc["mine.jsonl", "Timed out"] == 1
+    assert not drawn_charts(at)  # the charts are drawn once their panel is opened: the tables come first
+    at.session_state["compare_charts_open"] = True
+    at.run()
+    assert not at.exception and not at.error
     charts = drawn_charts(at)
     curves = charts["Latency CDF (successes)"][1]["curves"]
     assert list(curves.groupby("run", sort=False)["share"].last().index) == ["r1_r4.json (n=2)", "mine.jsonl (n=1)"]

@@ -210,6 +210,9 @@ def test_several_files_uploaded_at_once_are_compared() -> None:
         page.get_by_role("link", name="Compare runs").click()
         page.get_by_role("heading", name="Compare runs").first.wait_for()
         page.get_by_text("Is it noise?").first.wait_for()
+        _wait_idle(page)
+        assert page.locator('[data-testid="stVegaLiteChart"]').count() == 0  # the tables first, the charts on request
+        page.get_by_text("Distributions: overlaid CDFs").first.click()
         page.locator(VEGA_DRAWN).nth(5).wait_for()  # latency, TTFT, TPOT: overlaid CDFs and percentile bars
         _wait_idle(page)
         assert page.locator('[data-testid="stException"]').count() == 0

@@ -172,5 +172,8 @@ def test_no_element_is_clipped_at_1400_px_on_any_page() -> None:
         clipped += _clipped(page, "Summary with uploads")
         for link in ("Compare runs", "Token timing"):
             _open(page, link)
+            if link == "Compare runs":  # its charts, in a panel opened on request
+                page.locator('[data-testid="stExpander"] summary', has_text="Distributions").click()
+                _settle(page)
             clipped += _clipped(page, f"{link} with uploads")
     assert not clipped, f"{len(clipped)} clipped:\n" + "\n".join(clipped)
