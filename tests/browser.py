@@ -65,14 +65,13 @@ def free_port() -> int:
 def streamlit_server(script: str = "app.py", timeout_s: float = 90) -> Iterator[str]:
     """Run ``streamlit run`` on a free port and yield its URL; stop it afterwards.
 
-    The address (127.0.0.1), usage statistics (off) and toolbar come from the project's .streamlit/config.toml,
-    as with `./dev.sh app`, so the browser tests check what users get.
+    The address (127.0.0.1), usage statistics (off), toolbar and file watcher (none) come from the project's
+    .streamlit/config.toml, as with `./dev.sh app`, so the browser tests and benchmarks check what users get.
     """
     port = free_port()
     streamlit = shutil.which("streamlit", path=str(Path(sys.executable).parent)) or "streamlit"
     proc = subprocess.Popen(
-        [streamlit, "run", str(REPO / script), "--server.headless", "true", "--server.port", str(port),
-         "--server.fileWatcherType", "none"],
+        [streamlit, "run", str(REPO / script), "--server.headless", "true", "--server.port", str(port)],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
