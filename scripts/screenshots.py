@@ -36,6 +36,7 @@ PAGE_HEIGHT = """() => { const main = document.querySelector('[data-testid="stMa
   return Math.max(main ? main.scrollHeight : 0, side ? side.scrollHeight : 0); }"""
 SUMMARY_PANELS = ("Non-success causes as a chart", "Requests over the window",
                   "Throughput, TTFT and latency over time", "CDFs of latency, TTFT and TPOT", "Downloads: the records")
+COMPARE_PANELS = ("Distributions: overlaid CDFs",)  # opened too: the shot shows its charts
 RUN_BUTTONS = {"sweep": "Run the sweep", "planner": "Plan"}  # pages shown after one run with their defaults
 PAGES = (  # sidebar link -> file name, in the order the sidebar lists them (Compare and Token timing below)
     ("Summary", "summary"), ("Percentile explorer", "percentiles"), ("Diagnosis", "diagnosis"),
@@ -73,8 +74,9 @@ def open_page(page, link: str) -> None:
     page.get_by_role("link", name=link, exact=True).click()
     page.get_by_role("heading", name=link).first.wait_for()
     settle(page)
-    if link == "Summary":  # its charts are drawn in panels, once opened (they stay open in the session)
-        for panel in SUMMARY_PANELS:
+    panels = {"Summary": SUMMARY_PANELS, "Compare runs": COMPARE_PANELS}.get(link, ())
+    if panels:  # their charts are drawn in panels, once opened (they stay open in the session)
+        for panel in panels:
             box = page.locator('[data-testid="stExpander"] summary', has_text=panel).first
             for _ in range(3):  # a click while the last panel's fragment reran was lost (once in two runs)
                 if not box.count() or box.evaluate("s => s.parentElement.open"):
