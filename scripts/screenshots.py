@@ -74,15 +74,14 @@ def open_page(page, link: str) -> None:
     page.get_by_role("link", name=link, exact=True).click()
     page.get_by_role("heading", name=link).first.wait_for()
     settle(page)
-    panels = {"Summary": SUMMARY_PANELS, "Compare runs": COMPARE_PANELS}.get(link, ())
-    if panels:  # their charts are drawn in panels, once opened (they stay open in the session)
-        for panel in panels:
-            box = page.locator('[data-testid="stExpander"] summary', has_text=panel).first
-            for _ in range(3):  # a click while the last panel's fragment reran was lost (once in two runs)
-                if not box.count() or box.evaluate("s => s.parentElement.open"):
-                    break
-                box.click()
-                settle(page)
+    # a page's charts are drawn in panels, once opened (they stay open in the session)
+    for panel in {"Summary": SUMMARY_PANELS, "Compare runs": COMPARE_PANELS}.get(link, ()):
+        box = page.locator('[data-testid="stExpander"] summary', has_text=panel).first
+        for _ in range(3):  # a click while the last panel's fragment reran was lost (once in two runs)
+            if not box.count() or box.evaluate("s => s.parentElement.open"):
+                break
+            box.click()
+            settle(page)
 
 
 def main() -> None:
