@@ -169,3 +169,28 @@ def test_run_gaps_merged_a_small_block_at_a_time_equal_the_gaps_of_the_expanded_
     expected = gaps(runs.expand()).sorted_of(mask)
     assert repeated[0:repeated.size].tolist() == expected.tolist()
     assert np.all(np.diff(repeated.values) > 0) and np.all(repeated.counts > 0)  # each gap once, with its copies
+
+
+@settings(max_examples=300, deadline=None)
+@given(_appends(), st.lists(st.tuples(st.integers(0, 11), st.integers(0, 3), st.integers(1, 3)), max_size=8),
+       st.sampled_from([1, 2, 3, 7, 1 << 20]))
+def test_each_rows_longest_gap_from_the_runs_equals_the_expanded_times(
+        case: tuple[int, list[tuple[list[int], list[float]]]], group: list[tuple[int, int, int]], block: int) -> None:
+    """max_gap without expanding: runs of both kinds (a cohort's, some of no tick), ranges cut at every block size."""
+    import servebench.records.token_times as token_times
+    n = case[0]
+    log = _log_of(case)
+    t = max((times[-1] for _, times in case[1]), default=0.0)
+    first = 0
+    for row, steps, added in group:  # a cohort member over `steps` of the group's ticks (0: it left before one)
+        log.add_group([t + 0.5 * k * k for k in range(1, added + 1)])
+        log.add_group_run(row % n, first, first + min(steps, added))
+        first += added
+        t += 0.5 * added * added + 0.125
+    runs = log.to_runs(n)
+    saved, token_times._GAP_BLOCK = token_times._GAP_BLOCK, block  # runs a chunk at a time, ticks a block at a time
+    try:
+        found = runs.gaps().max_gap
+    finally:
+        token_times._GAP_BLOCK = saved
+    assert _same(found, gaps(runs.expand()).max_gap)

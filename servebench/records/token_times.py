@@ -801,10 +801,24 @@ class RunGaps:
 
     @cached_property
     def max_gap(self) -> np.ndarray:
-        """Each row's longest gap (NaN with fewer than two arrivals)."""
-        out = np.full(self.runs.n, np.nan)
-        for lo, hi, arr in self.runs.row_chunks():
-            out[lo:hi] = gaps(arr).max_gap
+        """Each row's longest gap (NaN with fewer than two arrivals): the longest of its runs' tick differences and
+        of the gaps from one of its runs to the next, no token expanded (a million requests' 200 million arrivals
+        took 4.3 s a chunk at a time; the runs' maxima over the ticks' differences take a tenth of that)."""
+        r = self.runs
+        out = np.full(r.n, np.nan)
+        kept = r.run_len > 0  # a run of no ticks (a cohort member that left before its first) adds no arrival
+        run_row, run_start, run_len = ((r.run_row, r.run_start, r.run_len) if kept.all() else
+                                       (r.run_row[kept], r.run_start[kept], r.run_len[kept]))
+        del kept
+        if not run_row.size:
+            return out
+        longest = np.empty(run_row.size)  # each run's longest gap, the one from the row's run before it included
+        for lo in range(0, run_row.size, _GAP_BLOCK):
+            hi = min(lo + _GAP_BLOCK, run_row.size)
+            longest[lo:hi] = _run_maxima(r.ticks, run_row, run_start, run_len, lo, hi)
+        first = np.searchsorted(run_row, np.arange(r.n + 1), side="left")
+        rows = np.flatnonzero(first[1:] > first[:-1])
+        out[rows] = np.fmax.reduceat(longest, first[rows])  # NaN where a row's every run is one tick and alone
         return out
 
     def row_percentile(self, q: int) -> np.ndarray:
@@ -902,7 +916,67 @@ def _keep_merged(block: np.ndarray, into: np.ndarray, at: int) -> int:
     return at + first.size
 
 
-_GAP_BLOCK = 1 << 20  # steps whose gaps RunGaps computes at once
+_GAP_BLOCK = 1 << 20  # steps whose gaps RunGaps computes at once (and runs whose longest gaps it finds at once)
+
+
+def _run_maxima(ticks: np.ndarray, run_row: np.ndarray, run_start: np.ndarray, run_len: np.ndarray,
+                lo: int, hi: int) -> np.ndarray:
+    """Return the longest gap of each of runs ``lo .. hi-1`` (every run at least one tick long): its ticks'
+    differences, and the gap from the last tick of the row's run before it; NaN for a lone tick."""
+    out = np.full(hi - lo, np.nan)
+    a = max(lo - 1, 0)
+    joined = np.flatnonzero(run_row[a + 1:hi] == run_row[a:hi - 1]) + (a + 1)  # runs whose row ran before
+    before = joined - 1
+    out[joined - lo] = ticks[run_start[joined]] - ticks[run_start[before] + run_len[before] - 1]
+    del joined, before
+    many = np.flatnonzero(run_len[lo:hi] > 1)
+    begin = run_start[lo:hi][many]
+    out[many] = np.fmax(out[many], _range_max_diff(ticks, begin, begin + run_len[lo:hi][many] - 1))
+    return out
+
+
+def _range_max_diff(ticks: np.ndarray, begin: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Return, for each i, the largest ``ticks[k + 1] - ticks[k]`` for ``begin[i] <= k < end[i]`` (never empty).
+
+    The differences are taken a block of ``_GAP_BLOCK`` at a time (as ``np.diff`` takes them); a range that
+    crosses blocks is cut into pieces. The pieces of a block, ordered by their first index, are reduced by one
+    ``np.maximum.reduceat`` over (first, end) pairs: what lies between one piece's end and the next's first is
+    reduced too and thrown away, at most a block's length. No index per token.
+
+    >>> _range_max_diff(np.array([0.0, 1.0, 1.5, 4.0, 4.25]), np.array([0, 1, 3]), np.array([4, 2, 4])).tolist()
+    [2.5, 0.5, 0.25]
+    """
+    if not begin.size:
+        return np.zeros(0)
+    block = _GAP_BLOCK
+    first_block = begin // block
+    pieces = (end - 1) // block - first_block + 1
+    piece_at = np.zeros(pieces.size, dtype=np.int64)  # range i's pieces are piece_at[i] .. piece_at[i] + pieces[i] - 1
+    np.cumsum(pieces[:-1], out=piece_at[1:])
+    if piece_at[-1] + pieces[-1] == pieces.size:  # no range crosses a block: one piece each
+        blocks, p_begin, p_end = first_block, begin, end
+    else:
+        owner = np.repeat(np.arange(begin.size), pieces)
+        blocks = first_block[owner] + (np.arange(owner.size) - piece_at[owner])
+        p_begin = np.maximum(begin[owner], blocks * block)
+        p_end = np.minimum(end[owner], (blocks + 1) * block)
+        del owner
+    order = np.argsort(p_begin, kind="stable")
+    maxima = np.empty(order.size)
+    sorted_blocks = blocks[order]
+    cuts = np.flatnonzero(sorted_blocks[1:] != sorted_blocks[:-1]) + 1
+    for g0, g1 in zip(np.concatenate([[0], cuts]), np.concatenate([cuts, [order.size]])):
+        which = order[g0:g1]
+        b0 = int(sorted_blocks[g0]) * block
+        b1 = min(b0 + block, ticks.size - 1)  # the block's differences: ticks[k + 1] - ticks[k] for b0 <= k < b1
+        diffs = np.empty(b1 - b0 + 1)
+        np.subtract(ticks[b0 + 1:b1 + 1], ticks[b0:b1], out=diffs[:-1])
+        diffs[-1] = -np.inf  # where a piece ending at the block's end points its (thrown away) in-between reduction
+        bounds = np.empty(2 * which.size, dtype=np.int64)
+        bounds[0::2] = p_begin[which] - b0
+        bounds[1::2] = p_end[which] - b0
+        maxima[which] = np.maximum.reduceat(diffs, bounds)[0::2]
+    return maxima if maxima.size == begin.size else np.maximum.reduceat(maxima, piece_at)
 
 
 def fits(times: Sequence[float], record: dict[str, Any], counts: Sequence[int] | None = None) -> bool:
