@@ -23,6 +23,7 @@ from servebench.output.figures import tokens as token_figs
 from servebench.output.figures import vegalite, vegalite_capacity, vegalite_summary, vegalite_sweep, vegalite_tokens
 from servebench.output.figures.over_time import over_time_bins
 from servebench.output.figures.planner import cost_curves
+from servebench.output.figures.records import CdfSeries
 from servebench.output.figures.summary import ConcurrencyCurve
 from servebench.output.figures.validate_sweep import validation_curves
 from servebench.planning.planner import Evaluation
@@ -65,12 +66,13 @@ def compare_cdfs(runs: Mapping[str, Dataset], unit: str) -> dict[str, Spec]:
 
 @st.cache_resource(max_entries=8, show_spinner=False)
 def token_charts(key: str, window_start: float, window_end: float, threshold_s: float | None, unit: str,
-                 _table: RecordTable) -> dict[str, Spec | None]:
+                 _table: RecordTable, _itl: CdfSeries | None = None) -> dict[str, Spec | None]:
     """Return Token timing's charts of records with token times: ``ttft``, ``itl``, ``stall``, ``ticks``.
 
     Every chart reads in ``unit`` (ms or s): the TTFT and ITL CDFs, the stall histogram and the token ticks.
+    ``_itl``: the ITL CDF's series when built already (``pages._shared.itl_beside``), else it is built here.
     """
-    itl = token_figs.itl_series(_table, max_points=vegalite.LINE_POINTS)
+    itl = _itl if _itl is not None else token_figs.itl_series(_table, max_points=vegalite.LINE_POINTS)
     bins = token_figs.stall_bins(_table, threshold_s)
     ticks = token_figs.token_ticks(_table)
     return {"ttft": on_canvas(vegalite.cdf_chart(cdf_series(key, window_start, window_end, _table)["ttft"], unit)),

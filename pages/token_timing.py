@@ -13,6 +13,7 @@ from pages._shared import (
     SERVER_TOKENS_LABEL,
     current_slo,
     guarded,
+    itl_beside,
     metric,
     records_sidebar,
     server_tokens_key,
@@ -75,7 +76,7 @@ else:
     if said:
         st.markdown(said)
     charts = token_charts(ds.key, ds.window_start, ds.window_end, stalls.threshold_s if stalls else None, unit,
-                          ds.table)
+                          ds.table, itl_beside(ds))
     for col, name in zip(st.columns(3), ("ttft", "itl", "stall")):
         col.vega_lite_chart(spec=charts[name], key=f"tok_{name}")
     if charts["ticks"] is not None:

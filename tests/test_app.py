@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
-from vega_charts import drawn_charts
+from vega_charts import drawn_charts, drawn_list
 
 from servebench.output.figures.markdown_table import markdown_tables
 
@@ -184,6 +184,48 @@ def test_token_timing_after_summary_shows_the_gaps_summarys_own_report_leaves_ou
     assert not at.exception and not at.error
     m = _metrics(at)
     assert m["ITL p50 (ms)"] == "200" and m["ITL p99 (ms)"] == "650"  # gaps 0.1, 0.2 and 0.6 to 0.65 s
+
+
+def test_token_timings_itl_cdf_is_built_beside_summary_and_drawn_as_built_from_the_records(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Summary starts Token timing's ITL CDF in its worker thread after the report (0.1 s of Token timing's run on
+    1.2 million gaps); Token timing draws that series, which is the one its records give, and builds none itself."""
+    import threading
+
+    import numpy as np
+
+    from servebench.output.figures import tokens as token_figs
+    from servebench.output.figures import vegalite
+    from servebench.records.loaders import read_bytes
+    from servebench.records.window_zoom import full_table
+
+    rng = np.random.default_rng(36)
+    recs = []
+    for i in range(40):
+        times = (i + 0.2 + np.cumsum(rng.random(int(rng.integers(2, 9))) / 10)).tolist()
+        recs.append({"start": i, "first_token": times[0], "end": times[-1] + 0.01, "status": "success",
+                     "output_tokens": len(times), "token_times": times})
+    data = json.dumps(recs).encode()
+    built_in: list[str] = []
+    itl_series = token_figs.itl_series
+
+    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        built_in.append(threading.current_thread().name)
+        return itl_series(*args, **kwargs)
+
+    monkeypatch.setattr(token_figs, "itl_series", counted)
+    at = _app()
+    at.file_uploader(key="records_upload").set_value(("itl_beside.json", data, "application/json")).run()
+    assert not at.exception and not at.error
+    at.switch_page("pages/token_timing.py").run()
+    assert not at.exception and not at.error
+    assert len(built_in) == 1 and built_in[0].startswith("report-beside")  # in Summary's worker, not the page
+    spec, frames = next(c for c in drawn_list(at) if c[0]["title"]["text"].startswith("ITL"))
+    table = full_table(read_bytes(data, "itl_beside.json"))
+    expected = itl_series(table, max_points=vegalite.LINE_POINTS)
+    assert expected is not None
+    cdf = frames["cdf"]
+    assert cdf["x"].tolist() == pytest.approx((1000 * expected.x).tolist())  # every gap's step, in ms
+    assert cdf["share"].tolist() == pytest.approx(expected.y.tolist()) and expected.n == 130
 
 
 def test_aiperf_token_times_are_carried_over_with_the_servers_token_counts() -> None:

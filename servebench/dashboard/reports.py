@@ -12,6 +12,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Generic, TypeVar
 
 from servebench.analysis.summary import SLO, Report, build_report
 from servebench.dashboard.sources import Dataset
@@ -44,22 +45,27 @@ def without_token_times(table: RecordTable) -> RecordTable:
     return dataclasses.replace(table, token_times=None, token_counts=None)
 
 
-class ReportsBeside:
-    """Reports built in one worker thread while a page is drawn, by key; the ``max_entries`` latest are kept.
+V = TypeVar("V")
+
+
+class ReportsBeside(Generic[V]):
+    """Reports, and what a page draws from them, built in one worker thread while another page is drawn, by key;
+    the ``max_entries`` latest are kept.
 
     Summary shows no number from token times, and their gaps were most of its report on records that carry
     them (1.2 million arrivals: about 0.1 to 0.2 s of the upload on 2 cores); the pages that show them (Token
-    timing) get the full report from here, built while the browser draws Summary.
+    timing) get the full report, and the ITL CDF it draws, from here, built while the browser draws Summary.
     """
 
     def __init__(self, max_entries: int = 8) -> None:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="report-beside")
-        self._futures: OrderedDict[Hashable, Future[Report]] = OrderedDict()
+        self._futures: OrderedDict[Hashable, Future[V]] = OrderedDict()
         self._lock = threading.Lock()
         self._max_entries = max_entries
 
-    def start(self, key: Hashable, build: Callable[[], Report]) -> None:
-        """Build a report under ``key`` in the worker, unless one is built or being built already."""
+    def start(self, key: Hashable, build: Callable[[], V]) -> None:
+        """Build a value under ``key`` in the worker (after what it was given before), unless one is built or
+        being built already."""
         with self._lock:
             if key in self._futures:
                 self._futures.move_to_end(key)
@@ -68,8 +74,8 @@ class ReportsBeside:
             while len(self._futures) > self._max_entries:
                 self._futures.popitem(last=False)
 
-    def get(self, key: Hashable) -> Report | None:
-        """Return the report built under ``key`` (waiting for it if under way), or None if none was started.
+    def get(self, key: Hashable) -> V | None:
+        """Return the value built under ``key`` (waiting for it if under way), or None if none was started.
 
         A build that failed raises its error here, as building it in the caller would have.
         """
