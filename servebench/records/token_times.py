@@ -802,8 +802,8 @@ class RunGaps:
     @cached_property
     def max_gap(self) -> np.ndarray:
         """Each row's longest gap (NaN with fewer than two arrivals): the longest of its runs' tick differences and
-        of the gaps from one of its runs to the next, no token expanded (a million requests' 200 million arrivals
-        took 4.3 s a chunk at a time; the runs' maxima over the ticks' differences take a tenth of that)."""
+        of the gaps from one of its runs to the next, no token expanded (300,000 simulated requests, 110 million
+        arrivals: 0.57 s expanded a chunk at a time, 0.14 s from the runs, the same array)."""
         r = self.runs
         out = np.full(r.n, np.nan)
         kept = r.run_len > 0  # a run of no ticks (a cohort member that left before its first) adds no arrival
