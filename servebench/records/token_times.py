@@ -807,8 +807,11 @@ class RunGaps:
         r = self.runs
         out = np.full(r.n, np.nan)
         kept = r.run_len > 0  # a run of no ticks (a cohort member that left before its first) adds no arrival
-        run_row, run_start, run_len = ((r.run_row, r.run_start, r.run_len) if kept.all() else
-                                       (r.run_row[kept], r.run_start[kept], r.run_len[kept]))
+        if kept.all():
+            run_row, run_start, run_len, first = r.run_row, r.run_start, r.run_len, r.run_offsets
+        else:
+            run_row, run_start, run_len = r.run_row[kept], r.run_start[kept], r.run_len[kept]
+            first = np.searchsorted(run_row, np.arange(r.n + 1), side="left")
         del kept
         if not run_row.size:
             return out
@@ -816,7 +819,6 @@ class RunGaps:
         for lo in range(0, run_row.size, _GAP_BLOCK):
             hi = min(lo + _GAP_BLOCK, run_row.size)
             longest[lo:hi] = _run_maxima(r.ticks, run_row, run_start, run_len, lo, hi)
-        first = np.searchsorted(run_row, np.arange(r.n + 1), side="left")
         rows = np.flatnonzero(first[1:] > first[:-1])
         out[rows] = np.fmax.reduceat(longest, first[rows])  # NaN where a row's every run is one tick and alone
         return out
