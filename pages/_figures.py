@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import streamlit as st
 
-from pages._shared import Dataset
+from pages._shared import Dataset, itl_cdf
 from servebench.dashboard.walkthrough_sweeps import ProfileSweep, run_profile_sweep
 from servebench.output.figures import records as record_figs
 from servebench.output.figures import sweep as sweep_figs
@@ -70,9 +70,9 @@ def token_charts(key: str, window_start: float, window_end: float, threshold_s: 
     """Return Token timing's charts of records with token times: ``ttft``, ``itl``, ``stall``, ``ticks``.
 
     Every chart reads in ``unit`` (ms or s): the TTFT and ITL CDFs, the stall histogram and the token ticks.
-    ``_itl``: the ITL CDF's series when built already (``pages._shared.itl_beside``), else it is built here.
+    ``_itl``: the ITL CDF's series when built already (``pages._shared.itl_beside``), else built here (``itl_cdf``).
     """
-    itl = _itl if _itl is not None else token_figs.itl_series(_table, max_points=vegalite.LINE_POINTS)
+    itl = _itl if _itl is not None else itl_cdf(_table)
     bins = token_figs.stall_bins(_table, threshold_s)
     ticks = token_figs.token_ticks(_table)
     return {"ttft": on_canvas(vegalite.cdf_chart(cdf_series(key, window_start, window_end, _table)["ttft"], unit)),

@@ -639,7 +639,12 @@ def build_beside(ds: Dataset, slo: tuple[float | None, ...]) -> None:
     table, window_start, window_end = ds.table, ds.window_start, ds.window_end
     beside = _reports_beside()
     beside.start(_beside_key(ds, slo), lambda: report_for(table, window_start, window_end, slo, SLICE_COLUMN, None))
-    beside.start(_itl_key(ds), lambda: token_figs.itl_series(table, max_points=vegalite.LINE_POINTS))
+    beside.start(_itl_key(ds), lambda: itl_cdf(table))
+
+
+def itl_cdf(table: RecordTable) -> CdfSeries | None:
+    """Return Token timing's ITL CDF of ``table``: every gap between tokens of successes, thinned for a line."""
+    return token_figs.itl_series(table, max_points=vegalite.LINE_POINTS)
 
 
 def itl_beside(ds: Dataset) -> CdfSeries | None:
