@@ -34,6 +34,7 @@ from servebench.dashboard.sources import (
     record_files,
     scenario_files,
     sort_uploads,
+    upload_sources,
 )
 from servebench.dashboard.windows import NO_CLOCK, shared_clock, span_text
 from servebench.dashboard.wording import (
@@ -302,6 +303,7 @@ SERVER_KEY = "server_metrics_files"  # record set digest -> RecordSource of the 
 
 
 SEEN_UPLOADS_KEY = "seen_upload_ids"  # the uploader's file ids already handled: a new id is the newest file
+UPLOAD_DIGESTS_KEY = "upload_digests"  # the uploader's file id -> its bytes' digest: a held file is hashed once
 
 
 def _on_upload() -> None:
@@ -313,8 +315,9 @@ def _on_upload() -> None:
     held = held_runs()
     seen = st.session_state.setdefault(SEEN_UPLOADS_KEY, set())
     ups = [up for up in _uploads() if upload_error(up) is None]
-    uploads = sort_uploads(((up.name, up.getvalue()) for up in ups), held,
-                           fresh={i for i, up in enumerate(ups) if up.file_id not in seen})
+    sources = upload_sources([(up.file_id, up.name, up.getvalue()) for up in ups],
+                             st.session_state.setdefault(UPLOAD_DIGESTS_KEY, {}))
+    uploads = sort_uploads(sources, held, fresh={i for i, up in enumerate(ups) if up.file_id not in seen})
     seen.update(up.file_id for up in ups)
     for src in uploads.records.values():
         if src.digest not in held:

@@ -18,6 +18,7 @@ from servebench.dashboard.sources import (
     record_files,
     scenario_files,
     sort_uploads,
+    upload_sources,
 )
 from servebench.records.importers import ImportOptions
 from servebench.records.loaders import read_bytes
@@ -55,6 +56,26 @@ def test_every_upload_is_either_records_or_server_metrics_and_none_is_lost(files
     record_digests = {RecordSource.of(n, d, "upload").digest for n, d in files if "server_metrics" not in n}
     assert set(up.records) == record_digests
     assert (up.newest is None) == (not record_digests)
+
+
+def test_a_held_upload_is_hashed_once_and_sorted_as_its_bytes_would_be(monkeypatch) -> None:
+    import servebench.dashboard.sources as sources
+
+    files = [("a.csv", b"aaa"), ("b.csv", b"bbb")]
+    expected = [RecordSource.of(n, d, "upload").digest for n, d in files]
+    hashed: list[bytes] = []
+    real = sources.hashlib.sha256
+    monkeypatch.setattr(sources.hashlib, "sha256", lambda data: hashed.append(data) or real(data))
+    digests: dict[str, str] = {}
+    first = upload_sources([("id-1", "a.csv", b"aaa")], digests)
+    both = upload_sources([("id-1", "a.csv", b"aaa"), ("id-2", "b.csv", b"bbb")], digests)
+    assert hashed == [b"aaa", b"bbb"]  # the held file was not hashed again
+    assert [s.digest for s in both] == expected
+    assert both[0] == first[0]
+    up = sort_uploads(both, {first[0].digest: first[0]}, fresh={1})
+    assert up.newest == both[1] and list(up.records) == [s.digest for s in both]
+    upload_sources([("id-2", "b.csv", b"bbb")], digests)  # a.csv removed with its x: its id is let go
+    assert list(digests) == ["id-2"] and hashed == [b"aaa", b"bbb"]
 
 
 def test_the_newest_upload_is_the_last_one_not_held_already() -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,8 +40,10 @@ class RecordSource:
 
     @classmethod
     def of(cls, name: str, data: bytes, origin: str, *, metadata: dict[str, Any] | None = None,
-           steps: list[dict[str, Any]] | None = None) -> "RecordSource":
-        return cls(name, data, origin, hashlib.sha256(data).hexdigest()[:16], metadata, steps)
+           steps: list[dict[str, Any]] | None = None, digest: str | None = None) -> "RecordSource":
+        """Return the source of ``data``; ``digest``, when known already, spares hashing the bytes again."""
+        return cls(name, data, origin, hashlib.sha256(data).hexdigest()[:16] if digest is None else digest,
+                   metadata, steps)
 
 
 @dataclass(frozen=True)
@@ -108,9 +110,28 @@ class Uploads:
     newest: RecordSource | None
 
 
-def sort_uploads(files: Iterable[tuple[str, bytes]], held: Mapping[str, RecordSource],
+def upload_sources(files: Sequence[tuple[str, str, bytes]], digests: dict[str, str]) -> list[RecordSource]:
+    """Return uploaded (file id, name, bytes) as record sources, hashing only the files not hashed before.
+
+    The uploader hands every file it holds to each change, and a file keeps its id (a new upload of the same
+    bytes gets a new one), so ``digests`` (file id -> digest) spares hashing the held ones again: with three
+    100,000-record uploads held, each upload hashed 22 MB. ``digests`` is kept to the ids given.
+
+    >>> digests = {}
+    >>> [s.digest for s in upload_sources([("id-a", "a.csv", b"1")], digests)] == [digests["id-a"]]
+    True
+    >>> upload_sources([("id-b", "b.csv", b"2")], digests)[0].digest == digests["id-b"], list(digests)
+    (True, ['id-b'])
+    """
+    sources = [RecordSource.of(name, data, "upload", digest=digests.get(file_id)) for file_id, name, data in files]
+    digests.clear()
+    digests.update((file_id, src.digest) for (file_id, _, _), src in zip(files, sources))
+    return sources
+
+
+def sort_uploads(files: Iterable[tuple[str, bytes] | RecordSource], held: Mapping[str, RecordSource],
                  fresh: Collection[int] | None = None) -> Uploads:
-    """Split uploaded (name, bytes) into record sets and server metrics; name the newest record set.
+    """Split uploaded (name, bytes), or their sources, into record sets and server metrics; name the newest record set.
 
     The newest is the last of the ``fresh`` files (their positions: added since the uploader last changed), even
     when its bytes are held already under another name, so a second bad file names itself; without ``fresh``, the
@@ -128,9 +149,9 @@ def sort_uploads(files: Iterable[tuple[str, bytes]], held: Mapping[str, RecordSo
     records: dict[str, RecordSource] = {}
     scrapes: list[RecordSource] = []
     newest = None
-    for i, (name, data) in enumerate(files):
-        src = RecordSource.of(name, data, "upload")
-        if is_server_metrics_file(name):
+    for i, file in enumerate(files):
+        src = file if isinstance(file, RecordSource) else RecordSource.of(*file, "upload")
+        if is_server_metrics_file(src.name):
             scrapes.append(src)
             continue
         records[src.digest] = src
