@@ -5,6 +5,8 @@
 #   ./dev.sh test   set up (once), lint (ruff), and run the whole test suite (extra args go to pytest); CI runs this
 #   ./dev.sh fast   lint, then the fast selection: no slow, browser, engine, server, process or app tests (README)
 #   ./dev.sh lint   ruff: pyflakes, pycodestyle and import order (pyproject.toml); ./dev.sh lint --fix mends what it can
+#   ./dev.sh native compile the simulator's loop with mypyc (servebench.serving.native); setup does it when a C
+#                   compiler is present and the build is missing or older than the sources
 # Setup is idempotent: the virtual environment is rebuilt only when requirements.txt or pyproject.toml change.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -26,6 +28,11 @@ setup() {
     "$PY" -m pip install --quiet --no-deps -e . 2> >(grep -v "^WARNING: Location 'file://" >&2)
     echo "$want" > "$stamp"
   fi
+  # the compiled simulator: about 30 s, once per change of its sources; without a C compiler it stays Python
+  if command -v cc >/dev/null 2>&1 && ! "$PY" -m servebench.serving.native status >/dev/null 2>&1; then
+    echo "compiling the simulator's loop (servebench.serving.native, about 30 s)..." >&2
+    "$PY" -m servebench.serving.native build >/dev/null || echo "warning: the simulator stays Python (above: why)" >&2
+  fi
 }
 
 browser() {
@@ -43,6 +50,10 @@ case "$cmd" in
     setup
     exec "$VENV/bin/streamlit" run app.py "$@"
     ;;
+  native)
+    setup  # builds it when missing or stale
+    "$PY" -m servebench.serving.native status || exec "$PY" -m servebench.serving.native build  # else: say why
+    ;;
   lint)
     setup
     exec "$VENV/bin/ruff" check . "$@"
@@ -59,7 +70,7 @@ case "$cmd" in
     exec "$PY" -m pytest -m "not slow and not browser and not engine and not server and not process and not app" "$@"
     ;;
   *)
-    echo "usage: ./dev.sh app | test [pytest args] | fast [pytest args] | lint [ruff args]" >&2
+    echo "usage: ./dev.sh app | test [pytest args] | fast [pytest args] | lint [ruff args] | native" >&2
     exit 2
     ;;
 esac

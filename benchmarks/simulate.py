@@ -4,6 +4,9 @@ Cases, each timed with CPU time (``time.process_time``) and wall time, in this o
   profile_b    the spec's profile B (300 requests, separate prefill lane, reserve KV)
   paged_10k    sample_data/scenarios/paged_chat.yaml: 10,000 requests, paged KV, chunked prefill
   sweep        profile B at ``default_rates`` (10 points, 2,000 requests each), search off and on
+  compiled     ``simulate()`` at 100k with the compiled loop (servebench.serving.native, when built) and with its
+               Python, alternated in fresh processes; every other case of this code runs what is in use
+               (``compiled_loop`` in the results)
   scale        paged_chat at 10k, 100k and 1M requests (``--sizes``), each in a fresh process:
                ``simulate()`` in process (token times in the records, best of ``--repeat``) and
                ``servebench simulate ... -o DIR`` end to end; CPU (user + system) and peak RSS from outside
@@ -41,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from servebench.analysis.summary import SLO
+from servebench.serving import compiled
 from servebench.serving.scenario import Scenario, load_scenario
 from servebench.serving.simulate import SimResult, simulate
 from servebench.serving.sweep import default_rates, point_from, scenario_at, sweep
@@ -145,19 +149,21 @@ def sweep_case(sc: Scenario, repeat: int) -> dict[str, Any]:
     }
 
 
-def _child(argv: list[str]) -> dict[str, Any]:
+def _child(argv: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run a process; return the JSON object of its last line of output."""
-    done = subprocess.run(argv, capture_output=True, text=True)
+    done = subprocess.run(argv, capture_output=True, text=True, env=env)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(argv[:3])} failed: {done.stderr[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def in_process(n: int, repeat: int, code: str = "-") -> dict[str, Any]:
-    """``simulate()`` at ``n`` requests in a fresh process (``code``: another checkout's root, else this one)."""
+def in_process(n: int, repeat: int, code: str = "-", compiled_loop: bool = True) -> dict[str, Any]:
+    """``simulate()`` at ``n`` requests in a fresh process (``code``: another checkout's root, else this one; with
+    ``compiled_loop`` false, this code's Python even where a compiled build is present)."""
     python = [sys.executable, "-S"] if code != "-" else [sys.executable]  # -S: no editable install of this code
     site = next(p for p in sys.path if p.endswith("site-packages"))
-    found = _child([*python, "-c", _IN_PROCESS, code, str(n), str(repeat), site if code != "-" else str(REPO)])
+    env = None if compiled_loop else {**os.environ, compiled.OFF_ENV: "0"}
+    found = _child([*python, "-c", _IN_PROCESS, code, str(n), str(repeat), site if code != "-" else str(REPO)], env)
     return {"requests": n, "cpu_s": found["cpu_s"], "peak_rss_mb": found["peak_rss_bytes"] / 2**20,
             "events": found["events"], "engine_steps": found["engine_steps"]}
 
@@ -183,6 +189,24 @@ def baseline_tree(workdir: Path, commit: str = BASELINE_COMMIT) -> str:
     with tarfile.open(fileobj=__import__("io").BytesIO(archive)) as tar:
         tar.extractall(root, filter="data")
     return str(root)
+
+
+def compiled_case(n: int = 100_000, rounds: int = 2) -> dict[str, Any]:
+    """``simulate()`` at ``n`` requests with the compiled loop and with its Python, alternated in fresh processes."""
+    if not compiled.built_for():
+        return {"note": "no compiled build for these sources (./dev.sh native): nothing to compare"}
+    fast, plain = [], []
+    for _ in range(rounds):
+        fast.append(in_process(n, 1))
+        plain.append(in_process(n, 1, compiled_loop=False))
+    if any(f["events"] != p["events"] or f["engine_steps"] != p["engine_steps"] for f, p in zip(fast, plain)):
+        raise RuntimeError("the compiled loop and its Python simulated different runs")  # tests/test_native.py
+    best_fast, best_plain = min(f["cpu_s"] for f in fast), min(p["cpu_s"] for p in plain)
+    return {"requests": n, "rounds": rounds, "compiled_cpu_s": [f["cpu_s"] for f in fast],
+            "python_cpu_s": [p["cpu_s"] for p in plain], "ratio_cpu": best_fast / best_plain,
+            "compiled_peak_rss_mb": min(f["peak_rss_bytes"] for f in fast) / 2**20,
+            "python_peak_rss_mb": min(p["peak_rss_bytes"] for p in plain) / 2**20,
+            "note": "best CPU of each, compiled / Python (servebench.serving.native): the same events and steps"}
 
 
 INSTRUCTION_SIZES = (1_000, 5_000)
@@ -279,6 +303,8 @@ def main() -> None:
     results = {
         "machine": {"python": platform.python_version(), "processor": platform.processor() or platform.machine(),
                     "note": "shared 2-core machine; CPU time is the fair measure, wall time is noisy"},
+        "compiled_loop": compiled.active(),  # this code's cases ran servebench.serving.native's build
+        "compiled_vs_python_100k": compiled_case(),
         "profile_b": sim_case(b, args.repeat),
         "paged_10k": sim_case(paged, 1),
         "sweep_10x2000_profile_b": sweep_case(b, args.repeat),
@@ -309,6 +335,12 @@ def main() -> None:
     if ins:
         print("instructions per simulate() request: " + ", ".join(f"{k} {v:,.0f}" for k, v in ins["per_request"].items())
               + "; this code " + ", ".join(f"{v:.3f}x {k}" for k, v in ins["ratios"].items()))
+    c = results["compiled_vs_python_100k"]
+    if "ratio_cpu" in c:
+        print(f"simulate() at {c['requests']:,}: the compiled loop {c['ratio_cpu']:.2f}x the CPU of its Python "
+              f"(compiled {min(c['compiled_cpu_s']):.2f} s, Python {min(c['python_cpu_s']):.2f} s)")
+    else:
+        print(c["note"])
     base = results.get("scale", {}).get("baseline_2026_11_30")
     if base:
         print(f"simulate() at 10k: {base['cpu_ratio']:.2f}x the CPU of {BASELINE_COMMIT} (2026-11-30), "

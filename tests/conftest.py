@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -11,6 +12,9 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # so tests can `import browser`
+# every test runs the Python it reads, not a compiled build of it (servebench.serving.native; child processes inherit
+# this); tests/test_native.py compares the two
+os.environ["SERVEBENCH_NATIVE"] = "0"
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE_DATA = REPO / "sample_data"

@@ -97,18 +97,24 @@ from collections import deque
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+try:  # the compiler's class options (servebench.serving.native); without mypy's extensions nothing needs them
+    from mypy_extensions import mypyc_attr
+except ImportError:  # pragma: no cover - a plain install
+    def mypyc_attr(*_args: object, **_kwargs: object) -> Callable[[type], type]:  # type: ignore[misc]
+        return lambda cls: cls
 
-from servebench.capacity.kv import Policy, tokens_per_request
+from servebench.capacity.kv import Policy as Policy  # re-exported: one definition (capacity.kv)
+from servebench.capacity.kv import tokens_per_request
 from servebench.errors import ConfigError
 from servebench.records.schema import record_dict
 from servebench.serving.prefix_cache import PrefixCache, PromptContent
-from servebench.serving.workload import MAX_CLASSES, MAX_LENGTH_TOKENS, MAX_TIME_S
-
-Scheduling = Literal["fcfs", "fair"]
-SCHEDULINGS: tuple[str, ...] = ("fcfs", "fair")
+from servebench.serving.scheduler_config import SCHEDULINGS as SCHEDULINGS  # re-exported: the scheduler's names
+from servebench.serving.scheduler_config import AdmissionSpec as AdmissionSpec
+from servebench.serving.scheduler_config import SchedulerConfig as SchedulerConfig
+from servebench.serving.scheduler_config import Scheduling as Scheduling
+from servebench.serving.scheduler_config import TenantLimit as TenantLimit
 
 ERR_QUEUE_FULL = "queue_full"
 ERR_TOO_LARGE = "kv_exceeds_budget"
@@ -119,71 +125,7 @@ ERR_PREEMPTED_QUEUE_FULL = "preempted_queue_full"
 ERR_QUEUE_WAIT = "queue_wait_exceeded"
 
 
-class _Config(BaseModel):
-    """A frozen configuration that refuses unknown fields (pydantic's ValidationError names the field)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class TenantLimit(_Config):
-    """One tenant's cap on running sequences and its weight under ``fair`` scheduling."""
-
-    max_running: int | None = Field(None, ge=1, description="Most running sequences of this tenant; None: no cap.")
-    weight: float = Field(1.0, gt=0, allow_inf_nan=False,
-                          description="Share under fair scheduling, relative to the other tenants.")
-
-
-class AdmissionSpec(_Config):
-    """Load shedding at the server's queue."""
-
-    max_queue_wait_s: float | None = Field(
-        None, gt=0, le=MAX_TIME_S,
-        description="A request still waiting this long after arrival is rejected (queue_wait_exceeded).")
-
-
-class SchedulerConfig(_Config):
-    """Limits and policy of one server replica.
-
-    A scenario's ``server`` is this model with the scenario's own fields added
-    (``servebench.serving.scenario.ServerSpec``), so each limit and its bound is stated once.
-    """
-
-    policy: Policy = Field("reserve", description="KV admission policy.")
-    kv_budget_tokens: int = Field(ge=1, description="KV budget in tokens.")
-    max_num_seqs: int = Field(256, ge=1, description="Most running sequences.")
-    max_num_batched_tokens: int | None = Field(None, ge=1, description="Most tokens per step; None: no limit.")
-    chunked_prefill: bool = Field(True, description="Split prompts to fill the step's token budget.")
-    max_waiting: int | None = Field(None, ge=1, description="Waiting-queue bound (arrivals beyond it are rejected); every request passes through it, so at least 1.")
-    block_size_tokens: int = Field(16, ge=1, le=MAX_LENGTH_TOKENS, description="Paged KV block size, tokens.")
-    timeout_s: float | None = Field(None, gt=0, le=MAX_TIME_S, description="Deadline after arrival, s.")
-    prefix_caching: bool = Field(False, description="Reuse cached full prompt blocks shared with earlier requests "
-                                                    "(vLLM's automatic prefix caching); off by default.")
-    admission: AdmissionSpec | None = Field(None, description="Shedding: reject requests that waited too long.")
-    tenants: dict[str, TenantLimit] = Field(default_factory=dict, max_length=MAX_CLASSES,
-                                            description="Per-tenant limits and weights (a run uses a tenant only "
-                                                        "through a workload class, so at most as many as classes); "
-                                                        "tenants not named have no cap and weight 1.")
-    scheduling: Scheduling = Field(
-        "fcfs", description="fcfs: admit in arrival order; fair: by weighted admitted tokens across tenants.")
-
-    @model_validator(mode="after")
-    def _blocks_fit(self) -> "SchedulerConfig":
-        budget: int | None = self.kv_budget_tokens
-        if budget is not None and self.policy == "paged" and budget < self.block_size_tokens:
-            raise ValueError(f"kv_budget_tokens {budget} holds no {self.block_size_tokens}-token block")
-        return self
-
-    @property
-    def max_queue_wait_s(self) -> float | None:
-        """Return how long a request may wait before it is shed (None: never)."""
-        return None if self.admission is None else self.admission.max_queue_wait_s
-
-    @property
-    def num_blocks(self) -> int:
-        """Return the number of KV blocks under the paged policy."""
-        return self.kv_budget_tokens // self.block_size_tokens
-
-
+@mypyc_attr(native_class=False)  # compiled, still a plain class: its __init__ writes __dict__ (2 us a Request less)
 @dataclass(frozen=True)
 class Request:
     """One request as the scheduler sees it; times are on the caller's clock, in seconds."""
@@ -216,6 +158,7 @@ class Request:
         return self.max_output_tokens if self.output_tokens is None else min(self.output_tokens, self.max_output_tokens)
 
 
+@mypyc_attr(native_class=False)  # as Request
 @dataclass(frozen=True)
 class Outcome:
     """A request's terminal outcome, field for field the canonical timing record."""

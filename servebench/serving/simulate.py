@@ -59,7 +59,7 @@ from servebench.records.table import STATUSES, RecordTable
 from servebench.records.token_times import TokenLog, TokenRuns
 from servebench.serving.retry import ERR_CLIENT_DEADLINE, ClientSpec
 from servebench.serving.scenario import Scenario
-from servebench.serving.scheduler import Outcome, Request, Scheduler, SchedulerConfig, StepPlan
+from servebench.serving.scheduler import Outcome, Request, Scheduler, SchedulerConfig, StepPlan, mypyc_attr
 from servebench.serving.workload import ClosedLoopPlan, Workload, draw_cancellations, draw_workload
 
 PRIO_RUN, PRIO_PREFILL, PRIO_CANCEL, PRIO_DEADLINE, PRIO_ARRIVAL = 0, 1, 2, 3, 4
@@ -197,6 +197,7 @@ def simulate_workload(config: SchedulerConfig, model: StepModel, workload: Workl
 
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # compiled (servebench.serving.native), the fleet's replicas extend it
 class _EventLoop:
     """One simulation: the event heap, the scheduler it drives, the records and the step trace.
 
@@ -309,7 +310,7 @@ class _EventLoop:
         elif kind == EV_CANCEL:
             self._cancel(payload, now)
         elif kind == EV_RETRY:
-            self._retry(*payload, now)
+            self._retry(*payload, now)  # type: ignore[call-arg]  # (logical, attempt, start)
         elif kind == EV_SEEN:
             self._arrive(payload, now, seen=True)
         elif kind == EV_ARRIVAL:
@@ -624,7 +625,7 @@ class _EventLoop:
             error=rec.error[:m], source=name, cached_prompt_tokens=rec.cached[:m],
             token_times=None if runs is None or self.runs_only else runs.expand(),
             logical_id=None if client is None else np.array([str(x) for x in self.logical_of], dtype=object),
-            attempt=None if client is None else np.asarray(self.attempt_of, dtype=np.int64),
+            attempt=None if client is None else np.asarray(self.attempt_of, dtype=np.int64),  # type: ignore[arg-type]
             extra=NO_EXTRA if reqs.trace_row is None else {"trace_row": pa.array(reqs.trace_row[lgs], pa.int64())})
         end = float(rec.end[:m].max()) if m else 0.0
         return SimResult(name, table, trace, 0.0, max(end, 0.0), self.config.kv_budget_tokens,
