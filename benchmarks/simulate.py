@@ -204,8 +204,8 @@ def compiled_case(n: int = 100_000, rounds: int = 2) -> dict[str, Any]:
     best_fast, best_plain = min(f["cpu_s"] for f in fast), min(p["cpu_s"] for p in plain)
     return {"requests": n, "rounds": rounds, "compiled_cpu_s": [f["cpu_s"] for f in fast],
             "python_cpu_s": [p["cpu_s"] for p in plain], "ratio_cpu": best_fast / best_plain,
-            "compiled_peak_rss_mb": min(f["peak_rss_bytes"] for f in fast) / 2**20,
-            "python_peak_rss_mb": min(p["peak_rss_bytes"] for p in plain) / 2**20,
+            "compiled_peak_rss_mb": min(f["peak_rss_mb"] for f in fast),
+            "python_peak_rss_mb": min(p["peak_rss_mb"] for p in plain),
             "note": "best CPU of each, compiled / Python (servebench.serving.native): the same events and steps"}
 
 
