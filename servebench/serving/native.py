@@ -57,7 +57,8 @@ def build(native_dir: Path = NATIVE_DIR) -> Path:
         native_dir.mkdir(parents=True)
         for path in [*built, *runtime]:
             shutil.copy2(path, native_dir / path.name)
-        (native_dir / STAMP).write_text(json.dumps(build_stamp(package / "serving"), indent=2) + "\n")
+        # the stamp of the copy compiled, not of the sources now on disk: an edit during the build is not stamped as built
+        (native_dir / STAMP).write_text(json.dumps(build_stamp(root / package.name / "serving"), indent=2) + "\n")
     return native_dir
 
 
