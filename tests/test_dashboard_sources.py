@@ -50,7 +50,7 @@ names = st.sampled_from(["a.csv", "b.jsonl", "c.parquet", "server_metrics.parque
 
 @given(st.lists(st.tuples(names, st.binary(min_size=1, max_size=4)), max_size=8))
 def test_every_upload_is_either_records_or_server_metrics_and_none_is_lost(files) -> None:
-    up = sort_uploads(files, {})
+    up = sort_uploads([RecordSource.of(n, d, "upload") for n, d in files], {})
     scrape_names = [n for n, _ in files if "server_metrics" in n]
     assert sorted(s.name for s in up.scrapes) == sorted(scrape_names)
     record_digests = {RecordSource.of(n, d, "upload").digest for n, d in files if "server_metrics" not in n}
@@ -80,9 +80,9 @@ def test_a_held_upload_is_hashed_once_and_sorted_as_its_bytes_would_be(monkeypat
 
 def test_the_newest_upload_is_the_last_one_not_held_already() -> None:
     a = RecordSource.of("a.csv", b"a", "upload")
-    up = sort_uploads([("a.csv", b"a"), ("b.csv", b"b")], {a.digest: a})
+    up = sort_uploads([a, RecordSource.of("b.csv", b"b", "upload")], {a.digest: a})
     assert up.newest is not None and up.newest.name == "b.csv"
-    assert sort_uploads([("a.csv", b"a")], {a.digest: a}).newest is None  # nothing new: the view stays
+    assert sort_uploads([a], {a.digest: a}).newest is None  # nothing new: the view stays
 
 
 def test_a_gone_record_set_falls_back_to_the_last_good_then_the_newest_then_the_default() -> None:

@@ -129,28 +129,29 @@ def upload_sources(files: Sequence[tuple[str, str, bytes]], digests: dict[str, s
     return sources
 
 
-def sort_uploads(files: Iterable[tuple[str, bytes] | RecordSource], held: Mapping[str, RecordSource],
+def sort_uploads(files: Iterable[RecordSource], held: Mapping[str, RecordSource],
                  fresh: Collection[int] | None = None) -> Uploads:
-    """Split uploaded (name, bytes), or their sources, into record sets and server metrics; name the newest record set.
+    """Split uploaded files (:func:`upload_sources`) into record sets and server metrics; name the newest record set.
 
     The newest is the last of the ``fresh`` files (their positions: added since the uploader last changed), even
     when its bytes are held already under another name, so a second bad file names itself; without ``fresh``, the
     last record set not in ``held``.
 
-    >>> up = sort_uploads([("a.csv", b"1"), ("server_metrics.parquet", b"2"), ("b.csv", b"3")], {})
+    >>> up = sort_uploads(upload_sources([("1", "a.csv", b"1"), ("2", "server_metrics.parquet", b"2"),
+    ...                                   ("3", "b.csv", b"3")], {}), {})
     >>> [s.name for s in up.records.values()], [s.name for s in up.scrapes], up.newest.name
     (['a.csv', 'b.csv'], ['server_metrics.parquet'], 'b.csv')
     >>> held = {up.newest.digest: up.newest}
-    >>> sort_uploads([("b.csv", b"3"), ("copy of b.csv", b"3")], held, fresh={1}).newest.name
+    >>> both = upload_sources([("3", "b.csv", b"3"), ("4", "copy of b.csv", b"3")], {})
+    >>> sort_uploads(both, held, fresh={1}).newest.name
     'copy of b.csv'
-    >>> print(sort_uploads([("b.csv", b"3"), ("copy of b.csv", b"3")], held, fresh=set()).newest)
+    >>> print(sort_uploads(both, held, fresh=set()).newest)
     None
     """
     records: dict[str, RecordSource] = {}
     scrapes: list[RecordSource] = []
     newest = None
-    for i, file in enumerate(files):
-        src = file if isinstance(file, RecordSource) else RecordSource.of(*file, "upload")
+    for i, src in enumerate(files):
         if is_server_metrics_file(src.name):
             scrapes.append(src)
             continue
