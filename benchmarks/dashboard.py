@@ -20,6 +20,17 @@ Cases:
   vega chart page      the same with one Vega-Lite chart (st.vega_lite_chart): Streamlit's lighter chart library
   first load           the dashboard opening on Summary with the 3,000-record sample, in a new browser profile
   reload               the same in a browser that has opened it before (its HTTP cache holds the scripts)
+  frame first load     a floor: the dashboard's frame (page config, the sidebar's navigation of 12 pages, glossary and
+                       engineer toggle: pages._frame.run_app, as app.py runs it) around a Summary of a title and a line
+  frame and sidebar first load
+                       a floor: the same with the records sidebar every record page draws (uploader, samples, import
+                       options, window): what the first load costs before Summary draws anything of its own
+  upload 100 records   a floor, in a browser of its own: uploading 100 records (a CSV of 9 KB) until Summary shows
+                       them: Streamlit's upload and rerun, and the page drawn anew for a new record set, with next
+                       to nothing to read
+  bare page upload 100k
+                       a floor: the round's 100k CSV uploaded to a bare page with an uploader that says how many bytes
+                       arrived: what Streamlit's transfer and rerun of that file cost any page
   upload 100k          uploading a 100,000-record CSV until Summary shows it (read, validate, report, draw); each
                        round uploads records of its own seed, which the server has not read (round_files)
   SLO change 100k      setting a TTFT limit on that file (a new report; the file is cached)
@@ -64,6 +75,7 @@ they need: the 100k cases run the browser's 100k steps in order) are run and pri
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -257,6 +269,8 @@ def python_side(path: Path, repeat: int) -> dict[str, list[float]]:
 
 PYTHON_CASES = ("python: read the 100k CSV", "python: validate", "python: report", "python: Summary's chart specs")
 BASELINE_CASES = ("hello first load", "plotly chart page", "vega chart page", "first load", "reload")
+FLOOR_CASES = ("frame first load", "frame and sidebar first load")  # the app's first load without Summary's own
+UPLOAD_FLOORS = ("upload 100 records", "bare page upload 100k")  # an upload's cost apart from the 100k records
 BROWSER_100K = ("upload 100k", "SLO change 100k", "window change 100k", "charts opened 100k", "over time opened 100k",
                 "page switch 100k", "compare switch 100k", "compare charts opened 100k", "upload 100k token_times",
                 "token timing switch 100k")
@@ -266,19 +280,40 @@ PAGE_VISITS = {"kv first load": ("kv", "sequences fit", None, None, None),  # it
                "sweep first load": ("sweep", "then run the sweep", "sweep run", "Run the sweep", "Usable capacity"),
                "planner first load": ("planner", "then plan.", "plan run", "Plan", "within the SLOs")}
 PAGE_CASES = ("kv first load", "sweep first load", "sweep run", "planner first load", "plan run")
-CASES = (*PYTHON_CASES, *BASELINE_CASES, *BROWSER_100K, *PAGE_CASES)
+CASES = (*PYTHON_CASES, *BASELINE_CASES, *FLOOR_CASES, *UPLOAD_FLOORS, *BROWSER_100K, *PAGE_CASES)
 FIRST_LOAD_RATIO = 1.5  # issue 36: the app's first load, x a bare page's first load in the same run
 INTERACTION_RATIO = 0.5  # issue 36: every interaction on 100,000 records, x a bare page's first load
 TARGETS = (("first load", FIRST_LOAD_RATIO), *((case, INTERACTION_RATIO) for case in BROWSER_100K))
 
 
 BARE = "A bare Streamlit page."
+FLOOR = "A bare Summary."
+# the dashboard's frame around a Summary that draws a title and a line (and, for the sidebar's floor, the records
+# sidebar): written next to the bare page, run from the repository (its .streamlit/config.toml, as the app)
+FRAME_SCRIPT = """import sys
+sys.path.insert(0, {repo!r})
+import streamlit as st
+from pages._frame import run_app
+from pages._shared import records_sidebar
+
+
+def summary() -> None:
+    st.title("Summary")
+    {sidebar}
+    st.write({floor!r})
+
+
+run_app(summary)
+"""
+BARE_UPLOAD = (f"import streamlit as st\nst.title('Hello')\nst.write('{BARE}')\n"
+               "files = st.file_uploader('Upload records', accept_multiple_files=True)\n"
+               "for f in files or []:\n    st.write(f'{f.name}: {len(f.getvalue()):,} bytes received')\n")
 # a group of cases timed one after another, and the bare page's first loads timed just before and after it: each
 # case's ratio is to the bare page beside it, not to one timed minutes earlier (this 2-core machine is shared, and
 # its load can double within a run: on 2026-12-03 it rose from 2.3 to 7.5 in two minutes)
 GROUPS = {**{case: "chart pages" for case in ("plotly chart page", "vega chart page")},
-          **{case: "first loads" for case in ("first load", "reload")},
-          **{case: "page visits" for case in PAGE_CASES}, **{case: "100k" for case in BROWSER_100K}}
+          **{case: "first loads" for case in ("first load", "reload", *FLOOR_CASES)},
+          **{case: "page visits" for case in PAGE_CASES}, **{case: "100k" for case in (*UPLOAD_FLOORS, *BROWSER_100K)}}
 
 
 def measure(repeat: int, cases: frozenset[str] = frozenset(CASES)) -> tuple[dict[str, list[Timed]],
@@ -300,6 +335,12 @@ def measure(repeat: int, cases: frozenset[str] = frozenset(CASES)) -> tuple[dict
         pages["vega chart page"].write_text(CHART_PAGE + "st.vega_lite_chart(pd.DataFrame({'x': x, 'y': y}), "
                                             "{'mark': 'line', 'encoding': {'x': {'field': 'x', 'type': "
                                             "'quantitative'}, 'y': {'field': 'y', 'type': 'quantitative'}}})\n")
+        floors = {"frame first load": Path(tmp) / "frame.py", "frame and sidebar first load": Path(tmp) / "sidebar.py"}
+        for case, script in floors.items():
+            script.write_text(FRAME_SCRIPT.format(repo=str(REPO), floor=FLOOR,
+                                                  sidebar="records_sidebar()" if "sidebar" in case else "pass"))
+        bare_upload = Path(tmp) / "bare_upload.py"
+        bare_upload.write_text(BARE_UPLOAD)
         big = Path(tmp) / "records_100k.csv"
         write_records(big, 100_000)
         if cases & set(PYTHON_CASES):
@@ -320,16 +361,26 @@ def measure(repeat: int, cases: frozenset[str] = frozenset(CASES)) -> tuple[dict
                             first_load(url, BARE)
                             times[case] = [first_load(url, BARE) for _ in range(repeat)]
                 bare("chart pages")
-            with streamlit_server() as url:
-                if cases & {"first load", "reload"}:
+            with contextlib.ExitStack() as servers:
+                url = servers.enter_context(streamlit_server())
+                floor_urls = {case: servers.enter_context(streamlit_server(str(floors[case])))
+                              for case in FLOOR_CASES if case in cases}
+                if cases & {"first load", "reload", *FLOOR_CASES}:
                     first_load(url, "Eight numbers")
+                    for floor_url in floor_urls.values():
+                        first_load(floor_url, FLOOR)
                     bare("first loads")
-                    times["first load"] = [first_load(url, "Eight numbers") for _ in range(repeat)]
-                    with browser_page(viewport=(1400, 1000)) as page:  # a returning user: the browser has the scripts
-                        page.set_default_timeout(TIMEOUT_MS)
-                        timed(page, lambda: page.goto(url, wait_until="commit"), "Eight numbers", rerun=False)
-                        times["reload"] = [timed(page, lambda: page.goto(url, wait_until="commit"), "Eight numbers",
-                                                 rerun=False) for _ in range(repeat)]
+                    for _ in range(repeat):  # the app and its floors in turn, so a change of load falls on each
+                        if "first load" in cases:
+                            times.setdefault("first load", []).append(first_load(url, "Eight numbers"))
+                        for case, floor_url in floor_urls.items():
+                            times.setdefault(case, []).append(first_load(floor_url, FLOOR))
+                    if "reload" in cases:
+                        with browser_page(viewport=(1400, 1000)) as page:  # a returning user: the browser has the scripts
+                            page.set_default_timeout(TIMEOUT_MS)
+                            timed(page, lambda: page.goto(url, wait_until="commit"), "Eight numbers", rerun=False)
+                            times["reload"] = [timed(page, lambda: page.goto(url, wait_until="commit"),
+                                                     "Eight numbers", rerun=False) for _ in range(repeat)]
                     bare("first loads")
                 if cases & set(PAGE_CASES):
                     page_visits(url, cases)  # warm the server: each page's imports, the sweep's cached trace
@@ -338,11 +389,16 @@ def measure(repeat: int, cases: frozenset[str] = frozenset(CASES)) -> tuple[dict
                         for case, dt in page_visits(url, cases):
                             times.setdefault(case, []).append(dt)
                     bare("page visits")
-                if cases & set(BROWSER_100K):
+                if cases & {*BROWSER_100K, *UPLOAD_FLOORS}:
                     rounds = [round_files(Path(tmp), i) for i in range(repeat)]
+                    bare_upload_url = servers.enter_context(streamlit_server(str(bare_upload)))
+                    first_load(bare_upload_url, BARE)
                     bare("100k")
                     for i, (first, second, tokens) in enumerate(rounds):
-                        for case, dt in browser_100k(url, (first, second), tokens, i, cases):
+                        for case, dt in upload_floors(url, bare_upload_url, first, i, cases):
+                            times.setdefault(case, []).append(dt)
+                        for case, dt in (browser_100k(url, (first, second), tokens, i, cases)
+                                         if cases & set(BROWSER_100K) else []):
                             times.setdefault(case, []).append(dt)
                     bare("100k")
     times["hello first load"] = [t for runs in beside.values() for t in runs]
@@ -377,6 +433,27 @@ def page_visits(url: str, cases: frozenset[str]) -> list[tuple[str, Timed]]:
             if run_case in cases:
                 press = page.get_by_role("button", name=button, exact=True)
                 out.append((run_case, timed(page, press.click, run_want)))
+    return out
+
+
+def upload_floors(url: str, bare_url: str, big: Path, i: int, cases: frozenset[str]) -> list[tuple[str, Timed]]:
+    """Return round ``i``'s upload floors asked for: 100 records uploaded to the dashboard, ``big`` to a bare page.
+
+    Each in a browser of its own, opened untimed first; the 100 records are the round's own (seed 100 + i).
+    """
+    out: list[tuple[str, Timed]] = []
+    small = big.with_name(f"records_100_{i}.csv")
+    write_records(small, 100, seed=100 + i)
+    for case, page_url, opened, path, want in (
+            ("upload 100 records", url, "Eight numbers", small, f"{small.name} · 100 records"),
+            ("bare page upload 100k", bare_url, BARE, big, "bytes received")):
+        if case not in cases:
+            continue
+        with browser_page(viewport=(1400, 1000)) as page:
+            page.set_default_timeout(TIMEOUT_MS)
+            timed(page, lambda: page.goto(page_url, wait_until="commit"), opened, rerun=False)
+            upload = page.locator('[data-testid="stFileUploader"] input[type="file"]').first
+            out.append((case, timed(page, lambda: upload.set_input_files(str(path)), want)))
     return out
 
 
@@ -498,8 +575,17 @@ def main() -> None:
               "plotly.js. Summary's first view draws no chart: its overview (every request by outcome, latency and "
               "TTFT p95 over time, their CDFs) is SVG in the page's Markdown; its charts are drawn in panels, once "
               "opened, and the chart code they need is fetched and compiled once the first view is drawn and the "
-              "page is idle (servebench.dashboard.chart_code).", "",
-              f"Against the targets (issue 36: a first load under {FIRST_LOAD_RATIO}x a bare page's first load, "
+              "page is idle (servebench.dashboard.chart_code).",
+              *(["", "Floors, in the same run (drawn, x the bare page beside): "
+                 + "; ".join(f"{case} {rows[case]['drawn_ratio_to_hello']:.2f}x ({drawn[case]:.2f} s)"
+                             for case in (*FLOOR_CASES, *UPLOAD_FLOORS) if case in drawn)
+                 + ". The frame is what every page draws around its own (navigation, glossary, engineer toggle); "
+                 "the records sidebar is what every record page adds (uploader, samples, import options, window); "
+                 "Summary's own first view (overview, eight numbers, SLO inputs, tables) adds the rest of 'first "
+                 "load'. Uploading 100 records is Streamlit's upload and rerun and the page drawn anew for a new "
+                 "record set, with next to nothing to read; the 100k records' reading, report and numbers add the "
+                 "rest of 'upload 100k'."] if set(FLOOR_CASES) & set(drawn) else []),
+              "", f"Against the targets (issue 36: a first load under {FIRST_LOAD_RATIO}x a bare page's first load, "
               f"each interaction on 100,000 records under {INTERACTION_RATIO}x; both as ratios of 'drawn', the "
               "issue's measure, to the bare page's 'drawn' beside it in this run): "
               + "; ".join(f"{case} {rows[case]['drawn_ratio_to_hello']:.2f}x ({drawn[case]:.2f} s drawn, "
