@@ -1,37 +1,37 @@
 """pages._frame: the frame every page draws (navigation, glossary, engineer toggle), with Summary or a stand-in.
 
 benchmarks/dashboard.py times the frame around a bare Summary as the floor of the first load; these check that the
-stand-in really gets the same frame and that app.py's pages resolve from any script's folder.
+stand-in (the benchmark's own script, benchmarks/dashboard.py's FRAME_SCRIPT) really gets the same frame and that
+app.py's pages resolve from any script's folder.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
+from types import ModuleType
 
 from streamlit.testing.v1 import AppTest
 
 REPO = Path(__file__).resolve().parent.parent
 
-STAND_IN = """import sys
-sys.path.insert(0, {repo!r})
-import streamlit as st
-from pages._frame import run_app
-from pages._shared import records_sidebar
+
+def _benchmark() -> ModuleType:
+    """Return benchmarks/dashboard.py, whose floor scripts these tests run as the benchmark writes them."""
+    spec = importlib.util.spec_from_file_location("benchmark_dashboard", REPO / "benchmarks" / "dashboard.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def summary() -> None:
-    st.title("Stand-in")
-    {sidebar}
-    st.write("A bare Summary.")
-
-
-run_app(summary)
-"""
+BENCHMARK = _benchmark()
 
 
 def _run(tmp_path: Path, sidebar: bool) -> AppTest:
     script = tmp_path / "frame.py"  # outside the repository: the pages must not resolve from the script's folder
-    script.write_text(STAND_IN.format(repo=str(REPO), sidebar="records_sidebar()" if sidebar else "pass"))
+    script.write_text(BENCHMARK.FRAME_SCRIPT.format(repo=str(REPO), floor=BENCHMARK.FLOOR,
+                                                    sidebar="records_sidebar()" if sidebar else "pass"))
     at = AppTest.from_file(str(script), default_timeout=90)
     at.run()
     assert not at.exception, [e.message for e in at.exception]
@@ -40,8 +40,8 @@ def _run(tmp_path: Path, sidebar: bool) -> AppTest:
 
 def test_the_stand_in_replaces_summary_inside_the_same_frame(tmp_path: Path) -> None:
     at = _run(tmp_path, sidebar=False)
-    assert [t.value for t in at.title] == ["Stand-in"]
-    assert [m.value for m in at.main.markdown] == ["A bare Summary."]
+    assert [t.value for t in at.title] == ["Summary"]
+    assert [m.value for m in at.main.markdown] == [BENCHMARK.FLOOR]
     assert [t.label for t in at.toggle] == ["Engineer view"]  # the frame's sidebar, as on every page
     assert [e.label for e in at.sidebar.expander] == ["Glossary"]
     assert not at.file_uploader  # the records sidebar is Summary's, not the frame's
