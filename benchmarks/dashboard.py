@@ -305,6 +305,13 @@ def summary() -> None:
 
 run_app(summary)
 """
+
+
+def frame_script(sidebar: bool) -> str:
+    """Return the floor's script: the dashboard's frame around a bare Summary, with the records sidebar if asked."""
+    return FRAME_SCRIPT.format(repo=str(REPO), floor=FLOOR, sidebar="records_sidebar()" if sidebar else "pass")
+
+
 BARE_UPLOAD = (f"import streamlit as st\nst.title('Hello')\nst.write('{BARE}')\n"
                "files = st.file_uploader('Upload records', accept_multiple_files=True)\n"
                "for f in files or []:\n    st.write(f'{f.name}: {len(f.getvalue()):,} bytes received')\n")
@@ -337,8 +344,7 @@ def measure(repeat: int, cases: frozenset[str] = frozenset(CASES)) -> tuple[dict
                                             "'quantitative'}, 'y': {'field': 'y', 'type': 'quantitative'}}})\n")
         floors = {"frame first load": Path(tmp) / "frame.py", "frame and sidebar first load": Path(tmp) / "sidebar.py"}
         for case, script in floors.items():
-            script.write_text(FRAME_SCRIPT.format(repo=str(REPO), floor=FLOOR,
-                                                  sidebar="records_sidebar()" if "sidebar" in case else "pass"))
+            script.write_text(frame_script(sidebar="sidebar" in case))
         bare_upload = Path(tmp) / "bare_upload.py"
         bare_upload.write_text(BARE_UPLOAD)
         big = Path(tmp) / "records_100k.csv"

@@ -21,8 +21,7 @@ def app_pages(summary: Callable[[], None] | None = None) -> dict[str, list[st.Pa
 
     return {
         "Measure": [
-            st.Page(summary, title="Summary", icon=":material/summarize:", default=True) if summary else
-            page("pages/summary.py", "Summary", ":material/summarize:", default=True),
+            st.Page(summary or ROOT / "pages/summary.py", title="Summary", icon=":material/summarize:", default=True),
             page("pages/percentiles.py", "Percentile explorer", ":material/percent:"),
             page("pages/token_timing.py", "Token timing", ":material/timeline:"),
             page("pages/compare.py", "Compare runs", ":material/compare_arrows:"),

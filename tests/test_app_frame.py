@@ -1,7 +1,7 @@
 """pages._frame: the frame every page draws (navigation, glossary, engineer toggle), with Summary or a stand-in.
 
 benchmarks/dashboard.py times the frame around a bare Summary as the floor of the first load; these check that the
-stand-in (the benchmark's own script, benchmarks/dashboard.py's FRAME_SCRIPT) really gets the same frame and that
+stand-in (the benchmark's own script, benchmarks/dashboard.py's frame_script) really gets the same frame and that
 app.py's pages resolve from any script's folder.
 """
 
@@ -30,8 +30,7 @@ BENCHMARK = _benchmark()
 
 def _run(tmp_path: Path, sidebar: bool) -> AppTest:
     script = tmp_path / "frame.py"  # outside the repository: the pages must not resolve from the script's folder
-    script.write_text(BENCHMARK.FRAME_SCRIPT.format(repo=str(REPO), floor=BENCHMARK.FLOOR,
-                                                    sidebar="records_sidebar()" if sidebar else "pass"))
+    script.write_text(BENCHMARK.frame_script(sidebar))
     at = AppTest.from_file(str(script), default_timeout=90)
     at.run()
     assert not at.exception, [e.message for e in at.exception]
